@@ -1,0 +1,82 @@
+/* backend.c - shared helpers of the backend interface: errors, sampling
+ * parameter defaults and copies. */
+#include "backends/backend.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *pl_finish_name(pl_finish f)
+{
+    switch (f) {
+    case PL_FINISH_STOP: return "stop";
+    case PL_FINISH_LENGTH: return "length";
+    case PL_FINISH_ABORT: return "abort";
+    case PL_FINISH_ERROR: return "error";
+    default: return NULL;
+    }
+}
+
+int pl_err_set(pl_err *e, int status, const char *type, const char *param,
+               const char *code, const char *fmt, ...)
+{
+    if (!e)
+        return -1;
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+void pl_sampling_defaults(pl_sampling *s)
+{
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0;
+    s->top_p = 1.0;
+    s->repetition_penalty = 1.0;
+}
+
+int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src)
+{
+    *dst = *src;
+    dst->logit_bias = NULL;
+    for (int i = 0; i < PL_MAX_STOP; i++)
+        dst->stop[i] = NULL;
+    for (int i = 0; i < src->n_stop; i++)
+        if (!(dst->stop[i] = strdup(src->stop[i])))
+            goto fail;
+    if (src->n_logit_bias > 0) {
+        size_t sz = (size_t)src->n_logit_bias * sizeof *src->logit_bias;
+        if (!(dst->logit_bias = malloc(sz)))
+            goto fail;
+        memcpy(dst->logit_bias, src->logit_bias, sz);
+    }
+    return 0;
+fail:
+    pl_sampling_free(dst);
+    return -1;
+}
+
+void pl_sampling_free(pl_sampling *s)
+{
+    for (int i = 0; i < PL_MAX_STOP; i++) {
+        free(s->stop[i]);
+        s->stop[i] = NULL;
+    }
+    free(s->logit_bias);
+    s->logit_bias = NULL;
+    s->n_stop = 0;
+    s->n_logit_bias = 0;
+}
+
+void pl_backend_free(pl_backend *b)
+{
+    if (b)
+        b->ops->free(b);
+}

@@ -1,0 +1,212 @@
+/* backend.h - the one interface every backend implements.
+ *
+ * A backend serves one model. It accepts a generation request together with
+ * a sink and later calls the sink, always on the main (libevent) thread, with
+ * text deltas and exactly one final result. The engine, remote and mock
+ * backends are interchangeable behind this table of function pointers; the
+ * OpenAI endpoints and the conversation scheduler use nothing else.
+ *
+ * Threading: every function here is called on the main thread, and every
+ * sink callback runs on the main thread.
+ */
+#ifndef PL_BACKEND_H
+#define PL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+struct event_base;
+
+#define PL_MAX_STOP 4        /* OpenAI allows up to 4 stop strings */
+#define PL_MAX_TOP_LOGPROBS 20
+
+typedef enum pl_finish {
+    PL_FINISH_NONE = 0,
+    PL_FINISH_STOP,    /* EOS token or a stop string */
+    PL_FINISH_LENGTH,  /* max_tokens or the context length */
+    PL_FINISH_ABORT,   /* aborted by the backend itself (e.g. shutdown) */
+    PL_FINISH_ERROR,   /* see pl_result.error */
+} pl_finish;
+
+/** OpenAI name of a finish reason ("stop", "length", ...). */
+const char *pl_finish_name(pl_finish f);
+
+/** An error that becomes OpenAI error JSON {"error":{message,type,param,code}}. */
+typedef struct pl_err {
+    int status;          /**< HTTP status (400, 404, 413, 500, 503, ...) */
+    char type[48];       /**< "invalid_request_error", "server_error", ... */
+    char param[64];      /**< offending parameter, "" when none */
+    char code[48];       /**< "model_not_found", ... "" when none */
+    char message[512];
+} pl_err;
+
+/** Fill *e (which may be NULL) and return -1, for `return pl_err_set(...)`. */
+int pl_err_set(pl_err *e, int status, const char *type, const char *param,
+               const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+typedef struct pl_logit_bias {
+    int32_t token;
+    float bias;          /**< -100..100 */
+} pl_logit_bias;
+
+/** Sampling parameters; pl_sampling_defaults() gives OpenAI's defaults. */
+typedef struct pl_sampling {
+    double temperature;          /**< 0..2; 0 = greedy */
+    double top_p;                /**< (0,1] */
+    int top_k;                   /**< <= 0: off */
+    double min_p;                /**< 0..1; 0: off */
+    double presence_penalty;     /**< -2..2 */
+    double frequency_penalty;    /**< -2..2 */
+    double repetition_penalty;   /**< > 0; 1: off */
+    uint64_t seed;
+    bool has_seed;
+    int max_tokens;              /**< >= 1; 0 = up to the context length */
+    int n_stop;
+    char *stop[PL_MAX_STOP];     /**< owned by whoever owns the struct */
+    bool ignore_eos;
+    bool logprobs;
+    int top_logprobs;            /**< 0..PL_MAX_TOP_LOGPROBS */
+    int n_logit_bias;
+    pl_logit_bias *logit_bias;   /**< n_logit_bias entries */
+} pl_sampling;
+
+void pl_sampling_defaults(pl_sampling *s);
+/** Deep-copy src into dst (stop strings, logit_bias). Returns 0, -1 on OOM. */
+int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src);
+/** Free what pl_sampling_copy allocated. */
+void pl_sampling_free(pl_sampling *s);
+
+typedef struct pl_chat_message {
+    const char *role;            /**< "system", "user", "assistant", ... */
+    const char *content;         /**< UTF-8 text */
+} pl_chat_message;
+
+/**
+ * A generation request. Everything is borrowed for the duration of submit();
+ * a backend copies what it keeps.
+ * Exactly one of messages (chat), prompt (completion text) or prompt_tokens
+ * is set.
+ */
+typedef struct pl_gen_request {
+    const pl_chat_message *messages;
+    int n_messages;
+    bool add_generation_prompt;  /**< chat: end with the assistant header */
+    const char *prompt;
+    const int32_t *prompt_tokens;
+    int n_prompt_tokens;
+    pl_sampling sampling;
+    int priority;                /**< lower runs sooner (vLLM's convention) */
+    uint64_t conversation_key;   /**< affinity hint; 0 = none */
+} pl_gen_request;
+
+/** One top-logprob alternative. */
+typedef struct pl_top_logprob {
+    const char *token;           /**< token text (may be partial UTF-8) */
+    size_t token_len;
+    float logprob;
+} pl_top_logprob;
+
+/** Logprob information for one generated token. */
+typedef struct pl_token_logprob {
+    const char *token;
+    size_t token_len;
+    float logprob;
+    int n_top;
+    const pl_top_logprob *top;
+} pl_token_logprob;
+
+/**
+ * A delta: new text, always whole UTF-8 sequences, never a prefix of a stop
+ * string that could still complete. All pointers are valid only during the
+ * callback.
+ */
+typedef struct pl_delta {
+    const char *text;
+    size_t len;
+    const int32_t *tokens;       /**< the token ids this delta covers */
+    int n_tokens;
+    const pl_token_logprob *logprobs;  /**< n_tokens entries, or NULL */
+} pl_delta;
+
+typedef struct pl_result {
+    pl_finish finish;
+    int prompt_tokens;
+    int completion_tokens;
+    int cached_tokens;           /**< prompt tokens served from prefix cache */
+    double queue_ms;             /**< submit -> first scheduled */
+    double ttft_ms;              /**< submit -> first token */
+    const pl_err *error;         /**< set when finish == PL_FINISH_ERROR */
+} pl_result;
+
+/**
+ * The sink. on_delta may be called any number of times, then on_done exactly
+ * once; neither is called again after on_done, or after the request was
+ * aborted by the caller.
+ */
+typedef struct pl_sink {
+    void (*on_delta)(void *ud, const pl_delta *d);
+    void (*on_done)(void *ud, const pl_result *r);
+    void *ud;
+} pl_sink;
+
+typedef struct pl_backend pl_backend;
+
+/** The table of functions a backend implements. */
+typedef struct pl_backend_ops {
+    const char *kind;            /**< "mock", "cpu", "cuda", "remote" */
+    /** Queue a request. Returns 0 and *id, or -1 with *err set (nothing
+     *  will be called on the sink then). Never blocks. */
+    int (*submit)(pl_backend *b, const pl_gen_request *req, pl_sink sink,
+                  uint64_t *id, pl_err *err);
+    /** Abort a request: its blocks are freed; the sink is never called
+     *  again. Unknown or finished ids are ignored. */
+    void (*abort)(pl_backend *b, uint64_t id);
+    /** Pause or resume delivery for a slow reader (backpressure). A paused
+     *  request stops producing tokens until resumed. */
+    void (*set_paused)(pl_backend *b, uint64_t id, bool paused);
+    /** Concurrent sequences it can hold: min(upper bound, KV capacity). */
+    int (*capacity)(pl_backend *b);
+    /** Statistics as a new JSON object (caller owns the reference). */
+    json_t *(*stats)(pl_backend *b);
+    /** Tokenize text or chat messages. Returns 0 and a malloc'd array the
+     *  caller frees, or -1 with *err set. */
+    int (*tokenize)(pl_backend *b, const pl_gen_request *req,
+                    bool add_special, int32_t **ids, int *n, pl_err *err);
+    /** Detokenize ids into a malloc'd NUL-terminated string. */
+    int (*detokenize)(pl_backend *b, const int32_t *ids, int n, char **text,
+                      pl_err *err);
+    /** Context length in tokens (max_model_len). */
+    int (*max_model_len)(pl_backend *b);
+    /** Stop producing, abort everything, join threads, free. */
+    void (*free)(pl_backend *b);
+} pl_backend_ops;
+
+/** Common header; each backend embeds it first in its own struct. */
+struct pl_backend {
+    const pl_backend_ops *ops;
+    char *model;                 /**< the served model name (owned) */
+    struct event_base *base;     /**< the main loop (borrowed) */
+};
+
+static inline int pl_backend_submit(pl_backend *b, const pl_gen_request *r,
+                                    pl_sink s, uint64_t *id, pl_err *e)
+{
+    return b->ops->submit(b, r, s, id, e);
+}
+static inline void pl_backend_abort(pl_backend *b, uint64_t id)
+{
+    b->ops->abort(b, id);
+}
+static inline int pl_backend_capacity(pl_backend *b)
+{
+    return b->ops->capacity(b);
+}
+
+/** Free a backend (NULL is ignored). */
+void pl_backend_free(pl_backend *b);
+
+#endif
