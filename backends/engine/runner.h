@@ -1,0 +1,111 @@
+/* runner.h - the runner interface: what the engine's step loop asks of a
+ * device (CPU or CUDA) to run one forward step over a batch of token rows.
+ *
+ * Contract (seeds 002/004): launch() is non-blocking and returns a ticket;
+ * wait() blocks until that step's sampled ids are ready. At most
+ * PL_RUNNER_MAX_INFLIGHT steps are in flight. The caller fills one of two
+ * input buffers (pl_step_input) per step, alternating; a buffer handed to
+ * launch() is not written again until its step has been waited for.
+ *
+ * Tokens not yet sampled are placeholders: a row whose token is
+ * PL_TOKEN_PLACEHOLDER takes, on the device, the id sampled for the same
+ * sequence slot in the previous in-flight step (on-device token feedback).
+ */
+#ifndef PL_RUNNER_H
+#define PL_RUNNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+#define PL_RUNNER_MAX_INFLIGHT 2
+#define PL_TOKEN_PLACEHOLDER (-1)
+
+/** Per-sequence sampling state the runner needs to sample on device. */
+typedef struct pl_seq_sampling {
+    float temperature;           /**< 0 = greedy */
+    float top_p;
+    int top_k;
+    float min_p;
+    float presence_penalty, frequency_penalty, repetition_penalty;
+    uint64_t seed;               /**< per request; the step index is mixed in */
+    uint64_t step;               /**< number of tokens sampled so far */
+    int top_logprobs;            /**< -1: no logprobs; 0..20 */
+    const pl_logit_bias *logit_bias;
+    int n_logit_bias;
+    bool ignore_eos;
+} pl_seq_sampling;
+
+/**
+ * One step's input: a batch of token rows grouped by sequence.
+ * Rows of one sequence are contiguous and in position order.
+ * Buffers are owned by the engine and reused across steps.
+ */
+typedef struct pl_step_input {
+    int n_rows;                  /**< token rows this step */
+    int32_t *tokens;             /**< (n_rows) ids or PL_TOKEN_PLACEHOLDER */
+    int32_t *positions;          /**< (n_rows) position of each row */
+    int32_t *row_seq;            /**< (n_rows) index into the seq arrays */
+
+    int n_seqs;                  /**< sequences in this step */
+    int32_t *seq_slot;           /**< (n_seqs) stable slot id of the sequence
+                                      (0..max_seqs-1), for token feedback */
+    int32_t *seq_first_row;      /**< (n_seqs) first row of the sequence */
+    int32_t *seq_n_rows;         /**< (n_seqs) rows of the sequence */
+    int32_t *seq_ctx_len;        /**< (n_seqs) tokens in KV after this step */
+    bool *seq_sample;            /**< (n_seqs) sample after the last row? */
+    int32_t *block_table;        /**< (n_seqs, max_blocks_per_seq) block ids */
+    int max_blocks_per_seq;
+    pl_seq_sampling *sampling;   /**< (n_seqs) */
+    /** History for penalties: (n_seqs) pointers to the generated ids so far
+     *  (borrowed; valid until the step is waited for) and their counts. */
+    const int32_t **seq_hist;
+    int32_t *seq_hist_len;
+} pl_step_input;
+
+/** One step's output. */
+typedef struct pl_step_output {
+    int n_seqs;
+    int32_t *sampled;            /**< (n_seqs) sampled id, -1 when not sampled */
+    float *logprob;              /**< (n_seqs) logprob of the sampled id */
+    int32_t *top_ids;            /**< (n_seqs, PL_MAX_TOP_LOGPROBS) */
+    float *top_logprobs;         /**< (n_seqs, PL_MAX_TOP_LOGPROBS) */
+    float *logits;               /**< (n_seqs, n_vocab) when the runner was
+                                      asked to keep logits (tests), else NULL */
+    double exec_ms;              /**< device time of the step */
+} pl_step_output;
+
+typedef struct pl_runner pl_runner;
+
+typedef struct pl_runner_ops {
+    const char *name;            /**< "cpu", "cuda" */
+    /** Start executing a step. Never blocks on the previous step beyond
+     *  queueing. Returns a ticket >= 0, or -1 on error. */
+    int (*launch)(pl_runner *r, const pl_step_input *in);
+    /** Block until the step with this ticket is done; *out points into
+     *  runner-owned memory valid until the next wait(). 0 or -1. */
+    int (*wait)(pl_runner *r, int ticket, const pl_step_output **out);
+    /** Copy KV rows of block src to block dst (copy-on-write), all layers. */
+    void (*copy_block)(pl_runner *r, int32_t src, int32_t dst);
+    void (*free)(pl_runner *r);
+} pl_runner_ops;
+
+/** Geometry shared by the engine and its runner. */
+typedef struct pl_runner_info {
+    int n_vocab;
+    int max_model_len;
+    int block_size;              /**< tokens per KV block */
+    int num_blocks;              /**< KV blocks the runner allocated */
+    int max_seqs;                /**< slots for token feedback */
+    int max_rows;                /**< most token rows in one step */
+    int32_t eos_id;
+} pl_runner_info;
+
+struct pl_runner {
+    const pl_runner_ops *ops;
+    pl_runner_info info;
+    bool keep_logits;            /**< tests: return full logits */
+};
+
+#endif
