@@ -43,6 +43,7 @@ struct oai_call {
     char id[64];
     int64_t created;
     pl_sse *sse;
+    pl_close_watch *watch;       /* non-stream: client-close watch */
     char *prefix;                /* stream chunk prefix up to "choices":[ */
     int n_done;
     int prompt_tokens, cached_tokens, completion_tokens;
@@ -261,7 +262,8 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
 
 static void reply_complete(oai_call *c)
 {
-    pl_unwatch_close(c->req);
+    pl_unwatch_close(c->req, c->watch);
+    c->watch = NULL;
     if (c->failed) {
         pl_reply_error(c->req, &c->error);
         call_free(c);
@@ -377,16 +379,12 @@ static void on_client_close(void *ud)
 {
     oai_call *c = ud;
     c->req = NULL;
+    c->watch = NULL;
     call_abort_all(c);
     if (c->sse)
         pl_sse_free_closed(c->sse);
     c->sse = NULL;
     call_free(c);
-}
-
-static void on_conn_close(struct evhttp_connection *conn, void *ud)
-{
-    on_client_close(ud);
 }
 
 static void on_pause(void *ud, bool paused)
@@ -500,7 +498,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
         stream_role_chunks(c);
         return;
     }
-    pl_watch_close(req, on_conn_close, c);
+    c->watch = pl_watch_close(req, on_client_close, c);
 }
 
 static void chat_route(pl_server *s, struct evhttp_request *req, const char *path, void *ud)

@@ -1,40 +1,96 @@
 /* sse.c - the SSE writer: chunked replies, backpressure, close watching. */
 #include "api/sse.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/http.h>
 
 struct pl_sse {
     struct evhttp_request *req;
+    pl_close_watch *watch;
     struct evbuffer *buf;
     long cap;
     bool paused;
     pl_sse_cbs cbs;
 };
 
-void pl_watch_close(struct evhttp_request *req,
-                    void (*fn)(struct evhttp_connection *, void *), void *ud)
+struct pl_close_watch {
+    struct evhttp_connection *conn;
+    struct event *ev;            /* EOF poll on the socket */
+    void (*fn)(void *);
+    void *ud;
+};
+
+static void watch_free(pl_close_watch *w)
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    if (conn)
-        evhttp_connection_set_closecb(conn, fn, ud);
+    evhttp_connection_set_closecb(w->conn, NULL, NULL);
+    if (w->ev)
+        event_free(w->ev);
+    free(w);
 }
 
-void pl_unwatch_close(struct evhttp_request *req)
+static void watch_closed(struct evhttp_connection *conn, void *arg)
 {
-    struct evhttp_connection *conn = evhttp_request_get_connection(req);
-    if (conn)
-        evhttp_connection_set_closecb(conn, NULL, NULL);
+    pl_close_watch *w = arg;
+    void (*fn)(void *) = w->fn;
+    void *ud = w->ud;
+    watch_free(w);
+    fn(ud);
 }
 
-static void sse_closed(struct evhttp_connection *conn, void *arg)
+/* The socket is readable while a request is in progress: EOF or an error
+ * means the client left; data means a pipelined request, so stop looking. */
+static void watch_readable(evutil_socket_t fd, short what, void *arg)
+{
+    pl_close_watch *w = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        event_add(w->ev, NULL);
+        return;
+    }
+    if (n > 0)
+        return;
+    /* Freeing the connection runs its close callback (watch_closed),
+     * which frees w and tells the owner; evhttp frees the request. */
+    evhttp_connection_free(w->conn);
+}
+
+pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), void *ud)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    pl_close_watch *w = conn ? calloc(1, sizeof *w) : NULL;
+    if (!w)
+        return NULL;
+    w->conn = conn;
+    w->fn = fn;
+    w->ud = ud;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
+    if (fd >= 0) {
+        w->ev = event_new(bufferevent_get_base(bev), fd, EV_READ, watch_readable, w);
+        event_add(w->ev, NULL);
+    }
+    evhttp_connection_set_closecb(conn, watch_closed, w);
+    return w;
+}
+
+void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w)
+{
+    if (w)
+        watch_free(w);
+}
+
+static void sse_closed(void *arg)
 {
     pl_sse *s = arg;
-    evhttp_connection_set_closecb(conn, NULL, NULL);
     s->req = NULL;
+    s->watch = NULL;
     s->cbs.on_close(s->cbs.ud);
 }
 
@@ -72,7 +128,7 @@ pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
     evhttp_add_header(h, "Cache-Control", "no-cache");
     evhttp_add_header(h, "X-Accel-Buffering", "no");
     evhttp_send_reply_start(req, 200, "OK");
-    pl_watch_close(req, sse_closed, s);
+    s->watch = pl_watch_close(req, sse_closed, s);
     return s;
 }
 
@@ -106,7 +162,7 @@ void pl_sse_send_data(pl_sse *s, const char *json, size_t len)
 void pl_sse_end(pl_sse *s)
 {
     if (s->req) {
-        pl_unwatch_close(s->req);
+        pl_unwatch_close(s->req, s->watch);
         evhttp_send_reply_end(s->req);
     }
     evbuffer_free(s->buf);

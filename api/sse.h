@@ -22,14 +22,17 @@ typedef struct pl_sse_cbs {
     void *ud;
 } pl_sse_cbs;
 
+typedef struct pl_close_watch pl_close_watch;
+
 /**
- * Call fn(conn, ud) if the client closes the connection before the reply
- * is sent. After fn runs, req is gone: never touch it again. Clear with
- * pl_unwatch_close before replying.
+ * Call fn(ud) if the client closes the connection before the reply is
+ * sent. evhttp alone notices a close only when it writes, so the watch
+ * also polls the socket for EOF while nothing is written. After fn runs,
+ * req is gone: never touch it again, and the watch is freed. Otherwise
+ * clear it with pl_unwatch_close before replying.
  */
-void pl_watch_close(struct evhttp_request *req,
-                    void (*fn)(struct evhttp_connection *, void *), void *ud);
-void pl_unwatch_close(struct evhttp_request *req);
+pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), void *ud);
+void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w);
 
 /** Send the 200 headers (text/event-stream) and start the chunked reply.
  *  cap: the most bytes left pending before on_pause(true). */
