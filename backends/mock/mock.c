@@ -120,6 +120,8 @@ static void mock_req_free(mock_req *r)
     mb->free_slots[mb->n_free++] = s;
     if (r->running)
         mb->counts.active--;
+    if (r->paused)
+        mb->counts.paused--;
     if (r->timer)
         event_free(r->timer);
     pl_sampling_free(&r->sp);
@@ -356,6 +358,7 @@ static void mock_set_paused(pl_backend *b, uint64_t id, bool paused)
     if (!r || r->paused == (int)paused)
         return;
     r->paused = paused;
+    ((mock_backend *)b)->counts.paused += paused ? 1 : -1;
     if (paused)
         evtimer_del(r->timer);
     else if (r->running)
@@ -370,9 +373,9 @@ static int mock_capacity(pl_backend *b)
 static json_t *mock_stats(pl_backend *b)
 {
     mock_backend *mb = (mock_backend *)b;
-    return json_pack("{s:s, s:i, s:i, s:i, s:I, s:I, s:I}", "backend", "mock",
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:I, s:I, s:I}", "backend", "mock",
                      "capacity", mb->o.capacity, "in_flight", mb->counts.active,
-                     "waiting", mb->counts.queued, "submitted",
+                     "waiting", mb->counts.queued, "paused", mb->counts.paused, "submitted",
                      (json_int_t)mb->counts.submitted, "completed",
                      (json_int_t)mb->counts.completed, "aborted",
                      (json_int_t)mb->counts.aborted);

@@ -26,7 +26,7 @@ pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o);
 
 typedef struct pl_mock_counts {
     uint64_t submitted, completed, aborted;
-    int active, queued;
+    int active, queued, paused;
 } pl_mock_counts;
 
 /** Counters, for tests (b must be a mock backend). */
