@@ -138,11 +138,20 @@ static void parse_choices(spec_ctx *c, const char *base, json_t *ch, pl_job_ques
     size_t i;
     json_t *x;
     json_array_foreach(ch, i, x) {
-        if (!json_is_string(x)) {
+        /* YAML reads `2` or `1.5` as numbers: take them as their text. */
+        if (json_is_integer(x)) {
+            char t[32];
+            snprintf(t, sizeof t, "%lld", (long long)json_integer_value(x));
+            q->choices[q->n_choices++] = strdup(t);
+        } else if (json_is_real(x)) {
+            char t[32];
+            snprintf(t, sizeof t, "%g", json_real_value(x));
+            q->choices[q->n_choices++] = strdup(t);
+        } else if (!json_is_string(x)) {
             spec_problem(c, base, "choices", "choice %zu must be a string", i);
-            continue;
+        } else {
+            q->choices[q->n_choices++] = strdup(json_string_value(x));
         }
-        q->choices[q->n_choices++] = strdup(json_string_value(x));
     }
 }
 

@@ -166,10 +166,12 @@ static void parse_models(spec_ctx *c, json_t *root)
         pl_job_model *m = &c->spec->models[c->spec->n_models++];
         m->name = strdup(name);
         if (!json_is_object(v)) {
-            spec_problem(c, base, NULL, "must be a mapping with at least `backend`");
+            spec_problem(c, base, NULL, "must be a mapping (backend and options)");
             continue;
         }
-        m->backend = spec_string(c, base, "backend", json_object_get(v, "backend"), true);
+        /* backend is optional: the jobs API serves the model by name, and
+         * `parley run` falls back to its --backend. */
+        m->backend = spec_string(c, base, "backend", json_object_get(v, "backend"), false);
         m->options = json_incref(v);
         spec_int(c, base, "max_num_seqs", json_object_get(v, "max_num_seqs"), 1,
                  1000000, &m->max_num_seqs);

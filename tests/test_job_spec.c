@@ -98,7 +98,7 @@ Test(job_spec, lists_every_problem)
 {
     const char *j =
         "{\"experiment\": \"../evil\","
-        " \"models\": {\"m\": {\"backend\": \"mock\"}, \"n\": {}},"
+        " \"models\": {\"m\": {\"backend\": \"mock\"}, \"n\": 5},"
         " \"agents\": ["
         "   {\"id\": \"a\", \"model\": \"m\", \"speak_after_within_round\": [\"b\"]},"
         "   {\"id\": \"b\", \"model\": \"m\", \"speak_after_within_round\": [\"a\"]},"
@@ -115,7 +115,7 @@ Test(job_spec, lists_every_problem)
     cr_assert_eq(parse_str(j, &s, &p), -1);
     dump(&p);
     cr_assert(has_problem(&p, "experiment", "must be"));
-    cr_assert(has_problem(&p, "models.n.backend", "missing"));
+    cr_assert(has_problem(&p, "models.n", "must be a mapping"));
     cr_assert(has_problem(&p, "agents[2].model", "unknown model 'ghost'"));
     cr_assert(has_problem(&p, "agents[2].id", "duplicate agent id 'a'"));
     cr_assert(has_problem(&p, "agents[2].visible_to[0]", "unknown agent 'nobody'"));
