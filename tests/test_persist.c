@@ -309,7 +309,7 @@ Test(persist, sigkill_at_random_points, .init = setup, .fini = teardown, .timeou
         cr_assert_geq(pid, 0);
         if (pid == 0)
             _exit(run_crash_job(crashed, 0));
-        long us = 2000 + (long)(rand_r(&seed) % (unsigned)span_us);
+        long us = 2000 + (long)(rand_r(&seed) % (unsigned)(span_us / 2));
         struct timespec ts = {us / 1000000, (us % 1000000) * 1000L};
         nanosleep(&ts, NULL);
         int st;
