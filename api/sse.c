@@ -21,10 +21,15 @@ struct pl_sse {
 
 struct pl_close_watch {
     struct evhttp_connection *conn;
-    struct event *ev;            /* EOF poll on the socket */
+    struct event *ev;            /* first a delay timer, then the EOF poll */
+    evutil_socket_t fd;
     void (*fn)(void *);
     void *ud;
 };
+
+/* Most requests finish within milliseconds; polling their socket would
+ * cost two epoll_ctl calls each. Arm the poll only after this delay. */
+static const struct timeval watch_delay = {0, 20000};
 
 static void watch_free(pl_close_watch *w)
 {
@@ -61,6 +66,13 @@ static void watch_readable(evutil_socket_t fd, short what, void *arg)
     evhttp_connection_free(w->conn);
 }
 
+static void watch_arm(evutil_socket_t unused, short what, void *arg)
+{
+    pl_close_watch *w = arg;
+    event_assign(w->ev, event_get_base(w->ev), w->fd, EV_READ, watch_readable, w);
+    event_add(w->ev, NULL);
+}
+
 pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), void *ud)
 {
     struct evhttp_connection *conn = evhttp_request_get_connection(req);
@@ -71,10 +83,10 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
     w->fn = fn;
     w->ud = ud;
     struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
-    evutil_socket_t fd = bev ? bufferevent_getfd(bev) : -1;
-    if (fd >= 0) {
-        w->ev = event_new(bufferevent_get_base(bev), fd, EV_READ, watch_readable, w);
-        event_add(w->ev, NULL);
+    w->fd = bev ? bufferevent_getfd(bev) : -1;
+    if (w->fd >= 0) {
+        w->ev = evtimer_new(bufferevent_get_base(bev), watch_arm, w);
+        evtimer_add(w->ev, &watch_delay);
     }
     evhttp_connection_set_closecb(conn, watch_closed, w);
     return w;
