@@ -4,9 +4,11 @@
  *
  *   pending        requests blocked on speak_after_within_round agents that
  *                  have not completed yet in the same round;
- *   pre-departure  ready requests in ONE min-heap across all models, keyed
- *                  (0 if reprompt else 1, -rounds_completed, conversation,
- *                  round) then creation order (a stable tiebreak);
+ *   pre-departure  ready requests in ONE priority order across all models,
+ *                  keyed (0 if reprompt else 1, -rounds_completed,
+ *                  conversation, round) then creation order (a stable
+ *                  tiebreak); stored as a min-heap per model whose heads are
+ *                  compared, so skipping a full model costs nothing;
  *   in-flight      dispatched requests, counted per model and bounded by the
  *                  model's capacity.
  *

@@ -349,3 +349,37 @@ Test(conversation, randomized_invariants)
         cr_assert_eq(pl_conv_sched_complete(s, fl[i], PL_CONV_OK), PL_CONV_EV_STALE);
     pl_conv_sched_free(s);
 }
+
+Test(conversation, one_priority_order_across_models)
+{
+    /* Agent 0 on model 1, agent 1 on model 0; plenty of room: dispatch
+     * follows the global key, not the model index. */
+    int model[2] = {1, 0};
+    uint64_t deps[2] = {0, 0};
+    pl_conv_sched_config cfg = { 2, 2, 2, 1, 3, model, deps };
+    pl_conv_sched *s = pl_conv_sched_init(&cfg);
+    pl_conv_sched_set_capacity(s, 0, 100);
+    pl_conv_sched_set_capacity(s, 1, 100);
+    for (int i = 0; i < 3; i++)
+        pl_conv_sched_start(s, i);
+    pl_conv_req *r[8];
+    cr_assert_eq(drain(s, r, 2), 2);
+    cr_assert_eq(r[0]->conversation, 0);
+    cr_assert_eq(r[1]->conversation, 0);
+    pl_conv_sched_complete(s, r[0], PL_CONV_OK);
+    pl_conv_sched_complete(s, r[1], PL_CONV_INVALID);      /* re-prompt */
+    pl_conv_entry e[8];
+    int n = pl_conv_sched_peek(s, PL_CONV_POOL_READY, e, 8);
+    cr_assert_eq(n, 5);
+    cr_assert(e[0].is_reprompt, "re-prompt first, whatever its model");
+    for (int i = 2; i < n; i++)
+        cr_assert(e[i - 1].conversation < e[i].conversation ||
+                  (e[i - 1].conversation == e[i].conversation && e[i - 1].agent < e[i].agent));
+    pl_conv_req *a = pl_conv_sched_dispatch(s);
+    cr_assert(a->is_reprompt);
+    cr_assert_eq(a->model, 0);
+    pl_conv_req *b = pl_conv_sched_dispatch(s);
+    cr_assert_eq(b->conversation, 1);
+    cr_assert_eq(b->model, 1);
+    pl_conv_sched_free(s);
+}
