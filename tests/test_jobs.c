@@ -252,3 +252,115 @@ Test(jobs, prompts_are_append_only)
     free(a1);
     pl_job_spec_free(&s);
 }
+
+/* ---- a recording backend: checks that every agent's prompts only grow ---- */
+
+typedef struct rec_backend {
+    pl_backend base;
+    json_t *last;                /* "conv/agent" -> last message list */
+    int requests, violations, n_invalid_left;
+} rec_backend;
+
+typedef struct rec_call {
+    pl_sink sink;
+    bool invalid;
+} rec_call;
+
+static void rec_fire(evutil_socket_t fd, short w, void *ud)
+{
+    rec_call *c = ud;
+    const char *text = c->invalid ? "I am not sure." : "Thinking. Answer: B";
+    pl_delta d = {.text = text, .len = strlen(text)};
+    c->sink.on_delta(c->sink.ud, &d);
+    pl_result r = {.finish = PL_FINISH_STOP, .completion_tokens = 3};
+    c->sink.on_done(c->sink.ud, &r);
+    free(c);
+}
+
+static int rec_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
+                      uint64_t *id, pl_err *err)
+{
+    rec_backend *rb = (rec_backend *)b;
+    /* The round's user message names the question; the agent is known by
+     * its system prompt ("You are X."). */
+    char key[256];
+    snprintf(key, sizeof key, "%s|%s", req->messages[0].content,
+             strstr(req->messages[1].content, "Question") ?
+             strstr(req->messages[1].content, "Question") : "?");
+    json_t *msgs = json_array();
+    for (int i = 0; i < req->n_messages; i++)
+        json_array_append_new(msgs, json_pack("[s,s]", req->messages[i].role,
+                                              req->messages[i].content));
+    json_t *prev = json_object_get(rb->last, key);
+    if (prev) {
+        if (json_array_size(prev) >= json_array_size(msgs))
+            rb->violations++;
+        for (size_t i = 0; i < json_array_size(prev) && i < json_array_size(msgs); i++)
+            if (!json_equal(json_array_get(prev, i), json_array_get(msgs, i)))
+                rb->violations++;
+    }
+    json_object_set_new(rb->last, key, msgs);
+    rec_call *c = calloc(1, sizeof *c);
+    c->sink = sink;
+    c->invalid = rb->n_invalid_left-- > 0;
+    *id = (uint64_t)++rb->requests;
+    struct timeval now = {0, 0};
+    event_base_once(b->base, -1, EV_TIMEOUT, rec_fire, c, &now);
+    return 0;
+}
+
+static void rec_abort(pl_backend *b, uint64_t id) {}
+static int rec_capacity(pl_backend *b) { return 3; }
+static void rec_free(pl_backend *b) {}
+
+static const pl_backend_ops rec_ops = {
+    .kind = "rec", .submit = rec_submit, .abort = rec_abort, .capacity = rec_capacity,
+    .free = rec_free,
+};
+
+Test(jobs, every_request_extends_the_agents_previous_prompt, .init = setup, .fini = teardown)
+{
+    struct event_base *base = event_base_new();
+    pl_io_pool *io = pl_io_pool_new(base, 1);
+    rec_backend rb = {.base = {.ops = &rec_ops, .base = base}, .last = json_object(),
+                      .n_invalid_left = 4};
+    const char *fmt =
+        "{\"experiment\":\"grow\",\"models\":{\"m\":{}},"
+        "\"agents\":[{\"id\":\"a\",\"system_prompt\":\"You are a.\"},"
+        "{\"id\":\"b\",\"system_prompt\":\"You are b.\",\"visible_to\":[\"mod\"]},"
+        "{\"id\":\"mod\",\"system_prompt\":\"You are mod.\","
+        "\"speak_after_within_round\":[\"a\",\"b\"]}],"
+        "\"num_rounds\":4,\"max_retries\":2,\"questions\":%s}";
+    pl_job_spec s = parse(fmt, 6);
+    counts c = {.base = base};
+    pl_job *j = make_job(base, io, &rb.base, &s, &c);
+    pl_job_start(j);
+    event_base_dispatch(base);
+    cr_assert_eq(pl_job_get_state(j), PL_JOB_COMPLETED);
+    cr_assert_eq(c.ev[PL_JOB_EV_CONVERSATION_COMPLETED], 6);
+    cr_assert_eq(c.ev[PL_JOB_EV_REPROMPT], 4);
+    cr_assert_eq(rb.requests, 6 * 4 * 3 + 4);
+    cr_assert_eq(rb.violations, 0, "prompts are append-only across rounds and re-prompts");
+    /* b's messages are visible to mod only: a never sees them, mod does. */
+    const char *k;
+    json_t *msgs;
+    int a_lists = 0, mod_saw_b = 0;
+    json_object_foreach(rb.last, k, msgs) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(msgs, i, m) {
+            const char *text = json_string_value(json_array_get(m, 1));
+            if (!strncmp(k, "You are a.", 10))
+                cr_assert_null(strstr(text, "[b]:"), "a sees b: %s", text);
+            if (!strncmp(k, "You are mod.", 12) && strstr(text, "[b]:"))
+                mod_saw_b++;
+        }
+        a_lists += !strncmp(k, "You are a.", 10);
+    }
+    cr_assert_eq(a_lists, 6);
+    cr_assert_gt(mod_saw_b, 0);
+    pl_job_free(j);
+    json_decref(rb.last);
+    pl_io_pool_free(io);
+    event_base_free(base);
+}
