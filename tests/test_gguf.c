@@ -464,6 +464,8 @@ Test(gguf, open_missing_and_tiny_files)
     char err[256] = "";
     cr_assert_null(pl_gguf_open("/nonexistent/x.gguf", err, sizeof(err)));
     cr_assert(strstr(err, "No such file") != NULL, "%s", err);
+    cr_assert_null(pl_gguf_open("/nonexistent/x.gguf", NULL, 0));
+    cr_assert_null(pl_gguf_parse((const uint8_t *)"GGUF", 4, NULL, 0));
     char path[] = "/tmp/pl_gguf_XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);

@@ -462,6 +462,11 @@ pl_gguf *pl_gguf_open(const char *path, char *err, size_t errlen)
     pl_gguf *g = NULL;
     void *map = MAP_FAILED;
     struct stat st;
+    char scratch[8];
+    if (!err || !errlen) {       /* callers may ignore the message */
+        err = scratch;
+        errlen = sizeof(scratch);
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));
