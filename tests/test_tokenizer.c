@@ -132,6 +132,28 @@ Test(tokenizer, tiny_spm_matches_llama_cpp)
     pl_gguf_free(g);
 }
 
+/* The small gpt2 vocabularies under the other pre-tokenizers. */
+static void check_small_bpe(const char *name)
+{
+    char gg[256], js[256], p[4096];
+    pl_gguf *g;
+    snprintf(gg, sizeof gg, "tests/fixtures/bpe_%s.gguf", name);
+    snprintf(js, sizeof js, "tests/fixtures/tokenizer_bpe_%s.json", name);
+    pl_tokenizer *t = load(src_path(p, sizeof p, gg), &g);
+    int n;
+    int bad = check_fixture(t, js, &n);
+    cr_assert_geq(n, 250);
+    cr_assert_eq(bad, 0, "%s: %d of %d cases differ from llama.cpp", name,
+                 bad, n);
+    pl_tokenizer_free(t);
+    pl_gguf_free(g);
+}
+
+Test(tokenizer, pre_gpt2_matches_llama_cpp) { check_small_bpe("gpt2"); }
+Test(tokenizer, pre_llama3_matches_llama_cpp) { check_small_bpe("llama3"); }
+Test(tokenizer, pre_qwen2_matches_llama_cpp) { check_small_bpe("qwen2"); }
+Test(tokenizer, pre_default_matches_llama_cpp) { check_small_bpe("default"); }
+
 static void assert_bytes(const pl_tokenizer *t, const char *text, const char *want)
 {
     int32_t id = pl_tokenizer_find(t, text, strlen(text));
