@@ -60,6 +60,36 @@ static size_t unhex(const char *h, char *out)
     return n;
 }
 
+/* The fixture's ~100 KB text: its parts appended in a fixed order until
+ * min_len bytes; llama.cpp's ids are stored as a count and FNV-1a hash. */
+static void check_long(const pl_tokenizer *t, json_t *lg)
+{
+    json_t *parts = json_object_get(lg, "parts");
+    size_t min_len = (size_t)json_integer_value(json_object_get(lg, "min_len"));
+    size_t np = json_array_size(parts), len = 0;
+    cr_assert_gt(np, 0);
+    char *s = malloc(min_len + 4096);
+    for (size_t i = 0; len < min_len; i++) {
+        json_t *p = json_array_get(parts, (i * 7 + i / 3) % np);
+        memcpy(s + len, json_string_value(p), json_string_length(p));
+        len += json_string_length(p);
+    }
+    int32_t *ids;
+    int n;
+    cr_assert_eq(pl_tokenizer_encode(t, s, len, false, false, &ids, &n), 0);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    cr_assert_eq(n, json_integer_value(json_object_get(lg, "n_ids")),
+                 "long text: %d ids", n);
+    cr_assert_str_eq(hex, json_string_value(json_object_get(lg, "fnv1a64")));
+    free(ids);
+    free(s);
+}
+
 /* Encode every fixture case; returns the number of mismatches. */
 static int check_fixture(const pl_tokenizer *t, const char *rel, int *n_cases)
 {
@@ -104,6 +134,8 @@ static int check_fixture(const pl_tokenizer *t, const char *rel, int *n_cases)
         }
         free(ids);
     }
+    if (json_object_get(root, "long"))
+        check_long(t, json_object_get(root, "long"));
     json_decref(root);
     return bad;
 }
