@@ -60,6 +60,46 @@ static size_t unhex(const char *h, char *out)
     return n;
 }
 
+static void check_hashed(const pl_tokenizer *t, const char *s, size_t len,
+                         json_t *want, const char *what)
+{
+    int32_t *ids;
+    int n;
+    cr_assert_eq(pl_tokenizer_encode(t, s, len, false, false, &ids, &n), 0);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < n; i++)
+        for (int b = 0; b < 4; b++)
+            h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+    char hex[17];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+    cr_expect_eq(n, json_integer_value(json_object_get(want, "n_ids")),
+                 "%s: %d ids", what, n);
+    cr_expect_str_eq(hex, json_string_value(json_object_get(want, "fnv1a64")),
+                     "%s: ids differ", what);
+    free(ids);
+}
+
+/* Long runs of one unit (whitespace, digits, emoji, ...). */
+static void check_runs(const pl_tokenizer *t, json_t *runs)
+{
+    for (size_t r = 0; r < json_array_size(runs); r++) {
+        json_t *run = json_array_get(runs, r);
+        const char *unit = json_string_value(json_object_get(run, "unit"));
+        const char *suf = json_string_value(json_object_get(run, "suffix"));
+        size_t rep = (size_t)json_integer_value(json_object_get(run, "repeat"));
+        size_t ul = strlen(unit), len = 0;
+        char *s = malloc(ul * rep + strlen(suf) + 1);
+        for (size_t i = 0; i < rep; i++, len += ul)
+            memcpy(s + len, unit, ul);
+        memcpy(s + len, suf, strlen(suf));
+        len += strlen(suf);
+        char what[64];
+        snprintf(what, sizeof what, "run of '%s' x %zu", unit, rep);
+        check_hashed(t, s, len, run, what);
+        free(s);
+    }
+}
+
 /* The fixture's ~100 KB text: its parts appended in a fixed order until
  * min_len bytes; llama.cpp's ids are stored as a count and FNV-1a hash. */
 static void check_long(const pl_tokenizer *t, json_t *lg)
@@ -74,20 +114,9 @@ static void check_long(const pl_tokenizer *t, json_t *lg)
         memcpy(s + len, json_string_value(p), json_string_length(p));
         len += json_string_length(p);
     }
-    int32_t *ids;
-    int n;
-    cr_assert_eq(pl_tokenizer_encode(t, s, len, false, false, &ids, &n), 0);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int i = 0; i < n; i++)
-        for (int b = 0; b < 4; b++)
-            h = (h ^ (((uint32_t)ids[i] >> (8 * b)) & 0xff)) * 0x100000001b3ull;
-    char hex[17];
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
-    cr_assert_eq(n, json_integer_value(json_object_get(lg, "n_ids")),
-                 "long text: %d ids", n);
-    cr_assert_str_eq(hex, json_string_value(json_object_get(lg, "fnv1a64")));
-    free(ids);
+    check_hashed(t, s, len, lg, "100 KB text");
     free(s);
+    check_runs(t, json_object_get(lg, "runs"));
 }
 
 /* Encode every fixture case; returns the number of mismatches. */

@@ -207,8 +207,14 @@ static int split_piece(const pcre2_code *re, pcre2_match_data *md,
     while (start < piece.len) {
         int rc = pcre2_match(re, (PCRE2_SPTR)subj + piece.off, piece.len,
                              start, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc < 0)
+        if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) /* e.g. JIT stack: retry */
+            rc = pcre2_match(re, (PCRE2_SPTR)subj + piece.off, piece.len,
+                             start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, md,
+                             NULL);
+        if (rc == PCRE2_ERROR_NOMATCH)
             break;
+        if (rc < 0)
+            return -1;
         size_t ms = ov[0], me = ov[1];
         if (me == ms) { /* empty match: step one character */
             start = ms + pl_tok_utf8_len((uint8_t)subj[piece.off + ms]);
