@@ -345,6 +345,56 @@ Test(tokenizer, errors_name_the_unsupported_thing)
     }
 }
 
+/* A GGUF v3 image with string metadata only (key, value pairs). */
+static size_t mini_gguf(uint8_t *buf, const char *const *kv, int n)
+{
+    size_t o = 0;
+    uint32_t v32;
+    uint64_t v64;
+#define PUT(p, n) (memcpy(buf + o, (p), (n)), o += (n))
+    PUT("GGUF", 4);
+    v32 = 3;
+    PUT(&v32, 4);
+    v64 = 0;
+    PUT(&v64, 8);
+    v64 = (uint64_t)n;
+    PUT(&v64, 8);
+    for (int i = 0; i < n; i++) {
+        v64 = strlen(kv[2 * i]);
+        PUT(&v64, 8);
+        PUT(kv[2 * i], v64);
+        v32 = PL_GGUF_TYPE_STRING;
+        PUT(&v32, 4);
+        v64 = strlen(kv[2 * i + 1]);
+        PUT(&v64, 8);
+        PUT(kv[2 * i + 1], v64);
+    }
+#undef PUT
+    return o;
+}
+
+Test(tokenizer, gguf_errors_name_the_problem)
+{
+    static uint8_t buf[4096];
+    char err[256];
+    const char *bert[] = {"tokenizer.ggml.model", "bert"};
+    const char *none[] = {"general.name", "x"};
+    const char *notoks[] = {"tokenizer.ggml.model", "gpt2"};
+    struct { const char *const *kv; const char *want; } cases[] = {
+        {bert, "'bert'"}, {none, "tokenizer.ggml.model"},
+        {notoks, "tokenizer.ggml.tokens"},
+    };
+    for (size_t i = 0; i < 3; i++) {
+        size_t n = mini_gguf(buf, cases[i].kv, 1);
+        pl_gguf *g = pl_gguf_parse(buf, n, err, sizeof err);
+        cr_assert_not_null(g, "%s", err);
+        cr_assert_null(pl_tokenizer_from_gguf(g, err, sizeof err));
+        cr_assert(strstr(err, cases[i].want), "'%s' lacks '%s'", err,
+                  cases[i].want);
+        pl_gguf_free(g);
+    }
+}
+
 static uint64_t rng_next(uint64_t *s)
 {
     *s ^= *s << 13;
