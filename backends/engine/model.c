@@ -95,8 +95,8 @@ static int load_weight(const pl_gguf_tensor *t, const char *name, int rows, int 
     if (!pl_ggml_type_block(t->type, &be, &bb) || cols % (int)be != 0)
         return fail_(err, len, "tensor %s: unsupported type %s", name,
                      pl_ggml_type_name(t->type));
-    float probe[PL_QK];
-    if (be > PL_QK || pl_op_dequant_row(t->type, t->data, probe, (int64_t)be) != 0)
+    float probe[256];
+    if (be > 256 || pl_op_dequant_row(t->type, t->data, probe, (int64_t)be) != 0)
         return fail_(err, len, "tensor %s: type %s is not supported by the CPU runner",
                      name, pl_ggml_type_name(t->type));
     *w = (pl_weight){.type = t->type, .rows = rows, .cols = cols,

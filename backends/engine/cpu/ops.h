@@ -30,7 +30,8 @@ uint16_t pl_op_f32_to_fp16(float f);
 /** True when the quantised dot kernels support weight type t. */
 int pl_op_qdot_supported(pl_ggml_type t);
 /** Dequantise n elements (a multiple of the type's block) of type t.
- *  Supports F32, F16, BF16, Q4_0, Q4_1, Q8_0; returns -1 for others. */
+ *  F32, F16, BF16, Q4_0, Q4_1, Q8_0 here, other types through
+ *  pl_dequant_row (quant.h); -1 when unsupported. */
 int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n);
 
 /** Quantise one row of n floats (n % 32 == 0) into n/32 activation blocks. */

@@ -10,6 +10,8 @@
  */
 #include "backends/engine/cpu/ops.h"
 
+#include "backends/engine/quant.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -135,7 +137,7 @@ int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n)
         }
         return 0;
     default:
-        return -1;
+        return pl_dequant_row(t, src, dst, n); /* K-quants etc. (quant.c) */
     }
 }
 
