@@ -115,6 +115,11 @@ int pl_kv_blocks_block_size(const pl_kv_blocks *kv)
     return kv->block_size;
 }
 
+int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv)
+{
+    return kv->num_blocks;
+}
+
 int pl_kv_blocks_num_available(const pl_kv_blocks *kv)
 {
     return kv->lists[LIST_FREE].n + kv->lists[LIST_CACHED].n;

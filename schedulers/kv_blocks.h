@@ -48,6 +48,7 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
 void pl_kv_blocks_free(pl_kv_blocks *kv);
 
 int pl_kv_blocks_block_size(const pl_kv_blocks *kv);
+int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv);
 /** Blocks an allocation can get now: free + cached-free. */
 int pl_kv_blocks_num_available(const pl_kv_blocks *kv);
 
