@@ -159,6 +159,13 @@ pl_batch_seq *pl_batch_find(pl_batch *b, uint64_t id)
     return NULL;
 }
 
+pl_batch_seq *pl_batch_first(pl_batch *b)
+{
+    if (b->n_running)
+        return b->running[0];
+    return b->n_waiting ? b->waiting[0] : NULL;
+}
+
 void pl_batch_set_paused(pl_batch *b, pl_batch_seq *s, bool paused)
 {
     (void)b;

@@ -123,6 +123,10 @@ pl_batch_seq *pl_batch_add(pl_batch *b, uint64_t id, const int32_t *prompt,
 /** The running or waiting sequence with this id, or NULL. O(n). */
 pl_batch_seq *pl_batch_find(pl_batch *b, uint64_t id);
 
+/** Some queued sequence (running first, then waiting), or NULL: for
+ *  draining at shutdown. */
+pl_batch_seq *pl_batch_first(pl_batch *b);
+
 /** Pause or resume a sequence (it keeps its blocks while paused). */
 void pl_batch_set_paused(pl_batch *b, pl_batch_seq *s, bool paused);
 
