@@ -364,3 +364,32 @@ Test(jobs, every_request_extends_the_agents_previous_prompt, .init = setup, .fin
     pl_io_pool_free(io);
     event_base_free(base);
 }
+
+Test(jobs, backend_error_fails_only_its_conversation, .init = setup, .fini = teardown)
+{
+    struct event_base *base = event_base_new();
+    pl_io_pool *io = pl_io_pool_new(base, 1);
+    pl_mock_opts mo = {.model = "m", .capacity = 1, .echo = 1, .max_model_len = 4096};
+    pl_backend *b = pl_mock_new(base, &mo);
+    pl_mock_fail_next(b, 1);                 /* q0's first request fails */
+    pl_job_spec s = parse(debate, 4);
+    counts c = {.base = base};
+    pl_job *j = make_job(base, io, b, &s, &c);
+    pl_job_start(j);
+    event_base_dispatch(base);
+    cr_assert_eq(pl_job_get_state(j), PL_JOB_COMPLETED);
+    cr_assert_eq(c.ev[PL_JOB_EV_CONVERSATION_FAILED], 1);
+    cr_assert_eq(c.ev[PL_JOB_EV_CONVERSATION_COMPLETED], 3);
+    cr_assert_eq(count_index_lines("deb"), 3);
+    char path[256];
+    snprintf(path, sizeof path, "%s/deb/task_manifest.json", root);
+    json_t *m = json_load_file(path, 0, NULL);
+    json_t *q0 = json_object_get(json_object_get(m, "questions"), "q0");
+    cr_assert_str_eq(json_string_value(json_object_get(q0, "status")), "failed");
+    cr_assert(strstr(json_string_value(json_object_get(q0, "error")), "scripted failure"));
+    json_decref(m);
+    pl_job_free(j);
+    pl_backend_free(b);
+    pl_io_pool_free(io);
+    event_base_free(base);
+}
