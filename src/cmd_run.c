@@ -212,9 +212,10 @@ static void print_summary(pl_job *j)
     pl_job_get_progress(j, &p);
     const char *dir = pl_job_dir(j);
     fprintf(stderr, "%s: %s: %d/%d succeeded (%d from an earlier run), %d failed, "
-            "%d not run%s%s\n", pl_job_get_spec(j)->experiment, pl_job_state_name(pl_job_get_state(j)),
-            p.succeeded, p.total, p.skipped, p.failed,
-            p.total - p.succeeded - p.failed, dir ? "; output: " : "", dir ? dir : "");
+            "%d cancelled, %d not started%s%s\n", pl_job_get_spec(j)->experiment,
+            pl_job_state_name(pl_job_get_state(j)), p.succeeded, p.total, p.skipped, p.failed,
+            p.cancelled, p.total - p.succeeded - p.failed - p.cancelled,
+            dir ? "; output: " : "", dir ? dir : "");
     if (pl_job_error(j))
         fprintf(stderr, "parley: %s\n", pl_job_error(j));
 }

@@ -512,6 +512,13 @@ void pl_job_cancel(pl_job *j)
     if (j->state != PL_JOB_RUNNING && j->state != PL_JOB_STARTING)
         return;
     j->state = PL_JOB_CANCELLED;
+    /* Cancelled conversations are not failures: nothing is written for
+     * them, so they stay pending and a re-run resumes them. */
+    for (int q = 0; j->sched && q < j->spec.n_questions; q++)
+        if (pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE) {
+            pl_conv_sched_fail(j->sched, q);
+            j->n_cancelled++;
+        }
     if (j->sched)
         abort_conv_inflight(j, -1);
     job_check_finished(j);

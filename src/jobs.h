@@ -97,6 +97,7 @@ const char *pl_job_error(const pl_job *j);
 typedef struct pl_job_progress {
     int total, skipped;          /**< skipped: succeeded in an earlier run */
     int succeeded, failed, active, waiting;
+    int cancelled;               /**< stopped by a cancel (not persisted) */
     int persisted;               /**< finished and written to disk */
 } pl_job_progress;
 

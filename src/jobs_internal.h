@@ -69,7 +69,7 @@ struct pl_job {
     job_rec *batch;              /* being written */
     int n_batch;
     bool writing, opening, finished_called;
-    int persisted, n_skipped, n_terminal;
+    int persisted, n_skipped, n_terminal, n_cancelled;
     job_sub *subs;
     int n_subs, next_sub, token_subs;
     pl_chat_message *scratch;    /* prompt array for submit */

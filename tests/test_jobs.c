@@ -213,6 +213,11 @@ Test(jobs, cancel_aborts_in_flight_and_resumes, .init = setup, .fini = teardown)
     cr_assert_geq(done, 5);
     cr_assert_lt(done, 20);
     cr_assert_eq(count_index_lines("deb"), done, "finished transcripts kept");
+    pl_job_progress pr;
+    pl_job_get_progress(j, &pr);
+    cr_assert_eq(pr.failed, 0, "cancelled is not failed");
+    cr_assert_gt(pr.cancelled, 0);
+    cr_assert_eq(pr.succeeded + pr.cancelled + pr.waiting, 20);
     pl_job_free(j);
 
     s = parse(debate, 20);
