@@ -214,6 +214,7 @@ static int open_round(pl_job *j, job_conv *c, const pl_conv_req *cr)
 static void on_delta(void *ud, const pl_delta *d);
 static void on_done(void *ud, const pl_result *r);
 static void complete_req(pl_job *j, job_req *jr, const char *error);
+static void finish_conv(pl_job *j, int q, bool ok, const char *error);
 
 static void submit_req(pl_job *j, pl_conv_req *cr)
 {
@@ -224,7 +225,8 @@ static void submit_req(pl_job *j, pl_conv_req *cr)
     job_conv *c = j->conv[q];
     if (!jr || !c || (cr->attempt == 0 && open_round(j, c, cr) < 0)) {
         free(jr);
-        pl_conv_sched_complete(j->sched, cr, PL_CONV_ERROR);
+        if (pl_conv_sched_complete(j->sched, cr, PL_CONV_ERROR) & PL_CONV_EV_FAILED)
+            finish_conv(j, q, false, "out of memory building the prompt");
         return;
     }
     jr->job = j;
@@ -280,8 +282,6 @@ static void on_done(void *ud, const pl_result *r)
 }
 
 /* ---- completion ---- */
-
-static void finish_conv(pl_job *j, int q, bool ok, const char *error);
 
 static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
                            bool valid, const char *error)

@@ -138,7 +138,14 @@ json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *er
         json_array_append_new(agents, json_pack("{s:s, s:s?, s:s}", "id", ag->id,
             "role", ag->role, "model", j->spec.models[ag->model].name));
     }
-    json_t *t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:o, s:O, s:o}",
+    json_t *t;
+    if (!c)                      /* failed before its first request */
+        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:[], s:[]}", "question_id",
+            j->spec.questions[q].id, "experiment", j->spec.experiment, "job_id", j->id,
+            "status", status, "question", question_json(&j->spec.questions[q]),
+            "agents", agents, "rounds", "attempts");
+    else
+        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:o, s:O, s:o}",
         "question_id", j->spec.questions[q].id, "experiment", j->spec.experiment,
         "job_id", j->id, "status", status,
         "question", question_json(&j->spec.questions[q]), "agents", agents,
