@@ -89,6 +89,34 @@ static int match_choice(const pl_job_question *q, const char *t, size_t n)
     return -1;
 }
 
+/* The default extraction also accepts a reply that is nothing but one
+ * choice: "B", "(B)", "B) Paris", "Paris" (small models often answer so). */
+static int bare_choice(const pl_job_question *q, const char *t, size_t n)
+{
+    while (n && isspace((unsigned char)*t))
+        t++, n--;
+    while (n && isspace((unsigned char)t[n - 1]))
+        n--;
+    if (n == 0 || memchr(t, '\n', n))
+        return -1;
+    int i = match_choice(q, t, n);
+    if (i >= 0)
+        return i;
+    size_t k = *t == '(' ? 1 : 0;
+    if (n < k + 2 || !isalpha((unsigned char)t[k]) || !strchr(").:", t[k + 1]))
+        return -1;
+    i = toupper((unsigned char)t[k]) - 'A';
+    if (i >= q->n_choices)
+        return -1;
+    size_t rest = k + 2;
+    while (rest < n && isspace((unsigned char)t[rest]))
+        rest++;
+    if (rest == n || (n - rest == strlen(q->choices[i]) &&
+                      !strncasecmp(t + rest, q->choices[i], n - rest)))
+        return i;
+    return -1;
+}
+
 int pl_job_spec_extract(pl_job_spec *s, const pl_job_question *q,
                         const char *text, size_t len)
 {
@@ -108,7 +136,9 @@ int pl_job_spec_extract(pl_job_spec *s, const pl_job_question *q,
         found = true;
         start = ov[1] > ov[0] ? ov[1] : ov[0] + 1;
     }
-    return found ? match_choice(q, text + ms, me - ms) : -1;
+    if (found)
+        return match_choice(q, text + ms, me - ms);
+    return strcmp(s->extract_regex, default_regex) == 0 ? bare_choice(q, text, len) : -1;
 }
 
 /* ---- questions ---- */

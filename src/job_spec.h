@@ -117,7 +117,9 @@ int pl_job_spec_find_model(const pl_job_spec *s, const char *name);
 /**
  * Extract the answer from a response: the last match of the extraction
  * regex, normalised to a choice index (letter label or choice text,
- * case-insensitive). Returns the index, or -1 when no valid choice.
+ * case-insensitive). With the default regex, a reply that is nothing but
+ * one choice ("B", "(B)", "B) Paris", "Paris") counts too. Returns the
+ * index, or -1 when no valid choice.
  */
 int pl_job_spec_extract(pl_job_spec *s, const pl_job_question *q,
                         const char *text, size_t len);

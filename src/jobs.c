@@ -271,6 +271,7 @@ static void on_done(void *ud, const pl_result *r)
     job_req *jr = ud;
     jr->prompt_tokens = r->prompt_tokens;
     jr->completion_tokens = r->completion_tokens;
+    jr->cached_tokens = r->cached_tokens;
     const char *error = NULL;
     if (r->finish == PL_FINISH_ERROR)
         error = r->error && r->error->message[0] ? r->error->message : "backend error";
@@ -287,12 +288,12 @@ static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
                            bool valid, const char *error)
 {
     const pl_conv_req *cr = jr->cr;
-    json_t *a = json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i}", "round", cr->round,
+    json_t *a = json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
         "agent_id", j->spec.agents[cr->agent].id, "attempt", cr->attempt,
         "content", jr->text ? jr->text : "", "answer",
         ans >= 0 ? json_sprintf("%c", pl_job_choice_label(ans)) : json_null(),
         "valid", valid, "prompt_tokens", jr->prompt_tokens,
-        "completion_tokens", jr->completion_tokens);
+        "completion_tokens", jr->completion_tokens, "cached_tokens", jr->cached_tokens);
     if (a && error)
         json_object_set_new(a, "error", json_string(error));
     json_array_append_new(c->attempts, a);

@@ -29,7 +29,7 @@ typedef struct job_req {
     uint64_t backend_id;
     char *text;                  /* the reply so far */
     size_t len, cap;
-    int completion_tokens, prompt_tokens;
+    int completion_tokens, prompt_tokens, cached_tokens;
 } job_req;
 
 typedef struct job_sub {

@@ -173,6 +173,15 @@ Test(job_spec, extract_answer)
     cr_assert_eq(pl_job_spec_extract(&s, q, t3, strlen(t3)), 0);
     const char *t4 = "Answer: C";           /* only 2 choices */
     cr_assert_eq(pl_job_spec_extract(&s, q, t4, strlen(t4)), -1);
+    /* A reply that is only a choice counts (default extraction only). */
+    const char *bare[] = {"B", " (b) ", "B) 4", "4", "A. 3"};
+    int want[] = {1, 1, 1, 1, 0};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(pl_job_spec_extract(&s, q, bare[i], strlen(bare[i])), want[i], "%s", bare[i]);
+    const char *notbare[] = {"A) 3\nB) 4", "B) 5", "C", "maybe B", ""};
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(pl_job_spec_extract(&s, q, notbare[i], strlen(notbare[i])), -1, "%s",
+                     notbare[i]);
     pl_job_spec_free(&s);
     pl_spec_problems_free(&p);
 }
