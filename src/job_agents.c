@@ -204,6 +204,19 @@ static void check_cycles(spec_ctx *c, const char *sec)
         spec_problem(c, "", sec, "speak_after_within_round has a dependency cycle among: %s", list);
 }
 
+/* The job-level `sampling` mapping: every agent's starting point. */
+static void parse_job_sampling(spec_ctx *c, json_t *root, pl_sampling *defaults)
+{
+    pl_sampling_defaults(defaults);
+    json_t *js = json_object_get(root, "sampling");
+    if (js && !json_is_object(js))
+        spec_problem(c, "", "sampling", "must be a mapping");
+    else if (js) {
+        parse_sampling(c, "sampling", js, defaults);
+        spec_unknown_keys(c, "sampling", js, sampling_keys);
+    }
+}
+
 void spec_parse_agents(spec_ctx *c, json_t *root)
 {
     pl_job_spec *s = c->spec;
@@ -219,14 +232,7 @@ void spec_parse_agents(spec_ctx *c, json_t *root)
         return;
     }
     pl_sampling defaults;
-    pl_sampling_defaults(&defaults);
-    json_t *js = json_object_get(root, "sampling");
-    if (js && !json_is_object(js))
-        spec_problem(c, "", "sampling", "must be a mapping");
-    else if (js) {
-        parse_sampling(c, "sampling", js, &defaults);
-        spec_unknown_keys(c, "sampling", js, sampling_keys);
-    }
+    parse_job_sampling(c, root, &defaults);
     s->agents = calloc(json_array_size(as), sizeof *s->agents);
     size_t i;
     json_t *a;
