@@ -164,15 +164,17 @@ static size_t sb_write(char *p, size_t sz, size_t n, void *ud)
 
 Test(engine_http, sixty_four_concurrent_and_prefix_cache)
 {
-    enum { N = 64 };
+    enum { N_MAX = 64 };
+    /* Under the sanitizers the forward pass is several times slower. */
+    const int N = getenv("PARLEY_SANITIZED") ? 16 : N_MAX;
     static const char *sys =
         "You are a careful debate participant. Read the question, think about every option, "
         "weigh the arguments of the other agents, and answer with the letter of the best "
         "choice followed by one sentence of justification. Be brief and precise.";
     CURLM *m = curl_multi_init();
-    CURL *h[N];
-    sbuf out[N];
-    char *bodies[N];
+    CURL *h[N_MAX];
+    sbuf out[N_MAX];
+    char *bodies[N_MAX];
     char url[256];
     snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
