@@ -5,8 +5,10 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/engine/detok.h"
+#include "backends/engine/gguf.h"
 
 /* Feed one chunk and check the text emitted and the return value. */
 static void feed(pl_detok *d, const char *in, const char *want, int want_rc)
@@ -177,4 +179,51 @@ Test(detok, too_many_stops_rejected)
     for (int i = 0; i <= PL_DETOK_MAX_STOPS; i++)
         stops[i] = "x";
     cr_assert_eq(pl_detok_init(&d, NULL, stops, PL_DETOK_MAX_STOPS + 1, false), -1);
+}
+
+/* With the SmolLM2 vocabulary: emoji and CJK are split over byte-level
+ * tokens; streaming the ids gives back the text, never half a character. */
+Test(detok, smollm2_stream_round_trip)
+{
+    const char *path = getenv("PARLEY_MODEL");
+    if (!path || !*path)
+        path = "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (access(path, R_OK) != 0)
+        cr_skip_test("model not found: %s", path);
+    char err[256];
+    pl_gguf *g = pl_gguf_open(path, err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    pl_tokenizer *t = pl_tokenizer_from_gguf(g, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    const char *text = "Hi 😀🎉 你好世界 👨‍👩‍👧 done<|im_end|>after";
+    int32_t *ids;
+    int n;
+    cr_assert_eq(pl_tokenizer_encode(t, text, strlen(text), false, true, &ids, &n), 0);
+    const char *stops[] = {"done<"};
+    pl_detok d;
+    cr_assert_eq(pl_detok_init(&d, t, stops, 1, true), 0);
+    char got[256];
+    size_t o = 0;
+    int held = 0, rc = 0;
+    pl_detok_out out;
+    for (int i = 0; i < n && rc == 0; i++) {
+        rc = pl_detok_feed(&d, ids[i], &out);
+        held += out.len == 0;
+        if (out.len) { /* every piece ends on a character boundary */
+            unsigned char last = (unsigned char)out.text[out.len - 1];
+            cr_assert(last < 0x80 || (last & 0xc0) == 0x80);
+        }
+        memcpy(got + o, out.text, out.len);
+        o += out.len;
+    }
+    cr_assert_eq(rc, 1, "the stop string spans <|im_end|>'s text");
+    cr_assert_eq(out.stop, 0);
+    const char *want = "Hi 😀🎉 你好世界 👨‍👩‍👧 ";
+    cr_assert_eq(o, strlen(want));
+    cr_assert_eq(memcmp(got, want, o), 0);
+    cr_assert_gt(held, 0, "some byte-level token held half a character");
+    pl_detok_free(&d);
+    free(ids);
+    pl_tokenizer_free(t);
+    pl_gguf_free(g);
 }

@@ -3,6 +3,7 @@
  * types and data offsets, and the real default model when present.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,9 @@ Test(gguf, bad_magic_and_version)
     expect_error(&b, "version 1 is not supported");
     b.p[4] = 4;
     expect_error(&b, "unsupported GGUF version 4");
+    b.p[4] = 0;
+    b.p[7] = 3;
+    expect_error(&b, "big-endian");
     free(b.p);
 }
 
@@ -593,4 +597,22 @@ Test(gguf, gguf_writer_files)
     memcpy(&f, (const uint8_t *)t->data + 20, 4);
     cr_assert_eq(f, 5.0f);
     pl_gguf_free(g);
+}
+
+Test(gguf, float64_out_of_float_range_saturates)
+{
+    gbuf b = {0};
+    double big = 1e300;
+    uint64_t bits;
+    memcpy(&bits, &big, 8);
+    put_header(&b, 3, 0, 1);
+    put_str(&b, "huge"); put_u32(&b, PL_GGUF_TYPE_FLOAT64); put_u64(&b, bits);
+    char err[256];
+    pl_gguf *g = pl_gguf_parse(b.p, b.n, err, sizeof(err));
+    cr_assert_not_null(g, "%s", err);
+    float f = 0;
+    cr_assert_eq(pl_gguf_get_f32(g, "huge", &f), 0);
+    cr_assert(isinf(f) && f > 0);
+    pl_gguf_free(g);
+    free(b.p);
 }

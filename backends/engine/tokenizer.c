@@ -3,6 +3,7 @@
  * the small getters. Model specifics live in tokenizer_bpe.c and
  * tokenizer_spm.c, the gpt2 pre-tokenizer in pretokenize.c.
  */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static const char *const eog_texts[] = {
 int pl_tok_ids_push(pl_tok_ids *ids, int32_t id)
 {
     if (ids->n == ids->cap) {
+        if (ids->cap > INT_MAX / 2)
+            return -1;
         int cap = ids->cap ? 2 * ids->cap : 64;
         int32_t *v = realloc(ids->v, sizeof *v * (size_t)cap);
         if (!v)
@@ -36,6 +39,8 @@ static int copy_texts(pl_tokenizer *t, const pl_tokenizer_vocab *v)
     size_t total = 0;
     for (int32_t i = 0; i < v->n_tokens; i++)
         total += (v->token_lens[i] ? v->token_lens[i] : 24) + 1;
+    if (total > UINT32_MAX / 2) /* offsets are 32-bit; bytes take as much */
+        return -1;
     t->text = malloc(total);
     if (!t->text)
         return -1;

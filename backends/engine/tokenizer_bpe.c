@@ -51,14 +51,16 @@ typedef struct bpe_ctx {
 
 static void bpe_try_pair(bpe_ctx *c, int32_t l, int32_t r, int *fail)
 {
-    if (l < 0 || r < 0 || c->m.id[l] < 0 || c->m.id[r] < 0)
+    if (l < 0 || r < 0)
+        return;
+    const pl_tok_sym *a = &c->m.sym[l], *b = &c->m.sym[r];
+    if (a->id < 0 || b->id < 0)
         return;
     int32_t merged;
-    int32_t rank = pl_tok_pairmap_get(&c->t->merges, c->m.id[l], c->m.id[r],
-                                      &merged);
+    int32_t rank = pl_tok_pairmap_get(&c->t->merges, a->id, b->id, &merged);
     if (rank < 0)
         return;
-    pl_tok_pair p = {-(float)rank, l, r, c->m.n[l] + c->m.n[r], merged};
+    pl_tok_pair p = {-(float)rank, l, r, a->n + b->n, merged};
     if (pl_tok_merge_push(&c->m, p))
         *fail = 1;
 }
@@ -67,8 +69,9 @@ static void bpe_try_pair(bpe_ctx *c, int32_t l, int32_t r, int *fail)
  * single byte is a token (llama.cpp does the same). */
 static int bpe_emit_bytes(bpe_ctx *c, const char *w, int32_t s)
 {
-    for (uint32_t i = 0; i < c->m.n[s]; i++) {
-        uint8_t b = (uint8_t)w[c->m.off[s] + i];
+    const pl_tok_sym *y = &c->m.sym[s];
+    for (uint32_t i = 0; i < y->n; i++) {
+        uint8_t b = (uint8_t)w[y->off + i];
         if (byte_to_cp(b) < 0x80 && c->t->byte_tok[b] >= 0 &&
             pl_tok_ids_push(c->out, c->t->byte_tok[b]))
             return -1;
@@ -104,13 +107,10 @@ static int bpe_word(void *ctx, const char *w, size_t len)
     }
     if (pl_tok_merge_reserve(&c->m, len))
         return -1;
-    for (size_t i = 0; i < len; i++) {
-        c->m.off[i] = (uint32_t)i;
-        c->m.n[i] = 1;
-        c->m.prev[i] = (int32_t)i - 1;
-        c->m.next[i] = i + 1 == len ? -1 : (int32_t)i + 1;
-        c->m.id[i] = c->t->byte_tok[(uint8_t)w[i]];
-    }
+    for (size_t i = 0; i < len; i++) /* one symbol per byte */
+        c->m.sym[i] = (pl_tok_sym){(uint32_t)i, 1, (int32_t)i - 1,
+                                   i + 1 == len ? -1 : (int32_t)i + 1,
+                                   c->t->byte_tok[(uint8_t)w[i]]};
     for (size_t i = 1; i < len; i++)
         bpe_try_pair(c, (int32_t)i - 1, (int32_t)i, &fail);
     while (c->m.hn && !fail) {
@@ -118,15 +118,15 @@ static int bpe_word(void *ctx, const char *w, size_t len)
         if (!pl_tok_pair_valid(&c->m, &p))
             continue;
         pl_tok_merge_apply(&c->m, &p);
-        c->m.id[p.left] = p.merged;
-        bpe_try_pair(c, c->m.prev[p.left], p.left, &fail);
-        bpe_try_pair(c, p.left, c->m.next[p.left], &fail);
+        c->m.sym[p.left].id = p.merged;
+        bpe_try_pair(c, c->m.sym[p.left].prev, p.left, &fail);
+        bpe_try_pair(c, p.left, c->m.sym[p.left].next, &fail);
     }
     if (fail)
         return -1;
-    for (int32_t s = 0; s >= 0; s = c->m.next[s]) {
-        int rc = c->m.id[s] >= 0 ? pl_tok_ids_push(c->out, c->m.id[s])
-                                 : bpe_emit_bytes(c, w, s);
+    for (int32_t s = 0; s >= 0; s = c->m.sym[s].next) {
+        int32_t id = c->m.sym[s].id;
+        int rc = id >= 0 ? pl_tok_ids_push(c->out, id) : bpe_emit_bytes(c, w, s);
         if (rc)
             return -1;
     }

@@ -17,49 +17,41 @@ typedef struct pl_tok_pair {
     int32_t merged;              /**< id of the merged symbol (gpt2) */
 } pl_tok_pair;
 
+/** One symbol of the word being merged. */
+typedef struct pl_tok_sym {
+    uint32_t off;                /**< byte offset in the word */
+    uint32_t n;                  /**< byte length; 0 = merged away */
+    int32_t prev, next;          /**< list links, -1 at the ends */
+    int32_t id;                  /**< token id or -1 */
+} pl_tok_sym;
+
 /** Scratch for one encode call, grown as words get longer. */
 typedef struct pl_tok_merge {
-    uint32_t *off;               /**< (cap) byte offset of symbol i */
-    uint32_t *n;                 /**< (cap) byte length; 0 = merged away */
-    int32_t *prev, *next;        /**< (cap) list links, -1 at the ends */
-    int32_t *id;                 /**< (cap) token id or -1 */
+    pl_tok_sym *sym;             /**< (cap) */
     pl_tok_pair *heap;           /**< (hcap) */
     size_t cap, hcap, hn;
 } pl_tok_merge;
 
-/** Make room for n symbols (and their pairs). Returns 0 or -1. */
+/** Make room for n symbols and empty the queue. Returns 0 or -1. */
 static inline int pl_tok_merge_reserve(pl_tok_merge *m, size_t n)
 {
-    if (n > m->cap) {
-        size_t cap = m->cap ? m->cap : 64;
-        while (cap < n)
-            cap *= 2;
-        void *p[5] = {realloc(m->off, cap * 4), NULL, NULL, NULL, NULL};
-        if (p[0]) m->off = p[0];
-        p[1] = realloc(m->n, cap * 4);
-        if (p[1]) m->n = p[1];
-        p[2] = realloc(m->prev, cap * 4);
-        if (p[2]) m->prev = p[2];
-        p[3] = realloc(m->next, cap * 4);
-        if (p[3]) m->next = p[3];
-        p[4] = realloc(m->id, cap * 4);
-        if (p[4]) m->id = p[4];
-        for (int i = 0; i < 5; i++)
-            if (!p[i])
-                return -1;
-        m->cap = cap;
-    }
     m->hn = 0;
+    if (n <= m->cap)
+        return 0;
+    size_t cap = m->cap ? m->cap : 64;
+    while (cap < n)
+        cap *= 2;
+    pl_tok_sym *s = realloc(m->sym, sizeof *s * cap);
+    if (!s)
+        return -1;
+    m->sym = s;
+    m->cap = cap;
     return 0;
 }
 
 static inline void pl_tok_merge_free(pl_tok_merge *m)
 {
-    free(m->off);
-    free(m->n);
-    free(m->prev);
-    free(m->next);
-    free(m->id);
+    free(m->sym);
     free(m->heap);
 }
 
@@ -121,12 +113,13 @@ static inline size_t pl_tok_merge_chars(pl_tok_merge *m, const char *s,
         size_t n = lut[(uint8_t)s[o] >> 4];
         if (n > len - o)
             n = len - o;
-        m->off[k] = (uint32_t)o;
-        m->n[k] = (uint32_t)n;
-        m->prev[k] = (int32_t)k - 1;
-        m->id[k] = -1;
+        pl_tok_sym *y = &m->sym[k];
+        y->off = (uint32_t)o;
+        y->n = (uint32_t)n;
+        y->prev = (int32_t)k - 1;
+        y->id = -1;
         o += n;
-        m->next[k] = o == len ? -1 : (int32_t)k + 1;
+        y->next = o == len ? -1 : (int32_t)k + 1;
     }
     return k;
 }
@@ -134,21 +127,20 @@ static inline size_t pl_tok_merge_chars(pl_tok_merge *m, const char *s,
 /** Merge pair p (still valid) into its left symbol. */
 static inline void pl_tok_merge_apply(pl_tok_merge *m, const pl_tok_pair *p)
 {
-    int32_t l = p->left, r = p->right;
-    m->n[l] += m->n[r];
-    m->n[r] = 0;
-    m->next[l] = m->next[r];
-    if (m->next[r] >= 0)
-        m->prev[m->next[r]] = l;
+    pl_tok_sym *l = &m->sym[p->left], *r = &m->sym[p->right];
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0)
+        m->sym[r->next].prev = p->left;
 }
 
 /** Whether p still joins two live, unchanged symbols. */
 static inline int pl_tok_pair_valid(const pl_tok_merge *m,
                                     const pl_tok_pair *p)
 {
-    return m->n[p->left] && m->n[p->right] &&
-           m->n[p->left] + m->n[p->right] == p->size &&
-           m->next[p->left] == p->right;
+    const pl_tok_sym *l = &m->sym[p->left], *r = &m->sym[p->right];
+    return l->n && r->n && l->n + r->n == p->size && l->next == p->right;
 }
 
 #endif

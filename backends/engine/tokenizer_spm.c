@@ -41,8 +41,8 @@ static int spm_try_pair(const pl_tokenizer *t, pl_tok_merge *m,
 {
     if (l < 0 || r < 0)
         return 0;
-    uint32_t size = m->n[l] + m->n[r];
-    int32_t id = pl_tok_strmap_get(&t->map, t, s + m->off[l], size);
+    uint32_t size = m->sym[l].n + m->sym[r].n;
+    int32_t id = pl_tok_strmap_get(&t->map, t, s + m->sym[l].off, size);
     if (id < 0)
         return 0;
     pl_tok_pair p = {t->scores[id], l, r, size, id};
@@ -52,15 +52,16 @@ static int spm_try_pair(const pl_tokenizer *t, pl_tok_merge *m,
 static int spm_emit(const pl_tokenizer *t, const pl_tok_merge *m,
                     const char *s, pl_tok_ids *out)
 {
-    for (int32_t k = 0; k >= 0; k = m->next[k]) {
-        int32_t id = pl_tok_strmap_get(&t->map, t, s + m->off[k], m->n[k]);
+    for (int32_t k = 0; k >= 0; k = m->sym[k].next) {
+        const pl_tok_sym *y = &m->sym[k];
+        int32_t id = pl_tok_strmap_get(&t->map, t, s + y->off, y->n);
         if (id >= 0) {
             if (pl_tok_ids_push(out, id))
                 return -1;
             continue;
         }
-        for (uint32_t i = 0; i < m->n[k]; i++) {
-            int32_t b = t->byte_tok[(uint8_t)s[m->off[k] + i]];
+        for (uint32_t i = 0; i < y->n; i++) {
+            int32_t b = t->byte_tok[(uint8_t)s[y->off + i]];
             if (b < 0)
                 b = t->unk;
             if (b >= 0 && pl_tok_ids_push(out, b))
@@ -94,8 +95,8 @@ int pl_tok_spm_encode(const pl_tokenizer *t, const char *text, size_t len,
         if (!pl_tok_pair_valid(&m, &p))
             continue;
         pl_tok_merge_apply(&m, &p);
-        if (spm_try_pair(t, &m, s, m.prev[p.left], p.left) ||
-            spm_try_pair(t, &m, s, p.left, m.next[p.left]))
+        if (spm_try_pair(t, &m, s, m.sym[p.left].prev, p.left) ||
+            spm_try_pair(t, &m, s, p.left, m.sym[p.left].next))
             goto done;
     }
     rc = spm_emit(t, &m, s, out);
