@@ -51,8 +51,10 @@ typedef struct pl_gguf_str {
     uint64_t len;
 } pl_gguf_str;
 
-/** One metadata value. Arrays are not nested deeper than the file says;
- *  array elements are read with the pl_gguf_arr_* accessors. */
+/** One metadata value. Unsigned integers are in v.u64, signed ones in
+ *  v.i64, FLOAT32/FLOAT64 in v.f64, BOOL in v.b, strings in v.str.
+ *  Arrays of arrays are rejected by the parser; array elements are read
+ *  with the pl_gguf_arr_* accessors. */
 typedef struct pl_gguf_kv {
     pl_gguf_str key;
     pl_gguf_type type;
@@ -66,8 +68,9 @@ typedef struct pl_gguf_kv {
             pl_gguf_type type;   /**< element type */
             uint64_t n;          /**< element count */
             const uint8_t *data; /**< raw elements (strings: len-prefixed) */
-            const uint64_t *str_off; /**< string arrays: offset of element i
-                                          from data, validated; else NULL */
+            const uint64_t *str_off; /**< string arrays: offset of element i's
+                                          u64 length prefix from data,
+                                          validated; else NULL */
         } arr;
     } v;
 } pl_gguf_kv;
@@ -116,7 +119,8 @@ int64_t pl_gguf_arr_int(const pl_gguf_kv *kv, uint64_t i);
 
 const pl_gguf_tensor *pl_gguf_tensor_find(const pl_gguf *g, const char *name);
 
-/** Block size in elements and bytes per block of a tensor type; 0 when
+/** Block size in elements and bytes per block of a tensor type (either
+ *  out pointer may be NULL). Returns the block size in elements, or 0 when
  *  the type is unknown or unsupported. */
 int pl_ggml_type_block(pl_ggml_type t, size_t *block_elems, size_t *block_bytes);
 const char *pl_ggml_type_name(pl_ggml_type t);
