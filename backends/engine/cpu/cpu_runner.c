@@ -1,0 +1,321 @@
+/* cpu_runner.c - runner.h on the CPU: a worker thread executes queued steps
+ * (forward + sampling) while the engine thread schedules the next one. */
+#include "backends/engine/cpu/cpu_runner.h"
+
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backends/engine/cpu/forward.h"
+#include "backends/engine/sampler.h"
+
+#define N_OUTBUF (PL_RUNNER_MAX_INFLIGHT + 1)
+
+typedef struct outbuf {
+    pl_step_output o;
+    int status;
+} outbuf;
+
+typedef struct cpu_runner {
+    pl_runner base;
+    const pl_model *m;
+    pl_pool *pool;
+    pl_cpu_fwd *fwd;
+    pl_sampler *sampler;
+    pthread_t th;
+    bool th_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    const pl_step_input *queue[PL_RUNNER_MAX_INFLIGHT];
+    int next_ticket;             /* tickets launched */
+    int started;                 /* tickets taken by the worker */
+    int done;                    /* tickets finished */
+    int waited;                  /* tickets waited for */
+    bool quit;
+    outbuf out[N_OUTBUF];
+    int32_t *slot_last;          /* (max_seqs) last sampled id per slot */
+    int32_t *tokens, *out_rows;  /* (max_rows), (max_seqs) */
+    float *logits;               /* (max_seqs, n_vocab) */
+} cpu_runner;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* Placeholders take the slot's last sampled id; sampled rows are listed. */
+static int resolve_inputs(cpu_runner *r, const pl_step_input *in, int *n_out)
+{
+    const pl_runner_info *inf = &r->base.info;
+    if (in->n_rows < 1 || in->n_rows > inf->max_rows || in->n_seqs < 1 ||
+        in->n_seqs > inf->max_seqs)
+        return -1;
+    for (int i = 0; i < in->n_rows; i++) {
+        int32_t t = in->tokens[i], s = in->row_seq[i];
+        if (s < 0 || s >= in->n_seqs)
+            return -1;
+        int32_t slot = in->seq_slot[s];
+        if (t == PL_TOKEN_PLACEHOLDER)
+            t = slot >= 0 && slot < inf->max_seqs ? r->slot_last[slot] : -1;
+        if (t < 0)
+            return -1;
+        r->tokens[i] = t;
+    }
+    *n_out = 0;
+    for (int s = 0; s < in->n_seqs; s++)
+        if (in->seq_sample[s]) {
+            if (in->seq_n_rows[s] < 1)
+                return -1;
+            r->out_rows[(*n_out)++] = in->seq_first_row[s] + in->seq_n_rows[s] - 1;
+        }
+    return 0;
+}
+
+static void sample_all(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
+{
+    int k = 0, nv = r->base.info.n_vocab;
+    pl_sample smp;
+    for (int s = 0; s < in->n_seqs; s++) {
+        o->sampled[s] = -1;
+        if (!in->seq_sample[s])
+            continue;
+        const float *lg = r->logits + (size_t)k++ * nv;
+        const int32_t *hist = in->seq_hist ? in->seq_hist[s] : NULL;
+        int n_hist = in->seq_hist_len ? in->seq_hist_len[s] : 0;
+        pl_sampler_sample(r->sampler, lg, &in->sampling[s], hist, n_hist,
+                          r->base.info.eos_id, &smp);
+        o->sampled[s] = smp.id;
+        o->logprob[s] = smp.logprob;
+        for (int j = 0; j < PL_MAX_TOP_LOGPROBS; j++) {
+            o->top_ids[s * PL_MAX_TOP_LOGPROBS + j] = j < smp.n_top ? smp.top_ids[j] : -1;
+            o->top_logprobs[s * PL_MAX_TOP_LOGPROBS + j] = j < smp.n_top ? smp.top_logprobs[j] : 0;
+        }
+        if (o->logits)
+            memcpy(o->logits + (size_t)s * nv, lg, sizeof(float) * nv);
+        r->slot_last[in->seq_slot[s]] = smp.id;
+    }
+}
+
+static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
+{
+    double t0 = now_ms();
+    int n_out = 0;
+    if (resolve_inputs(r, in, &n_out) != 0)
+        return -1;
+    pl_fwd_batch b = {.n_rows = in->n_rows, .tokens = r->tokens, .positions = in->positions,
+                      .row_seq = in->row_seq, .block_table = in->block_table,
+                      .max_blocks_per_seq = in->max_blocks_per_seq,
+                      .n_out = n_out, .out_rows = r->out_rows};
+    if (pl_cpu_forward(r->fwd, &b, r->logits) != 0)
+        return -1;
+    o->n_seqs = in->n_seqs;
+    if (r->base.keep_logits && !o->logits) {  /* once per buffer, set by tests */
+        o->logits = malloc(sizeof(float) * (size_t)r->base.info.max_seqs * r->base.info.n_vocab);
+        if (!o->logits)
+            return -1;
+    }
+    sample_all(r, in, o);
+    o->exec_ms = now_ms() - t0;
+    return 0;
+}
+
+static void *worker_main(void *arg)
+{
+    cpu_runner *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (r->started == r->next_ticket && !r->quit)
+            pthread_cond_wait(&r->cv, &r->mu);
+        if (r->quit)
+            break;
+        int t = r->started++;
+        const pl_step_input *in = r->queue[t % PL_RUNNER_MAX_INFLIGHT];
+        outbuf *ob = &r->out[t % N_OUTBUF];
+        pthread_mutex_unlock(&r->mu);
+        int st = run_step(r, in, &ob->o);
+        pthread_mutex_lock(&r->mu);
+        ob->status = st;
+        r->done = t + 1;
+        pthread_cond_broadcast(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static int cpu_launch(pl_runner *base, const pl_step_input *in)
+{
+    cpu_runner *r = (cpu_runner *)base;
+    pthread_mutex_lock(&r->mu);
+    if (r->next_ticket - r->waited >= PL_RUNNER_MAX_INFLIGHT) {
+        pthread_mutex_unlock(&r->mu);
+        return -1;
+    }
+    int t = r->next_ticket++;
+    r->queue[t % PL_RUNNER_MAX_INFLIGHT] = in;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return t;
+}
+
+static int cpu_wait(pl_runner *base, int ticket, const pl_step_output **out)
+{
+    cpu_runner *r = (cpu_runner *)base;
+    pthread_mutex_lock(&r->mu);
+    if (ticket < 0 || ticket >= r->next_ticket) {
+        pthread_mutex_unlock(&r->mu);
+        return -1;
+    }
+    while (r->done <= ticket)
+        pthread_cond_wait(&r->cv, &r->mu);
+    if (ticket + 1 > r->waited)
+        r->waited = ticket + 1;
+    outbuf *ob = &r->out[ticket % N_OUTBUF];
+    pthread_mutex_unlock(&r->mu);
+    *out = &ob->o;
+    return ob->status;
+}
+
+static void cpu_copy_block(pl_runner *base, int32_t src, int32_t dst)
+{
+    cpu_runner *r = (cpu_runner *)base;
+    pthread_mutex_lock(&r->mu);
+    while (r->done < r->next_ticket)  /* never race a running step */
+        pthread_cond_wait(&r->cv, &r->mu);
+    pl_cpu_fwd_copy_block(r->fwd, src, dst);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void cpu_free(pl_runner *base)
+{
+    cpu_runner *r = (cpu_runner *)base;
+    if (!r)
+        return;
+    if (r->th_started) {
+        pthread_mutex_lock(&r->mu);
+        r->quit = true;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->th, NULL);
+    }
+    for (int i = 0; i < N_OUTBUF; i++) {
+        pl_step_output *o = &r->out[i].o;
+        free(o->sampled);
+        free(o->logprob);
+        free(o->top_ids);
+        free(o->top_logprobs);
+        free(o->logits);
+    }
+    pl_cpu_fwd_free(r->fwd);
+    pl_pool_free(r->pool);
+    pl_sampler_free(r->sampler);
+    free(r->slot_last);
+    free(r->tokens);
+    free(r->out_rows);
+    free(r->logits);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+static const pl_runner_ops cpu_ops = {
+    .name = "cpu",
+    .launch = cpu_launch,
+    .wait = cpu_wait,
+    .copy_block = cpu_copy_block,
+    .free = cpu_free,
+};
+
+void pl_cpu_runner_set_gemm_min_rows(pl_runner *base, int rows)
+{
+    pl_cpu_fwd_set_gemm_min_rows(((cpu_runner *)base)->fwd, rows);
+}
+
+static int alloc_buffers(cpu_runner *r)
+{
+    const pl_runner_info *inf = &r->base.info;
+    size_t S = (size_t)inf->max_seqs, V = (size_t)inf->n_vocab;
+    r->slot_last = malloc(sizeof(int32_t) * S);
+    r->tokens = malloc(sizeof(int32_t) * (size_t)inf->max_rows);
+    r->out_rows = malloc(sizeof(int32_t) * S);
+    r->logits = malloc(sizeof(float) * S * V);
+    if (!r->slot_last || !r->tokens || !r->out_rows || !r->logits)
+        return -1;
+    for (size_t i = 0; i < S; i++)
+        r->slot_last[i] = -1;
+    for (int i = 0; i < N_OUTBUF; i++) {
+        pl_step_output *o = &r->out[i].o;
+        o->sampled = malloc(sizeof(int32_t) * S);
+        o->logprob = malloc(sizeof(float) * S);
+        o->top_ids = malloc(sizeof(int32_t) * S * PL_MAX_TOP_LOGPROBS);
+        o->top_logprobs = malloc(sizeof(float) * S * PL_MAX_TOP_LOGPROBS);
+        if (!o->sampled || !o->logprob || !o->top_ids || !o->top_logprobs)
+            return -1;
+    }
+    return 0;
+}
+
+static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_info *want)
+{
+    *inf = *want;
+    inf->n_vocab = m->n_vocab;
+    inf->eos_id = m->eos_id;
+    if (inf->max_model_len <= 0)
+        inf->max_model_len = m->n_ctx_train;
+    if (inf->block_size <= 0)
+        inf->block_size = 16;
+    if (inf->max_seqs <= 0 || inf->max_rows <= 0)
+        return -1;
+    if (inf->num_blocks <= 0)
+        inf->num_blocks = inf->max_seqs *
+            ((inf->max_model_len + inf->block_size - 1) / inf->block_size);
+    return 0;
+}
+
+pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
+                             char *err, size_t errlen)
+{
+    cpu_runner *r = calloc(1, sizeof(*r));
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->base.ops = &cpu_ops;
+    r->m = m;
+    if (fill_info(&r->base.info, m, want) != 0) {
+        snprintf(err, errlen, "max_seqs and max_rows must be positive");
+        goto fail;
+    }
+    if (n_threads <= 0)
+        n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads(1); /* the pool splits GEMMs itself */
+    const pl_runner_info *inf = &r->base.info;
+    pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
+                      .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
+                      .block_size = inf->block_size, .gemm_min_rows = 16};
+    r->pool = pl_pool_new(n_threads);
+    r->sampler = pl_sampler_new(inf->n_vocab);
+    if (!r->pool || !r->sampler)
+        goto oom;
+    r->fwd = pl_cpu_fwd_new(m, r->pool, &fo, err, errlen);
+    if (!r->fwd)
+        goto fail;
+    if (alloc_buffers(r) != 0)
+        goto oom;
+    if (pthread_create(&r->th, NULL, worker_main, r) != 0)
+        goto oom;
+    r->th_started = true;
+    return &r->base;
+oom:
+    snprintf(err, errlen, "out of memory creating the CPU runner");
+fail:
+    cpu_free(&r->base);
+    return NULL;
+}

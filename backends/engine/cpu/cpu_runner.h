@@ -1,0 +1,29 @@
+/* cpu_runner.h - the CPU implementation of the runner interface (runner.h).
+ *
+ * launch() queues the step for the runner's own worker thread and returns at
+ * once; wait() blocks until that step is done. The worker runs the forward
+ * pass on a persistent pool of n_threads threads and samples on the CPU.
+ */
+#ifndef PL_CPU_RUNNER_H
+#define PL_CPU_RUNNER_H
+
+#include <stddef.h>
+
+#include "backends/engine/model.h"
+#include "backends/engine/runner.h"
+
+/**
+ * New CPU runner for a loaded model (borrowed; must outlive the runner).
+ * want gives block_size, num_blocks (0: enough for max_seqs sequences of
+ * max_model_len), max_seqs, max_rows and max_model_len (0: the model's
+ * context length); n_vocab and eos_id come from the model. n_threads <= 0:
+ * all cores. Free with r->ops->free(r). NULL with a message in err.
+ */
+pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
+                             char *err, size_t errlen);
+
+/** Rows from which matmuls use the f32 GEMM path instead of the quantised
+ *  kernels (default 16). For benchmarks. */
+void pl_cpu_runner_set_gemm_min_rows(pl_runner *r, int rows);
+
+#endif

@@ -1,0 +1,54 @@
+/* forward.h - one forward pass of a pl_model over a batch of token rows on
+ * the CPU, with the paged KV cache. Used by cpu_runner.c, and directly by
+ * tests that need logits of every row (teacher forcing).
+ */
+#ifndef PL_CPU_FORWARD_H
+#define PL_CPU_FORWARD_H
+
+#include <stdint.h>
+
+#include "backends/engine/cpu/ops.h"
+#include "backends/engine/cpu/pool.h"
+#include "backends/engine/model.h"
+
+typedef struct pl_cpu_fwd pl_cpu_fwd;
+
+typedef struct pl_fwd_opts {
+    int max_rows;                /**< most token rows per call */
+    int max_out;                 /**< most rows with logits per call */
+    int max_ctx;                 /**< longest sequence (KV positions) */
+    int num_blocks, block_size;  /**< paged KV pool geometry */
+    int gemm_min_rows;           /**< f32 GEMM (BLAS) from this many rows;
+                                      fewer use the quantised kernels */
+} pl_fwd_opts;
+
+/** One call's batch. tokens are resolved ids (no placeholders). */
+typedef struct pl_fwd_batch {
+    int n_rows;
+    const int32_t *tokens;       /**< (n_rows) */
+    const int32_t *positions;    /**< (n_rows) */
+    const int32_t *row_seq;      /**< (n_rows) sequence index of each row */
+    const int32_t *block_table;  /**< (n_seqs, max_blocks_per_seq) */
+    int max_blocks_per_seq;
+    int n_out;
+    const int32_t *out_rows;     /**< (n_out) rows whose logits are computed */
+} pl_fwd_batch;
+
+/** Allocates scratch and the KV pool (f32). The model and pool are
+ *  borrowed. NULL with a message on failure. */
+pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *o,
+                           char *err, size_t errlen);
+void pl_cpu_fwd_free(pl_cpu_fwd *f);
+
+/** Run the batch: writes K/V of every row into its block, then
+ *  logits (n_out, n_vocab). Returns 0, or -1 on an invalid batch (token id,
+ *  position or block id out of range) with nothing written to logits. */
+int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits);
+
+/** Copy all layers' K/V of block src to block dst. */
+void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);
+
+/** Set the GEMM threshold (rows) at run time (benchmarks). */
+void pl_cpu_fwd_set_gemm_min_rows(pl_cpu_fwd *f, int rows);
+
+#endif

@@ -1,0 +1,92 @@
+/* ops.h - the CPU runner's operations, one small C function each.
+ *
+ * These are the plain C references the CUDA kernels are tested against.
+ * Activations are f32, row-major: a (n, dim) matrix is n rows of dim floats.
+ * Weight matrices are (rows = output features, cols = input features), as in
+ * GGUF (ne[0] = cols is contiguous).
+ */
+#ifndef PL_CPU_OPS_H
+#define PL_CPU_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/engine/gguf.h"
+
+#define PL_QK 32                 /**< elements per quant block */
+
+/** Activation block for the quantised dot kernels: q = round(x / d),
+ *  s = d * sum(q) (needed by weight types with an offset, like Q4_1). */
+typedef struct pl_q8_act {
+    float d;
+    float s;
+    int8_t qs[PL_QK];
+} pl_q8_act;
+
+/** IEEE half to float and back (round to nearest even). */
+float pl_op_fp16_to_f32(uint16_t h);
+uint16_t pl_op_f32_to_fp16(float f);
+
+/** True when the quantised dot kernels support weight type t. */
+int pl_op_qdot_supported(pl_ggml_type t);
+/** Dequantise n elements (a multiple of the type's block) of type t.
+ *  F32, F16, BF16, Q4_0, Q4_1, Q8_0 here, other types through
+ *  pl_dequant_row (quant.h); -1 when unsupported. */
+int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n);
+
+/** Quantise one row of n floats (n % 32 == 0) into n/32 activation blocks. */
+void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n);
+/** Dot product of one weight row of type t (n elements) with a quantised
+ *  activation row. Uses AVX2/FMA when the CPU has it. */
+float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+/** The scalar reference of pl_op_qdot. */
+float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+
+/** y[r, o] = sum_i w[o, i] * x[r, i] for weight rows [o0, o1) of a quantised
+ *  weight (row stride row_bytes) and n_rows activation rows (n_blk blocks
+ *  each). y has row stride ldy. */
+void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
+                        const pl_q8_act *x, int n_blk, int n_rows,
+                        float *y, int ldy, int o0, int o1);
+
+/** out = x / rms(x) * w over n elements. out may alias x. */
+void pl_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/** Rotate the first n_rot dims of each of n_heads heads (head_dim apart) at
+ *  position pos. inv_freq has n_rot/2 entries (scaling already applied).
+ *  neox = 0: adjacent pairs (x[2i], x[2i+1]) (llama GGUF, whose Q/K rows were
+ *  permuted on conversion); neox = 1: pairs (x[i], x[i + n_rot/2]). */
+void pl_op_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
+                const float *inv_freq, int neox);
+
+/** gate[i] = silu(gate[i]) * up[i]. */
+void pl_op_swiglu(float *gate, const float *up, int n);
+
+/** In-place softmax over n values; returns log(sum exp(x - max)) + max. */
+float pl_op_softmax(float *x, int n);
+
+/** dot product and y += a * x over n floats (AVX2 when available). */
+float pl_op_dot_f32(const float *a, const float *b, int n);
+void pl_op_axpy_f32(float *y, float a, const float *x, int n);
+
+/**
+ * Attention of one query row for the n_q query heads sharing one KV head
+ * (GQA group), over n_ctx cached positions. k_rows(t)/v_rows(t) are found
+ * through the block table: token t lives in block bt[t / bs], row t % bs,
+ * at kv_base + block * block_stride + (t % bs) * row_stride floats.
+ * q: (n_q, hd); out: (n_q, hd); scratch: n_ctx floats per query head.
+ */
+typedef struct pl_attn_args {
+    const float *k_base, *v_base; /**< this layer's pools, offset to the head */
+    const int32_t *block_table;
+    int block_size;
+    size_t block_stride;         /**< floats between blocks */
+    size_t row_stride;           /**< floats between tokens of a block */
+    int head_dim;
+    float scale;
+} pl_attn_args;
+
+void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                     float *out, float *scratch);
+
+#endif

@@ -1,0 +1,134 @@
+/* pool.c - persistent spin-then-sleep thread pool (see pool.h). */
+#include "backends/engine/cpu/pool.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define SPIN_ITERS 200000
+
+struct pl_pool {
+    int n;
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;             /* bumped per job */
+    atomic_int n_done;
+    atomic_int n_sleeping;
+    atomic_int quit;
+    pl_pool_fn fn;
+    void *arg;
+    struct worker { pl_pool *p; int ith; } *w;
+};
+
+static unsigned wait_job(pl_pool *p, unsigned seen)
+{
+    for (int i = 0; i < SPIN_ITERS; i++) {
+        unsigned g = atomic_load(&p->gen);
+        if (g != seen || atomic_load(&p->quit))
+            return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->n_sleeping, 1);
+    while (atomic_load(&p->gen) == seen && !atomic_load(&p->quit))
+        pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub(&p->n_sleeping, 1);
+    pthread_mutex_unlock(&p->mu);
+    return atomic_load(&p->gen);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    pl_pool *p = w->p;
+    unsigned seen = 0;
+    for (;;) {
+        seen = wait_job(p, seen);
+        if (atomic_load(&p->quit))
+            return NULL;
+        p->fn(p->arg, w->ith, p->n);
+        atomic_fetch_add(&p->n_done, 1);
+    }
+}
+
+pl_pool *pl_pool_new(int n_threads)
+{
+    pl_pool *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    p->n = n_threads < 1 ? 1 : n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->th = calloc((size_t)p->n, sizeof(*p->th));
+    p->w = calloc((size_t)p->n, sizeof(*p->w));
+    if (!p->th || !p->w)
+        goto fail;
+    for (int i = 1; i < p->n; i++) {
+        p->w[i] = (struct worker){p, i};
+        if (pthread_create(&p->th[i], NULL, worker_main, &p->w[i]) != 0) {
+            p->n = i;
+            goto fail;
+        }
+    }
+    return p;
+fail:
+    pl_pool_free(p);
+    return NULL;
+}
+
+void pl_pool_free(pl_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->quit, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; p->th && i < p->n; i++)
+        pthread_join(p->th[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p->th);
+    free(p->w);
+    free(p);
+}
+
+int pl_pool_size(const pl_pool *p) { return p->n; }
+
+void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
+{
+    if (p->n == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store(&p->n_done, 0);
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->n_sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(arg, 0, p->n);
+    while (atomic_load(&p->n_done) < p->n - 1)
+        cpu_relax();
+}
+
+void pl_pool_split(int n, int align, int ith, int nth, int *b, int *e)
+{
+    int units = (n + align - 1) / align;
+    int per = units / nth, extra = units % nth;
+    int ub = ith * per + (ith < extra ? ith : extra);
+    int ue = ub + per + (ith < extra ? 1 : 0);
+    *b = ub * align < n ? ub * align : n;
+    *e = ue * align < n ? ue * align : n;
+}

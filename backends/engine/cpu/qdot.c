@@ -1,0 +1,329 @@
+/* qdot.c - quantised weight x q8 activation dot products (Q4_0, Q4_1, Q8_0),
+ * a scalar reference and AVX2/FMA versions chosen at run time, plus the
+ * dequantisation of the types the CPU runner keeps.
+ *
+ * Block layouts are those of the GGUF format (ggml):
+ *   Q4_0: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
+ *   Q4_1: fp16 d, fp16 m, 16 bytes;    x = d * q + m
+ *   Q8_0: fp16 d, 32 int8;              x = d * q
+ * Nibble j (low) is element j, nibble j (high) is element j + 16.
+ */
+#include "backends/engine/cpu/ops.h"
+
+#include "backends/engine/quant.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PL_HAVE_X86 1
+#endif
+
+static float fp16_table[65536];
+static pthread_once_t fp16_once = PTHREAD_ONCE_INIT;
+
+static float fp16_convert(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
+    if (exp == 0) {
+        float f = ldexpf((float)man, -24);
+        return sign ? -f : f;
+    }
+    if (exp == 31)
+        bits = sign | 0x7f800000u | (man << 13);
+    else
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static void fp16_init(void)
+{
+    for (uint32_t i = 0; i < 65536; i++)
+        fp16_table[i] = fp16_convert((uint16_t)i);
+}
+
+float pl_op_fp16_to_f32(uint16_t h)
+{
+    pthread_once(&fp16_once, fp16_init);
+    return fp16_table[h];
+}
+
+uint16_t pl_op_f32_to_fp16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff)
+        return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 31)
+        return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10)
+            return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (h & 1)))
+            h++;
+        return (uint16_t)(sign | h);
+    }
+    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static inline float h2f(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_table[h];
+}
+
+int pl_op_qdot_supported(pl_ggml_type t)
+{
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0;
+}
+
+static void dequant_q4(const uint8_t *b, float *y, int has_m)
+{
+    float d = h2f(b), m = has_m ? h2f(b + 2) : -8.0f * d;
+    const uint8_t *qs = b + (has_m ? 4 : 2);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)(qs[j] & 0x0f) + m;
+        y[j + 16] = d * (float)(qs[j] >> 4) + m;
+    }
+}
+
+int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n)
+{
+    const uint8_t *b = src;
+    pthread_once(&fp16_once, fp16_init);
+    switch (t) {
+    case PL_GGML_TYPE_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        return 0;
+    case PL_GGML_TYPE_F16:
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = h2f(b + 2 * i);
+        return 0;
+    case PL_GGML_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) {
+            uint32_t bits = (uint32_t)(b[2 * i] | (b[2 * i + 1] << 8)) << 16;
+            memcpy(dst + i, &bits, 4);
+        }
+        return 0;
+    case PL_GGML_TYPE_Q4_0:
+    case PL_GGML_TYPE_Q4_1: {
+        int has_m = t == PL_GGML_TYPE_Q4_1;
+        size_t bb = has_m ? 20 : 18;
+        for (int64_t i = 0; i < n / PL_QK; i++)
+            dequant_q4(b + i * bb, dst + i * PL_QK, has_m);
+        return 0;
+    }
+    case PL_GGML_TYPE_Q8_0:
+        for (int64_t i = 0; i < n / PL_QK; i++) {
+            const uint8_t *blk = b + i * 34;
+            float d = h2f(blk);
+            for (int j = 0; j < PL_QK; j++)
+                dst[i * PL_QK + j] = d * (float)(int8_t)blk[2 + j];
+        }
+        return 0;
+    default:
+        return pl_dequant_row(t, src, dst, n); /* K-quants etc. (quant.c) */
+    }
+}
+
+void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n)
+{
+    for (int b = 0; b < n / PL_QK; b++) {
+        const float *v = x + b * PL_QK;
+        float amax = 0.0f;
+        for (int j = 0; j < PL_QK; j++)
+            amax = fmaxf(amax, fabsf(v[j]));
+        float d = amax / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < PL_QK; j++) {
+            int q = (int)lrintf(v[j] * id);
+            dst[b].qs[j] = (int8_t)q;
+            sum += q;
+        }
+        dst[b].d = d;
+        dst[b].s = d * (float)sum;
+    }
+}
+
+float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
+{
+    const uint8_t *b = w;
+    pthread_once(&fp16_once, fp16_init);
+    float acc = 0.0f;
+    for (int i = 0; i < n / PL_QK; i++) {
+        int isum = 0;
+        if (t == PL_GGML_TYPE_Q8_0) {
+            const uint8_t *blk = b + i * 34;
+            for (int j = 0; j < PL_QK; j++)
+                isum += (int8_t)blk[2 + j] * a[i].qs[j];
+            acc += h2f(blk) * a[i].d * (float)isum;
+            continue;
+        }
+        int has_m = t == PL_GGML_TYPE_Q4_1;
+        const uint8_t *blk = b + i * (has_m ? 20 : 18), *qs = blk + (has_m ? 4 : 2);
+        for (int j = 0; j < 16; j++)
+            isum += (qs[j] & 0x0f) * a[i].qs[j] + (qs[j] >> 4) * a[i].qs[j + 16];
+        float d = h2f(blk);
+        acc += d * a[i].d * (float)isum + (has_m ? h2f(blk + 2) : -8.0f * d) * a[i].s;
+    }
+    return acc;
+}
+
+#ifdef PL_HAVE_X86
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256i unpack_nibbles(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
+    __m128i lo = _mm_and_si128(t, m), hi = _mm_and_si128(_mm_srli_epi16(t, 4), m);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* u8 x s8 products summed to 8 int32 lanes, as floats. */
+__attribute__((target("avx2,fma"))) static inline __m256 dot_u8s8(__m256i u, __m256i s)
+{
+    __m256i p16 = _mm256_maddubs_epi16(u, s);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+__attribute__((target("avx2,fma")))
+static float qdot_q4_avx2(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float off = 0.0f;
+    size_t bb = has_m ? 20 : 18;
+    for (int i = 0; i < nb; i++, b += bb) {
+        float d = h2f(b);
+        __m256i wq = unpack_nibbles(b + (has_m ? 4 : 2));
+        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), dot_u8s8(wq, aq), acc);
+        off += (has_m ? h2f(b + 2) : -8.0f * d) * a[i].s;
+    }
+    return hsum8(acc) + off;
+}
+
+__attribute__((target("avx2,fma")))
+static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++, b += 34) {
+        __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
+        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        __m256 p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b) * a[i].d), p, acc);
+    }
+    return hsum8(acc);
+}
+
+__attribute__((target("avx2,fma")))
+static float dot_f32_avx2(const float *a, const float *b, int n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+__attribute__((target("avx2,fma")))
+static void axpy_f32_avx2(float *y, float a, const float *x, int n)
+{
+    __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+static int have_avx2(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    }
+    return v;
+}
+#else
+static int have_avx2(void) { return 0; }
+#endif
+
+float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
+{
+#ifdef PL_HAVE_X86
+    if (have_avx2()) {
+        pthread_once(&fp16_once, fp16_init);
+        if (t == PL_GGML_TYPE_Q8_0)
+            return qdot_q8_avx2(w, a, n / PL_QK);
+        return qdot_q4_avx2(w, a, n / PL_QK, t == PL_GGML_TYPE_Q4_1);
+    }
+#endif
+    return pl_op_qdot_ref(t, w, a, n);
+}
+
+float pl_op_dot_f32(const float *a, const float *b, int n)
+{
+#ifdef PL_HAVE_X86
+    if (have_avx2())
+        return dot_f32_avx2(a, b, n);
+#endif
+    float s = 0.0f;
+    for (int i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+void pl_op_axpy_f32(float *y, float a, const float *x, int n)
+{
+#ifdef PL_HAVE_X86
+    if (have_avx2()) {
+        axpy_f32_avx2(y, a, x, n);
+        return;
+    }
+#endif
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
+                        const pl_q8_act *x, int n_blk, int n_rows,
+                        float *y, int ldy, int o0, int o1)
+{
+    const uint8_t *wb = w;
+    int n = n_blk * PL_QK;
+    for (int o = o0; o < o1; o++) {
+        const void *wr = wb + (size_t)o * row_bytes;
+        for (int r = 0; r < n_rows; r++)
+            y[(size_t)r * ldy + o] = pl_op_qdot(t, wr, x + (size_t)r * n_blk, n);
+    }
+}
