@@ -34,3 +34,22 @@ extern "C" int pl_cuda_add(float *x, const float *y, size_t n, cudaStream_t st)
     PL_CUDA_LAUNCHED();
     return 0;
 }
+
+static __global__ void add_bias_kernel(float *y, const float *b, int n_cols, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        y[i] += b[i % n_cols];
+}
+
+extern "C" int pl_cuda_add_bias(float *y, const float *b, int n_rows, int n_cols,
+                                cudaStream_t st)
+{
+    PL_CUDA_ARG(y && b && n_rows >= 0 && n_cols > 0);
+    size_t n = (size_t)n_rows * n_cols;
+    if (n == 0)
+        return 0;
+    add_bias_kernel<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(y, b, n_cols, n);
+    PL_CUDA_LAUNCHED();
+    return 0;
+}
