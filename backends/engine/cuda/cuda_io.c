@@ -133,6 +133,12 @@ int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_ste
         return pl_cuda_fail_(__FILE__, __LINE__, "step of %d rows / %d sequences exceeds "
                              "the runner (%d / %d)", in->n_rows, in->n_seqs, r->max_rows,
                              r->max_seqs);
+    int max_pos = r->mbps * r->geom.block_size;
+    for (int i = 0; i < in->n_rows; i++)
+        if (in->row_seq[i] < 0 || in->row_seq[i] >= in->n_seqs || in->positions[i] < 0
+            || in->positions[i] >= max_pos)
+            return pl_cuda_fail_(__FILE__, __LINE__, "row %d: sequence %d / position %d out "
+                                 "of range", i, in->row_seq[i], in->positions[i]);
     cr_io *h = &sl->hio;
     memset(st, 0, sizeof *st);
     st->bucket = pick_bucket(r, in);
