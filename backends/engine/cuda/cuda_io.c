@@ -3,6 +3,7 @@
  * device addresses are what lets a captured CUDA graph replay any step of
  * its batch size; decode-only steps are padded up to the graph's size with
  * rows that write the spare KV block and sample nothing. */
+#include <stdint.h>
 #include <string.h>
 
 #include "backends/engine/cuda/cuda_runner_internal.h"
@@ -17,7 +18,7 @@ static size_t take(size_t *off, size_t bytes)
 size_t pl_cuda_io_map(cr_io *io, void *base, int max_rows, int max_seqs, int mbps,
                       int bias_cap, int hist_cap)
 {
-    char *b = base;
+    uintptr_t b = (uintptr_t)base;  /* integer arithmetic: base may be NULL (sizing) */
     size_t off = 0, R = (size_t)max_rows, S = (size_t)max_seqs;
     io->tokens = (int32_t *)(b + take(&off, R * 4));
     io->positions = (int32_t *)(b + take(&off, R * 4));
