@@ -45,11 +45,13 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
     }
     int my_pos[PF_RPW];
     float m[PF_RPW], l[PF_RPW], acc[PF_RPW][E];
+#pragma unroll
     for (int i = 0; i < PF_RPW; i++) {
         int rr = w * PF_RPW + i;
         my_pos[i] = rr < rows ? positions[row0 + rr] : -1;
         m[i] = -INFINITY;
         l[i] = 0.0f;
+#pragma unroll
         for (int e = 0; e < E; e++)
             acc[i][e] = 0.0f;
     }
@@ -70,7 +72,8 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
             sv[j * hd + d] = vv;
         }
         __syncthreads();
-        for (int i = 0; i < PF_RPW; i++) {
+    #pragma unroll
+    for (int i = 0; i < PF_RPW; i++) {
             if (my_pos[i] < t0)  /* row sees no key of this tile (or is padding) */
                 continue;
             const float *qr = sq + (w * PF_RPW + i) * hd;
@@ -83,22 +86,26 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
             float mn = fmaxf(m[i], pl_warp_max(sc));
             float p = expf(sc - mn), corr = expf(m[i] - mn);
             l[i] = l[i] * corr + pl_warp_sum(p);
+#pragma unroll
             for (int e = 0; e < E; e++)
                 acc[i][e] *= corr;
             for (int j = 0; j < PF_BK; j++) {
                 float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
                 for (int e = 0; e < E; e++)
                     acc[i][e] += pj * sv[j * hd + lane + 32 * e];
             }
             m[i] = mn;
         }
     }
+#pragma unroll
     for (int i = 0; i < PF_RPW; i++) {
         int rr = w * PF_RPW + i;
         if (rr >= rows)
             break;
         float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
         __nv_bfloat16 *o = out + (size_t)(row0 + rr) * n_heads * hd + (size_t)h * hd;
+#pragma unroll
         for (int e = 0; e < E; e++)
             o[lane + 32 * e] = __float2bfloat16(acc[i][e] * inv);
     }
