@@ -22,11 +22,25 @@ struct pl_cuda_gemm {
     __typeof__(&cublasGemmEx) gemm_ex;
 };
 
+/* The soname first (ld.so.conf, LD_LIBRARY_PATH), then $CUDA_HOME/lib64
+ * and the toolkit this was built with (PL_CUDA_LIBDIR from meson). */
 static void *open_cublas(void)
 {
-    char name[64];
+    char name[64], path[512];
     snprintf(name, sizeof name, "libcublas.so.%d", CUBLAS_VER_MAJOR);
     void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    const char *home = getenv("CUDA_HOME");
+    const char *dirs[] = {home, "/usr/local/cuda/lib64",
+#ifdef PL_CUDA_LIBDIR
+                          PL_CUDA_LIBDIR,
+#endif
+    };
+    for (size_t i = 0; !lib && i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!dirs[i])
+            continue;
+        snprintf(path, sizeof path, "%s%s/%s", dirs[i], dirs[i] == home ? "/lib64" : "", name);
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
     return lib ? lib : dlopen("libcublas.so", RTLD_NOW | RTLD_LOCAL);
 }
 
