@@ -1,7 +1,9 @@
 /* bench_cpu_runner.c - single-stream prefill and decode speed of parley's
  * CPU runner on a GGUF, driven by bench/bench_cpu.py.
  *
- * usage: bench_cpu_runner MODEL N_PROMPT N_DECODE N_THREADS [GEMM_MIN_ROWS]
+ * usage: bench_cpu_runner MODEL N_PROMPT N_DECODE N_THREADS [GEMM_MIN_ROWS [REPEAT]]
+ * REPEAT runs the prefill step that many times (same positions) to time
+ * small steps; the figures are per run.
  * Prints one line: prefill_tok_s=... decode_tok_s=... and the process CPU
  * seconds of each phase (steadier than wall time on a shared machine).
  * The prompt is token ids 1000.. (content does not matter for speed).
@@ -48,6 +50,7 @@ int main(int argc, char **argv)
     }
     if (argc > 5)
         pl_cpu_runner_set_gemm_min_rows(r, atoi(argv[5]));
+    int rep = argc > 6 ? atoi(argv[6]) : 1;
     int32_t *tok = malloc(sizeof(int32_t) * np * 3), *pos = tok + np, *rs = pos + np;
     int32_t *bt = malloc(sizeof(int32_t) * mb), slot = 0, first = 0, nrows = np, ctx = np;
     for (int i = 0; i < mb; i++)
@@ -66,8 +69,9 @@ int main(int argc, char **argv)
                         .block_table = bt, .max_blocks_per_seq = mb, .sampling = &smp};
     const pl_step_output *out;
     double t0 = now_s(), c0 = cpu_s();
-    if (r->ops->wait(r, r->ops->launch(r, &in), &out) != 0)
-        return 1;
+    for (int i = 0; i < rep; i++)
+        if (r->ops->wait(r, r->ops->launch(r, &in), &out) != 0)
+            return 1;
     double t1 = now_s(), c1 = cpu_s();
     in.n_rows = nrows = 1;
     for (int i = 0; i < nd; i++) {   /* plain loop: one step at a time */
@@ -79,7 +83,7 @@ int main(int argc, char **argv)
     }
     double t2 = now_s(), c2 = cpu_s();
     printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f\n",
-           np / (t1 - t0), nd / (t2 - t1), c1 - c0, c2 - c1);
+           np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

@@ -1,0 +1,170 @@
+/* info.c - /health, /v1/models, /status, /tokenize, /detokenize. */
+#include "api/info.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api/oai_params.h"
+#include "api/respond.h"
+
+static void health(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    pl_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+static json_t *model_json(pl_model_entry *m)
+{
+    pl_backend *b = m->backend;
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:i}", "id", m->name, "object", "model",
+                     "created", (json_int_t)m->created, "owned_by", "parley", "backend",
+                     b->ops->kind, "max_model_len", b->ops->max_model_len(b), "capacity",
+                     pl_backend_capacity(b));
+}
+
+static void models(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    if (strcmp(path, "/v1/models") != 0) {
+        const char *name = path + strlen("/v1/models/");
+        pl_model_entry *m = pl_server_find_model(s, name);
+        if (!m) {
+            pl_reply_errorf(req, 404, "invalid_request_error", "model", "model_not_found",
+                            "The model '%s' does not exist", name);
+            return;
+        }
+        pl_reply_json(req, 200, model_json(m));
+        return;
+    }
+    json_t *data = json_array();
+    for (int i = 0; i < pl_server_n_models(s); i++)
+        json_array_append_new(data, model_json(pl_server_model(s, i)));
+    pl_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static void status(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    json_t *models = json_object();
+    for (int i = 0; i < pl_server_n_models(s); i++) {
+        pl_model_entry *m = pl_server_model(s, i);
+        json_t *st = m->backend->ops->stats(m->backend);
+        json_object_set_new(st, "capacity", json_integer(pl_backend_capacity(m->backend)));
+        json_object_set_new(models, m->name, st);
+    }
+    json_t *root = json_pack("{s:I, s:o}", "time", (json_int_t)time(NULL), "models", models);
+    pl_server_run_status_hooks(s, root);
+    pl_reply_json(req, 200, root);
+}
+
+/* vLLM's shapes: {model, prompt | messages, add_special_tokens} ->
+ * {count, max_model_len, tokens}; {model, tokens} -> {prompt}. */
+static pl_model_entry *token_model(pl_server *s, struct evhttp_request *req, json_t *body)
+{
+    json_t *m = json_object_get(body, "model");
+    if (m && !json_is_string(m)) {
+        pl_reply_errorf(req, 400, "invalid_request_error", "model", NULL,
+                        "'model' must be a string");
+        return NULL;
+    }
+    pl_model_entry *e = m ? pl_server_find_model(s, json_string_value(m))
+                          : pl_server_model(s, 0);
+    if (!e)
+        pl_reply_errorf(req, 404, "invalid_request_error", "model", "model_not_found",
+                        "The model '%s' does not exist", m ? json_string_value(m) : "");
+    return e;
+}
+
+static void tokenize(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
+    if (!body)
+        return;
+    pl_model_entry *m = token_model(s, req, body);
+    pl_oai_params p;
+    memset(&p, 0, sizeof p);
+    pl_err err;
+    if (!m)
+        goto done;
+    bool chat = json_object_get(body, "messages") != NULL;
+    json_t *as = json_object_get(body, "add_special_tokens");
+    if (as && !json_is_boolean(as)) {
+        pl_reply_errorf(req, 400, "invalid_request_error", "add_special_tokens", NULL,
+                        "'add_special_tokens' must be a boolean");
+        goto done;
+    }
+    if (!json_object_get(body, "model"))
+        json_object_set_new(body, "model", json_string(m->name));
+    if (pl_oai_parse(body, chat, &p, &err) < 0) {
+        pl_reply_error(req, &err);
+        goto done;
+    }
+    pl_gen_request r;
+    pl_oai_to_request(&p, &r);
+    r.add_generation_prompt = json_is_true(json_object_get(body, "add_generation_prompt"));
+    int32_t *ids = NULL;
+    int n = 0;
+    bool add_special = as ? json_is_true(as) : !chat;
+    if (m->backend->ops->tokenize(m->backend, &r, add_special, &ids, &n, &err) < 0) {
+        pl_reply_error(req, &err);
+        goto done;
+    }
+    json_t *toks = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(toks, json_integer(ids[i]));
+    free(ids);
+    pl_reply_json(req, 200, json_pack("{s:i, s:i, s:o}", "count", n, "max_model_len",
+                                      m->backend->ops->max_model_len(m->backend),
+                                      "tokens", toks));
+done:
+    pl_oai_params_free(&p);
+    json_decref(body);
+}
+
+static void detokenize(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
+    if (!body)
+        return;
+    pl_model_entry *m = token_model(s, req, body);
+    json_t *toks = json_object_get(body, "tokens");
+    int32_t *ids = NULL;
+    if (!m)
+        goto done;
+    if (!json_is_array(toks)) {
+        pl_reply_errorf(req, 400, "invalid_request_error", "tokens", NULL,
+                        "'tokens' must be an array of token ids");
+        goto done;
+    }
+    size_t n = json_array_size(toks), i;
+    json_t *t;
+    ids = malloc((n + 1) * sizeof *ids);
+    json_array_foreach(toks, i, t) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
+            pl_reply_errorf(req, 400, "invalid_request_error", "tokens", NULL,
+                            "'tokens[%zu]' must be a token id", i);
+            goto done;
+        }
+        ids[i] = (int32_t)json_integer_value(t);
+    }
+    char *text = NULL;
+    pl_err err;
+    if (m->backend->ops->detokenize(m->backend, ids, (int)n, &text, &err) < 0) {
+        pl_reply_error(req, &err);
+        goto done;
+    }
+    json_t *js = json_string(text);
+    pl_reply_json(req, 200, json_pack("{s:o}", "prompt", js ? js : json_string("")));
+    free(text);
+done:
+    free(ids);
+    json_decref(body);
+}
+
+void pl_info_register(pl_server *s)
+{
+    pl_server_add_route(s, "/health", PL_HTTP_GET, health, NULL);
+    pl_server_add_route(s, "/v1/models", PL_HTTP_GET, models, NULL);
+    pl_server_add_route(s, "/v1/models/*", PL_HTTP_GET, models, NULL);
+    pl_server_add_route(s, "/status", PL_HTTP_GET, status, NULL);
+    pl_server_add_route(s, "/tokenize", PL_HTTP_POST, tokenize, NULL);
+    pl_server_add_route(s, "/detokenize", PL_HTTP_POST, detokenize, NULL);
+}

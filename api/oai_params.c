@@ -1,0 +1,365 @@
+/* oai_params.c - validation of OpenAI request bodies. */
+#include "api/oai_params.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define INVALID(param, ...) \
+    pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+/* Parameters OpenAI defines that parley does not implement yet: a request
+ * that sets one (to anything but null/false) gets a 400 naming it. */
+static const char *unsupported_params[] = {
+    "tools", "tool_choice", "functions", "function_call", "audio", "prediction",
+    "web_search_options", "suffix", "guided_json", "guided_regex", "guided_choice",
+    "guided_grammar", NULL,
+};
+
+static json_t *get(json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+static int get_number(json_t *body, const char *key, double lo, double hi,
+                      bool lo_open, double *out, pl_err *err)
+{
+    json_t *v = get(body, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return INVALID(key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return INVALID(key, "'%s' must be %s %g and <= %g; got %g", key,
+                       lo_open ? ">" : ">=", lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *body, const char *key, long long lo, long long hi, int *out,
+                   pl_err *err)
+{
+    json_t *v = get(body, key);
+    if (!v)
+        return 0;
+    if (!json_is_integer(v))
+        return INVALID(key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return INVALID(key, "'%s' must be between %lld and %lld; got %lld", key, lo, hi, x);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_bool(json_t *body, const char *key, bool *out, pl_err *err)
+{
+    json_t *v = get(body, key);
+    if (!v)
+        return 0;
+    if (!json_is_boolean(v))
+        return INVALID(key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int check_unsupported(json_t *body, pl_err *err)
+{
+    for (const char **k = unsupported_params; *k; k++) {
+        json_t *v = json_object_get(body, *k);
+        if (v && !json_is_null(v) && !json_is_false(v) &&
+            !(json_is_array(v) && json_array_size(v) == 0))
+            return pl_err_set(err, 400, "invalid_request_error", *k, "unsupported_parameter",
+                              "'%s' is not supported by parley yet", *k);
+    }
+    json_t *rf = get(body, "response_format");
+    if (rf) {
+        json_t *t = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(t) || strcmp(json_string_value(t), "text"))
+            return pl_err_set(err, 400, "invalid_request_error", "response_format",
+                              "unsupported_parameter",
+                              "only response_format {\"type\":\"text\"} is supported");
+    }
+    int best_of = 1;
+    if (get_int(body, "best_of", 1, 1, &best_of, err) < 0)
+        return pl_err_set(err, 400, "invalid_request_error", "best_of", "unsupported_parameter",
+                          "best_of > 1 is not supported");
+    bool echo = false;
+    if (get_bool(body, "echo", &echo, err) < 0)
+        return -1;
+    if (echo)
+        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
+                          "echo is not supported");
+    return 0;
+}
+
+/* content: a string, or an array of {type:"text", text} parts. */
+static int parse_content(pl_oai_params *p, json_t *c, int i, const char **out, pl_err *err)
+{
+    char param[64];
+    snprintf(param, sizeof param, "messages[%d].content", i);
+    if (!c || json_is_null(c)) {
+        *out = "";
+        return 0;
+    }
+    if (json_is_string(c)) {
+        *out = json_string_value(c);
+        return 0;
+    }
+    if (!json_is_array(c))
+        return INVALID(param, "'%s' must be a string or an array of text parts", param);
+    size_t total = 1, k;
+    json_t *part;
+    json_array_foreach(c, k, part) {
+        json_t *t = json_object_get(part, "type"), *tx = json_object_get(part, "text");
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text") || !json_is_string(tx))
+            return pl_err_set(err, 400, "invalid_request_error", param, "unsupported_content",
+                              "'%s[%zu]': only {\"type\":\"text\",\"text\":...} parts are "
+                              "supported", param, k);
+        total += json_string_length(tx);
+    }
+    char *s = malloc(total), *w = s;
+    json_array_foreach(c, k, part) {
+        json_t *tx = json_object_get(part, "text");
+        memcpy(w, json_string_value(tx), json_string_length(tx));
+        w += json_string_length(tx);
+    }
+    *w = '\0';
+    p->owned_strings = realloc(p->owned_strings, (size_t)(p->n_owned + 1) * sizeof(char *));
+    p->owned_strings[p->n_owned++] = s;
+    *out = s;
+    return 0;
+}
+
+static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    static const char *roles[] = {"system", "user", "assistant", "developer", NULL};
+    json_t *m = get(body, "messages");
+    if (!m)
+        return INVALID("messages", "'messages' is required");
+    if (!json_is_array(m) || json_array_size(m) == 0)
+        return INVALID("messages", "'messages' must be a non-empty array");
+    p->n_messages = (int)json_array_size(m);
+    p->messages = calloc((size_t)p->n_messages, sizeof *p->messages);
+    for (int i = 0; i < p->n_messages; i++) {
+        json_t *msg = json_array_get(m, (size_t)i);
+        char param[64];
+        snprintf(param, sizeof param, "messages[%d].role", i);
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_object(msg) || !json_is_string(role))
+            return INVALID(param, "'%s' must be a string", param);
+        const char *r = json_string_value(role);
+        int ok = 0;
+        for (const char **q = roles; *q; q++)
+            ok |= !strcmp(*q, r);
+        if (!ok)
+            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
+                              "'%s': role '%s' is not supported (system, user, assistant, "
+                              "developer)", param, r);
+        p->messages[i].role = strcmp(r, "developer") ? r : "system";
+        if (parse_content(p, json_object_get(msg, "content"), i, &p->messages[i].content,
+                          err) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int parse_prompt(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    json_t *v = get(body, "prompt");
+    if (!v)
+        return INVALID("prompt", "'prompt' is required");
+    if (json_is_string(v)) {
+        p->prompt = json_string_value(v);
+        return 0;
+    }
+    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) {
+        p->prompt = json_string_value(json_array_get(v, 0));
+        return 0;
+    }
+    if (json_is_array(v) && json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0))) {
+        size_t n = json_array_size(v), i;
+        json_t *t;
+        p->prompt_tokens = malloc(n * sizeof *p->prompt_tokens);
+        p->n_prompt_tokens = (int)n;
+        json_array_foreach(v, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) > INT32_MAX)
+                return INVALID("prompt", "'prompt[%zu]' must be a token id", i);
+            p->prompt_tokens[i] = (int32_t)json_integer_value(t);
+        }
+        return 0;
+    }
+    return INVALID("prompt", "'prompt' must be a string, a one-string array or an array of "
+                             "token ids (batched prompts are not supported)");
+}
+
+static int parse_stop(json_t *body, pl_sampling *s, pl_err *err)
+{
+    json_t *v = get(body, "stop");
+    if (!v)
+        return 0;
+    if (json_is_string(v)) {
+        if (json_string_length(v) == 0)
+            return INVALID("stop", "'stop' strings must not be empty");
+        s->stop[s->n_stop++] = strdup(json_string_value(v));
+        return 0;
+    }
+    if (!json_is_array(v))
+        return INVALID("stop", "'stop' must be a string or an array of strings");
+    if (json_array_size(v) > PL_MAX_STOP)
+        return INVALID("stop", "'stop' allows at most %d strings; got %zu", PL_MAX_STOP,
+                       json_array_size(v));
+    size_t i;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        if (!json_is_string(x) || json_string_length(x) == 0)
+            return INVALID("stop", "'stop[%zu]' must be a non-empty string", i);
+        s->stop[s->n_stop++] = strdup(json_string_value(x));
+    }
+    return 0;
+}
+
+static int parse_logit_bias(json_t *body, pl_sampling *s, pl_err *err)
+{
+    json_t *v = get(body, "logit_bias");
+    if (!v)
+        return 0;
+    if (!json_is_object(v))
+        return INVALID("logit_bias", "'logit_bias' must be an object of token id -> bias");
+    if (json_object_size(v) > 1024)
+        return INVALID("logit_bias", "'logit_bias' has more than 1024 entries");
+    s->logit_bias = calloc(json_object_size(v) + 1, sizeof *s->logit_bias);
+    const char *k;
+    json_t *b;
+    json_object_foreach(v, k, b) {
+        char *end;
+        long id = strtol(k, &end, 10);
+        if (*k == '\0' || *end || id < 0 || id > INT32_MAX)
+            return INVALID("logit_bias", "'logit_bias' key '%s' is not a token id", k);
+        if (!json_is_number(b) || fabs(json_number_value(b)) > 100)
+            return INVALID("logit_bias", "'logit_bias[%s]' must be a number in -100..100", k);
+        s->logit_bias[s->n_logit_bias].token = (int32_t)id;
+        s->logit_bias[s->n_logit_bias++].bias = (float)json_number_value(b);
+    }
+    return 0;
+}
+
+static int parse_logprobs(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    pl_sampling *s = &p->sampling;
+    if (p->chat) {
+        if (get_bool(body, "logprobs", &s->logprobs, err) < 0 ||
+            get_int(body, "top_logprobs", 0, PL_MAX_TOP_LOGPROBS, &s->top_logprobs, err) < 0)
+            return -1;
+        if (get(body, "top_logprobs") && !s->logprobs)
+            return INVALID("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+        p->logprobs_n = s->top_logprobs;
+        return 0;
+    }
+    int n = -1;
+    if (get_int(body, "logprobs", 0, 5, &n, err) < 0)
+        return -1;
+    if (n >= 0) {
+        s->logprobs = true;
+        s->top_logprobs = n;
+        p->logprobs_n = n;
+    }
+    return 0;
+}
+
+static int parse_sampling(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    pl_sampling *s = &p->sampling;
+    if (get_number(body, "temperature", 0, 2, false, &s->temperature, err) < 0 ||
+        get_number(body, "top_p", 0, 1, true, &s->top_p, err) < 0 ||
+        get_int(body, "top_k", -1, 1000000, &s->top_k, err) < 0 ||
+        get_number(body, "min_p", 0, 1, false, &s->min_p, err) < 0 ||
+        get_number(body, "presence_penalty", -2, 2, false, &s->presence_penalty, err) < 0 ||
+        get_number(body, "frequency_penalty", -2, 2, false, &s->frequency_penalty, err) < 0 ||
+        get_number(body, "repetition_penalty", 0, 10, true, &s->repetition_penalty, err) < 0 ||
+        get_bool(body, "ignore_eos", &s->ignore_eos, err) < 0)
+        return -1;
+    const char *mt = get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (get_int(body, mt, 1, 1 << 30, &s->max_tokens, err) < 0)
+        return -1;
+    json_t *seed = get(body, "seed");
+    if (seed) {
+        if (!json_is_integer(seed))
+            return INVALID("seed", "'seed' must be an integer");
+        s->seed = (uint64_t)json_integer_value(seed);
+        s->has_seed = true;
+    }
+    if (parse_stop(body, s, err) < 0 || parse_logit_bias(body, s, err) < 0)
+        return -1;
+    return parse_logprobs(body, p, err);
+}
+
+static int parse_stream(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    if (get_bool(body, "stream", &p->stream, err) < 0)
+        return -1;
+    json_t *so = get(body, "stream_options");
+    if (!so)
+        return 0;
+    if (!p->stream)
+        return INVALID("stream_options", "'stream_options' is only allowed with 'stream': true");
+    if (!json_is_object(so))
+        return INVALID("stream_options", "'stream_options' must be an object");
+    json_t *iu = json_object_get(so, "include_usage");
+    if (iu && !json_is_null(iu) && !json_is_boolean(iu))
+        return INVALID("stream_options.include_usage", "'include_usage' must be a boolean");
+    p->include_usage = json_is_true(iu);
+    return 0;
+}
+
+int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
+{
+    memset(p, 0, sizeof *p);
+    p->chat = chat;
+    p->n = 1;
+    pl_sampling_defaults(&p->sampling);
+    json_t *model = get(body, "model");
+    if (!model)
+        return INVALID("model", "'model' is required");
+    if (!json_is_string(model))
+        return INVALID("model", "'model' must be a string");
+    p->model = json_string_value(model);
+    if (check_unsupported(body, err) < 0)
+        return -1;
+    if ((chat ? parse_messages(body, p, err) : parse_prompt(body, p, err)) < 0)
+        return -1;
+    if (parse_stream(body, p, err) < 0 || parse_sampling(body, p, err) < 0 ||
+        get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
+        get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
+        return -1;
+    json_t *user = get(body, "user");
+    if (user && !json_is_string(user))
+        return INVALID("user", "'user' must be a string");
+    return 0;
+}
+
+void pl_oai_params_free(pl_oai_params *p)
+{
+    for (int i = 0; i < p->n_owned; i++)
+        free(p->owned_strings[i]);
+    free(p->owned_strings);
+    free(p->messages);
+    free(p->prompt_tokens);
+    pl_sampling_free(&p->sampling);
+    memset(p, 0, sizeof *p);
+}
+
+void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
+{
+    memset(r, 0, sizeof *r);
+    r->messages = p->messages;
+    r->n_messages = p->n_messages;
+    r->add_generation_prompt = true;
+    r->prompt = p->prompt;
+    r->prompt_tokens = p->prompt_tokens;
+    r->n_prompt_tokens = p->n_prompt_tokens;
+    r->sampling = p->sampling;
+    r->priority = p->priority;
+}

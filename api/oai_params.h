@@ -1,0 +1,42 @@
+/* oai_params.h - OpenAI request bodies (chat/completions, completions) into
+ * validated parameters. Errors name the offending parameter. */
+#ifndef PL_API_OAI_PARAMS_H
+#define PL_API_OAI_PARAMS_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "backends/backend.h"
+
+#define PL_OAI_MAX_N 128
+
+typedef struct pl_oai_params {
+    bool chat;                   /**< /v1/chat/completions */
+    const char *model;           /**< borrowed from the body */
+    pl_chat_message *messages;   /**< owned array; strings borrowed/owned below */
+    int n_messages;
+    char **owned_strings;        /**< joined content parts, freed with params */
+    int n_owned;
+    const char *prompt;          /**< completions text (borrowed) */
+    int32_t *prompt_tokens;      /**< completions token array (owned) */
+    int n_prompt_tokens;
+    bool stream;
+    bool include_usage;
+    int n;                       /**< choices */
+    int logprobs_n;              /**< completions: logprobs=N; chat: top_logprobs */
+    pl_sampling sampling;        /**< owned (stop strings, logit_bias) */
+    int priority;
+} pl_oai_params;
+
+/**
+ * Validate body into p (p borrows strings from body, which must outlive
+ * it). Returns 0, or -1 with a 400 pl_err naming the parameter.
+ */
+int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err);
+void pl_oai_params_free(pl_oai_params *p);
+
+/** Fill a backend request from parsed params (borrows from p). */
+void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r);
+
+#endif

@@ -1,0 +1,176 @@
+/* respond.c - JSON replies, OpenAI errors, request bodies, JSON escaping. */
+#include "api/respond.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/keyvalq_struct.h>
+
+const char *pl_http_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 409: return "Conflict";
+    case 413: return "Payload Too Large";
+    case 429: return "Too Many Requests";
+    case 500: return "Internal Server Error";
+    case 503: return "Service Unavailable";
+    default: return "Error";
+    }
+}
+
+void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
+{
+    struct evbuffer *out = evbuffer_new();
+    char *s = json_dumps(body, JSON_COMPACT);
+    if (s) {
+        evbuffer_add(out, s, strlen(s));
+        free(s);
+    }
+    evbuffer_add(out, "\n", 1);
+    json_decref(body);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "application/json");
+    evhttp_send_reply(req, status, pl_http_reason(status), out);
+    evbuffer_free(out);
+}
+
+json_t *pl_err_to_json(const pl_err *e)
+{
+    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message,
+                     "type", e->type, "param",
+                     e->param[0] ? json_string(e->param) : json_null(), "code",
+                     e->code[0] ? json_string(e->code) : json_null());
+}
+
+void pl_reply_error(struct evhttp_request *req, const pl_err *e)
+{
+    pl_reply_json(req, e->status, pl_err_to_json(e));
+}
+
+void pl_reply_errorf(struct evhttp_request *req, int status, const char *type,
+                     const char *param, const char *code, const char *fmt, ...)
+{
+    pl_err e;
+    char msg[sizeof e.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pl_err_set(&e, status, type, param, code, "%s", msg);
+    pl_reply_error(req, &e);
+}
+
+json_t *pl_read_json_body(struct evhttp_request *req, long max_bytes)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    if ((long)len > max_bytes) {
+        pl_reply_errorf(req, 413, "invalid_request_error", NULL, "request_too_large",
+                        "request body is %zu bytes; the limit is %ld", len, max_bytes);
+        return NULL;
+    }
+    if (len == 0) {
+        pl_reply_errorf(req, 400, "invalid_request_error", NULL, "invalid_json",
+                        "request body is empty; expected a JSON object");
+        return NULL;
+    }
+    const char *data = (const char *)evbuffer_pullup(in, -1);
+    json_error_t jerr;
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root) {
+        pl_reply_errorf(req, 400, "invalid_request_error", NULL, "invalid_json",
+                        "malformed JSON at line %d column %d: %s", jerr.line,
+                        jerr.column, jerr.text);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        pl_reply_errorf(req, 400, "invalid_request_error", NULL, "invalid_json",
+                        "request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* Length of a valid UTF-8 sequence at s (max n bytes), or 0 when invalid. */
+static size_t utf8_seq_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t need;
+    unsigned min;
+    if (c < 0x80)
+        return 1;
+    if ((c & 0xE0) == 0xC0) { need = 2; min = 0x80; }
+    else if ((c & 0xF0) == 0xE0) { need = 3; min = 0x800; }
+    else if ((c & 0xF8) == 0xF0) { need = 4; min = 0x10000; }
+    else return 0;
+    if (need > n)
+        return 0;
+    unsigned cp = c & (0x7F >> need);
+    for (size_t i = 1; i < need; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return need;
+}
+
+void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t run = 0;   /* bytes copied verbatim, flushed lazily */
+    for (size_t i = 0; i < len;) {
+        unsigned char c = p[i];
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            run++;
+            i++;
+            continue;
+        }
+        if (c >= 0x80) {
+            size_t k = utf8_seq_len(p + i, len - i);
+            if (k) {
+                run += k;
+                i += k;
+                continue;
+            }
+        }
+        if (run)
+            evbuffer_add(b, p + i - run, run);
+        run = 0;
+        char esc[8];
+        size_t el = 2;
+        esc[0] = '\\';
+        switch (c) {
+        case '"': esc[1] = '"'; break;
+        case '\\': esc[1] = '\\'; break;
+        case '\n': esc[1] = 'n'; break;
+        case '\r': esc[1] = 'r'; break;
+        case '\t': esc[1] = 't'; break;
+        default:
+            if (c >= 0x80) {          /* invalid UTF-8 byte */
+                evbuffer_add(b, "\xEF\xBF\xBD", 3);
+                i++;
+                continue;
+            }
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            el = 6;
+        }
+        evbuffer_add(b, esc, el);
+        i++;
+    }
+    if (run)
+        evbuffer_add(b, p + len - run, run);
+}

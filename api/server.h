@@ -1,0 +1,75 @@
+/* server.h - parley's HTTP server: the evhttp front, the route table, the
+ * served models, and request limits.
+ *
+ * Everything here runs on the main (libevent) thread.
+ */
+#ifndef PL_API_SERVER_H
+#define PL_API_SERVER_H
+
+#include <stdint.h>
+
+#include <event2/http.h>
+#include <jansson.h>
+
+#include "backends/backend.h"
+
+typedef struct pl_server pl_server;
+
+/** A served model: the name clients use and the backend behind it. */
+typedef struct pl_model_entry {
+    char *name;                  /**< owned */
+    pl_backend *backend;         /**< owned by the server */
+    int64_t created;             /**< unix time the model was loaded */
+} pl_model_entry;
+
+/** HTTP methods as a bitmask, for routes. */
+#define PL_HTTP_GET 1u
+#define PL_HTTP_POST 2u
+#define PL_HTTP_DELETE 4u
+
+/** A route handler. path is the decoded request path (no query). */
+typedef void (*pl_route_fn)(pl_server *s, struct evhttp_request *req,
+                            const char *path, void *ud);
+
+/** A hook other modules use to add to GET /status (e.g. the jobs API). */
+typedef void (*pl_status_fn)(pl_server *s, json_t *status, void *ud);
+
+typedef struct pl_server_opts {
+    long max_body_bytes;         /**< 413 above */
+    long stream_buffer_bytes;    /**< per-stream output cap before pausing */
+} pl_server_opts;
+
+/** Create a server on base. Returns NULL on error. */
+pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o);
+/** Stop listening, abort streams and free the models. */
+void pl_server_free(pl_server *s);
+
+/** Add a model; the server owns the backend from now on. */
+int pl_server_add_model(pl_server *s, const char *name, pl_backend *b);
+/** Find a served model by name; NULL when unknown. */
+pl_model_entry *pl_server_find_model(pl_server *s, const char *name);
+int pl_server_n_models(const pl_server *s);
+pl_model_entry *pl_server_model(pl_server *s, int i);
+
+/**
+ * Add a route. A pattern ending in '*' matches any path with that prefix;
+ * otherwise the match is exact. methods is a PL_HTTP_* mask: a matching
+ * path with another method gets 405.
+ */
+int pl_server_add_route(pl_server *s, const char *pattern, unsigned methods,
+                        pl_route_fn fn, void *ud);
+void pl_server_add_status_hook(pl_server *s, pl_status_fn fn, void *ud);
+
+/** Bind and listen. *port_io: in, the port (0 = any); out, the real one. */
+int pl_server_listen(pl_server *s, const char *host, int *port_io);
+
+struct event_base *pl_server_base(pl_server *s);
+const pl_server_opts *pl_server_get_opts(const pl_server *s);
+
+/** Run every status hook into st (used by GET /status). */
+void pl_server_run_status_hooks(pl_server *s, json_t *st);
+
+/** A fresh id with the given prefix, e.g. "chatcmpl-" + 24 hex chars. */
+void pl_server_new_id(pl_server *s, const char *prefix, char *out, size_t n);
+
+#endif

@@ -1,0 +1,188 @@
+/* sse.c - the SSE writer: chunked replies, backpressure, close watching. */
+#include "api/sse.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+
+struct pl_sse {
+    struct evhttp_request *req;
+    pl_close_watch *watch;
+    struct evbuffer *buf;
+    long cap;
+    bool paused;
+    pl_sse_cbs cbs;
+};
+
+struct pl_close_watch {
+    struct evhttp_connection *conn;
+    struct event *ev;            /* first a delay timer, then the EOF poll */
+    evutil_socket_t fd;
+    void (*fn)(void *);
+    void *ud;
+};
+
+/* Most requests finish within milliseconds; polling their socket would
+ * cost two epoll_ctl calls each. Arm the poll only after this delay. */
+static const struct timeval watch_delay = {0, 20000};
+
+static void watch_free(pl_close_watch *w)
+{
+    evhttp_connection_set_closecb(w->conn, NULL, NULL);
+    if (w->ev)
+        event_free(w->ev);
+    free(w);
+}
+
+static void watch_closed(struct evhttp_connection *conn, void *arg)
+{
+    pl_close_watch *w = arg;
+    void (*fn)(void *) = w->fn;
+    void *ud = w->ud;
+    watch_free(w);
+    fn(ud);
+}
+
+/* The socket is readable while a request is in progress: EOF or an error
+ * means the client left; data means a pipelined request, so stop looking. */
+static void watch_readable(evutil_socket_t fd, short what, void *arg)
+{
+    pl_close_watch *w = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        event_add(w->ev, NULL);
+        return;
+    }
+    if (n > 0)
+        return;
+    /* Freeing the connection runs its close callback (watch_closed),
+     * which frees w and tells the owner; evhttp frees the request. */
+    evhttp_connection_free(w->conn);
+}
+
+static void watch_arm(evutil_socket_t unused, short what, void *arg)
+{
+    pl_close_watch *w = arg;
+    event_assign(w->ev, event_get_base(w->ev), w->fd, EV_READ, watch_readable, w);
+    event_add(w->ev, NULL);
+}
+
+pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), void *ud)
+{
+    struct evhttp_connection *conn = evhttp_request_get_connection(req);
+    pl_close_watch *w = conn ? calloc(1, sizeof *w) : NULL;
+    if (!w)
+        return NULL;
+    w->conn = conn;
+    w->fn = fn;
+    w->ud = ud;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(conn);
+    w->fd = bev ? bufferevent_getfd(bev) : -1;
+    if (w->fd >= 0) {
+        w->ev = evtimer_new(bufferevent_get_base(bev), watch_arm, w);
+        evtimer_add(w->ev, &watch_delay);
+    }
+    evhttp_connection_set_closecb(conn, watch_closed, w);
+    return w;
+}
+
+void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w)
+{
+    if (w)
+        watch_free(w);
+}
+
+static void sse_closed(void *arg)
+{
+    pl_sse *s = arg;
+    s->req = NULL;
+    s->watch = NULL;
+    s->cbs.on_close(s->cbs.ud);
+}
+
+size_t pl_sse_pending(const pl_sse *s)
+{
+    if (!s->req)
+        return 0;
+    struct evhttp_connection *conn = evhttp_request_get_connection(s->req);
+    struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+    return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+/* Called by evhttp once the connection's output has drained. */
+static void sse_drained(struct evhttp_connection *conn, void *arg)
+{
+    pl_sse *s = arg;
+    if (s->paused) {
+        s->paused = false;
+        if (s->cbs.on_pause)
+            s->cbs.on_pause(s->cbs.ud, false);
+    }
+}
+
+pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
+{
+    pl_sse *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->req = req;
+    s->buf = evbuffer_new();
+    s->cap = cap;
+    s->cbs = cbs;
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "text/event-stream");
+    evhttp_add_header(h, "Cache-Control", "no-cache");
+    evhttp_add_header(h, "X-Accel-Buffering", "no");
+    evhttp_send_reply_start(req, 200, "OK");
+    s->watch = pl_watch_close(req, sse_closed, s);
+    return s;
+}
+
+struct evbuffer *pl_sse_buf(pl_sse *s)
+{
+    return s->buf;
+}
+
+void pl_sse_flush(pl_sse *s)
+{
+    if (!s->req) {
+        evbuffer_drain(s->buf, evbuffer_get_length(s->buf));
+        return;
+    }
+    evhttp_send_reply_chunk_with_cb(s->req, s->buf, sse_drained, s);
+    if (!s->paused && (long)pl_sse_pending(s) > s->cap) {
+        s->paused = true;
+        if (s->cbs.on_pause)
+            s->cbs.on_pause(s->cbs.ud, true);
+    }
+}
+
+void pl_sse_send_data(pl_sse *s, const char *json, size_t len)
+{
+    evbuffer_add(s->buf, "data: ", 6);
+    evbuffer_add(s->buf, json, len);
+    evbuffer_add(s->buf, "\n\n", 2);
+    pl_sse_flush(s);
+}
+
+void pl_sse_end(pl_sse *s)
+{
+    if (s->req) {
+        pl_unwatch_close(s->req, s->watch);
+        evhttp_send_reply_end(s->req);
+    }
+    evbuffer_free(s->buf);
+    free(s);
+}
+
+void pl_sse_free_closed(pl_sse *s)
+{
+    evbuffer_free(s->buf);
+    free(s);
+}

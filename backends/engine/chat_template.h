@@ -1,0 +1,116 @@
+/* chat_template.h - native chat-template rendering.
+ *
+ * A GGUF carries its chat template as Jinja source
+ * (tokenizer.chat_template). parley does not run Jinja: it recognises the
+ * template's family by distinctive markers and renders the conversation with
+ * a small C renderer per family that reproduces the official template's
+ * output byte for byte (checked against jinja2 in tests/test_chat_template.c,
+ * fixtures from tests/fixtures/gen_chat_template_fixtures.py).
+ *
+ * Two levels:
+ *  - pl_chat_tmpl: the family alone ("chatml", "llama3", ...), as named by
+ *    --chat-template; pl_chat_tmpl_render() renders its canonical form.
+ *  - pl_chat_style: a family plus the variant details read from one
+ *    template's source (a default system prompt, Mistral's spacing, Gemma's
+ *    BOS, ...); pl_chat_style_render() renders exactly that template.
+ *
+ * Messages carry only role and content. Roles other than system, user and
+ * assistant are rendered as the family's template would render them (ChatML
+ * and Llama 3 print any role; Qwen 2.5 wraps "tool" in <tool_response>;
+ * strict families reject what their template rejects).
+ */
+#ifndef PL_CHAT_TEMPLATE_H
+#define PL_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+
+#include "backends/backend.h"
+
+typedef enum pl_chat_tmpl {
+    PL_CHAT_TMPL_CHATML = 0, /**< <|im_start|>role\n...<|im_end|>\n (Qwen, SmolLM, Hermes) */
+    PL_CHAT_TMPL_LLAMA3,     /**< <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    PL_CHAT_TMPL_LLAMA2,     /**< <s>[INST] <<SYS>>\n...\n<</SYS>>\n\n... [/INST] ... </s> */
+    PL_CHAT_TMPL_MISTRAL,    /**< <s>[INST] ... [/INST]...</s>, strict alternation */
+    PL_CHAT_TMPL_GEMMA,      /**< <start_of_turn>user|model\n...<end_of_turn>\n */
+    PL_CHAT_TMPL_PHI3,       /**< <|role|>\n...<|end|>\n */
+    PL_CHAT_TMPL_ZEPHYR,     /**< <|role|>\n...</s>\n */
+    PL_CHAT_TMPL_UNKNOWN,    /**< not recognised: the caller decides (error or fallback) */
+} pl_chat_tmpl;
+
+/** Variant bits of a pl_chat_style, read from the template source. */
+enum {
+    /** chatml: Qwen 2.5's tool branch ("tool" turns in <tool_response>,
+     *  other unknown roles dropped). */
+    PL_CHAT_F_QWEN_TOOLS = 1u << 0,
+    /** llama3: the assistant header is added even without
+     *  add_generation_prompt (the first Llama 3 release). */
+    PL_CHAT_F_ALWAYS_GEN = 1u << 1,
+    /** mistral: an optional leading system message is merged into the first
+     *  user turn, turns are " [INST] ... [/INST]" and " answer</s>". */
+    PL_CHAT_F_MISTRAL_SYSTEM = 1u << 2,
+    /** mistral (legacy): a space follows each answer's EOS (v0.1). */
+    PL_CHAT_F_EOS_SPACE = 1u << 3,
+    /** gemma: the template starts with bos_token (gemma-1.1 and later). */
+    PL_CHAT_F_BOS = 1u << 4,
+};
+
+/** A family with the variant details of one template. */
+typedef struct pl_chat_style {
+    pl_chat_tmpl tmpl;
+    unsigned flags;          /**< PL_CHAT_F_* bits */
+    char *default_system;    /**< owned; inserted when messages[0] is not a
+                                  system message; NULL = none */
+} pl_chat_style;
+
+/** Family of a GGUF tokenizer.chat_template source, by its markers.
+ *  NULL, empty or unrecognised source gives PL_CHAT_TMPL_UNKNOWN. */
+pl_chat_tmpl pl_chat_tmpl_detect(const char *jinja_src);
+
+/** Family named by --chat-template NAME ("chatml", "llama3", "llama2",
+ *  "mistral", "gemma", "phi3", "zephyr"). Returns 0 and *out, or -1 for an
+ *  unknown name (*out untouched). */
+int pl_chat_tmpl_from_name(const char *name, pl_chat_tmpl *out);
+
+/** The --chat-template name of a family; "unknown" for UNKNOWN. Static. */
+const char *pl_chat_tmpl_name(pl_chat_tmpl t);
+
+/** Comma-separated list of the accepted names, for help and errors. Static. */
+const char *pl_chat_tmpl_names(void);
+
+/**
+ * Read family, variant bits and default system prompt from a template
+ * source. A default system prompt is taken from a literal
+ * '<|im_start|>system\n...<|im_end|>' in a ChatML template (SmolLM2, Qwen).
+ * Returns 0 (s->tmpl may be UNKNOWN), -1 on out of memory. Free with
+ * pl_chat_style_free().
+ */
+int pl_chat_style_init(pl_chat_style *s, const char *jinja_src);
+
+/** The canonical style of a family (what --chat-template NAME selects):
+ *  no default system prompt; gemma with BOS; mistral as v0.2 (legacy). */
+void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t);
+
+/** Free what pl_chat_style_init allocated; s is reset to UNKNOWN. */
+void pl_chat_style_free(pl_chat_style *s);
+
+/**
+ * Render messages[0..n) with a style into a malloc'd NUL-terminated string
+ * (*out, the caller frees). bos_text / eos_text are the model's BOS and EOS
+ * token texts as the template's bos_token / eos_token (NULL = "").
+ * add_generation_prompt ends with the assistant header where the template
+ * has one. Returns 0, or -1 with *err set: 400 (param "messages") for what
+ * the real template rejects (n < 1, a NULL role, roles it forbids,
+ * non-alternating turns), 500 for out of memory or an UNKNOWN style.
+ * A NULL content renders as "".
+ */
+int pl_chat_style_render(const pl_chat_style *s, const pl_chat_message *msgs,
+                         int n, bool add_generation_prompt,
+                         const char *bos_text, const char *eos_text,
+                         char **out, pl_err *err);
+
+/** pl_chat_style_render() with the canonical style of family t. */
+int pl_chat_tmpl_render(pl_chat_tmpl t, const pl_chat_message *msgs, int n,
+                        bool add_generation_prompt, const char *bos_text,
+                        const char *eos_text, char **out, pl_err *err);
+
+#endif

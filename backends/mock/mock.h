@@ -1,0 +1,38 @@
+/* mock.h - a deterministic backend for tests and benchmarks.
+ *
+ * It produces words from a seeded generator (or echoes the prompt),
+ * delivers them on the main loop through timers, never blocks, and honours
+ * max_tokens, stop strings, a per-token delay and a capacity (requests past
+ * it wait in FIFO order). It counts aborted requests.
+ */
+#ifndef PL_MOCK_H
+#define PL_MOCK_H
+
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+typedef struct pl_mock_opts {
+    const char *model;           /**< served name, e.g. "mock" */
+    int token_delay_ms;
+    int capacity;
+    uint64_t seed;
+    int echo;                    /**< 1: echo the prompt's words */
+    int max_model_len;
+} pl_mock_opts;
+
+/** Create a mock backend on the given loop. Free with pl_backend_free. */
+pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o);
+
+typedef struct pl_mock_counts {
+    uint64_t submitted, completed, aborted;
+    int active, queued, paused;
+} pl_mock_counts;
+
+/** Counters, for tests (b must be a mock backend). */
+pl_mock_counts pl_mock_get_counts(pl_backend *b);
+
+/** Script failures for tests: the next n requests fail with an error. */
+void pl_mock_fail_next(pl_backend *b, int n);
+
+#endif

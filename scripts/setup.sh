@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# setup.sh - install what is missing (Debian packages, a Python venv), build
+# parley into build/, and fetch the default model. Idempotent.
+#   scripts/setup.sh           build + model
+#   scripts/setup.sh --test    also the test tools (pytest, openai SDK, clang)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+pkgs=(build-essential pkg-config meson ninja-build python3 python3-venv python3-pip
+      libevent-dev libjansson-dev libyaml-dev libcurl4-openssl-dev libpcre2-dev
+      libopenblas-dev libcriterion-dev)
+[ $want_test = 1 ] && pkgs+=(clang libclang-rt-14-dev libmicrohttpd-dev)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# A private venv for the model download and the Python tests.
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+if [ $want_test = 1 ]; then
+    .venv/bin/python -c "import openai, pytest" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check openai pytest
+fi
+
+if [ ! -f build/build.ninja ]; then
+    meson setup build --buildtype=release
+fi
+ninja -C build
+
+scripts/fetch_model.sh

@@ -1,0 +1,85 @@
+/* cmd_serve.c - `parley serve`: load the models and run the HTTP server. */
+#include "src/cmd_serve.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "api/info.h"
+#include "api/oai_chat.h"
+#include "api/server.h"
+#include "src/config.h"
+#include "src/log.h"
+#include "src/models_init.h"
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    pl_info("signal %d: shutting down", (int)sig);
+    event_base_loopexit(arg, NULL);
+}
+
+static int add_models(pl_server *srv, struct event_base *base, const pl_opts *o,
+                      const pl_config *cfg)
+{
+    char err[512];
+    if (cfg->n_models == 0) {
+        const char *name = o->served_model_name[0] ? o->served_model_name : NULL;
+        pl_backend *b = pl_models_open(base, o, name, err, sizeof err);
+        if (!b || pl_server_add_model(srv, b->model, b) < 0) {
+            fprintf(stderr, "parley: %s\n", b ? "duplicate model name" : err);
+            pl_backend_free(b);
+            return -1;
+        }
+        return 0;
+    }
+    for (int i = 0; i < cfg->n_models; i++) {
+        const pl_model_cfg *m = &cfg->models[i];
+        pl_backend *b = pl_models_open(base, &m->opts, m->name, err, sizeof err);
+        if (!b || pl_server_add_model(srv, m->name, b) < 0) {
+            fprintf(stderr, "parley: model '%s': %s\n", m->name, b ? "duplicate name" : err);
+            pl_backend_free(b);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
+{
+    int rc = 1;
+    signal(SIGPIPE, SIG_IGN);
+    evthread_use_pthreads();
+    struct event_base *base = event_base_new();
+    pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
+                         .stream_buffer_bytes = o->stream_buffer_bytes};
+    pl_server *srv = pl_server_new(base, &so);
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    if (!srv || add_models(srv, base, o, cfg) < 0)
+        goto done;
+    pl_info_register(srv);
+    pl_oai_chat_register(srv);
+    int port = o->port;
+    if (pl_server_listen(srv, o->host, &port) < 0) {
+        fprintf(stderr, "parley: cannot listen on %s:%d\n", o->host, o->port);
+        goto done;
+    }
+    evsignal_add(sigint, NULL);
+    evsignal_add(sigterm, NULL);
+    printf("parley listening on http://%s:%d\n", o->host, port);
+    fflush(stdout);
+    event_base_dispatch(base);
+    rc = 0;
+done:
+    if (sigint)
+        event_free(sigint);
+    if (sigterm)
+        event_free(sigterm);
+    pl_server_free(srv);
+    event_base_free(base);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* config.h - the config file: server options and the models section.
+ *
+ * A YAML (or JSON) file:
+ *
+ *   port: 8000
+ *   models:                     # or seed 000's `model_definitions`
+ *     mock:
+ *       backend: mock
+ *       mock_capacity: 64       # any per-model option, flat or under `options:`
+ *       vllm_config:
+ *         max_num_seqs_upper_bound: 256   # alias of max_num_seqs
+ *
+ * Errors name the file, the line and the key.
+ */
+#ifndef PL_CONFIG_H
+#define PL_CONFIG_H
+
+#include "src/options.h"
+
+typedef struct pl_model_cfg {
+    char *name;                  /**< the name clients use */
+    pl_opts opts;                /**< global options overridden per model */
+} pl_model_cfg;
+
+typedef struct pl_config {
+    int n_models;
+    pl_model_cfg *models;
+} pl_config;
+
+/**
+ * Apply the config file's server options onto *o and read its models
+ * (each starting from a copy of *o). Returns 0, or -1 with
+ * "FILE:LINE: key 'models.x.backend': message" in err.
+ */
+int pl_config_load(const char *path, pl_opts *o, pl_config *cfg, char *err,
+                   size_t errlen);
+void pl_config_free(pl_config *cfg);
+
+#endif

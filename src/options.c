@@ -1,0 +1,302 @@
+/* options.c - the one option table, and the parsers it drives. */
+#include "src/options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPT(name, type, lo, hi, def, env, choices, field, scope, help) \
+    {name, type, lo, hi, def, env, choices, offsetof(pl_opts, field), scope, help}
+#define S PL_OPT_SERVE
+#define M (PL_OPT_SERVE | PL_OPT_MODEL)
+
+const pl_option pl_options[] = {
+    OPT("host", PL_OPT_STRING, 0, 0, "127.0.0.1", "PARLEY_HOST", NULL, host, S,
+        "address to bind"),
+    OPT("port", PL_OPT_INT, 0, 65535, "8000", "PARLEY_PORT", NULL, port, S,
+        "port to bind (0 picks a free port)"),
+    OPT("backend", PL_OPT_STRING, 0, 0, "auto", "PARLEY_BACKEND", "auto|cpu|cuda|mock",
+        backend, M, "backend for the model: auto picks cuda when a GPU is present, else cpu"),
+    OPT("config", PL_OPT_STRING, 0, 0, "", "PARLEY_CONFIG", NULL, config, S,
+        "YAML or JSON config file (models section)"),
+    OPT("model", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL", NULL, model, M,
+        "GGUF model path (default: the embedded SmolLM2-135M-Instruct)"),
+    OPT("served-model-name", PL_OPT_STRING, 0, 0, "", NULL, NULL, served_model_name, S,
+        "model name clients use (default: derived from the model)"),
+    OPT("threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_THREADS", NULL, threads, M,
+        "CPU runner threads (0 = all cores)"),
+    OPT("mock-token-delay-ms", PL_OPT_INT, 0, 60000, "0", NULL, NULL, mock_token_delay_ms, M,
+        "mock backend: delay between tokens"),
+    OPT("mock-capacity", PL_OPT_INT, 1, 1000000, "256", NULL, NULL, mock_capacity, M,
+        "mock backend: concurrent sequences"),
+    OPT("mock-seed", PL_OPT_INT, 0, 2147483647, "0", NULL, NULL, mock_seed, M,
+        "mock backend: seed of the token generator"),
+    OPT("mock-mode", PL_OPT_STRING, 0, 0, "random", NULL, "random|echo", mock_mode, M,
+        "mock backend: seeded random words, or echo the prompt"),
+    OPT("max-body-bytes", PL_OPT_LONG, 1024, 1073741824, "4194304", NULL, NULL,
+        max_body_bytes, S, "largest request body accepted (413 above)"),
+    OPT("stream-buffer-bytes", PL_OPT_LONG, 4096, 1073741824, "262144", NULL, NULL,
+        stream_buffer_bytes, S, "pending output per stream before delivery pauses"),
+    OPT("chat-template", PL_OPT_STRING, 0, 0, "", NULL, NULL, chat_template, M,
+        "override the chat template: chatml|llama3|llama2|mistral|gemma|phi3|zephyr"),
+    OPT("chat-template-strict", PL_OPT_BOOL, 0, 0, "false", NULL, NULL,
+        chat_template_strict, M, "fail instead of falling back to ChatML"),
+    OPT("max-num-seqs", PL_OPT_INT, 1, 65536, "256", NULL, NULL, max_num_seqs, M,
+        "upper bound of concurrent sequences"),
+    OPT("max-num-batched-tokens", PL_OPT_INT, 16, 1048576, "2048", NULL, NULL,
+        max_num_batched_tokens, M, "token budget of one engine step"),
+    OPT("block-size", PL_OPT_INT, 1, 256, "16", NULL, NULL, block_size, M,
+        "KV cache block size in tokens"),
+    OPT("kv-cache-mb", PL_OPT_INT, 1, 1048576, "2048", NULL, NULL, kv_cache_mb, M,
+        "CPU KV cache size in MiB"),
+    OPT("max-model-len", PL_OPT_INT, 0, 1048576, "0", NULL, NULL, max_model_len, M,
+        "context length (0 = the model's, at most 2048 on CPU)"),
+    OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, async_scheduling, M,
+        "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
+    OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, prefix_caching, M,
+        "reuse cached KV blocks of shared prompt prefixes"),
+    OPT("gpu-memory-utilization", PL_OPT_DOUBLE, 0.05, 1.0, "0.9", NULL, NULL,
+        gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
+    OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda_graphs, M,
+        "capture decode steps in CUDA graphs (--no-cuda-graphs disables)"),
+    OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
+        log_level, S, "log verbosity"),
+};
+const size_t pl_n_options = sizeof pl_options / sizeof pl_options[0];
+
+#undef S
+#undef M
+
+static void *opt_field(pl_opts *o, const pl_option *d)
+{
+    return (char *)o + d->offset;
+}
+
+static int opt_in_choices(const char *choices, const char *v)
+{
+    size_t n = strlen(v);
+    for (const char *p = choices; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, v, n) == 0)
+            return 1;
+        p = bar ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Parse text into the option's field. */
+static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err,
+                        size_t errlen)
+{
+    void *f = opt_field(o, d);
+    char *end;
+    errno = 0;
+    switch (d->type) {
+    case PL_OPT_STRING:
+        if (d->choices && !opt_in_choices(d->choices, v)) {
+            snprintf(err, errlen, "'%s' is not one of %s", v, d->choices);
+            return -1;
+        }
+        free(*(char **)f);
+        *(char **)f = strdup(v);
+        return 0;
+    case PL_OPT_BOOL:
+        if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
+            *(bool *)f = true;
+        else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no"))
+            *(bool *)f = false;
+        else {
+            snprintf(err, errlen, "'%s' is not a boolean (true or false)", v);
+            return -1;
+        }
+        return 0;
+    case PL_OPT_DOUBLE: {
+        double x = strtod(v, &end);
+        if (end == v || *end || errno || !isfinite(x) || x < d->min || x > d->max) {
+            snprintf(err, errlen, "'%s' must be a number in %g..%g", v, d->min, d->max);
+            return -1;
+        }
+        *(double *)f = x;
+        return 0;
+    }
+    case PL_OPT_INT:
+    case PL_OPT_LONG: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end || errno || x < (long long)d->min || x > (long long)d->max) {
+            snprintf(err, errlen, "'%s' must be an integer in %.0f..%.0f", v, d->min, d->max);
+            return -1;
+        }
+        if (d->type == PL_OPT_INT)
+            *(int *)f = (int)x;
+        else
+            *(long *)f = (long)x;
+        return 0;
+    }
+    }
+    return -1;
+}
+
+/* Find by name; '_' and '-' are the same. */
+static const pl_option *opt_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < pl_n_options; i++) {
+        const char *n = pl_options[i].name;
+        if (strlen(n) != len)
+            continue;
+        size_t j = 0;
+        for (; j < len; j++) {
+            char a = name[j] == '_' ? '-' : name[j];
+            if (a != n[j])
+                break;
+        }
+        if (j == len)
+            return &pl_options[i];
+    }
+    return NULL;
+}
+
+int pl_opts_init(pl_opts *o, char *err, size_t errlen)
+{
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < pl_n_options; i++) {
+        const pl_option *d = &pl_options[i];
+        if (opt_set_text(o, d, d->def, err, errlen) < 0)
+            return -1;
+        const char *env = d->env ? getenv(d->env) : NULL;
+        if (env && *env) {
+            char e2[256];
+            if (opt_set_text(o, d, env, e2, sizeof e2) < 0) {
+                snprintf(err, errlen, "environment %s: %s", d->env, e2);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+void pl_opts_copy(pl_opts *dst, const pl_opts *src)
+{
+    *dst = *src;
+    for (size_t i = 0; i < pl_n_options; i++) {
+        if (pl_options[i].type != PL_OPT_STRING)
+            continue;
+        char **f = (char **)opt_field(dst, &pl_options[i]);
+        if (*f)
+            *f = strdup(*f);
+    }
+}
+
+void pl_opts_free(pl_opts *o)
+{
+    for (size_t i = 0; i < pl_n_options; i++) {
+        if (pl_options[i].type != PL_OPT_STRING)
+            continue;
+        char **f = (char **)opt_field(o, &pl_options[i]);
+        free(*f);
+        *f = NULL;
+    }
+}
+
+int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
+                       char **positional, int max_pos, int *n_pos,
+                       char *err, size_t errlen)
+{
+    *n_pos = 0;
+    for (int i = first; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            return 1;
+        if (strncmp(a, "--", 2) != 0) {
+            if (*n_pos >= max_pos) {
+                snprintf(err, errlen, "unexpected argument '%s'", a);
+                return -1;
+            }
+            positional[(*n_pos)++] = argv[i];
+            continue;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        const pl_option *d = opt_find(name, len);
+        const char *val = eq ? eq + 1 : NULL;
+        if (!d && len > 3 && !strncmp(name, "no-", 3) && !eq) {
+            d = opt_find(name + 3, len - 3);
+            if (d && d->type == PL_OPT_BOOL)
+                val = "false";
+            else
+                d = NULL;
+        }
+        if (!d) {
+            snprintf(err, errlen, "unknown option '--%.*s' (see --help)", (int)len, name);
+            return -1;
+        }
+        if (!val && d->type == PL_OPT_BOOL)
+            val = "true";
+        if (!val) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "option '--%s' needs a value", d->name);
+                return -1;
+            }
+            val = argv[++i];
+        }
+        char e2[256];
+        if (opt_set_text(o, d, val, e2, sizeof e2) < 0) {
+            snprintf(err, errlen, "option '--%s': %s", d->name, e2);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask,
+                     char *err, size_t errlen)
+{
+    const pl_option *d = opt_find(key, strlen(key));
+    if (!d || !(d->scope & scope_mask)) {
+        snprintf(err, errlen, "unknown key '%s'", key);
+        return -1;
+    }
+    char text[64];
+    const char *s = text;
+    if (json_is_string(v) && d->type == PL_OPT_STRING)
+        s = json_string_value(v);
+    else if (json_is_boolean(v) && d->type == PL_OPT_BOOL)
+        s = json_is_true(v) ? "true" : "false";
+    else if (json_is_integer(v) && d->type != PL_OPT_STRING && d->type != PL_OPT_BOOL)
+        snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v) && d->type == PL_OPT_DOUBLE)
+        snprintf(text, sizeof text, "%.17g", json_real_value(v));
+    else {
+        static const char *tn[] = {"a string", "an integer", "an integer", "a number",
+                                   "a boolean"};
+        snprintf(err, errlen, "key '%s' must be %s", key, tn[d->type]);
+        return -1;
+    }
+    char e2[256];
+    if (opt_set_text(o, d, s, e2, sizeof e2) < 0) {
+        snprintf(err, errlen, "key '%s': %s", key, e2);
+        return -1;
+    }
+    return 0;
+}
+
+void pl_opts_print_help(FILE *f, unsigned scope_mask)
+{
+    for (size_t i = 0; i < pl_n_options; i++) {
+        const pl_option *d = &pl_options[i];
+        if (!(d->scope & scope_mask))
+            continue;
+        char lhs[64];
+        snprintf(lhs, sizeof lhs, d->type == PL_OPT_BOOL ? "--[no-]%s" : "--%s VALUE",
+                 d->name);
+        fprintf(f, "  %-30s %s", lhs, d->help);
+        if (d->choices)
+            fprintf(f, " [%s]", d->choices);
+        if (d->def && *d->def)
+            fprintf(f, " (default %s)", d->def);
+        if (d->env)
+            fprintf(f, " [env %s]", d->env);
+        fputc('\n', f);
+    }
+}

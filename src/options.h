@@ -1,0 +1,101 @@
+/* options.h - every option parley takes, declared once in one table.
+ *
+ * The table (options.c) gives each option's name, type, range, default,
+ * environment variable and help. It drives command-line parsing, --help,
+ * config-file parsing (top-level keys and per-model keys) and the errors
+ * all three give. Precedence: default < environment < config < command line.
+ */
+#ifndef PL_OPTIONS_H
+#define PL_OPTIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "src/yaml_load.h"
+
+/** Values of every option. Strings are owned (free with pl_opts_free). */
+typedef struct pl_opts {
+    char *host;
+    int port;
+    char *backend;               /**< auto|cpu|cuda|mock */
+    char *config;
+    char *model;                 /**< GGUF path */
+    char *served_model_name;
+    int threads;                 /**< 0 = all cores */
+    int mock_token_delay_ms;
+    int mock_capacity;
+    int mock_seed;
+    char *mock_mode;             /**< random|echo */
+    long max_body_bytes;
+    long stream_buffer_bytes;    /**< per-stream pending output cap */
+    char *chat_template;
+    bool chat_template_strict;
+    int max_num_seqs;
+    int max_num_batched_tokens;
+    int block_size;
+    int kv_cache_mb;
+    int max_model_len;           /**< 0 = the model's context length */
+    bool async_scheduling;
+    bool prefix_caching;
+    double gpu_memory_utilization;
+    bool cuda_graphs;
+    char *log_level;
+} pl_opts;
+
+typedef enum pl_opt_type {
+    PL_OPT_STRING,
+    PL_OPT_INT,
+    PL_OPT_LONG,
+    PL_OPT_DOUBLE,
+    PL_OPT_BOOL,
+} pl_opt_type;
+
+/* Where an option applies. */
+#define PL_OPT_SERVE 1u          /* a server-wide option */
+#define PL_OPT_MODEL 2u          /* may also be set per model in config */
+
+typedef struct pl_option {
+    const char *name;            /**< --name; config key with '_' for '-' */
+    pl_opt_type type;
+    double min, max;             /**< numeric range (inclusive) */
+    const char *def;             /**< default, as text */
+    const char *env;             /**< environment variable, or NULL */
+    const char *choices;         /**< "a|b|c" for strings with fixed values */
+    size_t offset;               /**< offsetof(pl_opts, field) */
+    unsigned scope;
+    const char *help;
+} pl_option;
+
+extern const pl_option pl_options[];
+extern const size_t pl_n_options;
+
+/** Fill o with defaults then environment. Returns 0, or -1 with err set. */
+int pl_opts_init(pl_opts *o, char *err, size_t errlen);
+/** Deep-copy src into dst. */
+void pl_opts_copy(pl_opts *dst, const pl_opts *src);
+void pl_opts_free(pl_opts *o);
+
+/**
+ * Parse --name value / --name=value / --no-name (booleans) from argv
+ * starting at argv[first]. Positional arguments are left in
+ * positional[] (up to max_pos). Returns 0, 1 for --help, or -1 with err.
+ */
+int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
+                       char **positional, int max_pos, int *n_pos,
+                       char *err, size_t errlen);
+
+/**
+ * Set one option from a config value. key uses '_' or '-'; scope_mask
+ * restricts which options are accepted. Returns 0, or -1 with err
+ * ("unknown key", "must be an integer in 1..512", ...) without location.
+ */
+int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask,
+                     char *err, size_t errlen);
+
+/** Print option help for the given scope. */
+void pl_opts_print_help(FILE *f, unsigned scope_mask);
+
+#endif

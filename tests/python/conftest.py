@@ -1,0 +1,48 @@
+"""Fixtures: a parley server on 127.0.0.1 port 0, stopped by its pid."""
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def parley_bin():
+    return os.environ.get("PARLEY_BIN", os.path.join(ROOT, "build", "parley"))
+
+
+class Server:
+    def __init__(self, *args):
+        self.proc = subprocess.Popen(
+            [parley_bin(), "serve", "--host", "127.0.0.1", "--port", "0", *args],
+            stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+        line = self.proc.stdout.readline()
+        if "listening on" not in line:
+            self.stop()
+            raise RuntimeError("parley did not start: %r" % line)
+        self.url = line.split()[-1]
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def mock_server():
+    s = Server("--backend", "mock", "--log-level", "warn")
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture
+def client(mock_server):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=mock_server.url + "/v1", api_key="unused")

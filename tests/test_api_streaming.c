@@ -1,0 +1,249 @@
+/* test_api_streaming.c - streaming safety: client disconnect aborts the
+ * backend request, slow readers get backpressure, many concurrent streams. */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/helpers/server_proc.h"
+
+static pl_test_server srv;
+
+static int server_port(void)
+{
+    return atoi(strrchr(srv.url, ':') + 1);
+}
+
+static json_t *mock_stats(void)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/status", srv.url);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    json_t *j = json_loads(r.body, 0, NULL);
+    pl_test_resp_free(&r);
+    cr_assert_not_null(j);
+    json_t *m = json_incref(json_object_get(json_object_get(j, "models"), "mock"));
+    json_decref(j);
+    return m;
+}
+
+static long mock_stat(const char *key)
+{
+    json_t *m = mock_stats();
+    long v = (long)json_integer_value(json_object_get(m, key));
+    json_decref(m);
+    return v;
+}
+
+/* Open a raw connection and send a POST; returns the socket. */
+static int raw_post(const char *path, const char *body, int rcvbuf)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)server_port())};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[4096];
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
+    cr_assert_eq(write(fd, req, (size_t)n), n);
+    return fd;
+}
+
+static size_t read_some(int fd, char *buf, size_t cap, int timeout_ms)
+{
+    size_t len = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (len < cap && poll(&p, 1, timeout_ms) > 0) {
+        ssize_t k = read(fd, buf + len, cap - len);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+    }
+    return len;
+}
+
+static void wait_stat_at_least(const char *key, long want)
+{
+    long v = -1;
+    for (int i = 0; i < 100 && (v = mock_stat(key)) < want; i++)
+        usleep(50000);
+    cr_expect_geq(v, want, "%s = %ld, want >= %ld", key, v, want);
+}
+
+static void start_slow(void)
+{
+    const char *args[] = {"--backend", "mock", "--mock-token-delay-ms", "20",
+                          "--log-level", "warn", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, args), 0);
+}
+
+static void stop(void)
+{
+    cr_expect_eq(pl_test_server_stop(&srv), 0);
+}
+
+Test(streaming, disconnect_mid_stream_aborts, .init = start_slow, .fini = stop, .timeout = 30)
+{
+    int fd = raw_post("/v1/chat/completions",
+                      "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":5000,"
+                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0);
+    char buf[4096];
+    size_t n = read_some(fd, buf, sizeof buf - 1, 300);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "data: "), "no stream data: %s", buf);
+    cr_expect_eq(mock_stat("aborted"), 0);
+    close(fd);
+    wait_stat_at_least("aborted", 1);
+    cr_expect_eq(mock_stat("in_flight"), 0);
+}
+
+Test(streaming, disconnect_non_stream_aborts, .init = start_slow, .fini = stop, .timeout = 30)
+{
+    int fd = raw_post("/v1/completions",
+                      "{\"model\":\"mock\",\"max_tokens\":5000,\"prompt\":\"hi\"}", 0);
+    usleep(200000);
+    cr_expect_eq(mock_stat("in_flight"), 1);
+    close(fd);
+    wait_stat_at_least("aborted", 1);
+    cr_expect_eq(mock_stat("in_flight"), 0);
+}
+
+static void start_fast_small_buffer(void)
+{
+    const char *args[] = {"--backend", "mock", "--stream-buffer-bytes", "8192",
+                          "--log-level", "warn", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, args), 0);
+}
+
+static long server_rss_kb(void)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)srv.pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmRSS:", 6))
+            kb = atol(line + 6);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+Test(streaming, slow_reader_gets_backpressure, .init = start_fast_small_buffer, .fini = stop,
+     .timeout = 60)
+{
+    /* 200k tokens at zero delay is ~40 MB of SSE; without backpressure the
+     * server would queue it all in well under a second. */
+    int fd = raw_post("/v1/chat/completions",
+                      "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":200000,"
+                      "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 4096);
+    usleep(1500000);
+    cr_expect_eq(mock_stat("paused"), 1, "the slow stream is paused");
+    cr_expect_eq(mock_stat("completed"), 0, "production stalled while unread");
+    long rss = server_rss_kb();
+    cr_expect_lt(rss, 64 * 1024, "server RSS %ld kB stays bounded", rss);
+    /* Drain everything: the stream resumes and completes with [DONE]. */
+    size_t total = 0;
+    char *buf = malloc(1 << 20), tail[32] = "";
+    for (;;) {
+        size_t n = read_some(fd, buf, 1 << 20, 5000);
+        if (n == 0)
+            break;
+        total += n;
+        size_t keep = n < 31 ? n : 31;
+        memcpy(tail, buf + n - keep, keep);
+        tail[keep] = '\0';
+        if (strstr(tail, "0\r\n\r\n"))
+            break;
+    }
+    free(buf);
+    close(fd);
+    cr_expect_gt(total, (size_t)20 << 20, "read %zu bytes", total);
+    cr_expect(strstr(tail, "0\r\n\r\n"), "chunked reply ended; tail '%s'", tail);
+    wait_stat_at_least("completed", 1);
+    cr_expect_eq(mock_stat("paused"), 0);
+}
+
+/* ---- 200 concurrent streaming clients ---- */
+
+typedef struct stream_buf {
+    char *data;
+    size_t len;
+} stream_buf;
+
+static size_t sb_write(char *p, size_t sz, size_t n, void *ud)
+{
+    stream_buf *b = ud;
+    b->data = realloc(b->data, b->len + sz * n + 1);
+    memcpy(b->data + b->len, p, sz * n);
+    b->len += sz * n;
+    b->data[b->len] = '\0';
+    return sz * n;
+}
+
+static void start_concurrent(void)
+{
+    const char *args[] = {"--backend", "mock", "--mock-token-delay-ms", "5",
+                          "--mock-capacity", "1000", "--log-level", "warn", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, args), 0);
+}
+
+Test(streaming, two_hundred_concurrent_streams, .init = start_concurrent, .fini = stop,
+     .timeout = 120)
+{
+    enum { N = 200 };
+    CURLM *m = curl_multi_init();
+    CURL *h[N];
+    stream_buf bufs[N];
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
+    const char *body = "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":20,"
+                       "\"stream_options\":{\"include_usage\":true},"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}";
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    for (int i = 0; i < N; i++) {
+        bufs[i] = (stream_buf){calloc(1, 1), 0};
+        h[i] = curl_easy_init();
+        curl_easy_setopt(h[i], CURLOPT_URL, url);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, sb_write);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &bufs[i]);
+        curl_multi_add_handle(m, h[i]);
+    }
+    int running = 1;
+    while (running) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    for (int i = 0; i < N; i++) {
+        long st = 0;
+        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &st);
+        cr_expect_eq(st, 200);
+        char **ev;
+        int n;
+        cr_expect_eq(pl_test_sse_split(bufs[i].data, &ev, &n), 0, "stream %d framing", i);
+        /* role + 20 content + finish + usage + [DONE] */
+        cr_expect_eq(n, 24, "stream %d has %d events", i, n);
+        if (n > 0)
+            cr_expect_str_eq(ev[n - 1], "[DONE]");
+        pl_test_sse_free(ev, n);
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+        free(bufs[i].data);
+    }
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(m);
+    cr_expect_eq(mock_stat("completed"), N);
+}

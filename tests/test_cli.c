@@ -1,0 +1,112 @@
+/* test_cli.c - the parley command line: exit statuses and error messages,
+ * and a config file serving several models. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers/server_proc.h"
+
+/* Run parley with args; returns the exit status, stderr in err. */
+static int run_parley(const char *const *args, char *err, size_t errlen)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const char *argv[32] = {pl_test_bin()};
+        int n = 1;
+        for (int i = 0; args[i]; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        int devnull = open("/dev/null", 1);
+        dup2(devnull, 1);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    ssize_t k;
+    while (len < errlen - 1 && (k = read(fds[0], err + len, errlen - 1 - len)) > 0)
+        len += (size_t)k;
+    err[len] = '\0';
+    close(fds[0]);
+    int st;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char cfg_path[128];
+
+static void write_cfg(const char *text)
+{
+    snprintf(cfg_path, sizeof cfg_path, "/tmp/parley-cli-%d.yaml", (int)getpid());
+    FILE *f = fopen(cfg_path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+Test(cli, bad_config_exits_2_naming_file_line_key)
+{
+    write_cfg("port: 0\nmodels:\n  a:\n    backend: mock\n    mock_capacity: -1\n");
+    char err[2048];
+    const char *args[] = {"serve", "--config", cfg_path, NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    char want[256];
+    snprintf(want, sizeof want, "%s:5: key 'models.a.mock_capacity'", cfg_path);
+    cr_expect(strstr(err, want), "stderr: %s", err);
+    unlink(cfg_path);
+}
+
+Test(cli, missing_config_file)
+{
+    char err[2048];
+    const char *args[] = {"serve", "--config", "/nonexistent/parley.yaml", NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "/nonexistent/parley.yaml"), "%s", err);
+}
+
+Test(cli, bad_options_exit_2)
+{
+    char err[2048];
+    const char *a1[] = {"serve", "--port", "99999", NULL};
+    cr_expect_eq(run_parley(a1, err, sizeof err), 2);
+    cr_expect(strstr(err, "--port"), "%s", err);
+    const char *a2[] = {"frobnicate", NULL};
+    cr_expect_eq(run_parley(a2, err, sizeof err), 2);
+    const char *a3[] = {"serve", "--help", NULL};
+    cr_expect_eq(run_parley(a3, err, sizeof err), 0);
+}
+
+Test(cli, config_serves_several_models)
+{
+    write_cfg("models:\n  alpha:\n    backend: mock\n  beta:\n    backend: mock\n"
+              "    mock_mode: echo\n");
+    pl_test_server srv;
+    const char *args[] = {"--config", cfg_path, "--log-level", "warn", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, args), 0);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/models", srv.url);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    cr_expect(strstr(r.body, "\"alpha\"") && strstr(r.body, "\"beta\""), "%s", r.body);
+    pl_test_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
+    const char *body = "{\"model\":\"beta\",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "\"echo these words\"}]}";
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    json_t *j = json_loads(r.body, 0, NULL);
+    json_t *msg = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "message");
+    cr_expect_str_eq(json_string_value(json_object_get(msg, "content")), "echo these words");
+    json_decref(j);
+    pl_test_resp_free(&r);
+    cr_expect_eq(pl_test_server_stop(&srv), 0);
+    unlink(cfg_path);
+}

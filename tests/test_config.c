@@ -1,0 +1,185 @@
+/* test_config.c - the option table, YAML/JSON loading, config errors. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "src/config.h"
+#include "src/options.h"
+#include "src/yaml_load.h"
+
+static char path[256];
+
+static void write_file(const char *ext, const char *text)
+{
+    snprintf(path, sizeof path, "/tmp/parley-test-config-%d-%ld%s", (int)getpid(),
+             random(), ext);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static int load(const char *ext, const char *text, pl_opts *o, pl_config *c, char *err)
+{
+    char e[512];
+    write_file(ext, text);
+    cr_assert_eq(pl_opts_init(o, e, sizeof e), 0);
+    int rc = pl_config_load(path, o, c, err, 512);
+    unlink(path);
+    return rc;
+}
+
+Test(options, defaults_and_args)
+{
+    pl_opts o;
+    char err[256];
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0);
+    cr_expect_str_eq(o.host, "127.0.0.1");
+    cr_expect_eq(o.port, 8000);
+    cr_expect_eq(o.max_body_bytes, 4L << 20);
+    cr_expect(o.async_scheduling);
+    char *argv[] = {"parley", "serve", "--port", "0", "--backend=mock", "--no-async-scheduling",
+                    "--mock-token-delay-ms", "5", "extra"};
+    char *pos[2];
+    int npos;
+    cr_assert_eq(pl_opts_parse_args(&o, 9, argv, 2, pos, 2, &npos, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.port, 0);
+    cr_expect_str_eq(o.backend, "mock");
+    cr_expect_not(o.async_scheduling);
+    cr_expect_eq(o.mock_token_delay_ms, 5);
+    cr_expect_eq(npos, 1);
+    cr_expect_str_eq(pos[0], "extra");
+    pl_opts_free(&o);
+}
+
+Test(options, bad_args_are_named)
+{
+    pl_opts o;
+    char err[256];
+    char *pos[1];
+    int npos;
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0);
+    char *a1[] = {"p", "s", "--port", "70000"};
+    cr_expect_eq(pl_opts_parse_args(&o, 4, a1, 2, pos, 1, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "--port") && strstr(err, "0..65535"), "%s", err);
+    char *a2[] = {"p", "s", "--backend", "tpu"};
+    cr_expect_eq(pl_opts_parse_args(&o, 4, a2, 2, pos, 1, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "tpu"), "%s", err);
+    char *a3[] = {"p", "s", "--frobnicate"};
+    cr_expect_eq(pl_opts_parse_args(&o, 3, a3, 2, pos, 1, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "frobnicate"), "%s", err);
+    char *a4[] = {"p", "s", "--port"};
+    cr_expect_eq(pl_opts_parse_args(&o, 3, a4, 2, pos, 1, &npos, err, sizeof err), -1);
+    pl_opts_free(&o);
+}
+
+Test(config, models_section_yaml)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512];
+    cr_assert_eq(load(".yaml",
+                      "port: 9001\n"
+                      "models:\n"
+                      "  fast:\n"
+                      "    backend: mock\n"
+                      "    mock_capacity: 3\n"
+                      "  big:\n"
+                      "    backend: mock\n"
+                      "    vllm_config:\n"
+                      "      max_num_seqs_upper_bound: 110\n"
+                      "    options:\n"
+                      "      mock-token-delay-ms: 7\n", &o, &c, err), 0, "%s", err);
+    cr_expect_eq(o.port, 9001);
+    cr_assert_eq(c.n_models, 2);
+    cr_expect_str_eq(c.models[0].name, "fast");
+    cr_expect_eq(c.models[0].opts.mock_capacity, 3);
+    cr_expect_eq(c.models[0].opts.port, 9001);
+    cr_expect_eq(c.models[1].opts.max_num_seqs, 110);
+    cr_expect_eq(c.models[1].opts.mock_token_delay_ms, 7);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+}
+
+Test(config, json_and_seed_alias)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512];
+    cr_assert_eq(load(".json",
+                      "{\"model_definitions\": {\"m\": {\"backend\": \"mock\","
+                      " \"vllm_config\": {\"max_num_seqs_upper_bound\": 256}}}}", &o, &c, err),
+                 0, "%s", err);
+    cr_expect_eq(c.n_models, 1);
+    cr_expect_eq(c.models[0].opts.max_num_seqs, 256);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+}
+
+/* Each bad config: the error names the file, the line and the key. */
+Test(config, errors_name_file_line_key)
+{
+    static const struct { const char *text, *key; int line; } cases[] = {
+        {"port: 99999\n", "port", 1},
+        {"models:\n  a:\n    backend: mock\n    mock_capacity: zero\n", "models.a.mock_capacity", 4},
+        {"models:\n  a:\n    mock_capacity: 1\n", "models.a", 2},
+        {"models:\n  a:\n    backend: mock\n    colour: red\n", "models.a.colour", 4},
+        {"host: 1.2.3.4\nbogus: 1\n", "bogus", 2},
+        {"models: []\n", "models", 1},
+        {"models:\n  a:\n    backend: rocket\n", "models.a.backend", 3},
+        {"models:\n  a:\n    backend: mock\n    vllm_config:\n      max_num_seqs_upper_bound: -4\n",
+         "models.a.vllm_config.max_num_seqs_upper_bound", 5},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pl_opts o;
+        pl_config c;
+        char err[512];
+        cr_expect_eq(load(".yaml", cases[i].text, &o, &c, err), -1, "accepted: %s", cases[i].text);
+        char want[256];
+        snprintf(want, sizeof want, ":%d: key '%s'", cases[i].line, cases[i].key);
+        cr_expect(strstr(err, want) && strstr(err, "parley-test-config"), "got '%s', want '%s'",
+                  err, want);
+        pl_opts_free(&o);
+    }
+}
+
+Test(config, yaml_syntax_error_has_line)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512];
+    cr_expect_eq(load(".yaml", "port: 1\nmodels:\n  a: [1, 2\n", &o, &c, err), -1);
+    cr_expect(strstr(err, ":4:") || strstr(err, ":3:"), "%s", err);
+    pl_opts_free(&o);
+}
+
+Test(yaml_load, scalars_and_lines)
+{
+    pl_linemap lm;
+    char err[256];
+    const char *y = "a: 1\nb: 2.5\nc: true\nd: ~\ne: \"7\"\nf:\n  - x\n  - {g: h}\n";
+    json_t *j = pl_yaml_load_buf("t", y, strlen(y), &lm, err, sizeof err);
+    cr_assert_not_null(j, "%s", err);
+    cr_expect(json_is_integer(json_object_get(j, "a")));
+    cr_expect(json_is_real(json_object_get(j, "b")));
+    cr_expect(json_is_true(json_object_get(j, "c")));
+    cr_expect(json_is_null(json_object_get(j, "d")));
+    cr_expect_str_eq(json_string_value(json_object_get(j, "e")), "7");
+    cr_expect_eq(pl_linemap_line(&lm, "f[1].g"), 8);
+    cr_expect_eq(pl_linemap_line(&lm, "f[0]"), 7);
+    cr_expect_eq(pl_linemap_line(&lm, "f[1].nope"), 8);
+    json_decref(j);
+    pl_linemap_free(&lm);
+}
+
+Test(yaml_load, refuses_aliases_and_duplicates)
+{
+    char err[256];
+    const char *y = "a: &x [1]\nb: *x\n";
+    cr_expect_null(pl_yaml_load_buf("t", y, strlen(y), NULL, err, sizeof err));
+    cr_expect(strstr(err, "alias"), "%s", err);
+    y = "a: 1\na: 2\n";
+    cr_expect_null(pl_yaml_load_buf("t", y, strlen(y), NULL, err, sizeof err));
+    cr_expect(strstr(err, "t:2: duplicate"), "%s", err);
+}

@@ -1,0 +1,128 @@
+/* test_mock.c - the mock backend on a real event loop. */
+#include <criterion/criterion.h>
+#include <event2/event.h>
+#include <string.h>
+
+#include "backends/mock/mock.h"
+
+typedef struct got {
+    char text[1024];
+    int deltas, done;
+    pl_finish finish;
+    int completion_tokens;
+} got;
+
+static void on_delta(void *ud, const pl_delta *d)
+{
+    got *g = ud;
+    strncat(g->text, d->text, d->len);
+    g->deltas++;
+}
+
+static void on_done(void *ud, const pl_result *r)
+{
+    got *g = ud;
+    g->done++;
+    g->finish = r->finish;
+    g->completion_tokens = r->completion_tokens;
+}
+
+static struct event_base *base;
+static pl_backend *mb;
+
+static void setup_cap2(void)
+{
+    base = event_base_new();
+    pl_mock_opts o = {.model = "mock", .token_delay_ms = 1, .capacity = 2, .seed = 5};
+    mb = pl_mock_new(base, &o);
+}
+
+static void teardown(void)
+{
+    pl_backend_free(mb);
+    event_base_free(base);
+}
+
+static uint64_t submit(got *g, int max_tokens, const char *stop, uint64_t seed)
+{
+    pl_chat_message m = {"user", "question"};
+    pl_gen_request r = {.messages = &m, .n_messages = 1};
+    pl_sampling_defaults(&r.sampling);
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.seed = seed;
+    r.sampling.has_seed = true;
+    char *stops[1] = {(char *)stop};
+    if (stop) {
+        r.sampling.stop[0] = stops[0];
+        r.sampling.n_stop = 1;
+    }
+    uint64_t id;
+    pl_sink s = {on_delta, on_done, g};
+    cr_assert_eq(pl_backend_submit(mb, &r, s, &id, NULL), 0);
+    return id;
+}
+
+TestSuite(mock, .init = setup_cap2, .fini = teardown, .timeout = 20);
+
+Test(mock, deterministic_and_max_tokens)
+{
+    got a = {0}, b = {0}, c = {0};
+    submit(&a, 6, NULL, 1);
+    submit(&b, 6, NULL, 1);
+    submit(&c, 6, NULL, 2);
+    event_base_dispatch(base);
+    cr_expect_eq(a.done, 1);
+    cr_expect_eq(a.finish, PL_FINISH_LENGTH);
+    cr_expect_eq(a.completion_tokens, 6);
+    cr_expect_str_eq(a.text, b.text);
+    cr_expect_str_neq(a.text, c.text);
+}
+
+Test(mock, capacity_queues_in_fifo)
+{
+    got g[4];
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 4; i++)
+        submit(&g[i], 3, NULL, (uint64_t)i);
+    pl_mock_counts k = pl_mock_get_counts(mb);
+    cr_expect_eq(k.active, 2);
+    cr_expect_eq(k.queued, 2);
+    event_base_dispatch(base);
+    k = pl_mock_get_counts(mb);
+    cr_expect_eq(k.completed, 4u);
+    cr_expect_eq(k.active, 0);
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(g[i].done, 1);
+}
+
+Test(mock, abort_counts_and_silences)
+{
+    got g = {0}, h = {0}, q = {0};
+    uint64_t id = submit(&g, 50, NULL, 1);
+    submit(&h, 2, NULL, 2);
+    uint64_t qid = submit(&q, 2, NULL, 3);   /* queued behind capacity 2 */
+    pl_backend_abort(mb, id);
+    pl_backend_abort(mb, qid);
+    pl_backend_abort(mb, id);                /* twice: ignored */
+    event_base_dispatch(base);
+    pl_mock_counts k = pl_mock_get_counts(mb);
+    cr_expect_eq(k.aborted, 2u);
+    cr_expect_eq(g.done + g.deltas + q.done, 0);
+    cr_expect_eq(h.done, 1);
+    cr_expect_eq(k.queued, 0);
+}
+
+Test(mock, stop_string_cuts_text)
+{
+    got full = {0}, cut = {0};
+    submit(&full, 10, NULL, 9);
+    event_base_dispatch(base);
+    const char *w = strchr(full.text, ' ');
+    w = strchr(w + 1, ' ');                  /* the third word, with its space */
+    char stop[32];
+    snprintf(stop, sizeof stop, "%.*s", (int)strcspn(w + 1, " ") + 1, w);
+    submit(&cut, 10, stop, 9);
+    event_base_dispatch(base);
+    cr_expect_eq(cut.finish, PL_FINISH_STOP);
+    cr_expect_eq(strlen(cut.text), (size_t)(strstr(full.text, stop) - full.text));
+}

@@ -1,0 +1,145 @@
+/* test_oai_params.c - validation of OpenAI request bodies. */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "api/oai_params.h"
+
+/* The params borrow strings from the body: keep the last body alive until
+ * the next parse or the end of the test. */
+static json_t *body;
+
+static void drop_body(void)
+{
+    json_decref(body);
+    body = NULL;
+}
+
+static int parse(const char *js, bool chat, pl_oai_params *p, pl_err *e)
+{
+    drop_body();
+    body = json_loads(js, 0, NULL);
+    cr_assert_not_null(body, "bad test JSON %s", js);
+    return pl_oai_parse(body, chat, p, e);
+}
+
+TestSuite(oai_params, .fini = drop_body);
+
+Test(oai_params, chat_defaults)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                       "{\"role\":\"user\",\"content\":\"u\"}]}", true, &p, &e), 0, "%s", e.message);
+    cr_expect_str_eq(p.model, "m");
+    cr_expect_eq(p.n_messages, 2);
+    cr_expect_str_eq(p.messages[1].role, "user");
+    cr_expect_str_eq(p.messages[1].content, "u");
+    cr_expect_eq(p.n, 1);
+    cr_expect_not(p.stream);
+    cr_expect_float_eq(p.sampling.temperature, 1.0, 1e-9);
+    cr_expect_float_eq(p.sampling.top_p, 1.0, 1e-9);
+    cr_expect_eq(p.sampling.max_tokens, 0);
+    pl_oai_params_free(&p);
+}
+
+Test(oai_params, sampling_fields)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"u\"}],"
+                       "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":40,\"min_p\":0.1,"
+                       "\"max_completion_tokens\":9,\"stop\":[\"a\",\"bb\"],\"seed\":42,"
+                       "\"presence_penalty\":0.5,\"frequency_penalty\":-0.5,"
+                       "\"repetition_penalty\":1.1,\"logit_bias\":{\"15\":-100,\"7\":2.5},"
+                       "\"logprobs\":true,\"top_logprobs\":3,\"n\":2,\"ignore_eos\":true,"
+                       "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+                       true, &p, &e), 0, "%s", e.message);
+    cr_expect_float_eq(p.sampling.temperature, 0.5, 1e-9);
+    cr_expect_eq(p.sampling.top_k, 40);
+    cr_expect_eq(p.sampling.max_tokens, 9);
+    cr_expect_eq(p.sampling.n_stop, 2);
+    cr_expect_str_eq(p.sampling.stop[1], "bb");
+    cr_expect(p.sampling.has_seed);
+    cr_expect_eq(p.sampling.seed, 42u);
+    cr_expect_eq(p.sampling.n_logit_bias, 2);
+    cr_expect(p.sampling.logprobs);
+    cr_expect_eq(p.sampling.top_logprobs, 3);
+    cr_expect_eq(p.n, 2);
+    cr_expect(p.sampling.ignore_eos);
+    cr_expect(p.stream && p.include_usage);
+    pl_oai_params_free(&p);
+}
+
+Test(oai_params, content_parts_are_joined)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"text\",\"text\":\"ab\"},{\"type\":\"text\",\"text\":\"cd\"}]}]}",
+                       true, &p, &e), 0);
+    cr_expect_str_eq(p.messages[0].content, "abcd");
+    pl_oai_params_free(&p);
+    cr_expect_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
+                       "[{\"type\":\"image_url\",\"image_url\":{}}]}]}", true, &p, &e), -1);
+    cr_expect_str_eq(e.param, "messages[0].content");
+    pl_oai_params_free(&p);
+}
+
+Test(oai_params, completion_prompts)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"prompt\":[\"only\"],\"logprobs\":2}", false, &p, &e), 0);
+    cr_expect_str_eq(p.prompt, "only");
+    cr_expect_eq(p.sampling.top_logprobs, 2);
+    pl_oai_params_free(&p);
+    cr_assert_eq(parse("{\"model\":\"m\",\"prompt\":[1,2,3]}", false, &p, &e), 0);
+    cr_expect_eq(p.n_prompt_tokens, 3);
+    cr_expect_eq(p.prompt_tokens[2], 3);
+    pl_oai_params_free(&p);
+    cr_expect_eq(parse("{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", false, &p, &e), -1);
+    cr_expect_str_eq(e.param, "prompt");
+    pl_oai_params_free(&p);
+}
+
+Test(oai_params, errors_name_the_param)
+{
+    static const struct { const char *body, *param; } cases[] = {
+        {"{\"messages\":[]}", "model"},
+        {"{\"model\":null,\"messages\":[]}", "model"},
+        {"{\"model\":\"m\"}", "messages"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"model\":\"m\",\"messages\":[{\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.01}", "temperature"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", "top_p"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "max_tokens"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}", "stop"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"auto\"}", "tool_choice"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"3\":101}}", "logit_bias"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":1000}", "n"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"seed\":\"7\"}", "seed"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream\":\"yes\"}", "stream"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pl_oai_params p;
+        pl_err e;
+        cr_expect_eq(parse(cases[i].body, true, &p, &e), -1, "%s accepted", cases[i].body);
+        cr_expect_eq(e.status, 400);
+        cr_expect_str_eq(e.param, cases[i].param, "%s", cases[i].body);
+        pl_oai_params_free(&p);
+    }
+}
+
+Test(oai_params, null_means_absent_and_tools_empty_is_fine)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"temperature\":null,\"tools\":[],\"stop\":null}", true, &p, &e), 0,
+                 "%s", e.message);
+    cr_expect_float_eq(p.sampling.temperature, 1.0, 1e-9);
+    pl_oai_params_free(&p);
+}
