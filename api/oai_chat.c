@@ -7,6 +7,7 @@
  */
 #include "api/oai_chat.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +79,12 @@ static void call_abort_all(oai_call *c)
 
 /* ---- logprobs as JSON text ---- */
 
+/* JSON has no infinities: a masked token's -inf becomes OpenAI's -9999. */
+static double lp_json(float lp)
+{
+    return isfinite(lp) ? (double)lp : -9999.0;
+}
+
 static void put_token_json(struct evbuffer *b, const char *tok, size_t len)
 {
     ADD_LIT(b, "\"");
@@ -98,13 +105,13 @@ static void put_chat_logprob(struct evbuffer *b, const pl_token_logprob *lp)
 {
     ADD_LIT(b, "{\"token\":");
     put_token_json(b, lp->token, lp->token_len);
-    evbuffer_add_printf(b, ",\"logprob\":%.6g,\"bytes\":", lp->logprob);
+    evbuffer_add_printf(b, ",\"logprob\":%.6g,\"bytes\":", lp_json(lp->logprob));
     put_bytes_json(b, lp->token, lp->token_len);
     ADD_LIT(b, ",\"top_logprobs\":[");
     for (int k = 0; k < lp->n_top; k++) {
         ADD_LIT(b, ",{\"token\":" + (k == 0));
         put_token_json(b, lp->top[k].token, lp->top[k].token_len);
-        evbuffer_add_printf(b, ",\"logprob\":%.6g,\"bytes\":", lp->top[k].logprob);
+        evbuffer_add_printf(b, ",\"logprob\":%.6g,\"bytes\":", lp_json(lp->top[k].logprob));
         put_bytes_json(b, lp->top[k].token, lp->top[k].token_len);
         ADD_LIT(b, "}");
     }
@@ -122,7 +129,7 @@ static void put_completion_logprobs(struct evbuffer *b, const pl_delta *d, size_
     }
     ADD_LIT(b, "],\"token_logprobs\":[");
     for (int i = 0; i < d->n_tokens; i++)
-        evbuffer_add_printf(b, i ? ",%.6g" : "%.6g", d->logprobs[i].logprob);
+        evbuffer_add_printf(b, i ? ",%.6g" : "%.6g", lp_json(d->logprobs[i].logprob));
     ADD_LIT(b, "],\"top_logprobs\":[");
     for (int i = 0; i < d->n_tokens; i++) {
         ADD_LIT(b, ",{" + (i == 0));
@@ -130,7 +137,7 @@ static void put_completion_logprobs(struct evbuffer *b, const pl_delta *d, size_
             if (k)
                 ADD_LIT(b, ",");
             put_token_json(b, d->logprobs[i].top[k].token, d->logprobs[i].top[k].token_len);
-            evbuffer_add_printf(b, ":%.6g", d->logprobs[i].top[k].logprob);
+            evbuffer_add_printf(b, ":%.6g", lp_json(d->logprobs[i].top[k].logprob));
         }
         ADD_LIT(b, "}");
     }
@@ -236,7 +243,7 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
     json_t *lp = json_null();
     if (ch->lp) {
         size_t n = evbuffer_get_length(ch->lp);
-        ADD_LIT(ch->lp, "");
+        evbuffer_add(ch->lp, "", 1);
         char *raw = (char *)evbuffer_pullup(ch->lp, -1);
         json_t *arr;
         if (c->p.chat) {
@@ -297,12 +304,12 @@ static void nonstream_logprobs(oai_choice *ch, const pl_delta *d)
      * keep one object per delta and merge at the end. */
     struct evbuffer *tmp = evbuffer_new();
     put_completion_logprobs(tmp, d, &ch->text_offset);
-    ADD_LIT(tmp, "");
+    evbuffer_add(tmp, "", 1);
     json_t *part = json_loads((const char *)evbuffer_pullup(tmp, -1), 0, NULL);
     evbuffer_free(tmp);
     json_t *acc = NULL;
     if (evbuffer_get_length(ch->lp)) {
-        ADD_LIT(ch->lp, "");
+        evbuffer_add(ch->lp, "", 1);
         acc = json_loads((const char *)evbuffer_pullup(ch->lp, -1), 0, NULL);
         evbuffer_drain(ch->lp, evbuffer_get_length(ch->lp));
     }

@@ -4,8 +4,56 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "backends/engine/engine_open.h"
 #include "backends/mock/mock.h"
 #include "src/log.h"
+
+#define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/* --model, else the default model in the cache scripts/fetch_model.sh fills. */
+static void model_path(const pl_opts *o, char *out, size_t n)
+{
+    if (o->model[0]) {
+        snprintf(out, n, "%s", o->model);
+        return;
+    }
+    const char *dir = getenv("PARLEY_MODEL_DIR"), *home = getenv("HOME");
+    if (dir && *dir)
+        snprintf(out, n, "%s/%s", dir, DEFAULT_MODEL_FILE);
+    else
+        snprintf(out, n, "%s/.cache/parley/models/%s", home ? home : ".", DEFAULT_MODEL_FILE);
+}
+
+static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const char *device,
+                               const char *name, char *err, size_t errlen)
+{
+    char path[4096];
+    model_path(o, path, sizeof path);
+    pl_engine_open_opts eo = {
+        .model_path = path,
+        .served_name = name ? name : o->served_model_name,
+        .device = device,
+        .chat_template = o->chat_template,
+        .chat_template_strict = o->chat_template_strict,
+        .threads = o->threads,
+        .max_num_seqs = o->max_num_seqs,
+        .max_num_batched_tokens = o->max_num_batched_tokens,
+        .block_size = o->block_size,
+        .kv_cache_mb = o->kv_cache_mb,
+        .max_model_len = o->max_model_len,
+        .async_scheduling = o->async_scheduling,
+        .prefix_caching = o->prefix_caching,
+        .gpu_memory_utilization = o->gpu_memory_utilization,
+        .cuda_graphs = o->cuda_graphs,
+    };
+    pl_backend *b = pl_engine_open(base, &eo, err, errlen);
+    if (!b && !o->model[0])
+        snprintf(err + strlen(err), errlen - strlen(err),
+                 " (fetch the default model with scripts/fetch_model.sh, or give --model)");
+    return b;
+}
 
 static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const char *name)
 {
@@ -25,9 +73,11 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
 {
     if (!strcmp(o->backend, "mock"))
         return open_mock(base, o, name);
+    if (!strcmp(o->backend, "cpu"))
+        return open_engine(base, o, "cpu", name, err, errlen);
     if (!strcmp(o->backend, "auto")) {
-        pl_warn("no in-process engine in this build yet: serving the mock backend");
-        return open_mock(base, o, name);
+        pl_info("backend auto: no GPU support in this build, using the CPU");
+        return open_engine(base, o, "cpu", name, err, errlen);
     }
     snprintf(err, errlen, "backend '%s' is not available in this build", o->backend);
     return NULL;

@@ -3,6 +3,7 @@
  * types and data offsets, and the real default model when present.
  */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,9 @@ Test(gguf, bad_magic_and_version)
     expect_error(&b, "version 1 is not supported");
     b.p[4] = 4;
     expect_error(&b, "unsupported GGUF version 4");
+    b.p[4] = 0;
+    b.p[7] = 3;
+    expect_error(&b, "big-endian");
     free(b.p);
 }
 
@@ -464,6 +468,8 @@ Test(gguf, open_missing_and_tiny_files)
     char err[256] = "";
     cr_assert_null(pl_gguf_open("/nonexistent/x.gguf", err, sizeof(err)));
     cr_assert(strstr(err, "No such file") != NULL, "%s", err);
+    cr_assert_null(pl_gguf_open("/nonexistent/x.gguf", NULL, 0));
+    cr_assert_null(pl_gguf_parse((const uint8_t *)"GGUF", 4, NULL, 0));
     char path[] = "/tmp/pl_gguf_XXXXXX";
     int fd = mkstemp(path);
     cr_assert(fd >= 0);
@@ -548,4 +554,65 @@ Test(gguf, default_model)
     const uint8_t want[4] = {50, 25, 214, 13};
     cr_assert_eq(memcmp(t->data, want, 4), 0);
     pl_gguf_free(g);
+}
+
+/* The fuzz seed corpus, written by the gguf package's GGUFWriter
+ * (tests/fuzz/make_gguf_corpus.py): an independent writer. */
+static pl_gguf *open_corpus(const char *name)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char path[1024], err[256] = "";
+    snprintf(path, sizeof(path), "%s/tests/fuzz/gguf_corpus/%s",
+             src && *src ? src : ".", name);
+    pl_gguf *g = pl_gguf_open(path, err, sizeof(err));
+    cr_assert_not_null(g, "%s: %s", path, err);
+    return g;
+}
+
+Test(gguf, gguf_writer_files)
+{
+    pl_gguf *g = open_corpus("meta.gguf");
+    int64_t want_i64 = -(1ll << 40);
+    cr_assert_eq(pl_gguf_find(g, "a.i64")->v.i64, want_i64);
+    cr_assert_eq(pl_gguf_find(g, "a.f64")->v.f64, 0.25);
+    cr_assert_eq(pl_gguf_find(g, "a.bool")->v.b, 1);
+    const pl_gguf_kv *kv = pl_gguf_find(g, "tokenizer.ggml.tokens");
+    cr_assert_eq(kv->v.arr.n, 4);
+    cr_assert_eq(pl_gguf_arr_str(kv, 1).len, 4);
+    cr_assert_eq(pl_gguf_arr_str(kv, 3).len, 0);
+    kv = pl_gguf_find(g, "a.floats");
+    cr_assert_eq(pl_gguf_arr_f32(kv, 1), 1.5f);
+    pl_gguf_free(g);
+    g = open_corpus("align64.gguf");
+    cr_assert_eq(g->alignment, 64);
+    cr_assert_eq(g->n_tensors, 5);
+    const pl_gguf_tensor *t = pl_gguf_tensor_find(g, "q6_k");
+    cr_assert_not_null(t);
+    cr_assert(t->type == PL_GGML_TYPE_Q6_K && t->ne[0] == 256);
+    cr_assert_eq(t->nbytes, 210);
+    cr_assert_eq(((const uint8_t *)t->data - g->map) % 64, 0);
+    t = pl_gguf_tensor_find(g, "f32");
+    cr_assert(t->ne[0] == 4 && t->ne[1] == 2);
+    float f;
+    memcpy(&f, (const uint8_t *)t->data + 20, 4);
+    cr_assert_eq(f, 5.0f);
+    pl_gguf_free(g);
+}
+
+Test(gguf, float64_out_of_float_range_saturates)
+{
+    gbuf b = {0};
+    double big = 1e300;
+    uint64_t bits;
+    memcpy(&bits, &big, 8);
+    put_header(&b, 3, 0, 1);
+    put_str(&b, "huge"); put_u32(&b, PL_GGUF_TYPE_FLOAT64); put_u64(&b, bits);
+    char err[256];
+    pl_gguf *g = pl_gguf_parse(b.p, b.n, err, sizeof(err));
+    cr_assert_not_null(g, "%s", err);
+    float f = 0;
+    cr_assert_eq(pl_gguf_get_f32(g, "huge", &f), 0);
+    cr_assert(isinf(f) && f > 0);
+    pl_gguf_free(g);
+    free(b.p);
 }

@@ -421,6 +421,8 @@ static int parse_header_(cursor *c, pl_gguf *g)
         return -1;
     if (g->version == 1)
         return fail_(c, "GGUF version 1 is not supported (only 2 and 3)");
+    if (g->version == 0x02000000u || g->version == 0x03000000u)
+        return fail_(c, "big-endian GGUF files are not supported");
     if (g->version != 2 && g->version != 3)
         return fail_(c, "unsupported GGUF version %u (only 2 and 3)",
                      g->version);
@@ -462,6 +464,11 @@ pl_gguf *pl_gguf_open(const char *path, char *err, size_t errlen)
     pl_gguf *g = NULL;
     void *map = MAP_FAILED;
     struct stat st;
+    char scratch[8];
+    if (!err || !errlen) {       /* callers may ignore the message */
+        err = scratch;
+        errlen = sizeof(scratch);
+    }
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -99,10 +99,14 @@ typedef struct pl_gguf {
     int owns_map;
 } pl_gguf;
 
-/** Open and validate a GGUF file. Returns NULL with a message in err. */
+/** Map (read-only) and validate a GGUF file. Returns NULL with a message
+ *  in err (which may be NULL); the caller frees with pl_gguf_free. */
 pl_gguf *pl_gguf_open(const char *path, char *err, size_t errlen);
-/** Parse a GGUF image in memory (borrowed; must outlive the result). */
+/** Parse a GGUF image in memory (borrowed; must outlive the result).
+ *  Returns NULL with a message in err (which may be NULL). */
 pl_gguf *pl_gguf_parse(const uint8_t *buf, size_t size, char *err, size_t errlen);
+/** Frees g and, when it came from pl_gguf_open, unmaps the file. NULL is
+ *  a no-op. */
 void pl_gguf_free(pl_gguf *g);
 
 /** Look up metadata by key; NULL when absent. */

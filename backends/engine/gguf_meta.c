@@ -5,6 +5,8 @@
  */
 #include "backends/engine/gguf.h"
 
+#include <float.h>
+#include <math.h>
 #include <string.h>
 
 static int str_eq_(const pl_gguf_str *s, const char *z)
@@ -49,13 +51,24 @@ int pl_gguf_get_u64(const pl_gguf *g, const char *key, uint64_t *out)
     return -1;
 }
 
+/* double -> float without undefined behaviour: out of range saturates to
+ * infinity (a plain conversion of such a value is undefined in C). */
+static float d2f_(double d)
+{
+    if (d > FLT_MAX)
+        return INFINITY;
+    if (d < -FLT_MAX)
+        return -INFINITY;
+    return (float)d;
+}
+
 int pl_gguf_get_f32(const pl_gguf *g, const char *key, float *out)
 {
     const pl_gguf_kv *kv = pl_gguf_find(g, key);
     if (!kv || (kv->type != PL_GGUF_TYPE_FLOAT32 &&
                 kv->type != PL_GGUF_TYPE_FLOAT64))
         return -1;
-    *out = (float)kv->v.f64;
+    *out = d2f_(kv->v.f64);
     return 0;
 }
 
@@ -102,7 +115,7 @@ float pl_gguf_arr_f32(const pl_gguf_kv *kv, uint64_t i)
         uint64_t b = le_(kv->v.arr.data + 8 * i, 8);
         double d;
         memcpy(&d, &b, 8);
-        return (float)d;
+        return d2f_(d);
     }
     return (float)pl_gguf_arr_int(kv, i);
 }

@@ -1,0 +1,394 @@
+/* engine.c - the engine as a pl_backend (main-thread side): options and
+ * geometry, submit/abort/pause into the inbox, the registry of live
+ * requests, capacity, statistics, tokenize/detokenize, start and stop. */
+#include "backends/engine/engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+void pl_engine_options_defaults(pl_engine_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->async = true;
+    o->prefix_caching = true;
+}
+
+int pl_engine_capacity_for(int max_num_seqs, int num_blocks, int block_size,
+                           int max_model_len)
+{
+    long kv = max_model_len > 0
+                  ? (long)num_blocks * block_size / max_model_len : max_num_seqs;
+    long c = kv < max_num_seqs ? kv : max_num_seqs;
+    return c < 1 ? 1 : (int)c;
+}
+
+/* ---- registry of live requests (main thread) ---- */
+
+static uint32_t sub_hash_(uint64_t id)
+{
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdull;
+    id ^= id >> 33;
+    return (uint32_t)id;
+}
+
+static int sub_grow_(pl_engine *e)
+{
+    uint32_t nb = e->subs ? (e->subs_mask + 1) * 2 : 256;
+    eng_sub **nt = calloc(nb, sizeof *nt);
+    if (!nt)
+        return -1;
+    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++) {
+        eng_sub *s = e->subs[i];
+        while (s) {
+            eng_sub *next = s->next;
+            uint32_t h = sub_hash_(s->id) & (nb - 1);
+            s->next = nt[h];
+            nt[h] = s;
+            s = next;
+        }
+    }
+    free(e->subs);
+    e->subs = nt;
+    e->subs_mask = nb - 1;
+    return 0;
+}
+
+static int sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
+{
+    if ((!e->subs || (uint32_t)e->n_subs > e->subs_mask) && sub_grow_(e) < 0)
+        return -1;
+    eng_sub *s = malloc(sizeof *s);
+    if (!s)
+        return -1;
+    uint32_t h = sub_hash_(id) & e->subs_mask;
+    *s = (eng_sub){id, sink, e->subs[h]};
+    e->subs[h] = s;
+    e->n_subs++;
+    return 0;
+}
+
+eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id)
+{
+    if (!e->subs)
+        return NULL;
+    for (eng_sub *s = e->subs[sub_hash_(id) & e->subs_mask]; s; s = s->next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+void pl_engine_sub_remove_(pl_engine *e, uint64_t id)
+{
+    if (!e->subs)
+        return;
+    eng_sub **pp = &e->subs[sub_hash_(id) & e->subs_mask];
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            eng_sub *s = *pp;
+            *pp = s->next;
+            free(s);
+            e->n_subs--;
+            return;
+        }
+    }
+}
+
+/* ---- backend operations ---- */
+
+/* The prompt's ids: copied from prompt_tokens or encoded by the hook. */
+static int prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids,
+                       int *n, pl_err *err)
+{
+    if (req->prompt_tokens) {
+        for (int i = 0; i < req->n_prompt_tokens; i++)
+            if (req->prompt_tokens[i] < 0 || req->prompt_tokens[i] >= e->n_vocab)
+                return pl_err_set(err, 400, "invalid_request_error", "prompt",
+                                  NULL, "token id %d out of range [0, %d)",
+                                  (int)req->prompt_tokens[i], e->n_vocab);
+        *n = req->n_prompt_tokens;
+        *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
+        if (!*ids)
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(*ids, req->prompt_tokens, (size_t)*n * sizeof **ids);
+        return 0;
+    }
+    if (!e->text.encode)
+        return pl_err_set(err, 400, "invalid_request_error", "prompt", NULL,
+                          "this engine accepts token ids only");
+    return e->text.encode(e->text.ud, req, true, ids, n, err);
+}
+
+static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
+                       uint64_t *id, pl_err *err)
+{
+    pl_engine *e = (pl_engine *)b;
+    int32_t *ids = NULL;
+    int n = 0;
+    eng_req *r = NULL;
+    eng_msg *m = NULL;
+    if (prompt_ids_(e, req, &ids, &n, err) < 0)
+        return -1;
+    int limit = e->max_model_len;
+    if (n < 1 || n >= limit) {
+        pl_err_set(err, 400, "invalid_request_error",
+                   req->messages ? "messages" : "prompt",
+                   n < 1 ? NULL : "context_length_exceeded",
+                   "prompt has %d tokens; this model takes 1 to %d", n, limit - 1);
+        goto fail;
+    }
+    r = calloc(1, sizeof *r);
+    m = calloc(1, sizeof *m);
+    if (!r || !m || pl_sampling_copy(&r->sp, &req->sampling) < 0)
+        goto oom;
+    r->id = ++e->next_id;
+    r->prompt = ids;
+    ids = NULL;
+    r->n_prompt = n;
+    r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens
+                                              : e->max_model_len - n;
+    r->priority = req->priority;
+    r->t_submit = pl_engine_now_ms_();
+    if (sub_add_(e, r->id, sink) < 0)
+        goto oom;
+    m->type = ENG_MSG_SUBMIT;
+    m->id = r->id;
+    m->req = r;
+    *id = r->id;
+    pl_engine_inbox_push_(e, m);
+    return 0;
+oom:
+    pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+fail:
+    free(ids);
+    free(m);
+    pl_engine_req_free_(r);
+    return -1;
+}
+
+static void eng_control_(pl_engine *e, uint64_t id, eng_msg_type type)
+{
+    eng_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return;
+    m->type = type;
+    m->id = id;
+    pl_engine_inbox_push_(e, m);
+}
+
+static void eng_abort_(pl_backend *b, uint64_t id)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (!pl_engine_sub_find_(e, id))
+        return;
+    pl_engine_sub_remove_(e, id);         /* the sink is never called again */
+    eng_control_(e, id, ENG_MSG_ABORT);
+}
+
+static void eng_set_paused_(pl_backend *b, uint64_t id, bool paused)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (pl_engine_sub_find_(e, id))
+        eng_control_(e, id, paused ? ENG_MSG_PAUSE : ENG_MSG_RESUME);
+}
+
+static int eng_capacity_(pl_backend *b)
+{
+    return ((pl_engine *)b)->capacity;
+}
+
+static int eng_tokenize_(pl_backend *b, const pl_gen_request *req,
+                         bool add_special, int32_t **ids, int *n, pl_err *err)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (req->prompt_tokens || !e->text.encode)
+        return prompt_ids_(e, req, ids, n, err);
+    return e->text.encode(e->text.ud, req, add_special, ids, n, err);
+}
+
+static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
+                           char **text, pl_err *err)
+{
+    pl_engine *e = (pl_engine *)b;
+    size_t total = 0, len;
+    for (int i = 0; i < n; i++)
+        if (e->text.token_bytes(e->text.ud, ids[i], &len))
+            total += len;
+    char *s = malloc(total + 1);
+    if (!s)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const char *p = e->text.token_bytes(e->text.ud, ids[i], &len);
+        if (p && len) {
+            memcpy(s + at, p, len);
+            at += len;
+        }
+    }
+    s[at] = '\0';
+    *text = s;
+    return 0;
+}
+
+static int eng_max_model_len_(pl_backend *b)
+{
+    return ((pl_engine *)b)->max_model_len;
+}
+
+json_t *pl_engine_stats_json_(pl_engine *e);
+
+static json_t *eng_stats_(pl_backend *b)
+{
+    return pl_engine_stats_json_((pl_engine *)b);
+}
+
+static void eng_free_(pl_backend *b)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->in_lock);
+        e->stop = true;
+        pthread_cond_signal(&e->in_cond);
+        pthread_mutex_unlock(&e->in_lock);
+        pthread_join(e->thread, NULL);
+    }
+    pl_engine_queue_free_(&e->inbox);
+    pl_engine_queue_free_(&e->pending_out);
+    pl_engine_wake_free_(e);
+    for (eng_msg *m = e->local_free, *next; m; m = next) {
+        next = m->next;
+        pl_engine_msg_free_(m);
+    }
+    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++)
+        for (eng_sub *s = e->subs[i], *next; s; s = next) {
+            next = s->next;
+            free(s);
+        }
+    free(e->subs);
+    free(e->lp_scratch);
+    free(e->top_scratch);
+    for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
+        pl_batch_step_free(&e->steps[i]);
+    pl_batch_free(e->batch);
+    pl_kv_blocks_free(e->kv);
+    if (e->runner)
+        e->runner->ops->free(e->runner);
+    if (e->text.free)
+        e->text.free(e->text.ud);
+    pthread_mutex_destroy(&e->in_lock);
+    pthread_cond_destroy(&e->in_cond);
+    pthread_mutex_destroy(&e->out_lock);
+    pthread_mutex_destroy(&e->stats_lock);
+    free(e->base.model);
+    free(e);
+}
+
+static const pl_backend_ops engine_ops = {
+    .kind = "engine",
+    .submit = eng_submit_,
+    .abort = eng_abort_,
+    .set_paused = eng_set_paused_,
+    .capacity = eng_capacity_,
+    .stats = eng_stats_,
+    .tokenize = eng_tokenize_,
+    .detokenize = eng_detokenize_,
+    .max_model_len = eng_max_model_len_,
+    .free = eng_free_,
+};
+
+/* Resolve 0 = "the runner's" and check the options against it. */
+static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *err)
+{
+    const pl_runner_info *ri = &e->runner->info;
+    pl_engine_options r = *o;
+    if (!r.block_size)
+        r.block_size = ri->block_size;
+    if (!r.num_blocks)
+        r.num_blocks = ri->num_blocks;
+    if (!r.max_num_seqs)
+        r.max_num_seqs = ri->max_seqs;
+    if (!r.max_num_batched_tokens)
+        r.max_num_batched_tokens = ri->max_rows;
+    if (r.block_size != ri->block_size || r.num_blocks < 1 ||
+        r.num_blocks > ri->num_blocks || r.max_num_seqs < 1 ||
+        r.max_num_seqs > ri->max_seqs || r.max_num_batched_tokens < 1 ||
+        r.max_num_batched_tokens > ri->max_rows || ri->max_model_len < 2)
+        return pl_err_set(err, 500, "server_error", NULL, NULL,
+                          "engine options do not fit the runner (block_size %d, "
+                          "num_blocks <= %d, max_num_seqs <= %d, "
+                          "max_num_batched_tokens <= %d)", ri->block_size,
+                          ri->num_blocks, ri->max_seqs, ri->max_rows);
+    e->opt = r;
+    e->max_model_len = ri->max_model_len;
+    e->n_vocab = ri->n_vocab;
+    e->capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks,
+                                         r.block_size, ri->max_model_len);
+    e->max_inflight = r.async ? PL_RUNNER_MAX_INFLIGHT : 1;
+    return 0;
+}
+
+static int init_core_(pl_engine *e, pl_err *err)
+{
+    pl_batch_config bc = {e->opt.max_num_seqs, e->opt.max_num_batched_tokens,
+                          e->max_model_len};
+    e->kv = pl_kv_blocks_new(e->opt.num_blocks, e->opt.block_size,
+                             e->opt.prefix_caching);
+    e->batch = e->kv ? pl_batch_new(&bc, e->kv) : NULL;
+    if (!e->batch)
+        return pl_err_set(err, 500, "server_error", NULL, NULL,
+                          "engine: cannot allocate the scheduler");
+    for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
+        if (pl_batch_step_init(&e->steps[i], &bc, e->opt.block_size) < 0)
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    e->st_local.idle_ok = true;
+    e->st_shared = e->st_local;
+    return 0;
+}
+
+pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
+                                  pl_runner *runner, const pl_engine_text *text,
+                                  const pl_engine_options *opts, pl_err *err)
+{
+    pl_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        runner->ops->free(runner);
+        if (text->free)
+            text->free(text->ud);
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    e->ops = engine_ops;
+    e->ops.kind = runner->ops->name;
+    e->base.ops = &e->ops;
+    e->base.base = base;
+    e->runner = runner;
+    e->text = *text;
+    e->wake_fd = -1;
+    pthread_mutex_init(&e->in_lock, NULL);
+    pthread_cond_init(&e->in_cond, NULL);
+    pthread_mutex_init(&e->out_lock, NULL);
+    pthread_mutex_init(&e->stats_lock, NULL);
+    pl_engine_options def;
+    pl_engine_options_defaults(&def);
+    if (!(e->base.model = strdup(model ? model : "engine"))) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    if (resolve_options_(e, opts ? opts : &def, err) < 0 || init_core_(e, err) < 0)
+        goto fail;
+    if (pl_engine_wake_init_(e) < 0) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "engine: eventfd failed");
+        goto fail;
+    }
+    if (pthread_create(&e->thread, NULL, pl_engine_thread_main_, e) != 0) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "engine: no thread");
+        goto fail;
+    }
+    e->thread_started = true;
+    return &e->base;
+fail:
+    eng_free_(&e->base);
+    return NULL;
+}

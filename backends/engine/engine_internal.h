@@ -1,0 +1,170 @@
+/* engine_internal.h - the engine backend's state, shared by engine.c (the
+ * backend table, main thread), engine_queue.c (inbox/outbox and delivery)
+ * and engine_loop.c (the engine thread's step loop). */
+#ifndef PL_ENGINE_INTERNAL_H
+#define PL_ENGINE_INTERNAL_H
+
+#include <pthread.h>
+
+#include "backends/engine/engine.h"
+#include "schedulers/batch.h"
+#include "schedulers/kv_blocks.h"
+
+struct event;
+
+/* A request as the engine thread sees it. Created on the main thread,
+ * owned by the engine thread once in the inbox. */
+typedef struct eng_req {
+    uint64_t id;
+    int32_t *prompt;              /* handed to pl_batch_add, then freed */
+    int n_prompt;
+    int max_new;
+    int priority;
+    pl_sampling sp;               /* owned copy (stop strings, bias) */
+    double t_submit, t_sched, t_first;   /* ms, monotonic */
+    pl_batch_seq *seq;
+    char *pending;                /* text not yet emitted */
+    size_t pending_len, pending_cap;
+    uint64_t free_after;          /* deferred free: once this many steps
+                                     have been retired */
+    struct eng_req *next;         /* deferred-free list */
+} eng_req;
+
+typedef enum eng_msg_type {
+    ENG_MSG_SUBMIT = 0,
+    ENG_MSG_ABORT,
+    ENG_MSG_PAUSE,
+    ENG_MSG_RESUME,
+    ENG_MSG_DELTA,
+    ENG_MSG_DONE,
+} eng_msg_type;
+
+/* One queued message. Outbox messages are recycled (with their buffers)
+ * so steady-state streaming does not malloc per token. */
+typedef struct eng_msg {
+    eng_msg_type type;
+    uint64_t id;
+    eng_req *req;                 /* SUBMIT */
+    char *text;                   /* DELTA: text[0..len) */
+    size_t len, text_cap;
+    int32_t *tokens;              /* DELTA: n tokens */
+    float *lp;                    /* DELTA with logprobs: (n) */
+    int32_t *top_ids;             /* (n, n_top) */
+    float *top_lp;                /* (n, n_top) */
+    int n, tok_cap, n_top;
+    bool has_logprobs;
+    pl_result res;                /* DONE */
+    pl_err err;                   /* DONE with PL_FINISH_ERROR */
+    struct eng_msg *next;
+} eng_msg;
+
+typedef struct eng_queue {
+    eng_msg *head, *tail;
+} eng_queue;
+
+/* Main-thread record of a live request: where its events go. */
+typedef struct eng_sub {
+    uint64_t id;
+    pl_sink sink;
+    struct eng_sub *next;         /* hash chain */
+} eng_sub;
+
+/* Step timing and counters, written by the engine thread, read by stats. */
+typedef struct eng_stats {
+    uint64_t steps;               /* steps launched */
+    uint64_t steps_done;          /* steps whose outputs were processed */
+    uint64_t rows, decode_rows, prefill_rows, preemptions;
+    uint64_t tokens_out;          /* sampled tokens appended */
+    double schedule_ms, process_ms, execute_ms, idle_gap_ms;
+    double max_idle_gap_ms;
+    int running, waiting;
+    pl_kv_stats kv;
+    uint64_t idle_checks;         /* KV invariant checks when idle */
+    bool idle_ok;                 /* last check passed (true before any) */
+    char idle_why[128];
+} eng_stats;
+
+typedef struct eng_inflight {
+    pl_batch_step *st;
+    int ticket;
+} eng_inflight;
+
+typedef struct pl_engine {
+    pl_backend base;              /* first: a pl_backend */
+    pl_backend_ops ops;           /* kind = the runner's name */
+    pl_runner *runner;            /* owned */
+    pl_engine_text text;
+    pl_engine_options opt;        /* resolved */
+    int max_model_len, n_vocab, capacity;
+
+    /* engine thread only */
+    pl_kv_blocks *kv;
+    pl_batch *batch;
+    pl_batch_step steps[PL_RUNNER_MAX_INFLIGHT];
+    bool step_busy[PL_RUNNER_MAX_INFLIGHT];
+    eng_inflight inflight[PL_RUNNER_MAX_INFLIGHT];
+    int n_inflight, max_inflight;
+    uint64_t n_launched, n_retired;
+    double t_last_done;           /* when the last wait() returned */
+    bool stalled;                 /* nothing could be scheduled */
+    eng_req *deferred;            /* finished, freed once steps retire */
+    eng_msg *local_free;          /* recycled messages taken from outbox */
+    eng_queue pending_out;        /* this step's messages, posted at once */
+    eng_stats st_local;
+
+    /* inbox: main -> engine */
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t in_lock;
+    pthread_cond_t in_cond;
+    eng_queue inbox;
+    bool stop;
+
+    /* outbox: engine -> main */
+    pthread_mutex_t out_lock;
+    eng_queue outbox;
+    eng_msg *msg_free;            /* recycled messages */
+    int wake_fd;                  /* eventfd */
+    struct event *wake_ev;
+
+    /* stats snapshot */
+    pthread_mutex_t stats_lock;
+    eng_stats st_shared;
+
+    /* main thread only */
+    uint64_t next_id;
+    eng_sub **subs;               /* hash of live requests by id */
+    uint32_t subs_mask;
+    int n_subs;
+    pl_token_logprob *lp_scratch; /* delta logprob arrays, reused */
+    pl_top_logprob *top_scratch;
+    int lp_scratch_cap;
+} pl_engine;
+
+double pl_engine_now_ms_(void);
+
+/* engine_queue.c */
+void pl_engine_queue_push_(eng_queue *q, eng_msg *m);
+eng_msg *pl_engine_msg_get_(pl_engine *e);           /* engine thread */
+void pl_engine_msg_free_(eng_msg *m);
+void pl_engine_post_(pl_engine *e);                  /* flush pending_out */
+void pl_engine_inbox_push_(pl_engine *e, eng_msg *m); /* main thread */
+int pl_engine_wake_init_(pl_engine *e);
+void pl_engine_wake_free_(pl_engine *e);
+void pl_engine_queue_free_(eng_queue *q);
+
+/* engine.c: the main-thread registry */
+eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id);
+void pl_engine_sub_remove_(pl_engine *e, uint64_t id);
+
+/* engine_loop.c */
+void *pl_engine_thread_main_(void *arg);
+void pl_engine_req_free_(eng_req *r);
+void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
+                          const pl_err *err);
+
+/* engine_text.c: outputs of one step, per sequence */
+void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
+                         const pl_step_output *out, int k);
+
+#endif

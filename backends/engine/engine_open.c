@@ -1,0 +1,243 @@
+/* engine_open.c - GGUF file -> model + tokenizer + chat template + runner
+ * -> engine backend. The text hooks the engine calls live here too. */
+#include "backends/engine/engine_open.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/chat_template.h"
+#include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/engine.h"
+#include "backends/engine/gguf.h"
+#include "backends/engine/model.h"
+#include "backends/engine/tokenizer.h"
+#include "src/log.h"
+
+#define CPU_DEFAULT_MAX_LEN 2048
+
+/* Everything the text hooks need; also owns the model and its file. */
+typedef struct engine_text {
+    pl_gguf *gguf;
+    pl_model *model;
+    pl_tokenizer *tok;
+    pl_chat_style style;
+    char *bos_text, *eos_text;
+    int max_model_len;
+} engine_text;
+
+static void text_free(void *ud)
+{
+    engine_text *t = ud;
+    if (!t)
+        return;
+    pl_chat_style_free(&t->style);
+    pl_tokenizer_free(t->tok);
+    pl_model_free(t->model);
+    pl_gguf_free(t->gguf);
+    free(t->bos_text);
+    free(t->eos_text);
+    free(t);
+}
+
+static int text_encode(void *ud, const pl_gen_request *req, bool add_special, int32_t **ids,
+                       int *n, pl_err *err)
+{
+    engine_text *t = ud;
+    int rc;
+    if (req->messages) {
+        char *rendered = NULL;
+        if (pl_chat_style_render(&t->style, req->messages, req->n_messages,
+                                 req->add_generation_prompt, t->bos_text, t->eos_text,
+                                 &rendered, err) < 0)
+            return -1;
+        /* The template writes BOS itself where the model wants one. */
+        rc = pl_tokenizer_encode(t->tok, rendered, strlen(rendered), false, true, ids, n);
+        free(rendered);
+    } else {
+        const char *p = req->prompt ? req->prompt : "";
+        rc = pl_tokenizer_encode(t->tok, p, strlen(p), add_special, false, ids, n);
+    }
+    if (rc < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "tokenizer out of memory");
+    return 0;
+}
+
+static const char *text_token_bytes(void *ud, int32_t id, size_t *len)
+{
+    engine_text *t = ud;
+    pl_token_type ty = pl_tokenizer_token_type(t->tok, id);
+    if (ty == PL_TOKEN_TYPE_CONTROL) {
+        *len = 0;
+        return NULL;
+    }
+    return pl_tokenizer_token_bytes(t->tok, id, len);
+}
+
+static bool text_is_eog(void *ud, int32_t id)
+{
+    return pl_tokenizer_is_eog(((engine_text *)ud)->tok, id);
+}
+
+static char *token_text(const pl_tokenizer *tok, int32_t id)
+{
+    size_t len = 0;
+    const char *s = id >= 0 ? pl_tokenizer_token_bytes(tok, id, &len) : NULL;
+    return s ? strndup(s, len) : strdup("");
+}
+
+static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err, size_t n)
+{
+    if (o->chat_template && o->chat_template[0]) {
+        pl_chat_tmpl k;
+        if (pl_chat_tmpl_from_name(o->chat_template, &k) < 0) {
+            snprintf(err, n, "unknown --chat-template '%s' (known: %s)", o->chat_template,
+                     pl_chat_tmpl_names());
+            return -1;
+        }
+        pl_chat_style_from_tmpl(&t->style, k);
+        return 0;
+    }
+    pl_gguf_str src = {0};
+    char *jinja = NULL;
+    if (pl_gguf_get_str(t->gguf, "tokenizer.chat_template", &src) == 0)
+        jinja = strndup(src.ptr, (size_t)src.len);
+    int rc = pl_chat_style_init(&t->style, jinja);
+    free(jinja);
+    if (rc < 0) {
+        snprintf(err, n, "out of memory");
+        return -1;
+    }
+    if (t->style.tmpl != PL_CHAT_TMPL_UNKNOWN)
+        return 0;
+    if (o->chat_template_strict) {
+        snprintf(err, n, "the model's chat template is not one parley knows "
+                         "(give --chat-template: %s)", pl_chat_tmpl_names());
+        return -1;
+    }
+    pl_warn("unknown chat template in %s: using ChatML (set --chat-template)", o->model_path);
+    pl_chat_style_from_tmpl(&t->style, PL_CHAT_TMPL_CHATML);
+    return 0;
+}
+
+static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
+{
+    engine_text *t = calloc(1, sizeof *t);
+    if (!t) {
+        snprintf(err, n, "out of memory");
+        return NULL;
+    }
+    char e2[512];
+    t->gguf = pl_gguf_open(o->model_path, e2, sizeof e2);
+    if (!t->gguf) {
+        snprintf(err, n, "%s: %s", o->model_path, e2);
+        goto fail;
+    }
+    pl_model_opts mo = {.keep_f32 = true};
+    t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
+    if (!t->model) {
+        snprintf(err, n, "%s: %s", o->model_path, e2);
+        goto fail;
+    }
+    t->tok = pl_tokenizer_from_gguf(t->gguf, e2, sizeof e2);
+    if (!t->tok) {
+        snprintf(err, n, "%s: %s", o->model_path, e2);
+        goto fail;
+    }
+    if (pick_template(t, o, err, n) < 0)
+        goto fail;
+    t->bos_text = token_text(t->tok, pl_tokenizer_bos(t->tok));
+    t->eos_text = token_text(t->tok, pl_tokenizer_eos(t->tok));
+    return t;
+fail:
+    text_free(t);
+    return NULL;
+}
+
+static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char *err,
+                              size_t n)
+{
+    const pl_model *m = t->model;
+    pl_runner_info want = {0};
+    want.block_size = o->block_size;
+    want.max_seqs = o->max_num_seqs;
+    want.max_rows = o->max_num_batched_tokens;
+    want.max_model_len = o->max_model_len > 0 ? o->max_model_len
+                         : m->n_ctx_train < CPU_DEFAULT_MAX_LEN ? m->n_ctx_train
+                                                                : CPU_DEFAULT_MAX_LEN;
+    if (strcmp(o->device, "cpu") != 0) {
+        snprintf(err, n, "device '%s' is not built into this binary", o->device);
+        return NULL;
+    }
+    /* KV bytes per block: K and V, f32, every layer. */
+    size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
+                       (size_t)o->block_size * sizeof(float);
+    want.num_blocks = (int)(((size_t)o->kv_cache_mb << 20) / per_block);
+    int min_blocks = (want.max_model_len + o->block_size - 1) / o->block_size;
+    if (want.num_blocks < min_blocks) {
+        snprintf(err, n, "--kv-cache-mb %d holds %d blocks; one %d-token sequence needs %d",
+                 o->kv_cache_mb, want.num_blocks, want.max_model_len, min_blocks);
+        return NULL;
+    }
+    t->max_model_len = want.max_model_len;
+    return pl_cpu_runner_new(m, &want, o->threads, err, n);
+}
+
+void pl_engine_model_name(const char *path, char *out, size_t n)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    snprintf(out, n, "%s", base);
+    char *dot = strstr(out, ".gguf");
+    if (dot)
+        *dot = '\0';
+    /* Drop a trailing quant tag: ".Q4_1", "-q8_0", ".F16", "-BF16". */
+    char *tag = strrchr(out, '.');
+    char *dash = strrchr(out, '-');
+    if (dash && (!tag || dash > tag))
+        tag = dash;
+    if (tag && (tag[1] == 'Q' || tag[1] == 'q' || !strcasecmp(tag + 1, "f16") ||
+                !strcasecmp(tag + 1, "bf16") || !strcasecmp(tag + 1, "f32")) &&
+        (isdigit((unsigned char)tag[2]) || tag[1] == 'f' || tag[1] == 'F' || tag[1] == 'b' ||
+         tag[1] == 'B'))
+        *tag = '\0';
+    for (char *p = out; *p; p++)
+        *p = (char)tolower((unsigned char)*p);
+}
+
+pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o,
+                           char *err, size_t errlen)
+{
+    engine_text *t = load_text(o, err, errlen);
+    if (!t)
+        return NULL;
+    pl_runner *r = open_runner(o, t, err, errlen);
+    if (!r) {
+        text_free(t);
+        return NULL;
+    }
+    char name[256];
+    if (o->served_name && o->served_name[0])
+        snprintf(name, sizeof name, "%s", o->served_name);
+    else
+        pl_engine_model_name(o->model_path, name, sizeof name);
+    pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,
+                            .is_eog = text_is_eog, .free = text_free};
+    pl_engine_options eo;
+    pl_engine_options_defaults(&eo);
+    eo.block_size = o->block_size;
+    eo.max_num_seqs = o->max_num_seqs;
+    eo.max_num_batched_tokens = o->max_num_batched_tokens;
+    eo.async = o->async_scheduling;
+    eo.prefix_caching = o->prefix_caching;
+    pl_err e;
+    pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &eo, &e);
+    if (!b)
+        snprintf(err, errlen, "%s", e.message);
+    else
+        pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s, context %d", name,
+                t->model->arch_name, t->model->n_layer, t->model->n_embd, t->model->n_vocab,
+                pl_chat_tmpl_name(t->style.tmpl), t->max_model_len);
+    return b;
+}

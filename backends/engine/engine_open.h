@@ -1,0 +1,41 @@
+/* engine_open.h - open a GGUF model as an engine backend: the model, its
+ * tokenizer and chat template, a runner (CPU, or CUDA when built and
+ * asked for), and the engine thread. */
+#ifndef PL_ENGINE_OPEN_H
+#define PL_ENGINE_OPEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/backend.h"
+
+struct event_base;
+
+typedef struct pl_engine_open_opts {
+    const char *model_path;      /**< GGUF file */
+    const char *served_name;     /**< NULL or "": derived from the file name */
+    const char *device;          /**< "cpu" or "cuda" */
+    const char *chat_template;   /**< NULL or "": detected from the GGUF */
+    bool chat_template_strict;   /**< unknown template: error, not ChatML */
+    int threads;                 /**< CPU threads; 0 = all cores */
+    int max_num_seqs;
+    int max_num_batched_tokens;
+    int block_size;
+    int kv_cache_mb;             /**< CPU KV cache size */
+    int max_model_len;           /**< 0 = min(model context, 2048) on CPU */
+    bool async_scheduling;
+    bool prefix_caching;
+    double gpu_memory_utilization;
+    bool cuda_graphs;
+} pl_engine_open_opts;
+
+/** Load and start. Returns NULL with a message in err (file, type or
+ *  architecture problems are named). */
+pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o,
+                           char *err, size_t errlen);
+
+/** The served name for a model file: "SmolLM2-135M-Instruct.Q4_1.gguf" ->
+ *  "smollm2-135m-instruct" (lowercase, no extension, no quant tag). */
+void pl_engine_model_name(const char *path, char *out, size_t n);
+
+#endif

@@ -1,0 +1,64 @@
+/* engine_stats.c - the engine's statistics as JSON: step timing (schedule,
+ * process, execute, idle gap), rows, queues and the KV cache. */
+#include "backends/engine/engine_internal.h"
+
+static double per_(double total, uint64_t n)
+{
+    return n ? total / (double)n : 0.0;
+}
+
+static json_t *kv_json_(const pl_kv_stats *kv)
+{
+    uint64_t q = kv->queries;
+    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:I}",
+                     "num_blocks", kv->num_blocks, "block_size", kv->block_size,
+                     "used", kv->used, "free", kv->free,
+                     "cached_free", kv->cached_free, "cached", kv->cached,
+                     "prefix_queries", (json_int_t)q,
+                     "prefix_hits", (json_int_t)kv->hits,
+                     "prefix_hit_rate", q ? (double)kv->hits / (double)q : 0.0,
+                     "evictions", (json_int_t)kv->evictions);
+}
+
+static json_t *timing_json_(const eng_stats *s)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}",
+                     "schedule_ms", s->schedule_ms,
+                     "process_ms", s->process_ms,
+                     "execute_ms", s->execute_ms,
+                     "idle_gap_ms", s->idle_gap_ms,
+                     "schedule_ms_per_step", per_(s->schedule_ms, s->steps),
+                     "process_ms_per_step", per_(s->process_ms, s->steps_done),
+                     "execute_ms_per_step", per_(s->execute_ms, s->steps_done),
+                     "idle_gap_ms_per_step", per_(s->idle_gap_ms, s->steps),
+                     "max_idle_gap_ms", s->max_idle_gap_ms);
+}
+
+json_t *pl_engine_stats_json_(pl_engine *e)
+{
+    eng_stats s;
+    pthread_mutex_lock(&e->stats_lock);
+    s = e->st_shared;
+    pthread_mutex_unlock(&e->stats_lock);
+    json_t *o = json_pack(
+        "{s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I,"
+        " s:I, s:I, s:I, s:i, s:i, s:I, s:b, s:s}",
+        "kind", e->ops.kind, "model", e->base.model,
+        "async", e->opt.async, "prefix_caching", e->opt.prefix_caching,
+        "capacity", e->capacity, "max_num_seqs", e->opt.max_num_seqs,
+        "max_num_batched_tokens", e->opt.max_num_batched_tokens,
+        "max_model_len", e->max_model_len, "block_size", e->opt.block_size,
+        "steps", (json_int_t)s.steps, "steps_done", (json_int_t)s.steps_done,
+        "rows", (json_int_t)s.rows, "decode_rows", (json_int_t)s.decode_rows,
+        "prefill_rows", (json_int_t)s.prefill_rows,
+        "preemptions", (json_int_t)s.preemptions,
+        "tokens_out", (json_int_t)s.tokens_out,
+        "running", s.running, "waiting", s.waiting,
+        "idle_checks", (json_int_t)s.idle_checks, "kv_invariant_ok", s.idle_ok,
+        "kv_invariant_why", s.idle_ok ? "" : s.idle_why);
+    if (o) {
+        json_object_set_new(o, "timing", timing_json_(&s));
+        json_object_set_new(o, "kv", kv_json_(&s.kv));
+    }
+    return o;
+}

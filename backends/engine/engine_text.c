@@ -1,0 +1,164 @@
+/* engine_text.c - what one sampled token does to its request: the
+ * end-of-generation and length checks, the text it adds, stop strings,
+ * and the delta that carries it to the sink. Runs on the engine thread.
+ *
+ * Each generated token (but an end-of-generation one) gives one delta
+ * with its id. Its text is held back while it could still be the start of
+ * a stop string or ends inside a UTF-8 sequence, so a delta never shows
+ * either; such a delta has the id and empty text, and the held text comes
+ * with a later delta (at the latest the last one).
+ */
+#include "backends/engine/engine_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/stopstr.h"
+
+static int realloc_into_(void **p, size_t bytes)
+{
+    void *np = realloc(*p, bytes);
+    if (!np)
+        return -1;
+    *p = np;
+    return 0;
+}
+
+/* Room for `need` tokens (and their logprobs) in a recycled message. */
+static int reserve_tokens_(eng_msg *m, int need)
+{
+    if (need <= m->tok_cap)
+        return 0;
+    int nc = m->tok_cap ? m->tok_cap * 2 : 4;
+    while (nc < need)
+        nc *= 2;
+    size_t n = (size_t)nc, top = n * PL_MAX_TOP_LOGPROBS;
+    if (realloc_into_((void **)&m->tokens, n * sizeof *m->tokens) < 0 ||
+        realloc_into_((void **)&m->lp, n * sizeof *m->lp) < 0 ||
+        realloc_into_((void **)&m->top_ids, top * sizeof *m->top_ids) < 0 ||
+        realloc_into_((void **)&m->top_lp, top * sizeof *m->top_lp) < 0)
+        return -1;
+    m->tok_cap = nc;
+    return 0;
+}
+
+static int pending_append_(eng_req *r, const char *b, size_t n)
+{
+    if (r->pending_len + n > r->pending_cap) {
+        size_t nc = r->pending_cap ? r->pending_cap * 2 : 256;
+        while (nc < r->pending_len + n)
+            nc *= 2;
+        char *np = realloc(r->pending, nc);
+        if (!np)
+            return -1;
+        r->pending = np;
+        r->pending_cap = nc;
+    }
+    memcpy(r->pending + r->pending_len, b, n);
+    r->pending_len += n;
+    return 0;
+}
+
+static int add_token_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok,
+                      const pl_step_output *out, int k)
+{
+    (void)e;
+    if (reserve_tokens_(m, m->n + 1) < 0)
+        return -1;
+    if (r->sp.logprobs) {
+        int n_top = r->sp.top_logprobs;
+        m->has_logprobs = true;
+        m->n_top = n_top;
+        m->lp[m->n] = out->logprob ? out->logprob[k] : 0.0f;
+        for (int j = 0; j < n_top; j++) {
+            size_t src = (size_t)k * PL_MAX_TOP_LOGPROBS + (size_t)j;
+            size_t dst = (size_t)m->n * (size_t)n_top + (size_t)j;
+            m->top_ids[dst] = out->top_ids ? out->top_ids[src] : tok;
+            m->top_lp[dst] = out->top_logprobs ? out->top_logprobs[src] : 0.0f;
+        }
+    }
+    m->tokens[m->n++] = tok;
+    return 0;
+}
+
+/* Move `n` bytes of pending text into the open delta m. */
+static int take_text_(eng_req *r, eng_msg *m, size_t n)
+{
+    if (m->len + n + 1 > m->text_cap) {
+        size_t nc = m->text_cap ? m->text_cap : 64;
+        while (nc < m->len + n + 1)
+            nc *= 2;
+        char *np = realloc(m->text, nc);
+        if (!np)
+            return -1;
+        m->text = np;
+        m->text_cap = nc;
+    }
+    memcpy(m->text + m->len, r->pending, n);
+    m->len += n;
+    m->text[m->len] = '\0';
+    memmove(r->pending, r->pending + n, r->pending_len - n);
+    r->pending_len -= n;
+    return 0;
+}
+
+/* Append tok's bytes and release what is safe. Returns true when a stop
+ * string matched (the text after it is dropped). */
+static bool text_step_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok,
+                       bool final)
+{
+    size_t len = 0;
+    const char *b = e->text.token_bytes(e->text.ud, tok, &len);
+    if (b && len)
+        pending_append_(r, b, len);
+    bool stopped = false;
+    size_t emit = pl_stopstr_scan(r->pending, r->pending_len, r->sp.stop,
+                                  r->sp.n_stop, &stopped);
+    if (stopped) {
+        r->pending_len = emit;
+        final = true;
+    }
+    if (!final)
+        emit = pl_utf8_complete_len(r->pending, emit);
+    else
+        emit = r->pending_len;
+    take_text_(r, m, emit);
+    return stopped;
+}
+
+static eng_msg *new_delta_(pl_engine *e, eng_req *r)
+{
+    eng_msg *m = pl_engine_msg_get_(e);
+    if (!m)
+        return NULL;
+    m->type = ENG_MSG_DELTA;
+    m->id = r->id;
+    pl_engine_queue_push_(&e->pending_out, m);
+    return m;
+}
+
+void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
+                         const pl_step_output *out, int k)
+{
+    eng_req *r = s->ud;
+    if (r->t_first == 0)
+        r->t_first = pl_engine_now_ms_();
+    bool eog = !r->sp.ignore_eos && e->text.is_eog(e->text.ud, tok);
+    bool length = pl_batch_seq_generated(s) >= s->max_new;
+    pl_finish f = eog ? PL_FINISH_STOP : length ? PL_FINISH_LENGTH
+                                                : PL_FINISH_NONE;
+    if (eog && r->pending_len) {
+        eng_msg *m = new_delta_(e, r);          /* flush what was held */
+        if (m)
+            take_text_(r, m, r->pending_len);
+    } else if (!eog) {
+        eng_msg *m = new_delta_(e, r);
+        if (m && add_token_(e, r, m, tok, out, k) == 0 &&
+            text_step_(e, r, m, tok, f != PL_FINISH_NONE))
+            f = PL_FINISH_STOP;
+    }
+    if (f == PL_FINISH_NONE)
+        return;
+    pl_engine_emit_done_(e, r, f, NULL);
+    pl_batch_finish(e->batch, s);
+}

@@ -1,0 +1,212 @@
+/* batch_step.c - one scheduling pass: running decodes, then running
+ * prefill chunks, then admissions, written into a step's runner input. */
+#include "schedulers/batch_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
+                       int block_size)
+{
+    memset(st, 0, sizeof *st);
+    size_t rows = (size_t)cfg->max_num_batched_tokens;
+    size_t seqs = (size_t)cfg->max_num_seqs;
+    int mb = (cfg->max_model_len + block_size - 1) / block_size;
+    pl_step_input *in = &st->in;
+    in->max_blocks_per_seq = mb;
+    in->tokens = malloc(rows * sizeof *in->tokens);
+    in->positions = malloc(rows * sizeof *in->positions);
+    in->row_seq = malloc(rows * sizeof *in->row_seq);
+    in->seq_slot = malloc(seqs * sizeof *in->seq_slot);
+    in->seq_first_row = malloc(seqs * sizeof *in->seq_first_row);
+    in->seq_n_rows = malloc(seqs * sizeof *in->seq_n_rows);
+    in->seq_ctx_len = malloc(seqs * sizeof *in->seq_ctx_len);
+    in->seq_sample = malloc(seqs * sizeof *in->seq_sample);
+    in->block_table = malloc(seqs * (size_t)mb * sizeof *in->block_table);
+    in->sampling = malloc(seqs * sizeof *in->sampling);
+    in->seq_hist = malloc(seqs * sizeof *in->seq_hist);
+    in->seq_hist_len = malloc(seqs * sizeof *in->seq_hist_len);
+    st->seqs = malloc(seqs * sizeof *st->seqs);
+    if (!in->tokens || !in->positions || !in->row_seq || !in->seq_slot ||
+        !in->seq_first_row || !in->seq_n_rows || !in->seq_ctx_len ||
+        !in->seq_sample || !in->block_table || !in->sampling ||
+        !in->seq_hist || !in->seq_hist_len || !st->seqs)
+        return -1;
+    return 0;
+}
+
+void pl_batch_step_free(pl_batch_step *st)
+{
+    pl_step_input *in = &st->in;
+    free(in->tokens);
+    free(in->positions);
+    free(in->row_seq);
+    free(in->seq_slot);
+    free(in->seq_first_row);
+    free(in->seq_n_rows);
+    free(in->seq_ctx_len);
+    free(in->seq_sample);
+    free(in->block_table);
+    free(in->sampling);
+    free(in->seq_hist);
+    free(in->seq_hist_len);
+    free(st->seqs);
+    memset(st, 0, sizeof *st);
+}
+
+/* Rows s could run now, ignoring the budget: the known ids not yet fed,
+ * else one decode row on the placeholder, else 0. */
+static int rows_wanted_(const pl_batch *b, const pl_batch_seq *s)
+{
+    int known_left = s->n_tokens - s->num_computed;
+    if (known_left > 0)
+        return known_left;
+    int gen = s->n_tokens - s->n_prompt + s->num_placeholders;
+    if (s->num_placeholders > 0 && gen < s->max_new &&
+        s->n_tokens + s->num_placeholders < b->cfg.max_model_len)
+        return 1;
+    return 0;
+}
+
+static void fill_rows_(pl_batch_step *st, pl_batch_seq *s, int k, int n)
+{
+    pl_step_input *in = &st->in;
+    for (int j = 0; j < n; j++) {
+        int pos = s->num_computed + j;
+        int r = in->n_rows++;
+        in->tokens[r] = pos < s->n_tokens ? s->tokens[pos] : PL_TOKEN_PLACEHOLDER;
+        in->positions[r] = pos;
+        in->row_seq[r] = k;
+    }
+}
+
+/* Append n rows of s (blocks already reserved) to the step. */
+static void fill_seq_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
+{
+    pl_step_input *in = &st->in;
+    int k = in->n_seqs++;
+    bool decode = s->n_tokens - s->num_computed <= 1;
+    st->seqs[k] = s;
+    in->seq_slot[k] = s->slot;
+    in->seq_first_row[k] = in->n_rows;
+    in->seq_n_rows[k] = n;
+    fill_rows_(st, s, k, n);
+    s->num_computed += n;
+    bool sample = s->num_computed == s->n_tokens + s->num_placeholders;
+    in->seq_ctx_len[k] = s->num_computed;
+    in->seq_sample[k] = sample;
+    int32_t *bt = in->block_table + (size_t)k * (size_t)in->max_blocks_per_seq;
+    memcpy(bt, s->blocks, (size_t)s->n_blocks * sizeof *bt);
+    for (int i = s->n_blocks; i < in->max_blocks_per_seq; i++)
+        bt[i] = -1;
+    int gen = s->n_tokens - s->n_prompt;
+    in->sampling[k] = s->sampling;
+    in->sampling[k].step = (uint64_t)(gen + s->num_placeholders);
+    in->seq_hist[k] = s->tokens + s->n_prompt;
+    in->seq_hist_len[k] = gen;
+    if (sample)
+        s->num_placeholders++;
+    s->n_inflight++;
+    s->last_step = st->no;
+    if (decode)
+        st->n_decode_rows += n;
+    else
+        st->n_prefill_rows += n;
+    pl_batch_commit_(b, s);
+}
+
+/* Lowest-priority running sequence not scheduled in this step: the
+ * running queue is sorted, so scan from its tail. */
+static pl_batch_seq *victim_(pl_batch *b, const pl_batch_step *st)
+{
+    for (int i = b->n_running - 1; i >= 0; i--)
+        if (b->running[i]->last_step != st->no)
+            return b->running[i];
+    return NULL;
+}
+
+/* Blocks for n more positions of s, preempting lower-priority sequences
+ * as needed. Returns false when s itself was the victim. */
+static bool reserve_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
+{
+    while (!pl_batch_ensure_blocks_(b, s, s->num_computed + n)) {
+        pl_batch_seq *v = victim_(b, st);
+        pl_batch_preempt_(b, v ? v : s);
+        st->n_preempted++;
+        if (!v || v == s)
+            return false;
+    }
+    return true;
+}
+
+static int index_of_(const pl_batch *b, const pl_batch_seq *s)
+{
+    for (int i = 0; i < b->n_running; i++)
+        if (b->running[i] == s)
+            return i;
+    return -1;
+}
+
+/* One pass over the running queue: decodes (decode_pass) or prefill
+ * chunks. Preemption may reorder the queue, so positions are re-found. */
+static void schedule_running_(pl_batch *b, pl_batch_step *st, bool decode_pass)
+{
+    for (int i = 0; i < b->n_running; i++) {
+        int budget = b->cfg.max_num_batched_tokens - st->in.n_rows;
+        pl_batch_seq *s = b->running[i];
+        if (budget <= 0)
+            return;
+        if (s->paused || s->last_step == st->no)
+            continue;
+        int want = rows_wanted_(b, s);
+        bool decode = s->n_tokens - s->num_computed <= 1;
+        if (want == 0 || decode != decode_pass)
+            continue;
+        int n = want < budget ? want : budget;
+        int before = st->n_preempted;
+        bool ok = reserve_(b, st, s, n);
+        if (ok)
+            fill_seq_(b, st, s, n);
+        if (st->n_preempted != before)
+            i = ok ? index_of_(b, s) : i - 1;
+    }
+}
+
+/* Admit waiting sequences in order while seats, budget and blocks last.
+ * The first one that does not get its blocks stops admission, so nothing
+ * younger overtakes it. */
+static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
+{
+    int i = 0;
+    while (i < b->n_waiting) {
+        pl_batch_seq *s = b->waiting[i];
+        int budget = b->cfg.max_num_batched_tokens - st->in.n_rows;
+        if (s->paused || s->num_placeholders > 0) {
+            i++;
+            continue;
+        }
+        if (b->n_running >= b->cfg.max_num_seqs || budget <= 0)
+            return;
+        pl_batch_admit_(b, s);
+        int left = s->n_tokens - s->num_computed;
+        int n = left < budget ? left : budget;
+        if (!pl_batch_ensure_blocks_(b, s, s->num_computed + n)) {
+            pl_batch_unadmit_(b, s);
+            return;
+        }
+        fill_seq_(b, st, s, n);
+    }
+}
+
+int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
+{
+    st->no = ++b->n_steps;
+    st->in.n_rows = 0;
+    st->in.n_seqs = 0;
+    st->n_decode_rows = st->n_prefill_rows = st->n_preempted = 0;
+    pl_batch_sort_running_(b);
+    schedule_running_(b, st, true);
+    schedule_running_(b, st, false);
+    schedule_waiting_(b, st);
+    return st->in.n_rows;
+}

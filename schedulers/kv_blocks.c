@@ -1,0 +1,332 @@
+/* kv_blocks.c - paged KV block manager: free list, ref counts, prefix
+ * cache keyed by chained block hashes, LRU eviction of cached free blocks. */
+#include "schedulers/kv_blocks.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { LIST_NONE = 0, LIST_FREE = 1, LIST_CACHED = 2 };
+
+typedef struct kv_block {
+    int32_t ref;
+    int32_t prev, next;       /* links on the free or cached-free list */
+    int32_t hnext;            /* next block in the same hash bucket */
+    uint8_t list;             /* LIST_* */
+    bool hashed;
+    uint64_t hash, parent;
+} kv_block;
+
+typedef struct kv_list {
+    int32_t head, tail;       /* head = least recently released */
+    int n;
+} kv_list;
+
+struct pl_kv_blocks {
+    int num_blocks, block_size;
+    bool prefix_caching;
+    kv_block *b;              /* (num_blocks) */
+    int32_t *ids;             /* (num_blocks, block_size) committed ids */
+    int32_t *buckets;         /* (n_buckets) first block of each chain */
+    uint32_t bucket_mask;
+    kv_list lists[3];
+    int used, cached;
+    uint64_t queries, hits, evictions;
+};
+
+static void list_push_tail_(pl_kv_blocks *kv, int which, int32_t id)
+{
+    kv_list *l = &kv->lists[which];
+    kv_block *blk = &kv->b[id];
+    blk->list = (uint8_t)which;
+    blk->next = -1;
+    blk->prev = l->tail;
+    if (l->tail >= 0)
+        kv->b[l->tail].next = id;
+    else
+        l->head = id;
+    l->tail = id;
+    l->n++;
+}
+
+static void list_remove_(pl_kv_blocks *kv, int32_t id)
+{
+    kv_block *blk = &kv->b[id];
+    kv_list *l = &kv->lists[blk->list];
+    if (blk->prev >= 0)
+        kv->b[blk->prev].next = blk->next;
+    else
+        l->head = blk->next;
+    if (blk->next >= 0)
+        kv->b[blk->next].prev = blk->prev;
+    else
+        l->tail = blk->prev;
+    l->n--;
+    blk->list = LIST_NONE;
+    blk->prev = blk->next = -1;
+}
+
+pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
+                               bool prefix_caching)
+{
+    if (num_blocks <= 0 || block_size <= 0)
+        return NULL;
+    pl_kv_blocks *kv = calloc(1, sizeof *kv);
+    if (!kv)
+        return NULL;
+    uint32_t nb = 16;
+    while (nb < (uint32_t)num_blocks * 2u)
+        nb <<= 1;
+    kv->num_blocks = num_blocks;
+    kv->block_size = block_size;
+    kv->prefix_caching = prefix_caching;
+    kv->bucket_mask = nb - 1;
+    kv->b = calloc((size_t)num_blocks, sizeof *kv->b);
+    kv->ids = malloc((size_t)num_blocks * (size_t)block_size * sizeof *kv->ids);
+    kv->buckets = malloc(nb * sizeof *kv->buckets);
+    if (!kv->b || !kv->ids || !kv->buckets)
+        goto fail;
+    for (uint32_t i = 0; i < nb; i++)
+        kv->buckets[i] = -1;
+    for (int i = 0; i < 3; i++)
+        kv->lists[i] = (kv_list){-1, -1, 0};
+    for (int32_t i = 0; i < num_blocks; i++) {
+        kv->b[i].hnext = -1;
+        list_push_tail_(kv, LIST_FREE, i);
+    }
+    return kv;
+fail:
+    pl_kv_blocks_free(kv);
+    return NULL;
+}
+
+void pl_kv_blocks_free(pl_kv_blocks *kv)
+{
+    if (!kv)
+        return;
+    free(kv->b);
+    free(kv->ids);
+    free(kv->buckets);
+    free(kv);
+}
+
+int pl_kv_blocks_block_size(const pl_kv_blocks *kv)
+{
+    return kv->block_size;
+}
+
+int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv)
+{
+    return kv->num_blocks;
+}
+
+int pl_kv_blocks_num_available(const pl_kv_blocks *kv)
+{
+    return kv->lists[LIST_FREE].n + kv->lists[LIST_CACHED].n;
+}
+
+uint64_t pl_kv_blocks_hash(uint64_t parent, const int32_t *ids, int n)
+{
+    /* FNV-1a over the parent hash and the ids, then a 64-bit finaliser
+     * (splitmix) so that nearby inputs spread over the buckets. */
+    uint64_t h = 0xcbf29ce484222325ull ^ parent;
+    for (int i = 0; i < n; i++) {
+        uint32_t v = (uint32_t)ids[i];
+        for (int k = 0; k < 4; k++) {
+            h ^= (v >> (8 * k)) & 0xffu;
+            h *= 0x100000001b3ull;
+        }
+    }
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 31;
+    return h;
+}
+
+static void table_remove_(pl_kv_blocks *kv, int32_t id)
+{
+    kv_block *blk = &kv->b[id];
+    int32_t *pp = &kv->buckets[blk->hash & kv->bucket_mask];
+    while (*pp >= 0 && *pp != id)
+        pp = &kv->b[*pp].hnext;
+    if (*pp == id)
+        *pp = blk->hnext;
+    blk->hnext = -1;
+    blk->hashed = false;
+    kv->cached--;
+}
+
+static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
+                           const int32_t *ids)
+{
+    size_t bs = (size_t)kv->block_size;
+    for (int32_t id = kv->buckets[h & kv->bucket_mask]; id >= 0;
+         id = kv->b[id].hnext) {
+        const kv_block *blk = &kv->b[id];
+        if (blk->hash == h && blk->parent == parent &&
+            memcmp(kv->ids + (size_t)id * bs, ids, bs * sizeof *ids) == 0)
+            return id;
+    }
+    return -1;
+}
+
+int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv)
+{
+    int32_t id = kv->lists[LIST_FREE].head;
+    if (id < 0) {
+        id = kv->lists[LIST_CACHED].head;
+        if (id < 0)
+            return -1;
+        table_remove_(kv, id);
+        kv->evictions++;
+    }
+    list_remove_(kv, id);
+    kv->b[id].ref = 1;
+    kv->used++;
+    return id;
+}
+
+void pl_kv_blocks_ref(pl_kv_blocks *kv, int32_t id)
+{
+    kv_block *blk = &kv->b[id];
+    if (blk->ref == 0) {
+        list_remove_(kv, id);
+        kv->used++;
+    }
+    blk->ref++;
+}
+
+void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id)
+{
+    kv_block *blk = &kv->b[id];
+    if (blk->ref <= 0)
+        abort();                       /* double release: broken invariant */
+    if (--blk->ref > 0)
+        return;
+    kv->used--;
+    list_push_tail_(kv, blk->hashed ? LIST_CACHED : LIST_FREE, id);
+}
+
+int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
+{
+    return kv->b[id].ref;
+}
+
+int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
+                        int max_blocks, int32_t *out_blocks,
+                        uint64_t *last_hash)
+{
+    uint64_t parent = PL_KV_HASH_ROOT;
+    int bs = kv->block_size, hit = 0;
+    if (kv->prefix_caching) {
+        for (; hit < max_blocks && (hit + 1) * bs <= n; hit++) {
+            const int32_t *ids = tokens + (size_t)hit * (size_t)bs;
+            uint64_t h = pl_kv_blocks_hash(parent, ids, bs);
+            int32_t id = table_find_(kv, h, parent, ids);
+            if (id < 0)
+                break;
+            pl_kv_blocks_ref(kv, id);
+            out_blocks[hit] = id;
+            parent = h;
+        }
+    }
+    if (last_hash)
+        *last_hash = parent;
+    return hit;
+}
+
+void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit)
+{
+    kv->queries += (uint64_t)queried;
+    kv->hits += (uint64_t)hit;
+}
+
+uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
+                             const int32_t *ids)
+{
+    size_t bs = (size_t)kv->block_size;
+    uint64_t h = pl_kv_blocks_hash(parent, ids, (int)bs);
+    kv_block *blk = &kv->b[id];
+    if (!kv->prefix_caching || blk->hashed || table_find_(kv, h, parent, ids) >= 0)
+        return h;
+    blk->hashed = true;
+    blk->hash = h;
+    blk->parent = parent;
+    memcpy(kv->ids + (size_t)id * bs, ids, bs * sizeof *ids);
+    int32_t *head = &kv->buckets[h & kv->bucket_mask];
+    blk->hnext = *head;
+    *head = id;
+    kv->cached++;
+    return h;
+}
+
+void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
+{
+    st->num_blocks = kv->num_blocks;
+    st->block_size = kv->block_size;
+    st->used = kv->used;
+    st->free = kv->lists[LIST_FREE].n;
+    st->cached_free = kv->lists[LIST_CACHED].n;
+    st->cached = kv->cached;
+    st->queries = kv->queries;
+    st->hits = kv->hits;
+    st->evictions = kv->evictions;
+}
+
+static bool fail_(char *why, int whylen, const char *msg, int32_t id)
+{
+    if (why && whylen > 0)
+        snprintf(why, (size_t)whylen, "%s (block %d)", msg, (int)id);
+    return false;
+}
+
+/* Walk one list forwards, checking links and membership tags. */
+static bool check_list_(const pl_kv_blocks *kv, int which, int *seen,
+                        char *why, int whylen)
+{
+    int n = 0;
+    int32_t prev = -1;
+    for (int32_t id = kv->lists[which].head; id >= 0; id = kv->b[id].next) {
+        const kv_block *blk = &kv->b[id];
+        if (blk->list != which || blk->prev != prev || seen[id]++)
+            return fail_(why, whylen, "list links broken", id);
+        if (which == LIST_CACHED && !blk->hashed)
+            return fail_(why, whylen, "unhashed block on cached-free list", id);
+        if (which == LIST_FREE && blk->hashed)
+            return fail_(why, whylen, "hashed block on free list", id);
+        if (++n > kv->num_blocks)
+            return fail_(why, whylen, "list cycle", id);
+        prev = id;
+    }
+    if (n != kv->lists[which].n || kv->lists[which].tail != prev)
+        return fail_(why, whylen, "list count or tail mismatch", prev);
+    return true;
+}
+
+bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
+{
+    int *seen = calloc((size_t)kv->num_blocks, sizeof *seen);
+    bool ok = seen != NULL;
+    if (ok && kv->used != 0)
+        ok = fail_(why, whylen, "blocks still in use", -1);
+    for (int i = 0; ok && i < kv->num_blocks; i++)
+        if (kv->b[i].ref != 0)
+            ok = fail_(why, whylen, "nonzero ref", i);
+    if (ok)
+        ok = check_list_(kv, LIST_FREE, seen, why, whylen) &&
+             check_list_(kv, LIST_CACHED, seen, why, whylen);
+    for (int i = 0; ok && i < kv->num_blocks; i++) {
+        if (!seen[i])
+            ok = fail_(why, whylen, "block on no list (leaked)", i);
+        else if (kv->b[i].hashed &&
+                 table_find_(kv, kv->b[i].hash, kv->b[i].parent,
+                             kv->ids + (size_t)i * (size_t)kv->block_size) != i)
+            ok = fail_(why, whylen, "hashed block missing from table", i);
+    }
+    if (ok && kv->cached != kv->lists[LIST_CACHED].n)
+        ok = fail_(why, whylen, "cached count mismatch", -1);
+    free(seen);
+    return ok;
+}

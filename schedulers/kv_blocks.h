@@ -1,0 +1,105 @@
+/* kv_blocks.h - the paged KV cache's block manager.
+ *
+ * The KV cache is cut into num_blocks fixed-size blocks of block_size token
+ * positions. A sequence holds a table of block ids; blocks are reference
+ * counted so that sequences with a common prefix share them.
+ *
+ * Prefix caching: a FULL block whose tokens are all computed is "committed":
+ * keyed by a chained hash h = H(parent block's hash, its block_size token
+ * ids) in a hash table (the ids and parent hash are kept and compared, so a
+ * hash collision never aliases two contents). A new sequence looks up the
+ * longest run of cached blocks covering its prefix and takes a reference on
+ * each. A released block with a hash goes to a cached-free LRU list and is
+ * reused as is by a later lookup; when the plain free list is empty the
+ * allocator evicts the least recently released cached block (dropping its
+ * hash).
+ *
+ * Pure data structure: no threads, no I/O. Not thread-safe.
+ */
+#ifndef PL_KV_BLOCKS_H
+#define PL_KV_BLOCKS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct pl_kv_blocks pl_kv_blocks;
+
+/** Counters since creation. */
+typedef struct pl_kv_stats {
+    int num_blocks;
+    int block_size;
+    int used;                 /**< blocks with ref > 0 */
+    int free;                 /**< blocks on the plain free list */
+    int cached_free;          /**< ref == 0 blocks kept for prefix reuse */
+    int cached;               /**< blocks with a hash (used or cached-free) */
+    uint64_t queries;         /**< prompt tokens looked up */
+    uint64_t hits;            /**< of those, tokens served from the cache */
+    uint64_t evictions;       /**< cached blocks evicted for reuse */
+} pl_kv_stats;
+
+/** Seed of the hash chain: the "parent hash" of a sequence's first block. */
+#define PL_KV_HASH_ROOT 0x9e3779b97f4a7c15ull
+
+/** Create a manager of num_blocks blocks of block_size tokens. With
+ *  prefix_caching false, commit and lookup do nothing. NULL on bad
+ *  arguments or OOM. Free with pl_kv_blocks_free. */
+pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
+                               bool prefix_caching);
+void pl_kv_blocks_free(pl_kv_blocks *kv);
+
+int pl_kv_blocks_block_size(const pl_kv_blocks *kv);
+int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv);
+/** Blocks an allocation can get now: free + cached-free. */
+int pl_kv_blocks_num_available(const pl_kv_blocks *kv);
+
+/** Take a block with ref 1: from the free list, else the LRU cached-free
+ *  block (its hash is dropped). Returns the id, or -1 when none is left. */
+int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv);
+
+/** Add a reference to a block in use. */
+void pl_kv_blocks_ref(pl_kv_blocks *kv, int32_t id);
+
+/** Drop a reference; at zero the block goes to the tail of the cached-free
+ *  LRU when it has a hash, else to the free list. */
+void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id);
+
+int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id);
+
+/** The chained hash of a block: parent hash and block_size ids. */
+uint64_t pl_kv_blocks_hash(uint64_t parent, const int32_t *ids, int n);
+
+/**
+ * Longest cached prefix of tokens[0..n): walks full blocks from the root,
+ * stops at the first miss or after max_blocks. Takes a reference on each
+ * hit (a cached-free block leaves the LRU) and writes its id to
+ * out_blocks. *last_hash receives the hash of the last hit block
+ * (PL_KV_HASH_ROOT when none). Counts nothing: see pl_kv_blocks_count.
+ * Returns the number of blocks hit.
+ */
+int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
+                        int max_blocks, int32_t *out_blocks,
+                        uint64_t *last_hash);
+
+/** Add to the counters: `queried` prompt tokens looked up, `hit` found. */
+void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit);
+
+/**
+ * Commit block id (in use, full, all its tokens computed) whose contents
+ * are ids[0..block_size) after a block with hash `parent`. Registers it in
+ * the table unless an identical block is already there. Returns the
+ * block's chained hash either way (the parent of the next block).
+ */
+uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
+                             const int32_t *ids);
+
+void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st);
+
+/**
+ * Invariant for when no sequence holds blocks: every block has ref 0 and
+ * is on exactly one of the free and cached-free lists, every hashed block
+ * is in the table, list lengths match the counters. Returns true when it
+ * holds; otherwise writes a reason into why (may be NULL).
+ */
+bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen);
+
+#endif

@@ -1,0 +1,540 @@
+/* test_engine.c - the engine backend with the fake runner on a real
+ * event_base: outputs against the fake model's reference, async vs sync,
+ * 1 vs 32 concurrent, chunked vs unchunked, preemption, abort, prefix
+ * cache hits, stop strings, capacity. */
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "backends/engine/engine.h"
+#include "tests/fake_runner.h"
+
+#define VOCAB 64
+#define EOS 2
+#define MAXLEN 256
+#define BS 16
+
+/* ---- fake text hooks: id i is the letter 'a' + i % 26 ---- */
+
+static const char letters[] = "abcdefghijklmnopqrstuvwxyz";
+
+static const char *fake_bytes(void *ud, int32_t id, size_t *len)
+{
+    (void)ud;
+    if (id < 3 || id >= VOCAB) {
+        *len = 0;
+        return NULL;
+    }
+    *len = 1;
+    return &letters[id % 26];
+}
+
+static bool fake_eog(void *ud, int32_t id)
+{
+    (void)ud;
+    return id == EOS;
+}
+
+/* Prompt text -> ids: letter c -> 3 + (c - 'a'). */
+static int fake_encode(void *ud, const pl_gen_request *req, bool add_special,
+                       int32_t **ids, int *n, pl_err *err)
+{
+    const char *t = req->prompt ? req->prompt
+                    : req->n_messages ? req->messages[req->n_messages - 1].content : "";
+    int len = (int)strlen(t);
+    *ids = malloc((size_t)(len + 1) * sizeof **ids);
+    *n = 0;
+    if (add_special)
+        (*ids)[(*n)++] = 1;                        /* a BOS */
+    for (int i = 0; i < len; i++)
+        (*ids)[(*n)++] = 3 + (t[i] - 'a') % 26;
+    return 0;
+}
+
+static const pl_engine_text fake_text = {NULL, fake_encode, fake_bytes, fake_eog, NULL};
+
+/* ---- harness ---- */
+
+typedef struct collect {
+    int32_t toks[MAXLEN];
+    int n;
+    char text[MAXLEN * 2];
+    size_t len;
+    int n_deltas;
+    bool done;
+    pl_result res;
+} collect;
+
+static void on_delta(void *ud, const pl_delta *d)
+{
+    collect *c = ud;
+    cr_assert(!c->done, "delta after done");
+    for (int i = 0; i < d->n_tokens && c->n < MAXLEN; i++)
+        c->toks[c->n++] = d->tokens[i];
+    memcpy(c->text + c->len, d->text, d->len);
+    c->len += d->len;
+    c->text[c->len] = '\0';
+    c->n_deltas++;
+}
+
+static void on_done(void *ud, const pl_result *r)
+{
+    collect *c = ud;
+    cr_assert(!c->done, "two results");
+    c->done = true;
+    c->res = *r;
+}
+
+typedef struct eng_cfg {
+    bool async, prefix;
+    int max_seqs, budget, num_blocks, sleep_us;
+} eng_cfg;
+
+static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0};
+
+static pl_runner *g_runner;
+
+static pl_backend *make_engine(struct event_base *base, eng_cfg c)
+{
+    pl_fake_runner_opts ro = {
+        .info = {.n_vocab = VOCAB, .max_model_len = MAXLEN, .block_size = BS,
+                 .num_blocks = c.num_blocks, .max_seqs = c.max_seqs,
+                 .max_rows = c.budget, .eos_id = EOS},
+        .step_sleep_us = c.sleep_us,
+    };
+    g_runner = pl_fake_runner_new(&ro);
+    cr_assert_not_null(g_runner);
+    pl_engine_options o;
+    pl_engine_options_defaults(&o);
+    o.async = c.async;
+    o.prefix_caching = c.prefix;
+    pl_err err;
+    pl_backend *b = pl_engine_backend_new(base, "fake-model", g_runner, &fake_text,
+                                          &o, &err);
+    cr_assert_not_null(b, "%s", err.message);
+    return b;
+}
+
+static void tick_cb(evutil_socket_t fd, short w, void *arg)
+{
+    (void)fd; (void)w; (void)arg;
+}
+
+/* Run the loop until all n collectors are done (or 30 s pass). */
+static void run_until_done(struct event_base *base, collect *c, int n)
+{
+    struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
+    struct timeval tv = {0, 20000};
+    event_add(tick, &tv);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec > 30)
+            break;
+        int left = 0;
+        for (int i = 0; i < n; i++)
+            left += !c[i].done;
+        if (!left)
+            break;
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    event_free(tick);
+    for (int i = 0; i < n; i++)
+        cr_assert(c[i].done, "request %d finished", i);
+}
+
+static uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n,
+                           int max_tokens, collect *c)
+{
+    pl_gen_request req = {0};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = max_tokens;
+    req.prompt_tokens = ids;
+    req.n_prompt_tokens = n;
+    pl_sink sink = {on_delta, on_done, c};
+    uint64_t id = 0;
+    pl_err err;
+    cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), 0, "%s", err.message);
+    return id;
+}
+
+/* The fake model's greedy continuation (EOS ends it, not included). */
+static int reference(const int32_t *prompt, int n, int max_tokens, int32_t *out,
+                     bool *eos)
+{
+    int32_t ctx[MAXLEN];
+    memcpy(ctx, prompt, (size_t)n * sizeof *ctx);
+    int m = 0;
+    *eos = false;
+    while (m < max_tokens && n + m < MAXLEN) {
+        int32_t t = pl_fake_runner_next(ctx, n + m, VOCAB);
+        if (t == EOS) {
+            *eos = true;
+            break;
+        }
+        ctx[n + m] = t;
+        out[m++] = t;
+    }
+    return m;
+}
+
+static void make_prompt(int32_t *p, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = 3 + (int32_t)((seed * 7 + i * 13 + (i * seed) % 5) % (VOCAB - 3));
+}
+
+static void check_against_reference(const int32_t *p, int n, int max_tokens,
+                                    const collect *c)
+{
+    int32_t ref[MAXLEN];
+    bool eos;
+    int m = reference(p, n, max_tokens, ref, &eos);
+    cr_assert_eq(c->n, m, "token count %d vs reference %d", c->n, m);
+    for (int i = 0; i < m; i++)
+        cr_assert_eq(c->toks[i], ref[i], "token %d", i);
+    cr_assert_eq(c->res.finish, eos ? PL_FINISH_STOP : PL_FINISH_LENGTH);
+    cr_assert_eq(c->res.prompt_tokens, n);
+    cr_assert_eq(c->res.completion_tokens, m + (eos ? 1 : 0));
+    size_t letters_n = 0;
+    for (int i = 0; i < m; i++)
+        letters_n += ref[i] >= 3;
+    cr_assert_eq(c->len, letters_n, "one letter per token from id 3");
+}
+
+static json_t *stats(pl_backend *b)
+{
+    json_t *s = b->ops->stats(b);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static json_int_t stat_int(json_t *s, const char *k1, const char *k2)
+{
+    json_t *v = json_object_get(s, k1);
+    if (k2)
+        v = json_object_get(v, k2);
+    cr_assert(json_is_integer(v), "stat %s.%s", k1, k2 ? k2 : "");
+    return json_integer_value(v);
+}
+
+/* Run n requests (prompt length plen, seeds 0..n-1) concurrently through
+ * an engine with config c and compare each with the reference. */
+static void run_batch(eng_cfg c, int n, int plen, int max_tokens, json_t **st_out)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    collect *col = calloc((size_t)n, sizeof *col);
+    int32_t (*p)[MAXLEN] = calloc((size_t)n, sizeof *p);
+    for (int i = 0; i < n; i++) {
+        make_prompt(p[i], plen, i);
+        submit_ids(b, p[i], plen, max_tokens, &col[i]);
+    }
+    run_until_done(base, col, n);
+    for (int i = 0; i < n; i++)
+        check_against_reference(p[i], plen, max_tokens, &col[i]);
+    cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    if (st_out)
+        *st_out = stats(b);
+    pl_backend_free(b);
+    event_base_free(base);
+    free(col);
+    free(p);
+}
+
+Test(engine, single_request_matches_reference)
+{
+    json_t *s;
+    run_batch(base_cfg, 1, 20, 40, &s);
+    cr_assert_gt(stat_int(s, "steps", NULL), 1);
+    json_decref(s);
+}
+
+Test(engine, async_and_sync_identical)
+{
+    eng_cfg sync = base_cfg;
+    sync.async = false;
+    run_batch(base_cfg, 16, 30, 48, NULL);
+    run_batch(sync, 16, 30, 48, NULL);
+}
+
+Test(engine, one_vs_32_concurrent_identical)
+{
+    for (int i = 0; i < 4; i++) {      /* prompts 0..3 alone, then all 32 */
+        struct event_base *base = event_base_new();
+        pl_backend *b = make_engine(base, base_cfg);
+        int32_t p[MAXLEN];
+        collect c = {0};
+        make_prompt(p, 24, i);
+        submit_ids(b, p, 24, 40, &c);
+        run_until_done(base, &c, 1);
+        check_against_reference(p, 24, 40, &c);
+        pl_backend_free(b);
+        event_base_free(base);
+    }
+    run_batch(base_cfg, 32, 24, 40, NULL);
+}
+
+Test(engine, chunked_and_unchunked_identical)
+{
+    eng_cfg chunked = base_cfg;
+    chunked.budget = 40;                  /* < 8 prompts of 70 */
+    json_t *s;
+    run_batch(chunked, 8, 70, 30, &s);
+    cr_assert_gt(stat_int(s, "prefill_rows", NULL), 0);
+    json_decref(s);
+    run_batch(base_cfg, 8, 70, 30, NULL);
+}
+
+Test(engine, preemption_with_tiny_kv_identical)
+{
+    eng_cfg tiny = base_cfg;
+    tiny.num_blocks = 12;                 /* 192 positions for 8 x ~90 */
+    json_t *s;
+    run_batch(tiny, 8, 40, 50, &s);
+    cr_assert_gt(stat_int(s, "preemptions", NULL), 0);
+    json_decref(s);
+    eng_cfg tiny_sync = tiny;
+    tiny_sync.async = false;
+    run_batch(tiny_sync, 8, 40, 50, NULL);
+}
+
+Test(engine, abort_frees_blocks_within_one_step)
+{
+    eng_cfg c = base_cfg;
+    c.sleep_us = 2000;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    int32_t p[40];
+    make_prompt(p, 40, 3);
+    pl_gen_request req = {0};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.temperature = 0;
+    req.sampling.ignore_eos = true;
+    req.sampling.max_tokens = 200;
+    req.prompt_tokens = p;
+    req.n_prompt_tokens = 40;
+    collect col = {0};
+    uint64_t id;
+    pl_err err;
+    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col},
+                                   &id, &err), 0);
+    while (col.n < 5)
+        event_base_loop(base, EVLOOP_ONCE);
+    json_t *s = stats(b);
+    json_int_t steps0 = stat_int(s, "steps", NULL);
+    cr_assert_gt(stat_int(s, "kv", "used"), 0);
+    json_decref(s);
+    pl_backend_abort(b, id);
+    /* Poll the engine's published stats until its blocks are back. */
+    json_int_t used = 1, steps1 = 0, checks = 0;
+    bool ok = false;
+    for (int i = 0; i < 2000 && (used || !checks); i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        s = stats(b);
+        used = stat_int(s, "kv", "used");
+        steps1 = stat_int(s, "steps", NULL);
+        checks = stat_int(s, "idle_checks", NULL);
+        ok = json_is_true(json_object_get(s, "kv_invariant_ok"));
+        json_decref(s);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(used, 0, "blocks freed");
+    cr_assert_leq(steps1 - steps0, 2, "freed within one step (%d steps)",
+                  (int)(steps1 - steps0));
+    cr_assert_gt(checks, 0);
+    cr_assert(ok, "KV invariant after abort");
+    int n_after = col.n;
+    for (int i = 0; i < 5; i++)
+        event_base_loop(base, EVLOOP_NONBLOCK);
+    cr_assert_not(col.done, "no result after abort");
+    cr_assert_eq(col.n, n_after, "no delta after abort");
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, prefix_cache_hits_for_repeated_prefix)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    int32_t a[80], c2[80];
+    make_prompt(a, 80, 5);
+    memcpy(c2, a, sizeof c2);
+    for (int i = 50; i < 80; i++)
+        c2[i] = 3 + (a[i] + 11) % (VOCAB - 3);    /* same first 50 */
+    collect col[3];
+    memset(col, 0, sizeof col);
+    submit_ids(b, a, 80, 10, &col[0]);
+    run_until_done(base, col, 1);
+    cr_assert_eq(col[0].res.cached_tokens, 0);
+    submit_ids(b, c2, 80, 10, &col[1]);
+    run_until_done(base, col + 1, 1);
+    cr_assert_eq(col[1].res.cached_tokens, 48, "3 full blocks of 16 reused");
+    submit_ids(b, a, 80, 10, &col[2]);
+    run_until_done(base, col + 2, 1);
+    cr_assert_eq(col[2].res.cached_tokens, 64, "(80-1)/16 = 4 blocks");
+    check_against_reference(a, 80, 10, &col[0]);
+    check_against_reference(c2, 80, 10, &col[1]);
+    check_against_reference(a, 80, 10, &col[2]);
+    json_t *s = stats(b);
+    cr_assert_eq(stat_int(s, "kv", "prefix_queries"), 240);
+    cr_assert_eq(stat_int(s, "kv", "prefix_hits"), 112);
+    json_decref(s);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, prefix_caching_off_no_hits)
+{
+    eng_cfg c = base_cfg;
+    c.prefix = false;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    int32_t a[40];
+    make_prompt(a, 40, 9);
+    collect col[2];
+    memset(col, 0, sizeof col);
+    submit_ids(b, a, 40, 5, &col[0]);
+    run_until_done(base, col, 1);
+    submit_ids(b, a, 40, 5, &col[1]);
+    run_until_done(base, col + 1, 1);
+    cr_assert_eq(col[1].res.cached_tokens, 0);
+    check_against_reference(a, 40, 5, &col[1]);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, stop_string_and_text_prompt)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    const char *prompt = "thequickbrownfox";
+    int32_t ids[64];
+    int n = 0;
+    ids[n++] = 1;
+    for (const char *q = prompt; *q; q++)
+        ids[n++] = 3 + (*q - 'a');
+    int32_t ref[MAXLEN];
+    bool eos;
+    int m = reference(ids, n, 60, ref, &eos);
+    cr_assert_geq(m, 8, "reference long enough for this test");
+    char text[MAXLEN];
+    size_t tl = 0;
+    for (int i = 0; i < m; i++)
+        if (ref[i] >= 3)
+            text[tl++] = letters[ref[i] % 26];
+    text[tl] = '\0';
+    cr_assert_geq(tl, 7);
+    char stop[3] = {text[5], text[6], 0};
+    size_t cut = (size_t)(strstr(text, stop) - text);
+
+    pl_gen_request req = {0};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = 60;
+    req.sampling.n_stop = 1;
+    req.sampling.stop[0] = stop;
+    req.prompt = prompt;
+    collect col = {0};
+    uint64_t id;
+    pl_err err;
+    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col},
+                                   &id, &err), 0, "%s", err.message);
+    run_until_done(base, &col, 1);
+    cr_assert_eq(col.res.finish, PL_FINISH_STOP);
+    cr_assert_eq(col.len, cut, "text cut before the stop string");
+    cr_assert_eq(strncmp(col.text, text, cut), 0);
+    cr_assert_eq(col.res.prompt_tokens, n);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, rejects_bad_prompts)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    int32_t big[MAXLEN];
+    make_prompt(big, MAXLEN, 1);
+    pl_gen_request req = {0};
+    pl_sampling_defaults(&req.sampling);
+    req.prompt_tokens = big;
+    req.n_prompt_tokens = MAXLEN;
+    collect col = {0};
+    uint64_t id;
+    pl_err err;
+    pl_sink sink = {on_delta, on_done, &col};
+    cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), -1);
+    cr_assert_eq(err.status, 400);
+    big[0] = VOCAB + 5;
+    req.n_prompt_tokens = 10;
+    cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), -1);
+    cr_assert_eq(err.status, 400);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, capacity_formula)
+{
+    cr_assert_eq(pl_engine_capacity_for(32, 100, 16, 256), 6);
+    cr_assert_eq(pl_engine_capacity_for(4, 100, 16, 256), 4);
+    cr_assert_eq(pl_engine_capacity_for(32, 10, 16, 256), 1, "at least 1");
+    struct event_base *base = event_base_new();
+    eng_cfg c = base_cfg;
+    c.num_blocks = 100;
+    pl_backend *b = make_engine(base, c);
+    cr_assert_eq(pl_backend_capacity(b), 6);
+    cr_assert_eq(b->ops->max_model_len(b), MAXLEN);
+    cr_assert_str_eq(b->ops->kind, "fake");
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, paused_request_stops_and_resumes)
+{
+    eng_cfg c = base_cfg;
+    c.sleep_us = 1000;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    int32_t p[20];
+    make_prompt(p, 20, 4);
+    pl_gen_request req = {0};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.temperature = 0;
+    req.sampling.ignore_eos = true;
+    req.sampling.max_tokens = 60;
+    req.prompt_tokens = p;
+    req.n_prompt_tokens = 20;
+    collect col = {0};
+    uint64_t id;
+    pl_err err;
+    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col},
+                                   &id, &err), 0);
+    while (col.n < 3)
+        event_base_loop(base, EVLOOP_ONCE);
+    b->ops->set_paused(b, id, true);
+    for (int i = 0; i < 30; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    int n_paused = col.n;
+    for (int i = 0; i < 30; i++) {
+        event_base_loop(base, EVLOOP_NONBLOCK);
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(col.n, n_paused, "no tokens while paused");
+    cr_assert_not(col.done);
+    b->ops->set_paused(b, id, false);
+    run_until_done(base, &col, 1);
+    cr_assert_eq(col.n, 60);
+    pl_backend_free(b);
+    event_base_free(base);
+}
