@@ -13,6 +13,7 @@
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/gguf.h"
 #include "backends/engine/model.h"
+#include "backends/engine/tokenizer.h"
 
 #define NS 4                     /* sequences */
 #define PMAX 48                  /* longest prompt */
@@ -25,8 +26,35 @@
 static pl_gguf *g_gguf;
 static pl_model *g_model;
 static int32_t g_prompt[NS][PMAX];
-static const int g_plen[NS] = {23, 48, 9, 31};
+static int g_plen[NS];
 static int32_t g_bt[NS * MB];
+
+/* Real chat prompts, so greedy continuations are mostly far from ties. */
+static const char *const g_text[NS] = {
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
+    "What is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nName three prime numbers.<|im_end|>\n<|im_start|>assistant\n",
+    "The quick brown fox jumps over the lazy dog. Once upon a time, in a land far away,",
+};
+
+static void tokenize_prompts(void)
+{
+    char err[256];
+    pl_tokenizer *tk = pl_tokenizer_from_gguf(g_gguf, err, sizeof err);
+    cr_assert(tk, "%s", err);
+    for (int s = 0; s < NS; s++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        cr_assert_eq(pl_tokenizer_encode(tk, g_text[s], strlen(g_text[s]), false, true, &ids,
+                                         &n), 0);
+        g_plen[s] = n < PMAX ? n : PMAX;
+        memcpy(g_prompt[s], ids, sizeof(int32_t) * g_plen[s]);
+        free(ids);
+    }
+    pl_tokenizer_free(tk);
+    cr_assert_gt(g_plen[0], BS, "prompt 0 must fill a whole KV block");
+}
 
 static void setup(void)
 {
@@ -42,10 +70,7 @@ static void setup(void)
     cr_assert(g_gguf, "%s", err);
     g_model = pl_model_load(g_gguf, NULL, err, sizeof err);
     cr_assert(g_model, "%s", err);
-    tu_seed(11);
-    for (int s = 0; s < NS; s++)
-        for (int i = 0; i < PMAX; i++)
-            g_prompt[s][i] = 100 + (int32_t)((tu_uniform() + 1.0f) * 0.5f * 20000);
+    tokenize_prompts();
     for (int i = 0; i < NS * MB; i++)
         g_bt[i] = i;
 }
@@ -241,10 +266,10 @@ Test(cuda_runner, copy_block_gives_a_cached_prefix)
     static tstep t;
     const pl_step_output *o = step_sync(r, build(&t, 0, NULL));
     float *full = malloc(sizeof(float) * nv);
-    memcpy(full, o->logits, sizeof(float) * nv);  /* seq 0 after its 23 tokens */
+    memcpy(full, o->logits, sizeof(float) * nv);  /* seq 0 after its whole prompt */
     int32_t want_id = o->sampled[0];
     /* Seq 1's first block becomes a copy of seq 0's (16 tokens); a step then
-     * prefills only tokens 16..22 of seq 0's prompt over that prefix. */
+     * prefills only the rest of seq 0's prompt over that prefix. */
     r->ops->copy_block(r, g_bt[0], g_bt[MB]);
     int n = g_plen[0] - BS;
     for (int i = 0; i < n; i++) {
@@ -264,8 +289,10 @@ Test(cuda_runner, copy_block_gives_a_cached_prefix)
     float d = 0;
     for (int i = 0; i < nv; i++)
         d = fmaxf(d, fabsf(o->logits[i] - full[i]));
-    /* same device, same data; only the attention tiling differs */
-    cr_assert_leq(d, 0.05f, "cached-prefix logits differ by %.4f", d);
+    /* Same device and data; only GEMM shapes (cuBLAS may pick other kernels)
+     * differ, which can flip bf16 roundings of activations: a quarter of the
+     * CPU/GPU bound. */
+    cr_assert_leq(d, MAX_DLOGIT / 4, "cached-prefix logits differ by %.4f", d);
     free(full);
     r->ops->free(r);
 }
