@@ -61,8 +61,12 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     pl_jobs_api *jobs = NULL;
-    if (!srv || add_models(srv, base, o, cfg) < 0)
+    if (!srv)
         goto done;
+    if (add_models(srv, base, o, cfg) < 0) {
+        rc = 2;                  /* a model that cannot be served is bad input */
+        goto done;
+    }
     pl_info_register(srv);
     pl_oai_chat_register(srv);
     jobs = pl_jobs_api_register(srv, NULL);
