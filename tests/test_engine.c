@@ -97,6 +97,8 @@ typedef struct eng_cfg {
 static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0};
 
 static pl_runner *g_runner;
+static uint64_t g_placeholders;
+static int g_max_inflight;
 
 static pl_backend *make_engine(struct event_base *base, eng_cfg c)
 {
@@ -240,6 +242,8 @@ static void run_batch(eng_cfg c, int n, int plen, int max_tokens, json_t **st_ou
     for (int i = 0; i < n; i++)
         check_against_reference(p[i], plen, max_tokens, &col[i]);
     cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    g_placeholders = pl_fake_runner_placeholders(g_runner);
+    g_max_inflight = pl_fake_runner_max_inflight(g_runner);
     if (st_out)
         *st_out = stats(b);
     pl_backend_free(b);
@@ -258,10 +262,23 @@ Test(engine, single_request_matches_reference)
 
 Test(engine, async_and_sync_identical)
 {
-    eng_cfg sync = base_cfg;
+    eng_cfg async = base_cfg, sync = base_cfg;
+    async.sleep_us = sync.sleep_us = 500;
     sync.async = false;
-    run_batch(base_cfg, 16, 30, 48, NULL);
-    run_batch(sync, 16, 30, 48, NULL);
+    json_t *sa, *ss;
+    run_batch(async, 16, 30, 48, &sa);
+    cr_assert_gt(g_placeholders, 0, "async decodes ran on placeholders");
+    cr_assert_eq(g_max_inflight, 2, "two steps in flight");
+    run_batch(sync, 16, 30, 48, &ss);
+    cr_assert_eq(g_placeholders, 0, "sync mode never uses placeholders");
+    cr_assert_eq(g_max_inflight, 1);
+    json_t *ta = json_object_get(sa, "timing"), *ts = json_object_get(ss, "timing");
+    cr_log_info("idle gap per step: async %.4f ms, sync %.4f ms; steps %d vs %d",
+                json_real_value(json_object_get(ta, "idle_gap_ms_per_step")),
+                json_real_value(json_object_get(ts, "idle_gap_ms_per_step")),
+                (int)stat_int(sa, "steps", NULL), (int)stat_int(ss, "steps", NULL));
+    json_decref(sa);
+    json_decref(ss);
 }
 
 Test(engine, one_vs_32_concurrent_identical)
