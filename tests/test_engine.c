@@ -357,7 +357,8 @@ Test(engine, abort_frees_blocks_within_one_step)
         s = stats(b);
         used = stat_int(s, "kv", "used");
         steps1 = stat_int(s, "steps", NULL);
-        checks = stat_int(s, "idle_checks", NULL);
+        checks = stat_int(s, "idle_check_step", NULL) == stat_int(s, "steps_done", NULL)
+                 && stat_int(s, "idle_checks", NULL) > 1;
         ok = json_is_true(json_object_get(s, "kv_invariant_ok"));
         json_decref(s);
         struct timespec ts = {0, 1000000};
@@ -552,6 +553,70 @@ Test(engine, paused_request_stops_and_resumes)
     b->ops->set_paused(b, id, false);
     run_until_done(base, &col, 1);
     cr_assert_eq(col.n, 60);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+/* Many requests sharing prefixes through a small cache and few seats, a
+ * third aborted at random moments: every finished one matches the
+ * reference, aborted ones never complete, and the cache is whole after. */
+Test(engine, stress_shared_prefixes_with_aborts)
+{
+    eng_cfg c = base_cfg;
+    c.num_blocks = 40;
+    c.max_seqs = 8;
+    c.budget = 48;
+    c.sleep_us = 100;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    enum { N = 60 };
+    static int32_t p[N][MAXLEN];
+    static collect col[N];
+    memset(col, 0, sizeof col);
+    uint64_t ids[N];
+    bool aborted[N] = {false};
+    unsigned seed = 7;
+    for (int i = 0; i < N; i++) {
+        make_prompt(p[i], 64, i % 3);              /* 3 shared prefixes */
+        for (int j = 32 + i % 20; j < 64; j++)
+            p[i][j] = 3 + (int32_t)(rand_r(&seed) % (VOCAB - 3));
+        ids[i] = submit_ids(b, p[i], 64, 20 + i % 17, &col[i]);
+    }
+    for (int round = 0; round < 20; round++) {
+        event_base_loop(base, EVLOOP_ONCE);
+        int i = (int)(rand_r(&seed) % N);
+        if (i % 3 == 0 && !col[i].done && !aborted[i]) {
+            pl_backend_abort(b, ids[i]);
+            aborted[i] = true;
+        }
+    }
+    collect *live[N];
+    int n_live = 0;
+    for (int i = 0; i < N; i++)
+        if (!aborted[i])
+            live[n_live++] = &col[i];
+    for (int k = 0; k < n_live; k++)
+        run_until_done(base, live[k], 1);
+    for (int i = 0; i < N; i++)
+        if (!aborted[i])
+            check_against_reference(p[i], 64, 20 + i % 17, &col[i]);
+    cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    json_t *s = NULL;
+    for (int i = 0; i < 500; i++) {
+        s = stats(b);
+        if (stat_int(s, "kv", "used") == 0 && stat_int(s, "running", NULL) == 0 &&
+            stat_int(s, "idle_check_step", NULL) == stat_int(s, "steps_done", NULL))
+            break;
+        json_decref(s);
+        s = NULL;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(s, "engine went idle");
+    cr_assert(json_is_true(json_object_get(s, "kv_invariant_ok")), "%s",
+              json_string_value(json_object_get(s, "kv_invariant_why")));
+    cr_assert_gt(stat_int(s, "kv", "prefix_hits"), 0);
+    json_decref(s);
     pl_backend_free(b);
     event_base_free(base);
 }

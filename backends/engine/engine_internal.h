@@ -80,6 +80,7 @@ typedef struct eng_stats {
     int running, waiting;
     pl_kv_stats kv;
     uint64_t idle_checks;         /* KV invariant checks when idle */
+    uint64_t idle_check_step;     /* steps_done at the last check */
     bool idle_ok;                 /* last check passed (true before any) */
     char idle_why[128];
 } eng_stats;

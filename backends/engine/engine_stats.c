@@ -42,7 +42,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
     pthread_mutex_unlock(&e->stats_lock);
     json_t *o = json_pack(
         "{s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I,"
-        " s:I, s:I, s:I, s:i, s:i, s:I, s:b, s:s}",
+        " s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:b, s:s}",
         "kind", e->ops.kind, "model", e->base.model,
         "async", e->opt.async, "prefix_caching", e->opt.prefix_caching,
         "capacity", e->capacity, "max_num_seqs", e->opt.max_num_seqs,
@@ -54,7 +54,9 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         "preemptions", (json_int_t)s.preemptions,
         "tokens_out", (json_int_t)s.tokens_out,
         "running", s.running, "waiting", s.waiting,
-        "idle_checks", (json_int_t)s.idle_checks, "kv_invariant_ok", s.idle_ok,
+        "idle_checks", (json_int_t)s.idle_checks,
+        "idle_check_step", (json_int_t)s.idle_check_step,
+        "kv_invariant_ok", s.idle_ok,
         "kv_invariant_why", s.idle_ok ? "" : s.idle_why);
     if (o) {
         json_object_set_new(o, "timing", timing_json_(&s));
