@@ -511,6 +511,11 @@ Test(engine, capacity_formula)
     cr_assert_eq(b->ops->max_model_len(b), MAXLEN);
     cr_assert_str_eq(b->ops->kind, "fake");
     pl_backend_free(b);
+    c.num_blocks = 10;                  /* 160 tokens of KV < MAXLEN */
+    b = make_engine(base, c);
+    cr_assert_eq(pl_backend_capacity(b), 1);
+    cr_assert_eq(b->ops->max_model_len(b), 160);
+    pl_backend_free(b);
     event_base_free(base);
 }
 
@@ -619,4 +624,43 @@ Test(engine, stress_shared_prefixes_with_aborts)
     json_decref(s);
     pl_backend_free(b);
     event_base_free(base);
+}
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Figures, not a pass/fail criterion on a shared machine: the same
+ * workload with the runner "device" sleeping 1 ms per step, sync vs
+ * async. Logged with --verbose. */
+Test(engine, timing_async_vs_sync)
+{
+    double ms[2];
+    json_t *st[2];
+    for (int mode = 0; mode < 2; mode++) {
+        eng_cfg c = base_cfg;
+        c.async = mode == 1;
+        c.sleep_us = 1000;
+        c.max_seqs = 64;
+        c.budget = 512;
+        double t0 = wall_ms();
+        run_batch(c, 64, 24, 64, &st[mode]);
+        ms[mode] = wall_ms() - t0;
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        json_t *t = json_object_get(st[mode], "timing");
+        cr_log_info("%s: %.1f ms wall, %d steps, per step: schedule %.3f ms, "
+                    "process %.3f ms, execute %.3f ms, idle gap %.3f ms",
+                    mode ? "async" : "sync ", ms[mode],
+                    (int)stat_int(st[mode], "steps", NULL),
+                    json_real_value(json_object_get(t, "schedule_ms_per_step")),
+                    json_real_value(json_object_get(t, "process_ms_per_step")),
+                    json_real_value(json_object_get(t, "execute_ms_per_step")),
+                    json_real_value(json_object_get(t, "idle_gap_ms_per_step")));
+        json_decref(st[mode]);
+    }
+    cr_assert_gt(ms[0], 0);
 }

@@ -97,6 +97,8 @@ typedef struct pl_engine {
     pl_engine_text text;
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
+    int max_len;                  /* effective context: min(max_model_len,
+                                     num_blocks * block_size) */
 
     /* engine thread only */
     pl_kv_blocks *kv;
