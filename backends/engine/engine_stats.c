@@ -10,9 +10,11 @@ static double per_(double total, uint64_t n)
 static json_t *kv_json_(const pl_kv_stats *kv)
 {
     uint64_t q = kv->queries;
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:I}",
+    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:i, s:I, s:I, s:f, s:I}",
                      "num_blocks", kv->num_blocks, "block_size", kv->block_size,
-                     "used", kv->used, "free", kv->free,
+                     "used", kv->used,
+                     "usage", kv->num_blocks ? (double)kv->used / kv->num_blocks : 0.0,
+                     "free", kv->free,
                      "cached_free", kv->cached_free, "cached", kv->cached,
                      "prefix_queries", (json_int_t)q,
                      "prefix_hits", (json_int_t)kv->hits,
