@@ -46,6 +46,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .max_model_len = o->max_model_len,
         .async_scheduling = o->async_scheduling,
         .prefix_caching = o->prefix_caching,
+        .batch_invariant = o->batch_invariant,
         .gpu_memory_utilization = o->gpu_memory_utilization,
         .cuda_graphs = o->cuda_graphs,
     };

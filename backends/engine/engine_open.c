@@ -3,6 +3,7 @@
 #include "backends/engine/engine_open.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,9 +136,9 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
         snprintf(err, n, "%s: %s", o->model_path, e2);
         goto fail;
     }
-    /* The CPU's f32 GEMM path wants dequantised copies; the GPU takes bf16
-     * straight from the quantised tensors. */
-    pl_model_opts mo = {.keep_f32 = strcmp(o->device, "cuda") != 0};
+    /* Only the CPU's f32 GEMM path (not batch-invariant) wants dequantised
+     * copies; the GPU takes bf16 straight from the quantised tensors. */
+    pl_model_opts mo = {.keep_f32 = !strcmp(o->device, "cpu") && !o->batch_invariant};
     t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
     if (!t->model) {
         snprintf(err, n, "%s: %s", o->model_path, e2);
@@ -194,7 +195,12 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         return NULL;
     }
     t->max_model_len = want.max_model_len;
-    return pl_cpu_runner_new(m, &want, o->threads, err, n);
+    pl_runner *r = pl_cpu_runner_new(m, &want, o->threads, err, n);
+    /* Batch invariance: each row's matmuls use the same quantised kernels
+     * whatever the row count, so outputs never depend on the batch mix. */
+    if (r && o->batch_invariant)
+        pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
+    return r;
 }
 
 void pl_engine_model_name(const char *path, char *out, size_t n)
