@@ -2,7 +2,6 @@
  * backend request, slow readers get backpressure, many concurrent streams. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <jansson.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -177,21 +176,6 @@ Test(streaming, slow_reader_gets_backpressure, .init = start_fast_small_buffer, 
 
 /* ---- 200 concurrent streaming clients ---- */
 
-typedef struct stream_buf {
-    char *data;
-    size_t len;
-} stream_buf;
-
-static size_t sb_write(char *p, size_t sz, size_t n, void *ud)
-{
-    stream_buf *b = ud;
-    b->data = realloc(b->data, b->len + sz * n + 1);
-    memcpy(b->data + b->len, p, sz * n);
-    b->len += sz * n;
-    b->data[b->len] = '\0';
-    return sz * n;
-}
-
 static void start_concurrent(void)
 {
     const char *args[] = {"--backend", "mock", "--mock-token-delay-ms", "5",
@@ -203,47 +187,26 @@ Test(streaming, two_hundred_concurrent_streams, .init = start_concurrent, .fini 
      .timeout = 120)
 {
     enum { N = 200 };
-    CURLM *m = curl_multi_init();
-    CURL *h[N];
-    stream_buf bufs[N];
     char url[256];
     snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
-    const char *body = "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":20,"
-                       "\"stream_options\":{\"include_usage\":true},"
-                       "\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}";
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    char *bodies[N];
+    for (int i = 0; i < N; i++)
+        bodies[i] = "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":20,"
+                    "\"stream_options\":{\"include_usage\":true},"
+                    "\"messages\":[{\"role\":\"user\",\"content\":\"go\"}]}";
+    static pl_test_resp resp[N];
+    cr_assert_eq(pl_test_post_many(url, bodies, N, resp), 0);
     for (int i = 0; i < N; i++) {
-        bufs[i] = (stream_buf){calloc(1, 1), 0};
-        h[i] = curl_easy_init();
-        curl_easy_setopt(h[i], CURLOPT_URL, url);
-        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, sb_write);
-        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &bufs[i]);
-        curl_multi_add_handle(m, h[i]);
-    }
-    int running = 1;
-    while (running) {
-        curl_multi_perform(m, &running);
-        curl_multi_poll(m, NULL, 0, 100, NULL);
-    }
-    for (int i = 0; i < N; i++) {
-        long st = 0;
-        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &st);
-        cr_expect_eq(st, 200);
+        cr_expect_eq(resp[i].status, 200);
         char **ev;
         int n;
-        cr_expect_eq(pl_test_sse_split(bufs[i].data, &ev, &n), 0, "stream %d framing", i);
+        cr_expect_eq(pl_test_sse_split(resp[i].body, &ev, &n), 0, "stream %d framing", i);
         /* role + 20 content + finish + usage + [DONE] */
         cr_expect_eq(n, 24, "stream %d has %d events", i, n);
         if (n > 0)
             cr_expect_str_eq(ev[n - 1], "[DONE]");
         pl_test_sse_free(ev, n);
-        curl_multi_remove_handle(m, h[i]);
-        curl_easy_cleanup(h[i]);
-        free(bufs[i].data);
+        pl_test_resp_free(&resp[i]);
     }
-    curl_slist_free_all(hdr);
-    curl_multi_cleanup(m);
     cr_expect_eq(mock_stat("completed"), N);
 }

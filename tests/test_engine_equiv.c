@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backends/engine/engine_open.h"
+#include "tests/helpers/server_proc.h"
 
 /* Near-tie margin (logit = logprob gap, nats) for --no-batch-invariant:
  * there a row's matmuls take the q8-activation kernels in small batches
@@ -31,17 +32,6 @@ typedef struct run_out {
     float gap[MAX_TOK];          /* top1 - top2 logprob at each step */
     int done;
 } run_out;
-
-static const char *model_path(void)
-{
-    static char p[1024];
-    const char *e = getenv("PARLEY_MODEL");
-    if (e && *e)
-        return e;
-    snprintf(p, sizeof p, "%s/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-             getenv("HOME") ? getenv("HOME") : ".");
-    return p;
-}
 
 static const char *questions[] = {
     "What is the capital of France?", "Name three primes.", "Why is the sky blue?",
@@ -111,7 +101,7 @@ static void run(const cfg *c, int n_prompts, run_out *out)
 {
     struct event_base *base = event_base_new();
     pl_engine_open_opts o = {
-        .model_path = model_path(), .device = "cpu", .threads = 2, .max_num_seqs = 64,
+        .model_path = pl_test_model_path(), .device = "cpu", .threads = 2, .max_num_seqs = 64,
         .max_num_batched_tokens = c->batched_tokens, .block_size = 16, .kv_cache_mb = 256,
         .max_model_len = 512, .async_scheduling = c->async, .prefix_caching = true,
         .batch_invariant = !c->variant,
@@ -170,8 +160,8 @@ static void expect_equivalent(const char *what, const run_out *a, const run_out 
 
 static void need_model(void)
 {
-    if (access(model_path(), R_OK) != 0)
-        cr_skip_test("default model not found at %s", model_path());
+    if (access(pl_test_model_path(), R_OK) != 0)
+        cr_skip_test("default model not found at %s", pl_test_model_path());
 }
 
 TestSuite(engine_equiv, .init = need_model, .timeout = 600);

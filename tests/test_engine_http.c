@@ -3,7 +3,6 @@
  * prompt, tokenize/detokenize, and greedy determinism. Skips when the
  * default model is not in the cache. */
 #include <criterion/criterion.h>
-#include <curl/curl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,22 +13,11 @@
 
 static pl_test_server srv;
 
-static const char *model_path(void)
-{
-    static char p[1024];
-    const char *e = getenv("PARLEY_MODEL");
-    if (e && *e)
-        return e;
-    snprintf(p, sizeof p, "%s/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-             getenv("HOME") ? getenv("HOME") : ".");
-    return p;
-}
-
 static void start(void)
 {
-    if (access(model_path(), R_OK) != 0)
-        cr_skip_test("default model not found at %s", model_path());
-    const char *args[] = {"--backend", "cpu", "--model", model_path(), "--log-level", "warn",
+    if (access(pl_test_model_path(), R_OK) != 0)
+        cr_skip_test("default model not found at %s", pl_test_model_path());
+    const char *args[] = {"--backend", "cpu", "--model", pl_test_model_path(), "--log-level", "warn",
                           "--served-model-name", "smol", NULL};
     cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");
 }
@@ -147,21 +135,6 @@ Test(engine_http, tokenize_round_trip)
     json_decref(d);
 }
 
-typedef struct sbuf {
-    char *d;
-    size_t n;
-} sbuf;
-
-static size_t sb_write(char *p, size_t sz, size_t n, void *ud)
-{
-    sbuf *b = ud;
-    b->d = realloc(b->d, b->n + sz * n + 1);
-    memcpy(b->d + b->n, p, sz * n);
-    b->n += sz * n;
-    b->d[b->n] = '\0';
-    return sz * n;
-}
-
 Test(engine_http, sixty_four_concurrent_and_prefix_cache)
 {
     enum { N_MAX = 64 };
@@ -171,16 +144,13 @@ Test(engine_http, sixty_four_concurrent_and_prefix_cache)
         "You are a careful debate participant. Read the question, think about every option, "
         "weigh the arguments of the other agents, and answer with the letter of the best "
         "choice followed by one sentence of justification. Be brief and precise.";
-    CURLM *m = curl_multi_init();
-    CURL *h[N_MAX];
-    sbuf out[N_MAX];
-    char *bodies[N_MAX];
     char url[256];
     snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
-    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     json_t *before = kv_stats();
     long hits0 = (long)json_integer_value(json_object_get(before, "prefix_hits"));
     json_decref(before);
+    char *bodies[N_MAX];
+    static pl_test_resp resp[N_MAX];
     for (int i = 0; i < N; i++) {
         bodies[i] = malloc(2048);
         snprintf(bodies[i], 2048,
@@ -188,38 +158,19 @@ Test(engine_http, sixty_four_concurrent_and_prefix_cache)
                  "{\"role\":\"system\",\"content\":\"%s\"},"
                  "{\"role\":\"user\",\"content\":\"Question %d: is %d even? A) yes B) no\"}]}",
                  sys, i, i);
-        out[i] = (sbuf){calloc(1, 1), 0};
-        h[i] = curl_easy_init();
-        curl_easy_setopt(h[i], CURLOPT_URL, url);
-        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
-        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, sb_write);
-        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &out[i]);
-        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 200L);
-        curl_multi_add_handle(m, h[i]);
     }
-    int running = 1;
-    while (running) {
-        curl_multi_perform(m, &running);
-        curl_multi_poll(m, NULL, 0, 100, NULL);
-    }
+    cr_assert_eq(pl_test_post_many(url, bodies, N, resp), 0);
     for (int i = 0; i < N; i++) {
-        long st = 0;
-        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &st);
-        cr_expect_eq(st, 200, "request %d: %s", i, out[i].d);
-        json_t *j = json_loads(out[i].d, 0, NULL);
+        cr_expect_eq(resp[i].status, 200, "request %d: %s", i, resp[i].body);
+        json_t *j = json_loads(resp[i].body, 0, NULL);
         json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
         cr_expect(json_is_string(json_object_get(json_object_get(c0, "message"), "content")));
         json_t *u = json_object_get(j, "usage");
         cr_expect_gt(json_integer_value(json_object_get(u, "completion_tokens")), 0);
         json_decref(j);
-        curl_multi_remove_handle(m, h[i]);
-        curl_easy_cleanup(h[i]);
-        free(out[i].d);
+        pl_test_resp_free(&resp[i]);
         free(bodies[i]);
     }
-    curl_slist_free_all(hdr);
-    curl_multi_cleanup(m);
     json_t *kv = kv_stats();
     long hits = (long)json_integer_value(json_object_get(kv, "prefix_hits")) - hits0;
     /* The shared system prompt spans several full blocks: every request

@@ -116,6 +116,56 @@ int pl_test_http(const char *method, const char *url, const char *body, size_t b
     return rc == CURLE_OK ? 0 : -1;
 }
 
+const char *pl_test_model_path(void)
+{
+    static char p[1024];
+    const char *e = getenv("PARLEY_MODEL");
+    if (e && *e)
+        return e;
+    snprintf(p, sizeof p, "%s/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+             getenv("HOME") ? getenv("HOME") : ".");
+    return p;
+}
+
+int pl_test_post_many(const char *url, char *const *bodies, int n, pl_test_resp *resp)
+{
+    CURLM *m = curl_multi_init();
+    CURL **h = calloc((size_t)n, sizeof *h);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    for (int i = 0; i < n; i++) {
+        memset(&resp[i], 0, sizeof resp[i]);
+        resp[i].body = calloc(1, 1);
+        h[i] = curl_easy_init();
+        curl_easy_setopt(h[i], CURLOPT_URL, url);
+        curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
+        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, collect);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &resp[i]);
+        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 300L);
+        curl_multi_add_handle(m, h[i]);
+    }
+    int running = 1;
+    while (running) {
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    int rc = 0;
+    CURLMsg *msg;
+    int left;
+    while ((msg = curl_multi_info_read(m, &left)))
+        if (msg->msg == CURLMSG_DONE && msg->data.result != CURLE_OK)
+            rc = -1;
+    for (int i = 0; i < n; i++) {
+        curl_easy_getinfo(h[i], CURLINFO_RESPONSE_CODE, &resp[i].status);
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+    }
+    free(h);
+    curl_slist_free_all(hdr);
+    curl_multi_cleanup(m);
+    return rc;
+}
+
 void pl_test_resp_free(pl_test_resp *r)
 {
     free(r->body);

@@ -33,6 +33,14 @@ void pl_test_resp_free(pl_test_resp *r);
 /** Path of the parley binary (env PARLEY_BIN). */
 const char *pl_test_bin(void);
 
+/** Path of the default model (env PARLEY_MODEL, else the model cache). */
+const char *pl_test_model_path(void);
+
+/** POST bodies[i] to url, all n at once (libcurl multi); fills resp[i]
+ *  (free each with pl_test_resp_free). Returns 0 when every transfer
+ *  completed at the transport level. */
+int pl_test_post_many(const char *url, char *const *bodies, int n, pl_test_resp *resp);
+
 
 
 /** Split an SSE body into its events' data payloads. Returns -1 if the
