@@ -299,7 +299,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     const pl_runner_info *inf = &r->base.info;
     pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
                       .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
-                      .block_size = inf->block_size, .gemm_min_rows = 16};
+                      .block_size = inf->block_size, .gemm_min_rows = 20};
     r->pool = pl_pool_new(n_threads);
     r->sampler = pl_sampler_new(inf->n_vocab);
     if (!r->pool || !r->sampler)

@@ -236,6 +236,35 @@ static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
     return hsum8(acc);
 }
 
+/* One weight row against nr <= 4 activation rows (stride a_stride blocks):
+ * each weight block is unpacked once for all rows. */
+__attribute__((target("avx2,fma")))
+static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
+                           size_t a_stride, int nb, int nr, float *out, size_t out_stride)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    int q8 = t == PL_GGML_TYPE_Q8_0, has_m = t == PL_GGML_TYPE_Q4_1;
+    size_t bb = q8 ? 34 : has_m ? 20 : 18;
+    for (int i = 0; i < nb; i++, b += bb) {
+        float d = h2f(b), m = has_m ? h2f(b + 2) : -8.0f * d;
+        __m256i wq = q8 ? _mm256_loadu_si256((const __m256i *)(b + 2))
+                        : unpack_nibbles(b + (has_m ? 4 : 2));
+        __m256i wa = q8 ? _mm256_abs_epi8(wq) : wq;
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
+            __m256 p = dot_u8s8(wa, q8 ? _mm256_sign_epi8(aq, wq) : aq);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc[r]);
+            if (!q8)
+                off[r] += m * ar->s;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = hsum8(acc[r]) + off[r];
+}
+
 __attribute__((target("avx2,fma")))
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
@@ -321,9 +350,20 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
 {
     const uint8_t *wb = w;
     int n = n_blk * PL_QK;
+#ifdef PL_HAVE_X86
+    if (have_avx2()) {
+        pthread_once(&fp16_once, fp16_init);
+        for (int o = o0; o < o1; o++)
+            for (int r = 0; r < n_rows; r += 4)
+                qdot_rows_avx2(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
+                               (size_t)n_blk, n_blk, n_rows - r < 4 ? n_rows - r : 4,
+                               y + (size_t)r * ldy + o, (size_t)ldy);
+        return;
+    }
+#endif
     for (int o = o0; o < o1; o++) {
         const void *wr = wb + (size_t)o * row_bytes;
         for (int r = 0; r < n_rows; r++)
-            y[(size_t)r * ldy + o] = pl_op_qdot(t, wr, x + (size_t)r * n_blk, n);
+            y[(size_t)r * ldy + o] = pl_op_qdot_ref(t, wr, x + (size_t)r * n_blk, n);
     }
 }
