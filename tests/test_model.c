@@ -176,7 +176,7 @@ Test(model, runner_decode_matches_prefill)
     char err[256];
     pl_model *m = load(&b, &g, err, sizeof(err));
     cr_assert(m, "%s", err);
-    pl_runner_info want = {.block_size = 2, .num_blocks = 8, .max_seqs = 1, .max_rows = 8,
+    pl_runner_info want = {.block_size = 2, .num_blocks = 12, .max_seqs = 1, .max_rows = 8,
                            .max_model_len = 8};
     pl_runner *r = pl_cpu_runner_new(m, &want, 2, err, sizeof(err));
     cr_assert(r, "%s", err);
@@ -207,6 +207,20 @@ Test(model, runner_decode_matches_prefill)
     cr_assert_eq(r->ops->wait(r, r->ops->launch(r, &s3.in), &o), 0);
     for (int v = 0; v < NV; v++)
         cr_assert_float_eq(o->logits[v], ref[v], 1e-4f, "vocab %d", v);
+    /* Copy-on-write while a step is in flight: the copies run after it. */
+    int32_t bt_c[4] = {8, 9, 10, 11};
+    make_step(&s1, bt_a, 5, 0, toks);
+    make_step(&s2, bt_c, 1, 5, &toks[5]);
+    s2.tok[0] = PL_TOKEN_PLACEHOLDER;
+    a = r->ops->launch(r, &s1.in);
+    r->ops->copy_block(r, 6, 8);
+    r->ops->copy_block(r, 1, 9);
+    r->ops->copy_block(r, 3, 10);
+    c = r->ops->launch(r, &s2.in);
+    cr_assert_eq(r->ops->wait(r, a, &o), 0);
+    cr_assert_eq(r->ops->wait(r, c, &o), 0);
+    for (int v = 0; v < NV; v++)
+        cr_assert_float_eq(o->logits[v], ref[v], 1e-4f, "after copy_block, vocab %d", v);
     double z = 0;
     for (int i = 0; i < 3; i++)
         z += exp(o->top_logprobs[i]);
