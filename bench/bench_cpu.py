@@ -20,17 +20,23 @@ DEFAULT_MODEL = os.environ.get(
     "PARLEY_MODEL", "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 LLAMA_SNIPPET = r"""
-import sys, time
+import resource, sys, time
 from llama_cpp import Llama
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 model, nt, np_, nd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 llm = Llama(model_path=model, n_ctx=np_ + nd + 16, n_batch=np_, n_ubatch=np_,
             n_threads=nt, n_threads_batch=nt, verbose=False)
 toks = [1000 + i for i in range(np_)]
-t0 = time.perf_counter(); llm.eval(toks); t1 = time.perf_counter()
+t0, c0 = time.perf_counter(), cpu()
+llm.eval(toks)
+t1, c1 = time.perf_counter(), cpu()
 for i in range(nd):
     llm.eval([2000 + i])
-t2 = time.perf_counter()
-print(f"prefill_tok_s={np_ / (t1 - t0):.1f} decode_tok_s={nd / (t2 - t1):.1f}")
+t2, c2 = time.perf_counter(), cpu()
+print(f"prefill_tok_s={np_ / (t1 - t0):.1f} decode_tok_s={nd / (t2 - t1):.1f} "
+      f"prefill_cpu_s={c1 - c0:.3f} decode_cpu_s={c2 - c1:.3f}")
 """
 
 
@@ -46,8 +52,8 @@ def build_bench():
 
 
 def parse(out):
-    d = dict(re.findall(r"(\w+)=([\d.]+)", out))
-    return float(d["prefill_tok_s"]), float(d["decode_tok_s"])
+    d = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
+    return d["prefill_tok_s"], d["decode_tok_s"], d["prefill_cpu_s"], d["decode_cpu_s"]
 
 
 def run(cmd):
@@ -77,10 +83,15 @@ def main():
     for i in range(a.reps):
         ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads)]))
         ref.append(run([sys.executable, "-c", LLAMA_SNIPPET, *args]))
-        print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1]}", file=sys.stderr)
+        print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1]} "
+              "(prefill, decode tok/s; prefill, decode CPU s)", file=sys.stderr)
     load1 = os.getloadavg()[0]
     med = lambda xs, k: statistics.median(x[k] for x in xs)
     pp, pd, lp, ld = med(ours, 0), med(ours, 1), med(ref, 0), med(ref, 1)
+    # Throughput per CPU second: steadier than wall time when other jobs
+    # share the cores (it still counts spin-waiting threads, on both sides).
+    cp, cd = a.prompt / med(ours, 2), a.decode / med(ours, 3)
+    lcp, lcd = a.prompt / med(ref, 2), a.decode / med(ref, 3)
     cmd = (f"python3 bench/bench_cpu.py --threads {a.threads} --prompt {a.prompt} "
            f"--decode {a.decode} --reps {a.reps}")
     text = f"""
@@ -94,6 +105,8 @@ figures are medians of {a.reps} alternating runs; ratios matter more than absolu
 |---|---|---|---|---|
 | prefill tok/s ({a.prompt}-token prompt, {a.threads} threads) | {pp:.1f} | {lp:.1f} | {pp / lp:.2f}x | >= 1.0x |
 | decode tok/s ({a.decode} tokens, {a.threads} threads) | {pd:.1f} | {ld:.1f} | {pd / ld:.2f}x | >= 0.8x |
+| prefill tok per CPU-second | {cp:.1f} | {lcp:.1f} | {cp / lcp:.2f}x | |
+| decode tok per CPU-second | {cd:.1f} | {lcd:.1f} | {cd / lcd:.2f}x | |
 """
     print(text)
     if a.append:
