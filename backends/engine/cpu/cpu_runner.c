@@ -20,6 +20,12 @@ typedef struct outbuf {
     int status;
 } outbuf;
 
+/* A copy_block() request that must run before step `ticket`. */
+typedef struct block_copy {
+    int32_t src, dst;
+    int ticket;
+} block_copy;
+
 typedef struct cpu_runner {
     pl_runner base;
     const pl_model *m;
@@ -36,6 +42,8 @@ typedef struct cpu_runner {
     int done;                    /* tickets finished */
     int waited;                  /* tickets waited for */
     bool quit;
+    block_copy *copies;          /* pending copies, in call order */
+    int n_copies, cap_copies;
     outbuf out[N_OUTBUF];
     int32_t *slot_last;          /* (max_seqs) last sampled id per slot */
     int32_t *tokens, *out_rows;  /* (max_rows), (max_seqs) */
@@ -125,6 +133,16 @@ static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
     return 0;
 }
 
+/* Apply the copies queued before step t was launched (mutex held). */
+static void run_copies_locked(cpu_runner *r, int t)
+{
+    int k = 0;
+    for (; k < r->n_copies && r->copies[k].ticket <= t; k++)
+        pl_cpu_fwd_copy_block(r->fwd, r->copies[k].src, r->copies[k].dst);
+    memmove(r->copies, r->copies + k, sizeof(block_copy) * (size_t)(r->n_copies - k));
+    r->n_copies -= k;
+}
+
 static void *worker_main(void *arg)
 {
     cpu_runner *r = arg;
@@ -135,6 +153,7 @@ static void *worker_main(void *arg)
         if (r->quit)
             break;
         int t = r->started++;
+        run_copies_locked(r, t);
         const pl_step_input *in = r->queue[t % PL_RUNNER_MAX_INFLIGHT];
         outbuf *ob = &r->out[t % N_OUTBUF];
         pthread_mutex_unlock(&r->mu);
@@ -181,13 +200,29 @@ static int cpu_wait(pl_runner *base, int ticket, const pl_step_output **out)
     return ob->status;
 }
 
+/* Ordered after the steps launched so far and before the next one: done at
+ * once when the worker is idle, else queued for the worker. */
 static void cpu_copy_block(pl_runner *base, int32_t src, int32_t dst)
 {
     cpu_runner *r = (cpu_runner *)base;
     pthread_mutex_lock(&r->mu);
-    while (r->done < r->next_ticket)  /* never race a running step */
-        pthread_cond_wait(&r->cv, &r->mu);
-    pl_cpu_fwd_copy_block(r->fwd, src, dst);
+    if (r->n_copies == r->cap_copies) {
+        int cap = r->cap_copies ? 2 * r->cap_copies : 16;
+        block_copy *c = realloc(r->copies, sizeof(*c) * (size_t)cap);
+        if (!c) {                /* out of memory: wait for the worker instead */
+            while (r->done < r->next_ticket)
+                pthread_cond_wait(&r->cv, &r->mu);
+        } else {
+            r->copies = c;
+            r->cap_copies = cap;
+        }
+    }
+    if (r->done == r->next_ticket) {
+        run_copies_locked(r, r->next_ticket);
+        pl_cpu_fwd_copy_block(r->fwd, src, dst);
+    } else {
+        r->copies[r->n_copies++] = (block_copy){src, dst, r->next_ticket};
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -214,6 +249,7 @@ static void cpu_free(pl_runner *base)
     pl_cpu_fwd_free(r->fwd);
     pl_pool_free(r->pool);
     pl_sampler_free(r->sampler);
+    free(r->copies);
     free(r->slot_last);
     free(r->tokens);
     free(r->out_rows);
@@ -299,7 +335,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     const pl_runner_info *inf = &r->base.info;
     pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
                       .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
-                      .block_size = inf->block_size, .gemm_min_rows = 16};
+                      .block_size = inf->block_size, .gemm_min_rows = 20};
     r->pool = pl_pool_new(n_threads);
     r->sampler = pl_sampler_new(inf->n_vocab);
     if (!r->pool || !r->sampler)

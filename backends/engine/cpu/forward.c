@@ -81,9 +81,7 @@ typedef struct q8_job { pl_cpu_fwd *f; const float *x; int n_rows, cols; } q8_jo
 static void q8_worker(void *arg, int ith, int nth)
 {
     q8_job *j = arg;
-    int r0, r1;
-    pl_pool_split(j->n_rows, 1, ith, nth, &r0, &r1);
-    for (int r = r0; r < r1; r++)
+    for (int r = pl_pool_take(j->f->pool); r < j->n_rows; r = pl_pool_take(j->f->pool))
         pl_op_quantize_row_q8(j->x + (size_t)r * j->cols, j->f->xq + (size_t)r * (j->cols / PL_QK),
                               j->cols);
 }
@@ -106,7 +104,9 @@ static void matmul(pl_cpu_fwd *f, const float *x, int n_rows, int n,
         if (n_rows >= 4)
             pl_pool_run(f->pool, q8_worker, &q);
         else
-            q8_worker(&q, 0, 1);
+            for (int r = 0; r < n_rows; r++)
+                pl_op_quantize_row_q8(x + (size_t)r * w0->cols,
+                                      f->xq + (size_t)r * (w0->cols / PL_QK), w0->cols);
     }
     pl_pool_run(f->pool, mm_worker, &j);
 }

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <sched.h>
 #include <stdlib.h>
 
@@ -14,6 +15,7 @@
 #endif
 
 #define SPIN_ITERS 20000
+#define CLOSED 0x80000000ULL
 #define CALLER_SPINS 2000
 
 struct pl_pool {
@@ -22,7 +24,11 @@ struct pl_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     atomic_uint gen;             /* bumped per job */
-    atomic_int n_done;
+    /* (job gen << 32) | CLOSED | workers that joined: a worker joins only
+     * while the job is open, so the caller never waits on one that was not
+     * scheduled in time (a busy shared machine); it did the work itself. */
+    _Atomic uint64_t entry;
+    atomic_int n_exited;
     atomic_int n_sleeping;
     atomic_int quit;
     atomic_int next_chunk;
@@ -48,6 +54,15 @@ static unsigned wait_job(pl_pool *p, unsigned seen)
     return atomic_load(&p->gen);
 }
 
+static int join_job(pl_pool *p, unsigned g)
+{
+    uint64_t e = atomic_load(&p->entry);
+    while ((e >> 32) == g && !(e & CLOSED))
+        if (atomic_compare_exchange_weak(&p->entry, &e, e + 1))
+            return 1;
+    return 0;
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -57,8 +72,10 @@ static void *worker_main(void *arg)
         seen = wait_job(p, seen);
         if (atomic_load(&p->quit))
             return NULL;
+        if (!join_job(p, seen))
+            continue;
         p->fn(p->arg, w->ith, p->n);
-        atomic_fetch_add(&p->n_done, 1);
+        atomic_fetch_add(&p->n_exited, 1);
     }
 }
 
@@ -108,23 +125,25 @@ int pl_pool_size(const pl_pool *p) { return p->n; }
 
 void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
 {
+    atomic_store(&p->next_chunk, 0);
     if (p->n == 1) {
-        atomic_store(&p->next_chunk, 0);
         fn(arg, 0, 1);
         return;
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store(&p->n_done, 0);
-    atomic_store(&p->next_chunk, 0);
-    atomic_fetch_add(&p->gen, 1);
+    atomic_store(&p->n_exited, 0);
+    unsigned g = atomic_load(&p->gen) + 1;
+    atomic_store(&p->entry, (uint64_t)g << 32);
+    atomic_store(&p->gen, g);
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
-    for (int i = 0; atomic_load(&p->n_done) < p->n - 1; i++) {
+    int joined = (int)(atomic_fetch_or(&p->entry, CLOSED) & (CLOSED - 1));
+    for (int i = 0; atomic_load(&p->n_exited) < joined; i++) {
         if (i < CALLER_SPINS)
             cpu_relax();
         else

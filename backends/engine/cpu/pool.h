@@ -1,7 +1,10 @@
 /* pool.h - a small persistent thread pool for the CPU runner's operations.
  *
- * pl_pool_run() runs fn(arg, ith, nth) on nth = n_threads threads (the
- * caller is thread 0) and returns when all are done. Workers spin briefly
+ * pl_pool_run() runs fn(arg, ith, nth) on the caller (ith 0) and on each
+ * worker (ith 1..nth-1) that wakes before the caller has finished its own
+ * call, and returns when all of those are done. Work must therefore be
+ * handed out with pl_pool_take(), never split statically by ith: a worker
+ * that wakes late runs nothing, and the caller has done its share. Workers spin briefly
  * between jobs (decode issues hundreds of short jobs per token), then sleep;
  * the caller yields while it waits, so a machine shared with other
  * processes does not stall on a descheduled worker.

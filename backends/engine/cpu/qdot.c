@@ -185,7 +185,16 @@ float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 }
 
 #ifdef PL_HAVE_X86
-__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v)
+/* Hardware half -> float: the 256 KiB table would compete with the weights
+ * for cache in the kernels. */
+__attribute__((target("avx2,fma,f16c"))) static inline float h2f_hw(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+__attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -193,7 +202,7 @@ __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-__attribute__((target("avx2,fma"))) static inline __m256i unpack_nibbles(const uint8_t *qs)
+__attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
     __m128i lo = _mm_and_si128(t, m), hi = _mm_and_si128(_mm_srli_epi16(t, 4), m);
@@ -201,29 +210,41 @@ __attribute__((target("avx2,fma"))) static inline __m256i unpack_nibbles(const u
 }
 
 /* u8 x s8 products summed to 8 int32 lanes, as floats. */
-__attribute__((target("avx2,fma"))) static inline __m256 dot_u8s8(__m256i u, __m256i s)
+__attribute__((target("avx2,fma,f16c"))) static inline __m256 dot_u8s8(__m256i u, __m256i s)
 {
     __m256i p16 = _mm256_maddubs_epi16(u, s);
     return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-__attribute__((target("avx2,fma")))
+__attribute__((target("avx2,fma,f16c")))
 static float qdot_q4_avx2(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)
 {
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0.0f;
-    size_t bb = has_m ? 20 : 18;
-    for (int i = 0; i < nb; i++, b += bb) {
-        float d = h2f(b);
-        __m256i wq = unpack_nibbles(b + (has_m ? 4 : 2));
-        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), dot_u8s8(wq, aq), acc);
-        off += (has_m ? h2f(b + 2) : -8.0f * d) * a[i].s;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    float off0 = 0.0f, off1 = 0.0f;
+    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2, b += 2 * bb) {  /* two independent chains */
+        const uint8_t *c = b + bb;
+        float d0 = h2f_hw(b), d1 = h2f_hw(c);
+        __m256 p0 = dot_u8s8(unpack_nibbles(b + qo), _mm256_loadu_si256((const __m256i *)a[i].qs));
+        __m256 p1 = dot_u8s8(unpack_nibbles(c + qo),
+                             _mm256_loadu_si256((const __m256i *)a[i + 1].qs));
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * a[i].d), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * a[i + 1].d), p1, acc1);
+        off0 += (has_m ? h2f_hw(b + 2) : -8.0f * d0) * a[i].s;
+        off1 += (has_m ? h2f_hw(c + 2) : -8.0f * d1) * a[i + 1].s;
     }
-    return hsum8(acc) + off;
+    for (; i < nb; i++, b += bb) {
+        float d = h2f_hw(b);
+        __m256i wq = unpack_nibbles(b + qo);
+        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), dot_u8s8(wq, aq), acc0);
+        off0 += (has_m ? h2f_hw(b + 2) : -8.0f * d) * a[i].s;
+    }
+    return hsum8(_mm256_add_ps(acc0, acc1)) + off0 + off1;
 }
 
-__attribute__((target("avx2,fma")))
+__attribute__((target("avx2,fma,f16c")))
 static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -231,12 +252,41 @@ static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
         __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
         __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
         __m256 p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b) * a[i].d), p, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f_hw(b) * a[i].d), p, acc);
     }
     return hsum8(acc);
 }
 
-__attribute__((target("avx2,fma")))
+/* One weight row against nr <= 4 activation rows (stride a_stride blocks):
+ * each weight block is unpacked once for all rows. */
+__attribute__((target("avx2,fma,f16c")))
+static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
+                           size_t a_stride, int nb, int nr, float *out, size_t out_stride)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    int q8 = t == PL_GGML_TYPE_Q8_0, has_m = t == PL_GGML_TYPE_Q4_1;
+    size_t bb = q8 ? 34 : has_m ? 20 : 18;
+    for (int i = 0; i < nb; i++, b += bb) {
+        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -8.0f * d;
+        __m256i wq = q8 ? _mm256_loadu_si256((const __m256i *)(b + 2))
+                        : unpack_nibbles(b + (has_m ? 4 : 2));
+        __m256i wa = q8 ? _mm256_abs_epi8(wq) : wq;
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
+            __m256 p = dot_u8s8(wa, q8 ? _mm256_sign_epi8(aq, wq) : aq);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc[r]);
+            if (!q8)
+                off[r] += m * ar->s;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = hsum8(acc[r]) + off[r];
+}
+
+__attribute__((target("avx2,fma,f16c")))
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -253,7 +303,7 @@ static float dot_f32_avx2(const float *a, const float *b, int n)
     return s;
 }
 
-__attribute__((target("avx2,fma")))
+__attribute__((target("avx2,fma,f16c")))
 static void axpy_f32_avx2(float *y, float a, const float *x, int n)
 {
     __m256 va = _mm256_set1_ps(a);
@@ -270,7 +320,8 @@ static int have_avx2(void)
     static int v = -1;
     if (v < 0) {
         __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+            __builtin_cpu_supports("f16c");
     }
     return v;
 }
@@ -321,9 +372,25 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
 {
     const uint8_t *wb = w;
     int n = n_blk * PL_QK;
+#ifdef PL_HAVE_X86
+    if (have_avx2()) {
+        pthread_once(&fp16_once, fp16_init);
+        if (n_rows == 1) {       /* decode: the single-row kernels */
+            for (int o = o0; o < o1; o++)
+                y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
+            return;
+        }
+        for (int o = o0; o < o1; o++)
+            for (int r = 0; r < n_rows; r += 4)
+                qdot_rows_avx2(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
+                               (size_t)n_blk, n_blk, n_rows - r < 4 ? n_rows - r : 4,
+                               y + (size_t)r * ldy + o, (size_t)ldy);
+        return;
+    }
+#endif
     for (int o = o0; o < o1; o++) {
         const void *wr = wb + (size_t)o * row_bytes;
         for (int r = 0; r < n_rows; r++)
-            y[(size_t)r * ldy + o] = pl_op_qdot(t, wr, x + (size_t)r * n_blk, n);
+            y[(size_t)r * ldy + o] = pl_op_qdot_ref(t, wr, x + (size_t)r * n_blk, n);
     }
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""bench_cpu.py - single-stream prefill and decode speed of parley's CPU runner
+against llama-cpp-python on the same GGUF with the same thread count, run
+alternately (median of N runs each), optionally appended to BENCHMARKS.md.
+
+usage: python3 bench/bench_cpu.py [--model M] [--threads 2] [--prompt 512]
+                                  [--decode 128] [--reps 3] [--append]
+Needs a configured build/ (ninja -C build); compiles bench/bench_cpu_runner.c.
+"""
+import argparse
+import datetime
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_MODEL = os.environ.get(
+    "PARLEY_MODEL", "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+LLAMA_SNIPPET = r"""
+import resource, sys, time
+from llama_cpp import Llama
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+model, nt, np_, nd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+llm = Llama(model_path=model, n_ctx=np_ + nd + 16, n_batch=np_, n_ubatch=np_,
+            n_threads=nt, n_threads_batch=nt, verbose=False)
+toks = [1000 + i for i in range(np_)]
+t0, c0 = time.perf_counter(), cpu()
+llm.eval(toks)
+t1, c1 = time.perf_counter(), cpu()
+for i in range(nd):
+    llm.eval([2000 + i])
+t2, c2 = time.perf_counter(), cpu()
+print(f"prefill_tok_s={np_ / (t1 - t0):.1f} decode_tok_s={nd / (t2 - t1):.1f} "
+      f"prefill_cpu_s={c1 - c0:.3f} decode_cpu_s={c2 - c1:.3f}")
+"""
+
+
+def build_bench():
+    subprocess.run(["ninja", "-C", "build"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    exe = os.path.join(ROOT, "build", "bench_cpu_runner")
+    libs = ["build/backends/libplbackends.a", "build/schedulers/libplschedulers.a",
+            "build/src/libplcore.a"]
+    libs = [l for l in libs if os.path.exists(os.path.join(ROOT, l))]
+    subprocess.run(["cc", "-O2", "-I.", "-o", exe, "bench/bench_cpu_runner.c", *libs,
+                    "-lopenblas", "-lm", "-lpthread"], cwd=ROOT, check=True)
+    return exe
+
+
+def parse(out):
+    d = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
+    return d["prefill_tok_s"], d["decode_tok_s"], d["prefill_cpu_s"], d["decode_cpu_s"]
+
+
+def run(cmd):
+    return parse(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def cpu_model():
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=512)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--append", action="store_true")
+    a = ap.parse_args()
+    exe = build_bench()
+    ours, ref = [], []
+    args = [a.model, str(a.threads), str(a.prompt), str(a.decode)]
+    load0 = os.getloadavg()[0]
+    for i in range(a.reps):
+        ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads)]))
+        ref.append(run([sys.executable, "-c", LLAMA_SNIPPET, *args]))
+        print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1]} "
+              "(prefill, decode tok/s; prefill, decode CPU s)", file=sys.stderr)
+    load1 = os.getloadavg()[0]
+    med = lambda xs, k: statistics.median(x[k] for x in xs)
+    pp, pd, lp, ld = med(ours, 0), med(ours, 1), med(ref, 0), med(ref, 1)
+    # Throughput per CPU second: steadier than wall time when other jobs
+    # share the cores (it still counts spin-waiting threads, on both sides).
+    cp, cd = a.prompt / med(ours, 2), a.decode / med(ours, 3)
+    lcp, lcd = a.prompt / med(ref, 2), a.decode / med(ref, 3)
+    cmd = (f"python3 bench/bench_cpu.py --threads {a.threads} --prompt {a.prompt} "
+           f"--decode {a.decode} --reps {a.reps}")
+    text = f"""
+### CPU runner vs llama-cpp-python ({datetime.date.today()})
+
+Command: `{cmd}`. Model: {os.path.basename(a.model)}. Machine: {cpu_model()},
+{os.cpu_count()} cores, shared with other jobs (load average {load0:.1f} -> {load1:.1f}):
+figures are medians of {a.reps} alternating runs; ratios matter more than absolutes.
+
+| measure | parley | llama.cpp | ratio | target |
+|---|---|---|---|---|
+| prefill tok/s ({a.prompt}-token prompt, {a.threads} threads) | {pp:.1f} | {lp:.1f} | {pp / lp:.2f}x | >= 1.0x |
+| decode tok/s ({a.decode} tokens, {a.threads} threads) | {pd:.1f} | {ld:.1f} | {pd / ld:.2f}x | >= 0.8x |
+| prefill tok per CPU-second | {cp:.1f} | {lcp:.1f} | {cp / lcp:.2f}x | |
+| decode tok per CPU-second | {cd:.1f} | {lcd:.1f} | {cd / lcd:.2f}x | |
+"""
+    print(text)
+    if a.append:
+        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+/* test_cpu_ops.c - backends/engine/cpu/ops.c, qdot.c, pool.c: the C
+ * references the CUDA kernels will be checked against, and their AVX2
+ * versions, each against a plainer computation with a stated tolerance. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/cpu/ops.h"
+#include "backends/engine/cpu/pool.h"
+#include "backends/engine/quant.h"
+
+static uint64_t rng_state = 88172645463325252ULL;
+
+static float frand(void)         /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static void fill(float *x, int n, float scale)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = frand() * scale;
+}
+
+/* Random quantised row of n elements of type t (valid fp16 scales). */
+static void random_qrow(pl_ggml_type t, uint8_t *dst, int n)
+{
+    size_t bb = t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+    for (int b = 0; b < n / PL_QK; b++) {
+        uint8_t *p = dst + b * bb;
+        uint16_t d = pl_op_f32_to_fp16(0.01f + 0.05f * fabsf(frand()));
+        uint16_t m = pl_op_f32_to_fp16(0.2f * frand());
+        memcpy(p, &d, 2);
+        if (t == PL_GGML_TYPE_Q4_1)
+            memcpy(p + 2, &m, 2);
+        for (size_t j = t == PL_GGML_TYPE_Q4_1 ? 4 : 2; j < bb; j++)
+            p[j] = (uint8_t)(rng_state = rng_state * 6364136223846793005ULL + 1, rng_state >> 56);
+    }
+}
+
+static const pl_ggml_type QTYPES[3] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1, PL_GGML_TYPE_Q8_0};
+
+Test(cpu_ops, fp16_conversions)
+{
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = pl_op_fp16_to_f32((uint16_t)h);
+        float g = pl_fp16_to_fp32((uint16_t)h);
+        if (isnan(f)) {
+            cr_assert(isnan(g));
+            continue;
+        }
+        cr_assert_eq(memcmp(&f, &g, 4), 0, "h=%04x", h);
+        cr_assert_eq(pl_op_f32_to_fp16(f), h, "round trip h=%04x", h);
+    }
+    cr_assert_eq(pl_op_f32_to_fp16(1.0f + 1.0f / 2048), 0x3c00, "ties to even");
+}
+
+Test(cpu_ops, dequant_matches_quant_reference)
+{
+    uint8_t q[34 * 8];
+    float a[256], b[256];
+    for (int k = 0; k < 3; k++) {
+        random_qrow(QTYPES[k], q, 256);
+        cr_assert_eq(pl_op_dequant_row(QTYPES[k], q, a, 256), 0);
+        cr_assert_eq(pl_dequant_row(QTYPES[k], q, b, 256), 0);
+        for (int i = 0; i < 256; i++)
+            cr_assert_float_eq(a[i], b[i], 1e-7f, "type %d elem %d", QTYPES[k], i);
+    }
+}
+
+Test(cpu_ops, quantize_q8_error_bound)
+{
+    float x[128];
+    pl_q8_act q[4];
+    fill(x, 128, 3.0f);
+    pl_op_quantize_row_q8(x, q, 128);
+    for (int b = 0; b < 4; b++) {
+        int sum = 0;
+        for (int j = 0; j < PL_QK; j++) {
+            cr_assert_leq(fabsf(x[b * PL_QK + j] - q[b].d * q[b].qs[j]), q[b].d * 0.5001f);
+            sum += q[b].qs[j];
+        }
+        cr_assert_float_eq(q[b].s, q[b].d * sum, 1e-5f);
+    }
+}
+
+/* qdot (AVX2 where present) == scalar reference == f32 dot of the
+ * dequantised operands, to float rounding. */
+Test(cpu_ops, qdot_kernels)
+{
+    enum { N = 576 };
+    uint8_t w[34 * N / PL_QK];
+    float x[N], wf[N], xf[N];
+    pl_q8_act a[N / PL_QK];
+    for (int k = 0; k < 3; k++)
+        for (int rep = 0; rep < 20; rep++) {
+            random_qrow(QTYPES[k], w, N);
+            fill(x, N, 2.0f);
+            pl_op_quantize_row_q8(x, a, N);
+            pl_op_dequant_row(QTYPES[k], w, wf, N);
+            double exact = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                xf[i] = a[i / PL_QK].d * a[i / PL_QK].qs[i % PL_QK];
+                exact += (double)wf[i] * xf[i];
+                mag += fabs((double)wf[i] * xf[i]);
+            }
+            float ref = pl_op_qdot_ref(QTYPES[k], w, a, N), fast = pl_op_qdot(QTYPES[k], w, a, N);
+            cr_assert_leq(fabs(ref - exact), 1e-5 * mag + 1e-6, "type %d", QTYPES[k]);
+            cr_assert_leq(fabs(fast - exact), 1e-5 * mag + 1e-6, "type %d", QTYPES[k]);
+        }
+}
+
+Test(cpu_ops, qmatmul_rows_matches_qdot)
+{
+    enum { N = 128, O = 40, R = 3 };
+    uint8_t w[O * 20 * N / PL_QK];
+    float x[R * N], y[R * O];
+    pl_q8_act a[R * N / PL_QK];
+    size_t rb = 20 * N / PL_QK;
+    random_qrow(PL_GGML_TYPE_Q4_1, w, O * N);
+    fill(x, R * N, 1.0f);
+    for (int r = 0; r < R; r++)
+        pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
+    pl_op_qmatmul_rows(PL_GGML_TYPE_Q4_1, w, rb, a, N / PL_QK, R, y, O, 8, O);
+    for (int r = 0; r < R; r++)
+        for (int o = 8; o < O; o++)
+            cr_assert_float_eq(y[r * O + o],
+                               pl_op_qdot(PL_GGML_TYPE_Q4_1, w + o * rb, a + r * (N / PL_QK), N),
+                               1e-6f);
+}
+
+Test(cpu_ops, rmsnorm_swiglu_softmax)
+{
+    float x[64], w[64], y[64], u[64], g[64];
+    fill(x, 64, 4.0f);
+    fill(w, 64, 1.0f);
+    pl_op_rmsnorm(y, x, w, 64, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < 64; i++)
+        ss += (double)x[i] * x[i];
+    for (int i = 0; i < 64; i++)
+        cr_assert_float_eq(y[i], x[i] / sqrt(ss / 64 + 1e-5) * w[i], 1e-5);
+    fill(g, 64, 5.0f);
+    fill(u, 64, 1.0f);
+    memcpy(y, g, sizeof(y));
+    pl_op_swiglu(y, u, 64);
+    for (int i = 0; i < 64; i++)
+        cr_assert_float_eq(y[i], g[i] / (1 + exp(-g[i])) * u[i], 1e-5);
+    memcpy(y, x, sizeof(y));
+    float lse = pl_op_softmax(y, 64);
+    double z = 0, sum = 0;
+    for (int i = 0; i < 64; i++) {
+        z += exp(x[i]);
+        sum += y[i];
+    }
+    cr_assert_float_eq(sum, 1.0, 1e-5);
+    cr_assert_float_eq(lse, log(z), 1e-4);
+}
+
+/* Normal rope rotates (2i, 2i+1); NEOX rotates (i, i+half): the same
+ * rotation applied to a permuted vector. Norms are preserved, pos 0 is the
+ * identity, and rotations compose: rope(p) then rope(q) == rope(p+q). */
+Test(cpu_ops, rope_modes)
+{
+    enum { HD = 64, H = 3 };
+    float inv[HD / 2], x[H * HD], y[H * HD], z[H * HD];
+    for (int i = 0; i < HD / 2; i++)
+        inv[i] = powf(10000.0f, -2.0f * i / HD);
+    fill(x, H * HD, 1.0f);
+    memcpy(y, x, sizeof(x));
+    pl_op_rope(y, H, HD, HD, 0, inv, 0);
+    cr_assert_eq(memcmp(x, y, sizeof(x)), 0);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < HD / 2; i++) {   /* z: the NEOX layout of x */
+            z[h * HD + i] = x[h * HD + 2 * i];
+            z[h * HD + i + HD / 2] = x[h * HD + 2 * i + 1];
+        }
+    pl_op_rope(y, H, HD, HD, 7, inv, 0);
+    pl_op_rope(y, H, HD, HD, 5, inv, 0);
+    pl_op_rope(z, H, HD, HD, 12, inv, 1);
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < HD / 2; i++) {
+            float a = y[h * HD + 2 * i], b = y[h * HD + 2 * i + 1];
+            cr_assert_float_eq(a, z[h * HD + i], 1e-4f);
+            cr_assert_float_eq(b, z[h * HD + i + HD / 2], 1e-4f);
+            float n0 = hypotf(x[h * HD + 2 * i], x[h * HD + 2 * i + 1]);
+            cr_assert_float_eq(hypotf(a, b), n0, 1e-5f);
+        }
+}
+
+/* Paged attention (AVX2 and reference) against a direct computation on
+ * contiguous K/V, with the sequence's blocks scattered in the pool. */
+Test(cpu_ops, paged_attention)
+{
+    enum { HD = 64, NKV = 2, G = 3, BS = 4, NB = 8, CTX = 27 };
+    int kvd = NKV * HD;
+    static float kc[NB * BS * NKV * HD], vc[NB * BS * NKV * HD];
+    float K[CTX][HD], V[CTX][HD], q[G * HD], out[G * HD], out2[G * HD], scr[G * CTX];
+    int32_t bt[NB] = {5, 2, 7, 0, 3, 6, 1, 4};
+    int kh = 1;
+    fill(kc, NB * BS * kvd, 1.0f);
+    fill(vc, NB * BS * kvd, 1.0f);
+    fill(q, G * HD, 1.0f);
+    for (int t = 0; t < CTX; t++) {
+        size_t off = ((size_t)bt[t / BS] * BS + t % BS) * kvd + kh * HD;
+        memcpy(K[t], kc + off, sizeof(K[t]));
+        memcpy(V[t], vc + off, sizeof(V[t]));
+    }
+    pl_attn_args a = {.k_base = kc + kh * HD, .v_base = vc + kh * HD, .block_table = bt,
+                      .block_size = BS, .block_stride = (size_t)BS * kvd, .row_stride = kvd,
+                      .head_dim = HD, .scale = 0.125f};
+    pl_op_attention(&a, q, G, CTX, out, scr);
+    pl_op_attention_ref(&a, q, G, CTX, out2, scr);
+    for (int h = 0; h < G; h++) {
+        double s[CTX], mx = -1e30, z = 0;
+        for (int t = 0; t < CTX; t++) {
+            s[t] = 0;
+            for (int i = 0; i < HD; i++)
+                s[t] += (double)q[h * HD + i] * K[t][i];
+            s[t] *= 0.125;
+            mx = fmax(mx, s[t]);
+        }
+        for (int t = 0; t < CTX; t++)
+            z += s[t] = exp(s[t] - mx);
+        for (int i = 0; i < HD; i++) {
+            double o = 0;
+            for (int t = 0; t < CTX; t++)
+                o += s[t] / z * V[t][i];
+            cr_assert_float_eq(out[h * HD + i], o, 1e-5);
+            cr_assert_float_eq(out2[h * HD + i], o, 1e-5);
+        }
+    }
+}
+
+typedef struct take_job { pl_pool *p; atomic_int hits[1000]; atomic_int calls; } take_job;
+
+static void take_fn(void *arg, int ith, int nth)
+{
+    take_job *j = arg;
+    atomic_fetch_add(&j->calls, 1);
+    for (int c = pl_pool_take(j->p); c < 1000; c = pl_pool_take(j->p))
+        atomic_fetch_add(&j->hits[c], 1);
+}
+
+Test(cpu_ops, pool_runs_every_item_once)
+{
+    pl_pool *p = pl_pool_new(3);
+    cr_assert(p);
+    static take_job j;
+    for (int rep = 0; rep < 50; rep++) {
+        memset(&j, 0, sizeof(j));
+        j.p = p;
+        pl_pool_run(p, take_fn, &j);
+        cr_assert(atomic_load(&j.calls) >= 1 && atomic_load(&j.calls) <= 3);
+        for (int i = 0; i < 1000; i++)
+            cr_assert_eq(atomic_load(&j.hits[i]), 1);
+    }
+    int b, e, next = 0;
+    for (int i = 0; i < 4; i++) {
+        pl_pool_split(100, 16, i, 4, &b, &e);
+        cr_assert_eq(b, next);
+        cr_assert(b % 16 == 0 || b == 100);
+        next = e;
+    }
+    cr_assert_eq(next, 100);
+    pl_pool_free(p);
+}
