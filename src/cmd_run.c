@@ -13,6 +13,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "schedulers/conversation.h"
 #include "src/job_spec.h"
 #include "src/jobs.h"
 #include "src/log.h"
@@ -31,16 +32,21 @@ typedef struct run_ctx {
 typedef struct run_args {
     const char *job_file, *output;
     bool live;
+    int policy;                  /* pl_conv_policy from --strategy */
     int argc;                    /* argv without run-only flags */
     char **argv;
 } run_args;
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live] [options]\n\n"
+    fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live]\n"
+               "                  [--strategy parley|fcfs|naive] [options]\n\n"
                "  --output DIR   write OUTPUT/<experiment>/... under DIR (default: the job's\n"
                "                 output_dir, else ./output)\n"
-               "  --live         full-screen view of the scheduler's pools\n\n"
+               "  --live         full-screen view of the scheduler's pools\n"
+               "  --strategy S   dispatch policy (default parley: seed 000's priority heap);\n"
+               "                 fcfs: first ready, first served; naive: one request at a\n"
+               "                 time, conversation by conversation (benchmark baselines)\n\n"
                "model options (apply to every model of the job; the job file's per-model\n"
                "options come first, the command line wins):\n");
     pl_opts_print_help(f, PL_OPT_MODEL);
@@ -61,7 +67,14 @@ static int split_args(int argc, char **argv, run_args *ra)
             ra->output = argv[++i];
         else if (!strncmp(argv[i], "--output=", 9))
             ra->output = argv[i] + 9;
-        else
+        else if (!strcmp(argv[i], "--strategy") || !strncmp(argv[i], "--strategy=", 11)) {
+            const char *v = argv[i][10] == '=' ? argv[i] + 11 : i + 1 < argc ? argv[++i] : NULL;
+            if ((ra->policy = pl_conv_policy_parse(v)) < 0) {
+                fprintf(stderr, "parley: --strategy: expected parley, fcfs or naive, got '%s'\n",
+                        v ? v : "");
+                return -2;
+            }
+        } else
             ra->argv[ra->argc++] = argv[i];
     }
     return 0;
@@ -231,7 +244,7 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     }
     pl_job_opts jo = {.base = rc->base, .io = io, .id = "run", .output_root =
                       ra->output ? ra->output : "output", .backends = bs,
-                      .on_finished = on_finished, .ud = rc};
+                      .policy = ra->policy, .on_finished = on_finished, .ud = rc};
     char err[256];
     int n_questions = spec->n_questions;
     rc->job = pl_job_new(spec, &jo, err, sizeof err);
@@ -272,8 +285,11 @@ int pl_cmd_run(int argc, char **argv)
     pl_job_spec spec = {0};
     pl_backend **bs = NULL;
     int status = 2;
-    if (split_args(argc, argv, &ra) < 0)
-        return 1;
+    int sarc = split_args(argc, argv, &ra);
+    if (sarc < 0) {
+        free(ra.argv);
+        return sarc == -2 ? 2 : 1;
+    }
     int prc = find_job_file(&ra);
     if (prc != 0) {
         free(ra.argv);
