@@ -21,6 +21,8 @@ def main():
     ap.add_argument("--max-retries", type=int, default=None, help="default: the example's")
     ap.add_argument("--temperature", type=float, default=None,
                     help="job and agent temperature (default: the example's)")
+    ap.add_argument("--no-validation", action="store_true",
+                    help="accept every reply: the same work (12 requests a question) for any strategy")
     ap.add_argument("--experiment", default="debate_scaled")
     ap.add_argument("--example", default=str(pathlib.Path(__file__).resolve().parent.parent
                                              / "examples" / "debate.yaml"))
@@ -39,6 +41,8 @@ def main():
         job["sampling"]["temperature"] = a.temperature
         for ag in job["agent_definitions"]:
             ag.pop("temperature", None)
+    if a.no_validation:
+        job["validation"] = {"enabled": False}
     if a.rounds is not None:
         job["num_rounds"] = a.rounds
     if a.max_retries is not None:
