@@ -7,6 +7,7 @@ set from the command line. Prints the job file (YAML) on stdout.
     bench/make_debate_job.py --questions 200 --max-tokens 64 > /tmp/debate200.yaml
 """
 import argparse
+import copy
 import pathlib
 import sys
 
@@ -31,7 +32,7 @@ def main():
     base = job["questions"]
     qs = []
     for i in range(a.questions):
-        q = dict(base[i % len(base)])
+        q = copy.deepcopy(base[i % len(base)])
         q["id"] = "%s_%04d" % (q["id"], i)
         qs.append(q)
     job["questions"] = qs
