@@ -18,6 +18,7 @@ typedef struct conv_state {
 typedef struct req_heap {
     pl_conv_req **v;
     int n, cap;
+    pl_conv_policy policy;       /* the order (same in every heap) */
 } req_heap;
 
 typedef struct model_state {
@@ -47,7 +48,8 @@ struct pl_conv_sched {
     pl_conv_req *free_reqs;
     void **chunks;               /* request slabs, freed at the end */
     int n_chunks, chunks_cap;
-    uint64_t next_seq;
+    uint64_t next_seq, next_ready_seq;
+    pl_conv_policy policy;
 };
 
 /* ---- request allocation: slabs + free list, no malloc per request ---- */
@@ -146,7 +148,7 @@ static void conv_unlink(conv_state *c, pl_conv_req *r)
 
 /* Seed 000's key: (0 if reprompt else 1, -rounds_completed, conversation,
  * round), then creation order so equal keys keep a deterministic order. */
-static inline bool req_less(const pl_conv_req *a, const pl_conv_req *b)
+static inline bool key_priority(const pl_conv_req *a, const pl_conv_req *b)
 {
     if (a->is_reprompt != b->is_reprompt)
         return a->is_reprompt;
@@ -159,6 +161,31 @@ static inline bool req_less(const pl_conv_req *a, const pl_conv_req *b)
     return a->seq < b->seq;
 }
 
+/* The naive baseline: whole conversations in order, agents in index order
+ * (a re-prompt keeps its agent's place). */
+static inline bool key_naive(const pl_conv_req *a, const pl_conv_req *b)
+{
+    if (a->conversation != b->conversation)
+        return a->conversation < b->conversation;
+    if (a->round != b->round)
+        return a->round < b->round;
+    if (a->agent != b->agent)
+        return a->agent < b->agent;
+    return a->seq < b->seq;
+}
+
+static inline bool req_less_p(pl_conv_policy p, const pl_conv_req *a,
+                              const pl_conv_req *b)
+{
+    switch (p) {
+    case PL_CONV_POLICY_FCFS: return a->ready_seq < b->ready_seq;
+    case PL_CONV_POLICY_NAIVE: return key_naive(a, b);
+    default: return key_priority(a, b);
+    }
+}
+
+#define req_less(h, a, b) req_less_p((h)->policy, (a), (b))
+
 static inline void heap_set(req_heap *h, int i, pl_conv_req *r)
 {
     h->v[i] = r;
@@ -170,7 +197,7 @@ static void heap_up(req_heap *h, int i)
     pl_conv_req *r = h->v[i];
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (!req_less(r, h->v[p]))
+        if (!req_less(h, r, h->v[p]))
             break;
         heap_set(h, i, h->v[p]);
         i = p;
@@ -185,9 +212,9 @@ static void heap_down(req_heap *h, int i)
         int c = 2 * i + 1;
         if (c >= h->n)
             break;
-        if (c + 1 < h->n && req_less(h->v[c + 1], h->v[c]))
+        if (c + 1 < h->n && req_less(h, h->v[c + 1], h->v[c]))
             c++;
-        if (!req_less(h->v[c], r))
+        if (!req_less(h, h->v[c], r))
             break;
         heap_set(h, i, h->v[c]);
         i = c;
@@ -218,7 +245,7 @@ static void heap_remove(req_heap *h, pl_conv_req *r)
     if (i == h->n)
         return;
     heap_set(h, i, last);
-    if (i > 0 && req_less(last, h->v[(i - 1) / 2]))
+    if (i > 0 && req_less(h, last, h->v[(i - 1) / 2]))
         heap_up(h, i);
     else
         heap_down(h, i);
@@ -244,7 +271,7 @@ static int frontier_grow(pl_conv_sched *s, int need)
 static void frontier_push(pl_conv_sched *s, int *n, pl_conv_req *r)
 {
     int i = (*n)++;
-    while (i > 0 && req_less(r, s->frontier[(i - 1) / 2])) {
+    while (i > 0 && req_less(s, r, s->frontier[(i - 1) / 2])) {
         s->frontier[i] = s->frontier[(i - 1) / 2];
         i = (i - 1) / 2;
     }
@@ -259,9 +286,9 @@ static pl_conv_req *frontier_pop(pl_conv_sched *s, int *n)
         int c = 2 * i + 1;
         if (c >= *n)
             break;
-        if (c + 1 < *n && req_less(s->frontier[c + 1], s->frontier[c]))
+        if (c + 1 < *n && req_less(s, s->frontier[c + 1], s->frontier[c]))
             c++;
-        if (!req_less(s->frontier[c], last))
+        if (!req_less(s, s->frontier[c], last))
             break;
         s->frontier[i] = s->frontier[c];
         i = c;
@@ -297,9 +324,11 @@ static int ready_first_k(pl_conv_sched *s, pl_conv_req **out, int k)
 
 static int make_ready(pl_conv_sched *s, pl_conv_req *r)
 {
+    r->ready_seq = s->next_ready_seq;     /* the heap orders by it (FCFS) */
     if (heap_push(&s->model[r->model].heap, r) < 0)
         return -1;
     r->pool = PL_CONV_POOL_READY;
+    s->next_ready_seq++;
     s->model[r->model].ready++;
     s->n_ready++;
     return 0;
@@ -386,6 +415,20 @@ static unsigned fail_conv(pl_conv_sched *s, int conv)
 
 /* ---- public ---- */
 
+const char *pl_conv_policy_name(pl_conv_policy p)
+{
+    static const char *n[] = {"parley", "fcfs", "naive"};
+    return (unsigned)p <= PL_CONV_POLICY_NAIVE ? n[p] : "?";
+}
+
+int pl_conv_policy_parse(const char *name)
+{
+    for (int p = 0; name && p <= PL_CONV_POLICY_NAIVE; p++)
+        if (!strcmp(name, pl_conv_policy_name((pl_conv_policy)p)))
+            return p;
+    return -1;
+}
+
 static bool deps_acyclic(const uint64_t *deps, int n)
 {
     uint64_t placed = 0;
@@ -408,7 +451,8 @@ static bool config_ok(const pl_conv_sched_config *cfg)
 {
     if (cfg->n_agents < 1 || cfg->n_agents > PL_CONV_MAX_AGENTS ||
         cfg->n_models < 1 || cfg->num_rounds < 1 || cfg->max_retries < 0 ||
-        cfg->n_conversations < 0 || !cfg->agent_model || !cfg->agent_deps)
+        cfg->n_conversations < 0 || !cfg->agent_model || !cfg->agent_deps ||
+        (unsigned)cfg->policy > PL_CONV_POLICY_NAIVE)
         return false;
     uint64_t all = cfg->n_agents == 64 ? ~0ull : (1ull << cfg->n_agents) - 1;
     for (int a = 0; a < cfg->n_agents; a++) {
@@ -439,8 +483,11 @@ pl_conv_sched *pl_conv_sched_init(const pl_conv_sched_config *cfg)
     s->model = calloc((size_t)s->n_models, sizeof *s->model);
     if (!s->conv || !s->model)
         goto fail;
-    for (int m = 0; m < s->n_models; m++)
+    s->policy = cfg->policy;
+    for (int m = 0; m < s->n_models; m++) {
         s->model[m].capacity = 1;
+        s->model[m].heap.policy = cfg->policy;
+    }
     return s;
 fail:
     pl_conv_sched_free(s);
@@ -484,10 +531,12 @@ int pl_conv_sched_start(pl_conv_sched *s, int conv)
 pl_conv_req *pl_conv_sched_dispatch(pl_conv_sched *s)
 {
     pl_conv_req *best = NULL;
+    if (s->policy == PL_CONV_POLICY_NAIVE && s->inflight.n > 0)
+        return NULL;
     for (int m = 0; m < s->n_models; m++) {
         const model_state *ms = &s->model[m];
         if (ms->heap.n > 0 && ms->inflight < ms->capacity &&
-            (!best || req_less(ms->heap.v[0], best)))
+            (!best || req_less(s, ms->heap.v[0], best)))
             best = ms->heap.v[0];
     }
     if (!best)

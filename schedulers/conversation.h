@@ -14,6 +14,9 @@
  *
  * pl_conv_sched_dispatch() takes the best ready request whose model has a free
  * slot; requests of a full model are skipped, never block other models.
+ * "Best" is the dispatch policy's order: seed 000's key by default; two
+ * baselines for benchmarks (first ready, first served; and one request at a
+ * time, conversation by conversation) change only that order and gate.
  * pl_conv_sched_complete() applies a completion synchronously: state update,
  * dependency release, re-prompt on a validation failure, the next round when
  * a round completes, failure isolation after max_retries. Conversations are
@@ -41,6 +44,23 @@ typedef enum pl_conv_status {
     PL_CONV_STATUS_SUCCEEDED,
     PL_CONV_STATUS_FAILED,
 } pl_conv_status;
+
+/** The dispatch policy: the pre-departure order and the in-flight gate.
+ *  Dependencies, re-prompts, rounds and failures work the same in all. */
+typedef enum pl_conv_policy {
+    PL_CONV_POLICY_PRIORITY = 0, /**< seed 000's key (reprompt, -progress,
+                                      conversation, round); the default */
+    PL_CONV_POLICY_FCFS,         /**< first ready, first dispatched: the order
+                                      requests entered pre-departure */
+    PL_CONV_POLICY_NAIVE,        /**< one request in flight across all models,
+                                      ordered (conversation, round, agent):
+                                      conversations run one at a time and
+                                      their agents in index order */
+} pl_conv_policy;
+
+/** Policy name ("parley", "fcfs", "naive"), and back: -1 if unknown. */
+const char *pl_conv_policy_name(pl_conv_policy p);
+int pl_conv_policy_parse(const char *name);
 
 /** How a dispatched request ended. */
 typedef enum pl_conv_outcome {
@@ -74,6 +94,7 @@ typedef struct pl_conv_req {
     bool is_reprompt;
     int rounds_completed;    /**< conversation progress when queued */
     uint64_t seq;            /**< creation order: the stable tiebreak */
+    uint64_t ready_seq;      /**< order of entry into pre-departure */
     pl_conv_pool pool;
     void *ud;                /**< caller data (e.g. the submitted request) */
     uint64_t backend_id;     /**< caller data (backend request id) */
@@ -92,6 +113,7 @@ typedef struct pl_conv_sched_config {
     const int *agent_model;      /**< n_agents model indices (copied) */
     const uint64_t *agent_deps;  /**< n_agents masks: bit j = speaks after j
                                       (copied); must be acyclic */
+    pl_conv_policy policy;       /**< 0: PL_CONV_POLICY_PRIORITY */
 } pl_conv_sched_config;
 
 typedef struct pl_conv_sched pl_conv_sched;

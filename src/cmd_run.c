@@ -9,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "schedulers/conversation.h"
 #include "src/job_spec.h"
 #include "src/jobs.h"
 #include "src/log.h"
@@ -24,23 +26,30 @@
 typedef struct run_ctx {
     struct event_base *base;
     pl_job *job;
+    struct timespec t0, t1;      /* job start and finish (makespan) */
     bool live;
     int sigints;
 } run_ctx;
 
 typedef struct run_args {
-    const char *job_file, *output;
+    const char *job_file, *output, *stats;
     bool live;
+    int policy;                  /* pl_conv_policy from --strategy */
     int argc;                    /* argv without run-only flags */
     char **argv;
 } run_args;
 
 static void run_usage(FILE *f)
 {
-    fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live] [options]\n\n"
+    fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live]\n"
+               "                  [--strategy parley|fcfs|naive] [options]\n\n"
                "  --output DIR   write OUTPUT/<experiment>/... under DIR (default: the job's\n"
                "                 output_dir, else ./output)\n"
-               "  --live         full-screen view of the scheduler's pools\n\n"
+               "  --live         full-screen view of the scheduler's pools\n"
+               "  --stats FILE   write the strategy, makespan and backend statistics (JSON)\n"
+               "  --strategy S   dispatch policy (default parley: seed 000's priority heap);\n"
+               "                 fcfs: first ready, first served; naive: one request at a\n"
+               "                 time, conversation by conversation (benchmark baselines)\n\n"
                "model options (apply to every model of the job; the job file's per-model\n"
                "options come first, the command line wins):\n");
     pl_opts_print_help(f, PL_OPT_MODEL);
@@ -61,7 +70,18 @@ static int split_args(int argc, char **argv, run_args *ra)
             ra->output = argv[++i];
         else if (!strncmp(argv[i], "--output=", 9))
             ra->output = argv[i] + 9;
-        else
+        else if (!strcmp(argv[i], "--stats") && i + 1 < argc)
+            ra->stats = argv[++i];
+        else if (!strncmp(argv[i], "--stats=", 8))
+            ra->stats = argv[i] + 8;
+        else if (!strcmp(argv[i], "--strategy") || !strncmp(argv[i], "--strategy=", 11)) {
+            const char *v = argv[i][10] == '=' ? argv[i] + 11 : i + 1 < argc ? argv[++i] : NULL;
+            if ((ra->policy = pl_conv_policy_parse(v)) < 0) {
+                fprintf(stderr, "parley: --strategy: expected parley, fcfs or naive, got '%s'\n",
+                        v ? v : "");
+                return -2;
+            }
+        } else
             ra->argv[ra->argc++] = argv[i];
     }
     return 0;
@@ -203,7 +223,31 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 
 static void on_finished(void *ud, pl_job *j)
 {
-    event_base_loopexit(((run_ctx *)ud)->base, NULL);
+    run_ctx *rc = ud;
+    clock_gettime(CLOCK_MONOTONIC, &rc->t1);
+    event_base_loopexit(rc->base, NULL);
+}
+
+/* --stats: what a benchmark needs to compare dispatch strategies. */
+static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
+                        int n_models)
+{
+    double ms = (double)(rc->t1.tv_sec - rc->t0.tv_sec) * 1e3 +
+                (double)(rc->t1.tv_nsec - rc->t0.tv_nsec) / 1e6;
+    pl_job_progress p;
+    pl_job_get_progress(rc->job, &p);
+    json_t *o = json_pack("{s:s, s:f, s:i, s:i, s:i, s:s?}", "strategy",
+                          pl_conv_policy_name((pl_conv_policy)ra->policy), "makespan_ms", ms,
+                          "questions", p.total, "succeeded", p.succeeded, "failed", p.failed,
+                          "output", pl_job_dir(rc->job));
+    json_t *arr = json_array();
+    for (int m = 0; o && arr && m < n_models; m++)
+        json_array_append_new(arr, bs[m]->ops->stats ? bs[m]->ops->stats(bs[m]) : json_null());
+    if (o && arr)
+        json_object_set_new(o, "backends", arr);
+    if (!o || json_dump_file(o, ra->stats, JSON_INDENT(1)) < 0)
+        fprintf(stderr, "parley: cannot write %s\n", ra->stats);
+    json_decref(o);
 }
 
 static void print_summary(pl_job *j)
@@ -231,7 +275,7 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     }
     pl_job_opts jo = {.base = rc->base, .io = io, .id = "run", .output_root =
                       ra->output ? ra->output : "output", .backends = bs,
-                      .on_finished = on_finished, .ud = rc};
+                      .policy = ra->policy, .on_finished = on_finished, .ud = rc};
     char err[256];
     int n_questions = spec->n_questions;
     rc->job = pl_job_new(spec, &jo, err, sizeof err);
@@ -249,10 +293,14 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     event_add(tick, &tv);
     pl_run_view_begin(stderr, rc->live);
     int status = 1;
+    clock_gettime(CLOCK_MONOTONIC, &rc->t0);
+    rc->t1 = rc->t0;
     if (pl_job_start(rc->job) == 0)
         event_base_dispatch(rc->base);
     pl_run_view_end(stderr);
     print_summary(rc->job);
+    if (ra->stats)
+        write_stats(rc, ra, bs, pl_job_get_spec(rc->job)->n_models);
     pl_job_progress p;
     pl_job_get_progress(rc->job, &p);
     if (pl_job_get_state(rc->job) == PL_JOB_COMPLETED && p.succeeded == n_questions)
@@ -272,8 +320,11 @@ int pl_cmd_run(int argc, char **argv)
     pl_job_spec spec = {0};
     pl_backend **bs = NULL;
     int status = 2;
-    if (split_args(argc, argv, &ra) < 0)
-        return 1;
+    int sarc = split_args(argc, argv, &ra);
+    if (sarc < 0) {
+        free(ra.argv);
+        return sarc == -2 ? 2 : 1;
+    }
     int prc = find_job_file(&ra);
     if (prc != 0) {
         free(ra.argv);

@@ -30,7 +30,8 @@ const char *pl_job_event_name(pl_job_event_kind k)
 
 /* ---- creation ---- */
 
-static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends)
+static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends,
+                                 int policy)
 {
     int model[PL_CONV_MAX_AGENTS];
     uint64_t deps[PL_CONV_MAX_AGENTS];
@@ -41,7 +42,7 @@ static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends)
     pl_conv_sched_config cfg = {
         .n_agents = s->n_agents, .n_models = s->n_models, .num_rounds = s->num_rounds,
         .max_retries = s->max_retries, .n_conversations = s->n_questions,
-        .agent_model = model, .agent_deps = deps,
+        .agent_model = model, .agent_deps = deps, .policy = (pl_conv_policy)policy,
     };
     pl_conv_sched *sc = pl_conv_sched_init(&cfg);
     for (int m = 0; sc && m < s->n_models; m++) {
@@ -79,7 +80,8 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
         goto fail;
     }
     memcpy(j->backends, o->backends, (size_t)j->n_models * sizeof *j->backends);
-    if (!(j->sched = make_sched(&j->spec, j->backends))) {
+    j->policy = o->policy;
+    if (!(j->sched = make_sched(&j->spec, j->backends, o->policy))) {
         snprintf(err, errlen, "invalid scheduler configuration");
         goto fail;
     }
@@ -234,10 +236,13 @@ static void submit_req(pl_job *j, pl_conv_req *cr)
     cr->ud = jr;
     const pl_job_agent *ag = &j->spec.agents[cr->agent];
     job_hist *h = &c->hist[cr->agent];
+    /* The engine's batch scheduler orders its waiting queue by priority:
+     * the baselines pass one priority, so it keeps their arrival order. */
+    int prio = j->policy == PL_CONV_POLICY_PRIORITY
+             ? (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed : 0;
     pl_gen_request req = {
         .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
-        .sampling = ag->sampling,
-        .priority = (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed,
+        .sampling = ag->sampling, .priority = prio,
         .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(q + 1),
     };
     pl_err err = {0};

@@ -66,6 +66,8 @@ typedef struct pl_job_opts {
     const char *id;              /**< job id (copied) */
     const char *output_root;     /**< used when the spec has no output_dir */
     pl_backend **backends;       /**< one per spec model, borrowed */
+    /** Dispatch policy (benchmark baselines); 0 is parley's scheduler. */
+    int policy;                  /**< pl_conv_policy */
     /** Called once when the job leaves RUNNING/STARTING (may be NULL). */
     void (*on_finished)(void *ud, pl_job *j);
     void *ud;

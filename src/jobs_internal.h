@@ -60,6 +60,7 @@ struct pl_job {
     void (*on_finished)(void *, pl_job *);
     void *fin_ud;
     pl_conv_sched *sched;
+    int policy;                  /* pl_conv_policy */
     job_conv **conv;             /* n_questions; NULL when not live */
     uint8_t *skipped;            /* succeeded in an earlier run */
     pl_persist *persist;

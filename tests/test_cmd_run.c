@@ -144,3 +144,33 @@ Test(cmd_run, ctrl_c_is_graceful_and_resumable, .init = setup, .fini = teardown,
     cr_assert_eq(run(fast, err, sizeof err), 0, "%s", err);
     cr_assert_eq(index_lines(), 20);
 }
+
+Test(cmd_run, strategies_run_the_example_and_write_stats, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    static const char *const strategies[] = {"naive", "fcfs", "parley"};
+    char err[4096], stats[128], out[128];
+    for (int i = 0; i < 3; i++) {
+        snprintf(stats, sizeof stats, "%s/%s.json", dir, strategies[i]);
+        snprintf(out, sizeof out, "%s/%s", dir, strategies[i]);
+        const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "0",
+                              "--strategy", strategies[i], "--output", out,
+                              "--stats", stats, NULL};
+        cr_assert_eq(run(args, err, sizeof err), 0, "%s: %s", strategies[i], err);
+        cr_assert(strstr(err, "20/20 succeeded"), "%s", err);
+        FILE *f = fopen(stats, "r");
+        cr_assert_not_null(f, "no --stats file");
+        char buf[8192];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = '\0';
+        fclose(f);
+        char want[64];
+        snprintf(want, sizeof want, "\"strategy\": \"%s\"", strategies[i]);
+        cr_assert(strstr(buf, want), "%s", buf);
+        cr_assert(strstr(buf, "\"makespan_ms\""), "%s", buf);
+        cr_assert(strstr(buf, "\"succeeded\": 20"), "%s", buf);
+    }
+    const char *bad[] = {example(), "--backend", "mock", "--strategy", "lifo", NULL};
+    cr_assert_eq(run(bad, err, sizeof err), 2);
+    cr_assert(strstr(err, "--strategy: expected parley, fcfs or naive, got 'lifo'"), "%s", err);
+}
