@@ -30,6 +30,11 @@
  *
  * Steps must execute in launch order on the device: blocks released while
  * a step is in flight may be handed to a sequence of a later step.
+ * Full prompt blocks are committed to the prefix cache when scheduled, so a
+ * sequence later in the same step may already read them: a runner must
+ * write a row's K/V before a later sequence of the step attends to it
+ * (true of a layer-major batched forward, and of one that runs sequences
+ * in step order).
  *
  * Pure data structure: no threads, no I/O. Not thread-safe.
  */

@@ -10,6 +10,7 @@
 #include <event2/thread.h>
 
 #include "api/info.h"
+#include "api/jobs_api.h"
 #include "api/oai_chat.h"
 #include "api/server.h"
 #include "src/config.h"
@@ -59,10 +60,16 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_server *srv = pl_server_new(base, &so);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-    if (!srv || add_models(srv, base, o, cfg) < 0)
+    pl_jobs_api *jobs = NULL;
+    if (!srv)
         goto done;
+    if (add_models(srv, base, o, cfg) < 0) {
+        rc = 2;                  /* a model that cannot be served is bad input */
+        goto done;
+    }
     pl_info_register(srv);
     pl_oai_chat_register(srv);
+    jobs = pl_jobs_api_register(srv, NULL);
     int port = o->port;
     if (pl_server_listen(srv, o->host, &port) < 0) {
         fprintf(stderr, "parley: cannot listen on %s:%d\n", o->host, o->port);
@@ -79,6 +86,7 @@ done:
         event_free(sigint);
     if (sigterm)
         event_free(sigterm);
+    pl_jobs_api_free(jobs);
     pl_server_free(srv);
     event_base_free(base);
     return rc;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/cmd_run.h"
 #include "src/cmd_serve.h"
 #include "src/config.h"
 #include "src/log.h"
@@ -13,6 +14,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "parley %s - an OpenAI-compatible server for multi-agent conversations\n\n"
                "usage: parley serve [options]\n"
+               "       parley run JOB.yaml [--backend mock] [--output DIR] [--live] [options]\n"
                "       parley --version\n\n"
                "serve options:\n", PARLEY_VERSION);
     pl_opts_print_help(f, PL_OPT_SERVE);
@@ -72,6 +74,8 @@ int main(int argc, char **argv)
         printf("parley %s\n", PARLEY_VERSION);
         return 0;
     }
+    if (!strcmp(argv[1], "run"))
+        return pl_cmd_run(argc, argv);
     if (strcmp(argv[1], "serve") != 0) {
         fprintf(stderr, "parley: unknown command '%s' (see parley --help)\n", argv[1]);
         return 2;

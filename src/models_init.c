@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 
+#include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine_open.h"
 #include "backends/mock/mock.h"
 #include "src/log.h"
@@ -45,6 +46,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .max_model_len = o->max_model_len,
         .async_scheduling = o->async_scheduling,
         .prefix_caching = o->prefix_caching,
+        .batch_invariant = o->batch_invariant,
         .gpu_memory_utilization = o->gpu_memory_utilization,
         .cuda_graphs = o->cuda_graphs,
     };
@@ -75,9 +77,20 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
         return open_mock(base, o, name);
     if (!strcmp(o->backend, "cpu"))
         return open_engine(base, o, "cpu", name, err, errlen);
+    char why[256];
+    int gpu = pl_cuda_available(why, sizeof why);
+    if (!strcmp(o->backend, "cuda")) {
+        if (!gpu) {
+            snprintf(err, errlen, "--backend cuda: %s", why);
+            return NULL;
+        }
+        return open_engine(base, o, "cuda", name, err, errlen);
+    }
     if (!strcmp(o->backend, "auto")) {
-        pl_info("backend auto: no GPU support in this build, using the CPU");
-        return open_engine(base, o, "cpu", name, err, errlen);
+        pl_info("backend auto: %s", gpu ? "using the GPU (cuda)" : "no GPU, using the CPU");
+        if (!gpu)
+            pl_debug("no GPU: %s", why);
+        return open_engine(base, o, gpu ? "cuda" : "cpu", name, err, errlen);
     }
     snprintf(err, errlen, "backend '%s' is not available in this build", o->backend);
     return NULL;

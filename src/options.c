@@ -56,6 +56,9 @@ const pl_option pl_options[] = {
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
     OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, prefix_caching, M,
         "reuse cached KV blocks of shared prompt prefixes"),
+    OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, batch_invariant, M,
+        "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
+        "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),
     OPT("gpu-memory-utilization", PL_OPT_DOUBLE, 0.05, 1.0, "0.9", NULL, NULL,
         gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
     OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda_graphs, M,

@@ -40,6 +40,7 @@ typedef struct pl_opts {
     int max_model_len;           /**< 0 = the model's context length */
     bool async_scheduling;
     bool prefix_caching;
+    bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
     double gpu_memory_utilization;
     bool cuda_graphs;
     char *log_level;

@@ -29,7 +29,8 @@ typedef struct fake_runner {
     int q_head, q_len;
     int next_ticket, done_ticket;
     bool stop;
-    uint64_t steps, errors;
+    uint64_t steps, errors, placeholders;
+    int waited, max_inflight;
     pthread_mutex_t lock;
     pthread_cond_t cond;
     pthread_t thread;
@@ -88,6 +89,7 @@ static void execute_(fake_runner *f, const pl_step_input *in, fake_out *o)
             int32_t tok = in->tokens[r], *cell;
             if (tok == PL_TOKEN_PLACEHOLDER) {
                 tok = f->last[slot];
+                f->placeholders++;
                 if (tok < 0)
                     f->errors++;
             }
@@ -158,6 +160,8 @@ static int fake_launch_(pl_runner *r, const pl_step_input *in)
     f->queue[tail] = in;
     f->q_len++;
     int ticket = ++f->next_ticket;
+    if (ticket - f->waited > f->max_inflight)
+        f->max_inflight = ticket - f->waited;
     pthread_cond_broadcast(&f->cond);
     pthread_mutex_unlock(&f->lock);
     return ticket;
@@ -169,6 +173,7 @@ static int fake_wait_(pl_runner *r, int ticket, const pl_step_output **out)
     pthread_mutex_lock(&f->lock);
     while (f->done_ticket < ticket)
         pthread_cond_wait(&f->cond, &f->lock);
+    f->waited = ticket;
     pthread_mutex_unlock(&f->lock);
     *out = &f->outs[ticket % NOUT].out;
     return 0;
@@ -259,6 +264,24 @@ uint64_t pl_fake_runner_errors(pl_runner *r)
     fake_runner *f = (fake_runner *)r;
     pthread_mutex_lock(&f->lock);
     uint64_t n = f->errors;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+uint64_t pl_fake_runner_placeholders(pl_runner *r)
+{
+    fake_runner *f = (fake_runner *)r;
+    pthread_mutex_lock(&f->lock);
+    uint64_t n = f->placeholders;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+int pl_fake_runner_max_inflight(pl_runner *r)
+{
+    fake_runner *f = (fake_runner *)r;
+    pthread_mutex_lock(&f->lock);
+    int n = f->max_inflight;
     pthread_mutex_unlock(&f->lock);
     return n;
 }

@@ -30,5 +30,9 @@ int32_t pl_fake_runner_next(const int32_t *ids, int n, int n_vocab);
  *  without a previous sample). */
 uint64_t pl_fake_runner_steps(pl_runner *r);
 uint64_t pl_fake_runner_errors(pl_runner *r);
+/** Placeholder rows seen (filled from the previous step's sample). */
+uint64_t pl_fake_runner_placeholders(pl_runner *r);
+/** Most steps ever launched and not yet waited for at once. */
+int pl_fake_runner_max_inflight(pl_runner *r);
 
 #endif

@@ -110,3 +110,25 @@ Test(cli, config_serves_several_models)
     cr_expect_eq(pl_test_server_stop(&srv), 0);
     unlink(cfg_path);
 }
+
+#include "backends/engine/cuda/cuda_runner.h"
+
+Test(cli, cuda_without_gpu_exits_2)
+{
+    char why[256];
+    if (pl_cuda_available(why, sizeof why))
+        cr_skip_test("a GPU is present");
+    char err[2048];
+    const char *args[] = {"serve", "--backend", "cuda", "--port", "0", NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "--backend cuda"), "%s", err);
+}
+
+Test(cli, bad_model_file_exits_2)
+{
+    char err[2048];
+    const char *args[] = {"serve", "--backend", "cpu", "--model", "/etc/hostname", "--port", "0",
+                          NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "/etc/hostname") && strstr(err, "GGUF"), "%s", err);
+}

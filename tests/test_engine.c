@@ -97,6 +97,8 @@ typedef struct eng_cfg {
 static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0};
 
 static pl_runner *g_runner;
+static uint64_t g_placeholders;
+static int g_max_inflight;
 
 static pl_backend *make_engine(struct event_base *base, eng_cfg c)
 {
@@ -240,6 +242,8 @@ static void run_batch(eng_cfg c, int n, int plen, int max_tokens, json_t **st_ou
     for (int i = 0; i < n; i++)
         check_against_reference(p[i], plen, max_tokens, &col[i]);
     cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    g_placeholders = pl_fake_runner_placeholders(g_runner);
+    g_max_inflight = pl_fake_runner_max_inflight(g_runner);
     if (st_out)
         *st_out = stats(b);
     pl_backend_free(b);
@@ -258,10 +262,23 @@ Test(engine, single_request_matches_reference)
 
 Test(engine, async_and_sync_identical)
 {
-    eng_cfg sync = base_cfg;
+    eng_cfg async = base_cfg, sync = base_cfg;
+    async.sleep_us = sync.sleep_us = 500;
     sync.async = false;
-    run_batch(base_cfg, 16, 30, 48, NULL);
-    run_batch(sync, 16, 30, 48, NULL);
+    json_t *sa, *ss;
+    run_batch(async, 16, 30, 48, &sa);
+    cr_assert_gt(g_placeholders, 0, "async decodes ran on placeholders");
+    cr_assert_eq(g_max_inflight, 2, "two steps in flight");
+    run_batch(sync, 16, 30, 48, &ss);
+    cr_assert_eq(g_placeholders, 0, "sync mode never uses placeholders");
+    cr_assert_eq(g_max_inflight, 1);
+    json_t *ta = json_object_get(sa, "timing"), *ts = json_object_get(ss, "timing");
+    cr_log_info("idle gap per step: async %.4f ms, sync %.4f ms; steps %d vs %d",
+                json_real_value(json_object_get(ta, "idle_gap_ms_per_step")),
+                json_real_value(json_object_get(ts, "idle_gap_ms_per_step")),
+                (int)stat_int(sa, "steps", NULL), (int)stat_int(ss, "steps", NULL));
+    json_decref(sa);
+    json_decref(ss);
 }
 
 Test(engine, one_vs_32_concurrent_identical)
@@ -340,7 +357,8 @@ Test(engine, abort_frees_blocks_within_one_step)
         s = stats(b);
         used = stat_int(s, "kv", "used");
         steps1 = stat_int(s, "steps", NULL);
-        checks = stat_int(s, "idle_checks", NULL);
+        checks = stat_int(s, "idle_check_step", NULL) == stat_int(s, "steps_done", NULL)
+                 && stat_int(s, "idle_checks", NULL) > 1;
         ok = json_is_true(json_object_get(s, "kv_invariant_ok"));
         json_decref(s);
         struct timespec ts = {0, 1000000};
@@ -493,6 +511,11 @@ Test(engine, capacity_formula)
     cr_assert_eq(b->ops->max_model_len(b), MAXLEN);
     cr_assert_str_eq(b->ops->kind, "fake");
     pl_backend_free(b);
+    c.num_blocks = 10;                  /* 160 tokens of KV < MAXLEN */
+    b = make_engine(base, c);
+    cr_assert_eq(pl_backend_capacity(b), 1);
+    cr_assert_eq(b->ops->max_model_len(b), 160);
+    pl_backend_free(b);
     event_base_free(base);
 }
 
@@ -537,4 +560,107 @@ Test(engine, paused_request_stops_and_resumes)
     cr_assert_eq(col.n, 60);
     pl_backend_free(b);
     event_base_free(base);
+}
+
+/* Many requests sharing prefixes through a small cache and few seats, a
+ * third aborted at random moments: every finished one matches the
+ * reference, aborted ones never complete, and the cache is whole after. */
+Test(engine, stress_shared_prefixes_with_aborts)
+{
+    eng_cfg c = base_cfg;
+    c.num_blocks = 40;
+    c.max_seqs = 8;
+    c.budget = 48;
+    c.sleep_us = 100;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, c);
+    enum { N = 60 };
+    static int32_t p[N][MAXLEN];
+    static collect col[N];
+    memset(col, 0, sizeof col);
+    uint64_t ids[N];
+    bool aborted[N] = {false};
+    unsigned seed = 7;
+    for (int i = 0; i < N; i++) {
+        make_prompt(p[i], 64, i % 3);              /* 3 shared prefixes */
+        for (int j = 32 + i % 20; j < 64; j++)
+            p[i][j] = 3 + (int32_t)(rand_r(&seed) % (VOCAB - 3));
+        ids[i] = submit_ids(b, p[i], 64, 20 + i % 17, &col[i]);
+    }
+    for (int round = 0; round < 20; round++) {
+        event_base_loop(base, EVLOOP_ONCE);
+        int i = (int)(rand_r(&seed) % N);
+        if (i % 3 == 0 && !col[i].done && !aborted[i]) {
+            pl_backend_abort(b, ids[i]);
+            aborted[i] = true;
+        }
+    }
+    collect *live[N];
+    int n_live = 0;
+    for (int i = 0; i < N; i++)
+        if (!aborted[i])
+            live[n_live++] = &col[i];
+    for (int k = 0; k < n_live; k++)
+        run_until_done(base, live[k], 1);
+    for (int i = 0; i < N; i++)
+        if (!aborted[i])
+            check_against_reference(p[i], 64, 20 + i % 17, &col[i]);
+    cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    json_t *s = NULL;
+    for (int i = 0; i < 500; i++) {
+        s = stats(b);
+        if (stat_int(s, "kv", "used") == 0 && stat_int(s, "running", NULL) == 0 &&
+            stat_int(s, "idle_check_step", NULL) == stat_int(s, "steps_done", NULL))
+            break;
+        json_decref(s);
+        s = NULL;
+        struct timespec ts = {0, 2000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_not_null(s, "engine went idle");
+    cr_assert(json_is_true(json_object_get(s, "kv_invariant_ok")), "%s",
+              json_string_value(json_object_get(s, "kv_invariant_why")));
+    cr_assert_gt(stat_int(s, "kv", "prefix_hits"), 0);
+    json_decref(s);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+static double wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Figures, not a pass/fail criterion on a shared machine: the same
+ * workload with the runner "device" sleeping 1 ms per step, sync vs
+ * async. Logged with --verbose. */
+Test(engine, timing_async_vs_sync)
+{
+    double ms[2];
+    json_t *st[2];
+    for (int mode = 0; mode < 2; mode++) {
+        eng_cfg c = base_cfg;
+        c.async = mode == 1;
+        c.sleep_us = 1000;
+        c.max_seqs = 64;
+        c.budget = 512;
+        double t0 = wall_ms();
+        run_batch(c, 64, 24, 64, &st[mode]);
+        ms[mode] = wall_ms() - t0;
+    }
+    for (int mode = 0; mode < 2; mode++) {
+        json_t *t = json_object_get(st[mode], "timing");
+        cr_log_info("%s: %.1f ms wall, %d steps, per step: schedule %.3f ms, "
+                    "process %.3f ms, execute %.3f ms, idle gap %.3f ms",
+                    mode ? "async" : "sync ", ms[mode],
+                    (int)stat_int(st[mode], "steps", NULL),
+                    json_real_value(json_object_get(t, "schedule_ms_per_step")),
+                    json_real_value(json_object_get(t, "process_ms_per_step")),
+                    json_real_value(json_object_get(t, "execute_ms_per_step")),
+                    json_real_value(json_object_get(t, "idle_gap_ms_per_step")));
+        json_decref(st[mode]);
+    }
+    cr_assert_gt(ms[0], 0);
 }

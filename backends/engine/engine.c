@@ -131,7 +131,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     eng_msg *m = NULL;
     if (prompt_ids_(e, req, &ids, &n, err) < 0)
         return -1;
-    int limit = e->max_model_len;
+    int limit = e->max_len;
     if (n < 1 || n >= limit) {
         pl_err_set(err, 400, "invalid_request_error",
                    req->messages ? "messages" : "prompt",
@@ -148,7 +148,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     ids = NULL;
     r->n_prompt = n;
     r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens
-                                              : e->max_model_len - n;
+                                              : e->max_len - n;
     r->priority = req->priority;
     r->t_submit = pl_engine_now_ms_();
     if (sub_add_(e, r->id, sink) < 0)
@@ -234,7 +234,7 @@ static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
 
 static int eng_max_model_len_(pl_backend *b)
 {
-    return ((pl_engine *)b)->max_model_len;
+    return ((pl_engine *)b)->max_len;
 }
 
 json_t *pl_engine_stats_json_(pl_engine *e);
@@ -322,6 +322,8 @@ static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *er
                           ri->num_blocks, ri->max_seqs, ri->max_rows);
     e->opt = r;
     e->max_model_len = ri->max_model_len;
+    long kv_tokens = (long)r.num_blocks * r.block_size;
+    e->max_len = kv_tokens < ri->max_model_len ? (int)kv_tokens : ri->max_model_len;
     e->n_vocab = ri->n_vocab;
     e->capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks,
                                          r.block_size, ri->max_model_len);

@@ -80,6 +80,7 @@ typedef struct eng_stats {
     int running, waiting;
     pl_kv_stats kv;
     uint64_t idle_checks;         /* KV invariant checks when idle */
+    uint64_t idle_check_step;     /* steps_done at the last check */
     bool idle_ok;                 /* last check passed (true before any) */
     char idle_why[128];
 } eng_stats;
@@ -96,6 +97,8 @@ typedef struct pl_engine {
     pl_engine_text text;
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
+    int max_len;                  /* effective context: min(max_model_len,
+                                     num_blocks * block_size) */
 
     /* engine thread only */
     pl_kv_blocks *kv;

@@ -264,6 +264,7 @@ static void idle_check_(pl_engine *e)
         return;
     eng_stats *s = &e->st_local;
     s->idle_checks++;
+    s->idle_check_step = s->steps_done;
     s->idle_ok = pl_kv_blocks_check_idle(e->kv, s->idle_why, sizeof s->idle_why);
 }
 

@@ -3,12 +3,14 @@
 #include "backends/engine/engine_open.h"
 
 #include <ctype.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/engine/chat_template.h"
 #include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
 #include "backends/engine/gguf.h"
 #include "backends/engine/model.h"
@@ -134,7 +136,9 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
         snprintf(err, n, "%s: %s", o->model_path, e2);
         goto fail;
     }
-    pl_model_opts mo = {.keep_f32 = true};
+    /* Only the CPU's f32 GEMM path (not batch-invariant) wants dequantised
+     * copies; the GPU takes bf16 straight from the quantised tensors. */
+    pl_model_opts mo = {.keep_f32 = !strcmp(o->device, "cpu") && !o->batch_invariant};
     t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
     if (!t->model) {
         snprintf(err, n, "%s: %s", o->model_path, e2);
@@ -166,8 +170,18 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
     want.max_model_len = o->max_model_len > 0 ? o->max_model_len
                          : m->n_ctx_train < CPU_DEFAULT_MAX_LEN ? m->n_ctx_train
                                                                 : CPU_DEFAULT_MAX_LEN;
+    if (!strcmp(o->device, "cuda")) {
+        if (!pl_cuda_available(err, n))
+            return NULL;
+        want.num_blocks = 0;             /* sized from free GPU memory */
+        pl_runner *r = pl_cuda_runner_new(m, &want, (float)o->gpu_memory_utilization,
+                                          o->cuda_graphs, err, n);
+        if (r)
+            t->max_model_len = r->info.max_model_len;
+        return r;
+    }
     if (strcmp(o->device, "cpu") != 0) {
-        snprintf(err, n, "device '%s' is not built into this binary", o->device);
+        snprintf(err, n, "unknown device '%s'", o->device);
         return NULL;
     }
     /* KV bytes per block: K and V, f32, every layer. */
@@ -181,7 +195,12 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         return NULL;
     }
     t->max_model_len = want.max_model_len;
-    return pl_cpu_runner_new(m, &want, o->threads, err, n);
+    pl_runner *r = pl_cpu_runner_new(m, &want, o->threads, err, n);
+    /* Batch invariance: each row's matmuls use the same quantised kernels
+     * whatever the row count, so outputs never depend on the batch mix. */
+    if (r && o->batch_invariant)
+        pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
+    return r;
 }
 
 void pl_engine_model_name(const char *path, char *out, size_t n)

@@ -10,9 +10,11 @@ static double per_(double total, uint64_t n)
 static json_t *kv_json_(const pl_kv_stats *kv)
 {
     uint64_t q = kv->queries;
-    return json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:f, s:I}",
+    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:i, s:I, s:I, s:f, s:I}",
                      "num_blocks", kv->num_blocks, "block_size", kv->block_size,
-                     "used", kv->used, "free", kv->free,
+                     "used", kv->used,
+                     "usage", kv->num_blocks ? (double)kv->used / kv->num_blocks : 0.0,
+                     "free", kv->free,
                      "cached_free", kv->cached_free, "cached", kv->cached,
                      "prefix_queries", (json_int_t)q,
                      "prefix_hits", (json_int_t)kv->hits,
@@ -42,7 +44,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
     pthread_mutex_unlock(&e->stats_lock);
     json_t *o = json_pack(
         "{s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I,"
-        " s:I, s:I, s:I, s:i, s:i, s:I, s:b, s:s}",
+        " s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:b, s:s}",
         "kind", e->ops.kind, "model", e->base.model,
         "async", e->opt.async, "prefix_caching", e->opt.prefix_caching,
         "capacity", e->capacity, "max_num_seqs", e->opt.max_num_seqs,
@@ -54,7 +56,9 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         "preemptions", (json_int_t)s.preemptions,
         "tokens_out", (json_int_t)s.tokens_out,
         "running", s.running, "waiting", s.waiting,
-        "idle_checks", (json_int_t)s.idle_checks, "kv_invariant_ok", s.idle_ok,
+        "idle_checks", (json_int_t)s.idle_checks,
+        "idle_check_step", (json_int_t)s.idle_check_step,
+        "kv_invariant_ok", s.idle_ok,
         "kv_invariant_why", s.idle_ok ? "" : s.idle_why);
     if (o) {
         json_object_set_new(o, "timing", timing_json_(&s));

@@ -94,11 +94,13 @@ static int take_text_(eng_req *r, eng_msg *m, size_t n)
         m->text = np;
         m->text_cap = nc;
     }
-    memcpy(m->text + m->len, r->pending, n);
+    if (n) {
+        memcpy(m->text + m->len, r->pending, n);
+        memmove(r->pending, r->pending + n, r->pending_len - n);
+        r->pending_len -= n;
+    }
     m->len += n;
     m->text[m->len] = '\0';
-    memmove(r->pending, r->pending + n, r->pending_len - n);
-    r->pending_len -= n;
     return 0;
 }
 

@@ -59,7 +59,10 @@ typedef struct pl_step_input {
     int max_blocks_per_seq;
     pl_seq_sampling *sampling;   /**< (n_seqs) */
     /** History for penalties: (n_seqs) pointers to the generated ids so far
-     *  (borrowed; valid until the step is waited for) and their counts. */
+     *  (borrowed; valid until the step is waited for) and their counts.
+     *  Known ids only: when a sequence's last row is a placeholder, the id
+     *  it stands for is not in the history yet; a runner applying
+     *  penalties counts that resolved id too (so async == sync). */
     const int32_t **seq_hist;
     int32_t *seq_hist_len;
 } pl_step_input;

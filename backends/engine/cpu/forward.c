@@ -40,15 +40,32 @@ typedef struct mm_job {
     float *y[MM_MAX];
 } mm_job;
 
+#define MM_CHUNK_Q 32            /* output features per work item, quantised */
+
+/* GEMM work items are larger: OpenBLAS packs the whole activation matrix
+ * on every call, so a few calls per thread keep that cost small. */
+static int mm_chunk(const mm_job *j, int i, int nth)
+{
+    if (!j->use_f32[i])
+        return MM_CHUNK_Q;
+    int c = (j->w[i]->rows / (2 * nth) + 15) / 16 * 16;
+    return c < 64 ? 64 : c;
+}
+
 static void mm_worker(void *arg, int ith, int nth)
 {
     mm_job *j = arg;
+    int chunks[MM_MAX], size[MM_MAX], total = 0;
     for (int i = 0; i < j->n; i++) {
+        size[i] = mm_chunk(j, i, nth);
+        total += chunks[i] = (j->w[i]->rows + size[i] - 1) / size[i];
+    }
+    for (int c = pl_pool_take(j->f->pool); c < total; c = pl_pool_take(j->f->pool)) {
+        int i = 0, k = c;
+        while (k >= chunks[i])
+            k -= chunks[i++];
         const pl_weight *w = j->w[i];
-        int o0, o1;
-        pl_pool_split(w->rows, 16, ith, nth, &o0, &o1);
-        if (o0 >= o1)
-            continue;
+        int o0 = k * size[i], o1 = o0 + size[i] < w->rows ? o0 + size[i] : w->rows;
         if (j->use_f32[i])
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
                         1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
@@ -140,9 +157,8 @@ static void attn_worker(void *arg, int ith, int nth)
                       .block_stride = (size_t)f->o.block_size * f->kv_dim,
                       .row_stride = (size_t)f->kv_dim, .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd)};
-    int i0, i1;
-    pl_pool_split(b->n_rows * m->n_head_kv, 1, ith, nth, &i0, &i1);
-    for (int it = i0; it < i1; it++) {
+    int n_items = b->n_rows * m->n_head_kv;
+    for (int it = pl_pool_take(f->pool); it < n_items; it = pl_pool_take(f->pool)) {
         int r = it / m->n_head_kv, kh = it % m->n_head_kv;
         a.k_base = kv_at(f, f->k_cache, f->layer, 0, 0) + (size_t)kh * hd;
         a.v_base = kv_at(f, f->v_cache, f->layer, 0, 0) + (size_t)kh * hd;

@@ -88,5 +88,8 @@ typedef struct pl_attn_args {
 
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch);
+/** The scalar-dispatch reference of pl_op_attention. */
+void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                         float *out, float *scratch);
 
 #endif

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,7 +13,8 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ITERS 200000
+#define SPIN_ITERS 20000
+#define CALLER_SPINS 2000
 
 struct pl_pool {
     int n;
@@ -23,6 +25,7 @@ struct pl_pool {
     atomic_int n_done;
     atomic_int n_sleeping;
     atomic_int quit;
+    atomic_int next_chunk;
     pl_pool_fn fn;
     void *arg;
     struct worker { pl_pool *p; int ith; } *w;
@@ -106,12 +109,14 @@ int pl_pool_size(const pl_pool *p) { return p->n; }
 void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
 {
     if (p->n == 1) {
+        atomic_store(&p->next_chunk, 0);
         fn(arg, 0, 1);
         return;
     }
     p->fn = fn;
     p->arg = arg;
     atomic_store(&p->n_done, 0);
+    atomic_store(&p->next_chunk, 0);
     atomic_fetch_add(&p->gen, 1);
     if (atomic_load(&p->n_sleeping) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -119,9 +124,15 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
-    while (atomic_load(&p->n_done) < p->n - 1)
-        cpu_relax();
+    for (int i = 0; atomic_load(&p->n_done) < p->n - 1; i++) {
+        if (i < CALLER_SPINS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
 }
+
+int pl_pool_take(pl_pool *p) { return atomic_fetch_add(&p->next_chunk, 1); }
 
 void pl_pool_split(int n, int align, int ith, int nth, int *b, int *e)
 {

@@ -1,0 +1,254 @@
+/* jobs_api.c - the /v1/jobs endpoints and the jobs part of GET /status.
+ * Event streams are in jobs_events.c. */
+#include "api/jobs_api.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/jobs_api_internal.h"
+#include "api/respond.h"
+#include "src/log.h"
+
+static api_job *find_job(pl_jobs_api *a, const char *id, size_t len)
+{
+    for (int i = 0; i < a->n_jobs; i++)
+        if (strlen(pl_job_id(a->jobs[i]->job)) == len &&
+            !strncmp(pl_job_id(a->jobs[i]->job), id, len))
+            return a->jobs[i];
+    return NULL;
+}
+
+static void reply_problems(struct evhttp_request *req, const pl_spec_problems *p)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "the job spec has %d problem%s; first: %s: %s", p->n,
+             p->n == 1 ? "" : "s", p->v[0].path, p->v[0].message);
+    json_t *err = json_pack("{s:s, s:s, s:s, s:s, s:o}", "message", msg, "type",
+                            "invalid_request_error", "param", p->v[0].path, "code",
+                            "invalid_job_spec", "problems", pl_spec_problems_json(p));
+    pl_reply_json(req, 400, json_pack("{s:o}", "error", err));
+}
+
+/* Map the spec's models onto served models; reports unknown names. */
+static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
+                          pl_spec_problems *p)
+{
+    for (int m = 0; m < s->n_models; m++) {
+        pl_model_entry *e = pl_server_find_model(a->srv, s->models[m].name);
+        char path[160];
+        snprintf(path, sizeof path, "models.%s", s->models[m].name);
+        if (!e)
+            pl_spec_problems_add(p, path, "model '%s' is not served here (see GET /v1/models)",
+                                 s->models[m].name);
+        else
+            bs[m] = e->backend;
+    }
+    return p->n ? -1 : 0;
+}
+
+static bool experiment_running(pl_jobs_api *a, const char *experiment)
+{
+    for (int i = 0; i < a->n_jobs; i++) {
+        pl_job_state st = pl_job_get_state(a->jobs[i]->job);
+        if ((st == PL_JOB_RUNNING || st == PL_JOB_STARTING) &&
+            !strcmp(pl_job_get_spec(a->jobs[i]->job)->experiment, experiment))
+            return true;
+    }
+    return false;
+}
+
+static void on_job_finished(void *ud, pl_job *j)
+{
+    pl_info("job %s: %s", pl_job_id(j), pl_job_state_name(pl_job_get_state(j)));
+}
+
+static json_t *job_created_json(pl_job *j)
+{
+    json_t *o = pl_job_status_json(j, 0);
+    json_object_set_new(o, "object", json_string("job"));
+    json_object_set_new(o, "events_url", json_sprintf("/v1/jobs/%s/events", pl_job_id(j)));
+    return o;
+}
+
+static int add_job(pl_jobs_api *a, pl_job *j)
+{
+    api_job **v = realloc(a->jobs, (size_t)(a->n_jobs + 1) * sizeof *v);
+    api_job *aj = calloc(1, sizeof *aj);
+    if (!v || !aj) {
+        free(aj);
+        if (v)
+            a->jobs = v;
+        return -1;
+    }
+    a->jobs = v;
+    aj->job = j;
+    a->jobs[a->n_jobs++] = aj;
+    return 0;
+}
+
+static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spec *spec)
+{
+    pl_spec_problems p = {0};
+    pl_backend **bs = calloc((size_t)spec->n_models, sizeof *bs);
+    pl_job *j = NULL;
+    if (!bs || resolve_models(a, spec, bs, &p) < 0) {
+        if (p.n)
+            reply_problems(req, &p);
+        else
+            pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
+        goto done;
+    }
+    if (experiment_running(a, spec->experiment)) {
+        pl_reply_errorf(req, 409, "invalid_request_error", "experiment", "job_running",
+                        "a job of experiment '%s' is running", spec->experiment);
+        goto done;
+    }
+    char id[64], err[256];
+    pl_server_new_id(a->srv, "job-", id, sizeof id);
+    pl_job_opts o = {.base = pl_server_base(a->srv), .io = a->io, .id = id,
+                     .output_root = a->root, .backends = bs,
+                     .on_finished = on_job_finished, .ud = a};
+    j = pl_job_new(spec, &o, err, sizeof err);
+    if (j && add_job(a, j) < 0) {
+        pl_job_free(j);
+        j = NULL;
+        snprintf(err, sizeof err, "out of memory");
+    }
+    if (!j || pl_job_start(j) < 0) {
+        /* A job in the list stays there (state "error") until shutdown. */
+        pl_reply_errorf(req, 500, "server_error", NULL, NULL, "cannot start the job: %s",
+                        j ? pl_job_error(j) : err);
+        j = NULL;
+    }
+done:
+    free(bs);
+    pl_spec_problems_free(&p);
+    pl_job_spec_free(spec);
+    return j;
+}
+
+static void post_job(pl_jobs_api *a, struct evhttp_request *req)
+{
+    json_t *body = pl_read_json_body(req, pl_server_get_opts(a->srv)->max_body_bytes);
+    if (!body)
+        return;
+    pl_job_spec spec;
+    pl_spec_problems p = {0};
+    if (pl_job_spec_parse(body, NULL, &spec, &p) < 0) {
+        reply_problems(req, &p);
+    } else {
+        pl_job *j = create_job(a, req, &spec);
+        if (j)
+            pl_reply_json(req, 201, job_created_json(j));
+    }
+    pl_spec_problems_free(&p);
+    json_decref(body);
+}
+
+static void list_jobs(pl_jobs_api *a, struct evhttp_request *req)
+{
+    json_t *data = json_array();
+    for (int i = 0; i < a->n_jobs; i++)
+        json_array_append_new(data, pl_job_status_json(a->jobs[i]->job, 0));
+    pl_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static void jobs_root(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_POST)
+        post_job(ud, req);
+    else
+        list_jobs(ud, req);
+}
+
+static void job_transcript(pl_jobs_api *a, struct evhttp_request *req, api_job *aj,
+                           const char *qid)
+{
+    json_t *t = pl_job_transcript(aj->job, qid);
+    if (!t) {
+        pl_reply_errorf(req, 404, "invalid_request_error", "question_id", "not_found",
+                        "no transcript for question '%s' yet", qid);
+        return;
+    }
+    pl_reply_json(req, 200, t);
+}
+
+/* /v1/jobs/{id}[/events | /transcripts/{qid}] */
+static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
+    pl_jobs_api *a = ud;
+    const char *id = path + strlen("/v1/jobs/");
+    size_t idlen = strcspn(id, "/");
+    const char *rest = id + idlen;
+    api_job *aj = find_job(a, id, idlen);
+    if (!aj) {
+        pl_reply_errorf(req, 404, "invalid_request_error", "job_id", "not_found",
+                        "no job '%.*s'", (int)idlen, id);
+        return;
+    }
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (cmd == EVHTTP_REQ_DELETE && !*rest) {
+        pl_job_cancel(aj->job);
+        pl_reply_json(req, 200, pl_job_status_json(aj->job, 0));
+    } else if (cmd == EVHTTP_REQ_DELETE) {
+        pl_reply_errorf(req, 405, "invalid_request_error", NULL, NULL, "use DELETE /v1/jobs/{id}");
+    } else if (!*rest || !strcmp(rest, "/")) {
+        pl_reply_json(req, 200, pl_job_status_json(aj->job, 10));
+    } else if (!strcmp(rest, "/events")) {
+        jobs_api_stream(a, aj, req);
+    } else if (!strncmp(rest, "/transcripts/", 13) && rest[13]) {
+        job_transcript(a, req, aj, rest + 13);
+    } else {
+        pl_reply_errorf(req, 404, "invalid_request_error", NULL, "not_found",
+                        "unknown path %s", path);
+    }
+}
+
+static void status_hook(pl_server *s, json_t *status, void *ud)
+{
+    pl_jobs_api *a = ud;
+    json_t *jobs = json_array();
+    for (int i = 0; i < a->n_jobs; i++) {
+        pl_job *j = a->jobs[i]->job;
+        pl_job_state st = pl_job_get_state(j);
+        if (st != PL_JOB_RUNNING && st != PL_JOB_STARTING)
+            continue;
+        json_t *o = pl_job_status_json(j, 5);
+        json_array_append_new(jobs, o);
+    }
+    json_object_set_new(status, "jobs", jobs);
+}
+
+pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
+{
+    pl_jobs_api *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    const char *env = getenv("PARLEY_JOBS_DIR");
+    a->srv = s;
+    a->root = strdup(output_root ? output_root : env && *env ? env : "parley-jobs");
+    a->io = pl_io_pool_new(pl_server_base(s), 2);
+    if (!a->root || !a->io) {
+        pl_jobs_api_free(a);
+        return NULL;
+    }
+    pl_server_add_route(s, "/v1/jobs", PL_HTTP_GET | PL_HTTP_POST, jobs_root, a);
+    pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE, jobs_item, a);
+    pl_server_add_status_hook(s, status_hook, a);
+    return a;
+}
+
+void pl_jobs_api_free(pl_jobs_api *a)
+{
+    if (!a)
+        return;
+    for (int i = 0; i < a->n_jobs; i++) {
+        jobs_api_end_streams(a, a->jobs[i]);
+        pl_job_free(a->jobs[i]->job);
+        free(a->jobs[i]);
+    }
+    free(a->jobs);
+    pl_io_pool_free(a->io);
+    free(a->root);
+    free(a);
+}

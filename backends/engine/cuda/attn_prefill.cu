@@ -1,0 +1,156 @@
+/* attn_prefill.cu - flash-style prefill attention over the paged KV cache.
+ *
+ * grid (row tiles, n_heads, n_seqs), 4 warps, 32 query rows per block (8 per
+ * warp, state in registers). Per 32-key tile: K and V go to shared memory
+ * as fp32 (K padded against bank conflicts); lane j scores key j for a row,
+ * the tile's max and sum are warp reductions, and lanes then own head
+ * dimensions to accumulate P.V with the probabilities broadcast by shuffle.
+ * Causality is by position, so cached-prefix keys need no special case. */
+#include <math.h>
+
+#include "backends/engine/cuda/attn_prefill.cuh"
+
+#define PF_WARPS 4
+#define PF_BQ 32
+#define PF_BK 32
+#define PF_RPW (PF_BQ / PF_WARPS)
+
+template <int E> /* head dims per lane: head_dim / 32 */
+static __global__ void attn_prefill_kernel(const float *q, int q_stride,
+                                           const int32_t *positions,
+                                           const int32_t *first_row,
+                                           const int32_t *n_rows_of,
+                                           const int32_t *bt, pl_kv_geom g,
+                                           const __nv_bfloat16 *kc,
+                                           const __nv_bfloat16 *vc, __nv_bfloat16 *out,
+                                           int n_heads, float scale)
+{
+    extern __shared__ float smem[];
+    const int hd = E * 32, kst = hd + 1;
+    float *sq = smem;                       /* (PF_BQ, hd) */
+    float *sk = sq + PF_BQ * hd;            /* (PF_BK, hd + 1) */
+    float *sv = sk + PF_BK * kst;           /* (PF_BK, hd) */
+    int s = blockIdx.z, h = blockIdx.y;
+    int r0 = blockIdx.x * PF_BQ, nr = n_rows_of[s];
+    if (r0 >= nr)
+        return;
+    int row0 = first_row[s] + r0, rows = min(PF_BQ, nr - r0);
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int kvh = h / (n_heads / g.n_kv_heads);
+    const int32_t *tab = bt + (size_t)s * g.max_blocks_per_seq;
+    for (int i = threadIdx.x; i < PF_BQ * hd; i += blockDim.x) {
+        int rr = i / hd;
+        sq[i] = rr < rows ? q[(size_t)(row0 + rr) * q_stride + (size_t)h * hd + i % hd] * scale
+                          : 0.0f;
+    }
+    int my_pos[PF_RPW];
+    float m[PF_RPW], l[PF_RPW], acc[PF_RPW][E];
+#pragma unroll
+    for (int i = 0; i < PF_RPW; i++) {
+        int rr = w * PF_RPW + i;
+        my_pos[i] = rr < rows ? positions[row0 + rr] : -1;
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            acc[i][e] = 0.0f;
+    }
+    int n_keys = positions[row0 + rows - 1] + 1;
+    for (int t0 = 0; t0 < n_keys; t0 += PF_BK) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < PF_BK * hd; i += blockDim.x) {
+            int j = i / hd, d = i % hd, t = t0 + j;
+            float kv = 0.0f, vv = 0.0f;
+            int blk = t < n_keys ? tab[t / g.block_size] : -1;
+            if (blk >= 0 && blk < g.n_blocks) {
+                size_t off = (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
+                              + kvh) * hd + d;
+                kv = __bfloat162float(kc[off]);
+                vv = __bfloat162float(vc[off]);
+            }
+            sk[j * kst + d] = kv;
+            sv[j * hd + d] = vv;
+        }
+        __syncthreads();
+    #pragma unroll
+    for (int i = 0; i < PF_RPW; i++) {
+            if (my_pos[i] < t0)  /* row sees no key of this tile (or is padding) */
+                continue;
+            const float *qr = sq + (w * PF_RPW + i) * hd;
+            const float *kr = sk + lane * kst;
+            float sc = 0.0f;
+            for (int d = 0; d < hd; d++)
+                sc += qr[d] * kr[d];
+            if (t0 + lane > my_pos[i])
+                sc = -INFINITY;
+            float mn = fmaxf(m[i], pl_warp_max(sc));
+            float p = expf(sc - mn), corr = expf(m[i] - mn);
+            l[i] = l[i] * corr + pl_warp_sum(p);
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                acc[i][e] *= corr;
+            for (int j = 0; j < PF_BK; j++) {
+                float pj = __shfl_sync(0xffffffffu, p, j);
+#pragma unroll
+                for (int e = 0; e < E; e++)
+                    acc[i][e] += pj * sv[j * hd + lane + 32 * e];
+            }
+            m[i] = mn;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PF_RPW; i++) {
+        int rr = w * PF_RPW + i;
+        if (rr >= rows)
+            break;
+        float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        __nv_bfloat16 *o = out + (size_t)(row0 + rr) * n_heads * hd + (size_t)h * hd;
+#pragma unroll
+        for (int e = 0; e < E; e++)
+            o[lane + 32 * e] = __float2bfloat16(acc[i][e] * inv);
+    }
+}
+
+template <int E>
+static int launch_prefill(dim3 grid, cudaStream_t st, const float *q, int q_stride,
+                          const int32_t *pos, const int32_t *fr, const int32_t *nr,
+                          const int32_t *bt, pl_kv_geom g, const pl_bf16 *kc,
+                          const pl_bf16 *vc, pl_bf16 *out, int n_heads, float scale)
+{
+    int hd = E * 32;
+    size_t sm = sizeof(float) * ((size_t)PF_BQ * hd + (size_t)PF_BK * (hd + 1)
+                                 + (size_t)PF_BK * hd);
+    PL_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<E>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)sm));
+    attn_prefill_kernel<E><<<grid, 32 * PF_WARPS, sm, st>>>(q, q_stride, pos, fr, nr, bt,
+        g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out,
+        n_heads, scale);
+    PL_CUDA_LAUNCHED();
+    return 0;
+}
+
+extern "C" int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t *positions,
+                                    const int32_t *seq_first_row, const int32_t *seq_n_rows,
+                                    const int32_t *block_table, pl_kv_geom g,
+                                    const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                    pl_bf16 *out, int n_seqs, int max_seq_rows,
+                                    int n_heads, float scale, cudaStream_t st)
+{
+    PL_CUDA_ARG(q && positions && seq_first_row && seq_n_rows && block_table);
+    PL_CUDA_ARG(k_cache && v_cache && out && n_seqs >= 0 && max_seq_rows >= 0);
+    PL_CUDA_ARG(g.head_dim % 32 == 0 && g.head_dim <= 256 && g.block_size > 0);
+    PL_CUDA_ARG(n_heads > 0 && g.n_kv_heads > 0 && n_heads % g.n_kv_heads == 0);
+    PL_CUDA_ARG(q_stride >= n_heads * g.head_dim);
+    if (n_seqs == 0 || max_seq_rows == 0)
+        return 0;
+    dim3 grid((max_seq_rows + PF_BQ - 1) / PF_BQ, n_heads, n_seqs);
+#define PF_CASE(E) case E: return launch_prefill<E>(grid, st, q, q_stride, positions, \
+        seq_first_row, seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale)
+    switch (g.head_dim / 32) {
+    PF_CASE(1); PF_CASE(2); PF_CASE(3); PF_CASE(4);
+    PF_CASE(5); PF_CASE(6); PF_CASE(7); PF_CASE(8);
+    }
+#undef PF_CASE
+    return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d unsupported", g.head_dim);
+}

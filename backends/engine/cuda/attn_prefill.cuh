@@ -1,0 +1,30 @@
+/* attn_prefill.cuh - tiled (flash-style) causal attention of many query
+ * rows per sequence over the paged KV cache, cached prefix included. */
+#ifndef PL_CUDA_ATTN_PREFILL_CUH
+#define PL_CUDA_ATTN_PREFILL_CUH
+
+#include "backends/engine/cuda/kv_write.cuh"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * Same result as pl_cuda_attn_decode for every row (row r attends to keys
+ * 0..positions[r] of its sequence), computed per sequence in tiles of 32
+ * query rows x 32 keys so each K/V tile is read once per 32 rows.
+ * Sequence s owns rows seq_first_row[s] .. + seq_n_rows[s]; max_seq_rows is
+ * the largest seq_n_rows (host value, sizes the grid). Keys of cached
+ * prefix blocks are read like any other. head_dim: multiple of 32, <= 256.
+ */
+int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t *positions,
+                         const int32_t *seq_first_row, const int32_t *seq_n_rows,
+                         const int32_t *block_table, pl_kv_geom g,
+                         const pl_bf16 *k_cache, const pl_bf16 *v_cache, pl_bf16 *out,
+                         int n_seqs, int max_seq_rows, int n_heads, float scale,
+                         cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

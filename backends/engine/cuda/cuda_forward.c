@@ -1,0 +1,90 @@
+/* cuda_forward.c - one step's forward pass and sampling, enqueued on the
+ * compute stream: feedback, embedding, per layer (norm, fused QKV GEMM,
+ * RoPE, KV write, attention, output GEMM, fused add+norm, gate/up GEMM,
+ * SwiGLU, down GEMM), final norm of each sequence's last row, LM head,
+ * penalties and sampling. Only device addresses fixed at creation are
+ * used, so a decode-only step can be captured in a graph and replayed. */
+#include <math.h>
+
+#include "backends/engine/cuda/add.cuh"
+#include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/attn_prefill.cuh"
+#include "backends/engine/cuda/cuda_runner_internal.h"
+#include "backends/engine/cuda/embed.cuh"
+#include "backends/engine/cuda/feedback.cuh"
+#include "backends/engine/cuda/rmsnorm.cuh"
+#include "backends/engine/cuda/rope.cuh"
+#include "backends/engine/cuda/swiglu.cuh"
+
+static int attention(cuda_runner *r, int l, const cr_step *st)
+{
+    pl_bf16 *kc = r->kv + (size_t)(2 * l) * r->layer_elems;
+    pl_bf16 *vc = r->kv + (size_t)(2 * l + 1) * r->layer_elems;
+    const cr_io *d = &r->dio;
+    if (pl_cuda_kv_write(r->qkv, r->qkv_dim, r->q_dim, r->q_dim + r->kv_dim, d->positions,
+                         d->row_seq, d->bt, r->geom, kc, vc, st->n_rows, r->cs) != 0)
+        return -1;
+    float scale = 1.0f / sqrtf((float)r->head_dim);
+    if (st->max_seq_rows <= 1)
+        return pl_cuda_attn_decode(r->qkv, r->qkv_dim, d->positions, d->row_seq, d->bt,
+                                   r->geom, kc, vc, r->att, st->n_rows, r->n_head, scale,
+                                   r->cs);
+    return pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row, d->n_rows,
+                                d->bt, r->geom, kc, vc, r->att, st->n_seqs,
+                                st->max_seq_rows, r->n_head, scale, r->cs);
+}
+
+static int layer(cuda_runner *r, int l, const cr_step *st)
+{
+    const pl_cuda_layer *L = &r->w.layers[l];
+    int n = st->n_rows, E = r->n_embd;
+    int rc = l == 0
+        ? pl_cuda_rmsnorm(r->x, NULL, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs)
+        : pl_cuda_add_rmsnorm(r->x, r->y, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs);
+    if (rc != 0 || pl_cuda_gemm_bf16(r->gemm, r->xb, L->wqkv, r->qkv, n, r->qkv_dim, E) != 0)
+        return -1;
+    if (L->bqkv && pl_cuda_add_bias(r->qkv, L->bqkv, n, r->qkv_dim, r->cs) != 0)
+        return -1;
+    if (pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
+                     r->head_dim, r->n_rot, r->w.rope_inv_freq,
+                     r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs) != 0
+        || attention(r, l, st) != 0
+        || pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim) != 0
+        || pl_cuda_add_rmsnorm(r->x, r->y, L->ffn_norm, r->xb, n, E, r->rms_eps, r->cs) != 0
+        || pl_cuda_gemm_bf16(r->gemm, r->xb, L->w_gu, r->gu, n, 2 * r->n_ff, E) != 0
+        || pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs) != 0
+        || pl_cuda_gemm_bf16(r->gemm, r->act, L->w_down, r->y, n, E, r->n_ff) != 0)
+        return -1;
+    return 0;
+}
+
+static int head_and_sample(cuda_runner *r, const cr_step *st)
+{
+    const cr_io *d = &r->dio;
+    int E = r->n_embd;
+    if (pl_cuda_add(r->x, r->y, (size_t)st->n_rows * E, r->cs) != 0
+        || pl_cuda_rmsnorm(r->x, d->last_row, r->w.output_norm, r->xl, st->n_seqs, E,
+                           r->rms_eps, r->cs) != 0
+        || pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, st->n_seqs, r->n_vocab,
+                             E) != 0
+        || pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
+                             st->n_seqs, r->n_vocab, r->base.info.eos_id, r->cs) != 0
+        || pl_cuda_sample(r->logits, r->pen, d->samp, r->sout, st->n_seqs, r->n_vocab,
+                          r->cs) != 0)
+        return -1;
+    return 0;
+}
+
+int pl_cuda_forward(cuda_runner *r, const cr_step *st)
+{
+    const cr_io *d = &r->dio;
+    if (pl_cuda_feedback(d->tokens, d->row_seq, d->seq_slot, r->slot_tok, r->max_seqs,
+                         st->n_rows, PL_TOKEN_PLACEHOLDER, r->cs) != 0
+        || pl_cuda_embed(r->w.tok_embd, d->tokens, r->x, st->n_rows, r->n_embd, r->n_vocab,
+                         r->cs) != 0)
+        return -1;
+    for (int l = 0; l < r->n_layer; l++)
+        if (layer(r, l, st) != 0)
+            return -1;
+    return head_and_sample(r, st);
+}

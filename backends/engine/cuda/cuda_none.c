@@ -1,0 +1,21 @@
+/* cuda_none.c - the CUDA entry points in builds without CUDA, so callers
+ * need no #ifdef: nothing is available and no runner can be made. */
+#include <stdio.h>
+
+#include "backends/engine/cuda/cuda_runner.h"
+
+int pl_cuda_available(char *why, size_t n)
+{
+    if (why && n)
+        snprintf(why, n, "parley was built without CUDA (meson -Dcuda=enabled)");
+    return 0;
+}
+
+pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
+                              float gpu_mem_util, bool cuda_graphs,
+                              char *err, size_t errlen)
+{
+    (void)m; (void)want; (void)gpu_mem_util; (void)cuda_graphs;
+    snprintf(err, errlen, "parley was built without CUDA (meson -Dcuda=enabled)");
+    return NULL;
+}

@@ -1,0 +1,144 @@
+/* cuda_runner.c - the CUDA runner's step plumbing: launch() packs the
+ * input into a pinned buffer (double-buffered, each guarded by an event),
+ * copies it up, runs the forward pass (a CUDA graph for decode-only
+ * steps) and queues the copy of the sampled ids on a separate stream;
+ * wait() blocks on that copy's event. Creation (sizing, allocation) is in
+ * cuda_runner_new.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/cuda/cuda_runner_internal.h"
+
+/* Capture the forward pass of a padded decode step into r->graph[b]. */
+static int capture(cuda_runner *r, int b, const cr_step *st)
+{
+    cudaGraph_t g = NULL;
+    PL_CUDA_CHECK(cudaStreamBeginCapture(r->cs, cudaStreamCaptureModeThreadLocal));
+    int rc = pl_cuda_forward(r, st);
+    cudaError_t e = cudaStreamEndCapture(r->cs, &g);
+    if (rc != 0 || pl_cuda_check_(e, __FILE__, __LINE__)) {
+        if (g)
+            cudaGraphDestroy(g);
+        return -1;
+    }
+    e = cudaGraphInstantiate(&r->graph[b], g, 0);
+    cudaGraphDestroy(g);
+    if (pl_cuda_check_(e, __FILE__, __LINE__)) {
+        r->graph[b] = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* Eager the first time a bucket is seen (warm-up: cuBLAS picks its
+ * kernels, modules load), captured the second time, replayed after. */
+static int run_forward(cuda_runner *r, const cr_step *st)
+{
+    int b = st->bucket;
+    if (b < 0)
+        return pl_cuda_forward(r, st);
+    if (!r->graph[b] && r->bucket_warm[b]++ == 0)
+        return pl_cuda_forward(r, st);
+    if (!r->graph[b] && capture(r, b, st) != 0)
+        return -1;
+    PL_CUDA_CHECK(cudaGraphLaunch(r->graph[b], r->cs));
+    return 0;
+}
+
+/* Copy the sampler's outputs into the slot's block (compute stream, so the
+ * next step may overwrite the fixed block), then to the host on the copy
+ * stream once the compute stream got there. */
+static int queue_outputs(cuda_runner *r, cr_slot *sl, const cr_step *st)
+{
+    PL_CUDA_CHECK(cudaMemcpyAsync(sl->d_out, r->d_out, r->out_bytes,
+                                  cudaMemcpyDeviceToDevice, r->cs));
+    if (r->base.keep_logits && !sl->h_logits)  /* tests only; allocated once */
+        PL_CUDA_CHECK(cudaHostAlloc((void **)&sl->h_logits, (size_t)r->max_seqs
+                                    * r->n_vocab * sizeof(float), cudaHostAllocDefault));
+    if (r->base.keep_logits)  /* on the compute stream, before the next step */
+        PL_CUDA_CHECK(cudaMemcpyAsync(sl->h_logits, r->logits, (size_t)st->real_seqs
+                                      * r->n_vocab * sizeof(float),
+                                      cudaMemcpyDeviceToHost, r->cs));
+    PL_CUDA_CHECK(cudaEventRecord(sl->computed, r->cs));
+    PL_CUDA_CHECK(cudaStreamWaitEvent(r->xs, sl->computed, 0));
+    PL_CUDA_CHECK(cudaMemcpyAsync(sl->h_out, sl->d_out, r->out_bytes,
+                                  cudaMemcpyDeviceToHost, r->xs));
+    PL_CUDA_CHECK(cudaEventRecord(sl->out_ready, r->xs));
+    return 0;
+}
+
+static int cuda_launch(pl_runner *base, const pl_step_input *in)
+{
+    cuda_runner *r = (cuda_runner *)base;
+    int ticket = r->next_ticket;
+    cr_slot *sl = &r->slot[ticket % PL_RUNNER_MAX_INFLIGHT];
+    cr_step st;
+    if (sl->busy) {
+        pl_cuda_fail_(__FILE__, __LINE__, "more than %d steps in flight",
+                      PL_RUNNER_MAX_INFLIGHT);
+        return -1;
+    }
+    /* Never overwrite staging the GPU may still be copying from. */
+    if (pl_cuda_check_(cudaEventSynchronize(sl->in_done), __FILE__, __LINE__)
+        || pl_cuda_io_pack(r, sl, in, &st) != 0
+        || pl_cuda_check_(cudaEventRecord(sl->t0, r->cs), __FILE__, __LINE__)
+        || pl_cuda_io_upload(r, sl, &st) != 0
+        || run_forward(r, &st) != 0
+        || pl_cuda_check_(cudaEventRecord(sl->t1, r->cs), __FILE__, __LINE__)
+        || queue_outputs(r, sl, &st) != 0)
+        return -1;
+    sl->out.n_seqs = st.real_seqs;
+    sl->ticket = ticket;
+    sl->busy = 1;
+    r->next_ticket++;
+    return ticket;
+}
+
+static int cuda_wait(pl_runner *base, int ticket, const pl_step_output **out)
+{
+    cuda_runner *r = (cuda_runner *)base;
+    cr_slot *sl = &r->slot[ticket % PL_RUNNER_MAX_INFLIGHT];
+    if (ticket < 0 || !sl->busy || sl->ticket != ticket)
+        return pl_cuda_fail_(__FILE__, __LINE__, "no step in flight with ticket %d", ticket);
+    sl->busy = 0;
+    PL_CUDA_CHECK(cudaEventSynchronize(sl->out_ready));
+    float ms = 0.0f;
+    PL_CUDA_CHECK(cudaEventElapsedTime(&ms, sl->t0, sl->t1));
+    sl->out.exec_ms = ms;
+    sl->out.logits = r->base.keep_logits ? sl->h_logits : NULL;
+    *out = &sl->out;
+    return 0;
+}
+
+static void cuda_copy_block(pl_runner *base, int32_t src, int32_t dst)
+{
+    cuda_runner *r = (cuda_runner *)base;
+    int nb = r->geom.n_blocks - 1;
+    if (src < 0 || dst < 0 || src >= nb || dst >= nb || src == dst)
+        return;
+    size_t bytes = r->block_elems * sizeof(pl_bf16);
+    for (int i = 0; i < 2 * r->n_layer; i++) {
+        pl_bf16 *layer = r->kv + (size_t)i * r->layer_elems;
+        if (pl_cuda_check_(cudaMemcpyAsync(layer + (size_t)dst * r->block_elems,
+                                           layer + (size_t)src * r->block_elems, bytes,
+                                           cudaMemcpyDeviceToDevice, r->cs),
+                           __FILE__, __LINE__))
+            fprintf(stderr, "parley: cuda copy_block: %s\n", pl_cuda_last_error());
+    }
+}
+
+void pl_cuda_runner_destroy_(cuda_runner *r);
+
+static void cuda_free(pl_runner *base)
+{
+    pl_cuda_runner_destroy_((cuda_runner *)base);
+}
+
+const pl_runner_ops pl_cuda_runner_ops_ = {
+    .name = "cuda",
+    .launch = cuda_launch,
+    .wait = cuda_wait,
+    .copy_block = cuda_copy_block,
+    .free = cuda_free,
+};

@@ -1,0 +1,36 @@
+/* cuda_runner.h - the CUDA implementation of the runner interface
+ * (runner.h): weights in bf16 on one GPU, a paged bf16 KV cache sized from
+ * free memory, cuBLAS GEMMs, sampling and token feedback on the device,
+ * CUDA graphs for decode-only steps. */
+#ifndef PL_CUDA_RUNNER_H
+#define PL_CUDA_RUNNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/engine/model.h"
+#include "backends/engine/runner.h"
+
+/**
+ * Is a usable CUDA device present? 1, or 0 with the reason in why. Safe to
+ * call on any machine (the CUDA runtime is linked statically and finds the
+ * driver at run time). Builds without CUDA return 0 ("built without CUDA").
+ */
+int pl_cuda_available(char *why, size_t n);
+
+/**
+ * New CUDA runner on device 0 for a loaded model (borrowed; only read during
+ * this call: weights are copied to the GPU, so the model may be freed
+ * after). want: as pl_cpu_runner_new (max_seqs and max_rows > 0;
+ * block_size 0: 16; max_model_len 0: the model's). num_blocks 0: as many
+ * as gpu_mem_util (0..1, <= 0: 0.9) of the device memory leaves after
+ * weights and activations; > 0: at most that many. The result's info gives
+ * the geometry chosen. cuda_graphs: capture decode-only steps in CUDA
+ * graphs bucketed by batch size. NULL with a message in err.
+ * Free with r->ops->free(r).
+ */
+pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
+                              float gpu_mem_util, bool cuda_graphs,
+                              char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,102 @@
+/* cuda_runner_internal.h - the CUDA runner's state, shared by the step
+ * plumbing (cuda_runner.c), input packing (cuda_io.c) and the forward
+ * pass (cuda_forward.c). Not for use outside backends/engine/cuda/. */
+#ifndef PL_CUDA_RUNNER_INTERNAL_H
+#define PL_CUDA_RUNNER_INTERNAL_H
+
+#include "backends/engine/cuda/cuda_runner.h"
+#include "backends/engine/cuda/gemm.h"
+#include "backends/engine/cuda/kv_write.cuh"
+#include "backends/engine/cuda/sample.cuh"
+#include "backends/engine/cuda/weights.h"
+
+#define CR_MAX_BUCKETS 16
+#define CR_BIAS_PER_SEQ 300      /* OpenAI's logit_bias limit */
+#define CR_HIST_PER_SEQ 4096     /* penalty history kept per sequence (latest ids) */
+
+/** One step's inputs; the same layout in pinned host staging and on the
+ *  device (pointers into one allocation, see pl_cuda_io_map). */
+typedef struct cr_io {
+    int32_t *tokens, *positions, *row_seq;           /* (max_rows) */
+    int32_t *seq_slot, *first_row, *n_rows, *last_row; /* (max_seqs) */
+    int32_t *bt;                                     /* (max_seqs, mbps) */
+    pl_cuda_samp *samp;                              /* (max_seqs) */
+    int32_t *bias_tok;                               /* (bias_cap) */
+    float *bias_val;                                 /* (bias_cap) */
+    int32_t *hist;                                   /* (hist_cap) */
+} cr_io;
+
+/** Used sizes of a packed step (what to copy and launch). */
+typedef struct cr_step {
+    int n_rows, n_seqs;          /* after bucket padding */
+    int real_seqs;               /* before padding */
+    int max_seq_rows;
+    int n_bias, n_hist;
+    int bucket;                  /* graph bucket index, -1: eager */
+} cr_step;
+
+/** Per in-flight step (ticket & 1). */
+typedef struct cr_slot {
+    void *h_in;                  /* pinned staging, layout cr_io */
+    cr_io hio;
+    cudaEvent_t in_done;         /* the H2D copies of h_in are finished */
+    void *d_out, *h_out;         /* sampled/logprob/top block, device + pinned */
+    float *h_logits;             /* pinned (max_seqs, n_vocab), keep_logits */
+    cudaEvent_t t0, t1, computed, out_ready;
+    pl_step_output out;
+    int ticket;
+    int busy;
+} cr_slot;
+
+typedef struct cuda_runner {
+    pl_runner base;
+    const char *name;
+    /* model geometry */
+    int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_rot;
+    int q_dim, kv_dim, qkv_dim;
+    float rms_eps;
+    int rope_neox;
+    pl_cuda_weights w;
+    pl_cuda_gemm *gemm;
+    cudaStream_t cs, xs;         /* compute, copy-back */
+    /* KV cache: layer l keys at kv + 2l*layer_elems, values at +(2l+1) */
+    pl_bf16 *kv;
+    size_t layer_elems, block_elems;
+    pl_kv_geom geom;             /* n_blocks includes the padding block */
+    int mbps;                    /* max blocks per sequence on the device */
+    /* capacities */
+    int max_rows, max_seqs, bias_cap, hist_cap;
+    size_t io_bytes;
+    /* device buffers */
+    void *d_in;
+    cr_io dio;
+    float *x, *y, *qkv, *gu, *logits, *pen;
+    pl_bf16 *xb, *att, *act, *xl;
+    void *d_out;                 /* fixed sampler output block */
+    pl_cuda_samp_out sout;
+    int32_t *slot_tok;           /* (max_seqs) feedback ids */
+    size_t out_bytes;
+    /* steps */
+    cr_slot slot[PL_RUNNER_MAX_INFLIGHT];
+    int next_ticket;
+    /* graphs of decode-only steps */
+    bool use_graphs;
+    int n_buckets;
+    int bucket_size[CR_MAX_BUCKETS];
+    int bucket_warm[CR_MAX_BUCKETS];
+    cudaGraphExec_t graph[CR_MAX_BUCKETS];
+} cuda_runner;
+
+/** Map the cr_io arrays onto base (host staging or device); returns bytes. */
+size_t pl_cuda_io_map(cr_io *io, void *base, int max_rows, int max_seqs, int mbps,
+                      int bias_cap, int hist_cap);
+/** Pack in into the slot's staging, padding decode-only steps to a graph
+ *  bucket. 0, or -1 when the step exceeds the runner's capacity. */
+int pl_cuda_io_pack(cuda_runner *r, cr_slot *s, const pl_step_input *in, cr_step *st);
+/** Enqueue the H2D copies of a packed step on the compute stream. */
+int pl_cuda_io_upload(cuda_runner *r, cr_slot *s, const cr_step *st);
+
+/** Enqueue the forward pass and sampling of a packed step on r->cs. */
+int pl_cuda_forward(cuda_runner *r, const cr_step *st);
+
+#endif

@@ -1,0 +1,242 @@
+/* cuda_runner_new.c - creating and destroying the CUDA runner: geometry,
+ * streams, cuBLAS, weights, activations, input/output buffers, and the KV
+ * cache sized from what gpu_mem_util of the device leaves. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/cuda/cuda_runner_internal.h"
+
+extern const pl_runner_ops pl_cuda_runner_ops_;
+void pl_cuda_runner_destroy_(cuda_runner *r);
+
+#define TRY(call) do { if (pl_cuda_check_((call), __FILE__, __LINE__)) return -1; } while (0)
+
+static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info *want)
+{
+    pl_runner_info *inf = &r->base.info;
+    *inf = *want;
+    inf->n_vocab = m->n_vocab;
+    inf->eos_id = m->eos_id;
+    if (inf->max_model_len <= 0)
+        inf->max_model_len = m->n_ctx_train;
+    if (inf->block_size <= 0)
+        inf->block_size = 16;
+    if (inf->max_seqs <= 0 || inf->max_rows <= 0 || inf->max_model_len <= 0)
+        return pl_cuda_fail_(__FILE__, __LINE__, "max_seqs, max_rows and max_model_len "
+                             "must be positive");
+    r->n_layer = m->n_layer;
+    r->n_embd = m->n_embd;
+    r->n_head = m->n_head;
+    r->n_head_kv = m->n_head_kv;
+    r->head_dim = m->head_dim;
+    r->n_ff = m->n_ff;
+    r->n_vocab = m->n_vocab;
+    r->n_rot = m->n_rot;
+    r->rms_eps = m->rms_eps;
+    r->rope_neox = m->rope_neox;
+    r->q_dim = m->n_head * m->head_dim;
+    r->kv_dim = m->n_head_kv * m->head_dim;
+    r->qkv_dim = r->q_dim + 2 * r->kv_dim;
+    r->max_rows = inf->max_rows;
+    r->max_seqs = inf->max_seqs;
+    r->mbps = (inf->max_model_len + inf->block_size - 1) / inf->block_size;
+    r->bias_cap = r->max_seqs * CR_BIAS_PER_SEQ;
+    int per = inf->max_model_len < CR_HIST_PER_SEQ ? inf->max_model_len : CR_HIST_PER_SEQ;
+    r->hist_cap = r->max_seqs * per;
+    if (r->head_dim % 64 != 0 || r->head_dim > 256 || r->n_head % r->n_head_kv != 0)
+        return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d / heads %d:%d unsupported by "
+                             "the CUDA attention kernels", r->head_dim, r->n_head,
+                             r->n_head_kv);
+    return 0;
+}
+
+static int alloc_activations(cuda_runner *r)
+{
+    size_t R = (size_t)r->max_rows, S = (size_t)r->max_seqs, E = (size_t)r->n_embd;
+    TRY(cudaMalloc((void **)&r->x, R * E * 4));
+    TRY(cudaMalloc((void **)&r->y, R * E * 4));
+    TRY(cudaMalloc((void **)&r->qkv, R * (size_t)r->qkv_dim * 4));
+    TRY(cudaMalloc((void **)&r->gu, R * 2 * (size_t)r->n_ff * 4));
+    TRY(cudaMalloc((void **)&r->logits, S * (size_t)r->n_vocab * 4));
+    TRY(cudaMalloc((void **)&r->pen, S * (size_t)r->n_vocab * 4));
+    TRY(cudaMalloc((void **)&r->xb, R * E * 2));
+    TRY(cudaMalloc((void **)&r->att, R * (size_t)r->q_dim * 2));
+    TRY(cudaMalloc((void **)&r->act, R * (size_t)r->n_ff * 2));
+    TRY(cudaMalloc((void **)&r->xl, S * E * 2));
+    TRY(cudaMalloc((void **)&r->slot_tok, S * 4));
+    TRY(cudaMemset(r->slot_tok, 0, S * 4));
+    return 0;
+}
+
+/* The output block: sampled (S), logprob (S), top_ids (S, 20), top_lp (S, 20). */
+static void map_out(void *base, int S, pl_cuda_samp_out *o, pl_step_output *so)
+{
+    int32_t *b = base;
+    pl_cuda_samp_out t = {.sampled = b, .logprob = (float *)(b + S),
+                          .top_ids = b + 2 * S,
+                          .top_lp = (float *)(b + 2 * S + S * PL_CUDA_TOPN)};
+    if (o)
+        *o = t;
+    if (so) {
+        so->sampled = t.sampled;
+        so->logprob = t.logprob;
+        so->top_ids = t.top_ids;
+        so->top_logprobs = t.top_lp;
+    }
+}
+
+static int alloc_io(cuda_runner *r)
+{
+    cr_io tmp;
+    r->io_bytes = pl_cuda_io_map(&tmp, NULL, r->max_rows, r->max_seqs, r->mbps,
+                                 r->bias_cap, r->hist_cap);
+    r->out_bytes = (size_t)r->max_seqs * (2 + 2 * PL_CUDA_TOPN) * 4;
+    TRY(cudaMalloc(&r->d_in, r->io_bytes));
+    pl_cuda_io_map(&r->dio, r->d_in, r->max_rows, r->max_seqs, r->mbps, r->bias_cap,
+                   r->hist_cap);
+    TRY(cudaMalloc(&r->d_out, r->out_bytes));
+    map_out(r->d_out, r->max_seqs, &r->sout, NULL);
+    r->sout.slot_tok = r->slot_tok;
+    r->sout.max_slots = r->max_seqs;
+    for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++) {
+        cr_slot *s = &r->slot[i];
+        TRY(cudaHostAlloc(&s->h_in, r->io_bytes, cudaHostAllocDefault));
+        pl_cuda_io_map(&s->hio, s->h_in, r->max_rows, r->max_seqs, r->mbps, r->bias_cap,
+                       r->hist_cap);
+        TRY(cudaMalloc(&s->d_out, r->out_bytes));
+        TRY(cudaHostAlloc(&s->h_out, r->out_bytes, cudaHostAllocDefault));
+        map_out(s->h_out, r->max_seqs, NULL, &s->out);
+        TRY(cudaEventCreateWithFlags(&s->in_done, cudaEventDisableTiming));
+        TRY(cudaEventCreateWithFlags(&s->computed, cudaEventDisableTiming));
+        TRY(cudaEventCreateWithFlags(&s->out_ready, cudaEventDisableTiming));
+        TRY(cudaEventCreate(&s->t0));
+        TRY(cudaEventCreate(&s->t1));
+    }
+    return 0;
+}
+
+/* KV blocks from the memory left under gpu_mem_util, plus one spare block
+ * that padding rows write to. */
+static int alloc_kv(cuda_runner *r, float util, int want_blocks)
+{
+    pl_runner_info *inf = &r->base.info;
+    size_t free_b = 0, total_b = 0;
+    TRY(cudaMemGetInfo(&free_b, &total_b));
+    r->block_elems = (size_t)inf->block_size * r->kv_dim;
+    size_t per_block = 2 * (size_t)r->n_layer * r->block_elems * sizeof(pl_bf16);
+    double budget = (double)total_b * util - (double)(total_b - free_b);
+    long long nb = budget > 0 ? (long long)(budget / (double)per_block) - 1 : 0;
+    if (want_blocks > 0 && nb > want_blocks)
+        nb = want_blocks;
+    if (nb > (1LL << 30))
+        nb = 1LL << 30;
+    if (nb < 1)
+        return pl_cuda_fail_(__FILE__, __LINE__, "no GPU memory left for the KV cache "
+                             "(%.1f GiB free of %.1f; gpu_memory_utilization %.2f)",
+                             free_b / 1073741824.0, total_b / 1073741824.0, util);
+    inf->num_blocks = (int)nb;
+    r->geom = (pl_kv_geom){.n_kv_heads = r->n_head_kv, .head_dim = r->head_dim,
+                           .block_size = inf->block_size, .max_blocks_per_seq = r->mbps,
+                           .n_blocks = (int)nb + 1};
+    r->layer_elems = (size_t)(nb + 1) * r->block_elems;
+    TRY(cudaMalloc((void **)&r->kv, 2 * (size_t)r->n_layer * r->layer_elems * sizeof(pl_bf16)));
+    return 0;
+}
+
+static void init_buckets(cuda_runner *r, bool graphs)
+{
+    int top = r->max_seqs < r->max_rows ? r->max_seqs : r->max_rows;
+    r->use_graphs = graphs;
+    r->n_buckets = 0;
+    for (int b = 1; r->n_buckets < CR_MAX_BUCKETS - 1 && b < top; b *= 2)
+        r->bucket_size[r->n_buckets++] = b;
+    r->bucket_size[r->n_buckets++] = top;
+}
+
+static int setup(cuda_runner *r, const pl_model *m, float util, char *err, size_t errlen)
+{
+    char why[256];
+    if (!pl_cuda_available(why, sizeof why)) {
+        snprintf(err, errlen, "%s", why);
+        return -1;
+    }
+    if (pl_cuda_check_(cudaSetDevice(0), __FILE__, __LINE__)
+        || pl_cuda_check_(cudaStreamCreateWithFlags(&r->cs, cudaStreamNonBlocking), __FILE__, __LINE__)
+        || pl_cuda_check_(cudaStreamCreateWithFlags(&r->xs, cudaStreamNonBlocking), __FILE__, __LINE__))
+        goto cuda_fail;
+    if (!(r->gemm = pl_cuda_gemm_new(r->cs, err, errlen)))
+        return -1;
+    if (pl_cuda_weights_init(&r->w, m, err, errlen) != 0)
+        return -1;
+    if (alloc_activations(r) != 0 || alloc_io(r) != 0
+        || alloc_kv(r, util, r->base.info.num_blocks) != 0)
+        goto cuda_fail;
+    return 0;
+cuda_fail:
+    snprintf(err, errlen, "%s", pl_cuda_last_error());
+    return -1;
+}
+
+pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
+                              float gpu_mem_util, bool cuda_graphs,
+                              char *err, size_t errlen)
+{
+    cuda_runner *r = calloc(1, sizeof *r);
+    if (!r) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    r->base.ops = &pl_cuda_runner_ops_;
+    if (gpu_mem_util <= 0.0f || gpu_mem_util > 1.0f)
+        gpu_mem_util = 0.9f;
+    if (fill_geometry(r, m, want) != 0) {
+        snprintf(err, errlen, "%s", pl_cuda_last_error());
+        goto fail;
+    }
+    if (setup(r, m, gpu_mem_util, err, errlen) != 0)
+        goto fail;
+    init_buckets(r, cuda_graphs);
+    return &r->base;
+fail:
+    pl_cuda_runner_destroy_(r);
+    return NULL;
+}
+
+static void free_slot(cr_slot *s)
+{
+    cudaFreeHost(s->h_in);
+    cudaFreeHost(s->h_out);
+    cudaFreeHost(s->h_logits);
+    cudaFree(s->d_out);
+    cudaEvent_t ev[5] = {s->in_done, s->computed, s->out_ready, s->t0, s->t1};
+    for (int i = 0; i < 5; i++)
+        if (ev[i])
+            cudaEventDestroy(ev[i]);
+}
+
+void pl_cuda_runner_destroy_(cuda_runner *r)
+{
+    if (!r)
+        return;
+    if (r->cs)
+        cudaStreamSynchronize(r->cs);
+    if (r->xs)
+        cudaStreamSynchronize(r->xs);
+    for (int b = 0; b < CR_MAX_BUCKETS; b++)
+        if (r->graph[b])
+            cudaGraphExecDestroy(r->graph[b]);
+    for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
+        free_slot(&r->slot[i]);
+    void *bufs[] = {r->x, r->y, r->qkv, r->gu, r->logits, r->pen, r->xb, r->att, r->act,
+                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        cudaFree(bufs[i]);
+    pl_cuda_weights_free(&r->w);
+    pl_cuda_gemm_free(r->gemm);
+    if (r->cs)
+        cudaStreamDestroy(r->cs);
+    if (r->xs)
+        cudaStreamDestroy(r->xs);
+    free(r);
+}

@@ -1,0 +1,56 @@
+/* rmsnorm.cu - RMSNorm kernels (plain and fused with the residual add).
+ * Sums are in fp32; only the output is rounded to bf16. */
+#include "backends/engine/cuda/rmsnorm.cuh"
+
+#define NORM_THREADS 256
+
+/* One block per row. With y != NULL the row is first updated in place
+ * (x += y), which saves a separate pass over the residual stream. */
+static __global__ void rmsnorm_kernel(float *x, const float *y, const int32_t *rows,
+                                      const float *w, __nv_bfloat16 *out, int dim,
+                                      float eps)
+{
+    __shared__ float sh[32];
+    int r = blockIdx.x;
+    float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = xr[i];
+        if (y) {
+            v += y[(size_t)r * dim + i];
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = pl_block_sum(ss, sh);
+    float inv = rsqrtf(ss / (float)dim + eps);
+    __nv_bfloat16 *o = out + (size_t)r * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+        o[i] = __float2bfloat16(xr[i] * inv * w[i]);
+}
+
+extern "C" int pl_cuda_rmsnorm(const float *x, const int32_t *rows, const float *w,
+                               pl_bf16 *out, int n_rows, int dim, float eps,
+                               cudaStream_t st)
+{
+    PL_CUDA_ARG(x && w && out && dim > 0 && n_rows >= 0 && eps >= 0.0f);
+    if (n_rows == 0)
+        return 0;
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>((float *)x, NULL, rows, w,
+                                                    (__nv_bfloat16 *)out, dim, eps);
+    PL_CUDA_LAUNCHED();
+    return 0;
+}
+
+extern "C" int pl_cuda_add_rmsnorm(float *x, const float *y, const float *w,
+                                   pl_bf16 *out, int n_rows, int dim, float eps,
+                                   cudaStream_t st)
+{
+    PL_CUDA_ARG(x && y && w && out && dim > 0 && n_rows >= 0 && eps >= 0.0f);
+    if (n_rows == 0)
+        return 0;
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>(x, y, NULL, w,
+                                                    (__nv_bfloat16 *)out, dim, eps);
+    PL_CUDA_LAUNCHED();
+    return 0;
+}

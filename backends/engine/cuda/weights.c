@@ -1,0 +1,180 @@
+/* weights.c - dequantise a pl_model's matrices to bf16 on the host, in
+ * chunks of rows, and upload them. Norm weights, biases and rope
+ * frequencies stay fp32. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/cuda/weights.h"
+#include "backends/engine/quant.h"
+
+#define CHUNK_BYTES (8u << 20)   /* host staging per upload */
+
+/* Rows [0, wt->rows) of wt into dst (device, rows x cols bf16). */
+static int upload_matrix(pl_bf16 *dst, const pl_weight *wt, float *tmp, pl_bf16 *stage,
+                         size_t stage_elems)
+{
+    size_t cols = (size_t)wt->cols;
+    size_t chunk = stage_elems / cols ? stage_elems / cols : 1;
+    for (size_t r0 = 0; r0 < (size_t)wt->rows; r0 += chunk) {
+        size_t n = (size_t)wt->rows - r0 < chunk ? (size_t)wt->rows - r0 : chunk;
+        for (size_t r = 0; r < n; r++) {
+            const float *src = tmp;
+            if (wt->f32) {
+                src = wt->f32 + (r0 + r) * cols;
+            } else if (pl_dequant_row(wt->type, (const uint8_t *)wt->q + (r0 + r) * wt->row_bytes,
+                                      tmp, (int64_t)cols) != 0) {
+                return pl_cuda_fail_(__FILE__, __LINE__, "cannot dequantise type %s",
+                                     pl_ggml_type_name(wt->type));
+            }
+            for (size_t c = 0; c < cols; c++)
+                stage[r * cols + c] = pl_f32_to_bf16(src[c]);
+        }
+        PL_CUDA_CHECK(cudaMemcpy(dst + r0 * cols, stage, n * cols * sizeof(pl_bf16),
+                                 cudaMemcpyHostToDevice));
+    }
+    return 0;
+}
+
+/* cudaMalloc + copy of n floats (NULL src gives NULL). */
+static int upload_f32(float **dst, const float *src, size_t n, size_t *bytes)
+{
+    *dst = NULL;
+    if (!src)
+        return 0;
+    PL_CUDA_CHECK(cudaMalloc((void **)dst, n * sizeof(float)));
+    *bytes += n * sizeof(float);
+    PL_CUDA_CHECK(cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return 0;
+}
+
+typedef struct upload_ctx {
+    float *tmp;
+    pl_bf16 *stage;
+    size_t stage_elems;
+    size_t *bytes;
+} upload_ctx;
+
+/* Stack the matrices ws[0..n) (same cols) into one device matrix. */
+static int upload_stack(pl_bf16 **dst, const pl_weight *const *ws, int n, upload_ctx *u)
+{
+    size_t rows = 0, cols = (size_t)ws[0]->cols;
+    for (int i = 0; i < n; i++) {
+        if ((size_t)ws[i]->cols != cols)
+            return pl_cuda_fail_(__FILE__, __LINE__, "stacked matrices differ in width");
+        rows += (size_t)ws[i]->rows;
+    }
+    PL_CUDA_CHECK(cudaMalloc((void **)dst, rows * cols * sizeof(pl_bf16)));
+    *u->bytes += rows * cols * sizeof(pl_bf16);
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        if (upload_matrix(*dst + off * cols, ws[i], u->tmp, u->stage, u->stage_elems) != 0)
+            return -1;
+        off += (size_t)ws[i]->rows;
+    }
+    return 0;
+}
+
+static int upload_bias(float **dst, const pl_model *m, const pl_layer *L, size_t *bytes)
+{
+    *dst = NULL;
+    if (!L->bq || !L->bk || !L->bv)
+        return 0;
+    size_t q = (size_t)m->n_head * m->head_dim, kv = (size_t)m->n_head_kv * m->head_dim;
+    float *cat = malloc((q + 2 * kv) * sizeof(float));
+    if (!cat)
+        return pl_cuda_fail_(__FILE__, __LINE__, "out of memory");
+    memcpy(cat, L->bq, q * sizeof(float));
+    memcpy(cat + q, L->bk, kv * sizeof(float));
+    memcpy(cat + q + kv, L->bv, kv * sizeof(float));
+    int rc = upload_f32(dst, cat, q + 2 * kv, bytes);
+    free(cat);
+    return rc;
+}
+
+static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
+                        upload_ctx *u)
+{
+    const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
+    const pl_weight *gu[2] = {&L->w_gate, &L->w_up};
+    const pl_weight *wo[1] = {&L->wo}, *wd[1] = {&L->w_down};
+    if (upload_f32(&d->attn_norm, L->attn_norm, (size_t)m->n_embd, u->bytes) != 0
+        || upload_f32(&d->ffn_norm, L->ffn_norm, (size_t)m->n_embd, u->bytes) != 0
+        || upload_bias(&d->bqkv, m, L, u->bytes) != 0
+        || upload_stack(&d->wqkv, qkv, 3, u) != 0
+        || upload_stack(&d->wo, wo, 1, u) != 0
+        || upload_stack(&d->w_gu, gu, 2, u) != 0
+        || upload_stack(&d->w_down, wd, 1, u) != 0)
+        return -1;
+    return 0;
+}
+
+static int upload_all(pl_cuda_weights *w, const pl_model *m, upload_ctx *u)
+{
+    const pl_weight *emb[1] = {&m->tok_embd}, *out[1] = {&m->output};
+    if (upload_stack(&w->tok_embd, emb, 1, u) != 0)
+        return -1;
+    if (m->tied || m->output.q == m->tok_embd.q)
+        w->output = w->tok_embd;
+    else if (upload_stack(&w->output, out, 1, u) != 0)
+        return -1;
+    if (upload_f32(&w->output_norm, m->output_norm, (size_t)m->n_embd, u->bytes) != 0
+        || upload_f32(&w->rope_inv_freq, m->rope_inv_freq, (size_t)m->n_rot / 2, u->bytes) != 0)
+        return -1;
+    for (int l = 0; l < m->n_layer; l++)
+        if (upload_layer(&w->layers[l], m, &m->layers[l], u) != 0)
+            return -1;
+    return 0;
+}
+
+int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen)
+{
+    memset(w, 0, sizeof *w);
+    size_t max_cols = (size_t)(m->n_ff > m->n_embd ? m->n_ff : m->n_embd);
+    if (m->n_head * m->head_dim > (int)max_cols)
+        max_cols = (size_t)m->n_head * m->head_dim;
+    upload_ctx u = {.tmp = malloc(max_cols * sizeof(float)),
+                    .stage_elems = CHUNK_BYTES / sizeof(pl_bf16) > max_cols
+                                   ? CHUNK_BYTES / sizeof(pl_bf16) : max_cols,
+                    .bytes = &w->bytes};
+    u.stage = malloc(u.stage_elems * sizeof(pl_bf16));
+    w->n_layer = m->n_layer;
+    w->layers = calloc((size_t)m->n_layer, sizeof *w->layers);
+    if (!u.tmp || !u.stage || !w->layers) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    if (upload_all(w, m, &u) != 0) {
+        snprintf(err, errlen, "uploading weights: %s", pl_cuda_last_error());
+        goto fail;
+    }
+    free(u.tmp);
+    free(u.stage);
+    return 0;
+fail:
+    free(u.tmp);
+    free(u.stage);
+    pl_cuda_weights_free(w);
+    return -1;
+}
+
+void pl_cuda_weights_free(pl_cuda_weights *w)
+{
+    if (w->output && w->output != w->tok_embd)
+        cudaFree(w->output);
+    cudaFree(w->tok_embd);
+    cudaFree(w->output_norm);
+    cudaFree(w->rope_inv_freq);
+    for (int l = 0; w->layers && l < w->n_layer; l++) {
+        pl_cuda_layer *d = &w->layers[l];
+        cudaFree(d->attn_norm);
+        cudaFree(d->ffn_norm);
+        cudaFree(d->bqkv);
+        cudaFree(d->wqkv);
+        cudaFree(d->wo);
+        cudaFree(d->w_gu);
+        cudaFree(d->w_down);
+    }
+    free(w->layers);
+    memset(w, 0, sizeof *w);
+}

@@ -1,0 +1,35 @@
+/* weights.h - a pl_model's weights on the GPU: matrices dequantised on the
+ * host to bf16 (any type pl_dequant_row reads) and uploaded with cudaMalloc;
+ * q/k/v and gate/up fused into one matrix each so each is one GEMM. */
+#ifndef PL_CUDA_WEIGHTS_H
+#define PL_CUDA_WEIGHTS_H
+
+#include "backends/engine/cuda/common.cuh"
+#include "backends/engine/model.h"
+
+typedef struct pl_cuda_layer {
+    float *attn_norm;            /**< (n_embd) */
+    pl_bf16 *wqkv;               /**< (q_dim + 2*kv_dim, n_embd): wq, wk, wv rows */
+    float *bqkv;                 /**< (q_dim + 2*kv_dim) qwen2 biases, else NULL */
+    pl_bf16 *wo;                 /**< (n_embd, q_dim) */
+    float *ffn_norm;             /**< (n_embd) */
+    pl_bf16 *w_gu;               /**< (2*n_ff, n_embd): gate rows then up rows */
+    pl_bf16 *w_down;             /**< (n_embd, n_ff) */
+} pl_cuda_layer;
+
+typedef struct pl_cuda_weights {
+    pl_bf16 *tok_embd;           /**< (n_vocab, n_embd) */
+    pl_bf16 *output;             /**< (n_vocab, n_embd); == tok_embd when tied */
+    float *output_norm;          /**< (n_embd) */
+    float *rope_inv_freq;        /**< (n_rot/2) */
+    pl_cuda_layer *layers;       /**< (n_layer), host array of device pointers */
+    int n_layer;
+    size_t bytes;                /**< device bytes held */
+} pl_cuda_weights;
+
+/** Upload m (borrowed) to the current device. 0, or -1 with a message in
+ *  err; on failure w holds nothing (freed). */
+int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen);
+void pl_cuda_weights_free(pl_cuda_weights *w);
+
+#endif

@@ -1,0 +1,93 @@
+/* bench_cpu_runner.c - single-stream prefill and decode speed of parley's
+ * CPU runner on a GGUF, driven by bench/bench_cpu.py.
+ *
+ * usage: bench_cpu_runner MODEL N_PROMPT N_DECODE N_THREADS [GEMM_MIN_ROWS [REPEAT]]
+ * REPEAT runs the prefill step that many times (same positions) to time
+ * small steps; the figures are per run.
+ * Prints one line: prefill_tok_s=... decode_tok_s=... and the process CPU
+ * seconds of each phase (steadier than wall time on a shared machine).
+ * The prompt is token ids 1000.. (content does not matter for speed).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/gguf.h"
+#include "backends/engine/model.h"
+
+static double clock_s(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
+
+int main(int argc, char **argv)
+{
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s MODEL N_PROMPT N_DECODE N_THREADS [GEMM_MIN_ROWS]\n", argv[0]);
+        return 2;
+    }
+    int np = atoi(argv[2]), nd = atoi(argv[3]), nt = atoi(argv[4]);
+    char err[256];
+    pl_gguf *g = pl_gguf_open(argv[1], err, sizeof(err));
+    pl_model *m = g ? pl_model_load(g, NULL, err, sizeof(err)) : NULL;
+    if (!m) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    int bs = 16, mb = (np + nd + bs) / bs;
+    pl_runner_info want = {.block_size = bs, .num_blocks = mb, .max_seqs = 1,
+                           .max_rows = np, .max_model_len = mb * bs};
+    pl_runner *r = pl_cpu_runner_new(m, &want, nt, err, sizeof(err));
+    if (!r) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (argc > 5)
+        pl_cpu_runner_set_gemm_min_rows(r, atoi(argv[5]));
+    int rep = argc > 6 ? atoi(argv[6]) : 1;
+    int32_t *tok = malloc(sizeof(int32_t) * np * 3), *pos = tok + np, *rs = pos + np;
+    int32_t *bt = malloc(sizeof(int32_t) * mb), slot = 0, first = 0, nrows = np, ctx = np;
+    for (int i = 0; i < mb; i++)
+        bt[i] = i;
+    for (int i = 0; i < np; i++) {
+        tok[i] = 1000 + i;
+        pos[i] = i;
+        rs[i] = 0;
+    }
+    bool sample = true;
+    pl_seq_sampling smp = {.temperature = 0, .top_p = 1, .repetition_penalty = 1,
+                           .top_logprobs = -1};
+    pl_step_input in = {.n_rows = np, .tokens = tok, .positions = pos, .row_seq = rs,
+                        .n_seqs = 1, .seq_slot = &slot, .seq_first_row = &first,
+                        .seq_n_rows = &nrows, .seq_ctx_len = &ctx, .seq_sample = &sample,
+                        .block_table = bt, .max_blocks_per_seq = mb, .sampling = &smp};
+    const pl_step_output *out;
+    double t0 = now_s(), c0 = cpu_s();
+    for (int i = 0; i < rep; i++)
+        if (r->ops->wait(r, r->ops->launch(r, &in), &out) != 0)
+            return 1;
+    double t1 = now_s(), c1 = cpu_s();
+    in.n_rows = nrows = 1;
+    for (int i = 0; i < nd; i++) {   /* plain loop: one step at a time */
+        tok[0] = PL_TOKEN_PLACEHOLDER;
+        pos[0] = np + i;
+        ctx = np + i + 1;
+        if (r->ops->wait(r, r->ops->launch(r, &in), &out) != 0)
+            return 1;
+    }
+    double t2 = now_s(), c2 = cpu_s();
+    printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f\n",
+           np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1);
+    r->ops->free(r);
+    pl_model_free(m);
+    pl_gguf_free(g);
+    free(tok);
+    free(bt);
+    return 0;
+}

@@ -1,0 +1,192 @@
+/* bench_cuda_runner.c - throughput of a runner (cuda or cpu) on a GGUF:
+ * batched prefill of N prompts of P random tokens, then G greedy decode
+ * steps of all N sequences through the async pipeline (two steps in
+ * flight, placeholder rows). Prints one JSON line with prefill and decode
+ * tokens/s, wall and device milliseconds.
+ *
+ * usage: bench_cuda_runner MODEL.gguf [--runner cuda|cpu] [--seqs N]
+ *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cuda/common.cuh"
+#include "backends/engine/cuda/cuda_runner.h"
+#include "backends/engine/gguf.h"
+#include "backends/engine/model.h"
+
+typedef struct bench_opts {
+    const char *model, *runner;
+    int seqs, prompt, gen, max_rows;
+    bool graphs;
+} bench_opts;
+
+typedef struct batch {
+    int32_t *tokens, *positions, *row_seq, *slot, *first, *nrows, *ctx;
+    bool *sample;
+    pl_seq_sampling *smp;
+    pl_step_input in;
+} batch;
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static void batch_init(batch *b, int rows, int seqs)
+{
+    b->tokens = calloc((size_t)rows * 3 + (size_t)seqs * 4, sizeof(int32_t));
+    b->positions = b->tokens + rows;
+    b->row_seq = b->positions + rows;
+    b->slot = b->row_seq + rows;
+    b->first = b->slot + seqs;
+    b->nrows = b->first + seqs;
+    b->ctx = b->nrows + seqs;
+    b->sample = calloc((size_t)seqs, sizeof(bool));
+    b->smp = calloc((size_t)seqs, sizeof(pl_seq_sampling));
+}
+
+/* Sequences [s0, s0+n) each with rows at positions [p0, p0+len). */
+static const pl_step_input *fill(batch *b, int s0, int n, int p0, int len, int32_t *bt,
+                                 int mb, unsigned *seed, int n_vocab)
+{
+    int r = 0;
+    for (int i = 0; i < n; i++) {
+        b->first[i] = r;
+        for (int p = 0; p < len; p++, r++) {
+            b->tokens[r] = len == 1 && p0 > 0 ? PL_TOKEN_PLACEHOLDER
+                                              : (int32_t)(rand_r(seed) % (unsigned)n_vocab);
+            b->positions[r] = p0 + p;
+            b->row_seq[r] = i;
+        }
+        b->nrows[i] = len;
+        b->ctx[i] = p0 + len;
+        b->slot[i] = s0 + i;
+        b->sample[i] = true;
+        b->smp[i] = (pl_seq_sampling){.temperature = 0, .top_p = 1, .repetition_penalty = 1,
+                                      .top_logprobs = -1, .step = (uint64_t)p0};
+    }
+    b->in = (pl_step_input){.n_rows = r, .tokens = b->tokens, .positions = b->positions,
+                            .row_seq = b->row_seq, .n_seqs = n, .seq_slot = b->slot,
+                            .seq_first_row = b->first, .seq_n_rows = b->nrows,
+                            .seq_ctx_len = b->ctx, .seq_sample = b->sample,
+                            .block_table = bt + (size_t)s0 * mb, .max_blocks_per_seq = mb,
+                            .sampling = b->smp};
+    return &b->in;
+}
+
+static int parse(bench_opts *o, int argc, char **argv)
+{
+    *o = (bench_opts){.runner = "cuda", .seqs = 64, .prompt = 512, .gen = 128,
+                      .max_rows = 2048, .graphs = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-graphs")) o->graphs = false;
+        else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
+        else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
+        else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
+        else if (!strcmp(a, "--gen") && v) o->gen = atoi(argv[++i]);
+        else if (!strcmp(a, "--max-rows") && v) o->max_rows = atoi(argv[++i]);
+        else if (a[0] != '-' && !o->model) o->model = a;
+        else return -1;
+    }
+    return o->model && o->seqs > 0 && o->prompt > 0 && o->gen > 0 ? 0 : -1;
+}
+
+static int run_step(pl_runner *r, const pl_step_input *in, double *dev_ms)
+{
+    const pl_step_output *out;
+    int t = r->ops->launch(r, in);
+    if (t < 0 || r->ops->wait(r, t, &out) != 0)
+        return -1;
+    *dev_ms += out->exec_ms;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o;
+    char err[512];
+    if (parse(&o, argc, argv) != 0) {
+        fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
+                "[--gen G] [--no-graphs] [--max-rows R]\n", argv[0]);
+        return 2;
+    }
+    if (!strcmp(o.runner, "cuda") && !pl_cuda_available(err, sizeof err)) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 2;
+    }
+    pl_gguf *g = pl_gguf_open(o.model, err, sizeof err);
+    pl_model_opts mo = {.keep_f32 = strcmp(o.runner, "cpu") == 0};
+    pl_model *m = g ? pl_model_load(g, &mo, err, sizeof err) : NULL;
+    if (!m) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    int bs = 16, len = o.prompt + o.gen + 1, mb = (len + bs - 1) / bs;
+    int per_step = o.max_rows / o.prompt > 0 ? o.max_rows / o.prompt : 1;
+    if (per_step > o.seqs) per_step = o.seqs;
+    int rows = per_step * o.prompt > o.seqs ? per_step * o.prompt : o.seqs;
+    pl_runner_info want = {.block_size = bs, .num_blocks = o.seqs * mb, .max_seqs = o.seqs,
+                           .max_rows = rows, .max_model_len = mb * bs};
+    double t_load = now_ms();
+    pl_runner *r = !strcmp(o.runner, "cuda")
+        ? pl_cuda_runner_new(m, &want, 0.9f, o.graphs, err, sizeof err)
+        : pl_cpu_runner_new(m, &want, 0, err, sizeof err);
+    if (!r) {
+        fprintf(stderr, "bench: %s\n", err);
+        return 1;
+    }
+    t_load = now_ms() - t_load;
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)o.seqs * mb);
+    for (int i = 0; i < o.seqs * mb; i++)
+        bt[i] = i;
+    batch b[2];
+    batch_init(&b[0], rows, o.seqs);
+    batch_init(&b[1], rows, o.seqs);
+    unsigned seed = 1;
+    double pf_dev = 0, dec_dev = 0, t0 = now_ms();
+    for (int s0 = 0; s0 < o.seqs; s0 += per_step) {
+        int n = o.seqs - s0 < per_step ? o.seqs - s0 : per_step;
+        if (run_step(r, fill(&b[0], s0, n, 0, o.prompt, bt, mb, &seed, m->n_vocab), &pf_dev))
+            goto fail;
+    }
+    double t_pf = now_ms() - t0;
+    int ticket[2];
+    const pl_step_output *out;
+    t0 = now_ms();
+    for (int k = 0; k <= o.gen; k++) {
+        if (k < o.gen) {
+            ticket[k % 2] = r->ops->launch(r, fill(&b[k % 2], 0, o.seqs, o.prompt + k, 1, bt,
+                                                   mb, &seed, m->n_vocab));
+            if (ticket[k % 2] < 0)
+                goto fail;
+        }
+        if (k > 0) {
+            if (r->ops->wait(r, ticket[(k - 1) % 2], &out) != 0)
+                goto fail;
+            dec_dev += out->exec_ms;
+        }
+    }
+    double t_dec = now_ms() - t0;
+    printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"seqs\":%d,\"prompt\":%d,"
+           "\"gen\":%d,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
+           "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
+           "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f}\n",
+           o.runner, o.model, o.graphs ? "true" : "false", o.seqs, o.prompt, o.gen,
+           r->info.num_blocks, t_load, t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
+           t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen);
+    r->ops->free(r);
+    pl_model_free(m);
+    pl_gguf_free(g);
+    return 0;
+fail:
+    fprintf(stderr, "bench: step failed: %s\n", !strcmp(o.runner, "cuda")
+            ? pl_cuda_last_error() : "cpu runner");
+    return 1;
+}

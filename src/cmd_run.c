@@ -1,0 +1,309 @@
+/* cmd_run.c - `parley run JOB.yaml`: run a conversation job to completion
+ * in-process, with a progress bar (or --live pool view) on stderr. Ctrl-C
+ * cancels gracefully (finished transcripts are kept, a re-run resumes); a
+ * second Ctrl-C exits at once. Exit 0 only when every question succeeded. */
+#include "src/cmd_run.h"
+
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+#include <event2/thread.h>
+
+#include "src/job_spec.h"
+#include "src/jobs.h"
+#include "src/log.h"
+#include "src/models_init.h"
+#include "src/options.h"
+#include "src/run_view.h"
+#include "src/yaml_load.h"
+
+typedef struct run_ctx {
+    struct event_base *base;
+    pl_job *job;
+    bool live;
+    int sigints;
+} run_ctx;
+
+typedef struct run_args {
+    const char *job_file, *output;
+    bool live;
+    int argc;                    /* argv without run-only flags */
+    char **argv;
+} run_args;
+
+static void run_usage(FILE *f)
+{
+    fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live] [options]\n\n"
+               "  --output DIR   write OUTPUT/<experiment>/... under DIR (default: the job's\n"
+               "                 output_dir, else ./output)\n"
+               "  --live         full-screen view of the scheduler's pools\n\n"
+               "model options (apply to every model of the job; the job file's per-model\n"
+               "options come first, the command line wins):\n");
+    pl_opts_print_help(f, PL_OPT_MODEL);
+}
+
+/* Split off the flags only `run` knows; the rest go to the option table. */
+static int split_args(int argc, char **argv, run_args *ra)
+{
+    ra->argv = calloc((size_t)argc + 1, sizeof *ra->argv);
+    if (!ra->argv)
+        return -1;
+    ra->argv[ra->argc++] = argv[0];
+    ra->argv[ra->argc++] = argv[1];
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--live"))
+            ra->live = true;
+        else if (!strcmp(argv[i], "--output") && i + 1 < argc)
+            ra->output = argv[++i];
+        else if (!strncmp(argv[i], "--output=", 9))
+            ra->output = argv[i] + 9;
+        else
+            ra->argv[ra->argc++] = argv[i];
+    }
+    return 0;
+}
+
+static void print_problems(const char *file, const pl_linemap *lines,
+                           const pl_spec_problems *p)
+{
+    for (int i = 0; i < p->n; i++) {
+        int line = pl_linemap_line(lines, p->v[i].path);
+        if (line > 0)
+            fprintf(stderr, "%s:%d: %s: %s\n", file, line, p->v[i].path, p->v[i].message);
+        else
+            fprintf(stderr, "%s: %s: %s\n", file, p->v[i].path, p->v[i].message);
+    }
+    fprintf(stderr, "parley: %d problem%s in %s\n", p->n, p->n == 1 ? "" : "s", file);
+}
+
+static int load_spec(const char *file, pl_job_spec *spec)
+{
+    char err[512];
+    pl_linemap lines = {0};
+    json_t *root = pl_yaml_load_file(file, &lines, err, sizeof err);
+    if (!root) {
+        fprintf(stderr, "parley: %s\n", err);
+        return -1;
+    }
+    char *dup = strdup(file);
+    pl_job_spec_source src = {.base_dir = dirname(dup)};
+    pl_spec_problems probs = {0};
+    int rc = pl_job_spec_parse(root, &src, spec, &probs);
+    if (rc < 0)
+        print_problems(file, &lines, &probs);
+    pl_spec_problems_free(&probs);
+    free(dup);
+    json_decref(root);
+    pl_linemap_free(&lines);
+    return rc;
+}
+
+/* A model's options: defaults and environment, the job file's keys for
+ * that model, then the command line. */
+static int model_opts(const run_args *ra, const pl_job_model *m, const char *file,
+                      pl_opts *o)
+{
+    char err[512];
+    char *pos[4];
+    int npos;
+    if (pl_opts_init(o, err, sizeof err) < 0)
+        goto fail;
+    const char *k;
+    json_t *v;
+    json_t *opts = json_object_get(m->options, "options");
+    json_t *both[2] = {m->options, json_is_object(opts) ? opts : NULL};
+    for (int b = 0; b < 2 && both[b]; b++)
+    json_object_foreach(both[b], k, v) {
+        if (!strcmp(k, "vllm_config") || !strcmp(k, "max_num_seqs") ||
+            !strcmp(k, "options"))
+            continue;           /* read by the job spec, or nested */
+        const char *key = !strcmp(k, "path") ? "model" : k;
+        if (pl_opts_set_json(o, key, v, PL_OPT_MODEL, err, sizeof err) < 0) {
+            fprintf(stderr, "parley: %s: models.%s.%s: %s\n", file, m->name, k, err);
+            return -1;
+        }
+    }
+    if (pl_opts_parse_args(o, ra->argc, ra->argv, 2, pos, 4, &npos, err, sizeof err) != 0)
+        goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "parley: %s\n", err);
+    return -1;
+}
+
+static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
+                         pl_backend **bs)
+{
+    for (int m = 0; m < s->n_models; m++) {
+        pl_opts o;
+        char err[512];
+        if (model_opts(ra, &s->models[m], ra->job_file, &o) < 0)
+            return -1;
+        bs[m] = pl_models_open(rc->base, &o, s->models[m].name, err, sizeof err);
+        pl_opts_free(&o);
+        if (!bs[m]) {
+            fprintf(stderr, "parley: model '%s': %s\n", s->models[m].name, err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Validate the options once and find the one positional argument.
+ * Returns 0, 1 after --help, -1 on error. */
+static int find_job_file(run_args *ra)
+{
+    pl_opts o;
+    char err[512];
+    char *pos[4];
+    int npos = 0, rc = pl_opts_init(&o, err, sizeof err);
+    if (rc == 0)
+        rc = pl_opts_parse_args(&o, ra->argc, ra->argv, 2, pos, 4, &npos, err, sizeof err);
+    pl_opts_free(&o);
+    if (rc == 1) {
+        run_usage(stdout);
+        return 1;
+    }
+    if (rc < 0 || npos != 1) {
+        if (rc < 0)
+            fprintf(stderr, "parley: %s\n", err);
+        run_usage(stderr);
+        return -1;
+    }
+    ra->job_file = pos[0];
+    return 0;
+}
+
+/* ---- the loop ---- */
+
+static void on_sigint(evutil_socket_t sig, short what, void *arg)
+{
+    run_ctx *rc = arg;
+    if (++rc->sigints > 1) {
+        pl_run_view_end(stderr);
+        fprintf(stderr, "parley: interrupted again: exiting now (re-run to resume)\n");
+        _exit(130);
+    }
+    pl_run_view_end(stderr);
+    fprintf(stderr, "parley: interrupted: stopping; finished transcripts are kept "
+                    "(Ctrl-C again to exit at once)\n");
+    pl_job_cancel(rc->job);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    run_ctx *rc = arg;
+    if (rc->sigints == 0)
+        pl_run_view_draw(stderr, rc->job, rc->live);
+}
+
+static void on_finished(void *ud, pl_job *j)
+{
+    event_base_loopexit(((run_ctx *)ud)->base, NULL);
+}
+
+static void print_summary(pl_job *j)
+{
+    pl_job_progress p;
+    pl_job_get_progress(j, &p);
+    const char *dir = pl_job_dir(j);
+    fprintf(stderr, "%s: %s: %d/%d succeeded (%d from an earlier run), %d failed, "
+            "%d cancelled, %d not started%s%s\n", pl_job_get_spec(j)->experiment,
+            pl_job_state_name(pl_job_get_state(j)), p.succeeded, p.total, p.skipped, p.failed,
+            p.cancelled, p.total - p.succeeded - p.failed - p.cancelled,
+            dir ? "; output: " : "", dir ? dir : "");
+    if (pl_job_error(j))
+        fprintf(stderr, "parley: %s\n", pl_job_error(j));
+}
+
+static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backend **bs)
+{
+    pl_io_pool *io = pl_io_pool_new(rc->base, 2);
+    if (!io)
+        return 1;
+    if (ra->output) {
+        free(spec->output_dir);
+        spec->output_dir = NULL;
+    }
+    pl_job_opts jo = {.base = rc->base, .io = io, .id = "run", .output_root =
+                      ra->output ? ra->output : "output", .backends = bs,
+                      .on_finished = on_finished, .ud = rc};
+    char err[256];
+    int n_questions = spec->n_questions;
+    rc->job = pl_job_new(spec, &jo, err, sizeof err);
+    if (!rc->job) {
+        fprintf(stderr, "parley: %s\n", err);
+        pl_io_pool_free(io);
+        return 1;
+    }
+    struct event *sig = evsignal_new(rc->base, SIGINT, on_sigint, rc);
+    struct event *sigt = evsignal_new(rc->base, SIGTERM, on_sigint, rc);
+    struct event *tick = event_new(rc->base, -1, EV_PERSIST, on_tick, rc);
+    struct timeval tv = {0, 200 * 1000};
+    evsignal_add(sig, NULL);
+    evsignal_add(sigt, NULL);
+    event_add(tick, &tv);
+    pl_run_view_begin(stderr, rc->live);
+    int status = 1;
+    if (pl_job_start(rc->job) == 0)
+        event_base_dispatch(rc->base);
+    pl_run_view_end(stderr);
+    print_summary(rc->job);
+    pl_job_progress p;
+    pl_job_get_progress(rc->job, &p);
+    if (pl_job_get_state(rc->job) == PL_JOB_COMPLETED && p.succeeded == n_questions)
+        status = 0;
+    event_free(tick);
+    event_free(sig);
+    event_free(sigt);
+    pl_job_free(rc->job);
+    pl_io_pool_free(io);
+    return status;
+}
+
+int pl_cmd_run(int argc, char **argv)
+{
+    run_args ra = {0};
+    run_ctx rc = {0};
+    pl_job_spec spec = {0};
+    pl_backend **bs = NULL;
+    int status = 2;
+    if (split_args(argc, argv, &ra) < 0)
+        return 1;
+    int prc = find_job_file(&ra);
+    if (prc != 0) {
+        free(ra.argv);
+        return prc == 1 ? 0 : 2;
+    }
+    if (!ra.job_file) {
+        run_usage(stderr);
+        goto done;
+    }
+    if (load_spec(ra.job_file, &spec) < 0)
+        goto done;
+    signal(SIGPIPE, SIG_IGN);
+    evthread_use_pthreads();
+    rc.base = event_base_new();
+    rc.live = ra.live;
+    bs = calloc((size_t)spec.n_models, sizeof *bs);
+    int n_models = spec.n_models;
+    if (!rc.base || !bs || open_backends(&rc, &ra, &spec, bs) < 0) {
+        pl_job_spec_free(&spec);
+        status = 1;
+        goto cleanup;
+    }
+    status = run_job(&rc, &ra, &spec, bs);
+cleanup:
+    for (int m = 0; bs && m < n_models; m++)
+        pl_backend_free(bs[m]);
+    free(bs);
+    if (rc.base)
+        event_base_free(rc.base);
+done:
+    free(ra.argv);
+    return status;
+}

@@ -1,0 +1,135 @@
+/* run_view.c - progress bar and live pool view for `parley run`. */
+#include "src/run_view.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+static FILE *view_f;
+static bool view_live, view_active, view_tty;
+
+static void view_restore(void)
+{
+    pl_run_view_end(view_f);
+}
+
+void pl_run_view_begin(FILE *f, bool live)
+{
+    static bool hooked;
+    view_f = f;
+    view_tty = isatty(fileno(f));
+    view_live = live && view_tty;
+    view_active = true;
+    if (!hooked) {
+        atexit(view_restore);
+        hooked = true;
+    }
+    if (view_live)
+        fputs("\033[?1049h\033[?25l", f);
+    fflush(f);
+}
+
+void pl_run_view_end(FILE *f)
+{
+    if (!view_active || !f)
+        return;
+    view_active = false;
+    if (view_live)
+        fputs("\033[?25h\033[?1049l", f);
+    else if (view_tty)
+        fputc('\n', f);
+    fflush(f);
+}
+
+static void draw_bar(FILE *f, pl_job *j)
+{
+    pl_job_progress p;
+    pl_job_get_progress(j, &p);
+    json_t *pools = pl_job_pools_json(j, 0);
+    int done = p.succeeded + p.failed, width = 30;
+    int fill = p.total ? done * width / p.total : width;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
+    bar[width] = '\0';
+    fprintf(f, "%s[%s] %d/%d  ok %d  failed %d  | in-flight %lld  pre-dep %lld  pending %lld",
+            view_tty ? "\r" : "", bar, done, p.total, p.succeeded, p.failed,
+            json_integer_value(json_object_get(pools, "in_flight")),
+            json_integer_value(json_object_get(pools, "pre_departure")),
+            json_integer_value(json_object_get(pools, "pending")));
+    fputs(view_tty ? "\033[K" : "\n", f);
+    json_decref(pools);
+}
+
+static void row(FILE *f, json_t *e, int i, bool with_model, char *out, size_t n)
+{
+    if (!e) {
+        out[0] = '\0';
+        return;
+    }
+    snprintf(out, n, "%2d. [%s] r%lld %s%s%s%s%s", i + 1,
+             json_string_value(json_object_get(e, "question_id")),
+             json_integer_value(json_object_get(e, "round")),
+             json_string_value(json_object_get(e, "agent_id")),
+             with_model ? " (" : "",
+             with_model ? json_string_value(json_object_get(e, "model")) : "",
+             with_model ? ")" : "",
+             json_is_true(json_object_get(e, "reprompt")) ? " retry" : "");
+}
+
+static void draw_live(FILE *f, pl_job *j)
+{
+    struct winsize ws = {0};
+    int cols = ioctl(fileno(f), TIOCGWINSZ, &ws) == 0 && ws.ws_col ? ws.ws_col : 80;
+    int rows = ws.ws_row ? ws.ws_row : 24, k = rows - 9;
+    if (k < 3)
+        k = 3;
+    if (cols > 200)
+        cols = 200;
+    char rule[256], thin[256];
+    memset(rule, '=', (size_t)cols);
+    memset(thin, '-', (size_t)cols);
+    rule[cols] = thin[cols] = '\0';
+    pl_job_progress p;
+    pl_job_get_progress(j, &p);
+    json_t *pools = pl_job_pools_json(j, k);
+    int in = 0, cap = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(pools, "models"), i, m) {
+        in += (int)json_integer_value(json_object_get(m, "in_flight"));
+        cap += (int)json_integer_value(json_object_get(m, "capacity"));
+    }
+    fprintf(f, "\033[H\033[2J%s\n", rule);
+    fprintf(f, "Progress: %d/%d conversations | In-Flight: %d/%d | Pre-Dep: %lld | Pending: %lld"
+            " | failed %d | saved %d\n%s\n", p.succeeded + p.failed, p.total, in, cap,
+            json_integer_value(json_object_get(pools, "pre_departure")),
+            json_integer_value(json_object_get(pools, "pending")), p.failed, p.persisted, thin);
+    int half = (cols - 3) / 2;
+    fprintf(f, "%-*.*s | %s\n%s\n", half, half, "PRE-DEPARTURE (ready to fly)",
+            "PENDING (blocked on deps)", thin);
+    json_t *first = json_object_get(pools, "first");
+    json_t *pre = json_object_get(first, "pre_departure"), *pen = json_object_get(first, "pending");
+    for (int r = 0; r < k; r++) {
+        char a[256], b[256];
+        row(f, json_array_get(pre, (size_t)r), r, true, a, sizeof a);
+        row(f, json_array_get(pen, (size_t)r), r, false, b, sizeof b);
+        if (!a[0] && !b[0])
+            break;
+        fprintf(f, "%-*.*s | %.*s\n", half, half, a, half, b);
+    }
+    fprintf(f, "%s\n", rule);
+    json_decref(pools);
+}
+
+void pl_run_view_draw(FILE *f, pl_job *j, bool live)
+{
+    if (j && pl_job_get_state(j) != PL_JOB_STARTING) {
+        if (live && view_live)
+            draw_live(f, j);
+        else if (view_tty)
+            draw_bar(f, j);
+    }
+    fflush(f);
+}

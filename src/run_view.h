@@ -1,0 +1,20 @@
+/* run_view.h - what `parley run` draws on stderr: a one-line progress bar,
+ * or (--live) a full-screen view of the scheduler's pools like seed 000's
+ * live status. The terminal is restored on every exit path. */
+#ifndef PL_RUN_VIEW_H
+#define PL_RUN_VIEW_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "src/jobs.h"
+
+/** Enter the view (live: alternate screen, hidden cursor). Installs an
+ *  atexit hook that restores the terminal. */
+void pl_run_view_begin(FILE *f, bool live);
+/** Redraw from the job's current state. */
+void pl_run_view_draw(FILE *f, pl_job *j, bool live);
+/** Leave the view: restore the screen and cursor, end the bar's line. */
+void pl_run_view_end(FILE *f);
+
+#endif

@@ -1,0 +1,229 @@
+/* test_cuda_kernels.c - the element-wise CUDA kernels and the cuBLAS GEMM
+ * against the C references of the CPU runner (cpu/ops.h), on random inputs
+ * at several shapes. Attention and sampling are in test_cuda_attn.c and
+ * test_cuda_sample.c (same executable). Skipped without a GPU.
+ *
+ * Tolerances (normalised error, tu_nerr): fp32 outputs 1e-5 (exact for
+ * gathers and adds); bf16 outputs 8e-3, i.e. about two bf16 ulps (2^-8
+ * relative each) of the largest value; GEMM over bf16-rounded inputs 1e-4
+ * (fp32 accumulation order only). */
+#include "tests/cuda_test_util.h"
+
+#include "backends/engine/cpu/ops.h"
+#include "backends/engine/model.h"
+#include "backends/engine/cuda/add.cuh"
+#include "backends/engine/cuda/embed.cuh"
+#include "backends/engine/cuda/gemm.h"
+#include "backends/engine/cuda/rmsnorm.cuh"
+#include "backends/engine/cuda/rope.cuh"
+#include "backends/engine/cuda/swiglu.cuh"
+
+#define TOL_F32 1e-5
+#define TOL_BF16 8e-3
+
+Test(cuda_kernels, embed_gathers_rows_and_zeroes_bad_ids)
+{
+    SKIP_WITHOUT_GPU();
+    const int V = 1000, dims[] = {64, 576};
+    for (int k = 0; k < 2; k++) {
+        int D = dims[k], R = 9;
+        float *tab = malloc(sizeof(float) * V * D), *got = malloc(sizeof(float) * R * D);
+        tu_fill(tab, (size_t)V * D, 2.0f);
+        tu_round_bf16(tab, (size_t)V * D);
+        int32_t ids[9] = {0, 999, 5, 5, -3, 1000, 42, 7, 123};
+        pl_bf16 *dt = tu_dev_bf16(tab, (size_t)V * D);
+        int32_t *di = tu_dev(ids, sizeof ids);
+        float *dx = tu_dev(NULL, sizeof(float) * R * D);
+        OK(pl_cuda_embed(dt, di, dx, R, D, V, 0));
+        tu_get(got, dx, sizeof(float) * R * D);
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < D; i++) {
+                float want = ids[r] >= 0 && ids[r] < V ? tab[(size_t)ids[r] * D + i] : 0.0f;
+                cr_assert_eq(got[r * D + i], want, "row %d col %d", r, i);
+            }
+        cudaFree(dt); cudaFree(di); cudaFree(dx);
+        free(tab); free(got);
+    }
+}
+
+static void check_rmsnorm(int R, int D, int fused)
+{
+    float *x = malloc(sizeof(float) * R * D), *y = malloc(sizeof(float) * R * D);
+    float *w = malloc(sizeof(float) * D), *ref = malloc(sizeof(float) * R * D);
+    float *got = malloc(sizeof(float) * R * D), *gx = malloc(sizeof(float) * R * D);
+    tu_fill(x, (size_t)R * D, 3.0f);
+    tu_fill(y, (size_t)R * D, 1.0f);
+    tu_fill(w, D, 1.5f);
+    float *dx = tu_dev(x, sizeof(float) * R * D), *dy = tu_dev(y, sizeof(float) * R * D);
+    float *dw = tu_dev(w, sizeof(float) * D);
+    pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * R * D);
+    if (fused) {
+        OK(pl_cuda_add_rmsnorm(dx, dy, dw, dout, R, D, 1e-5f, 0));
+        for (size_t i = 0; i < (size_t)R * D; i++)
+            x[i] += y[i];
+        tu_get(gx, dx, sizeof(float) * R * D);
+        cr_assert_leq(tu_nerr(gx, x, (size_t)R * D), TOL_F32, "residual R=%d D=%d", R, D);
+    } else {
+        OK(pl_cuda_rmsnorm(dx, NULL, dw, dout, R, D, 1e-5f, 0));
+    }
+    for (int r = 0; r < R; r++)
+        pl_op_rmsnorm(ref + (size_t)r * D, x + (size_t)r * D, w, D, 1e-5f);
+    tu_get_bf16(got, dout, (size_t)R * D);
+    cr_assert_leq(tu_nerr(got, ref, (size_t)R * D), TOL_BF16, "R=%d D=%d fused=%d", R, D,
+                  fused);
+    cudaFree(dx); cudaFree(dy); cudaFree(dw); cudaFree(dout);
+    free(x); free(y); free(w); free(ref); free(got); free(gx);
+}
+
+Test(cuda_kernels, rmsnorm_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    int shapes[][2] = {{1, 64}, {7, 576}, {33, 2048}, {4, 4096}};
+    for (int i = 0; i < 4; i++) {
+        check_rmsnorm(shapes[i][0], shapes[i][1], 0);
+        check_rmsnorm(shapes[i][0], shapes[i][1], 1);
+    }
+}
+
+Test(cuda_kernels, rmsnorm_gathers_rows)
+{
+    SKIP_WITHOUT_GPU();
+    const int R = 6, D = 128;
+    float x[R * D], w[D], ref[D], got[2 * D];
+    tu_fill(x, R * D, 2.0f);
+    tu_fill(w, D, 1.0f);
+    int32_t rows[2] = {5, 2};
+    float *dx = tu_dev(x, sizeof x), *dw = tu_dev(w, sizeof w);
+    int32_t *dr = tu_dev(rows, sizeof rows);
+    pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * 2 * D);
+    OK(pl_cuda_rmsnorm(dx, dr, dw, dout, 2, D, 1e-6f, 0));
+    tu_get_bf16(got, dout, 2 * D);
+    for (int k = 0; k < 2; k++) {
+        pl_op_rmsnorm(ref, x + rows[k] * D, w, D, 1e-6f);
+        cr_assert_leq(tu_nerr(got + k * D, ref, D), TOL_BF16);
+    }
+    cudaFree(dx); cudaFree(dw); cudaFree(dr); cudaFree(dout);
+}
+
+static void check_rope(int R, int n_heads, int hd, int n_rot, int neox)
+{
+    int stride = n_heads * hd + 32;  /* extra columns must stay untouched */
+    float *x = malloc(sizeof(float) * R * stride), *got = malloc(sizeof(float) * R * stride);
+    float inv[128];
+    int32_t *pos = malloc(sizeof(int32_t) * R);
+    tu_fill(x, (size_t)R * stride, 2.0f);
+    pl_model_rope_freqs(inv, n_rot, 10000.0f, "none", 1.0f, 1.0f, 1.0f, 0, NULL);
+    for (int r = 0; r < R; r++)
+        pos[r] = r * 397 % 8192;
+    float *dx = tu_dev(x, sizeof(float) * R * stride), *dinv = tu_dev(inv, sizeof inv);
+    int32_t *dpos = tu_dev(pos, sizeof(int32_t) * R);
+    OK(pl_cuda_rope(dx, dpos, R, stride, n_heads, hd, n_rot, dinv,
+                    neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, 0));
+    tu_get(got, dx, sizeof(float) * R * stride);
+    for (int r = 0; r < R; r++)
+        pl_op_rope(x + (size_t)r * stride, n_heads, hd, n_rot, pos[r], inv, neox);
+    /* fp32 both sides; the angle pos*inv_freq reaches ~8000 rad, where fp32
+     * sin/cos implementations differ by ~1e-4 of the value. */
+    cr_assert_leq(tu_nerr(got, x, (size_t)R * stride), 5e-4, "R=%d hd=%d rot=%d neox=%d",
+                  R, hd, n_rot, neox);
+    cudaFree(dx); cudaFree(dinv); cudaFree(dpos);
+    free(x); free(got); free(pos);
+}
+
+Test(cuda_kernels, rope_normal_and_neox_match_reference)
+{
+    SKIP_WITHOUT_GPU();
+    for (int neox = 0; neox < 2; neox++) {
+        check_rope(5, 12, 64, 64, neox);
+        check_rope(17, 40, 128, 128, neox);
+        check_rope(3, 4, 128, 64, neox);   /* partial rotation */
+    }
+}
+
+Test(cuda_kernels, swiglu_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    int shapes[][2] = {{1, 1536}, {9, 8192}, {64, 256}};
+    for (int k = 0; k < 3; k++) {
+        int R = shapes[k][0], F = shapes[k][1];
+        float *gu = malloc(sizeof(float) * R * 2 * F), *ref = malloc(sizeof(float) * R * F);
+        float *got = malloc(sizeof(float) * R * F);
+        tu_fill(gu, (size_t)R * 2 * F, 6.0f);
+        for (int r = 0; r < R; r++) {
+            memcpy(ref + (size_t)r * F, gu + (size_t)r * 2 * F, sizeof(float) * F);
+            pl_op_swiglu(ref + (size_t)r * F, gu + (size_t)r * 2 * F + F, F);
+        }
+        float *dgu = tu_dev(gu, sizeof(float) * R * 2 * F);
+        pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * R * F);
+        OK(pl_cuda_swiglu(dgu, dout, R, F, 0));
+        tu_get_bf16(got, dout, (size_t)R * F);
+        cr_assert_leq(tu_nerr(got, ref, (size_t)R * F), TOL_BF16, "R=%d F=%d", R, F);
+        cudaFree(dgu); cudaFree(dout);
+        free(gu); free(ref); free(got);
+    }
+}
+
+Test(cuda_kernels, add_and_bias_are_exact)
+{
+    SKIP_WITHOUT_GPU();
+    size_t sizes[] = {1, 1023, 4096 * 7};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        float *x = malloc(sizeof(float) * n), *y = malloc(sizeof(float) * n);
+        float *got = malloc(sizeof(float) * n);
+        tu_fill(x, n, 1.0f);
+        tu_fill(y, n, 1.0f);
+        float *dx = tu_dev(x, sizeof(float) * n), *dy = tu_dev(y, sizeof(float) * n);
+        OK(pl_cuda_add(dx, dy, n, 0));
+        tu_get(got, dx, sizeof(float) * n);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(got[i], x[i] + y[i]);
+        cudaFree(dx); cudaFree(dy);
+        free(x); free(y); free(got);
+    }
+    float m[3 * 5], b[5], got[15];
+    tu_fill(m, 15, 1.0f);
+    tu_fill(b, 5, 1.0f);
+    float *dm = tu_dev(m, sizeof m), *db = tu_dev(b, sizeof b);
+    OK(pl_cuda_add_bias(dm, db, 3, 5, 0));
+    tu_get(got, dm, sizeof got);
+    for (int i = 0; i < 15; i++)
+        cr_assert_eq(got[i], m[i] + b[i % 5]);
+    cudaFree(dm); cudaFree(db);
+}
+
+static void check_gemm(pl_cuda_gemm *g, int rows, int out, int in)
+{
+    float *x = malloc(sizeof(float) * rows * in), *w = malloc(sizeof(float) * out * in);
+    float *ref = malloc(sizeof(float) * rows * out), *got = malloc(sizeof(float) * rows * out);
+    tu_fill(x, (size_t)rows * in, 1.0f);
+    tu_fill(w, (size_t)out * in, 0.1f);
+    tu_round_bf16(x, (size_t)rows * in);
+    tu_round_bf16(w, (size_t)out * in);
+    for (int r = 0; r < rows; r++)
+        for (int o = 0; o < out; o++) {
+            double s = 0;
+            for (int i = 0; i < in; i++)
+                s += (double)x[(size_t)r * in + i] * w[(size_t)o * in + i];
+            ref[(size_t)r * out + o] = (float)s;
+        }
+    pl_bf16 *dx = tu_dev_bf16(x, (size_t)rows * in), *dw = tu_dev_bf16(w, (size_t)out * in);
+    float *dy = tu_dev(NULL, sizeof(float) * rows * out);
+    OK(pl_cuda_gemm_bf16(g, dx, dw, dy, rows, out, in));
+    tu_get(got, dy, sizeof(float) * rows * out);
+    cr_assert_leq(tu_nerr(got, ref, (size_t)rows * out), 1e-4, "%dx%dx%d", rows, out, in);
+    cudaFree(dx); cudaFree(dw); cudaFree(dy);
+    free(x); free(w); free(ref); free(got);
+}
+
+Test(cuda_kernels, gemm_bf16_matches_double_reference)
+{
+    SKIP_WITHOUT_GPU();
+    char err[256];
+    pl_cuda_gemm *g = pl_cuda_gemm_new(0, err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    check_gemm(g, 1, 96, 576);
+    check_gemm(g, 5, 1536, 576);
+    check_gemm(g, 64, 320, 2048);
+    pl_cuda_gemm_free(g);
+}
