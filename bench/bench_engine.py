@@ -281,13 +281,12 @@ def step_delta(before, after):
     return d
 
 
-def bench_throughput(args, rng, log):
-    """Workload 1; returns rows of the table and per-concurrency step figures."""
-    results = {}  # (peer, conc) -> list of runs
-    steps = {}
-    for conc in args.conc:
+def bench_throughput(args, rng, log, concs, results, steps):
+    """Workload 1 at concs; fills results[(peer, conc)] with a list of runs and
+    steps[conc] with parley's per-step figures (partial if interrupted)."""
+    for conc in concs:
         per_stream = 3 if conc == 1 else 1
-        for rep in range(args.reps):
+        for rep in range(args.reps if conc < 32 else args.reps_big):
             order = ["parley", "llama-server"]
             if rep % 2:
                 order.reverse()
@@ -310,12 +309,10 @@ def bench_throughput(args, rng, log):
                     f"({r['tokens']} tokens in {r['wall']:.1f} s, "
                     f"{r['prompt_per_req']:.0f} prompt tok/req; server used "
                     f"{r['server_cores']:.2f} cores, other processes {r['others']:.2f})")
-    return results, steps
 
 
-def bench_python_peer(args, rng, log):
+def bench_python_peer(args, rng, log, out):
     """llama-cpp-python's server at 1 and 8 streams: does it batch?"""
-    out = {}
     srv = llama_cpp_python_server(args)
     try:
         chat(srv, [{"role": "user", "content": "Hi"}], 4)
@@ -326,7 +323,6 @@ def bench_python_peer(args, rng, log):
                 f"({r['completion_per_req']:.0f} tokens/request)")
     finally:
         srv.stop()
-    return out
 
 
 def conversation(srv, rng, turns, max_tokens, system):
@@ -344,9 +340,8 @@ def conversation(srv, rng, turns, max_tokens, system):
     return rows
 
 
-def bench_multiturn(args, rng, log):
+def bench_multiturn(args, rng, log, res):
     """Workload 2 on fresh servers, prefix caching on then off."""
-    res = {}
     system = ("You are one agent in a panel discussion. " +
               " ".join(rng.choice(WORDS) for _ in range(args.system_words)) +
               ". Keep answers short and refer to what the others said.")
@@ -385,13 +380,11 @@ def bench_multiturn(args, rng, log):
         log(f"  prefix caching {mode}: round 2+ cached {m['cached_later']}/"
             f"{m['prompt_later']} prompt tokens; TTFT round 1 {m['ttft_first']*1e3:.0f} ms, "
             f"round 2+ {m['ttft_later']*1e3:.0f} ms; kv hits {m['kv_hits']}/{m['kv_queries']}")
-    return res
 
 
-def bench_async(args, rng, log):
+def bench_async(args, rng, log, res):
     """Workload 3: async vs sync at args.async_conc streams."""
-    res = {"async": [], "sync": []}
-    for rep in range(args.reps):
+    for rep in range(args.reps_big):
         order = [("async", ()), ("sync", ("--no-async-scheduling",))]
         if rep % 2:
             order.reverse()
@@ -404,12 +397,11 @@ def bench_async(args, rng, log):
                 r["steps"] = step_delta(before, srv.status())
             finally:
                 srv.stop()
-            res[mode].append(r)
+            res.setdefault(mode, []).append(r)
             p = r["steps"]["per_step"]
             log(f"  {mode:5s} rep={rep}: {r['tok_s']:.1f} tok/s; per step: schedule "
                 f"{p['schedule']:.3f} ms, process {p['process']:.3f} ms, execute "
                 f"{p['execute']:.2f} ms, idle gap {p['idle_gap']:.3f} ms, {p['rows']:.1f} rows")
-    return res
 
 
 # ---------------------------------------------------------------- report --
@@ -436,17 +428,18 @@ def machine():
     return f"{name}, {os.cpu_count()} cores (load average {load:.1f} at the end)"
 
 
-def report(args, thr, steps, py, multi, asy, elapsed):
+def report(args, thr, steps, py, multi, asy, elapsed, interrupted):
     L = []
     L.append(f"### Engine core: CPU engine vs llama.cpp ({time.strftime('%Y-%m-%d', time.gmtime())}"
-             f"{', quick' if args.quick else ''})")
+             f"{', quick' if args.quick else ''}{', interrupted: partial' if interrupted else ''})")
     L.append("")
     L.append(f"Command: `bench/bench_engine.py{' --quick' if args.quick else ''}` "
              f"({elapsed/60:.1f} min). Machine: {machine()}; the clients share the "
              "cores with the server. Model: SmolLM2-135M-Instruct Q4_1. "
              f"Both servers `--threads {args.threads}`; requests: ~100-token prompt "
              f"(unique per request), max_tokens {args.max_tokens}, EOS ignored, "
-             f"temperature 0. Medians of {args.reps} runs, servers alternating.")
+             f"temperature 0. Medians of {args.reps} runs ({args.reps_big} at 32+ "
+             "streams), servers alternating.")
     L.append("")
     if thr:
         peer = "llama-server (llama.cpp of llama-cpp-python 0.3.16, --parallel N --cont-batching)"
@@ -470,20 +463,20 @@ def report(args, thr, steps, py, multi, asy, elapsed):
                      f"{fmt(med(q, 'others'), 2) if q else ''} | "
                      f"{'>= 1.2x' if conc == 32 else ''} |")
         L.append("")
-    if py:
+    if 1 in py and 8 in py:
         one, eight = py[1]["tok_s"], py[8]["tok_s"]
         verdict = ("serialises requests (one llama context behind a lock)"
                    if eight < 1.5 * one else "batches requests")
         L.append(f"llama-cpp-python's own server (`python3 -m llama_cpp.server`, one run): "
                  f"1 stream {one:.1f} tok/s, 8 streams {eight:.1f} tok/s: it {verdict}.")
         L.append("")
-    if multi:
+    if "on" in multi and "off" in multi:
         L.append(f"Multi-turn ({args.convs} conversations x {args.turns} turns, each request "
                  f"re-sends the history; ~{args.system_words}-word system prompt, "
                  f"{args.turn_tokens} tokens per reply; streaming, TTFT = first content delta):")
         L.append("")
         L.append("| prefix caching | round 2+ prompt tokens from cache | ceiling (prev. turn's tokens) "
-                 "| kv block hits | TTFT round 1 (ms) | TTFT round 2+ (ms) | target |")
+                 "| /status kv prefix hits/queries (tokens, all rounds) | TTFT round 1 (ms) | TTFT round 2+ (ms) | target |")
         L.append("|---|---|---|---|---|---|---|")
         for mode in ("on", "off"):
             m = multi[mode]
@@ -496,7 +489,7 @@ def report(args, thr, steps, py, multi, asy, elapsed):
         L.append(f"Prompt tokens per request: round 1 {multi['on']['prompt_first']:.0f}, "
                  f"last round {multi['on']['prompt_last']:.0f}.")
         L.append("")
-    if asy:
+    if "async" in asy and "sync" in asy:
         L.append(f"Async vs sync step pipeline, {args.async_conc} streams (per-step ms "
                  "from /status timing):")
         L.append("")
@@ -535,6 +528,8 @@ def parse_args():
     ap.add_argument("--model", default=os.environ.get("PARLEY_MODEL", DEFAULT_MODEL))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps-big", type=int, default=None,
+                    help="runs at 32+ streams (default: --reps)")
     ap.add_argument("--conc", type=lambda s: [int(x) for x in s.split(",")],
                     default=[1, 8, 32, 64])
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -549,7 +544,41 @@ def parse_args():
     args = ap.parse_args()
     if args.quick:
         args.reps, args.conc, args.convs, args.turns = 1, [1, 32], 4, 3
+    if args.reps_big is None:
+        args.reps_big = args.reps
     return args
+
+
+def run_throughput(args, rng, log, concs, thr, steps):
+    args.parley_srv = parley_server(args)
+    try:
+        chat(args.parley_srv, [{"role": "user", "content": "Hi"}], 4)
+        bench_throughput(args, rng, log, concs, thr, steps)
+    finally:
+        args.parley_srv.stop()
+
+
+def run_all(args, only, rng, thr, steps, py, multi, asy):
+    """The workloads, the longest (64 streams) last, filling the dicts."""
+    log = lambda s: print(s, flush=True)
+    if "throughput" in only:
+        log("throughput:")
+        run_throughput(args, rng, log, [c for c in args.conc if c < 64], thr, steps)
+    if "multiturn" in only:
+        log("multi-turn:")
+        bench_multiturn(args, rng, log, multi)
+    if "async" in only:
+        log("async vs sync:")
+        bench_async(args, rng, log, asy)
+    if "python" in only:
+        log("llama-cpp-python server:")
+        try:
+            bench_python_peer(args, rng, log, py)
+        except (RuntimeError, OSError) as e:
+            log(f"  skipped: {e}")
+    if "throughput" in only and any(c >= 64 for c in args.conc):
+        log("throughput, 64+ streams:")
+        run_throughput(args, rng, log, [c for c in args.conc if c >= 64], thr, steps)
 
 
 def main():
@@ -567,29 +596,13 @@ def main():
         args.llama_server = None
     rng = random.Random(20261122)
     t0 = time.time()
-    thr = steps = py = multi = asy = None
-    log = lambda s: print(s, flush=True)
-    if "throughput" in only:
-        log("throughput:")
-        args.parley_srv = parley_server(args)
-        try:
-            chat(args.parley_srv, [{"role": "user", "content": "Hi"}], 4)
-            thr, steps = bench_throughput(args, rng, log)
-        finally:
-            args.parley_srv.stop()
-    if "python" in only:
-        log("llama-cpp-python server:")
-        try:
-            py = bench_python_peer(args, rng, log)
-        except (RuntimeError, OSError) as e:
-            log(f"  skipped: {e}")
-    if "multiturn" in only:
-        log("multi-turn:")
-        multi = bench_multiturn(args, rng, log)
-    if "async" in only:
-        log("async vs sync:")
-        asy = bench_async(args, rng, log)
-    text = report(args, thr, steps or {}, py, multi, asy, time.time() - t0)
+    thr, steps, py, multi, asy = {}, {}, {}, {}, {}
+    interrupted = False
+    try:
+        run_all(args, only, rng, thr, steps, py, multi, asy)
+    except (SystemExit, KeyboardInterrupt):
+        interrupted = True
+    text = report(args, thr, steps, py, multi, asy, time.time() - t0, interrupted)
     print()
     print(text)
     if not args.no_append:
