@@ -258,17 +258,23 @@ static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
 }
 
 /* One weight row against nr <= 4 activation rows (stride a_stride blocks):
- * each weight block is unpacked once for all rows. */
+ * each weight block is unpacked once for all rows. Each row's sum is
+ * accumulated in exactly the order of the single-row kernels (Q4: blocks
+ * alternate between two chains; Q8: one chain), so a row's result does not
+ * depend on how many rows share the call: the runner is batch-invariant. */
 __attribute__((target("avx2,fma,f16c")))
 static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
                            size_t a_stride, int nb, int nr, float *out, size_t out_stride)
 {
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    float off[4] = {0, 0, 0, 0};
+    __m256 acc[2][4];
+    float off[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    for (int c = 0; c < 2; c++)
+        for (int r = 0; r < 4; r++)
+            acc[c][r] = _mm256_setzero_ps();
     int q8 = t == PL_GGML_TYPE_Q8_0, has_m = t == PL_GGML_TYPE_Q4_1;
     size_t bb = q8 ? 34 : has_m ? 20 : 18;
     for (int i = 0; i < nb; i++, b += bb) {
+        int c = q8 ? 0 : i & 1;
         float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -8.0f * d;
         __m256i wq = q8 ? _mm256_loadu_si256((const __m256i *)(b + 2))
                         : unpack_nibbles(b + (has_m ? 4 : 2));
@@ -277,13 +283,15 @@ static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
             const pl_q8_act *ar = a + (size_t)r * a_stride + i;
             __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
             __m256 p = dot_u8s8(wa, q8 ? _mm256_sign_epi8(aq, wq) : aq);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc[r]);
+            acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc[c][r]);
             if (!q8)
-                off[r] += m * ar->s;
+                off[c][r] += m * ar->s;
         }
     }
     for (int r = 0; r < nr; r++)
-        out[(size_t)r * out_stride] = hsum8(acc[r]) + off[r];
+        out[(size_t)r * out_stride] = q8 ? hsum8(acc[0][r])
+                                         : hsum8(_mm256_add_ps(acc[0][r], acc[1][r])) +
+                                               off[0][r] + off[1][r];
 }
 
 __attribute__((target("avx2,fma,f16c")))
