@@ -75,13 +75,19 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--append", action="store_true")
+    ap.add_argument("--no-batch-invariant", action="store_true",
+                    help="f32 GEMM from 20 rows (parley serve --no-batch-invariant); the "
+                         "default measures what parley serves: quantised kernels at every "
+                         "row count")
     a = ap.parse_args()
     exe = build_bench()
     ours, ref = [], []
     args = [a.model, str(a.threads), str(a.prompt), str(a.decode)]
     load0 = os.getloadavg()[0]
     for i in range(a.reps):
-        ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads)]))
+        gemm_min_rows = "20" if a.no_batch_invariant else "1000000000"
+        ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads),
+                         gemm_min_rows]))
         ref.append(run([sys.executable, "-c", LLAMA_SNIPPET, *args]))
         print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1]} "
               "(prefill, decode tok/s; prefill, decode CPU s)", file=sys.stderr)
@@ -93,7 +99,8 @@ def main():
     cp, cd = a.prompt / med(ours, 2), a.decode / med(ours, 3)
     lcp, lcd = a.prompt / med(ref, 2), a.decode / med(ref, 3)
     cmd = (f"python3 bench/bench_cpu.py --threads {a.threads} --prompt {a.prompt} "
-           f"--decode {a.decode} --reps {a.reps}")
+           f"--decode {a.decode} --reps {a.reps}"
+           + (" --no-batch-invariant" if a.no_batch_invariant else ""))
     text = f"""
 ### CPU runner vs llama-cpp-python ({datetime.date.today()})
 

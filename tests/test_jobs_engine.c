@@ -118,8 +118,9 @@ static json_t *load_index(void)
     char path[256], line[8192];
     snprintf(path, sizeof path, "%s/engine_job/engine_job_index.jsonl", dir);
     FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "no index at %s", path);
     json_t *by_id = json_object();
+    if (!f)
+        return by_id;            /* written at the first success: none yet */
     while (fgets(line, sizeof line, f)) {
         json_error_t e;
         json_t *o = json_loads(line, 0, &e);

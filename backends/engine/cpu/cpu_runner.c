@@ -139,6 +139,8 @@ static void run_copies_locked(cpu_runner *r, int t)
     int k = 0;
     for (; k < r->n_copies && r->copies[k].ticket <= t; k++)
         pl_cpu_fwd_copy_block(r->fwd, r->copies[k].src, r->copies[k].dst);
+    if (k == 0)
+        return;                  /* also keeps NULL copies away from memmove */
     memmove(r->copies, r->copies + k, sizeof(block_copy) * (size_t)(r->n_copies - k));
     r->n_copies -= k;
 }
