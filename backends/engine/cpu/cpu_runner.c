@@ -47,6 +47,9 @@ typedef struct cpu_runner {
     outbuf out[N_OUTBUF];
     int32_t *slot_last;          /* (max_seqs) last sampled id per slot */
     int32_t *tokens, *out_rows;  /* (max_rows), (max_seqs) */
+    int32_t *ph_tok;             /* (max_seqs) id a sequence's placeholder row
+                                    stood for this step, or -1 */
+    int32_t *hist;               /* (max_model_len + 1) penalty-history scratch */
     float *logits;               /* (max_seqs, n_vocab) */
 } cpu_runner;
 
@@ -69,8 +72,11 @@ static int resolve_inputs(cpu_runner *r, const pl_step_input *in, int *n_out)
         if (s < 0 || s >= in->n_seqs)
             return -1;
         int32_t slot = in->seq_slot[s];
-        if (t == PL_TOKEN_PLACEHOLDER)
+        r->ph_tok[s] = -1;
+        if (t == PL_TOKEN_PLACEHOLDER) {
             t = slot >= 0 && slot < inf->max_seqs ? r->slot_last[slot] : -1;
+            r->ph_tok[s] = t;
+        }
         if (t < 0)
             return -1;
         r->tokens[i] = t;
@@ -85,6 +91,25 @@ static int resolve_inputs(cpu_runner *r, const pl_step_input *in, int *n_out)
     return 0;
 }
 
+/* The host's history of a sequence lacks the id its placeholder row stood
+ * for (sampled by the step still in flight when this one was scheduled).
+ * Penalties must count it, or async sampling would differ from sync. */
+static const int32_t *penalty_history(cpu_runner *r, const pl_step_input *in, int s,
+                                      int *n_hist)
+{
+    const int32_t *hist = in->seq_hist ? in->seq_hist[s] : NULL;
+    *n_hist = in->seq_hist_len ? in->seq_hist_len[s] : 0;
+    const pl_seq_sampling *p = &in->sampling[s];
+    bool penalised = p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+                     p->frequency_penalty != 0.0f;
+    if (r->ph_tok[s] < 0 || !penalised || *n_hist >= r->base.info.max_model_len)
+        return hist;
+    if (*n_hist > 0)
+        memcpy(r->hist, hist, sizeof(int32_t) * (size_t)*n_hist);
+    r->hist[(*n_hist)++] = r->ph_tok[s];
+    return r->hist;
+}
+
 static void sample_all(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
 {
     int k = 0, nv = r->base.info.n_vocab;
@@ -94,8 +119,8 @@ static void sample_all(cpu_runner *r, const pl_step_input *in, pl_step_output *o
         if (!in->seq_sample[s])
             continue;
         const float *lg = r->logits + (size_t)k++ * nv;
-        const int32_t *hist = in->seq_hist ? in->seq_hist[s] : NULL;
-        int n_hist = in->seq_hist_len ? in->seq_hist_len[s] : 0;
+        int n_hist;
+        const int32_t *hist = penalty_history(r, in, s, &n_hist);
         pl_sampler_sample(r->sampler, lg, &in->sampling[s], hist, n_hist,
                           r->base.info.eos_id, &smp);
         o->sampled[s] = smp.id;
@@ -255,6 +280,8 @@ static void cpu_free(pl_runner *base)
     free(r->slot_last);
     free(r->tokens);
     free(r->out_rows);
+    free(r->ph_tok);
+    free(r->hist);
     free(r->logits);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
@@ -281,8 +308,10 @@ static int alloc_buffers(cpu_runner *r)
     r->slot_last = malloc(sizeof(int32_t) * S);
     r->tokens = malloc(sizeof(int32_t) * (size_t)inf->max_rows);
     r->out_rows = malloc(sizeof(int32_t) * S);
+    r->ph_tok = malloc(sizeof(int32_t) * S);
+    r->hist = malloc(sizeof(int32_t) * ((size_t)inf->max_model_len + 1));
     r->logits = malloc(sizeof(float) * S * V);
-    if (!r->slot_last || !r->tokens || !r->out_rows || !r->logits)
+    if (!r->slot_last || !r->tokens || !r->out_rows || !r->logits || !r->ph_tok || !r->hist)
         return -1;
     for (size_t i = 0; i < S; i++)
         r->slot_last[i] = -1;
