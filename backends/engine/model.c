@@ -1,5 +1,6 @@
 /* model.c - hyperparameters and weights of a llama/qwen2 GGUF (model.h). */
 #include "backends/engine/model.h"
+#include "backends/engine/runner.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -282,4 +283,18 @@ void pl_model_free(pl_model *m)
     free(m->output_norm);
     free(m->rope_inv_freq);
     free(m);
+}
+
+int pl_runner_info_init(pl_runner_info *inf, const pl_model *m, const pl_runner_info *want)
+{
+    *inf = *want;
+    inf->n_vocab = m->n_vocab;
+    inf->eos_id = m->eos_id;
+    if (inf->max_model_len <= 0)
+        inf->max_model_len = m->n_ctx_train;
+    if (inf->block_size <= 0)
+        inf->block_size = 16;
+    if (inf->max_seqs <= 0 || inf->max_rows <= 0 || inf->max_model_len <= 0)
+        return -1;
+    return 0;
 }

@@ -105,6 +105,18 @@ typedef struct pl_runner_info {
     int32_t eos_id;
 } pl_runner_info;
 
+struct pl_model;
+
+/**
+ * A runner's geometry from the geometry asked for and the model: n_vocab
+ * and eos_id from the model, max_model_len 0 -> the model's context,
+ * block_size 0 -> 16; num_blocks is left as asked (each runner sizes its
+ * own cache). Returns 0, or -1 when max_seqs, max_rows or max_model_len is
+ * not positive.
+ */
+int pl_runner_info_init(pl_runner_info *inf, const struct pl_model *m,
+                        const pl_runner_info *want);
+
 struct pl_runner {
     const pl_runner_ops *ops;
     pl_runner_info info;

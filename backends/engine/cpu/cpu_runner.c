@@ -327,16 +327,11 @@ static int alloc_buffers(cpu_runner *r)
     return 0;
 }
 
+/* Shared geometry, then the CPU's default cache: every sequence at full
+ * length. */
 static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_info *want)
 {
-    *inf = *want;
-    inf->n_vocab = m->n_vocab;
-    inf->eos_id = m->eos_id;
-    if (inf->max_model_len <= 0)
-        inf->max_model_len = m->n_ctx_train;
-    if (inf->block_size <= 0)
-        inf->block_size = 16;
-    if (inf->max_seqs <= 0 || inf->max_rows <= 0)
+    if (pl_runner_info_init(inf, m, want) != 0)
         return -1;
     if (inf->num_blocks <= 0)
         inf->num_blocks = inf->max_seqs *
@@ -357,7 +352,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     r->base.ops = &cpu_ops;
     r->m = m;
     if (fill_info(&r->base.info, m, want) != 0) {
-        snprintf(err, errlen, "max_seqs and max_rows must be positive");
+        snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive");
         goto fail;
     }
     if (n_threads <= 0)

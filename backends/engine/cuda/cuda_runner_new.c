@@ -15,14 +15,7 @@ void pl_cuda_runner_destroy_(cuda_runner *r);
 static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info *want)
 {
     pl_runner_info *inf = &r->base.info;
-    *inf = *want;
-    inf->n_vocab = m->n_vocab;
-    inf->eos_id = m->eos_id;
-    if (inf->max_model_len <= 0)
-        inf->max_model_len = m->n_ctx_train;
-    if (inf->block_size <= 0)
-        inf->block_size = 16;
-    if (inf->max_seqs <= 0 || inf->max_rows <= 0 || inf->max_model_len <= 0)
+    if (pl_runner_info_init(inf, m, want) != 0)
         return pl_cuda_fail_(__FILE__, __LINE__, "max_seqs, max_rows and max_model_len "
                              "must be positive");
     r->n_layer = m->n_layer;
