@@ -7,7 +7,7 @@
 
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
-#include "src/log.h"
+#include "src/base/log.h"
 
 static api_job *find_job(pl_jobs_api *a, const char *id, size_t len)
 {

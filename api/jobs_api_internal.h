@@ -4,8 +4,8 @@
 
 #include "api/jobs_api.h"
 #include "api/sse.h"
-#include "src/io_pool.h"
-#include "src/jobs.h"
+#include "src/base/io_pool.h"
+#include "src/jobs/jobs.h"
 
 typedef struct job_stream job_stream;
 

@@ -16,7 +16,7 @@
 #include "api/oai_params.h"
 #include "api/respond.h"
 #include "api/sse.h"
-#include "src/log.h"
+#include "src/base/log.h"
 
 /* Append a string literal without its NUL. */
 #define ADD_LIT(b, lit) evbuffer_add((b), (lit), strlen(lit))

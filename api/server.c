@@ -15,7 +15,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api/respond.h"
-#include "src/log.h"
+#include "src/base/log.h"
 
 #define MAX_ROUTES 64
 #define MAX_STATUS_HOOKS 8

@@ -13,8 +13,8 @@
 #include <time.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
 
 static double clock_s(clockid_t id)
 {

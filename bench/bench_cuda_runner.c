@@ -13,10 +13,11 @@
 #include <time.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/common.cuh"
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
 
 typedef struct bench_opts {
     const char *model, *runner;
@@ -122,7 +123,8 @@ int main(int argc, char **argv)
         return 2;
     }
     pl_gguf *g = pl_gguf_open(o.model, err, sizeof err);
-    pl_model_opts mo = {.keep_f32 = strcmp(o.runner, "cpu") == 0};
+    pl_model_opts mo = {.keep_f32 = strcmp(o.runner, "cpu") == 0,
+                        .keep_packed = pl_op_qdot_supported};
     pl_model *m = g ? pl_model_load(g, &mo, err, sizeof err) : NULL;
     if (!m) {
         fprintf(stderr, "bench: %s\n", err);

@@ -21,7 +21,7 @@
 
 #include "backends/mock/mock.h"
 #include "schedulers/conversation.h"
-#include "src/jobs.h"
+#include "src/jobs/jobs.h"
 
 #define N_CONV 2500
 #define N_AGENTS 4

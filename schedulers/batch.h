@@ -2,7 +2,7 @@
  * next engine step.
  *
  * Sequences wait, run, and finish. Each step the scheduler fills a
- * pl_step_input (backends/engine/runner.h) under two limits:
+ * pl_step_input (schedulers/batch_step.h) under two limits:
  * max_num_seqs running sequences and max_num_batched_tokens rows. Running
  * decodes go first, then running prefill chunks, then waiting sequences are
  * admitted in (priority, arrival) order; prompts longer than the remaining
@@ -44,7 +44,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/engine/runner.h"
+#include "schedulers/batch_step.h"
 #include "schedulers/kv_blocks.h"
 
 typedef enum pl_seq_state {

@@ -15,13 +15,13 @@
 #include <event2/thread.h>
 
 #include "schedulers/conversation.h"
-#include "src/job_spec.h"
-#include "src/jobs.h"
-#include "src/log.h"
+#include "src/jobs/job_spec.h"
+#include "src/jobs/jobs.h"
+#include "src/base/log.h"
 #include "src/models_init.h"
 #include "src/options.h"
 #include "src/run_view.h"
-#include "src/yaml_load.h"
+#include "src/base/yaml_load.h"
 
 typedef struct run_ctx {
     struct event_base *base;

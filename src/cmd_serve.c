@@ -14,7 +14,7 @@
 #include "api/oai_chat.h"
 #include "api/server.h"
 #include "src/config.h"
-#include "src/log.h"
+#include "src/base/log.h"
 #include "src/models_init.h"
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)

@@ -5,7 +5,7 @@
 #include "src/cmd_run.h"
 #include "src/cmd_serve.h"
 #include "src/config.h"
-#include "src/log.h"
+#include "src/base/log.h"
 #include "src/options.h"
 
 #define PARLEY_VERSION "0.1.0"

@@ -6,10 +6,9 @@
 
 #include <stdlib.h>
 
-#include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine_open.h"
 #include "backends/mock/mock.h"
-#include "src/log.h"
+#include "src/base/log.h"
 
 #define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -78,7 +77,7 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
     if (!strcmp(o->backend, "cpu"))
         return open_engine(base, o, "cpu", name, err, errlen);
     char why[256];
-    int gpu = pl_cuda_available(why, sizeof why);
+    int gpu = pl_engine_gpu_available(why, sizeof why);
     if (!strcmp(o->backend, "cuda")) {
         if (!gpu) {
             snprintf(err, errlen, "--backend cuda: %s", why);

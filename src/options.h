@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "src/yaml_load.h"
+#include "src/base/yaml_load.h"
 
 /** Values of every option. Strings are owned (free with pl_opts_free). */
 typedef struct pl_opts {

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#include "src/jobs.h"
+#include "src/jobs/jobs.h"
 
 /** Enter the view (live: alternate screen, hidden cursor). Installs an
  *  atexit hook that restores the terminal. */

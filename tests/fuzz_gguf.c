@@ -11,8 +11,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backends/engine/gguf.h"
-#include "backends/engine/quant.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/quant.h"
 
 static volatile uint64_t sink_;
 static volatile float fsink_;

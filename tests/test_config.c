@@ -7,7 +7,7 @@
 
 #include "src/config.h"
 #include "src/options.h"
-#include "src/yaml_load.h"
+#include "src/base/yaml_load.h"
 
 static char path[256];
 

@@ -16,8 +16,8 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cpu/forward.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
 
 #define NEAR_TIE 0.50f           /* reference top-2 gap allowed at a divergence */
 #define MAX_DLOGIT 1.5f          /* |ours - llama.cpp| at its top-5 ids (measured 1.26) */

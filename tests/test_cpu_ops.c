@@ -9,7 +9,7 @@
 
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
-#include "backends/engine/quant.h"
+#include "backends/engine/model/quant.h"
 
 static uint64_t rng_state = 88172645463325252ULL;
 

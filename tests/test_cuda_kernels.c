@@ -10,7 +10,7 @@
 #include "tests/cuda_test_util.h"
 
 #include "backends/engine/cpu/ops.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/model.h"
 #include "backends/engine/cuda/add.cuh"
 #include "backends/engine/cuda/embed.cuh"
 #include "backends/engine/cuda/gemm.h"

@@ -11,9 +11,9 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
-#include "backends/engine/tokenizer.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
+#include "backends/engine/text/tokenizer.h"
 
 #define NS 4                     /* sequences */
 #define PMAX 48                  /* longest prompt */

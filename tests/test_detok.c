@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/detok.h"
-#include "backends/engine/gguf.h"
+#include "backends/engine/text/detok.h"
+#include "backends/engine/model/gguf.h"
 
 /* Feed one chunk and check the text emitted and the return value. */
 static void feed(pl_detok *d, const char *in, const char *want, int want_rc)

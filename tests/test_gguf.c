@@ -1,4 +1,4 @@
-/* test_gguf.c - tests of backends/engine/gguf.c: a valid GGUF image built
+/* test_gguf.c - tests of backends/engine/model/gguf.c: a valid GGUF image built
  * in memory, every truncation of it, hostile headers, counts, dimensions,
  * types and data offsets, and the real default model when present.
  */
@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/gguf.h"
+#include "backends/engine/model/gguf.h"
 
 #define DEFAULT_MODEL \
     "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -8,7 +8,7 @@
 
 #include <event2/event.h>
 
-#include "src/io_pool.h"
+#include "src/base/io_pool.h"
 
 typedef struct item {
     pthread_t main, worker;

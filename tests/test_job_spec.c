@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/job_spec.h"
-#include "src/yaml_load.h"
+#include "src/jobs/job_spec.h"
+#include "src/base/yaml_load.h"
 
 static const char *good =
     "{\"experiment\": \"debate\","

@@ -10,8 +10,8 @@
 #include <event2/event.h>
 
 #include "backends/mock/mock.h"
-#include "src/jobs.h"
-#include "src/prompt.h"
+#include "src/jobs/jobs.h"
+#include "src/jobs/prompt.h"
 
 static char root[64];
 

@@ -1,4 +1,4 @@
-/* test_model.c - backends/engine/model.c on small synthetic GGUF images:
+/* test_model.c - backends/engine/model/model.c on small synthetic GGUF images:
  * hyperparameters, tied embeddings, clear errors for an unsupported
  * architecture or a mismatched shape, rope scaling; and the CPU runner on
  * that model: prefill + decode over the paged cache equals one prefill,
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
 
 enum { E = 32, NH = 2, NKV = 1, HD = 16, FF = 64, NV = 8 };
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "src/persist.h"
+#include "src/jobs/persist.h"
 
 static char root[64];
 
@@ -165,7 +165,7 @@ Test(persist, atomic_write_leaves_no_temp, .init = setup, .fini = teardown)
 #include <event2/event.h>
 
 #include "backends/mock/mock.h"
-#include "src/jobs.h"
+#include "src/jobs/jobs.h"
 
 #define CRASH_Q 30
 

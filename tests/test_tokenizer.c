@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/engine/gguf.h"
-#include "backends/engine/tokenizer.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/text/tokenizer.h"
 
 #define DEFAULT_MODEL "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -8,14 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/chat_template.h"
+#include "backends/engine/text/chat_template.h"
 #include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
-#include "backends/engine/gguf.h"
-#include "backends/engine/model.h"
-#include "backends/engine/tokenizer.h"
-#include "src/log.h"
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/model.h"
+#include "backends/engine/text/tokenizer.h"
+#include "src/base/log.h"
 
 #define CPU_DEFAULT_MAX_LEN 2048
 
@@ -138,7 +139,8 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
     }
     /* Only the CPU's f32 GEMM path (not batch-invariant) wants dequantised
      * copies; the GPU takes bf16 straight from the quantised tensors. */
-    pl_model_opts mo = {.keep_f32 = !strcmp(o->device, "cpu") && !o->batch_invariant};
+    pl_model_opts mo = {.keep_f32 = !strcmp(o->device, "cpu") && !o->batch_invariant,
+                        .keep_packed = pl_op_qdot_supported};
     t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
     if (!t->model) {
         snprintf(err, n, "%s: %s", o->model_path, e2);
@@ -259,4 +261,9 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
                 t->model->arch_name, t->model->n_layer, t->model->n_embd, t->model->n_vocab,
                 pl_chat_tmpl_name(t->style.tmpl), t->max_model_len);
     return b;
+}
+
+int pl_engine_gpu_available(char *why, size_t n)
+{
+    return pl_cuda_available(why, n);
 }

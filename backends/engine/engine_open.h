@@ -39,4 +39,10 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
  *  "smollm2-135m-instruct" (lowercase, no extension, no quant tag). */
 void pl_engine_model_name(const char *path, char *out, size_t n);
 
+/**
+ * Whether a GPU the CUDA runner can use is present: 1, or 0 with the reason
+ * in why (n bytes). Safe on any machine; builds without CUDA say so.
+ */
+int pl_engine_gpu_available(char *why, size_t n);
+
 #endif

@@ -18,55 +18,9 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "schedulers/batch_step.h"
 
 #define PL_RUNNER_MAX_INFLIGHT 2
-#define PL_TOKEN_PLACEHOLDER (-1)
-
-/** Per-sequence sampling state the runner needs to sample on device. */
-typedef struct pl_seq_sampling {
-    float temperature;           /**< 0 = greedy */
-    float top_p;
-    int top_k;
-    float min_p;
-    float presence_penalty, frequency_penalty, repetition_penalty;
-    uint64_t seed;               /**< per request; the step index is mixed in */
-    uint64_t step;               /**< number of tokens sampled so far */
-    int top_logprobs;            /**< -1: no logprobs; 0..20 */
-    const pl_logit_bias *logit_bias;
-    int n_logit_bias;
-    bool ignore_eos;
-} pl_seq_sampling;
-
-/**
- * One step's input: a batch of token rows grouped by sequence.
- * Rows of one sequence are contiguous and in position order.
- * Buffers are owned by the engine and reused across steps.
- */
-typedef struct pl_step_input {
-    int n_rows;                  /**< token rows this step */
-    int32_t *tokens;             /**< (n_rows) ids or PL_TOKEN_PLACEHOLDER */
-    int32_t *positions;          /**< (n_rows) position of each row */
-    int32_t *row_seq;            /**< (n_rows) index into the seq arrays */
-
-    int n_seqs;                  /**< sequences in this step */
-    int32_t *seq_slot;           /**< (n_seqs) stable slot id of the sequence
-                                      (0..max_seqs-1), for token feedback */
-    int32_t *seq_first_row;      /**< (n_seqs) first row of the sequence */
-    int32_t *seq_n_rows;         /**< (n_seqs) rows of the sequence */
-    int32_t *seq_ctx_len;        /**< (n_seqs) tokens in KV after this step */
-    bool *seq_sample;            /**< (n_seqs) sample after the last row? */
-    int32_t *block_table;        /**< (n_seqs, max_blocks_per_seq) block ids */
-    int max_blocks_per_seq;
-    pl_seq_sampling *sampling;   /**< (n_seqs) */
-    /** History for penalties: (n_seqs) pointers to the generated ids so far
-     *  (borrowed; valid until the step is waited for) and their counts.
-     *  Known ids only: when a sequence's last row is a placeholder, the id
-     *  it stands for is not in the history yet; a runner applying
-     *  penalties counts that resolved id too (so async == sync). */
-    const int32_t **seq_hist;
-    int32_t *seq_hist_len;
-} pl_step_input;
-
 /** One step's output. */
 typedef struct pl_step_output {
     int n_seqs;

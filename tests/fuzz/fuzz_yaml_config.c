@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "src/config.h"
-#include "src/yaml_load.h"
+#include "src/base/yaml_load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "backends/engine/model.h"
+#include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 
 /**

@@ -9,7 +9,7 @@
 
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
-#include "backends/engine/model.h"
+#include "backends/engine/model/model.h"
 
 typedef struct pl_cpu_fwd pl_cpu_fwd;
 

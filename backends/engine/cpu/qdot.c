@@ -10,7 +10,7 @@
  */
 #include "backends/engine/cpu/ops.h"
 
-#include "backends/engine/quant.h"
+#include "backends/engine/model/quant.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backends/engine/cuda/weights.h"
-#include "backends/engine/quant.h"
+#include "backends/engine/model/quant.h"
 
 #define CHUNK_BYTES (8u << 20)   /* host staging per upload */
 

@@ -5,7 +5,7 @@
 #define PL_CUDA_WEIGHTS_H
 
 #include "backends/engine/cuda/common.cuh"
-#include "backends/engine/model.h"
+#include "backends/engine/model/model.h"
 
 typedef struct pl_cuda_layer {
     float *attn_norm;            /**< (n_embd) */

@@ -1,0 +1,585 @@
+/* jobs.c - driving a job: open its output, dispatch agent requests to the
+ * backends, apply completions (state first, then I/O), persist in batches. */
+#include "src/jobs/jobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/jobs/jobs_internal.h"
+#include "src/base/log.h"
+#include "src/jobs/prompt.h"
+
+static void job_pump(pl_job *j);
+static void job_flush(pl_job *j);
+static void job_check_finished(pl_job *j);
+
+const char *pl_job_state_name(pl_job_state s)
+{
+    static const char *n[] = {"starting", "running", "completed", "cancelled", "error"};
+    return s <= PL_JOB_ERROR ? n[s] : "?";
+}
+
+const char *pl_job_event_name(pl_job_event_kind k)
+{
+    static const char *n[] = {"message_started", "token", "message_completed",
+                              "reprompt", "conversation_completed",
+                              "conversation_failed", "job_completed"};
+    return k <= PL_JOB_EV_JOB_COMPLETED ? n[k] : "?";
+}
+
+/* ---- creation ---- */
+
+static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends,
+                                 int policy)
+{
+    int model[PL_CONV_MAX_AGENTS];
+    uint64_t deps[PL_CONV_MAX_AGENTS];
+    for (int a = 0; a < s->n_agents; a++) {
+        model[a] = s->agents[a].model;
+        deps[a] = s->agents[a].deps;
+    }
+    pl_conv_sched_config cfg = {
+        .n_agents = s->n_agents, .n_models = s->n_models, .num_rounds = s->num_rounds,
+        .max_retries = s->max_retries, .n_conversations = s->n_questions,
+        .agent_model = model, .agent_deps = deps, .policy = (pl_conv_policy)policy,
+    };
+    pl_conv_sched *sc = pl_conv_sched_init(&cfg);
+    for (int m = 0; sc && m < s->n_models; m++) {
+        int cap = pl_backend_capacity(backends[m]);
+        if (s->models[m].max_num_seqs > 0 && s->models[m].max_num_seqs < cap)
+            cap = s->models[m].max_num_seqs;
+        pl_conv_sched_set_capacity(sc, m, cap);
+    }
+    return sc;
+}
+
+pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
+                   size_t errlen)
+{
+    pl_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    j->spec = *spec;
+    memset(spec, 0, sizeof *spec);
+    j->id = strdup(o->id ? o->id : "job");
+    j->base = o->base;
+    j->io = o->io;
+    j->n_models = j->spec.n_models;
+    j->backends = malloc((size_t)j->n_models * sizeof *j->backends);
+    j->on_finished = o->on_finished;
+    j->fin_ud = o->ud;
+    j->output_root = strdup(j->spec.output_dir ? j->spec.output_dir
+                            : o->output_root ? o->output_root : "output");
+    j->conv = calloc((size_t)j->spec.n_questions + 1, sizeof *j->conv);
+    j->skipped = calloc((size_t)j->spec.n_questions + 1, 1);
+    if (!j->id || !j->backends || !j->output_root || !j->conv || !j->skipped) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    memcpy(j->backends, o->backends, (size_t)j->n_models * sizeof *j->backends);
+    j->policy = o->policy;
+    if (!(j->sched = make_sched(&j->spec, j->backends, o->policy))) {
+        snprintf(err, errlen, "invalid scheduler configuration");
+        goto fail;
+    }
+    return j;
+fail:
+    j->finished_called = true;
+    pl_job_free(j);
+    return NULL;
+}
+
+/* ---- opening the output (I/O thread) ---- */
+
+typedef struct open_ctx {
+    pl_job *j;
+    char *root, *experiment;
+    const char **ids;
+    int n;
+    pl_persist *p;
+    char err[300];
+} open_ctx;
+
+static void open_work(void *ud)
+{
+    open_ctx *c = ud;
+    c->p = pl_persist_open(c->root, c->experiment, c->err, sizeof c->err);
+    if (c->p && pl_persist_register(c->p, c->ids, c->n) < 0) {
+        snprintf(c->err, sizeof c->err, "cannot write the task manifest");
+        pl_persist_close(c->p);
+        c->p = NULL;
+    }
+}
+
+static void open_done(void *ud)
+{
+    open_ctx *c = ud;
+    pl_job *j = c->j;
+    j->opening = false;
+    j->persist = c->p;
+    if (!c->p && j->state == PL_JOB_STARTING) {
+        j->state = PL_JOB_ERROR;
+        j->error = strdup(c->err);
+    }
+    if (j->state == PL_JOB_STARTING) {
+        j->dir = strdup(pl_persist_dir(j->persist));
+        j->state = PL_JOB_RUNNING;
+        for (int q = 0; q < j->spec.n_questions; q++) {
+            if (pl_persist_succeeded(j->persist, j->spec.questions[q].id)) {
+                j->skipped[q] = 1;
+                j->n_skipped++;
+            } else {
+                pl_conv_sched_start(j->sched, q);
+            }
+        }
+        job_pump(j);
+    }
+    free(c->root);
+    free(c->experiment);
+    free(c->ids);
+    free(c);
+    job_check_finished(j);
+}
+
+int pl_job_start(pl_job *j)
+{
+    open_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return -1;
+    c->j = j;
+    c->root = strdup(j->output_root);
+    c->experiment = strdup(j->spec.experiment);
+    c->n = j->spec.n_questions;
+    c->ids = malloc(((size_t)c->n + 1) * sizeof *c->ids);
+    for (int q = 0; c->ids && q < c->n; q++)
+        c->ids[q] = j->spec.questions[q].id;
+    j->state = PL_JOB_STARTING;
+    j->opening = true;
+    if (!c->root || !c->experiment || !c->ids ||
+        pl_io_pool_post(j->io, open_work, open_done, c) < 0) {
+        free(c->root);
+        free(c->experiment);
+        free(c->ids);
+        free(c);
+        j->opening = false;
+        j->state = PL_JOB_ERROR;
+        j->error = strdup("cannot start the job");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- dispatch ---- */
+
+static void jr_append(job_req *r, const char *s, size_t n)
+{
+    if (r->len + n + 1 > r->cap) {
+        size_t cap = (r->len + n + 1) * 2;
+        char *t = realloc(r->text, cap < 256 ? 256 : cap);
+        if (!t)
+            return;
+        r->text = t;
+        r->cap = cap < 256 ? 256 : cap;
+    }
+    memcpy(r->text + r->len, s, n);
+    r->len += n;
+    r->text[r->len] = '\0';
+}
+
+static void emit_msg(pl_job *j, pl_job_event_kind k, const pl_conv_req *cr,
+                     const char *text, size_t len, int answer, bool valid)
+{
+    pl_job_event ev = {.kind = k, .question_id = j->spec.questions[cr->conversation].id,
+                       .round = cr->round, .attempt = cr->attempt,
+                       .agent_id = j->spec.agents[cr->agent].id, .text = text,
+                       .len = len, .answer = answer, .valid = valid};
+    job_emit(j, &ev);
+}
+
+/* A first attempt opens the round: the system prompt once, then the
+ * round's user message. Re-prompts already appended their correction. */
+static int open_round(pl_job *j, job_conv *c, const pl_conv_req *cr)
+{
+    const pl_job_agent *ag = &j->spec.agents[cr->agent];
+    job_hist *h = &c->hist[cr->agent];
+    if (h->n == 0 && ag->system_prompt &&
+        job_hist_push(h, "system", strdup(ag->system_prompt)) < 0)
+        return -1;
+    char *u = pl_prompt_round_user(&j->spec, &j->spec.questions[cr->conversation],
+                                   cr->agent, cr->round, (const char *const *)c->finals);
+    return job_hist_push(h, "user", u);
+}
+
+static void on_delta(void *ud, const pl_delta *d);
+static void on_done(void *ud, const pl_result *r);
+static void complete_req(pl_job *j, job_req *jr, const char *error);
+static void finish_conv(pl_job *j, int q, bool ok, const char *error);
+
+static void submit_req(pl_job *j, pl_conv_req *cr)
+{
+    int q = cr->conversation;
+    job_req *jr = calloc(1, sizeof *jr);
+    if (!j->conv[q])
+        j->conv[q] = job_conv_new(&j->spec);
+    job_conv *c = j->conv[q];
+    if (!jr || !c || (cr->attempt == 0 && open_round(j, c, cr) < 0)) {
+        free(jr);
+        if (pl_conv_sched_complete(j->sched, cr, PL_CONV_ERROR) & PL_CONV_EV_FAILED)
+            finish_conv(j, q, false, "out of memory building the prompt");
+        return;
+    }
+    jr->job = j;
+    jr->cr = cr;
+    cr->ud = jr;
+    const pl_job_agent *ag = &j->spec.agents[cr->agent];
+    job_hist *h = &c->hist[cr->agent];
+    /* The engine's batch scheduler orders its waiting queue by priority:
+     * the baselines pass one priority, so it keeps their arrival order. */
+    int prio = j->policy == PL_CONV_POLICY_PRIORITY
+             ? (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed : 0;
+    pl_gen_request req = {
+        .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
+        .sampling = ag->sampling, .priority = prio,
+        .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(q + 1),
+    };
+    pl_err err = {0};
+    pl_sink sink = {on_delta, on_done, jr};
+    emit_msg(j, PL_JOB_EV_MESSAGE_STARTED, cr, NULL, 0, -1, false);
+    if (pl_backend_submit(j->backends[cr->model], &req, sink, &jr->backend_id, &err) < 0)
+        complete_req(j, jr, err.message[0] ? err.message : "backend refused the request");
+}
+
+static void job_pump(pl_job *j)
+{
+    if (j->pumping || j->state != PL_JOB_RUNNING)
+        return;
+    j->pumping = true;
+    pl_conv_req *cr;
+    while ((cr = pl_conv_sched_dispatch(j->sched)))
+        submit_req(j, cr);
+    j->pumping = false;
+}
+
+static void on_delta(void *ud, const pl_delta *d)
+{
+    job_req *jr = ud;
+    jr_append(jr, d->text, d->len);
+    if (jr->job->token_subs > 0 && d->len > 0)
+        emit_msg(jr->job, PL_JOB_EV_TOKEN, jr->cr, d->text, d->len, -1, false);
+}
+
+static void on_done(void *ud, const pl_result *r)
+{
+    job_req *jr = ud;
+    jr->prompt_tokens = r->prompt_tokens;
+    jr->completion_tokens = r->completion_tokens;
+    jr->cached_tokens = r->cached_tokens;
+    const char *error = NULL;
+    if (r->finish == PL_FINISH_ERROR)
+        error = r->error && r->error->message[0] ? r->error->message : "backend error";
+    else if (r->finish == PL_FINISH_ABORT)
+        error = "aborted by the backend";
+    pl_job *j = jr->job;
+    complete_req(j, jr, error);
+    job_pump(j);
+}
+
+/* ---- completion ---- */
+
+static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
+                           bool valid, const char *error)
+{
+    const pl_conv_req *cr = jr->cr;
+    json_t *a = json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
+        "agent_id", j->spec.agents[cr->agent].id, "attempt", cr->attempt,
+        "content", jr->text ? jr->text : "", "answer",
+        ans >= 0 ? json_sprintf("%c", pl_job_choice_label(ans)) : json_null(),
+        "valid", valid, "prompt_tokens", jr->prompt_tokens,
+        "completion_tokens", jr->completion_tokens, "cached_tokens", jr->cached_tokens);
+    if (a && error)
+        json_object_set_new(a, "error", json_string(error));
+    json_array_append_new(c->attempts, a);
+}
+
+/* Keep the reply: the accepted message of its round, or a failed attempt
+ * followed by the correction (append-only history either way). */
+static void keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *text,
+                       int ans, pl_conv_outcome o, unsigned flags)
+{
+    int k = saved->round * j->spec.n_agents + saved->agent;
+    job_hist *h = &c->hist[saved->agent];
+    if (o == PL_CONV_OK) {
+        c->finals[k] = text;
+        c->answers[k] = (int8_t)ans;
+        job_hist_push(h, "assistant", strdup(text));
+        return;
+    }
+    if (flags & PL_CONV_EV_REPROMPT) {
+        job_hist_push(h, "assistant", text);
+        job_hist_push(h, "user", pl_prompt_correction(&j->spec,
+                                                      &j->spec.questions[saved->conversation]));
+        emit_msg(j, PL_JOB_EV_REPROMPT, saved, NULL, 0, -1, false);
+        return;
+    }
+    free(text);
+}
+
+static void complete_req(pl_job *j, job_req *jr, const char *error)
+{
+    pl_conv_req saved = *jr->cr;
+    int q = saved.conversation;
+    job_conv *c = j->conv[q];
+    bool live = pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE && c;
+    const pl_job_agent *ag = &j->spec.agents[saved.agent];
+    const pl_job_question *qq = &j->spec.questions[q];
+    int ans = error ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
+    bool need = j->spec.validation && ag->validate && qq->n_choices > 0;
+    pl_conv_outcome o = error ? PL_CONV_ERROR : (need && ans < 0) ? PL_CONV_INVALID : PL_CONV_OK;
+    if (live)
+        record_attempt(c, j, jr, ans, o == PL_CONV_OK, error);
+    unsigned flags = pl_conv_sched_complete(j->sched, jr->cr, o);
+    char *text = jr->text ? jr->text : strdup("");
+    free(jr);
+    if (!live || (flags & PL_CONV_EV_STALE)) {
+        free(text);
+        return;
+    }
+    emit_msg(j, PL_JOB_EV_MESSAGE_COMPLETED, &saved, text, strlen(text), ans, o == PL_CONV_OK);
+    keep_reply(j, c, &saved, text, ans, o, flags);
+    if (flags & PL_CONV_EV_FAILED) {
+        char msg[300];
+        if (error)
+            snprintf(msg, sizeof msg, "agent %s, round %d: %s", ag->id, saved.round, error);
+        else
+            snprintf(msg, sizeof msg, "agent %s, round %d: no valid answer after %d re-prompts",
+                     ag->id, saved.round, j->spec.max_retries);
+        finish_conv(j, q, false, msg);
+    } else if (flags & PL_CONV_EV_SUCCEEDED) {
+        finish_conv(j, q, true, NULL);
+    }
+}
+
+/* Abort what a failed conversation still has in flight. */
+static void abort_conv_inflight(pl_job *j, int q)
+{
+    pl_conv_req *r = pl_conv_sched_inflight_first(j->sched), *next;
+    for (; r; r = next) {
+        next = pl_conv_sched_inflight_next(r);
+        if (q >= 0 && r->conversation != q)
+            continue;
+        job_req *jr = r->ud;
+        if (jr)
+            pl_backend_abort(j->backends[r->model], jr->backend_id);
+        pl_conv_sched_complete(j->sched, r, PL_CONV_ERROR);
+        if (jr)
+            free(jr->text);
+        free(jr);
+    }
+}
+
+static void queue_rec(pl_job *j, int q, bool ok, const char *error, json_t *t)
+{
+    if (j->n_queue == j->cap_queue) {
+        int cap = j->cap_queue ? 2 * j->cap_queue : 64;
+        job_rec *v = realloc(j->queue, (size_t)cap * sizeof *v);
+        if (!v) {
+            pl_error("job %s: out of memory: transcript of %s not saved", j->id,
+                     j->spec.questions[q].id);
+            json_decref(t);
+            return;
+        }
+        j->queue = v;
+        j->cap_queue = cap;
+    }
+    j->queue[j->n_queue++] = (job_rec){q, ok, error ? strdup(error) : NULL, t};
+}
+
+static void finish_conv(pl_job *j, int q, bool ok, const char *error)
+{
+    if (!pl_conv_sched_finalize(j->sched, q))
+        return;
+    if (!ok)
+        abort_conv_inflight(j, q);
+    json_t *t = job_transcript_json(j, q, ok ? "succeeded" : "failed", error);
+    j->n_terminal++;
+    pl_job_event ev = {.kind = ok ? PL_JOB_EV_CONVERSATION_COMPLETED
+                                  : PL_JOB_EV_CONVERSATION_FAILED,
+                       .question_id = j->spec.questions[q].id, .answer = -1,
+                       .error = error};
+    const char *fa = json_string_value(json_object_get(json_object_get(t, "summary"),
+                                                       "final_answer"));
+    if (fa) {
+        ev.answer = fa[0] - 'A';
+        ev.text = fa;
+        ev.len = strlen(fa);
+    }
+    job_emit(j, &ev);
+    job_conv_free(j->conv[q], &j->spec);
+    j->conv[q] = NULL;
+    if (t)
+        queue_rec(j, q, ok, error, t);
+    job_flush(j);
+}
+
+/* ---- persistence: one batch in flight per job ---- */
+
+typedef struct write_ctx {
+    pl_job *j;
+    pl_persist *p;
+    job_rec *recs;
+    int n, rc;
+} write_ctx;
+
+static void write_work(void *ud)
+{
+    write_ctx *w = ud;
+    pl_persist_record *pr = calloc((size_t)w->n, sizeof *pr);
+    if (!pr) {
+        w->rc = -1;
+        return;
+    }
+    for (int i = 0; i < w->n; i++)
+        pr[i] = (pl_persist_record){w->j->spec.questions[w->recs[i].conv].id,
+                                    w->recs[i].succeeded, w->recs[i].error,
+                                    w->recs[i].transcript};
+    w->rc = pl_persist_write(w->p, pr, w->n);
+    free(pr);
+}
+
+static void write_done(void *ud)
+{
+    write_ctx *w = ud;
+    pl_job *j = w->j;
+    if (w->rc < 0) {
+        pl_error("job %s: writing %d transcripts to %s failed", j->id, w->n, j->dir);
+        if (!j->error)
+            j->error = strdup("writing transcripts failed");
+    } else {
+        j->persisted += w->n;
+    }
+    for (int i = 0; i < w->n; i++) {
+        free(w->recs[i].error);
+        json_decref(w->recs[i].transcript);
+    }
+    free(w->recs);
+    free(w);
+    j->batch = NULL;
+    j->n_batch = 0;
+    j->writing = false;
+    job_flush(j);
+    job_check_finished(j);
+}
+
+static void job_flush(pl_job *j)
+{
+    if (j->writing || j->n_queue == 0 || !j->persist)
+        return;
+    write_ctx *w = calloc(1, sizeof *w);
+    if (!w)
+        return;
+    *w = (write_ctx){j, j->persist, j->queue, j->n_queue, 0};
+    j->batch = j->queue;
+    j->n_batch = j->n_queue;
+    j->queue = NULL;
+    j->n_queue = j->cap_queue = 0;
+    j->writing = true;
+    if (pl_io_pool_post(j->io, write_work, write_done, w) < 0) {
+        /* Shutting down: write here rather than lose completed work. */
+        write_work(w);
+        write_done(w);
+    }
+}
+
+static void job_check_finished(pl_job *j)
+{
+    bool done;
+    if (j->state == PL_JOB_RUNNING)
+        done = j->n_terminal + j->n_skipped >= j->spec.n_questions;
+    else
+        done = j->state != PL_JOB_STARTING;
+    if (!done || j->writing || j->n_queue > 0 || j->opening || j->finished_called)
+        return;
+    if (j->state == PL_JOB_RUNNING)
+        j->state = PL_JOB_COMPLETED;
+    j->finished_called = true;
+    pl_job_event ev = {.kind = PL_JOB_EV_JOB_COMPLETED, .answer = -1, .error = j->error};
+    job_emit(j, &ev);
+    if (j->on_finished)
+        j->on_finished(j->fin_ud, j);
+}
+
+/* ---- cancel, free, accessors ---- */
+
+void pl_job_cancel(pl_job *j)
+{
+    if (j->state != PL_JOB_RUNNING && j->state != PL_JOB_STARTING)
+        return;
+    j->state = PL_JOB_CANCELLED;
+    /* Cancelled conversations are not failures: nothing is written for
+     * them, so they stay pending and a re-run resumes them. */
+    for (int q = 0; j->sched && q < j->spec.n_questions; q++)
+        if (pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE) {
+            pl_conv_sched_fail(j->sched, q);
+            j->n_cancelled++;
+        }
+    if (j->sched)
+        abort_conv_inflight(j, -1);
+    job_check_finished(j);
+}
+
+void pl_job_free(pl_job *j)
+{
+    if (!j)
+        return;
+    j->finished_called = true;           /* no callbacks from here on */
+    pl_job_cancel(j);
+    while (j->writing || j->opening)
+        pl_io_pool_drain(j->io);
+    for (int i = 0; i < j->n_queue; i++) {
+        free(j->queue[i].error);
+        json_decref(j->queue[i].transcript);
+    }
+    free(j->queue);
+    for (int q = 0; j->conv && q < j->spec.n_questions; q++)
+        job_conv_free(j->conv[q], &j->spec);
+    free(j->conv);
+    free(j->skipped);
+    pl_conv_sched_free(j->sched);
+    pl_persist_close(j->persist);
+    pl_job_spec_free(&j->spec);
+    free(j->subs);
+    free(j->backends);
+    free(j->output_root);
+    free(j->dir);
+    free(j->error);
+    free(j->id);
+    free(j);
+}
+
+pl_job_state pl_job_get_state(const pl_job *j) { return j->state; }
+const char *pl_job_id(const pl_job *j) { return j->id; }
+const pl_job_spec *pl_job_get_spec(const pl_job *j) { return &j->spec; }
+const char *pl_job_dir(const pl_job *j) { return j->dir; }
+const char *pl_job_error(const pl_job *j) { return j->error; }
+
+json_t *pl_job_transcript(pl_job *j, const char *qid)
+{
+    for (int q = 0; q < j->spec.n_questions; q++) {
+        if (strcmp(j->spec.questions[q].id, qid) != 0)
+            continue;
+        if (j->conv[q]) {
+            return job_transcript_json(j, q, "running", NULL);
+        }
+        for (int i = 0; i < j->n_queue; i++)
+            if (j->queue[i].conv == q)
+                return json_incref(j->queue[i].transcript);
+        for (int i = 0; i < j->n_batch; i++)
+            if (j->batch[i].conv == q)
+                return json_incref(j->batch[i].transcript);
+        return j->dir ? pl_persist_read_transcript(j->dir, qid) : NULL;
+    }
+    return NULL;
+}

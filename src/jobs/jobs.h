@@ -1,0 +1,116 @@
+/* jobs.h - a multi-agent conversation job: spec + conversation scheduler +
+ * backends + persistence, driven on the main loop.
+ *
+ * The job dispatches agent requests to the backends through pl_backend sinks.
+ * On each completion it updates state and resolves dependencies first (the
+ * scheduler), frees the model slot, dispatches more, and only then hands the
+ * transcript write to the I/O pool (seed 000). Subscribers receive events.
+ * Everything here runs on the main thread.
+ */
+#ifndef PL_JOBS_H
+#define PL_JOBS_H
+
+#include <stdbool.h>
+
+#include <jansson.h>
+
+#include "backends/backend.h"
+#include "src/base/io_pool.h"
+#include "src/jobs/job_spec.h"
+
+struct event_base;
+
+typedef enum pl_job_state {
+    PL_JOB_STARTING = 0,         /**< opening the output directory */
+    PL_JOB_RUNNING,
+    PL_JOB_COMPLETED,            /**< every question finished and persisted */
+    PL_JOB_CANCELLED,
+    PL_JOB_ERROR,                /**< could not start (output dir, backend) */
+} pl_job_state;
+
+const char *pl_job_state_name(pl_job_state s);
+
+typedef enum pl_job_event_kind {
+    PL_JOB_EV_MESSAGE_STARTED = 0,
+    PL_JOB_EV_TOKEN,             /**< only to subscribers asking for tokens */
+    PL_JOB_EV_MESSAGE_COMPLETED,
+    PL_JOB_EV_REPROMPT,
+    PL_JOB_EV_CONVERSATION_COMPLETED,
+    PL_JOB_EV_CONVERSATION_FAILED,
+    PL_JOB_EV_JOB_COMPLETED,
+} pl_job_event_kind;
+
+/** Event name as sent over SSE ("message_started", ...). */
+const char *pl_job_event_name(pl_job_event_kind k);
+
+/** An event; every pointer is valid only during the callback. */
+typedef struct pl_job_event {
+    pl_job_event_kind kind;
+    const char *question_id;     /**< NULL for job_completed */
+    int round, attempt;
+    const char *agent_id;        /**< message and reprompt events */
+    const char *text;            /**< token delta or message content */
+    size_t len;
+    int answer;                  /**< choice index or -1 */
+    bool valid;                  /**< message_completed: passed validation */
+    const char *error;           /**< conversation_failed */
+} pl_job_event;
+
+typedef void (*pl_job_event_fn)(void *ud, const pl_job_event *ev);
+
+typedef struct pl_job pl_job;
+
+typedef struct pl_job_opts {
+    struct event_base *base;
+    pl_io_pool *io;              /**< borrowed */
+    const char *id;              /**< job id (copied) */
+    const char *output_root;     /**< used when the spec has no output_dir */
+    pl_backend **backends;       /**< one per spec model, borrowed */
+    /** Dispatch policy (benchmark baselines); 0 is parley's scheduler. */
+    int policy;                  /**< pl_conv_policy */
+    /** Called once when the job leaves RUNNING/STARTING (may be NULL). */
+    void (*on_finished)(void *ud, pl_job *j);
+    void *ud;
+} pl_job_opts;
+
+/** Create a job; takes ownership of *spec (zeroed). NULL on OOM or an
+ *  invalid scheduler config, with err set. */
+pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
+                   size_t errlen);
+/** Open the output (on the I/O pool), skip succeeded questions, run. */
+int pl_job_start(pl_job *j);
+/** Abort in-flight requests; finished transcripts stay on disk and the
+ *  unfinished questions stay pending (a re-run resumes them). */
+void pl_job_cancel(pl_job *j);
+/** Free (cancels first if running). Drains its I/O. */
+void pl_job_free(pl_job *j);
+
+/** Subscribe; returns an id > 0 for unsubscribe. tokens: also TOKEN. */
+int pl_job_subscribe(pl_job *j, pl_job_event_fn fn, void *ud, bool tokens);
+void pl_job_unsubscribe(pl_job *j, int id);
+
+pl_job_state pl_job_get_state(const pl_job *j);
+const char *pl_job_id(const pl_job *j);
+const pl_job_spec *pl_job_get_spec(const pl_job *j);
+/** The experiment output directory (NULL before it is open). */
+const char *pl_job_dir(const pl_job *j);
+const char *pl_job_error(const pl_job *j);
+
+typedef struct pl_job_progress {
+    int total, skipped;          /**< skipped: succeeded in an earlier run */
+    int succeeded, failed, active, waiting;
+    int cancelled;               /**< stopped by a cancel (not persisted) */
+    int persisted;               /**< finished and written to disk */
+} pl_job_progress;
+
+void pl_job_get_progress(const pl_job *j, pl_job_progress *p);
+/** Status as JSON (new ref): id, state, progress, pools, per-model slots,
+ *  and the first k entries of each pool. */
+json_t *pl_job_status_json(pl_job *j, int k);
+/** The per-model and pool part only (for GET /status). */
+json_t *pl_job_pools_json(pl_job *j, int k);
+/** Transcript of a question: in memory if running, else from disk (new
+ *  ref), or NULL. */
+json_t *pl_job_transcript(pl_job *j, const char *question_id);
+
+#endif

@@ -1,0 +1,89 @@
+/* jobs_internal.h - the job's private state, shared by jobs*.c only. */
+#ifndef PL_JOBS_INTERNAL_H
+#define PL_JOBS_INTERNAL_H
+
+#include "schedulers/conversation.h"
+#include "src/jobs/jobs.h"
+#include "src/jobs/persist.h"
+
+/* One agent's append-only message list in one conversation. */
+typedef struct job_hist {
+    pl_chat_message *m;          /* role literal, content owned */
+    int n, cap;
+} job_hist;
+
+/* Live state of a started conversation; freed once its transcript is
+ * handed to persistence. */
+typedef struct job_conv {
+    job_hist *hist;              /* n_agents */
+    char **finals;               /* [round * n_agents + agent], owned */
+    int8_t *answers;             /* same index; -1 none */
+    json_t *attempts;            /* every reply, valid or not */
+    char *error;
+} job_conv;
+
+/* An in-flight request: the backend's sink context. */
+typedef struct job_req {
+    struct pl_job *job;
+    pl_conv_req *cr;
+    uint64_t backend_id;
+    char *text;                  /* the reply so far */
+    size_t len, cap;
+    int completion_tokens, prompt_tokens, cached_tokens;
+} job_req;
+
+typedef struct job_sub {
+    int id;
+    pl_job_event_fn fn;
+    void *ud;
+    bool tokens;
+} job_sub;
+
+/* A finished conversation waiting for (or in) a persistence batch. */
+typedef struct job_rec {
+    int conv;
+    bool succeeded;
+    char *error;
+    json_t *transcript;
+} job_rec;
+
+struct pl_job {
+    char *id;
+    pl_job_spec spec;
+    pl_job_state state;
+    char *error;
+    struct event_base *base;
+    pl_io_pool *io;
+    pl_backend **backends;
+    int n_models;
+    char *output_root;
+    void (*on_finished)(void *, pl_job *);
+    void *fin_ud;
+    pl_conv_sched *sched;
+    int policy;                  /* pl_conv_policy */
+    job_conv **conv;             /* n_questions; NULL when not live */
+    uint8_t *skipped;            /* succeeded in an earlier run */
+    pl_persist *persist;
+    char *dir;
+    job_rec *queue;              /* finished, not yet handed to I/O */
+    int n_queue, cap_queue;
+    job_rec *batch;              /* being written */
+    int n_batch;
+    bool writing, opening, finished_called;
+    int persisted, n_skipped, n_terminal, n_cancelled;
+    job_sub *subs;
+    int n_subs, next_sub, token_subs;
+    pl_chat_message *scratch;    /* prompt array for submit */
+    int scratch_cap;
+    bool pumping;
+};
+
+/* jobs_state.c */
+job_conv *job_conv_new(const pl_job_spec *s);
+void job_conv_free(job_conv *c, const pl_job_spec *s);
+int job_hist_push(job_hist *h, const char *role, char *content);
+json_t *job_transcript_json(pl_job *j, int conv, const char *status,
+                            const char *error);
+void job_emit(pl_job *j, const pl_job_event *ev);
+
+#endif

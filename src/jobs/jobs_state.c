@@ -1,0 +1,263 @@
+/* jobs_state.c - a job's conversation state, transcripts, status JSON and
+ * subscribers. The driving logic is in jobs.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/jobs/jobs_internal.h"
+
+job_conv *job_conv_new(const pl_job_spec *s)
+{
+    size_t cells = (size_t)s->num_rounds * (size_t)s->n_agents;
+    job_conv *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->hist = calloc((size_t)s->n_agents, sizeof *c->hist);
+    c->finals = calloc(cells, sizeof *c->finals);
+    c->answers = malloc(cells);
+    c->attempts = json_array();
+    if (!c->hist || !c->finals || !c->answers || !c->attempts) {
+        job_conv_free(c, s);
+        return NULL;
+    }
+    memset(c->answers, -1, cells);
+    return c;
+}
+
+void job_conv_free(job_conv *c, const pl_job_spec *s)
+{
+    if (!c)
+        return;
+    for (int a = 0; c->hist && a < s->n_agents; a++) {
+        for (int i = 0; i < c->hist[a].n; i++)
+            free((char *)c->hist[a].m[i].content);
+        free(c->hist[a].m);
+    }
+    free(c->hist);
+    for (int i = 0; c->finals && i < s->num_rounds * s->n_agents; i++)
+        free(c->finals[i]);
+    free(c->finals);
+    free(c->answers);
+    json_decref(c->attempts);
+    free(c->error);
+    free(c);
+}
+
+int job_hist_push(job_hist *h, const char *role, char *content)
+{
+    if (!content)
+        return -1;
+    if (h->n == h->cap) {
+        int cap = h->cap ? 2 * h->cap : 8;
+        pl_chat_message *m = realloc(h->m, (size_t)cap * sizeof *m);
+        if (!m) {
+            free(content);
+            return -1;
+        }
+        h->m = m;
+        h->cap = cap;
+    }
+    h->m[h->n++] = (pl_chat_message){role, content};
+    return 0;
+}
+
+/* ---- transcripts ---- */
+
+static json_t *label_or_null(int answer)
+{
+    char l[2] = {answer >= 0 ? pl_job_choice_label(answer) : 0, 0};
+    return answer >= 0 ? json_string(l) : json_null();
+}
+
+static json_t *rounds_json(pl_job *j, job_conv *c)
+{
+    const pl_job_spec *s = &j->spec;
+    json_t *rounds = json_array();
+    for (int r = 0; r < s->num_rounds; r++) {
+        json_t *msgs = json_array();
+        for (int a = 0; a < s->n_agents; a++) {
+            int k = r * s->n_agents + a;
+            if (!c->finals[k])
+                continue;
+            json_array_append_new(msgs, json_pack(
+                "{s:s, s:s?, s:s, s:s, s:o}", "agent_id", s->agents[a].id,
+                "role", s->agents[a].role, "model", s->models[s->agents[a].model].name,
+                "content", c->finals[k], "answer", label_or_null(c->answers[k])));
+        }
+        if (json_array_size(msgs) == 0) {
+            json_decref(msgs);
+            break;
+        }
+        json_array_append_new(rounds, json_pack("{s:i, s:o}", "round", r, "messages", msgs));
+    }
+    return rounds;
+}
+
+/* Final answers: the last completed round's answers; the overall answer is
+ * the majority, ties going to the agent listed last (e.g. the moderator). */
+static json_t *summary_json(pl_job *j, job_conv *c, int q, int rounds_done)
+{
+    const pl_job_spec *s = &j->spec;
+    int votes[PL_JOB_MAX_CHOICES] = {0}, best = -1;
+    json_t *answers = json_object();
+    int r = rounds_done - 1;
+    for (int a = 0; r >= 0 && a < s->n_agents; a++) {
+        int ans = c->answers[r * s->n_agents + a];
+        json_object_set_new(answers, s->agents[a].id, label_or_null(ans));
+        if (ans >= 0)
+            votes[ans]++;
+    }
+    for (int a = 0; r >= 0 && a < s->n_agents; a++) {
+        int ans = c->answers[r * s->n_agents + a];
+        if (ans >= 0 && (best < 0 || votes[ans] >= votes[best]))
+            best = ans;
+    }
+    int truth = s->questions[q].answer;
+    return json_pack("{s:o, s:o, s:o, s:i}", "final_answers", answers,
+                     "final_answer", label_or_null(best), "correct",
+                     truth < 0 || best < 0 ? json_null() : json_boolean(best == truth),
+                     "rounds_completed", rounds_done);
+}
+
+static json_t *question_json(const pl_job_question *q)
+{
+    json_t *ch = json_array();
+    for (int i = 0; i < q->n_choices; i++)
+        json_array_append_new(ch, json_string(q->choices[i]));
+    return json_pack("{s:s, s:s, s:o, s:o, s:O?}", "id", q->id, "text", q->text,
+                     "choices", ch, "answer", label_or_null(q->answer),
+                     "metadata", q->metadata);
+}
+
+json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *error)
+{
+    job_conv *c = j->conv[q];
+    int done = pl_conv_sched_rounds_completed(j->sched, q);
+    json_t *agents = json_array();
+    for (int a = 0; a < j->spec.n_agents; a++) {
+        const pl_job_agent *ag = &j->spec.agents[a];
+        json_array_append_new(agents, json_pack("{s:s, s:s?, s:s}", "id", ag->id,
+            "role", ag->role, "model", j->spec.models[ag->model].name));
+    }
+    json_t *t;
+    if (!c)                      /* failed before its first request */
+        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:[], s:[]}", "question_id",
+            j->spec.questions[q].id, "experiment", j->spec.experiment, "job_id", j->id,
+            "status", status, "question", question_json(&j->spec.questions[q]),
+            "agents", agents, "rounds", "attempts");
+    else
+        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:o, s:O, s:o}",
+        "question_id", j->spec.questions[q].id, "experiment", j->spec.experiment,
+        "job_id", j->id, "status", status,
+        "question", question_json(&j->spec.questions[q]), "agents", agents,
+        "num_rounds", j->spec.num_rounds, "rounds", rounds_json(j, c),
+        "attempts", c->attempts, "summary", summary_json(j, c, q, done));
+    if (t && error)
+        json_object_set_new(t, "error", json_string(error));
+    return t;
+}
+
+/* ---- subscribers ---- */
+
+void job_emit(pl_job *j, const pl_job_event *ev)
+{
+    for (int i = 0; i < j->n_subs; i++) {
+        job_sub *s = &j->subs[i];
+        if (s->fn && (ev->kind != PL_JOB_EV_TOKEN || s->tokens))
+            s->fn(s->ud, ev);
+    }
+}
+
+int pl_job_subscribe(pl_job *j, pl_job_event_fn fn, void *ud, bool tokens)
+{
+    int w = 0;
+    for (int i = 0; i < j->n_subs; i++)       /* compact unsubscribed */
+        if (j->subs[i].fn)
+            j->subs[w++] = j->subs[i];
+    j->n_subs = w;
+    job_sub *v = realloc(j->subs, (size_t)(j->n_subs + 1) * sizeof *v);
+    if (!v)
+        return -1;
+    j->subs = v;
+    v[j->n_subs++] = (job_sub){++j->next_sub, fn, ud, tokens};
+    j->token_subs += tokens;
+    return j->next_sub;
+}
+
+void pl_job_unsubscribe(pl_job *j, int id)
+{
+    for (int i = 0; i < j->n_subs; i++) {
+        if (j->subs[i].id == id && j->subs[i].fn) {
+            j->token_subs -= j->subs[i].tokens;
+            j->subs[i].fn = NULL;
+        }
+    }
+}
+
+/* ---- status ---- */
+
+void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
+{
+    pl_conv_counts c = {0};
+    if (j->sched)
+        pl_conv_sched_counts(j->sched, &c);
+    p->total = j->spec.n_questions;
+    p->skipped = j->n_skipped;
+    p->succeeded = c.succeeded + j->n_skipped;
+    p->failed = c.failed - j->n_cancelled;
+    p->cancelled = j->n_cancelled;
+    p->active = c.active;
+    p->waiting = c.idle - j->n_skipped;
+    p->persisted = j->persisted + j->n_skipped;
+}
+
+static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
+{
+    pl_conv_entry e[64];
+    int n = pl_conv_sched_peek(j->sched, pool, e, k < 64 ? k : 64);
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_pack("{s:s, s:i, s:s, s:s, s:i, s:b}",
+            "question_id", j->spec.questions[e[i].conversation].id,
+            "round", e[i].round, "agent_id", j->spec.agents[e[i].agent].id,
+            "model", j->spec.models[e[i].model].name, "attempt", e[i].attempt,
+            "reprompt", e[i].is_reprompt));
+    return a;
+}
+
+json_t *pl_job_pools_json(pl_job *j, int k)
+{
+    pl_conv_counts c;
+    pl_conv_sched_counts(j->sched, &c);
+    json_t *models = json_array();
+    for (int m = 0; m < j->spec.n_models; m++) {
+        int in, cap, ready;
+        pl_conv_sched_model_counts(j->sched, m, &in, &cap, &ready);
+        json_array_append_new(models, json_pack("{s:s, s:i, s:i, s:i}", "model",
+            j->spec.models[m].name, "in_flight", in, "capacity", cap,
+            "pre_departure", ready));
+    }
+    return json_pack("{s:i, s:i, s:i, s:o, s:{s:o, s:o, s:o}}", "pending", c.pending,
+        "pre_departure", c.ready, "in_flight", c.inflight, "models", models, "first",
+        "pending", entries_json(j, PL_CONV_POOL_PENDING, k),
+        "pre_departure", entries_json(j, PL_CONV_POOL_READY, k),
+        "in_flight", entries_json(j, PL_CONV_POOL_INFLIGHT, k));
+}
+
+json_t *pl_job_status_json(pl_job *j, int k)
+{
+    pl_job_progress p;
+    pl_job_get_progress(j, &p);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
+        "id", j->id, "experiment", j->spec.experiment, "state",
+        pl_job_state_name(j->state), "progress", "total", p.total, "skipped", p.skipped,
+        "succeeded", p.succeeded, "failed", p.failed, "cancelled", p.cancelled,
+        "active", p.active,
+        "waiting", p.waiting, "persisted", p.persisted);
+    if (o && j->sched)
+        json_object_set_new(o, "pools", pl_job_pools_json(j, k));
+    if (o && j->error)
+        json_object_set_new(o, "error", json_string(j->error));
+    if (o && j->dir)
+        json_object_set_new(o, "output_dir", json_string(j->dir));
+    return o;
+}
