@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PARLEY_MODEL="${PARLEY_MODEL:-$(scripts/fetch_model.sh)}"
 
+echo "== Layering (scripts/check_layers.sh)"
+scripts/check_layers.sh
+
 echo "== Criterion suite (release build)"
 meson test -C build --print-errorlogs --num-processes 2
 

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# check_layers.sh - DESIGN.md's layering, read from the #include lines:
+#   src/base <- schedulers <- backends <- src/jobs <- api <- src
+# A folder may include its own files and those of the layers below it.
+# CUDA code stays in backends/engine/cuda/ (only the engine's top may name
+# it). Exits 1 and lists every violation.
+set -u
+cd "$(dirname "$0")/.."
+
+# layer name: include prefixes allowed besides its own folder
+allowed_for() {
+    case "$1" in
+    src/base/*)    echo "src/base/" ;;
+    schedulers/*)  echo "src/base/ schedulers/" ;;
+    backends/*)    echo "src/base/ schedulers/ backends/" ;;
+    src/jobs/*)    echo "src/base/ schedulers/ backends/ src/jobs/" ;;
+    api/*)         echo "src/base/ schedulers/ backends/ src/jobs/ api/" ;;
+    src/*)         echo "src/ schedulers/ backends/ api/" ;;
+    *)             echo "" ;;
+    esac
+}
+
+bad=0
+while IFS= read -r f; do
+    allow=$(allowed_for "$f")
+    [ -n "$allow" ] || continue
+    while IFS= read -r line; do
+        inc=${line#*\"}; inc=${inc%%\"*}
+        case "$inc" in */*) ;; *) continue ;; esac   # same-folder or system
+        ok=0
+        for p in $allow; do
+            case "$inc" in "$p"*) ok=1 ;; esac
+        done
+        # Only the engine may name the CUDA runner.
+        case "$inc" in
+        backends/engine/cuda/*)
+            case "$f" in backends/engine/*) ;; *) ok=0 ;; esac ;;
+        esac
+        if [ $ok = 0 ]; then
+            echo "$f: includes \"$inc\" (not allowed in this layer)"
+            bad=1
+        fi
+    done < <(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$f")
+done < <(git ls-files 'src/*' 'schedulers/*' 'backends/*' 'api/*' | grep -E '\.(c|h|cu|cuh)$')
+
+if [ $bad = 0 ]; then
+    echo "check_layers: ok"
+fi
+exit $bad
