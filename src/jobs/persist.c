@@ -19,8 +19,8 @@ struct pl_persist {
     char *experiment;
     char *manifest_path, *index_path;
     int lock_fd;
-    json_t *manifest;            /* as last read or written */
-    ino_t manifest_ino;
+    json_t *manifest;            /* as read under the lock, then written */
+    json_int_t generation;       /* the manifest's, as we last saw it */
     json_t *indexed;             /* question_id -> true */
     off_t index_size;            /* bytes of the index we have read */
 };
@@ -220,16 +220,6 @@ static int index_load(pl_persist *p)
     return rc;
 }
 
-/* Pick up lines another process appended since we last looked. */
-static int index_refresh(pl_persist *p)
-{
-    struct stat st;
-    if (stat(p->index_path, &st) < 0)
-        return errno == ENOENT ? (p->index_size = 0, 0) : -1;
-    /* Grown or rewritten by another process: re-read it (rare). */
-    return st.st_size == p->index_size ? 0 : index_load(p);
-}
-
 static int index_append(pl_persist *p, const char *qid, json_t *transcript)
 {
     json_t *o = index_line_of(qid, transcript);
@@ -285,20 +275,25 @@ static void manifest_set(pl_persist *p, const char *qid, const char *status,
     json_object_set_new(manifest_questions(p), qid, e);
 }
 
-/* Reload when another process replaced the file since our last write. */
-static void manifest_refresh(pl_persist *p)
+/* Re-read the manifest; called under the lock before every update, so no
+ * writer ever rewrites a copy that another process has since replaced. (An
+ * inode or mtime check is not enough: ext4 reuses the inode of a file
+ * renamed over, and mtime has a coarse clock.) The manifest is small. A
+ * missing or unreadable file keeps what we have. Returns true when another
+ * writer changed it since we last looked (its generation moved). */
+static bool manifest_reload(pl_persist *p)
 {
-    struct stat st;
-    if (stat(p->manifest_path, &st) < 0 || st.st_ino == p->manifest_ino)
-        return;
     json_t *m = json_load_file(p->manifest_path, 0, NULL);
-    if (json_is_object(m)) {
-        json_decref(p->manifest);
-        p->manifest = m;
-        p->manifest_ino = st.st_ino;
-    } else {
+    if (!json_is_object(m)) {
         json_decref(m);
+        return false;
     }
+    json_int_t g = json_integer_value(json_object_get(m, "generation"));
+    bool moved = g != p->generation;
+    json_decref(p->manifest);
+    p->manifest = m;
+    p->generation = g;
+    return moved;
 }
 
 static int manifest_write(pl_persist *p)
@@ -314,11 +309,12 @@ static int manifest_write(pl_persist *p)
                         json_pack("{s:i, s:i, s:i}", "pending", counts[0],
                                   "succeeded", counts[1], "failed", counts[2]));
     json_object_set_new(p->manifest, "updated_at", json_integer((json_int_t)time(NULL)));
+    /* Every write moves the generation, so a reader under the lock knows
+     * whether anyone wrote since it last looked. */
+    json_object_set_new(p->manifest, "generation", json_integer(p->generation + 1));
     if (write_json_atomic(p->manifest_path, p->manifest) < 0)
         return -1;
-    struct stat st;
-    if (stat(p->manifest_path, &st) == 0)
-        p->manifest_ino = st.st_ino;
+    p->generation++;
     return 0;
 }
 
@@ -365,6 +361,8 @@ static int reconcile(pl_persist *p)
 
 /* ---- public ---- */
 
+static int sync_locked(pl_persist *p);
+
 static int lock_ex(pl_persist *p)
 {
     while (flock(p->lock_fd, LOCK_EX) < 0)
@@ -386,9 +384,7 @@ static int persist_load(pl_persist *p)
     p->manifest = json_is_object(m) ? m : manifest_new(p->experiment);
     if (!json_is_object(m))
         json_decref(m);
-    struct stat st;
-    if (stat(p->manifest_path, &st) == 0)
-        p->manifest_ino = st.st_ino;
+    p->generation = json_integer_value(json_object_get(p->manifest, "generation"));
     return reconcile(p);
 }
 
@@ -467,7 +463,7 @@ int pl_persist_register(pl_persist *p, const char *const *ids, int n)
 {
     if (lock_ex(p) < 0)
         return -1;
-    manifest_refresh(p);
+    int rc = sync_locked(p);
     bool dirty = false;
     for (int i = 0; i < n; i++) {
         if (!manifest_status(p, ids[i])) {
@@ -475,31 +471,52 @@ int pl_persist_register(pl_persist *p, const char *const *ids, int n)
             dirty = true;
         }
     }
-    int rc = dirty || access(p->manifest_path, F_OK) != 0 ? manifest_write(p) : 0;
+    if (rc == 0 && (dirty || access(p->manifest_path, F_OK) != 0))
+        rc = manifest_write(p);
     unlock(p);
     return rc;
 }
 
-static int write_transcript(pl_persist *p, const pl_persist_record *r)
+/* Never replace a succeeded transcript with a failed one. Looks at the
+ * file, not at our state, so it is safe on any thread; two processes racing
+ * on the same question can still both write (the manifest never downgrades
+ * a success either way). */
+static bool keeps_success(const char *path)
+{
+    json_t *t = json_load_file(path, 0, NULL);
+    const char *st = json_string_value(json_object_get(t, "status"));
+    bool ok = st && !strcmp(st, "succeeded");
+    json_decref(t);
+    return ok;
+}
+
+int pl_persist_save_transcript(const pl_persist *p, const pl_persist_record *r)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s.json", p->tdir, r->question_id);
+    if (!r->succeeded && keeps_success(path))
+        return 0;
     return write_json_atomic(path, r->transcript);
 }
 
-int pl_persist_write(pl_persist *p, const pl_persist_record *recs, int n)
+/* Under the lock: bring the manifest and the index up to date with what
+ * other writers did. The manifest is always re-read; the index (which only
+ * grows, except when an opener rewrites it) is re-read when its size moved
+ * or another writer wrote since we looked. */
+static int sync_locked(pl_persist *p)
 {
-    for (int i = 0; i < n; i++) {
-        /* Never replace a succeeded transcript with a failed one. */
-        if (!recs[i].succeeded && json_object_get(p->indexed, recs[i].question_id))
-            continue;
-        if (write_transcript(p, &recs[i]) < 0)
-            return -1;
-    }
-    if (lock_ex(p) < 0)
-        return -1;
-    int rc = index_refresh(p);
-    manifest_refresh(p);
+    bool moved = manifest_reload(p);
+    struct stat st;
+    if (stat(p->index_path, &st) < 0)
+        return errno == ENOENT ? (json_object_clear(p->indexed), p->index_size = 0, 0) : -1;
+    if (moved || st.st_size != p->index_size)
+        return index_load(p);
+    return 0;
+}
+
+static int commit_locked(pl_persist *p, const pl_persist_record *recs, int n)
+{
+    int rc = sync_locked(p);
     for (int i = 0; i < n && rc == 0; i++) {
         const pl_persist_record *r = &recs[i];
         if (r->succeeded && !json_object_get(p->indexed, r->question_id))
@@ -512,8 +529,33 @@ int pl_persist_write(pl_persist *p, const pl_persist_record *recs, int n)
     }
     if (rc == 0)
         rc = manifest_write(p);
+    return rc;
+}
+
+int pl_persist_commit(pl_persist *p, const pl_persist_record *recs, int n, bool wait)
+{
+    if (wait) {
+        if (lock_ex(p) < 0)
+            return -1;
+    } else {
+        while (flock(p->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+            if (errno == EWOULDBLOCK)
+                return PL_PERSIST_BUSY;
+            if (errno != EINTR)
+                return -1;
+        }
+    }
+    int rc = commit_locked(p, recs, n);
     unlock(p);
     return rc;
+}
+
+int pl_persist_write(pl_persist *p, const pl_persist_record *recs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (pl_persist_save_transcript(p, &recs[i]) < 0)
+            return -1;
+    return pl_persist_commit(p, recs, n, true);
 }
 
 json_t *pl_persist_read_transcript(const char *dir, const char *qid)
