@@ -11,8 +11,6 @@
 #include "src/jobs/prompt.h"
 
 static void job_pump(pl_job *j);
-static void job_flush(pl_job *j);
-static void job_check_finished(pl_job *j);
 
 const char *pl_job_state_name(pl_job_state s)
 {
@@ -380,23 +378,6 @@ static void abort_conv_inflight(pl_job *j, int q)
     }
 }
 
-static void queue_rec(pl_job *j, int q, bool ok, const char *error, json_t *t)
-{
-    if (j->n_queue == j->cap_queue) {
-        int cap = j->cap_queue ? 2 * j->cap_queue : 64;
-        job_rec *v = realloc(j->queue, (size_t)cap * sizeof *v);
-        if (!v) {
-            pl_error("job %s: out of memory: transcript of %s not saved", j->id,
-                     j->spec.questions[q].id);
-            json_decref(t);
-            return;
-        }
-        j->queue = v;
-        j->cap_queue = cap;
-    }
-    j->queue[j->n_queue++] = (job_rec){q, ok, error ? strdup(error) : NULL, t};
-}
-
 static void finish_conv(pl_job *j, int q, bool ok, const char *error)
 {
     if (!pl_conv_sched_finalize(j->sched, q))
@@ -420,87 +401,18 @@ static void finish_conv(pl_job *j, int q, bool ok, const char *error)
     job_conv_free(j->conv[q], &j->spec);
     j->conv[q] = NULL;
     if (t)
-        queue_rec(j, q, ok, error, t);
-    job_flush(j);
+        job_save(j, q, ok, error, t);
 }
 
-/* ---- persistence: one batch in flight per job ---- */
-
-typedef struct write_ctx {
-    pl_job *j;
-    pl_persist *p;
-    job_rec *recs;
-    int n, rc;
-} write_ctx;
-
-static void write_work(void *ud)
-{
-    write_ctx *w = ud;
-    pl_persist_record *pr = calloc((size_t)w->n, sizeof *pr);
-    if (!pr) {
-        w->rc = -1;
-        return;
-    }
-    for (int i = 0; i < w->n; i++)
-        pr[i] = (pl_persist_record){w->j->spec.questions[w->recs[i].conv].id,
-                                    w->recs[i].succeeded, w->recs[i].error,
-                                    w->recs[i].transcript};
-    w->rc = pl_persist_write(w->p, pr, w->n);
-    free(pr);
-}
-
-static void write_done(void *ud)
-{
-    write_ctx *w = ud;
-    pl_job *j = w->j;
-    if (w->rc < 0) {
-        pl_error("job %s: writing %d transcripts to %s failed", j->id, w->n, j->dir);
-        if (!j->error)
-            j->error = strdup("writing transcripts failed");
-    } else {
-        j->persisted += w->n;
-    }
-    for (int i = 0; i < w->n; i++) {
-        free(w->recs[i].error);
-        json_decref(w->recs[i].transcript);
-    }
-    free(w->recs);
-    free(w);
-    j->batch = NULL;
-    j->n_batch = 0;
-    j->writing = false;
-    job_flush(j);
-    job_check_finished(j);
-}
-
-static void job_flush(pl_job *j)
-{
-    if (j->writing || j->n_queue == 0 || !j->persist)
-        return;
-    write_ctx *w = calloc(1, sizeof *w);
-    if (!w)
-        return;
-    *w = (write_ctx){j, j->persist, j->queue, j->n_queue, 0};
-    j->batch = j->queue;
-    j->n_batch = j->n_queue;
-    j->queue = NULL;
-    j->n_queue = j->cap_queue = 0;
-    j->writing = true;
-    if (pl_io_pool_post(j->io, write_work, write_done, w) < 0) {
-        /* Shutting down: write here rather than lose completed work. */
-        write_work(w);
-        write_done(w);
-    }
-}
-
-static void job_check_finished(pl_job *j)
+void job_check_finished(pl_job *j)
 {
     bool done;
     if (j->state == PL_JOB_RUNNING)
         done = j->n_terminal + j->n_skipped >= j->spec.n_questions;
     else
         done = j->state != PL_JOB_STARTING;
-    if (!done || j->writing || j->n_queue > 0 || j->opening || j->finished_called)
+    if (!done || j->writing || j->n_queue > 0 || j->n_saving > 0 || j->retry_pending ||
+        j->opening || j->finished_called)
         return;
     if (j->state == PL_JOB_RUNNING)
         j->state = PL_JOB_COMPLETED;
@@ -536,13 +448,7 @@ void pl_job_free(pl_job *j)
         return;
     j->finished_called = true;           /* no callbacks from here on */
     pl_job_cancel(j);
-    while (j->writing || j->opening)
-        pl_io_pool_drain(j->io);
-    for (int i = 0; i < j->n_queue; i++) {
-        free(j->queue[i].error);
-        json_decref(j->queue[i].transcript);
-    }
-    free(j->queue);
+    job_save_drain(j);
     for (int q = 0; j->conv && q < j->spec.n_questions; q++)
         job_conv_free(j->conv[q], &j->spec);
     free(j->conv);
@@ -570,15 +476,11 @@ json_t *pl_job_transcript(pl_job *j, const char *qid)
     for (int q = 0; q < j->spec.n_questions; q++) {
         if (strcmp(j->spec.questions[q].id, qid) != 0)
             continue;
-        if (j->conv[q]) {
+        if (j->conv[q])
             return job_transcript_json(j, q, "running", NULL);
-        }
-        for (int i = 0; i < j->n_queue; i++)
-            if (j->queue[i].conv == q)
-                return json_incref(j->queue[i].transcript);
-        for (int i = 0; i < j->n_batch; i++)
-            if (j->batch[i].conv == q)
-                return json_incref(j->batch[i].transcript);
+        json_t *t = job_saving_transcript(j, q);
+        if (t)
+            return t;
         return j->dir ? pl_persist_read_transcript(j->dir, qid) : NULL;
     }
     return NULL;

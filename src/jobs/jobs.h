@@ -100,7 +100,8 @@ typedef struct pl_job_progress {
     int total, skipped;          /**< skipped: succeeded in an earlier run */
     int succeeded, failed, active, waiting;
     int cancelled;               /**< stopped by a cancel (not persisted) */
-    int persisted;               /**< finished and written to disk */
+    int saved;                   /**< transcripts written to disk */
+    int persisted;               /**< recorded in the manifest and index */
 } pl_job_progress;
 
 void pl_job_get_progress(const pl_job *j, pl_job_progress *p);

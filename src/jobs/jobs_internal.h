@@ -39,7 +39,8 @@ typedef struct job_sub {
     bool tokens;
 } job_sub;
 
-/* A finished conversation waiting for (or in) a persistence batch. */
+/* A finished conversation: its transcript being saved, or (saved) only
+ * the summary, waiting for (or in) a manifest commit. */
 typedef struct job_rec {
     int conv;
     bool succeeded;
@@ -65,10 +66,14 @@ struct pl_job {
     uint8_t *skipped;            /* succeeded in an earlier run */
     pl_persist *persist;
     char *dir;
-    job_rec *queue;              /* finished, not yet handed to I/O */
+    struct save_ctx *saves;      /* transcripts being written (no lock) */
+    int n_saving, saved;
+    job_rec *queue;              /* saved, waiting for a manifest commit */
     int n_queue, cap_queue;
-    job_rec *batch;              /* being written */
-    int n_batch;
+    int n_batch;                 /* in the commit in flight */
+    struct event *retry_ev;      /* commit retry while the lock is held */
+    int retry_ms;
+    bool retry_pending, freeing;
     bool writing, opening, finished_called;
     int persisted, n_skipped, n_terminal, n_cancelled;
     job_sub *subs;
@@ -85,5 +90,18 @@ int job_hist_push(job_hist *h, const char *role, char *content);
 json_t *job_transcript_json(pl_job *j, int conv, const char *status,
                             const char *error);
 void job_emit(pl_job *j, const pl_job_event *ev);
+
+/* job_save.c */
+/** Hand a finished conversation's transcript (owned) to the I/O pool now;
+ *  once on disk, its record joins the manifest commit queue. */
+void job_save(pl_job *j, int q, bool ok, const char *error, json_t *t);
+/** The transcript of q while it is being written (new ref), or NULL. */
+json_t *job_saving_transcript(pl_job *j, int q);
+/** Start a manifest commit if none is in flight and records wait. */
+void job_flush(pl_job *j);
+/** At free: finish every save and commit (waiting for the lock). */
+void job_save_drain(pl_job *j);
+/* jobs.c */
+void job_check_finished(pl_job *j);
 
 #endif

@@ -207,6 +207,7 @@ void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
     p->cancelled = j->n_cancelled;
     p->active = c.active;
     p->waiting = c.idle - j->n_skipped;
+    p->saved = j->saved;
     p->persisted = j->persisted + j->n_skipped;
 }
 
@@ -247,12 +248,12 @@ json_t *pl_job_status_json(pl_job *j, int k)
 {
     pl_job_progress p;
     pl_job_get_progress(j, &p);
-    json_t *o = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
+    json_t *o = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
         "id", j->id, "experiment", j->spec.experiment, "state",
         pl_job_state_name(j->state), "progress", "total", p.total, "skipped", p.skipped,
         "succeeded", p.succeeded, "failed", p.failed, "cancelled", p.cancelled,
         "active", p.active,
-        "waiting", p.waiting, "persisted", p.persisted);
+        "waiting", p.waiting, "saved", p.saved, "persisted", p.persisted);
     if (o && j->sched)
         json_object_set_new(o, "pools", pl_job_pools_json(j, k));
     if (o && j->error)
