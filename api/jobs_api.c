@@ -70,6 +70,22 @@ static json_t *job_created_json(pl_job *j)
     return o;
 }
 
+/* The API's own subscriber: re-prompts and failures for /metrics and
+ * /status (the job keeps no history of them once persisted). */
+static void api_job_event(void *ud, const pl_job_event *ev)
+{
+    api_job *aj = ud;
+    if (ev->kind == PL_JOB_EV_REPROMPT) {
+        aj->reprompts++;
+    } else if (ev->kind == PL_JOB_EV_CONVERSATION_FAILED) {
+        int slot = (int)(aj->n_failures++ % API_JOB_FAILURES);
+        snprintf(aj->failures[slot].question_id, sizeof aj->failures[slot].question_id,
+                 "%s", ev->question_id ? ev->question_id : "");
+        snprintf(aj->failures[slot].error, sizeof aj->failures[slot].error, "%s",
+                 ev->error ? ev->error : "failed");
+    }
+}
+
 static int add_job(pl_jobs_api *a, pl_job *j)
 {
     api_job **v = realloc(a->jobs, (size_t)(a->n_jobs + 1) * sizeof *v);
@@ -82,6 +98,7 @@ static int add_job(pl_jobs_api *a, pl_job *j)
     }
     a->jobs = v;
     aj->job = j;
+    aj->sub = pl_job_subscribe(j, api_job_event, aj, false);
     a->jobs[a->n_jobs++] = aj;
     return 0;
 }
@@ -204,19 +221,47 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
     }
 }
 
+/* The job's status plus what the API kept from its events: re-prompts
+ * and the last failures, newest first. */
+static json_t *api_job_json(api_job *aj, int k)
+{
+    json_t *o = pl_job_status_json(aj->job, k);
+    json_t *fails = json_array();
+    long n = aj->n_failures < API_JOB_FAILURES ? aj->n_failures : API_JOB_FAILURES;
+    for (long i = 0; i < n; i++) {
+        int slot = (int)((aj->n_failures - 1 - i) % API_JOB_FAILURES);
+        json_array_append_new(fails, json_pack("{s:s, s:s}", "question_id",
+                                               aj->failures[slot].question_id, "error",
+                                               aj->failures[slot].error));
+    }
+    json_object_set_new(o, "reprompts", json_integer(aj->reprompts));
+    json_object_set_new(o, "failed_conversations", json_integer(aj->n_failures));
+    json_object_set_new(o, "recent_failures", fails);
+    return o;
+}
+
+#define FINISHED_SHOWN 10
+
+static bool job_live(const api_job *aj)
+{
+    pl_job_state st = pl_job_get_state(aj->job);
+    return st == PL_JOB_RUNNING || st == PL_JOB_STARTING;
+}
+
+/* "jobs": the running ones with their pools; "finished_jobs": the last
+ * FINISHED_SHOWN that ended (completed, cancelled or error), newest first. */
 static void status_hook(pl_server *s, json_t *status, void *ud)
 {
     pl_jobs_api *a = ud;
-    json_t *jobs = json_array();
-    for (int i = 0; i < a->n_jobs; i++) {
-        pl_job *j = a->jobs[i]->job;
-        pl_job_state st = pl_job_get_state(j);
-        if (st != PL_JOB_RUNNING && st != PL_JOB_STARTING)
-            continue;
-        json_t *o = pl_job_status_json(j, 5);
-        json_array_append_new(jobs, o);
-    }
+    json_t *jobs = json_array(), *done = json_array();
+    for (int i = 0; i < a->n_jobs; i++)
+        if (job_live(a->jobs[i]))
+            json_array_append_new(jobs, api_job_json(a->jobs[i], 5));
+    for (int i = a->n_jobs - 1; i >= 0 && json_array_size(done) < FINISHED_SHOWN; i--)
+        if (!job_live(a->jobs[i]))
+            json_array_append_new(done, api_job_json(a->jobs[i], 0));
     json_object_set_new(status, "jobs", jobs);
+    json_object_set_new(status, "finished_jobs", done);
 }
 
 pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
@@ -235,6 +280,7 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
     pl_server_add_route(s, "/v1/jobs", PL_HTTP_GET | PL_HTTP_POST, jobs_root, a);
     pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE, jobs_item, a);
     pl_server_add_status_hook(s, status_hook, a);
+    pl_server_add_metrics_hook(s, jobs_api_metrics, a);
     return a;
 }
 

@@ -9,10 +9,20 @@
 
 typedef struct job_stream job_stream;
 
-/* A job the API owns, with its open event streams. */
+#define API_JOB_FAILURES 5
+
+/* A job the API owns, with its open event streams, and what the API keeps
+ * from its events for /metrics and /status. */
 typedef struct api_job {
     pl_job *job;
     job_stream *streams;         /* doubly linked */
+    int sub;                     /* the API's own subscription */
+    long reprompts;
+    long n_failures;             /* conversations failed */
+    struct {                     /* the last API_JOB_FAILURES, a ring */
+        char question_id[64];
+        char error[192];
+    } failures[API_JOB_FAILURES];
 } api_job;
 
 struct pl_jobs_api {
@@ -25,6 +35,8 @@ struct pl_jobs_api {
 
 /** GET /v1/jobs/{id}/events: start an SSE stream on req. */
 void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req);
+/** The jobs' part of GET /metrics (jobs_metrics.c), a metrics hook. */
+void jobs_api_metrics(pl_server *s, struct evbuffer *out, void *ud);
 /** End every stream of a job (shutdown). */
 void jobs_api_end_streams(pl_jobs_api *a, api_job *aj);
 

@@ -42,6 +42,13 @@ void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
     evbuffer_free(out);
 }
 
+void pl_reply_buffer(struct evhttp_request *req, int status, const char *content_type,
+                     struct evbuffer *body)
+{
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
+    evhttp_send_reply(req, status, pl_http_reason(status), body);
+}
+
 json_t *pl_err_to_json(const pl_err *e)
 {
     return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message,

@@ -13,6 +13,10 @@
 
 /** Send a JSON reply with the given status; steals the reference to body. */
 void pl_reply_json(struct evhttp_request *req, int status, json_t *body);
+/** Send the contents of body (left empty) with the given status and
+ *  Content-Type. */
+void pl_reply_buffer(struct evhttp_request *req, int status, const char *content_type,
+                     struct evbuffer *body);
 /** Send {"error":{"message","type","param","code"}} with e->status. */
 void pl_reply_error(struct evhttp_request *req, const pl_err *e);
 /** Shorthand: build the error and send it. */

@@ -38,6 +38,8 @@ struct pl_server {
     int n_routes;
     struct { pl_status_fn fn; void *ud; } hooks[MAX_STATUS_HOOKS];
     int n_hooks;
+    struct { pl_metrics_fn fn; void *ud; } mhooks[MAX_STATUS_HOOKS];
+    int n_mhooks;
     uint64_t id_counter;
     uint64_t id_salt;
 };
@@ -214,6 +216,21 @@ void pl_server_run_status_hooks(pl_server *s, json_t *st)
 {
     for (int i = 0; i < s->n_hooks; i++)
         s->hooks[i].fn(s, st, s->hooks[i].ud);
+}
+
+void pl_server_add_metrics_hook(pl_server *s, pl_metrics_fn fn, void *ud)
+{
+    if (s->n_mhooks < MAX_STATUS_HOOKS) {
+        s->mhooks[s->n_mhooks].fn = fn;
+        s->mhooks[s->n_mhooks].ud = ud;
+        s->n_mhooks++;
+    }
+}
+
+void pl_server_run_metrics_hooks(pl_server *s, struct evbuffer *out)
+{
+    for (int i = 0; i < s->n_mhooks; i++)
+        s->mhooks[i].fn(s, out, s->mhooks[i].ud);
 }
 
 int pl_server_listen(pl_server *s, const char *host, int *port_io)

@@ -33,6 +33,8 @@ typedef void (*pl_route_fn)(pl_server *s, struct evhttp_request *req,
 
 /** A hook other modules use to add to GET /status (e.g. the jobs API). */
 typedef void (*pl_status_fn)(pl_server *s, json_t *status, void *ud);
+/** A hook that appends Prometheus text families to GET /metrics. */
+typedef void (*pl_metrics_fn)(pl_server *s, struct evbuffer *out, void *ud);
 
 typedef struct pl_server_opts {
     long max_body_bytes;         /**< 413 above */
@@ -59,6 +61,7 @@ pl_model_entry *pl_server_model(pl_server *s, int i);
 int pl_server_add_route(pl_server *s, const char *pattern, unsigned methods,
                         pl_route_fn fn, void *ud);
 void pl_server_add_status_hook(pl_server *s, pl_status_fn fn, void *ud);
+void pl_server_add_metrics_hook(pl_server *s, pl_metrics_fn fn, void *ud);
 
 /** Bind and listen. *port_io: in, the port (0 = any); out, the real one. */
 int pl_server_listen(pl_server *s, const char *host, int *port_io);
@@ -68,6 +71,8 @@ const pl_server_opts *pl_server_get_opts(const pl_server *s);
 
 /** Run every status hook into st (used by GET /status). */
 void pl_server_run_status_hooks(pl_server *s, json_t *st);
+/** Run every metrics hook into out (used by GET /metrics). */
+void pl_server_run_metrics_hooks(pl_server *s, struct evbuffer *out);
 
 /** A fresh id with the given prefix, e.g. "chatcmpl-" + 24 hex chars. */
 void pl_server_new_id(pl_server *s, const char *prefix, char *out, size_t n);

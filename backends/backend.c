@@ -1,6 +1,7 @@
 /* backend.c - shared helpers of the backend interface: errors, sampling
  * parameter defaults and copies. */
 #include "backends/backend.h"
+#include "backends/req_metrics.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -77,6 +78,11 @@ void pl_sampling_free(pl_sampling *s)
 
 void pl_backend_free(pl_backend *b)
 {
-    if (b)
-        b->ops->free(b);
+    if (!b)
+        return;
+    /* The backend may finish its requests while it frees itself: the
+     * trackers only use the metrics block, freed after. */
+    struct pl_req_metrics *m = b->metrics;
+    b->ops->free(b);
+    pl_req_metrics_free(m);
 }

@@ -185,22 +185,24 @@ typedef struct pl_backend_ops {
     void (*free)(pl_backend *b);
 } pl_backend_ops;
 
-/** Common header; each backend embeds it first in its own struct. */
+struct pl_req_metrics;
+
+/** Common header; each backend embeds it first in its own struct, zeroed. */
 struct pl_backend {
     const pl_backend_ops *ops;
     char *model;                 /**< the served model name (owned) */
     struct event_base *base;     /**< the main loop (borrowed) */
+    struct pl_req_metrics *metrics;  /**< request metrics (req_metrics.h),
+                                      created by the first submit; owned,
+                                      freed by pl_backend_free */
 };
 
-static inline int pl_backend_submit(pl_backend *b, const pl_gen_request *r,
-                                    pl_sink s, uint64_t *id, pl_err *e)
-{
-    return b->ops->submit(b, r, s, id, e);
-}
-static inline void pl_backend_abort(pl_backend *b, uint64_t id)
-{
-    b->ops->abort(b, id);
-}
+/** Submit through the request metrics (req_metrics.c): same contract as
+ *  ops->submit; the sink is wrapped to time and count the request. */
+int pl_backend_submit(pl_backend *b, const pl_gen_request *r, pl_sink s,
+                      uint64_t *id, pl_err *e);
+/** Abort through the request metrics (counted as finished_reason abort). */
+void pl_backend_abort(pl_backend *b, uint64_t id);
 static inline int pl_backend_capacity(pl_backend *b)
 {
     return b->ops->capacity(b);

@@ -11,6 +11,7 @@
 
 #include "api/info.h"
 #include "api/jobs_api.h"
+#include "api/metrics.h"
 #include "api/oai_chat.h"
 #include "api/server.h"
 #include "src/config.h"
@@ -68,6 +69,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
         goto done;
     }
     pl_info_register(srv);
+    pl_metrics_register(srv);
     pl_oai_chat_register(srv);
     jobs = pl_jobs_api_register(srv, NULL);
     int port = o->port;

@@ -10,6 +10,7 @@
 #include <event2/event.h>
 
 #include "backends/mock/mock.h"
+#include "backends/req_metrics.h"
 #include "src/jobs/jobs.h"
 #include "src/jobs/prompt.h"
 
@@ -366,6 +367,7 @@ Test(jobs, every_request_extends_the_agents_previous_prompt, .init = setup, .fin
     cr_assert_gt(mod_saw_b, 0);
     pl_job_free(j);
     json_decref(rb.last);
+    pl_req_metrics_free(rb.base.metrics);
     pl_io_pool_free(io);
     event_base_free(base);
 }
