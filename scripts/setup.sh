@@ -33,6 +33,9 @@ fi
 if [ $want_test = 1 ]; then
     .venv/bin/python -c "import openai, pytest" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check openai pytest
+    # /metrics is checked with prometheus_client's own parser.
+    .venv/bin/python -c "import prometheus_client" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check prometheus_client
 fi
 
 if [ ! -f build/build.ninja ]; then
