@@ -34,6 +34,7 @@ typedef struct run_ctx {
 typedef struct run_args {
     const char *job_file, *output, *stats;
     bool live;
+    double progress_interval;    /* seconds; status lines without a TTY */
     int policy;                  /* pl_conv_policy from --strategy */
     int argc;                    /* argv without run-only flags */
     char **argv;
@@ -45,7 +46,10 @@ static void run_usage(FILE *f)
                "                  [--strategy parley|fcfs|naive] [options]\n\n"
                "  --output DIR   write OUTPUT/<experiment>/... under DIR (default: the job's\n"
                "                 output_dir, else ./output)\n"
-               "  --live         full-screen view of the scheduler's pools\n"
+               "  --live         full-screen view of the scheduler's pools (also\n"
+               "                 MAC_FAIRNESS_LIVE_STATUS=1, as in seed 000)\n"
+               "  --progress-interval S  when stderr is not a terminal, one status line\n"
+               "                 every S seconds (default 5; 0: none)\n"
                "  --stats FILE   write the strategy, makespan and backend statistics (JSON)\n"
                "  --strategy S   dispatch policy (default parley: seed 000's priority heap);\n"
                "                 fcfs: first ready, first served; naive: one request at a\n"
@@ -63,6 +67,9 @@ static int split_args(int argc, char **argv, run_args *ra)
         return -1;
     ra->argv[ra->argc++] = argv[0];
     ra->argv[ra->argc++] = argv[1];
+    ra->progress_interval = 5.0;
+    const char *ls = getenv("MAC_FAIRNESS_LIVE_STATUS");
+    ra->live = ls && !strcmp(ls, "1");
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--live"))
             ra->live = true;
@@ -70,7 +77,18 @@ static int split_args(int argc, char **argv, run_args *ra)
             ra->output = argv[++i];
         else if (!strncmp(argv[i], "--output=", 9))
             ra->output = argv[i] + 9;
-        else if (!strcmp(argv[i], "--stats") && i + 1 < argc)
+        else if (!strcmp(argv[i], "--progress-interval") ||
+                 !strncmp(argv[i], "--progress-interval=", 20)) {
+            const char *v = argv[i][19] == '=' ? argv[i] + 20 : i + 1 < argc ? argv[++i] : NULL;
+            char *end = NULL;
+            double d = v ? strtod(v, &end) : -1;
+            if (!v || end == v || *end || !(d >= 0 && d <= 86400)) {
+                fprintf(stderr, "parley: --progress-interval: expected seconds in [0, 86400], "
+                                "got '%s'\n", v ? v : "");
+                return -2;
+            }
+            ra->progress_interval = d;
+        } else if (!strcmp(argv[i], "--stats") && i + 1 < argc)
             ra->stats = argv[++i];
         else if (!strncmp(argv[i], "--stats=", 8))
             ra->stats = argv[i] + 8;
@@ -291,6 +309,7 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     evsignal_add(sig, NULL);
     evsignal_add(sigt, NULL);
     event_add(tick, &tv);
+    pl_run_view_set_interval(ra->progress_interval);
     pl_run_view_begin(stderr, rc->live);
     int status = 1;
     clock_gettime(CLOCK_MONOTONIC, &rc->t0);

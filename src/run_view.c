@@ -4,10 +4,24 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 static FILE *view_f;
 static bool view_live, view_active, view_tty;
+static double view_interval = 5.0, view_last, view_t0;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void pl_run_view_set_interval(double seconds)
+{
+    view_interval = seconds;
+}
 
 static void view_restore(void)
 {
@@ -21,6 +35,7 @@ void pl_run_view_begin(FILE *f, bool live)
     view_tty = isatty(fileno(f));
     view_live = live && view_tty;
     view_active = true;
+    view_t0 = view_last = now_s();
     if (!hooked) {
         atexit(view_restore);
         hooked = true;
@@ -59,6 +74,29 @@ static void draw_bar(FILE *f, pl_job *j)
             json_integer_value(json_object_get(pools, "pre_departure")),
             json_integer_value(json_object_get(pools, "pending")));
     fputs(view_tty ? "\033[K" : "\n", f);
+    json_decref(pools);
+}
+
+/* Not a terminal (CI logs, nohup, a notebook): one plain line, with the
+ * counts of the live view. */
+static void draw_line(FILE *f, pl_job *j)
+{
+    pl_job_progress p;
+    pl_job_get_progress(j, &p);
+    json_t *pools = pl_job_pools_json(j, 0);
+    int in = 0, cap = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(pools, "models"), i, m) {
+        in += (int)json_integer_value(json_object_get(m, "in_flight"));
+        cap += (int)json_integer_value(json_object_get(m, "capacity"));
+    }
+    fprintf(f, "progress: %d/%d conversations | ok %d failed %d | in-flight %d/%d | "
+            "pre-dep %lld | pending %lld | saved %d | %.1f s\n", p.succeeded + p.failed,
+            p.total, p.succeeded, p.failed, in, cap,
+            json_integer_value(json_object_get(pools, "pre_departure")),
+            json_integer_value(json_object_get(pools, "pending")), p.saved,
+            now_s() - view_t0);
     json_decref(pools);
 }
 
@@ -130,6 +168,10 @@ void pl_run_view_draw(FILE *f, pl_job *j, bool live)
             draw_live(f, j);
         else if (view_tty)
             draw_bar(f, j);
+        else if (view_interval > 0 && now_s() - view_last >= view_interval) {
+            view_last = now_s();
+            draw_line(f, j);
+        }
     }
     fflush(f);
 }

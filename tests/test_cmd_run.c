@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <pty.h>
 #include <unistd.h>
 
 #include "tests/helpers/server_proc.h"
@@ -173,4 +174,49 @@ Test(cmd_run, strategies_run_the_example_and_write_stats, .init = setup, .fini =
     const char *bad[] = {example(), "--backend", "mock", "--strategy", "lifo", NULL};
     cr_assert_eq(run(bad, err, sizeof err), 2);
     cr_assert(strstr(err, "--strategy: expected parley, fcfs or naive, got 'lifo'"), "%s", err);
+}
+
+/* Without a terminal, a status line every --progress-interval seconds. */
+Test(cmd_run, progress_lines_without_a_tty, .init = setup, .fini = teardown, .timeout = 120)
+{
+    char err[16384];
+    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "2",
+                          "--output", dir, "--progress-interval", "0.2", NULL};
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    int lines = 0;
+    for (const char *p = err; (p = strstr(p, "progress: ")); p++)
+        lines++;
+    cr_assert_geq(lines, 2, "status lines on a non-terminal stderr: %s", err);
+    cr_assert(strstr(err, "/20 conversations | ok "), "%s", err);
+    cr_assert(strstr(err, "| in-flight "), "%s", err);
+    cr_assert_null(strstr(err, "\033["), "no terminal escapes in a log: %s", err);
+    const char *bad[] = {example(), "--progress-interval", "soon", NULL};
+    cr_assert_eq(run(bad, err, sizeof err), 2);
+    cr_assert(strstr(err, "--progress-interval: expected seconds"), "%s", err);
+}
+
+/* MAC_FAIRNESS_LIVE_STATUS=1 turns the live view on (seed 000's switch). */
+Test(cmd_run, live_status_env_turns_the_live_view_on, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    int master, slave;
+    cr_assert_eq(openpty(&master, &slave, NULL, NULL, NULL), 0);
+    setenv("MAC_FAIRNESS_LIVE_STATUS", "1", 1);
+    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "2",
+                          "--output", dir, NULL};
+    pid_t pid = spawn(args, slave);
+    unsetenv("MAC_FAIRNESS_LIVE_STATUS");
+    close(slave);
+    static char out[1 << 20];
+    size_t n = 0;
+    ssize_t r;
+    while (n < sizeof out - 1 && (r = read(master, out + n, sizeof out - 1 - n)) > 0)
+        n += (size_t)r;
+    out[n] = '\0';
+    int st;
+    waitpid(pid, &st, 0);
+    close(master);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    cr_assert(strstr(out, "\033[?1049h"), "the alternate screen is used");
+    cr_assert(strstr(out, "PRE-DEPARTURE"), "the pools are shown");
 }
