@@ -18,6 +18,7 @@
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "tests/helpers/model_path.h"
 
 #define NEAR_TIE 0.50f           /* reference top-2 gap allowed at a divergence */
 #define MAX_DLOGIT 1.5f          /* |ours - llama.cpp| at its top-5 ids (measured 1.26) */
@@ -31,9 +32,7 @@ static json_t *g_fix;
 
 static void setup(void)
 {
-    const char *path = getenv("PARLEY_MODEL");
-    if (!path)
-        path = "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const char *path = pl_test_model_path();
     const char *src = getenv("PARLEY_SRC");
     char fpath[1024];
     snprintf(fpath, sizeof(fpath), "%s/tests/fixtures/forward_fixtures.json", src ? src : ".");
@@ -115,8 +114,10 @@ static void fill_step(chat_state *c, pl_step_input *in, int step)
 
 Test(cpu_forward, chat_greedy_batched)
 {
-    if (!g_model)
-        cr_skip_test("model or fixture absent");
+    if (!g_model) {
+        PL_TEST_MODEL_OR_SKIP();
+        cr_skip_test("fixture absent");
+    }
     chat_state c = {.seqs = json_object_get(g_fix, "chat")};
     c.n = (int)json_array_size(c.seqs);
     int n_gen = (int)json_array_size(json_object_get(json_array_get(c.seqs, 0), "gen"));
@@ -263,8 +264,10 @@ static forced_stats run_forced(json_t *sec, int gemm_min_rows, int chunk)
  * reference's own top-2 gap is below NEAR_TIE. */
 Test(cpu_forward, teacher_forced_vs_llama_cpp)
 {
-    if (!g_model)
-        cr_skip_test("model or fixture absent");
+    if (!g_model) {
+        PL_TEST_MODEL_OR_SKIP();
+        cr_skip_test("fixture absent");
+    }
     forced_stats st = run_forced(json_object_get(g_fix, "forced"), 16, 256);
     double raw = (double)st.agree / st.n, tie = (double)st.agree_or_tie / st.n;
     printf("teacher-forced vs llama.cpp: %d tokens, top-1 agreement %.2f%% "
@@ -280,8 +283,10 @@ Test(cpu_forward, teacher_forced_vs_llama_cpp)
  * noise of 8-bit activations. */
 Test(cpu_forward, teacher_forced_vs_exact)
 {
-    if (!g_model)
-        cr_skip_test("model or fixture absent");
+    if (!g_model) {
+        PL_TEST_MODEL_OR_SKIP();
+        cr_skip_test("fixture absent");
+    }
     json_t *ex = json_object_get(g_fix, "exact");
     if (!ex)
         cr_skip_test("fixture has no exact section");

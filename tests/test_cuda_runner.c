@@ -14,6 +14,7 @@
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/text/tokenizer.h"
+#include "tests/helpers/model_path.h"
 
 #define NS 4                     /* sequences */
 #define PMAX 48                  /* longest prompt */
@@ -61,9 +62,7 @@ static void setup(void)
     char why[256], err[256];
     if (!pl_cuda_available(why, sizeof why))
         return;
-    const char *path = getenv("PARLEY_MODEL");
-    if (!path)
-        path = "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    const char *path = pl_test_model_path();
     if (access(path, R_OK) != 0)
         return;
     g_gguf = pl_gguf_open(path, err, sizeof err);

@@ -9,6 +9,7 @@
 
 #include "backends/engine/text/detok.h"
 #include "backends/engine/model/gguf.h"
+#include "tests/helpers/model_path.h"
 
 /* Feed one chunk and check the text emitted and the return value. */
 static void feed(pl_detok *d, const char *in, const char *want, int want_rc)
@@ -185,11 +186,8 @@ Test(detok, too_many_stops_rejected)
  * tokens; streaming the ids gives back the text, never half a character. */
 Test(detok, smollm2_stream_round_trip)
 {
-    const char *path = getenv("PARLEY_MODEL");
-    if (!path || !*path)
-        path = "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (access(path, R_OK) != 0)
-        cr_skip_test("model not found: %s", path);
+    PL_TEST_MODEL_OR_SKIP();
+    const char *path = pl_test_model_path();
     char err[256];
     pl_gguf *g = pl_gguf_open(path, err, sizeof err);
     cr_assert_not_null(g, "%s", err);

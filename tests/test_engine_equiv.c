@@ -166,8 +166,7 @@ static void expect_equivalent(const char *what, const run_out *a, const run_out 
 
 static void need_model(void)
 {
-    if (access(pl_test_model_path(), R_OK) != 0)
-        cr_skip_test("default model not found at %s", pl_test_model_path());
+    PL_TEST_MODEL_OR_SKIP();
 }
 
 TestSuite(engine_equiv, .init = need_model, .timeout = 600);

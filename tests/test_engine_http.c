@@ -15,8 +15,7 @@ static pl_test_server srv;
 
 static void start(void)
 {
-    if (access(pl_test_model_path(), R_OK) != 0)
-        cr_skip_test("default model not found at %s", pl_test_model_path());
+    PL_TEST_MODEL_OR_SKIP();
     const char *args[] = {"--backend", "cpu", "--model", pl_test_model_path(), "--log-level", "warn",
                           "--served-model-name", "smol", NULL};
     cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");

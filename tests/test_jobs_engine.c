@@ -34,8 +34,7 @@ static void teardown(void)
 
 static const char *model_path(void)
 {
-    const char *p = getenv("PARLEY_MODEL");
-    return p && *p ? p : "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    return pl_test_model_path();
 }
 
 static bool sanitized(void)
@@ -175,8 +174,7 @@ static void check_transcript(const char *qid, const char *status, json_t *index,
 Test(jobs_engine, small_debate_on_the_default_model, .init = setup, .fini = teardown,
      .timeout = 600)
 {
-    if (access(model_path(), R_OK) != 0)
-        cr_skip_test("model %s absent", model_path());
+    PL_TEST_MODEL_OR_SKIP();
     int nq = sanitized() ? 2 : 3, max_tokens = sanitized() ? 12 : 24;
     char job[128], stats[128], err[8192];
     snprintf(job, sizeof job, "%s/job.yaml", dir);

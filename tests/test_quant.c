@@ -10,6 +10,7 @@
 
 #include "backends/engine/model/quant.h"
 #include "fixtures/quant_fixtures.h"
+#include "tests/helpers/model_path.h"
 
 /* Stated tolerance: bit-exact is expected; allow 1e-6 relative to the
  * value (or to the block's largest value, for results that cancel to ~0). */
@@ -140,15 +141,12 @@ Test(quant, q4_1_by_hand)
 
 static const char *model_path(void)
 {
-    const char *p = getenv("PARLEY_MODEL");
-    return p && *p ? p : "/root/.cache/parley/models/"
-                         "SmolLM2-135M-Instruct.Q4_1.gguf";
+    return pl_test_model_path();
 }
 
 Test(quant, default_model_rows_are_finite)
 {
-    if (access(model_path(), R_OK) != 0)
-        cr_skip_test("model not present");
+    PL_TEST_MODEL_OR_SKIP();
     char err[256];
     pl_gguf *g = pl_gguf_open(model_path(), err, sizeof(err));
     cr_assert_not_null(g, "%s", err);

@@ -15,7 +15,7 @@
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/text/tokenizer.h"
 
-#define DEFAULT_MODEL "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#include "tests/helpers/model_path.h"
 
 static const char *src_path(char *buf, size_t n, const char *rel)
 {
@@ -39,8 +39,8 @@ static pl_tokenizer *load(const char *path, pl_gguf **g)
 
 static pl_tokenizer *load_smollm(pl_gguf **g)
 {
-    const char *m = getenv("PARLEY_MODEL");
-    return load(m && *m ? m : DEFAULT_MODEL, g);
+    PL_TEST_MODEL_OR_SKIP();
+    return load(pl_test_model_path(), g);
 }
 
 static pl_tokenizer *load_tiny_spm(pl_gguf **g)

@@ -116,17 +116,6 @@ int pl_test_http(const char *method, const char *url, const char *body, size_t b
     return rc == CURLE_OK ? 0 : -1;
 }
 
-const char *pl_test_model_path(void)
-{
-    static char p[1024];
-    const char *e = getenv("PARLEY_MODEL");
-    if (e && *e)
-        return e;
-    snprintf(p, sizeof p, "%s/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-             getenv("HOME") ? getenv("HOME") : ".");
-    return p;
-}
-
 int pl_test_post_many(const char *url, char *const *bodies, int n, pl_test_resp *resp)
 {
     CURLM *m = curl_multi_init();

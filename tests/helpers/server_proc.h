@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "tests/helpers/model_path.h"
+
 typedef struct pl_test_server {
     pid_t pid;
     char url[128];               /**< "http://127.0.0.1:PORT" */
@@ -33,8 +35,6 @@ void pl_test_resp_free(pl_test_resp *r);
 /** Path of the parley binary (env PARLEY_BIN). */
 const char *pl_test_bin(void);
 
-/** Path of the default model (env PARLEY_MODEL, else the model cache). */
-const char *pl_test_model_path(void);
 
 /** POST bodies[i] to url, all n at once (libcurl multi); fills resp[i]
  *  (free each with pl_test_resp_free). Returns 0 when every transfer
