@@ -302,7 +302,13 @@ Test(persist, sigkill_at_random_points, .init = setup, .fini = teardown, .timeou
     long span_us = (t1.tv_sec - t0.tv_sec) * 1000000L + (t1.tv_nsec - t0.tv_nsec) / 1000;
     if (span_us < 20000)
         span_us = 20000;
-    unsigned seed = (unsigned)time(NULL);
+    /* PARLEY_KILL_SEED=N reproduces a run: every run prints its seed. */
+    const char *env_seed = getenv("PARLEY_KILL_SEED");
+    unsigned seed = env_seed && *env_seed ? (unsigned)strtoul(env_seed, NULL, 10)
+                                          : (unsigned)time(NULL);
+    fprintf(stderr, "persist: kill points from seed %u (PARLEY_KILL_SEED=%u to repeat)\n",
+            seed, seed);
+    const unsigned seed0 = seed;
     int before = 0, kills = 0;
     for (int round = 0; round < 8; round++) {
         pid_t pid = fork();
@@ -318,8 +324,8 @@ Test(persist, sigkill_at_random_points, .init = setup, .fini = teardown, .timeou
         waitpid(pid, &st, 0);
         int indexed = check_crash_state(crashed);
         int now = succeeded_after_repair(crashed);
-        cr_assert_geq(now, before, "nothing completed is lost (seed %u)", seed);
-        cr_assert_geq(now, indexed);
+        cr_assert_geq(now, before, "nothing completed is lost (PARLEY_KILL_SEED=%u)", seed0);
+        cr_assert_geq(now, indexed, "PARLEY_KILL_SEED=%u", seed0);
         fprintf(stderr, "kill %d after %ld us: indexed %d, succeeded %d (run: %ld us)\n",
                 round, us, indexed, now, span_us);
         before = now;
@@ -327,8 +333,8 @@ Test(persist, sigkill_at_random_points, .init = setup, .fini = teardown, .timeou
             break;
     }
     cr_assert_gt(kills, 0);
-    cr_assert_eq(run_crash_job(crashed, 0), 0, "final resumed run");
-    cr_assert_eq(check_crash_state(crashed), CRASH_Q);
+    cr_assert_eq(run_crash_job(crashed, 0), 0, "final resumed run (PARLEY_KILL_SEED=%u)", seed0);
+    cr_assert_eq(check_crash_state(crashed), CRASH_Q, "PARLEY_KILL_SEED=%u", seed0);
     char path[256];
     snprintf(path, sizeof path, "%s/crash/task_manifest.json", crashed);
     json_t *m = json_load_file(path, 0, NULL);
