@@ -56,6 +56,11 @@ Test(oai_params, sampling_fields)
                        "\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
                        true, &p, &e), 0, "%s", e.message);
     cr_expect_float_eq(p.sampling.temperature, 0.5, 1e-9);
+    cr_expect_float_eq(p.sampling.top_p, 0.9, 1e-9);
+    cr_expect_float_eq(p.sampling.min_p, 0.1, 1e-9);
+    cr_expect_float_eq(p.sampling.presence_penalty, 0.5, 1e-9);
+    cr_expect_float_eq(p.sampling.frequency_penalty, -0.5, 1e-9);
+    cr_expect_float_eq(p.sampling.repetition_penalty, 1.1, 1e-9);
     cr_expect_eq(p.sampling.top_k, 40);
     cr_expect_eq(p.sampling.max_tokens, 9);
     cr_expect_eq(p.sampling.n_stop, 2);
@@ -63,6 +68,15 @@ Test(oai_params, sampling_fields)
     cr_expect(p.sampling.has_seed);
     cr_expect_eq(p.sampling.seed, 42u);
     cr_expect_eq(p.sampling.n_logit_bias, 2);
+    float bias15 = 0, bias7 = 0;       /* the object's order is not a contract */
+    for (int i = 0; i < p.sampling.n_logit_bias; i++) {
+        if (p.sampling.logit_bias[i].token == 15)
+            bias15 = p.sampling.logit_bias[i].bias;
+        if (p.sampling.logit_bias[i].token == 7)
+            bias7 = p.sampling.logit_bias[i].bias;
+    }
+    cr_expect_float_eq(bias15, -100.0f, 1e-6);
+    cr_expect_float_eq(bias7, 2.5f, 1e-6);
     cr_expect(p.sampling.logprobs);
     cr_expect_eq(p.sampling.top_logprobs, 3);
     cr_expect_eq(p.n, 2);
