@@ -276,20 +276,45 @@ Test(api, unknown_fields_are_ignored)
                           "{\"model\":\"mock\",\"max_tokens\":2,\"frobnicate\":{\"a\":1},"
                           "\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"x\":1}]}", &st);
     cr_expect_eq(st, 200);
+    /* A whole completion, as if the unknown fields were not there. */
+    cr_expect_str_eq(json_string_value(json_object_get(j, "object")), "chat.completion");
+    cr_expect_str_eq(json_string_value(json_object_get(j, "model")), "mock");
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(c0, "finish_reason")), "length");
+    json_t *msg = json_object_get(c0, "message");
+    cr_expect_str_eq(json_string_value(json_object_get(msg, "role")), "assistant");
+    const char *text = json_string_value(json_object_get(msg, "content"));
+    cr_assert_not_null(text);
+    cr_expect_gt(strlen(text), 0);
+    json_t *u = json_object_get(j, "usage");
+    cr_expect_eq(json_integer_value(json_object_get(u, "completion_tokens")), 2, "max_tokens 2");
+    cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")),
+                 json_integer_value(json_object_get(u, "prompt_tokens")) + 2);
     json_decref(j);
 }
 
 Test(api, tokenize_detokenize)
 {
     long st;
-    json_t *j = post_json("/tokenize", "{\"model\":\"mock\",\"prompt\":\"a b c d\"}", &st);
+    json_t *j = post_json("/tokenize", "{\"model\":\"mock\",\"prompt\":\"a b a d\"}", &st);
     cr_expect_eq(st, 200);
     cr_expect_eq(json_integer_value(json_object_get(j, "count")), 4);
-    cr_expect_eq(json_array_size(json_object_get(j, "tokens")), 4);
+    json_t *t = json_object_get(j, "tokens");
+    cr_assert_eq(json_array_size(t), 4);
+    /* The mock's tokens are one per word, an id per distinct word. */
+    json_int_t id[4];
+    for (int i = 0; i < 4; i++) {
+        cr_assert(json_is_integer(json_array_get(t, (size_t)i)));
+        id[i] = json_integer_value(json_array_get(t, (size_t)i));
+        cr_expect(id[i] >= 0 && id[i] < 32768, "token %d: %lld", i, (long long)id[i]);
+    }
+    cr_expect_eq(id[0], id[2], "the same word, the same id");
+    cr_expect_neq(id[0], id[1]);
+    cr_expect_neq(id[1], id[3]);
     json_decref(j);
     j = post_json("/detokenize", "{\"model\":\"mock\",\"tokens\":[1,2]}", &st);
     cr_expect_eq(st, 200);
-    cr_expect(json_is_string(json_object_get(j, "prompt")));
+    cr_expect_str_eq(json_string_value(json_object_get(j, "prompt")), "<1> <2>");
     json_decref(j);
     j = post_json("/detokenize", "{\"model\":\"mock\",\"tokens\":[\"x\"]}", &st);
     cr_expect_eq(st, 400);
