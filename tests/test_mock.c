@@ -10,13 +10,17 @@ typedef struct got {
     int deltas, done;
     pl_finish finish;
     int completion_tokens;
+    int started;                 /* order of the first delta, from 1 */
 } got;
+
+static int n_started;
 
 static void on_delta(void *ud, const pl_delta *d)
 {
     got *g = ud;
     strncat(g->text, d->text, d->len);
-    g->deltas++;
+    if (!g->deltas++)
+        g->started = ++n_started;
 }
 
 static void on_done(void *ud, const pl_result *r)
@@ -78,21 +82,31 @@ Test(mock, deterministic_and_max_tokens)
     cr_expect_str_neq(a.text, c.text);
 }
 
+/* Capacity 2: the third, fourth and fifth requests wait, and start in the
+ * order they came as slots free up (the short first request frees one
+ * early, so a LIFO queue would start the fifth first). */
 Test(mock, capacity_queues_in_fifo)
 {
-    got g[4];
+    got g[5];
     memset(g, 0, sizeof g);
-    for (int i = 0; i < 4; i++)
-        submit(&g[i], 3, NULL, (uint64_t)i);
+    n_started = 0;
+    static const int len[5] = {1, 12, 3, 3, 3};
+    for (int i = 0; i < 5; i++)
+        submit(&g[i], len[i], NULL, (uint64_t)i);
     pl_mock_counts k = pl_mock_get_counts(mb);
     cr_expect_eq(k.active, 2);
-    cr_expect_eq(k.queued, 2);
+    cr_expect_eq(k.queued, 3);
     event_base_dispatch(base);
     k = pl_mock_get_counts(mb);
-    cr_expect_eq(k.completed, 4u);
+    cr_expect_eq(k.completed, 5u);
     cr_expect_eq(k.active, 0);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         cr_expect_eq(g[i].done, 1);
+    cr_expect_lt(g[0].started, 3);
+    cr_expect_lt(g[1].started, 3);
+    cr_expect_eq(g[2].started, 3, "queued requests start first come, first served");
+    cr_expect_eq(g[3].started, 4);
+    cr_expect_eq(g[4].started, 5);
 }
 
 Test(mock, abort_counts_and_silences)
