@@ -75,6 +75,8 @@ typedef struct eng_stats {
     uint64_t steps_done;          /* steps whose outputs were processed */
     uint64_t rows, decode_rows, prefill_rows, preemptions;
     uint64_t tokens_out;          /* sampled tokens appended */
+    uint64_t aborted;             /* requests aborted by the caller */
+    uint64_t pause_msgs;          /* pause and resume requests applied */
     double schedule_ms, process_ms, execute_ms, idle_gap_ms;
     double max_idle_gap_ms;
     int running, waiting;

@@ -116,8 +116,10 @@ static void on_control_(pl_engine *e, eng_msg *m)
         eng_req *r = s->ud;
         pl_batch_finish(e->batch, s);     /* blocks freed now */
         req_defer_free_(e, r);
+        e->st_local.aborted++;
     } else {
         pl_batch_set_paused(e->batch, s, m->type == ENG_MSG_PAUSE);
+        e->st_local.pause_msgs++;
     }
 }
 

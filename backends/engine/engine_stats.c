@@ -44,7 +44,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
     pthread_mutex_unlock(&e->stats_lock);
     json_t *o = json_pack(
         "{s:s, s:s, s:b, s:b, s:i, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I,"
-        " s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:b, s:s}",
+        " s:I, s:I, s:I, s:I, s:I, s:i, s:i, s:I, s:I, s:b, s:s}",
         "kind", e->ops.kind, "model", e->base.model,
         "async", e->opt.async, "prefix_caching", e->opt.prefix_caching,
         "capacity", e->capacity, "max_num_seqs", e->opt.max_num_seqs,
@@ -55,6 +55,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         "prefill_rows", (json_int_t)s.prefill_rows,
         "preemptions", (json_int_t)s.preemptions,
         "tokens_out", (json_int_t)s.tokens_out,
+        "aborted", (json_int_t)s.aborted, "pause_msgs", (json_int_t)s.pause_msgs,
         "running", s.running, "waiting", s.waiting,
         "idle_checks", (json_int_t)s.idle_checks,
         "idle_check_step", (json_int_t)s.idle_check_step,
