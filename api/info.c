@@ -36,125 +36,160 @@ static void models(pl_server *s, struct evhttp_request *req, const char *path, v
         return;
     }
     json_t *data = json_array();
-    for (int i = 0; i < pl_server_n_models(s); i++)
-        json_array_append_new(data, model_json(pl_server_model(s, i)));
+    for (int i = 0; data && i < pl_server_n_models(s); i++) {
+        if (json_array_append_new(data, model_json(pl_server_model(s, i))) < 0) {
+            json_decref(data);
+            data = NULL;
+        }
+    }
+    /* NULL (out of memory) anywhere makes the reply a 500. */
     pl_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 static void status(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
 {
     json_t *models = json_object();
-    for (int i = 0; i < pl_server_n_models(s); i++) {
+    for (int i = 0; models && i < pl_server_n_models(s); i++) {
         pl_model_entry *m = pl_server_model(s, i);
         json_t *st = m->backend->ops->stats(m->backend);
-        json_object_set_new(st, "capacity", json_integer(pl_backend_capacity(m->backend)));
-        json_object_set_new(models, m->name, st);
+        if (json_object_set_new(st, "capacity", json_integer(pl_backend_capacity(m->backend))) < 0 ||
+            json_object_set_new(models, m->name, st) < 0) {
+            json_decref(models);
+            models = NULL;
+        }
     }
     json_t *root = json_pack("{s:I, s:o}", "time", (json_int_t)time(NULL), "models", models);
-    pl_server_run_status_hooks(s, root);
+    if (root)
+        pl_server_run_status_hooks(s, root);
     pl_reply_json(req, 200, root);
+}
+
+static void set_oom(pl_err *err)
+{
+    pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 /* vLLM's shapes: {model, prompt | messages, add_special_tokens} ->
  * {count, max_model_len, tokens}; {model, tokens} -> {prompt}. */
-static pl_model_entry *token_model(pl_server *s, struct evhttp_request *req, json_t *body)
+static pl_model_entry *token_model(pl_server *s, json_t *body, pl_err *err)
 {
     json_t *m = json_object_get(body, "model");
     if (m && !json_is_string(m)) {
-        pl_reply_errorf(req, 400, "invalid_request_error", "model", NULL,
-                        "'model' must be a string");
+        pl_err_set(err, 400, "invalid_request_error", "model", NULL, "'model' must be a string");
         return NULL;
     }
     pl_model_entry *e = m ? pl_server_find_model(s, json_string_value(m))
                           : pl_server_model(s, 0);
     if (!e)
-        pl_reply_errorf(req, 404, "invalid_request_error", "model", "model_not_found",
-                        "The model '%s' does not exist", m ? json_string_value(m) : "");
+        pl_err_set(err, 404, "invalid_request_error", "model", "model_not_found",
+                   "The model '%s' does not exist", m ? json_string_value(m) : "");
     return e;
+}
+
+/* {count, max_model_len, tokens}, or NULL on out-of-memory. */
+static json_t *tokens_json(pl_model_entry *m, const int32_t *ids, int n)
+{
+    json_t *toks = json_array();
+    for (int i = 0; toks && i < n; i++) {
+        if (json_array_append_new(toks, json_integer(ids[i])) < 0) {
+            json_decref(toks);
+            toks = NULL;
+        }
+    }
+    return json_pack("{s:i, s:i, s:o}", "count", n, "max_model_len",
+                     m->backend->ops->max_model_len(m->backend), "tokens", toks);
 }
 
 static void tokenize(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
 {
-    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
-    if (!body)
-        return;
-    pl_model_entry *m = token_model(s, req, body);
+    pl_err err;
     pl_oai_params p;
     memset(&p, 0, sizeof p);
-    pl_err err;
+    int32_t *ids = NULL;
+    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
+    if (!body)
+        return;   /* replied */
+    pl_model_entry *m = token_model(s, body, &err);
     if (!m)
-        goto done;
+        goto fail;
     bool chat = json_object_get(body, "messages") != NULL;
     json_t *as = json_object_get(body, "add_special_tokens");
     if (as && !json_is_boolean(as)) {
-        pl_reply_errorf(req, 400, "invalid_request_error", "add_special_tokens", NULL,
-                        "'add_special_tokens' must be a boolean");
-        goto done;
+        pl_err_set(&err, 400, "invalid_request_error", "add_special_tokens", NULL,
+                   "'add_special_tokens' must be a boolean");
+        goto fail;
     }
-    if (!json_object_get(body, "model"))
-        json_object_set_new(body, "model", json_string(m->name));
-    if (pl_oai_parse(body, chat, &p, &err) < 0) {
-        pl_reply_error(req, &err);
-        goto done;
+    if (!json_object_get(body, "model") &&
+        json_object_set_new(body, "model", json_string(m->name)) < 0) {
+        set_oom(&err);
+        goto fail;
     }
+    if (pl_oai_parse(body, chat, &p, &err) < 0)
+        goto fail;
     pl_gen_request r;
     pl_oai_to_request(&p, &r);
     r.add_generation_prompt = json_is_true(json_object_get(body, "add_generation_prompt"));
-    int32_t *ids = NULL;
     int n = 0;
     bool add_special = as ? json_is_true(as) : !chat;
-    if (m->backend->ops->tokenize(m->backend, &r, add_special, &ids, &n, &err) < 0) {
-        pl_reply_error(req, &err);
-        goto done;
-    }
-    json_t *toks = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(toks, json_integer(ids[i]));
-    free(ids);
-    pl_reply_json(req, 200, json_pack("{s:i, s:i, s:o}", "count", n, "max_model_len",
-                                      m->backend->ops->max_model_len(m->backend),
-                                      "tokens", toks));
+    if (m->backend->ops->tokenize(m->backend, &r, add_special, &ids, &n, &err) < 0)
+        goto fail;
+    pl_reply_json(req, 200, tokens_json(m, ids, n));
+    goto done;
+fail:
+    pl_reply_error(req, &err);
 done:
+    free(ids);
     pl_oai_params_free(&p);
     json_decref(body);
 }
 
-static void detokenize(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+/* ids[] from body's "tokens" (caller frees *out). Returns the count or -1. */
+static int detok_ids(json_t *body, int32_t **out, pl_err *err)
 {
-    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
-    if (!body)
-        return;
-    pl_model_entry *m = token_model(s, req, body);
-    json_t *toks = json_object_get(body, "tokens");
-    int32_t *ids = NULL;
-    if (!m)
-        goto done;
+    json_t *toks = json_object_get(body, "tokens"), *t;
     if (!json_is_array(toks)) {
-        pl_reply_errorf(req, 400, "invalid_request_error", "tokens", NULL,
-                        "'tokens' must be an array of token ids");
-        goto done;
+        pl_err_set(err, 400, "invalid_request_error", "tokens", NULL,
+                   "'tokens' must be an array of token ids");
+        return -1;
     }
     size_t n = json_array_size(toks), i;
-    json_t *t;
-    ids = malloc((n + 1) * sizeof *ids);
+    int32_t *ids = *out = malloc((n + 1) * sizeof *ids);
+    if (!ids) {
+        set_oom(err);
+        return -1;
+    }
     json_array_foreach(toks, i, t) {
         if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX) {
-            pl_reply_errorf(req, 400, "invalid_request_error", "tokens", NULL,
-                            "'tokens[%zu]' must be a token id", i);
-            goto done;
+            pl_err_set(err, 400, "invalid_request_error", "tokens", NULL,
+                       "'tokens[%zu]' must be a token id", i);
+            return -1;
         }
         ids[i] = (int32_t)json_integer_value(t);
     }
-    char *text = NULL;
+    return (int)n;
+}
+
+static void detokenize(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
+{
     pl_err err;
-    if (m->backend->ops->detokenize(m->backend, ids, (int)n, &text, &err) < 0) {
-        pl_reply_error(req, &err);
-        goto done;
-    }
+    int32_t *ids = NULL;
+    char *text = NULL;
+    json_t *body = pl_read_json_body(req, pl_server_get_opts(s)->max_body_bytes);
+    if (!body)
+        return;   /* replied */
+    pl_model_entry *m = token_model(s, body, &err);
+    int n = m ? detok_ids(body, &ids, &err) : -1;
+    if (n < 0)
+        goto fail;
+    if (m->backend->ops->detokenize(m->backend, ids, n, &text, &err) < 0)
+        goto fail;
     json_t *js = json_string(text);
     pl_reply_json(req, 200, json_pack("{s:o}", "prompt", js ? js : json_string("")));
-    free(text);
+    goto done;
+fail:
+    pl_reply_error(req, &err);
 done:
+    free(text);
     free(ids);
     json_decref(body);
 }

@@ -65,8 +65,12 @@ static void on_job_finished(void *ud, pl_job *j)
 static json_t *job_created_json(pl_job *j)
 {
     json_t *o = pl_job_status_json(j, 0);
-    json_object_set_new(o, "object", json_string("job"));
-    json_object_set_new(o, "events_url", json_sprintf("/v1/jobs/%s/events", pl_job_id(j)));
+    if (json_object_set_new(o, "object", json_string("job")) < 0 ||
+        json_object_set_new(o, "events_url",
+                            json_sprintf("/v1/jobs/%s/events", pl_job_id(j))) < 0) {
+        json_decref(o);
+        return NULL;   /* out of memory: pl_reply_json sends a 500 */
+    }
     return o;
 }
 
@@ -148,16 +152,18 @@ static void post_job(pl_jobs_api *a, struct evhttp_request *req)
 {
     json_t *body = pl_read_json_body(req, pl_server_get_opts(a->srv)->max_body_bytes);
     if (!body)
-        return;
+        return;   /* replied */
     pl_job_spec spec;
     pl_spec_problems p = {0};
-    if (pl_job_spec_parse(body, NULL, &spec, &p) < 0) {
-        reply_problems(req, &p);
-    } else {
-        pl_job *j = create_job(a, req, &spec);
-        if (j)
-            pl_reply_json(req, 201, job_created_json(j));
-    }
+    if (pl_job_spec_parse(body, NULL, &spec, &p) < 0)
+        goto fail;
+    pl_job *j = create_job(a, req, &spec);   /* replies itself on failure */
+    if (j)
+        pl_reply_json(req, 201, job_created_json(j));
+    goto done;
+fail:
+    reply_problems(req, &p);
+done:
     pl_spec_problems_free(&p);
     json_decref(body);
 }
@@ -165,8 +171,12 @@ static void post_job(pl_jobs_api *a, struct evhttp_request *req)
 static void list_jobs(pl_jobs_api *a, struct evhttp_request *req)
 {
     json_t *data = json_array();
-    for (int i = 0; i < a->n_jobs; i++)
-        json_array_append_new(data, pl_job_status_json(a->jobs[i]->job, 0));
+    for (int i = 0; data && i < a->n_jobs; i++) {
+        if (json_array_append_new(data, pl_job_status_json(a->jobs[i]->job, 0)) < 0) {
+            json_decref(data);
+            data = NULL;   /* out of memory: pl_reply_json sends a 500 */
+        }
+    }
     pl_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 

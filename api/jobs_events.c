@@ -61,16 +61,31 @@ static void on_pause(void *ud, bool paused)
     ((job_stream *)ud)->paused = paused;
 }
 
-static void send_event(job_stream *st, const char *name, json_t *data)
+/* Send data (stolen) as event name. Returns -1 on out-of-memory (data may
+ * be NULL: a failed json_pack), with nothing sent. */
+static int send_event(job_stream *st, const char *name, json_t *data)
 {
-    char *s = json_dumps(data, JSON_COMPACT);
+    char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
     json_decref(data);
     if (!s)
-        return;
+        return -1;
     struct evbuffer *b = pl_sse_buf(st->sse);
     evbuffer_add_printf(b, "event: %s\ndata: %s\n\n", name, s);
     free(s);
     pl_sse_flush(st->sse);
+    return 0;
+}
+
+/* An event could not be built: say so with a static text, and close (the
+ * client reconnects and resumes from the state event), as for a slow one. */
+static void stream_fail(job_stream *st)
+{
+    static const char ev[] = "event: error\ndata: {\"type\":\"error\",\"message\":"
+                             "\"out of memory: stream closed; reconnect to resume from the "
+                             "current state\"}\n\n";
+    evbuffer_add(pl_sse_buf(st->sse), ev, sizeof ev - 1);
+    pl_sse_flush(st->sse);
+    stream_end(st);
 }
 
 /* Token deltas are composed straight into the buffer: no JSON tree. */
@@ -87,24 +102,32 @@ static void send_token(job_stream *st, const pl_job_event *ev)
     pl_sse_flush(st->sse);
 }
 
-static json_t *event_json(const pl_job_event *ev)
+static json_t *event_json(pl_job *job, const pl_job_event *ev)
 {
     json_t *o = json_pack("{s:s}", "type", pl_job_event_name(ev->kind));
+    int rc = o ? 0 : -1;   /* json_object_set_new is NULL-safe: check once */
     if (ev->question_id)
-        json_object_set_new(o, "question_id", json_string(ev->question_id));
+        rc |= json_object_set_new(o, "question_id", json_string(ev->question_id));
     if (ev->agent_id) {
-        json_object_set_new(o, "agent_id", json_string(ev->agent_id));
-        json_object_set_new(o, "round", json_integer(ev->round));
-        json_object_set_new(o, "attempt", json_integer(ev->attempt));
+        rc |= json_object_set_new(o, "agent_id", json_string(ev->agent_id));
+        rc |= json_object_set_new(o, "round", json_integer(ev->round));
+        rc |= json_object_set_new(o, "attempt", json_integer(ev->attempt));
     }
     if (ev->kind == PL_JOB_EV_MESSAGE_COMPLETED) {
-        json_object_set_new(o, "content", json_stringn(ev->text ? ev->text : "", ev->len));
-        json_object_set_new(o, "valid", json_boolean(ev->valid));
+        rc |= json_object_set_new(o, "content", json_stringn(ev->text ? ev->text : "", ev->len));
+        rc |= json_object_set_new(o, "valid", json_boolean(ev->valid));
     }
     if (ev->answer >= 0)
-        json_object_set_new(o, "answer", json_sprintf("%c", pl_job_choice_label(ev->answer)));
+        rc |= json_object_set_new(o, "answer",
+                                  json_sprintf("%c", pl_job_choice_label(ev->answer)));
     if (ev->error)
-        json_object_set_new(o, "error", json_string(ev->error));
+        rc |= json_object_set_new(o, "error", json_string(ev->error));
+    if (ev->kind == PL_JOB_EV_JOB_COMPLETED)
+        rc |= json_object_set_new(o, "status", pl_job_status_json(job, 0));
+    if (rc) {
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }
 
@@ -124,11 +147,9 @@ static void on_event(void *ud, const pl_job_event *ev)
         stream_end(st);
         return;
     }
-    json_t *o = event_json(ev);
-    if (ev->kind == PL_JOB_EV_JOB_COMPLETED)
-        json_object_set_new(o, "status", pl_job_status_json(st->aj->job, 0));
-    send_event(st, pl_job_event_name(ev->kind), o);
-    if (ev->kind == PL_JOB_EV_JOB_COMPLETED)
+    if (send_event(st, pl_job_event_name(ev->kind), event_json(st->aj->job, ev)) < 0)
+        stream_fail(st);
+    else if (ev->kind == PL_JOB_EV_JOB_COMPLETED)
         stream_end(st);
 }
 
@@ -147,10 +168,8 @@ static bool want_tokens(struct evhttp_request *req)
 void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req)
 {
     job_stream *st = calloc(1, sizeof *st);
-    if (!st) {
-        pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
-        return;
-    }
+    if (!st)
+        goto fail;
     st->a = a;
     st->aj = aj;
     st->tokens = want_tokens(req);
@@ -158,19 +177,34 @@ void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req)
     if (st->cap <= 0)
         st->cap = 1 << 20;
     st->sse = pl_sse_start(req, st->cap, (pl_sse_cbs){on_close, on_pause, st});
+    if (!st->sse)
+        goto fail;
     st->next = aj->streams;
     if (aj->streams)
         aj->streams->prev = st;
     aj->streams = st;
+    /* The headers are out: from here a failure is an error event. */
     pl_job_state s = pl_job_get_state(aj->job);
-    send_event(st, "state", pl_job_status_json(aj->job, 10));
+    if (send_event(st, "state", pl_job_status_json(aj->job, 10)) < 0) {
+        stream_fail(st);
+        return;
+    }
     if (s != PL_JOB_RUNNING && s != PL_JOB_STARTING) {
-        send_event(st, "job_completed", json_pack("{s:s, s:o}", "type", "job_completed",
-                                                  "status", pl_job_status_json(aj->job, 0)));
-        stream_end(st);
+        if (send_event(st, "job_completed",
+                       json_pack("{s:s, s:o}", "type", "job_completed", "status",
+                                 pl_job_status_json(aj->job, 0))) < 0)
+            stream_fail(st);
+        else
+            stream_end(st);
         return;
     }
     st->sub = pl_job_subscribe(aj->job, on_event, st, st->tokens);
+    if (st->sub < 0)
+        stream_fail(st);
+    return;
+fail:
+    free(st);
+    pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
 }
 
 void jobs_api_end_streams(pl_jobs_api *a, api_job *aj)

@@ -7,6 +7,8 @@
 
 #define INVALID(param, ...) \
     pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+/* Out of memory on a request path: a 500, never a crash. */
+#define OOM() pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory")
 
 /* Parameters OpenAI defines that parley does not implement yet: a request
  * that sets one (to anything but null/false) gets a 400 naming it. */
@@ -119,14 +121,19 @@ static int parse_content(pl_oai_params *p, json_t *c, int i, const char **out, p
                               "supported", param, k);
         total += json_string_length(tx);
     }
+    char **v = realloc(p->owned_strings, (size_t)(p->n_owned + 1) * sizeof(char *));
+    if (!v)
+        return OOM();
+    p->owned_strings = v;
     char *s = malloc(total), *w = s;
+    if (!s)
+        return OOM();
     json_array_foreach(c, k, part) {
         json_t *tx = json_object_get(part, "text");
         memcpy(w, json_string_value(tx), json_string_length(tx));
         w += json_string_length(tx);
     }
     *w = '\0';
-    p->owned_strings = realloc(p->owned_strings, (size_t)(p->n_owned + 1) * sizeof(char *));
     p->owned_strings[p->n_owned++] = s;
     *out = s;
     return 0;
@@ -140,8 +147,10 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
         return INVALID("messages", "'messages' is required");
     if (!json_is_array(m) || json_array_size(m) == 0)
         return INVALID("messages", "'messages' must be a non-empty array");
+    p->messages = calloc(json_array_size(m), sizeof *p->messages);
+    if (!p->messages)
+        return OOM();
     p->n_messages = (int)json_array_size(m);
-    p->messages = calloc((size_t)p->n_messages, sizeof *p->messages);
     for (int i = 0; i < p->n_messages; i++) {
         json_t *msg = json_array_get(m, (size_t)i);
         char param[64];
@@ -182,6 +191,8 @@ static int parse_prompt(json_t *body, pl_oai_params *p, pl_err *err)
         size_t n = json_array_size(v), i;
         json_t *t;
         p->prompt_tokens = malloc(n * sizeof *p->prompt_tokens);
+        if (!p->prompt_tokens)
+            return OOM();
         p->n_prompt_tokens = (int)n;
         json_array_foreach(v, i, t) {
             if (!json_is_integer(t) || json_integer_value(t) < 0 ||
@@ -203,7 +214,9 @@ static int parse_stop(json_t *body, pl_sampling *s, pl_err *err)
     if (json_is_string(v)) {
         if (json_string_length(v) == 0)
             return INVALID("stop", "'stop' strings must not be empty");
-        s->stop[s->n_stop++] = strdup(json_string_value(v));
+        if (!(s->stop[s->n_stop] = strdup(json_string_value(v))))
+            return OOM();
+        s->n_stop++;
         return 0;
     }
     if (!json_is_array(v))
@@ -216,7 +229,9 @@ static int parse_stop(json_t *body, pl_sampling *s, pl_err *err)
     json_array_foreach(v, i, x) {
         if (!json_is_string(x) || json_string_length(x) == 0)
             return INVALID("stop", "'stop[%zu]' must be a non-empty string", i);
-        s->stop[s->n_stop++] = strdup(json_string_value(x));
+        if (!(s->stop[s->n_stop] = strdup(json_string_value(x))))
+            return OOM();
+        s->n_stop++;
     }
     return 0;
 }
@@ -231,6 +246,8 @@ static int parse_logit_bias(json_t *body, pl_sampling *s, pl_err *err)
     if (json_object_size(v) > 1024)
         return INVALID("logit_bias", "'logit_bias' has more than 1024 entries");
     s->logit_bias = calloc(json_object_size(v) + 1, sizeof *s->logit_bias);
+    if (!s->logit_bias)
+        return OOM();
     const char *k;
     json_t *b;
     json_object_foreach(v, k, b) {

@@ -26,20 +26,30 @@ const char *pl_http_reason(int status)
     }
 }
 
+/* What goes out when the reply itself cannot be built. */
+static const char oom_body[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                               "\"server_error\",\"param\":null,\"code\":null}}\n";
+
 void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
 {
     struct evbuffer *out = evbuffer_new();
-    char *s = json_dumps(body, JSON_COMPACT);
-    if (s) {
-        evbuffer_add(out, s, strlen(s));
-        free(s);
-    }
-    evbuffer_add(out, "\n", 1);
+    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "application/json");
+    if (!s || !out || evbuffer_add(out, s, strlen(s)) < 0 || evbuffer_add(out, "\n", 1) < 0) {
+        /* Out of memory: a 500 with a static body (reference, no copy). */
+        status = 500;
+        if (out)
+            evbuffer_free(out);
+        out = evbuffer_new();
+        if (out)
+            evbuffer_add_reference(out, oom_body, sizeof oom_body - 1, NULL, NULL);
+    }
+    free(s);
     evhttp_send_reply(req, status, pl_http_reason(status), out);
-    evbuffer_free(out);
+    if (out)
+        evbuffer_free(out);
 }
 
 void pl_reply_buffer(struct evhttp_request *req, int status, const char *content_type,

@@ -11,7 +11,8 @@
 
 #include "backends/backend.h"
 
-/** Send a JSON reply with the given status; steals the reference to body. */
+/** Send a JSON reply with the given status; steals the reference to body.
+ *  body NULL (a failed json_pack) or out-of-memory sends a 500 error. */
 void pl_reply_json(struct evhttp_request *req, int status, json_t *body);
 /** Send the contents of body (left empty) with the given status and
  *  Content-Type. */

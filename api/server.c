@@ -162,6 +162,8 @@ int pl_server_add_model(pl_server *s, const char *name, pl_backend *b)
         return -1;
     s->models = m;
     m[s->n_models].name = strdup(name);
+    if (!m[s->n_models].name)
+        return -1;
     m[s->n_models].backend = b;
     m[s->n_models].created = (int64_t)time(NULL);
     s->n_models++;
@@ -191,9 +193,12 @@ int pl_server_add_route(pl_server *s, const char *pattern, unsigned methods,
 {
     if (s->n_routes >= MAX_ROUTES)
         return -1;
-    route *r = &s->routes[s->n_routes++];
+    route *r = &s->routes[s->n_routes];
     size_t n = strlen(pattern);
     r->pattern = strdup(pattern);
+    if (!r->pattern)
+        return -1;
+    s->n_routes++;
     r->prefix_len = n && pattern[n - 1] == '*' ? n - 1 : 0;
     if (r->prefix_len)
         r->pattern[n - 1] = '\0';

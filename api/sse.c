@@ -130,18 +130,28 @@ pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
 {
     pl_sse *s = calloc(1, sizeof *s);
     if (!s)
-        return NULL;
+        goto fail;
     s->req = req;
-    s->buf = evbuffer_new();
     s->cap = cap;
     s->cbs = cbs;
+    s->buf = evbuffer_new();
+    if (!s->buf)
+        goto fail;
+    /* Without the watch a client close would leave s->req dangling. */
+    s->watch = pl_watch_close(req, sse_closed, s);
+    if (!s->watch)
+        goto fail;
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
     evhttp_add_header(h, "X-Accel-Buffering", "no");
     evhttp_send_reply_start(req, 200, "OK");
-    s->watch = pl_watch_close(req, sse_closed, s);
     return s;
+fail:
+    if (s && s->buf)
+        evbuffer_free(s->buf);
+    free(s);
+    return NULL;
 }
 
 struct evbuffer *pl_sse_buf(pl_sse *s)

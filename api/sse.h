@@ -35,7 +35,8 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
 void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w);
 
 /** Send the 200 headers (text/event-stream) and start the chunked reply.
- *  cap: the most bytes left pending before on_pause(true). */
+ *  cap: the most bytes left pending before on_pause(true). Returns NULL on
+ *  out-of-memory, with nothing sent: the caller still owns the reply. */
 pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs);
 /** Scratch buffer to compose the next event into (owned by the writer). */
 struct evbuffer *pl_sse_buf(pl_sse *s);

@@ -116,6 +116,47 @@ Test(engine_http, greedy_is_deterministic_and_usage_is_exact)
     json_decref(t);
 }
 
+/* Non-streamed completions logprobs are built from many deltas: the four
+ * arrays stay parallel, one entry per completion token, text_offset runs
+ * through the text, and the greedy token is the top of its top_logprobs. */
+Test(engine_http, completions_logprobs_arrays_cover_every_token)
+{
+    long st;
+    json_t *r = post("/v1/completions", "{\"model\":\"smol\",\"temperature\":0,"
+                     "\"max_tokens\":12,\"logprobs\":2,\"prompt\":\"The sky is\"}", &st);
+    cr_assert_eq(st, 200);
+    json_t *ch = json_array_get(json_object_get(r, "choices"), 0);
+    json_t *lp = json_object_get(ch, "logprobs");
+    json_t *toks = json_object_get(lp, "tokens"), *tlp = json_object_get(lp, "token_logprobs");
+    json_t *top = json_object_get(lp, "top_logprobs"), *off = json_object_get(lp, "text_offset");
+    size_t n = json_array_size(toks);
+    cr_assert_gt(n, 1);
+    cr_expect_eq((json_int_t)n, json_integer_value(json_object_get(
+                                    json_object_get(r, "usage"), "completion_tokens")));
+    cr_assert(json_array_size(tlp) == n && json_array_size(top) == n && json_array_size(off) == n);
+    char text[1024] = "";
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *t = json_string_value(json_array_get(toks, i));
+        cr_assert_not_null(t);
+        cr_expect_eq(json_integer_value(json_array_get(off, i)), (json_int_t)at, "offset %zu", i);
+        at += strlen(t);
+        cr_assert_lt(at, sizeof text);
+        strcat(text, t);
+        json_t *m = json_array_get(top, i);
+        cr_expect_eq(json_object_size(m), 2, "top_logprobs[%zu] has %zu entries", i,
+                     json_object_size(m));
+        double best = -1e30;
+        const char *k;
+        json_t *v;
+        json_object_foreach(m, k, v) if (json_number_value(v) > best) best = json_number_value(v);
+        cr_expect_float_eq(json_number_value(json_object_get(m, t)), best, 1e-9, "token %zu", i);
+        cr_expect_float_eq(json_number_value(json_array_get(tlp, i)), best, 1e-9, "token %zu", i);
+    }
+    cr_expect_str_eq(text, json_string_value(json_object_get(ch, "text")));
+    json_decref(r);
+}
+
 Test(engine_http, tokenize_round_trip)
 {
     long st;
