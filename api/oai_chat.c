@@ -248,6 +248,8 @@ static int call_submit(oai_call *c, pl_err *err)
 {
     pl_gen_request r;
     pl_oai_to_request(&c->p, &r);
+    r.oai_body = c->body;        /* a remote backend passes the rest through */
+    r.conversation_key = pl_oai_prompt_cache_key(c->body);
     for (int i = 0; i < c->p.n; i++) {
         oai_choice *ch = &c->choices[i];
         ch->call = c;

@@ -368,6 +368,17 @@ void pl_oai_params_free(pl_oai_params *p)
     memset(p, 0, sizeof *p);
 }
 
+uint64_t pl_oai_prompt_cache_key(json_t *body)
+{
+    const char *k = json_string_value(json_object_get(body, "prompt_cache_key"));
+    if (!k || !*k)
+        return 0;
+    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    for (; *k; k++)
+        h = (h ^ (unsigned char)*k) * 0x100000001B3ull;
+    return h ? h : 1;
+}
+
 void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
 {
     memset(r, 0, sizeof *r);

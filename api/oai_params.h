@@ -36,6 +36,9 @@ typedef struct pl_oai_params {
 int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err);
 void pl_oai_params_free(pl_oai_params *p);
 
+/** The affinity key of OpenAI's prompt_cache_key field (0 when absent). */
+uint64_t pl_oai_prompt_cache_key(json_t *body);
+
 /** Fill a backend request from parsed params (borrows from p). */
 void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r);
 

@@ -101,6 +101,10 @@ typedef struct pl_gen_request {
     pl_sampling sampling;
     int priority;                /**< lower runs sooner (vLLM's convention) */
     uint64_t conversation_key;   /**< affinity hint; 0 = none */
+    /** The client's OpenAI request body when the request came through the
+     *  OpenAI API (NULL from jobs), so a remote backend can pass on fields
+     *  parley does not interpret. Borrowed for the duration of submit(). */
+    json_t *oai_body;
 } pl_gen_request;
 
 /** One top-logprob alternative. */

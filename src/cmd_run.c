@@ -173,6 +173,29 @@ fail:
     return -1;
 }
 
+/* --upstream: the job's model is served by the upstreams listing its name,
+ * or by the only model the upstreams list. */
+static pl_backend *open_upstream(struct event_base *base, const pl_opts *o, const char *name,
+                                 char *err, size_t errlen)
+{
+    pl_upstream_model *um;
+    int n;
+    if (pl_upstreams_discover(o, &um, &n, err, errlen) < 0)
+        return NULL;
+    int pick = n == 1 ? 0 : -1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(um[i].name, name))
+            pick = i;
+    pl_backend *b = NULL;
+    if (pick < 0)
+        snprintf(err, errlen, "no --upstream lists a model named '%s' (and they list "
+                 "%d models, so none is picked for it)", name, n);
+    else
+        b = pl_models_open_remote(base, o, 0, name, um[pick].urls, um[pick].name, err, errlen);
+    pl_upstreams_free(um, n);
+    return b;
+}
+
 static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
                          pl_backend **bs)
 {
@@ -181,7 +204,10 @@ static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
         char err[512];
         if (model_opts(ra, &s->models[m], ra->job_file, &o) < 0)
             return -1;
-        bs[m] = pl_models_open(rc->base, &o, s->models[m].name, err, sizeof err);
+        if (o.upstream[0])
+            bs[m] = open_upstream(rc->base, &o, s->models[m].name, err, sizeof err);
+        else
+            bs[m] = pl_models_open(rc->base, &o, s->models[m].name, err, sizeof err);
         pl_opts_free(&o);
         if (!bs[m]) {
             fprintf(stderr, "parley: model '%s': %s\n", s->models[m].name, err);

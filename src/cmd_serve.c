@@ -24,10 +24,38 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopexit(arg, NULL);
 }
 
+/* --upstream: every model the upstreams list, their URLs as replicas. */
+static int add_upstream_models(pl_server *srv, struct event_base *base, const pl_opts *o)
+{
+    char err[512];
+    pl_upstream_model *um;
+    int n;
+    if (pl_upstreams_discover(o, &um, &n, err, sizeof err) < 0) {
+        fprintf(stderr, "parley: %s\n", err);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) {
+        pl_backend *b = pl_models_open_remote(base, o, 0, um[i].name, um[i].urls, um[i].name,
+                                              err, sizeof err);
+        if (!b || pl_server_add_model(srv, um[i].name, b) < 0) {
+            fprintf(stderr, "parley: model '%s': %s\n", um[i].name, b ? "duplicate name" : err);
+            pl_backend_free(b);
+            rc = -1;
+        }
+    }
+    pl_upstreams_free(um, n);
+    return rc;
+}
+
 static int add_models(pl_server *srv, struct event_base *base, const pl_opts *o,
                       const pl_config *cfg)
 {
     char err[512];
+    if (o->upstream[0] && add_upstream_models(srv, base, o) < 0)
+        return -1;
+    if (cfg->n_models == 0 && o->upstream[0])
+        return 0;
     if (cfg->n_models == 0) {
         const char *name = o->served_model_name[0] ? o->served_model_name : NULL;
         pl_backend *b = pl_models_open(base, o, name, err, sizeof err);

@@ -73,6 +73,20 @@ static int cfg_model_keys(cfg_ctx *c, pl_opts *o, const char *base, json_t *m)
     return 0;
 }
 
+/* A remote model needs its upstream's URL. */
+static int cfg_remote_check(cfg_ctx *c, const char *base, const pl_opts *o)
+{
+    static const char *remote = "|vllm|sglang|llamacpp|ollama|openai|parley|";
+    char kp[600], pat[160];
+    snprintf(pat, sizeof pat, "|%s|", o->backend);
+    if (!strstr(remote, pat) || o->base_url[0])
+        return 0;
+    snprintf(kp, sizeof kp, "%s.backend", base);
+    snprintf(pat, sizeof pat, "backend %s needs base_url (the upstream's URL with /v1)",
+             o->backend);
+    return cfg_fail(c, kp, pat);
+}
+
 static int cfg_models(cfg_ctx *c, const char *section, json_t *models,
                       const pl_opts *o, pl_config *cfg)
 {
@@ -91,7 +105,7 @@ static int cfg_models(cfg_ctx *c, const char *section, json_t *models,
         pl_model_cfg *mc = &cfg->models[cfg->n_models++];
         mc->name = strdup(name);
         pl_opts_copy(&mc->opts, o);
-        if (cfg_model_keys(c, &mc->opts, base, m) < 0)
+        if (cfg_model_keys(c, &mc->opts, base, m) < 0 || cfg_remote_check(c, base, &mc->opts) < 0)
             return -1;
     }
     return 0;

@@ -8,6 +8,7 @@
 
 #include "backends/engine/engine_open.h"
 #include "backends/mock/mock.h"
+#include "backends/remote/remote.h"
 #include "src/base/log.h"
 
 #define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -69,9 +70,74 @@ static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const ch
     return pl_mock_new(base, &mo);
 }
 
+/* Split a comma-separated list in place into at most max pointers. */
+static int split_urls(char *s, char **out, int max)
+{
+    int n = 0;
+    for (char *p = strtok(s, ","); p && n < max; p = strtok(NULL, ","))
+        out[n++] = p;
+    return n;
+}
+
+int pl_models_api_key(const pl_opts *o, const char **key, char *err, size_t errlen)
+{
+    *key = o->api_key;
+    if (!o->api_key_env[0])
+        return 0;
+    const char *v = getenv(o->api_key_env);
+    if (!v || !*v) {
+        snprintf(err, errlen, "api_key_env: the environment variable %s is not set",
+                 o->api_key_env);
+        return -1;
+    }
+    *key = v;
+    return 0;
+}
+
+pl_backend *pl_models_open_remote(struct event_base *base, const pl_opts *o, int kind,
+                                  const char *name, const char *urls, const char *upstream_model,
+                                  char *err, size_t errlen)
+{
+    char *list = strdup(urls ? urls : "");
+    char *u[64];
+    const char *key;
+    if (!list || pl_models_api_key(o, &key, err, errlen) < 0) {
+        free(list);
+        return NULL;
+    }
+    pl_remote_opts ro = {
+        .model = name ? name : (o->served_model_name[0] ? o->served_model_name : "remote"),
+        .kind = (pl_remote_kind)kind,
+        .urls = (const char *const *)u,
+        .n_urls = split_urls(list, u, 64),
+        .api_key = key,
+        .upstream_model = upstream_model ? upstream_model : o->upstream_model,
+        .upper_bound = o->max_num_seqs,
+        .max_model_len = o->max_model_len,
+        .connect_timeout_ms = o->upstream_connect_timeout_ms,
+        .first_token_timeout_ms = o->upstream_first_token_timeout_ms,
+        .token_timeout_ms = o->upstream_token_timeout_ms,
+        .max_attempts = o->upstream_attempts,
+        .health_interval_ms = o->upstream_health_interval_ms,
+        .affinity = o->upstream_affinity,
+    };
+    if (ro.n_urls == 0) {
+        snprintf(err, errlen, "backend %s needs base_url (the upstream's URL with /v1)",
+                 o->backend);
+        free(list);
+        return NULL;
+    }
+    pl_backend *b = pl_remote_new(base, &ro, err, errlen);
+    free(list);
+    return b;
+}
+
 pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char *name,
                            char *err, size_t errlen)
 {
+    int kind = pl_remote_kind_parse(o->backend);
+    if (kind > 0)
+        return pl_models_open_remote(base, o, kind, name, o->base_url, NULL, err, errlen);
     if (!strcmp(o->backend, "mock"))
         return open_mock(base, o, name);
     if (!strcmp(o->backend, "cpu"))
@@ -93,4 +159,78 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
     }
     snprintf(err, errlen, "backend '%s' is not available in this build", o->backend);
     return NULL;
+}
+
+void pl_upstreams_free(pl_upstream_model *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        free(m[i].name);
+        free(m[i].urls);
+    }
+    free(m);
+}
+
+/* Add url to the group of model id (a new group when id is new). */
+static int group_add(pl_upstream_model **m, int *n, const char *id, const char *url)
+{
+    for (int i = 0; i < *n; i++) {
+        if (strcmp((*m)[i].name, id) != 0)
+            continue;
+        size_t len = strlen((*m)[i].urls) + strlen(url) + 2;
+        char *s = malloc(len);
+        if (!s)
+            return -1;
+        snprintf(s, len, "%s,%s", (*m)[i].urls, url);
+        free((*m)[i].urls);
+        (*m)[i].urls = s;
+        return 0;
+    }
+    pl_upstream_model *g = realloc(*m, (size_t)(*n + 1) * sizeof *g);
+    if (!g)
+        return -1;
+    *m = g;
+    g[*n].name = strdup(id);
+    g[*n].urls = strdup(url);
+    (*n)++;
+    return 0;
+}
+
+int pl_upstreams_discover(const pl_opts *o, pl_upstream_model **out, int *n, char *err,
+                          size_t errlen)
+{
+    char *list = strdup(o->upstream), *u[64];
+    const char *key;
+    *out = NULL;
+    *n = 0;
+    if (!list || pl_models_api_key(o, &key, err, errlen) < 0)
+        goto fail;
+    int nu = split_urls(list, u, 64);
+    for (int i = 0; i < nu; i++) {
+        char **ids, e[400];
+        int k;
+        if (pl_remote_list_models(u[i], key, o->upstream_connect_timeout_ms + 5000, &ids, &k,
+                                  e, sizeof e) < 0) {
+            snprintf(err, errlen, "--upstream %s: cannot list its models: %s", u[i], e);
+            goto fail;
+        }
+        int rc = 0;
+        for (int j = 0; j < k; j++) {
+            if (rc == 0)
+                rc = group_add(out, n, ids[j], u[i]);
+            free(ids[j]);
+        }
+        free(ids);
+        if (k == 0) {
+            snprintf(err, errlen, "--upstream %s lists no models", u[i]);
+            goto fail;
+        }
+    }
+    free(list);
+    return 0;
+fail:
+    free(list);
+    pl_upstreams_free(*out, *n);
+    *out = NULL;
+    *n = 0;
+    return -1;
 }

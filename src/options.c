@@ -16,8 +16,10 @@ const pl_option pl_options[] = {
         "address to bind"),
     OPT("port", PL_OPT_INT, 0, 65535, "8000", "PARLEY_PORT", NULL, port, S,
         "port to bind (0 picks a free port)"),
-    OPT("backend", PL_OPT_STRING, 0, 0, "auto", "PARLEY_BACKEND", "auto|cpu|cuda|mock",
-        backend, M, "backend for the model: auto picks cuda when a GPU is present, else cpu"),
+    OPT("backend", PL_OPT_STRING, 0, 0, "auto", "PARLEY_BACKEND",
+        "auto|cpu|cuda|mock|vllm|sglang|llamacpp|ollama|openai|parley", backend, M,
+        "backend for the model: auto picks cuda when a GPU is present, else cpu; "
+        "vllm..parley: an OpenAI-compatible upstream at base_url"),
     OPT("config", PL_OPT_STRING, 0, 0, "", "PARLEY_CONFIG", NULL, config, S,
         "YAML or JSON config file (models section)"),
     OPT("model", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL", NULL, model, M,
@@ -63,6 +65,33 @@ const pl_option pl_options[] = {
         gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
     OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda_graphs, M,
         "capture decode steps in CUDA graphs (--no-cuda-graphs disables)"),
+    OPT("base-url", PL_OPT_URLS, 0, 0, "", NULL, NULL, base_url, M,
+        "remote backends: the upstream's OpenAI base URL with /v1 (repeat, or a list in "
+        "config, for replicas)"),
+    OPT("upstream", PL_OPT_URLS, 0, 0, "", NULL, NULL, upstream, M,
+        "serve every model this OpenAI-compatible upstream lists (repeatable; upstreams "
+        "listing the same model are its replicas)"),
+    OPT("api-key", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key, M,
+        "remote backends: bearer token sent upstream"),
+    OPT("api-key-env", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key_env, M,
+        "remote backends: environment variable holding the bearer token"),
+    OPT("upstream-model", PL_OPT_STRING, 0, 0, "", NULL, NULL, upstream_model, M,
+        "remote backends: the model id at the upstream (default: the model's name, or the "
+        "only model it lists)"),
+    OPT("upstream-connect-timeout-ms", PL_OPT_INT, 1, 600000, "3000", NULL, NULL,
+        upstream_connect_timeout_ms, M, "remote backends: connect timeout"),
+    OPT("upstream-first-token-timeout-ms", PL_OPT_INT, 0, 86400000, "300000", NULL, NULL,
+        upstream_first_token_timeout_ms, M,
+        "remote backends: request sent -> first token, else retry or fail (0: none)"),
+    OPT("upstream-token-timeout-ms", PL_OPT_INT, 0, 86400000, "60000", NULL, NULL,
+        upstream_token_timeout_ms, M,
+        "remote backends: longest gap between tokens before the stream fails (0: none)"),
+    OPT("upstream-attempts", PL_OPT_INT, 1, 100, "3", NULL, NULL, upstream_attempts, M,
+        "remote backends: tries before the first token (refused, 5xx, 429, timeouts)"),
+    OPT("upstream-health-interval-ms", PL_OPT_INT, 50, 3600000, "2000", NULL, NULL,
+        upstream_health_interval_ms, M, "remote backends: health check period"),
+    OPT("upstream-affinity", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, upstream_affinity, M,
+        "remote backends: send a conversation back to the replica that served it"),
     OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
         log_level, S, "log verbosity"),
 };
@@ -74,6 +103,41 @@ const size_t pl_n_options = sizeof pl_options / sizeof pl_options[0];
 static void *opt_field(pl_opts *o, const pl_option *d)
 {
     return (char *)o + d->offset;
+}
+
+static int opt_is_text(pl_opt_type t)
+{
+    return t == PL_OPT_STRING || t == PL_OPT_URLS;
+}
+
+/* Add one URL to a comma-separated list (a URL already there is kept once,
+ * so parsing the command line twice adds nothing). */
+static int opt_add_url(char **f, const char *v, char *err, size_t errlen)
+{
+    if (strncmp(v, "http://", 7) != 0 && strncmp(v, "https://", 8) != 0) {
+        snprintf(err, errlen, "'%s' is not an http:// or https:// URL", v);
+        return -1;
+    }
+    if (strchr(v, ',') || strchr(v, ' ')) {
+        snprintf(err, errlen, "'%s': a URL has no commas or spaces", v);
+        return -1;
+    }
+    size_t n = strlen(v);
+    for (const char *p = *f; p && *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == n && !strncmp(p, v, n))
+            return 0;
+        p = c ? c + 1 : NULL;
+    }
+    size_t old = *f ? strlen(*f) : 0;
+    char *s = malloc(old + n + 2);
+    if (!s)
+        return -1;
+    snprintf(s, old + n + 2, "%s%s%s", old ? *f : "", old ? "," : "", v);
+    free(*f);
+    *f = s;
+    return 0;
 }
 
 static int opt_in_choices(const char *choices, const char *v)
@@ -97,6 +161,13 @@ static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err
     char *end;
     errno = 0;
     switch (d->type) {
+    case PL_OPT_URLS:
+        if (!*v) {
+            free(*(char **)f);
+            *(char **)f = strdup("");
+            return 0;
+        }
+        return opt_add_url((char **)f, v, err, errlen);
     case PL_OPT_STRING:
         if (d->choices && !opt_in_choices(d->choices, v)) {
             snprintf(err, errlen, "'%s' is not one of %s", v, d->choices);
@@ -183,7 +254,7 @@ void pl_opts_copy(pl_opts *dst, const pl_opts *src)
 {
     *dst = *src;
     for (size_t i = 0; i < pl_n_options; i++) {
-        if (pl_options[i].type != PL_OPT_STRING)
+        if (!opt_is_text(pl_options[i].type))
             continue;
         char **f = (char **)opt_field(dst, &pl_options[i]);
         if (*f)
@@ -194,7 +265,7 @@ void pl_opts_copy(pl_opts *dst, const pl_opts *src)
 void pl_opts_free(pl_opts *o)
 {
     for (size_t i = 0; i < pl_n_options; i++) {
-        if (pl_options[i].type != PL_OPT_STRING)
+        if (!opt_is_text(pl_options[i].type))
             continue;
         char **f = (char **)opt_field(o, &pl_options[i]);
         free(*f);
@@ -252,6 +323,32 @@ int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
     return 0;
 }
 
+/* A URL list from config: a string or a list of strings replaces it. */
+static int opt_set_urls_json(pl_opts *o, const pl_option *d, const char *key, json_t *v,
+                             char *err, size_t errlen)
+{
+    char **f = (char **)opt_field(o, d), e2[256];
+    if (!json_is_string(v) && !(json_is_array(v) && json_array_size(v) > 0)) {
+        snprintf(err, errlen, "key '%s' must be a URL or a non-empty list of URLs", key);
+        return -1;
+    }
+    free(*f);
+    *f = NULL;
+    size_t i, n = json_is_array(v) ? json_array_size(v) : 1;
+    for (i = 0; i < n; i++) {
+        json_t *x = json_is_array(v) ? json_array_get(v, i) : v;
+        if (!json_is_string(x)) {
+            snprintf(err, errlen, "key '%s[%zu]' must be a URL string", key, i);
+            return -1;
+        }
+        if (opt_add_url(f, json_string_value(x), e2, sizeof e2) < 0) {
+            snprintf(err, errlen, "key '%s': %s", key, e2);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask,
                      char *err, size_t errlen)
 {
@@ -262,17 +359,19 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
     }
     char text[64];
     const char *s = text;
+    if (d->type == PL_OPT_URLS)
+        return opt_set_urls_json(o, d, key, v, err, errlen);
     if (json_is_string(v) && d->type == PL_OPT_STRING)
         s = json_string_value(v);
     else if (json_is_boolean(v) && d->type == PL_OPT_BOOL)
         s = json_is_true(v) ? "true" : "false";
-    else if (json_is_integer(v) && d->type != PL_OPT_STRING && d->type != PL_OPT_BOOL)
+    else if (json_is_integer(v) && !opt_is_text(d->type) && d->type != PL_OPT_BOOL)
         snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
     else if (json_is_real(v) && d->type == PL_OPT_DOUBLE)
         snprintf(text, sizeof text, "%.17g", json_real_value(v));
     else {
         static const char *tn[] = {"a string", "an integer", "an integer", "a number",
-                                   "a boolean"};
+                                   "a boolean", "a URL list"};
         snprintf(err, errlen, "key '%s' must be %s", key, tn[d->type]);
         return -1;
     }
@@ -291,7 +390,8 @@ void pl_opts_print_help(FILE *f, unsigned scope_mask)
         if (!(d->scope & scope_mask))
             continue;
         char lhs[64];
-        snprintf(lhs, sizeof lhs, d->type == PL_OPT_BOOL ? "--[no-]%s" : "--%s VALUE",
+        snprintf(lhs, sizeof lhs, d->type == PL_OPT_BOOL ? "--[no-]%s"
+                                  : d->type == PL_OPT_URLS ? "--%s URL" : "--%s VALUE",
                  d->name);
         fprintf(f, "  %-30s %s", lhs, d->help);
         if (d->choices)

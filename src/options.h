@@ -20,7 +20,7 @@
 typedef struct pl_opts {
     char *host;
     int port;
-    char *backend;               /**< auto|cpu|cuda|mock */
+    char *backend;               /**< auto|cpu|cuda|mock, or a remote kind (vllm, ...) */
     char *config;
     char *model;                 /**< GGUF path */
     char *served_model_name;
@@ -44,6 +44,18 @@ typedef struct pl_opts {
     double gpu_memory_utilization;
     bool cuda_graphs;
     char *log_level;
+    /* remote backend (backends/remote) */
+    char *base_url;              /**< comma-separated replica URLs (with /v1) */
+    char *upstream;              /**< --upstream URLs, comma-separated */
+    char *api_key;
+    char *api_key_env;           /**< environment variable holding the key */
+    char *upstream_model;
+    int upstream_connect_timeout_ms;
+    int upstream_first_token_timeout_ms;
+    int upstream_token_timeout_ms;
+    int upstream_attempts;
+    int upstream_health_interval_ms;
+    bool upstream_affinity;
 } pl_opts;
 
 typedef enum pl_opt_type {
@@ -52,6 +64,9 @@ typedef enum pl_opt_type {
     PL_OPT_LONG,
     PL_OPT_DOUBLE,
     PL_OPT_BOOL,
+    PL_OPT_URLS,                 /**< http(s) URLs, comma-separated in the field;
+                                      repeating the option adds one, a config
+                                      list or string replaces them */
 } pl_opt_type;
 
 /* Where an option applies. */
