@@ -9,7 +9,7 @@
  *       role: participant
  *       model: m1
  *       system_prompt: "..."        # or persona
- *       visible_to: [mod_001]       # who reads it in later rounds (default all)
+ *       visible_to: [mod_001]       # who ever reads it (default all)
  *       temperature: 0.7            # sampling keys, flat or under `sampling`
  *     - id: mod_001
  *       speak_after_within_round: [spkr_000]  # also under role_specific_config
@@ -48,7 +48,9 @@ typedef struct pl_job_agent {
     int model;                   /**< index into models */
     char *system_prompt;         /**< may be NULL */
     uint64_t deps;               /**< bit j: speaks after agent j in a round */
-    uint64_t visible_to;         /**< bit j: agent j reads it in later rounds */
+    uint64_t visible_to;         /**< bit j: agent j reads it, in later rounds
+                                      and in this round when j speaks after
+                                      it (speak_after_within_round) */
     bool validate;               /**< its answers are validated */
     pl_sampling sampling;        /**< owned (stop strings) */
 } pl_job_agent;

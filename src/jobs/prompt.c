@@ -89,7 +89,10 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
     bool first = true;
     for (int j = 0; j < n; j++) {
         const char *t = finals[round * n + j];
-        if (!(me->deps >> j & 1) || !t)
+        /* visible_to is the speaker's word on who reads the message at all:
+         * it filters this round's quotes too (the dependency still orders
+         * the turn). */
+        if (!(me->deps >> j & 1) || !t || !(s->agents[j].visible_to >> agent & 1))
             continue;
         if (first)
             sb_printf(&b, "\nThis round so far:\n");

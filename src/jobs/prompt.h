@@ -6,12 +6,18 @@
  *
  *   system     the agent's system prompt (when it has one)
  *   user       round 0: the question and its choices, the current-round
- *              messages of the agents it speaks after, the answer format
+ *              messages of the agents it speaks after (those visible to
+ *              it), the answer format
  *   assistant  its round-0 reply (re-prompts add: user correction, reply)
  *   user       round 1: round-0 messages it may read (visible_to) and has
  *              not seen yet, current-round messages of the agents it
- *              speaks after, the answer format
+ *              speaks after (those visible to it), the answer format
  *   ...
+ *
+ * visible_to filters every quote, of the last round and of the current one:
+ * a message is read only by the agents its speaker's visible_to names.
+ * speak_after_within_round orders the turn either way, so an agent may wait
+ * for a message it does not read.
  *
  * Pure functions over the spec and a table of final messages; no I/O.
  */
