@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/access_log.h"
 #include "api/oai_params.h"
 #include "api/oai_wire.h"
 #include "api/respond.h"
@@ -96,6 +97,8 @@ static void stream_send_json(oai_call *c, json_t *o)
 
 static void stream_end(oai_call *c)
 {
+    if (c->req)
+        pl_access_usage(c->req, c->usage.prompt_tokens, c->usage.completion_tokens);
     if (c->failed)
         stream_send_json(c, pl_err_to_json(&c->error));
     else if (c->p.include_usage)
@@ -124,6 +127,7 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
 
 static void reply_complete(oai_call *c)
 {
+    pl_access_usage(c->req, c->usage.prompt_tokens, c->usage.completion_tokens);
     pl_unwatch_close(c->req, c->watch);
     c->watch = NULL;
     if (c->failed)

@@ -1,6 +1,8 @@
 /* respond.c - JSON replies, OpenAI errors, request bodies, JSON escaping. */
 #include "api/respond.h"
 
+#include "api/access_log.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,7 @@ void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
             evbuffer_add_reference(out, oom_body, sizeof oom_body - 1, NULL, NULL);
     }
     free(s);
+    pl_access_end(req, status);
     evhttp_send_reply(req, status, pl_http_reason(status), out);
     if (out)
         evbuffer_free(out);
@@ -56,6 +59,7 @@ void pl_reply_buffer(struct evhttp_request *req, int status, const char *content
                      struct evbuffer *body)
 {
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", content_type);
+    pl_access_end(req, status);
     evhttp_send_reply(req, status, pl_http_reason(status), body);
 }
 

@@ -14,6 +14,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "api/access_log.h"
 #include "api/respond.h"
 #include "src/base/log.h"
 
@@ -77,9 +78,42 @@ static int route_matches(const route *r, const char *path)
     return strcmp(path, r->pattern) == 0;
 }
 
+static const char *method_name(enum evhttp_cmd_type t)
+{
+    switch (t) {
+    case EVHTTP_REQ_GET: return "GET";
+    case EVHTTP_REQ_HEAD: return "HEAD";
+    case EVHTTP_REQ_POST: return "POST";
+    case EVHTTP_REQ_DELETE: return "DELETE";
+    case EVHTTP_REQ_PUT: return "PUT";
+    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
+    case EVHTTP_REQ_PATCH: return "PATCH";
+    default: return "OTHER";
+    }
+}
+
+/* A client's X-Request-Id is kept when it is a plain token; else one is
+ * made. Either way the reply carries it and the access log names it. */
+static void request_id_begin(pl_server *s, struct evhttp_request *req)
+{
+    char id[64];
+    const char *in = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+    size_t n = in ? strlen(in) : 0;
+    if (n == 0 || n >= sizeof id || strspn(in, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnop"
+                                               "qrstuvwxyz0123456789._-:") != n)
+        pl_server_new_id(s, "req-", id, sizeof id);
+    else
+        memcpy(id, in, n + 1);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", id);
+    if (s->o.access_log)
+        pl_access_begin(req, method_name(evhttp_request_get_command(req)),
+                        evhttp_request_get_uri(req), id);
+}
+
 static void server_dispatch(struct evhttp_request *req, void *arg)
 {
     pl_server *s = arg;
+    request_id_begin(s, req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
     char *path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL;

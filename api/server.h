@@ -6,6 +6,7 @@
 #ifndef PL_API_SERVER_H
 #define PL_API_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include <event2/http.h>
@@ -39,6 +40,7 @@ typedef void (*pl_metrics_fn)(pl_server *s, struct evbuffer *out, void *ud);
 typedef struct pl_server_opts {
     long max_body_bytes;         /**< 413 above */
     long stream_buffer_bytes;    /**< per-stream output cap before pausing */
+    bool access_log;             /**< one log line per request (access_log.h) */
 } pl_server_opts;
 
 /** Create a server on base. Returns NULL on error. */

@@ -1,6 +1,8 @@
 /* sse.c - the SSE writer: chunked replies, backpressure, close watching. */
 #include "api/sse.h"
 
+#include "api/access_log.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@ struct pl_sse {
 };
 
 struct pl_close_watch {
+    struct evhttp_request *req;  /* a key for the access log only */
     struct evhttp_connection *conn;
     struct event *ev;            /* first a delay timer, then the EOF poll */
     evutil_socket_t fd;
@@ -44,6 +47,7 @@ static void watch_closed(struct evhttp_connection *conn, void *arg)
     pl_close_watch *w = arg;
     void (*fn)(void *) = w->fn;
     void *ud = w->ud;
+    pl_access_end(w->req, 499);  /* nginx's "client closed request" */
     watch_free(w);
     fn(ud);
 }
@@ -79,6 +83,7 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
     pl_close_watch *w = conn ? calloc(1, sizeof *w) : NULL;
     if (!w)
         return NULL;
+    w->req = req;
     w->conn = conn;
     w->fn = fn;
     w->ud = ud;
@@ -185,6 +190,7 @@ void pl_sse_end(pl_sse *s)
 {
     if (s->req) {
         pl_unwatch_close(s->req, s->watch);
+        pl_access_end(s->req, evhttp_request_get_response_code(s->req));
         evhttp_send_reply_end(s->req);
     }
     evbuffer_free(s->buf);

@@ -85,7 +85,8 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     evthread_use_pthreads();
     struct event_base *base = event_base_new();
     pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
-                         .stream_buffer_bytes = o->stream_buffer_bytes};
+                         .stream_buffer_bytes = o->stream_buffer_bytes,
+                         .access_log = o->access_log};
     pl_server *srv = pl_server_new(base, &so);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);

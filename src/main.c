@@ -26,6 +26,7 @@ static void apply_log_level(const pl_opts *o)
     for (int i = 0; i < 5; i++)
         if (!strcmp(o->log_level, names[i]))
             pl_log_set_level((pl_log_level)i);
+    pl_log_set_json(!strcmp(o->log_format, "json"));
 }
 
 /* default < env < config < command line: parse the command line once to

@@ -94,6 +94,11 @@ const pl_option pl_options[] = {
         "remote backends: send a conversation back to the replica that served it"),
     OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
         log_level, S, "log verbosity"),
+    OPT("log-format", PL_OPT_STRING, 0, 0, "text", "PARLEY_LOG_FORMAT", "text|json", log_format,
+        S, "log lines as text, or one JSON object per line"),
+    OPT("access-log", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, access_log, S,
+        "log one line per HTTP request at info level: method, path, status, duration, "
+        "tokens, request id (--no-access-log disables)"),
 };
 const size_t pl_n_options = sizeof pl_options / sizeof pl_options[0];
 

@@ -56,6 +56,8 @@ typedef struct pl_opts {
     int upstream_attempts;
     int upstream_health_interval_ms;
     bool upstream_affinity;
+    char *log_format;            /**< text|json */
+    bool access_log;             /**< one line per HTTP request */
 } pl_opts;
 
 typedef enum pl_opt_type {
