@@ -124,7 +124,15 @@ def test_counters_move_as_requests_complete(server):
     assert value(after, "vllm:num_requests_running", model_name="mock") == 0
 
 
-def test_client_abort_counts_as_abort(server):
+def test_client_abort_counts_as_abort():
+    server = Server("--backend", "mock", "--log-level", "warn", "--mock-token-delay-ms", "5")
+    try:
+        client_abort(server)
+    finally:
+        assert server.stop() == 0
+
+
+def client_abort(server):
     u = urllib.parse.urlparse(server.url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
     body = json.dumps({"model": "mock", "max_tokens": 2000, "stream": True,
