@@ -27,10 +27,10 @@ void pl_sse_reader_reset(pl_sse_reader *r)
 /* Grow *buf to hold need bytes (+1 for a NUL); -1 past the cap. */
 static int grow(char **buf, size_t *cap, size_t need, size_t max)
 {
-    if (need + 1 <= *cap)
-        return 0;
     if (need > max)
         return -1;
+    if (need + 1 <= *cap)
+        return 0;
     size_t n = *cap ? *cap : 256;
     while (n < need + 1)
         n *= 2;

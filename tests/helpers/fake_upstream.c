@@ -1,0 +1,290 @@
+/* fake_upstream.c - the scriptable libmicrohttpd upstream. */
+#include "tests/helpers/fake_upstream.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FAKE_MAX_STEPS 64
+
+struct pl_fake_upstream {
+    struct MHD_Daemon *d;
+    char url[64];
+    char model[64];
+    pthread_mutex_t mu;
+    pl_fake_step steps[FAKE_MAX_STEPS];
+    char *bodies[FAKE_MAX_STEPS];
+    int n_steps, next_step;
+    int requests, client_closed;
+    char *last_body;
+};
+
+typedef struct fake_conn {
+    char *body;
+    size_t len;
+} fake_conn;
+
+typedef struct fake_stream {
+    pl_fake_upstream *f;
+    pl_fake_step s;
+    bool chat;
+    int sent;                    /* tokens sent */
+    int phase;                   /* 0 tokens, 1 finish, 2 usage, 3 done, 4 end */
+    bool ended;
+} fake_stream;
+
+static int take_step(pl_fake_upstream *f, pl_fake_step *out)
+{
+    pthread_mutex_lock(&f->mu);
+    f->requests++;
+    memset(out, 0, sizeof *out);
+    if (f->next_step < f->n_steps)
+        *out = f->steps[f->next_step++];
+    pthread_mutex_unlock(&f->mu);
+    return 0;
+}
+
+static ssize_t put(char *buf, size_t max, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ssize_t put(char *buf, size_t max, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, max, fmt, ap);
+    va_end(ap);
+    return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : n;
+}
+
+static ssize_t token_event(fake_stream *st, char *buf, size_t max)
+{
+    const pl_fake_step *s = &st->s;
+    if (s->drop_after > 0 && st->sent >= s->drop_after) {
+        st->ended = true;        /* our own drop, not the client's */
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (s->token_delay_ms > 0)
+        usleep((useconds_t)s->token_delay_ms * 1000);
+    st->sent++;
+    if (st->chat)
+        return put(buf, max, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":"
+                   "0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", st->sent);
+    return put(buf, max, "data: {\"object\":\"text_completion\",\"choices\":[{\"index\":0,"
+               "\"text\":\"tok%d \",\"finish_reason\":null}]}\n\n", st->sent);
+}
+
+/* The stream, one event per call. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    fake_stream *st = cls;
+    const pl_fake_step *s = &st->s;
+    int n_tokens = s->n_tokens > 0 ? s->n_tokens : 3;
+    switch (st->phase) {
+    case 0:
+        if (s->malformed) {
+            st->phase = 3;
+            return put(buf, max, "data: {\"choices\": [ oops\n\n");
+        }
+        if (s->never_end || st->sent < n_tokens)
+            return token_event(st, buf, max);
+        st->phase = 1;
+        if (s->end_early) {
+            st->ended = true;
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        }
+        if (s->error_event) {
+            st->phase = 3;
+            return put(buf, max, "data: {\"error\":{\"message\":\"engine died\",\"type\":"
+                       "\"server_error\",\"code\":500}}\n\n");
+        }
+        return put(buf, max, "data: {\"choices\":[{\"index\":0,%s,\"finish_reason\":\"length\"}]}"
+                   "\n\n", st->chat ? "\"delta\":{}" : "\"text\":\"\"");
+    case 1:
+        st->phase = 2;
+        if (!s->no_usage)
+            return put(buf, max, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,"
+                       "\"completion_tokens\":%d,\"total_tokens\":%d,"
+                       "\"prompt_tokens_details\":{\"cached_tokens\":5}}}\n\n", st->sent,
+                       7 + st->sent);
+        /* fall through */
+    case 2:
+        st->phase = 3;
+        return put(buf, max, "data: [DONE]\n\n");
+    default:
+        st->ended = true;
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    fake_stream *st = cls;
+    if (!st->ended) {
+        pthread_mutex_lock(&st->f->mu);
+        st->f->client_closed++;
+        pthread_mutex_unlock(&st->f->mu);
+    }
+    free(st);
+}
+
+static enum MHD_Result reply_text(struct MHD_Connection *c, int status, const char *body,
+                                  int retry_after)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), (void *)body,
+                                                             MHD_RESPMEM_MUST_COPY);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (retry_after > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", retry_after);
+        MHD_add_response_header(r, "Retry-After", v);
+    }
+    enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result answer_post(pl_fake_upstream *f, struct MHD_Connection *c,
+                                   const char *url, fake_conn *fc)
+{
+    pl_fake_step s;
+    take_step(f, &s);
+    pthread_mutex_lock(&f->mu);
+    free(f->last_body);
+    f->last_body = strndup(fc->body ? fc->body : "", fc->len);
+    pthread_mutex_unlock(&f->mu);
+    if (s.header_delay_ms > 0)
+        usleep((useconds_t)s.header_delay_ms * 1000);
+    if (s.status && s.status != 200)
+        return reply_text(c, s.status, s.body ? s.body : "{}", s.retry_after_s);
+    fake_stream *st = calloc(1, sizeof *st);
+    st->f = f;
+    st->s = s;
+    st->chat = strstr(url, "chat") != NULL;
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096,
+                                                               stream_read, st, stream_free);
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    enum MHD_Result rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload, size_t *upload_size, void **con_cls)
+{
+    pl_fake_upstream *f = cls;
+    if (!strcmp(method, "GET")) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":"
+                 "\"model\",\"owned_by\":\"fake\",\"max_model_len\":2048}]}", f->model);
+        if (!strcmp(url, "/v1/models"))
+            return reply_text(c, 200, body, 0);
+        return reply_text(c, 404, "{\"error\":{\"message\":\"not found\"}}", 0);
+    }
+    fake_conn *fc = *con_cls;
+    if (!fc) {
+        *con_cls = calloc(1, sizeof *fc);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        char *b = realloc(fc->body, fc->len + *upload_size + 1);
+        if (!b)
+            return MHD_NO;
+        memcpy(b + fc->len, upload, *upload_size);
+        fc->body = b;
+        fc->len += *upload_size;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    return answer_post(f, c, url, fc);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    fake_conn *fc = *con_cls;
+    if (fc) {
+        free(fc->body);
+        free(fc);
+        *con_cls = NULL;
+    }
+}
+
+pl_fake_upstream *pl_fake_start(const char *model)
+{
+    pl_fake_upstream *f = calloc(1, sizeof *f);
+    pthread_mutex_init(&f->mu, NULL);
+    snprintf(f->model, sizeof f->model, "%s", model);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    f->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                            MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, f,
+                            MHD_OPTION_SOCK_ADDR, &a, MHD_OPTION_NOTIFY_COMPLETED, on_completed,
+                            NULL, MHD_OPTION_CONNECTION_TIMEOUT, 60u, MHD_OPTION_END);
+    if (!f->d) {
+        free(f);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT);
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u/v1", (unsigned)di->port);
+    return f;
+}
+
+void pl_fake_stop(pl_fake_upstream *f)
+{
+    if (!f)
+        return;
+    MHD_stop_daemon(f->d);
+    for (int i = 0; i < f->n_steps; i++)
+        free(f->bodies[i]);
+    free(f->last_body);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+const char *pl_fake_url(pl_fake_upstream *f)
+{
+    return f->url;
+}
+
+void pl_fake_push(pl_fake_upstream *f, const pl_fake_step *s)
+{
+    pthread_mutex_lock(&f->mu);
+    if (f->n_steps < FAKE_MAX_STEPS) {
+        f->steps[f->n_steps] = *s;
+        if (s->body) {
+            f->bodies[f->n_steps] = strdup(s->body);
+            f->steps[f->n_steps].body = f->bodies[f->n_steps];
+        }
+        f->n_steps++;
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+int pl_fake_requests(pl_fake_upstream *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->requests;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+int pl_fake_client_closed(pl_fake_upstream *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->client_closed;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+char *pl_fake_last_body(pl_fake_upstream *f)
+{
+    pthread_mutex_lock(&f->mu);
+    char *b = f->last_body ? strdup(f->last_body) : NULL;
+    pthread_mutex_unlock(&f->mu);
+    return b;
+}
