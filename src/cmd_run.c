@@ -18,6 +18,7 @@
 #include "src/jobs/job_spec.h"
 #include "src/jobs/jobs.h"
 #include "src/base/log.h"
+#include "src/config.h"
 #include "src/models_init.h"
 #include "src/options.h"
 #include "src/run_view.h"
@@ -38,6 +39,7 @@ typedef struct run_args {
     int policy;                  /* pl_conv_policy from --strategy */
     int argc;                    /* argv without run-only flags */
     char **argv;
+    pl_linemap lines;            /* the job file's key paths -> lines */
 } run_args;
 
 static void run_usage(FILE *f)
@@ -118,7 +120,9 @@ static void print_problems(const char *file, const pl_linemap *lines,
     fprintf(stderr, "parley: %d problem%s in %s\n", p->n, p->n == 1 ? "" : "s", file);
 }
 
-static int load_spec(const char *file, pl_job_spec *spec)
+/* Parse the job file; *lines (the caller frees it) maps key paths to lines
+ * for the model reader's errors. */
+static int load_spec(const char *file, pl_job_spec *spec, pl_linemap *lines_out)
 {
     char err[512];
     pl_linemap lines = {0};
@@ -136,35 +140,27 @@ static int load_spec(const char *file, pl_job_spec *spec)
     pl_spec_problems_free(&probs);
     free(dup);
     json_decref(root);
-    pl_linemap_free(&lines);
+    *lines_out = lines;
     return rc;
 }
 
-/* A model's options: defaults and environment, the job file's keys for
- * that model, then the command line. */
-static int model_opts(const run_args *ra, const pl_job_model *m, const char *file,
+/* A model's options: defaults and environment, the job file's model
+ * definition read by the same reader as `serve`'s config (so
+ * max_num_seqs_upper_bound reaches the engine, vLLM-only keys warn and a
+ * misspelt key is an error with FILE:LINE), then the command line. */
+static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_model *m,
                       pl_opts *o)
 {
-    char err[512];
+    char err[700], base[300];
     char *pos[4];
     int npos;
     if (pl_opts_init(o, err, sizeof err) < 0)
         goto fail;
-    const char *k;
-    json_t *v;
-    json_t *opts = json_object_get(m->options, "options");
-    json_t *both[2] = {m->options, json_is_object(opts) ? opts : NULL};
-    for (int b = 0; b < 2 && both[b]; b++)
-    json_object_foreach(both[b], k, v) {
-        if (!strcmp(k, "vllm_config") || !strcmp(k, "max_num_seqs") ||
-            !strcmp(k, "options"))
-            continue;           /* read by the job spec, or nested */
-        const char *key = !strcmp(k, "path") ? "model" : k;
-        if (pl_opts_set_json(o, key, v, PL_OPT_MODEL, err, sizeof err) < 0) {
-            fprintf(stderr, "parley: %s: models.%s.%s: %s\n", file, m->name, k, err);
-            return -1;
-        }
-    }
+    snprintf(base, sizeof base, "%s.%s",
+             json_object_get(s->source, "models") ? "models" : "model_definitions", m->name);
+    if (pl_config_model(ra->job_file, &ra->lines, base, m->options, NULL, o, err,
+                        sizeof err) < 0)
+        goto fail;
     if (pl_opts_parse_args(o, ra->argc, ra->argv, 2, pos, 4, &npos, err, sizeof err) != 0)
         goto fail;
     return 0;
@@ -202,8 +198,8 @@ static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
     for (int m = 0; m < s->n_models; m++) {
         pl_opts o;
         char err[512];
-        if (model_opts(ra, &s->models[m], ra->job_file, &o) < 0)
-            return -1;
+        if (model_opts(ra, s, &s->models[m], &o) < 0)
+            return -2;          /* a bad job file: exit 2, like spec errors */
         if (o.upstream[0])
             bs[m] = open_upstream(rc->base, &o, s->models[m].name, err, sizeof err);
         else
@@ -379,7 +375,7 @@ int pl_cmd_run(int argc, char **argv)
         run_usage(stderr);
         goto done;
     }
-    if (load_spec(ra.job_file, &spec) < 0)
+    if (load_spec(ra.job_file, &spec, &ra.lines) < 0)
         goto done;
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
@@ -387,9 +383,10 @@ int pl_cmd_run(int argc, char **argv)
     rc.live = ra.live;
     bs = calloc((size_t)spec.n_models, sizeof *bs);
     int n_models = spec.n_models;
-    if (!rc.base || !bs || open_backends(&rc, &ra, &spec, bs) < 0) {
+    int orc = rc.base && bs ? open_backends(&rc, &ra, &spec, bs) : -1;
+    if (orc < 0) {
         pl_job_spec_free(&spec);
-        status = 1;
+        status = orc == -2 ? 2 : 1;
         goto cleanup;
     }
     status = run_job(&rc, &ra, &spec, bs);
@@ -400,6 +397,7 @@ cleanup:
     if (rc.base)
         event_base_free(rc.base);
 done:
+    pl_linemap_free(&ra.lines);
     free(ra.argv);
     return status;
 }

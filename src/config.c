@@ -10,6 +10,7 @@ typedef struct cfg_ctx {
     pl_linemap lines;
     char *err;
     size_t errlen;
+    const char *skip;            /* "|k1|k2|": keys another reader owns */
 } cfg_ctx;
 
 static int cfg_fail(cfg_ctx *c, const char *keypath, const char *msg)
@@ -28,10 +29,56 @@ static int cfg_set(cfg_ctx *c, pl_opts *o, const char *keypath, const char *key,
     return 0;
 }
 
-/* vllm_config: only max_num_seqs_upper_bound is meaningful to parley. */
+/* vllm_config keys with a meaning here, and the option each sets. The
+ * upper bound is the engine's max_num_seqs: its capacity is then
+ * min(bound, KV capacity), as in seed 000. */
+static const char *const vllm_mapped[][2] = {
+    {"max_num_seqs_upper_bound", "max_num_seqs"},
+    {"max_num_seqs", "max_num_seqs"},
+    {"gpu_memory_utilization", "gpu_memory_utilization"},  /* sizes the CUDA KV cache */
+    {"max_model_len", "max_model_len"},
+    {"block_size", "block_size"},
+    {"max_num_batched_tokens", "max_num_batched_tokens"},
+    {"enable_prefix_caching", "prefix_caching"},
+    {"async_scheduling", "async_scheduling"},
+};
+
+/* vLLM engine arguments with no meaning in parley: accepted, with a warning. */
+static const char *const vllm_only[] = {
+    "attention_backend", "tensor_parallel_size", "pipeline_parallel_size",
+    "data_parallel_size", "dtype", "quantization", "kv_cache_dtype", "enforce_eager",
+    "trust_remote_code", "swap_space", "cpu_offload_gb", "enable_chunked_prefill",
+    "disable_log_stats", "disable_log_requests", "download_dir", "load_format",
+    "tokenizer", "tokenizer_mode", "revision", "seed", "distributed_executor_backend",
+    "max_seq_len_to_capture", "disable_custom_all_reduce", "enable_lora", "max_loras",
+    "max_lora_rank", "num_scheduler_steps", "speculative_config", "guided_decoding_backend",
+    "limit_mm_per_prompt", "rope_scaling", "rope_theta", "max_logprobs", "hf_overrides",
+    "compilation_config", "enable_expert_parallel", "scheduling_policy",
+    "calculate_kv_scales", "enable_sleep_mode", "num_gpu_blocks_override",
+};
+
+static int vllm_key(cfg_ctx *c, pl_opts *o, const char *kp, const char *k, json_t *x,
+                    char *ignored, size_t n)
+{
+    for (size_t i = 0; i < sizeof vllm_mapped / sizeof vllm_mapped[0]; i++)
+        if (!strcmp(k, vllm_mapped[i][0]))
+            return cfg_set(c, o, kp, vllm_mapped[i][1], x, PL_OPT_MODEL);
+    for (size_t i = 0; i < sizeof vllm_only / sizeof vllm_only[0]; i++) {
+        if (!strcmp(k, vllm_only[i])) {
+            size_t len = strlen(ignored);
+            snprintf(ignored + len, n - len, "%s%s", len ? ", " : "", k);
+            return 0;
+        }
+    }
+    return cfg_fail(c, kp, "unknown vllm_config key (parley maps max_num_seqs_upper_bound, "
+                    "gpu_memory_utilization, max_model_len, block_size, "
+                    "max_num_batched_tokens, enable_prefix_caching; other vLLM engine "
+                    "arguments are ignored with a warning)");
+}
+
 static int cfg_vllm(cfg_ctx *c, pl_opts *o, const char *base, json_t *v)
 {
-    char kp[512];
+    char kp[512], ignored[512] = "";
     snprintf(kp, sizeof kp, "%s.vllm_config", base);
     if (!json_is_object(v))
         return cfg_fail(c, kp, "must be a mapping");
@@ -39,12 +86,13 @@ static int cfg_vllm(cfg_ctx *c, pl_opts *o, const char *base, json_t *v)
     json_t *x;
     json_object_foreach(v, k, x) {
         snprintf(kp, sizeof kp, "%s.vllm_config.%s", base, k);
-        if (!strcmp(k, "max_num_seqs_upper_bound")) {
-            if (cfg_set(c, o, kp, "max_num_seqs", x, PL_OPT_MODEL) < 0)
-                return -1;
-        } else if (strcmp(k, "attention_backend") != 0) {
-            return cfg_fail(c, kp, "unknown key (parley reads max_num_seqs_upper_bound)");
-        }
+        if (vllm_key(c, o, kp, k, x, ignored, sizeof ignored) < 0)
+            return -1;
+    }
+    if (ignored[0]) {
+        snprintf(kp, sizeof kp, "%s.vllm_config", base);
+        fprintf(stderr, "parley: warning: %s:%d: %s: vLLM-only keys ignored (no meaning in "
+                "parley): %s\n", c->path, pl_linemap_line(&c->lines, kp), kp, ignored);
     }
     return 0;
 }
@@ -57,6 +105,10 @@ static int cfg_model_keys(cfg_ctx *c, pl_opts *o, const char *base, json_t *m)
     json_object_foreach(m, k, v) {
         snprintf(kp, sizeof kp, "%s.%s", base, k);
         int rc = 0;
+        char pat[300];
+        snprintf(pat, sizeof pat, "|%s|", k);
+        if (c->skip && strstr(c->skip, pat))
+            continue;
         if (!strcmp(k, "vllm_config"))
             rc = cfg_vllm(c, o, base, v);
         else if (!strcmp(k, "options")) {
@@ -85,6 +137,15 @@ static int cfg_remote_check(cfg_ctx *c, const char *base, const pl_opts *o)
     snprintf(pat, sizeof pat, "backend %s needs base_url (the upstream's URL with /v1)",
              o->backend);
     return cfg_fail(c, kp, pat);
+}
+
+int pl_config_model(const char *path, const pl_linemap *lines, const char *base,
+                    json_t *m, const char *skip, pl_opts *o, char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .lines = *lines, .err = err, .errlen = errlen, .skip = skip};
+    if (!json_is_object(m))
+        return cfg_fail(&c, base, "must be a mapping");
+    return cfg_model_keys(&c, o, base, m);
 }
 
 static int cfg_models(cfg_ctx *c, const char *section, json_t *models,

@@ -36,4 +36,19 @@ int pl_config_load(const char *path, pl_opts *o, pl_config *cfg, char *err,
                    size_t errlen);
 void pl_config_free(pl_config *cfg);
 
+/**
+ * The one reader of a model definition, for `serve`'s config and `run`'s
+ * job file alike: apply mapping m (flat option keys, `options:`, `path`,
+ * `vllm_config`) onto *o. vllm_config: max_num_seqs_upper_bound sets the
+ * engine's max_num_seqs (capacity min(bound, KV capacity)),
+ * gpu_memory_utilization sizes the CUDA KV cache, a few more map to their
+ * options; other vLLM engine arguments (attention_backend, ...) are
+ * accepted with one warning line on stderr naming them; any other key is an
+ * error. base is the key path of m ("models.x"), lines maps key paths to
+ * lines of path. skip: "|k1|k2|" keys left to another reader (may be
+ * NULL). Returns 0, or -1 with "FILE:LINE: key 'models.x.k': message".
+ */
+int pl_config_model(const char *path, const pl_linemap *lines, const char *base,
+                    json_t *m, const char *skip, pl_opts *o, char *err, size_t errlen);
+
 #endif

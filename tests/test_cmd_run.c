@@ -12,6 +12,9 @@
 #include <pty.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "tests/helpers/model_path.h"
 #include "tests/helpers/server_proc.h"
 
 static char dir[64];
@@ -219,4 +222,88 @@ Test(cmd_run, live_status_env_turns_the_live_view_on, .init = setup, .fini = tea
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     cr_assert(strstr(out, "\033[?1049h"), "the alternate screen is used");
     cr_assert(strstr(out, "PRE-DEPARTURE"), "the pools are shown");
+}
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static char *read_text(const char *path)
+{
+    static char buf[65536];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+/* The job file's model definition is read like serve's config: vLLM-only
+ * keys warn in one line, a misspelt key is an error with FILE:LINE:key. */
+Test(cmd_run, model_definition_read_like_serve, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    char path[128], err[8192];
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    write_text(path, "experiment: vc\nmodels:\n  m:\n    backend: mock\n    vllm_config:\n"
+                     "      max_num_seqs_upper_bound: 32\n      attention_backend: FLASHINFER\n"
+                     "      enforce_eager: true\nagents:\n  - id: a\n"
+                     "validation: {enabled: false}\nquestions:\n  - {id: q, text: t}\n");
+    const char *args[] = {path, "--mock-token-delay-ms", "0", "--output", dir, NULL};
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    cr_assert(strstr(err, "job.yaml:5: models.m.vllm_config: vLLM-only keys ignored"), "%s", err);
+    cr_assert(strstr(err, "attention_backend, enforce_eager"), "%s", err);
+    write_text(path, "experiment: vc\nmodels:\n  m:\n    backend: mock\n    vllm_config:\n"
+                     "      max_num_seqs_upper_bonud: 32\nagents:\n  - id: a\n"
+                     "validation: {enabled: false}\nquestions:\n  - {id: q, text: t}\n");
+    cr_assert_eq(run(args, err, sizeof err), 2, "%s", err);
+    cr_assert(strstr(err, "job.yaml:6: key 'models.m.vllm_config.max_num_seqs_upper_bonud': "
+                          "unknown vllm_config key"), "%s", err);
+    write_text(path, "experiment: vc\nmodels:\n  m:\n    backend: mock\n    mock_capacty: 3\n"
+                     "agents:\n  - id: a\nvalidation: {enabled: false}\n"
+                     "questions:\n  - {id: q, text: t}\n");
+    cr_assert_eq(run(args, err, sizeof err), 2, "%s", err);
+    cr_assert(strstr(err, "job.yaml:5: key 'models.m.mock_capacty'"), "%s", err);
+}
+
+/* max_num_seqs_upper_bound reaches the engine: its max_num_seqs is the
+ * bound, its capacity min(bound, KV capacity). */
+Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
+     .timeout = 240)
+{
+    PL_TEST_MODEL_OR_SKIP();
+    char path[128], stats[128], err[8192], job[1024];
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    static const int bounds[] = {512, 3};
+    json_int_t cap[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(job, sizeof job,
+                 "experiment: ub%d\nmodels:\n  m:\n    backend: cpu\n    model: %s\n"
+                 "    kv_cache_mb: 64\n    max_model_len: 256\n    vllm_config:\n"
+                 "      max_num_seqs_upper_bound: %d\nagents:\n  - id: a\n"
+                 "sampling: {temperature: 0, max_tokens: 2}\n"
+                 "validation: {enabled: false}\nquestions:\n  - {id: q, text: Hi}\n",
+                 i, pl_test_model_path(), bounds[i]);
+        write_text(path, job);
+        const char *args[] = {path, "--output", dir, "--stats", stats, NULL};
+        cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+        json_t *st = json_loads(read_text(stats), 0, NULL);
+        cr_assert_not_null(st);
+        json_t *b = json_array_get(json_object_get(st, "backends"), 0);
+        cr_assert_eq(json_integer_value(json_object_get(b, "max_num_seqs")), bounds[i],
+                     "the engine's max_num_seqs is the bound %d", bounds[i]);
+        cap[i] = json_integer_value(json_object_get(b, "capacity"));
+        json_decref(st);
+    }
+    /* 64 MB of KV holds a few 256-token sequences: the KV capacity binds
+     * under 512, the bound binds at 3. */
+    cr_assert(cap[0] >= 3 && cap[0] < 512, "capacity %lld", (long long)cap[0]);
+    cr_assert_eq(cap[1], 3);
 }

@@ -183,3 +183,46 @@ Test(yaml_load, refuses_aliases_and_duplicates)
     cr_expect_null(pl_yaml_load_buf("t", y, strlen(y), NULL, err, sizeof err));
     cr_expect(strstr(err, "t:2: duplicate"), "%s", err);
 }
+
+/* vllm_config: the upper bound and gpu_memory_utilization are mapped,
+ * vLLM-only keys are accepted with one warning line naming them, a
+ * misspelt key is an error with file, line and key. */
+Test(config, vllm_config_mapped_warned_or_refused)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512], log[128];
+    snprintf(log, sizeof log, "/tmp/parley-test-config-%d.log", (int)getpid());
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *lf = freopen(log, "w", stderr);
+    cr_assert_not_null(lf);
+    int rc = load(".yaml", "models:\n  a:\n    backend: mock\n    vllm_config:\n"
+                  "      max_num_seqs_upper_bound: 512\n      gpu_memory_utilization: 0.5\n"
+                  "      attention_backend: FLASHINFER\n      enforce_eager: true\n",
+                  &o, &c, err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(c.models[0].opts.max_num_seqs, 512);
+    cr_assert_float_eq(c.models[0].opts.gpu_memory_utilization, 0.5, 1e-9);
+    char buf[1024] = "";
+    FILE *f = fopen(log, "r");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    unlink(log);
+    cr_assert(strstr(buf, ":4: models.a.vllm_config: vLLM-only keys ignored"), "%s", buf);
+    cr_assert(strstr(buf, "attention_backend, enforce_eager"), "%s", buf);
+    cr_assert_eq(strchr(buf, '\n'), strrchr(buf, '\n'), "one line: %s", buf);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+
+    rc = load(".yaml", "models:\n  a:\n    backend: mock\n    vllm_config:\n"
+              "      max_num_seq_upper_bound: 512\n", &o, &c, err);
+    cr_assert_eq(rc, -1);
+    cr_assert(strstr(err, ".yaml:5: key 'models.a.vllm_config.max_num_seq_upper_bound': "
+                          "unknown vllm_config key"), "%s", err);
+    pl_opts_free(&o);
+}
