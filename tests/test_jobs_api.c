@@ -4,6 +4,7 @@
 #include <criterion/criterion.h>
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,36 +15,57 @@
 static pl_test_server srv;
 static char jobs_dir[64];
 
-static void start(void)
+static void start_with(const char *delay_ms, const char *capacity)
 {
     snprintf(jobs_dir, sizeof jobs_dir, "/tmp/pl_jobs_api_XXXXXX");
     cr_assert_not_null(mkdtemp(jobs_dir));
     setenv("PARLEY_JOBS_DIR", jobs_dir, 1);
     const char *args[] = {"--backend", "mock", "--mock-mode", "echo", "--served-model-name",
-                          "smol", "--mock-token-delay-ms", "1", "--mock-capacity", "8", NULL};
+                          "smol", "--mock-token-delay-ms", delay_ms, "--mock-capacity",
+                          capacity, NULL};
     cr_assert_eq(pl_test_server_start(&srv, args), 0);
+}
+
+static void start(void)
+{
+    start_with("1", "8");
+}
+
+/* Slow enough that a job outlives the requests a test makes while it runs. */
+static void start_slow(void)
+{
+    start_with("20", "1");
 }
 
 static void stop(void)
 {
-    pl_test_server_stop(&srv);
+    cr_expect_eq(pl_test_server_stop(&srv), 0, "the server exits 0 on SIGTERM");
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", jobs_dir);
     cr_assert_eq(system(cmd), 0);
 }
 
-static char *job_body(const char *experiment, int n_q)
+/* A debate (2 rounds: a, b, then a moderator) or, when single, one agent
+ * answering once: one message per question. */
+static char *job_body_of(const char *experiment, int n_q, bool single)
 {
     char *b = malloc(8192);
     int n = snprintf(b, 8192,
-        "{\"experiment\":\"%s\",\"models\":{\"smol\":{}},\"agents\":[{\"id\":\"a\"},{\"id\":\"b\"},"
-        "{\"id\":\"mod\",\"role\":\"moderator\",\"speak_after_within_round\":[\"a\",\"b\"]}],"
-        "\"num_rounds\":2,\"sampling\":{\"max_tokens\":4096},\"questions\":[", experiment);
+        "{\"experiment\":\"%s\",\"models\":{\"smol\":{}},\"agents\":[{\"id\":\"a\"}%s],"
+        "\"num_rounds\":%d,\"sampling\":{\"max_tokens\":4096},\"questions\":[", experiment,
+        single ? "" : ",{\"id\":\"b\"},{\"id\":\"mod\",\"role\":\"moderator\","
+                      "\"speak_after_within_round\":[\"a\",\"b\"]}",
+        single ? 1 : 2);
     for (int i = 0; i < n_q; i++)
         n += snprintf(b + n, (size_t)(8192 - n), "%s{\"id\":\"q%d\",\"text\":\"Question %d?\","
                       "\"choices\":[\"yes\",\"no\"],\"answer\":\"B\"}", i ? "," : "", i, i);
     snprintf(b + n, (size_t)(8192 - n), "]}");
     return b;
+}
+
+static char *job_body(const char *experiment, int n_q)
+{
+    return job_body_of(experiment, n_q, false);
 }
 
 static json_t *http_json(const char *method, const char *path, const char *body, long *status)
@@ -59,9 +81,9 @@ static json_t *http_json(const char *method, const char *path, const char *body,
     return j;
 }
 
-static char *submit(const char *experiment, int n_q)
+static char *submit_of(const char *experiment, int n_q, bool single)
 {
-    char *body = job_body(experiment, n_q);
+    char *body = job_body_of(experiment, n_q, single);
     long st;
     json_t *j = http_json("POST", "/v1/jobs", body, &st);
     cr_assert_eq(st, 201);
@@ -69,6 +91,11 @@ static char *submit(const char *experiment, int n_q)
     json_decref(j);
     free(body);
     return id;
+}
+
+static char *submit(const char *experiment, int n_q)
+{
+    return submit_of(experiment, n_q, false);
 }
 
 typedef struct sse_ev {
@@ -202,9 +229,64 @@ Test(jobs_api, every_spec_problem_is_listed, .init = start, .fini = stop)
     json_decref(j);
 }
 
-Test(jobs_api, conflict_cancel_and_status, .init = start, .fini = stop, .timeout = 120)
+static json_t *job_get(const char *id)
 {
-    char *id = submit("slow", 40);
+    char path[256];
+    long st;
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    json_t *j = http_json("GET", path, NULL, &st);
+    cr_assert_eq(st, 200);
+    return j;
+}
+
+static json_int_t progress_of(json_t *job, const char *key)
+{
+    return json_integer_value(json_object_get(json_object_get(job, "progress"), key));
+}
+
+/* Poll the job until progress[key] >= want or its state is final; returns
+ * the job (the caller decrefs). Deadline 120 s. */
+static json_t *job_wait(const char *id, const char *key, json_int_t want)
+{
+    json_t *j = NULL;
+    for (int i = 0; i < 12000; i++) {
+        json_decref(j);
+        j = job_get(id);
+        const char *state = json_string_value(json_object_get(j, "state"));
+        if (progress_of(j, key) >= want ||
+            (strcmp(state, "running") != 0 && strcmp(state, "starting") != 0))
+            break;
+        usleep(10000);
+    }
+    return j;
+}
+
+/* Question ids in the experiment's index; fails on a duplicate. */
+static int index_ids(const char *experiment, int n_q)
+{
+    char path[256], line[8192];
+    snprintf(path, sizeof path, "%s/%s/%s_index.jsonl", jobs_dir, experiment, experiment);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    bool seen[64] = {false};
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o, "index line: %s", line);
+        int q = atoi(json_string_value(json_object_get(o, "question_id")) + 1);
+        cr_assert(q >= 0 && q < n_q && !seen[q], "index: %s", line);
+        seen[q] = true;
+        n++;
+        json_decref(o);
+    }
+    fclose(f);
+    return n;
+}
+
+Test(jobs_api, conflict_cancel_and_status, .init = start_slow, .fini = stop, .timeout = 240)
+{
+    enum { NQ = 6 };                 /* one at a time, ~0.6 s each */
+    char *id = submit_of("slow", NQ, true);
     long st;
     char *body = job_body("slow", 2);
     json_decref(http_json("POST", "/v1/jobs", body, &st));
@@ -215,19 +297,37 @@ Test(jobs_api, conflict_cancel_and_status, .init = start, .fini = stop, .timeout
     cr_assert_eq(json_array_size(jobs), 1);
     json_t *pools = json_object_get(json_array_get(jobs, 0), "pools");
     cr_assert_not_null(json_object_get(pools, "models"));
-    cr_assert_leq(json_integer_value(json_object_get(pools, "in_flight")), 8);
+    cr_assert_leq(json_integer_value(json_object_get(pools, "in_flight")), 1);
     json_decref(s);
+    /* Cancel once some questions are saved (the event, not a delay). */
+    json_t *j = job_wait(id, "persisted", 1);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "running",
+                     "the job outlived its first saved question");
+    json_decref(j);
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s", id);
-    json_t *j = http_json("DELETE", path, NULL, &st);
+    j = http_json("DELETE", path, NULL, &st);
     cr_assert_eq(st, 200);
     cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "cancelled");
     json_decref(j);
-    /* Resubmitting resumes the experiment. */
-    char *id2 = submit("slow", 40);
+    j = job_get(id);
+    json_int_t saved = progress_of(j, "persisted");
+    json_decref(j);
+    cr_assert(saved > 0 && saved < NQ, "saved %lld of %d", (long long)saved, NQ);
+    cr_assert_eq(index_ids("slow", NQ), saved, "the index holds what was saved");
+    /* Resubmitting resumes the experiment: the saved questions are skipped,
+     * the others run, and each is indexed once. */
+    char *id2 = submit_of("slow", NQ, true);
     cr_assert_str_neq(id, id2);
-    snprintf(path, sizeof path, "/v1/jobs/%s", id2);
-    json_decref(http_json("DELETE", path, NULL, &st));
+    j = job_get(id2);
+    cr_assert_eq(progress_of(j, "skipped"), saved);
+    json_decref(j);
+    j = job_wait(id2, "persisted", NQ);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "completed");
+    cr_assert_eq(progress_of(j, "skipped"), saved);
+    cr_assert_eq(progress_of(j, "succeeded"), NQ);
+    json_decref(j);
+    cr_assert_eq(index_ids("slow", NQ), NQ);
     free(id);
     free(id2);
 }
