@@ -37,9 +37,20 @@ static void start_slow(void)
     start_with("20", "1");
 }
 
+/* Criterion ignores failed assertions (and crashes) in .fini, so the
+ * server's exit status is checked at the end of each test body. */
+static void stop_server(void)
+{
+    int rc = pl_test_server_stop(&srv);
+    srv.pid = 0;
+    cr_assert_eq(rc, 0, "the server exits 0 on SIGTERM (got %d)", rc);
+}
+
 static void stop(void)
 {
-    cr_expect_eq(pl_test_server_stop(&srv), 0, "the server exits 0 on SIGTERM");
+    if (srv.pid)
+        pl_test_server_stop(&srv);
+    srv.pid = 0;
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", jobs_dir);
     cr_assert_eq(system(cmd), 0);
@@ -208,6 +219,7 @@ Test(jobs_api, submit_follow_and_fetch, .init = start, .fini = stop, .timeout = 
     cr_assert_eq(json_array_size(json_object_get(j, "data")), 1);
     json_decref(j);
     free(id);
+    stop_server();
 }
 
 Test(jobs_api, every_spec_problem_is_listed, .init = start, .fini = stop)
@@ -227,6 +239,7 @@ Test(jobs_api, every_spec_problem_is_listed, .init = start, .fini = stop)
                   "\"choices\":[\"x\",\"y\"]}]}", &st);
     cr_assert_eq(st, 400, "model not served");
     json_decref(j);
+    stop_server();
 }
 
 static json_t *job_get(const char *id)
@@ -319,9 +332,6 @@ Test(jobs_api, conflict_cancel_and_status, .init = start_slow, .fini = stop, .ti
      * the others run, and each is indexed once. */
     char *id2 = submit_of("slow", NQ, true);
     cr_assert_str_neq(id, id2);
-    j = job_get(id2);
-    cr_assert_eq(progress_of(j, "skipped"), saved);
-    json_decref(j);
     j = job_wait(id2, "persisted", NQ);
     cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "completed");
     cr_assert_eq(progress_of(j, "skipped"), saved);
@@ -330,4 +340,5 @@ Test(jobs_api, conflict_cancel_and_status, .init = start_slow, .fini = stop, .ti
     cr_assert_eq(index_ids("slow", NQ), NQ);
     free(id);
     free(id2);
+    stop_server();
 }
