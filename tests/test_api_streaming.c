@@ -72,10 +72,32 @@ static size_t read_some(int fd, char *buf, size_t cap, int timeout_ms)
     return len;
 }
 
+/* Read until needle shows up or deadline_ms pass; NUL-terminates buf. */
+static size_t read_until(int fd, char *buf, size_t cap, const char *needle, int deadline_ms)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (int waited = 0; len + 1 < cap && !strstr(buf, needle) && waited < deadline_ms;
+         waited += 100) {
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t k = read(fd, buf + len, cap - 1 - len);
+        if (k <= 0)
+            break;
+        len += (size_t)k;
+        buf[len] = '\0';
+    }
+    return len;
+}
+
+/* Deadlines, not windows: a loaded machine only makes these tests slower. */
+#define DEADLINE_MS 20000
+
 static void wait_stat_at_least(const char *key, long want)
 {
     long v = -1;
-    for (int i = 0; i < 100 && (v = mock_stat(key)) < want; i++)
+    for (int i = 0; i < DEADLINE_MS / 50 && (v = mock_stat(key)) < want; i++)
         usleep(50000);
     cr_expect_geq(v, want, "%s = %ld, want >= %ld", key, v, want);
 }
@@ -98,8 +120,7 @@ Test(streaming, disconnect_mid_stream_aborts, .init = start_slow, .fini = stop, 
                       "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":5000,"
                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 0);
     char buf[4096];
-    size_t n = read_some(fd, buf, sizeof buf - 1, 300);
-    buf[n] = '\0';
+    read_until(fd, buf, sizeof buf, "data: ", DEADLINE_MS);
     cr_assert(strstr(buf, "data: "), "no stream data: %s", buf);
     cr_expect_eq(mock_stat("aborted"), 0);
     close(fd);
@@ -111,7 +132,7 @@ Test(streaming, disconnect_non_stream_aborts, .init = start_slow, .fini = stop, 
 {
     int fd = raw_post("/v1/completions",
                       "{\"model\":\"mock\",\"max_tokens\":5000,\"prompt\":\"hi\"}", 0);
-    usleep(200000);
+    wait_stat_at_least("in_flight", 1);
     cr_expect_eq(mock_stat("in_flight"), 1);
     close(fd);
     wait_stat_at_least("aborted", 1);
@@ -144,14 +165,19 @@ Test(streaming, slow_reader_gets_backpressure, .init = start_fast_small_buffer, 
 {
     /* 200k tokens at zero delay is ~40 MB of SSE; without backpressure the
      * server would queue it all in well under a second. */
+    long rss0 = server_rss_kb();
     int fd = raw_post("/v1/chat/completions",
                       "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":200000,"
                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", 4096);
-    usleep(1500000);
+    wait_stat_at_least("paused", 1);
+    /* Give an unbounded server time to show it: a window that a slow
+     * machine can only make less sensitive, never failing. */
+    usleep(500000);
     cr_expect_eq(mock_stat("paused"), 1, "the slow stream is paused");
     cr_expect_eq(mock_stat("completed"), 0, "production stalled while unread");
-    long rss = server_rss_kb();
-    cr_expect_lt(rss, 64 * 1024, "server RSS %ld kB stays bounded", rss);
+    /* Growth, not an absolute figure: under ASan the baseline is larger. */
+    long grown = server_rss_kb() - rss0;
+    cr_expect_lt(grown, 24 * 1024, "server RSS grew %ld kB: stays bounded", grown);
     /* Drain everything: the stream resumes and completes with [DONE]. */
     size_t total = 0;
     char *buf = malloc(1 << 20), tail[32] = "";
