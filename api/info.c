@@ -7,6 +7,7 @@
 
 #include "api/oai_params.h"
 #include "api/respond.h"
+#include "backends/req_metrics.h"
 
 static void health(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
 {
@@ -52,6 +53,9 @@ static void status(pl_server *s, struct evhttp_request *req, const char *path, v
     for (int i = 0; models && i < pl_server_n_models(s); i++) {
         pl_model_entry *m = pl_server_model(s, i);
         json_t *st = m->backend->ops->stats(m->backend);
+        pl_req_metrics *rm = pl_backend_metrics(m->backend);
+        if (st && rm)            /* a failed set leaves the field out */
+            json_object_set_new(st, "requests", pl_req_metrics_json(rm));
         if (json_object_set_new(st, "capacity", json_integer(pl_backend_capacity(m->backend))) < 0 ||
             json_object_set_new(models, m->name, st) < 0) {
             json_decref(models);

@@ -253,3 +253,25 @@ void pl_backend_abort(pl_backend *b, uint64_t id)
             }
     b->ops->abort(b, id);
 }
+
+static double mean_(const pl_hist *h)
+{
+    return h->count ? h->sum / (double)h->count : 0.0;
+}
+
+json_t *pl_req_metrics_json(const pl_req_metrics *m)
+{
+    return json_pack("{s:I, s:i, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I}, s:f, s:f, s:f,"
+                     " s:f}",
+                     "submitted", (json_int_t)m->submitted, "in_flight", m->live,
+                     "rejected", (json_int_t)m->rejected,
+                     "prompt_tokens", (json_int_t)m->prompt_tokens,
+                     "generation_tokens", (json_int_t)m->generation_tokens,
+                     "cached_tokens", (json_int_t)m->cached_tokens, "finished",
+                     "stop", (json_int_t)m->finished[PL_FINISH_STOP],
+                     "length", (json_int_t)m->finished[PL_FINISH_LENGTH],
+                     "abort", (json_int_t)m->finished[PL_FINISH_ABORT],
+                     "error", (json_int_t)m->finished[PL_FINISH_ERROR],
+                     "ttft_mean_s", mean_(&m->ttft), "itl_mean_s", mean_(&m->itl),
+                     "e2e_mean_s", mean_(&m->e2e), "queue_mean_s", mean_(&m->queue));
+}

@@ -70,6 +70,11 @@ pl_req_metrics *pl_backend_metrics(pl_backend *b);
 /** Free a metrics block and its trackers (pl_backend_free does this). */
 void pl_req_metrics_free(pl_req_metrics *m);
 
+/** A summary for GET /status (new reference): submitted, in_flight,
+ *  prompt/generation/cached tokens, finished by reason, and the mean TTFT,
+ *  inter-token latency, e2e latency and queue time in seconds. */
+json_t *pl_req_metrics_json(const pl_req_metrics *m);
+
 /** Seconds on the monotonic clock. */
 double pl_mono_s(void);
 

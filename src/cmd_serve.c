@@ -9,6 +9,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
+#include "api/dashboard.h"
 #include "api/info.h"
 #include "api/jobs_api.h"
 #include "api/metrics.h"
@@ -99,6 +100,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     }
     pl_info_register(srv);
     pl_metrics_register(srv);
+    pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
     jobs = pl_jobs_api_register(srv, NULL);
     int port = o->port;

@@ -1,0 +1,144 @@
+"""GET /dashboard in a real browser: headless Chromium (Debian's chromium)
+loads the page from a server running a mock job; after its JavaScript has
+polled /status, the DOM must show the model, the job's progress, the
+three pools' counts, a failed conversation's error and an unhealthy
+upstream."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import Server
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def need_browser():
+    if not CHROMIUM:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: scripts/setup.sh --test installs it")
+        pytest.skip("chromium is not installed (scripts/setup.sh --test)")
+
+
+def browser(args, timeout=90):
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           "--disable-dev-shm-usage", "--user-data-dir=" + os.environ["PARLEY_CHROME_DIR"],
+           *args]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=timeout,
+                       text=True)
+    assert r.returncode == 0, r.returncode
+    return r.stdout
+
+
+def dump_dom(url, budget_ms=3000):
+    return browser(["--virtual-time-budget=%d" % budget_ms, "--dump-dom", url])
+
+
+@pytest.fixture(autouse=True)
+def chrome_dir(tmp_path, monkeypatch):
+    need_browser()
+    monkeypatch.setenv("PARLEY_CHROME_DIR", str(tmp_path / "chrome"))
+
+
+def post_job(url, spec):
+    req = urllib.request.Request(url + "/v1/jobs", data=json.dumps(spec).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        assert r.status == 201
+        return json.loads(r.read())["id"]
+
+
+def debate(experiment, n, rounds=3, retries=1):
+    agents = [{"id": "spkr_%03d" % i, "model": "mock", "system_prompt": "You are %d." % i}
+              for i in range(3)]
+    agents.append({"id": "mod_001", "model": "mock", "system_prompt": "You decide.",
+                   "speak_after_within_round": ["spkr_000", "spkr_001", "spkr_002"]})
+    return {"experiment": experiment, "models": {"mock": {}}, "agents": agents,
+            "num_rounds": rounds, "max_retries": retries, "sampling": {"max_tokens": 64},
+            "questions": [{"id": "q%03d" % i, "text": "Pick one (%d)." % i,
+                           "choices": ["x", "y", "z"], "answer": "B"} for i in range(n)]}
+
+
+def text_of(dom, cls):
+    return [re.sub(r"<[^>]+>", "", m) for m in
+            re.findall(r'class="%s"[^>]*>(.*?)</span>' % re.escape(cls), dom)]
+
+
+def test_dashboard_shows_model_pools_and_job_progress(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    s = Server("--backend", "mock", "--log-level", "warn", "--mock-mode", "echo",
+               "--mock-token-delay-ms", "40", "--mock-capacity", "24")
+    try:
+        with urllib.request.urlopen(s.url + "/dashboard", timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/html")
+            raw = r.read().decode()
+        # Before JavaScript runs the page names no model and no job.
+        assert 'class="model-name">mock' not in raw and 'data-job="' not in raw
+        assert "http://" not in raw and "https://" not in raw, "no external resource"
+        jid = post_job(s.url, debate("dash_live", 60))
+        time.sleep(0.5)
+        dom = dump_dom(s.url + "/dashboard")
+        assert text_of(dom, "model-name") == ["mock"]
+        job = dom[dom.index('data-job="%s"' % jid):]
+        done, total = map(int, re.search(r'class="job-progress">(\d+) / (\d+)<', job).groups())
+        assert total == 60 and 0 <= done < 60, (done, total)
+        counts = {k: int(v) for k, v in
+                  re.findall(r'data-status="(\w+)">\w[\w-]* <i>(\d+)</i>', job)}
+        assert sum(counts[k] for k in ("succeeded", "failed", "cancelled", "active",
+                                       "waiting")) == 60, counts
+        assert counts["active"] > 0
+        pools = {k: int(v) for k, v in re.findall(
+            r'data-pool="(\w+)"><h4>[^<]*<span class="count">(\d+)</span>', job)}
+        assert set(pools) == {"pending", "pre_departure", "in_flight"}
+        assert 0 < pools["in_flight"] <= 24, pools          # bounded by the capacity
+        assert pools["pending"] + pools["pre_departure"] + pools["in_flight"] > 0
+        assert re.search(r"Progress: \d+/60 conversations \| In-Flight: %d/24 \| Pre-Dep: %d"
+                         r" \| Pending: %d" % (pools["in_flight"], pools["pre_departure"],
+                                               pools["pending"]), job)
+        # The first entries are listed like seed 000's live view.
+        assert re.search(r"<li>\[q\d{3}\] r\d spkr_\d{3} \(mock\)</li>", job)
+        # Throughput is a number and the chart is drawn.
+        assert re.search(r'class="throughput">[\d.]+<', dom)
+        assert "<canvas" in dom
+        # A screenshot for the README (docs/dashboard.png), refreshed on demand.
+        if os.environ.get("PARLEY_SCREENSHOT"):
+            browser(["--hide-scrollbars", "--window-size=1280,1000",
+                     "--virtual-time-budget=6000",
+                     "--screenshot=" + os.environ["PARLEY_SCREENSHOT"], s.url + "/dashboard"])
+    finally:
+        assert s.stop() == 0
+
+
+def test_dashboard_shows_failures_and_unhealthy_upstreams(tmp_path, monkeypatch):
+    monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    # Random words never carry a valid "Answer:" line: every conversation
+    # fails once its re-prompts are spent.
+    up = Server("--backend", "mock", "--log-level", "warn")
+    front = Server("--backend", "parley", "--base-url", up.url + "/v1",
+                   "--base-url", "http://127.0.0.1:9/v1", "--served-model-name", "mock",
+                   "--log-level", "error")
+    try:
+        jid = post_job(front.url, debate("dash_fail", 2, rounds=1, retries=0))
+        for _ in range(200):
+            with urllib.request.urlopen(front.url + "/v1/jobs/" + jid, timeout=10) as r:
+                if json.loads(r.read())["state"] != "running":
+                    break
+            time.sleep(0.05)
+        dom = dump_dom(front.url + "/dashboard", 2000)
+        fin = dom[dom.index('id="finished-jobs"'):]
+        assert 'data-job="%s"' % jid in fin
+        errs = re.findall(r"<li>\[(q\d{3})\] ([^<]+)</li>", fin)
+        assert {q for q, _ in errs} == {"q000", "q001"}, errs
+        assert all(e.strip() for _, e in errs)
+        assert re.search(r'data-status="failed">failed <i>2</i>', fin)
+        rows = re.findall(r'<tr class="(up|down)"><td>([^<]+)</td>', dom)
+        assert ("down", "http://127.0.0.1:9/v1") in rows and ("up", up.url + "/v1") in rows
+        assert "1 upstream down" in dom
+    finally:
+        assert front.stop() == 0
+        assert up.stop() == 0
