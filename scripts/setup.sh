@@ -36,8 +36,8 @@ if [ $want_test = 1 ]; then
     .venv/bin/python -c "import openai, pytest" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check openai pytest
     # /metrics is checked with prometheus_client's own parser.
-    .venv/bin/python -c "import prometheus_client" 2>/dev/null ||
-        .venv/bin/pip install -q --disable-pip-version-check prometheus_client
+    .venv/bin/python -c "import prometheus_client, yaml" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check prometheus_client pyyaml
 fi
 
 if [ ! -f build/build.ninja ]; then
