@@ -48,7 +48,7 @@ static inline void tu_fill(float *x, size_t n, float scale)
 static inline void tu_round_bf16(float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = pl_bf16_to_f32(pl_f32_to_bf16(x[i]));
+        x[i] = pl_bf16_to_fp32(pl_fp32_to_bf16(x[i]));
 }
 
 static inline void *tu_dev(const void *host, size_t bytes)
@@ -66,7 +66,7 @@ static inline pl_bf16 *tu_dev_bf16(const float *x, size_t n)
 {
     pl_bf16 *h = malloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++)
-        h[i] = pl_f32_to_bf16(x[i]);
+        h[i] = pl_fp32_to_bf16(x[i]);
     pl_bf16 *d = tu_dev(h, n * sizeof *h);
     free(h);
     return d;
@@ -83,7 +83,7 @@ static inline void tu_get_bf16(float *x, const pl_bf16 *dev, size_t n)
     pl_bf16 *h = malloc(n * sizeof *h);
     tu_get(h, dev, n * sizeof *h);
     for (size_t i = 0; i < n; i++)
-        x[i] = pl_bf16_to_f32(h[i]);
+        x[i] = pl_bf16_to_fp32(h[i]);
     free(h);
 }
 

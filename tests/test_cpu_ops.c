@@ -3,6 +3,7 @@
  * versions, each against a plainer computation with a stated tolerance. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/quant.h"
+#include "src/base/cpu_features.h"
 
 static uint64_t rng_state = 88172645463325252ULL;
 
@@ -33,8 +35,8 @@ static void random_qrow(pl_ggml_type t, uint8_t *dst, int n)
     size_t bb = t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
     for (int b = 0; b < n / PL_QK; b++) {
         uint8_t *p = dst + b * bb;
-        uint16_t d = pl_op_f32_to_fp16(0.01f + 0.05f * fabsf(frand()));
-        uint16_t m = pl_op_f32_to_fp16(0.2f * frand());
+        uint16_t d = pl_fp32_to_fp16(0.01f + 0.05f * fabsf(frand()));
+        uint16_t m = pl_fp32_to_fp16(0.2f * frand());
         memcpy(p, &d, 2);
         if (t == PL_GGML_TYPE_Q4_1)
             memcpy(p + 2, &m, 2);
@@ -55,9 +57,9 @@ Test(cpu_ops, fp16_conversions)
             continue;
         }
         cr_assert_eq(memcmp(&f, &g, 4), 0, "h=%04x", h);
-        cr_assert_eq(pl_op_f32_to_fp16(f), h, "round trip h=%04x", h);
+        cr_assert_eq(pl_fp32_to_fp16(f), h, "round trip h=%04x", h);
     }
-    cr_assert_eq(pl_op_f32_to_fp16(1.0f + 1.0f / 2048), 0x3c00, "ties to even");
+    cr_assert_eq(pl_fp32_to_fp16(1.0f + 1.0f / 2048), 0x3c00, "ties to even");
 }
 
 Test(cpu_ops, dequant_matches_quant_reference)
@@ -269,4 +271,33 @@ Test(cpu_ops, pool_runs_every_item_once)
     }
     cr_assert_eq(next, 100);
     pl_pool_free(p);
+}
+
+/* The one CPU probe: threads asking at the same time all get the table the
+ * compiler's own probe describes (run under TSan/ASan to see no race). */
+static void *probe_thread(void *arg)
+{
+    *(const pl_cpu_feature_set **)arg = pl_cpu_features();
+    return NULL;
+}
+
+Test(cpu_ops, cpu_features_once_from_many_threads)
+{
+    enum { N = 8 };
+    pthread_t th[N];
+    const pl_cpu_feature_set *got[N];
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, probe_thread, &got[i]), 0);
+    for (int i = 0; i < N; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 1; i < N; i++)
+        cr_expect_eq(got[i], got[0]);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    cr_expect_eq(got[0]->avx2, !!__builtin_cpu_supports("avx2"));
+    cr_expect_eq(got[0]->fma, !!__builtin_cpu_supports("fma"));
+    cr_expect_eq(got[0]->f16c, !!__builtin_cpu_supports("f16c"));
+    cr_expect_eq(got[0]->avx512f, !!__builtin_cpu_supports("avx512f"));
+    cr_expect_eq(got[0]->avx512vnni, !!__builtin_cpu_supports("avx512vnni"));
+#endif
 }

@@ -2,6 +2,8 @@
  * references for the CUDA kernels). Quantised dots live in qdot.c. */
 #include "backends/engine/cpu/ops.h"
 
+#include "src/base/cpu_features.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -127,12 +129,8 @@ void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch)
 {
 #ifdef PL_HAVE_X86
-    static int avx2 = -1;
-    if (avx2 < 0) {
-        __builtin_cpu_init();
-        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    if (avx2 && a->head_dim % 8 == 0) {
+    const pl_cpu_feature_set *cpu = pl_cpu_features();
+    if (cpu->avx2 && cpu->fma && a->head_dim % 8 == 0) {
         attention_avx2(a, q, n_q, n_ctx, out, scratch);
         return;
     }

@@ -23,9 +23,9 @@ typedef struct pl_q8_act {
     int8_t qs[PL_QK];
 } pl_q8_act;
 
-/** IEEE half to float and back (round to nearest even). */
+/** IEEE half to float through a 64K-entry table (built once from
+ *  pl_fp16_to_fp32 in src/base/half.h, which also has float -> half). */
 float pl_op_fp16_to_f32(uint16_t h);
-uint16_t pl_op_f32_to_fp16(float f);
 
 /** True when the quantised dot kernels support weight type t. */
 int pl_op_qdot_supported(pl_ggml_type t);

@@ -11,6 +11,9 @@
 #include "backends/engine/cpu/ops.h"
 
 #include "backends/engine/model/quant.h"
+#include "src/base/cpu_features.h"
+#include "src/base/half.h"
+#include "src/base/le.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -24,27 +27,10 @@
 static float fp16_table[65536];
 static pthread_once_t fp16_once = PTHREAD_ONCE_INIT;
 
-static float fp16_convert(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        float f = ldexpf((float)man, -24);
-        return sign ? -f : f;
-    }
-    if (exp == 31)
-        bits = sign | 0x7f800000u | (man << 13);
-    else
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    float f;
-    memcpy(&f, &bits, 4);
-    return f;
-}
-
 static void fp16_init(void)
 {
     for (uint32_t i = 0; i < 65536; i++)
-        fp16_table[i] = fp16_convert((uint16_t)i);
+        fp16_table[i] = pl_fp16_to_fp32((uint16_t)i);
 }
 
 float pl_op_fp16_to_f32(uint16_t h)
@@ -53,38 +39,9 @@ float pl_op_fp16_to_f32(uint16_t h)
     return fp16_table[h];
 }
 
-uint16_t pl_op_f32_to_fp16(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000;
-    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
-    uint32_t man = x & 0x7fffff;
-    if (((x >> 23) & 0xff) == 0xff)
-        return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
-    if (exp >= 31)
-        return (uint16_t)(sign | 0x7c00);
-    if (exp <= 0) {
-        if (exp < -10)
-            return (uint16_t)sign;
-        man |= 0x800000;
-        uint32_t shift = (uint32_t)(14 - exp);
-        uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-        if (rem > half || (rem == half && (h & 1)))
-            h++;
-        return (uint16_t)(sign | h);
-    }
-    uint32_t h = ((uint32_t)exp << 10) | (man >> 13), rem = man & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
 static inline float h2f(const uint8_t *p)
 {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return fp16_table[h];
+    return fp16_table[pl_le16(p)];
 }
 
 int pl_op_qdot_supported(pl_ggml_type t)
@@ -115,10 +72,8 @@ int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n)
             dst[i] = h2f(b + 2 * i);
         return 0;
     case PL_GGML_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) {
-            uint32_t bits = (uint32_t)(b[2 * i] | (b[2 * i + 1] << 8)) << 16;
-            memcpy(dst + i, &bits, 4);
-        }
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = pl_bf16_to_fp32(pl_le16(b + 2 * i));
         return 0;
     case PL_GGML_TYPE_Q4_0:
     case PL_GGML_TYPE_Q4_1: {
@@ -323,16 +278,7 @@ static void axpy_f32_avx2(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
-static int have_avx2(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-            __builtin_cpu_supports("f16c");
-    }
-    return v;
-}
+static int have_avx2(void) { return pl_cpu_has_avx2(); }
 #else
 static int have_avx2(void) { return 0; }
 #endif

@@ -1,5 +1,5 @@
 /* common.cu - error recording for the check macros, device availability
- * and host bf16 conversion. */
+ * (host bf16 conversion: src/base/half.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -52,22 +52,4 @@ int pl_cuda_available(char *why, size_t n)
     if (why && n)
         why[0] = '\0';
     return 1;
-}
-
-pl_bf16 pl_f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)  /* NaN: keep it a quiet NaN */
-        return (pl_bf16)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (pl_bf16)(u >> 16);
-}
-
-float pl_bf16_to_f32(pl_bf16 h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }

@@ -14,6 +14,10 @@
 
 #include <cuda_runtime_api.h>
 
+/* Host bf16 <-> float for weight upload and the tests: pl_fp32_to_bf16,
+ * pl_bf16_to_fp32 (the one copy, shared with the CPU side). */
+#include "src/base/half.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,10 +49,6 @@ const char *pl_cuda_last_error(void);
  * linked statically and finds the driver at run time.
  */
 int pl_cuda_available(char *why, size_t n);
-
-/** Host conversions used by weight upload and the tests (round to nearest even). */
-pl_bf16 pl_f32_to_bf16(float f);
-float pl_bf16_to_f32(pl_bf16 h);
 
 #ifdef __cplusplus
 }

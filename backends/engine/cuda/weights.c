@@ -28,7 +28,7 @@ static int upload_matrix(pl_bf16 *dst, const pl_weight *wt, float *tmp, pl_bf16 
                                      pl_ggml_type_name(wt->type));
             }
             for (size_t c = 0; c < cols; c++)
-                stage[r * cols + c] = pl_f32_to_bf16(src[c]);
+                stage[r * cols + c] = pl_fp32_to_bf16(src[c]);
         }
         PL_CUDA_CHECK(cudaMemcpy(dst + r0 * cols, stage, n * cols * sizeof(pl_bf16),
                                  cudaMemcpyHostToDevice));

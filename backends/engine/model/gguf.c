@@ -9,6 +9,8 @@
  */
 #include "backends/engine/model/gguf.h"
 
+#include "src/base/le.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -70,20 +72,12 @@ static int rd_bytes_(cursor *c, void *out, size_t n, const char *what)
     return 0;
 }
 
-static uint64_t le_(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 static int rd_u32_(cursor *c, uint32_t *out, const char *what)
 {
     uint8_t b[4];
     if (rd_bytes_(c, b, 4, what) < 0)
         return -1;
-    *out = (uint32_t)le_(b, 4);
+    *out = pl_le32(b);
     return 0;
 }
 
@@ -92,7 +86,7 @@ static int rd_u64_(cursor *c, uint64_t *out, const char *what)
     uint8_t b[8];
     if (rd_bytes_(c, b, 8, what) < 0)
         return -1;
-    *out = le_(b, 8);
+    *out = pl_le64(b);
     return 0;
 }
 
@@ -138,7 +132,7 @@ static int key_show_(const pl_gguf_str *s)
 /* Decode one scalar into the union; the bytes are known to be in range. */
 static void scalar_decode_(pl_gguf_kv *kv, const uint8_t *p)
 {
-    uint64_t raw = le_(p, scalar_size_(kv->type));
+    uint64_t raw = pl_le_read(p, scalar_size_(kv->type));
     uint32_t f32;
     float f;
     switch (kv->type) {

@@ -5,6 +5,8 @@
  */
 #include "backends/engine/model/gguf.h"
 
+#include "src/base/le.h"
+
 #include <float.h>
 #include <math.h>
 #include <string.h>
@@ -81,14 +83,6 @@ int pl_gguf_get_str(const pl_gguf *g, const char *key, pl_gguf_str *out)
     return 0;
 }
 
-static uint64_t le_(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
 pl_gguf_str pl_gguf_arr_str(const pl_gguf_kv *kv, uint64_t i)
 {
     pl_gguf_str s = {"", 0};
@@ -96,7 +90,7 @@ pl_gguf_str pl_gguf_arr_str(const pl_gguf_kv *kv, uint64_t i)
         kv->v.arr.type != PL_GGUF_TYPE_STRING || i >= kv->v.arr.n)
         return s;
     const uint8_t *p = kv->v.arr.data + kv->v.arr.str_off[i];
-    s.len = le_(p, 8);
+    s.len = pl_le_read(p, 8);
     s.ptr = (const char *)p + 8;
     return s;
 }
@@ -106,13 +100,13 @@ float pl_gguf_arr_f32(const pl_gguf_kv *kv, uint64_t i)
     if (kv->type != PL_GGUF_TYPE_ARRAY || i >= kv->v.arr.n)
         return 0.0f;
     if (kv->v.arr.type == PL_GGUF_TYPE_FLOAT32) {
-        uint32_t b = (uint32_t)le_(kv->v.arr.data + 4 * i, 4);
+        uint32_t b = (uint32_t)pl_le_read(kv->v.arr.data + 4 * i, 4);
         float f;
         memcpy(&f, &b, 4);
         return f;
     }
     if (kv->v.arr.type == PL_GGUF_TYPE_FLOAT64) {
-        uint64_t b = le_(kv->v.arr.data + 8 * i, 8);
+        uint64_t b = pl_le_read(kv->v.arr.data + 8 * i, 8);
         double d;
         memcpy(&d, &b, 8);
         return d2f_(d);
@@ -128,12 +122,12 @@ int64_t pl_gguf_arr_int(const pl_gguf_kv *kv, uint64_t i)
     switch (kv->v.arr.type) {
     case PL_GGUF_TYPE_UINT8: case PL_GGUF_TYPE_BOOL: return d[i];
     case PL_GGUF_TYPE_INT8: return (int8_t)d[i];
-    case PL_GGUF_TYPE_UINT16: return (uint16_t)le_(d + 2 * i, 2);
-    case PL_GGUF_TYPE_INT16: return (int16_t)le_(d + 2 * i, 2);
-    case PL_GGUF_TYPE_UINT32: return (uint32_t)le_(d + 4 * i, 4);
-    case PL_GGUF_TYPE_INT32: return (int32_t)le_(d + 4 * i, 4);
+    case PL_GGUF_TYPE_UINT16: return (uint16_t)pl_le_read(d + 2 * i, 2);
+    case PL_GGUF_TYPE_INT16: return (int16_t)pl_le_read(d + 2 * i, 2);
+    case PL_GGUF_TYPE_UINT32: return (uint32_t)pl_le_read(d + 4 * i, 4);
+    case PL_GGUF_TYPE_INT32: return (int32_t)pl_le_read(d + 4 * i, 4);
     case PL_GGUF_TYPE_UINT64: case PL_GGUF_TYPE_INT64:
-        return (int64_t)le_(d + 8 * i, 8);
+        return (int64_t)pl_le_read(d + 8 * i, 8);
     default: return 0;
     }
 }

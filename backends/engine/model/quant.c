@@ -16,12 +16,9 @@
  */
 #include "backends/engine/model/quant.h"
 
-static uint16_t rd16_(const uint8_t *p)
-{
-    return (uint16_t)(p[0] | (p[1] << 8));
-}
+#include "src/base/le.h"
 
-static float f16_(const uint8_t *p) { return pl_fp16_to_fp32(rd16_(p)); }
+static float f16_(const uint8_t *p) { return pl_fp16_to_fp32(pl_le16(p)); }
 
 static void deq_q4_0_(const uint8_t *b, float *y)
 {
@@ -203,8 +200,7 @@ static void deq_q6_k_(const uint8_t *b, float *y)
 /* Q8_K: f32 d; i8 qs[256]; i16 bsums[16] (sums, unused here). */
 static void deq_q8_k_(const uint8_t *b, float *y)
 {
-    uint32_t bits = (uint32_t)b[0] | (uint32_t)b[1] << 8 |
-                    (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+    uint32_t bits = pl_le32(b);
     float d;
     memcpy(&d, &bits, 4);
     for (int j = 0; j < 256; j++)
@@ -215,7 +211,7 @@ static void deq_f32_(const uint8_t *b, float *y) { memcpy(y, b, 4); }
 static void deq_f16_(const uint8_t *b, float *y) { *y = f16_(b); }
 static void deq_bf16_(const uint8_t *b, float *y)
 {
-    *y = pl_bf16_to_fp32(rd16_(b));
+    *y = pl_bf16_to_fp32(pl_le16(b));
 }
 
 typedef void (*deq_block_fn)(const uint8_t *block, float *out);

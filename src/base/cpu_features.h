@@ -1,0 +1,36 @@
+/* cpu_features.h - what the CPU can run, probed once per process.
+ *
+ * One pthread_once probe fills a read-only table, so any thread may ask at
+ * any time without a race (the kernels used to cache the answer in a plain
+ * static int each). Kernels choose their variant from it; more fields
+ * (e.g. AMX with its Linux permission request) belong here, next to the
+ * others, so that every dispatch reads the same answer.
+ */
+#ifndef PL_BASE_CPU_FEATURES_H
+#define PL_BASE_CPU_FEATURES_H
+
+#include <stdbool.h>
+
+typedef struct pl_cpu_feature_set {
+    bool avx2;                   /**< AVX2 */
+    bool fma;                    /**< FMA3 */
+    bool f16c;                   /**< half <-> float conversion instructions */
+    bool avx512f;                /**< AVX-512 Foundation (OS state enabled) */
+    bool avx512bw;               /**< AVX-512 byte/word */
+    bool avx512vl;               /**< AVX-512 on 128/256-bit registers */
+    bool avx512vnni;             /**< AVX-512 VNNI (int8 dot products) */
+    bool avx512bf16;             /**< AVX-512 BF16 */
+} pl_cpu_feature_set;
+
+/** The features of this CPU, probed on first use (thread-safe; never NULL;
+ *  all false off x86). */
+const pl_cpu_feature_set *pl_cpu_features(void);
+
+/** True when the AVX2 kernels may run: AVX2, FMA and F16C together. */
+static inline bool pl_cpu_has_avx2(void)
+{
+    const pl_cpu_feature_set *f = pl_cpu_features();
+    return f->avx2 && f->fma && f->f16c;
+}
+
+#endif
