@@ -186,40 +186,48 @@ static inline bool req_less_p(pl_conv_policy p, const pl_conv_req *a,
 
 #define req_less(h, a, b) req_less_p((h)->policy, (a), (b))
 
-static inline void heap_set(req_heap *h, int i, pl_conv_req *r)
+/*
+ * The one sift-up and sift-down, shared by the model heaps and the
+ * frontier: place r at slot i of the min-heap v[0..n) (policy order).
+ * track: keep each request's heap_idx_ current. The model heaps do; the
+ * frontier holds requests of the model heaps, whose heap_idx_ it must
+ * leave alone. (Both are inlined with track constant.)
+ */
+static inline void slot_set(pl_conv_req **v, int i, pl_conv_req *r, bool track)
 {
-    h->v[i] = r;
-    r->heap_idx_ = i;
+    v[i] = r;
+    if (track)
+        r->heap_idx_ = i;
 }
 
-static void heap_up(req_heap *h, int i)
+static inline void sift_up(pl_conv_policy p, pl_conv_req **v, int i, pl_conv_req *r,
+                           bool track)
 {
-    pl_conv_req *r = h->v[i];
     while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!req_less(h, r, h->v[p]))
+        int parent = (i - 1) / 2;
+        if (!req_less_p(p, r, v[parent]))
             break;
-        heap_set(h, i, h->v[p]);
-        i = p;
+        slot_set(v, i, v[parent], track);
+        i = parent;
     }
-    heap_set(h, i, r);
+    slot_set(v, i, r, track);
 }
 
-static void heap_down(req_heap *h, int i)
+static inline void sift_down(pl_conv_policy p, pl_conv_req **v, int n, int i,
+                             pl_conv_req *r, bool track)
 {
-    pl_conv_req *r = h->v[i];
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= h->n)
+        if (c >= n)
             break;
-        if (c + 1 < h->n && req_less(h, h->v[c + 1], h->v[c]))
+        if (c + 1 < n && req_less_p(p, v[c + 1], v[c]))
             c++;
-        if (!req_less(h, h->v[c], r))
+        if (!req_less_p(p, v[c], r))
             break;
-        heap_set(h, i, h->v[c]);
+        slot_set(v, i, v[c], track);
         i = c;
     }
-    heap_set(h, i, r);
+    slot_set(v, i, r, track);
 }
 
 static int heap_push(req_heap *h, pl_conv_req *r)
@@ -232,8 +240,8 @@ static int heap_push(req_heap *h, pl_conv_req *r)
         h->v = v;
         h->cap = cap;
     }
-    heap_set(h, h->n++, r);
-    heap_up(h, h->n - 1);
+    h->n++;
+    sift_up(h->policy, h->v, h->n - 1, r, true);
     return 0;
 }
 
@@ -244,11 +252,10 @@ static void heap_remove(req_heap *h, pl_conv_req *r)
     r->heap_idx_ = -1;
     if (i == h->n)
         return;
-    heap_set(h, i, last);
     if (i > 0 && req_less(h, last, h->v[(i - 1) / 2]))
-        heap_up(h, i);
+        sift_up(h->policy, h->v, i, last, true);
     else
-        heap_down(h, i);
+        sift_down(h->policy, h->v, h->n, i, last, true);
 }
 
 /* The frontier: a small min-heap of requests, used to walk the model heaps
@@ -271,30 +278,14 @@ static int frontier_grow(pl_conv_sched *s, int need)
 static void frontier_push(pl_conv_sched *s, int *n, pl_conv_req *r)
 {
     int i = (*n)++;
-    while (i > 0 && req_less(s, r, s->frontier[(i - 1) / 2])) {
-        s->frontier[i] = s->frontier[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    s->frontier[i] = r;
+    sift_up(s->policy, s->frontier, i, r, false);
 }
 
 static pl_conv_req *frontier_pop(pl_conv_sched *s, int *n)
 {
     pl_conv_req *top = s->frontier[0], *last = s->frontier[--(*n)];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= *n)
-            break;
-        if (c + 1 < *n && req_less(s, s->frontier[c + 1], s->frontier[c]))
-            c++;
-        if (!req_less(s, s->frontier[c], last))
-            break;
-        s->frontier[i] = s->frontier[c];
-        i = c;
-    }
     if (*n > 0)
-        s->frontier[i] = last;
+        sift_down(s->policy, s->frontier, *n, 0, last, false);
     return top;
 }
 
