@@ -30,6 +30,7 @@ typedef struct run_ctx {
     struct timespec t0, t1;      /* job start and finish (makespan) */
     bool live;
     int sigints;
+    pl_run_view view;            /* the progress view on stderr */
 } run_ctx;
 
 typedef struct run_args {
@@ -244,11 +245,11 @@ static void on_sigint(evutil_socket_t sig, short what, void *arg)
 {
     run_ctx *rc = arg;
     if (++rc->sigints > 1) {
-        pl_run_view_end(stderr);
+        pl_run_view_end(&rc->view);
         fprintf(stderr, "parley: interrupted again: exiting now (re-run to resume)\n");
         _exit(130);
     }
-    pl_run_view_end(stderr);
+    pl_run_view_end(&rc->view);
     fprintf(stderr, "parley: interrupted: stopping; finished transcripts are kept "
                     "(Ctrl-C again to exit at once)\n");
     pl_job_cancel(rc->job);
@@ -258,7 +259,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     run_ctx *rc = arg;
     if (rc->sigints == 0)
-        pl_run_view_draw(stderr, rc->job, rc->live);
+        pl_run_view_draw(&rc->view, rc->job);
 }
 
 static void on_finished(void *ud, pl_job *j)
@@ -331,14 +332,13 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     evsignal_add(sig, NULL);
     evsignal_add(sigt, NULL);
     event_add(tick, &tv);
-    pl_run_view_set_interval(ra->progress_interval);
-    pl_run_view_begin(stderr, rc->live);
+    pl_run_view_begin(&rc->view, stderr, rc->live, ra->progress_interval);
     int status = 1;
     clock_gettime(CLOCK_MONOTONIC, &rc->t0);
     rc->t1 = rc->t0;
     if (pl_job_start(rc->job) == 0)
         event_base_dispatch(rc->base);
-    pl_run_view_end(stderr);
+    pl_run_view_end(&rc->view);
     print_summary(rc->job);
     if (ra->stats)
         write_stats(rc, ra, bs, pl_job_get_spec(rc->job)->n_models);

@@ -7,9 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static FILE *view_f;
-static bool view_live, view_active, view_tty;
-static double view_interval = 5.0, view_last, view_t0;
+/* The terminal is the process's: the view that owns it now, for the
+ * atexit hook (which takes no argument). The only state outside a view. */
+static pl_run_view *owner;
 
 static double now_s(void)
 {
@@ -18,46 +18,47 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-void pl_run_view_set_interval(double seconds)
-{
-    view_interval = seconds;
-}
-
 static void view_restore(void)
 {
-    pl_run_view_end(view_f);
+    if (owner)
+        pl_run_view_end(owner);
 }
 
-void pl_run_view_begin(FILE *f, bool live)
+void pl_run_view_begin(pl_run_view *v, FILE *f, bool live, double interval)
 {
     static bool hooked;
-    view_f = f;
-    view_tty = isatty(fileno(f));
-    view_live = live && view_tty;
-    view_active = true;
-    view_t0 = view_last = now_s();
+    memset(v, 0, sizeof *v);
+    v->f = f;
+    v->tty = isatty(fileno(f));
+    v->live = live && v->tty;
+    v->interval = interval;
+    v->active = true;
+    v->t0 = v->last = now_s();
+    owner = v;
     if (!hooked) {
         atexit(view_restore);
         hooked = true;
     }
-    if (view_live)
+    if (v->live)
         fputs("\033[?1049h\033[?25l", f);
     fflush(f);
 }
 
-void pl_run_view_end(FILE *f)
+void pl_run_view_end(pl_run_view *v)
 {
-    if (!view_active || !f)
+    if (!v->active)
         return;
-    view_active = false;
-    if (view_live)
-        fputs("\033[?25h\033[?1049l", f);
-    else if (view_tty)
-        fputc('\n', f);
-    fflush(f);
+    v->active = false;
+    if (owner == v)
+        owner = NULL;
+    if (v->live)
+        fputs("\033[?25h\033[?1049l", v->f);
+    else if (v->tty)
+        fputc('\n', v->f);
+    fflush(v->f);
 }
 
-static void draw_bar(FILE *f, pl_job *j)
+static void draw_bar(const pl_run_view *v, FILE *f, pl_job *j)
 {
     pl_job_progress p;
     pl_job_get_progress(j, &p);
@@ -69,17 +70,17 @@ static void draw_bar(FILE *f, pl_job *j)
         bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
     bar[width] = '\0';
     fprintf(f, "%s[%s] %d/%d  ok %d  failed %d  | in-flight %lld  pre-dep %lld  pending %lld",
-            view_tty ? "\r" : "", bar, done, p.total, p.succeeded, p.failed,
+            v->tty ? "\r" : "", bar, done, p.total, p.succeeded, p.failed,
             json_integer_value(json_object_get(pools, "in_flight")),
             json_integer_value(json_object_get(pools, "pre_departure")),
             json_integer_value(json_object_get(pools, "pending")));
-    fputs(view_tty ? "\033[K" : "\n", f);
+    fputs(v->tty ? "\033[K" : "\n", f);
     json_decref(pools);
 }
 
 /* Not a terminal (CI logs, nohup, a notebook): one plain line, with the
  * counts of the live view. */
-static void draw_line(FILE *f, pl_job *j)
+static void draw_line(const pl_run_view *v, FILE *f, pl_job *j)
 {
     pl_job_progress p;
     pl_job_get_progress(j, &p);
@@ -96,7 +97,7 @@ static void draw_line(FILE *f, pl_job *j)
             p.total, p.succeeded, p.failed, in, cap,
             json_integer_value(json_object_get(pools, "pre_departure")),
             json_integer_value(json_object_get(pools, "pending")), p.saved,
-            now_s() - view_t0);
+            now_s() - v->t0);
     json_decref(pools);
 }
 
@@ -161,16 +162,17 @@ static void draw_live(FILE *f, pl_job *j)
     json_decref(pools);
 }
 
-void pl_run_view_draw(FILE *f, pl_job *j, bool live)
+void pl_run_view_draw(pl_run_view *v, pl_job *j)
 {
+    FILE *f = v->f;
     if (j && pl_job_get_state(j) != PL_JOB_STARTING) {
-        if (live && view_live)
+        if (v->live)
             draw_live(f, j);
-        else if (view_tty)
-            draw_bar(f, j);
-        else if (view_interval > 0 && now_s() - view_last >= view_interval) {
-            view_last = now_s();
-            draw_line(f, j);
+        else if (v->tty)
+            draw_bar(v, f, j);
+        else if (v->interval > 0 && now_s() - v->last >= v->interval) {
+            v->last = now_s();
+            draw_line(v, f, j);
         }
     }
     fflush(f);

@@ -10,15 +10,25 @@
 
 #include "src/jobs/jobs.h"
 
-/** Enter the view (live: alternate screen, hidden cursor). Installs an
- *  atexit hook that restores the terminal. */
-void pl_run_view_begin(FILE *f, bool live);
-/** When f is not a terminal, draw prints one status line at most every
- *  seconds (default 5; <= 0: never). */
-void pl_run_view_set_interval(double seconds);
+/** One view's state (embed it in the command's context; no globals). */
+typedef struct pl_run_view {
+    FILE *f;                     /**< where it draws (borrowed) */
+    bool live;                   /**< full-screen pool view (f is a terminal) */
+    bool tty;                    /**< f is a terminal */
+    bool active;                 /**< between begin and end */
+    double interval;             /**< not a terminal: seconds between lines */
+    double last, t0;             /**< last plain line; begin (monotonic s) */
+} pl_run_view;
+
+/** Enter the view on f (live: alternate screen, hidden cursor). When f is
+ *  not a terminal, draw prints one status line at most every interval
+ *  seconds (<= 0: never). Installs an atexit hook that restores the
+ *  terminal; v must stay valid until pl_run_view_end. */
+void pl_run_view_begin(pl_run_view *v, FILE *f, bool live, double interval);
 /** Redraw from the job's current state. */
-void pl_run_view_draw(FILE *f, pl_job *j, bool live);
-/** Leave the view: restore the screen and cursor, end the bar's line. */
-void pl_run_view_end(FILE *f);
+void pl_run_view_draw(pl_run_view *v, pl_job *j);
+/** Leave the view: restore the screen and cursor, end the bar's line.
+ *  Safe to call again. */
+void pl_run_view_end(pl_run_view *v);
 
 #endif
