@@ -279,9 +279,8 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
     pl_jobs_api *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
-    const char *env = getenv("PARLEY_JOBS_DIR");
     a->srv = s;
-    a->root = strdup(output_root ? output_root : env && *env ? env : "parley-jobs");
+    a->root = strdup(output_root && *output_root ? output_root : "parley-jobs");
     a->io = pl_io_pool_new(pl_server_base(s), 2);
     if (!a->root || !a->io) {
         pl_jobs_api_free(a);

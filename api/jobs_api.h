@@ -22,7 +22,8 @@
 typedef struct pl_jobs_api pl_jobs_api;
 
 /** Register the routes and the status hook. output_root: where jobs write
- *  (NULL: $PARLEY_JOBS_DIR, else ./parley-jobs). Free it before the server. */
+ *  (NULL or "": ./parley-jobs; `parley serve` passes --jobs-dir, whose
+ *  environment variable is PARLEY_JOBS_DIR). Free it before the server. */
 pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root);
 /** Cancel and free every job, end their event streams. NULL is ignored. */
 void pl_jobs_api_free(pl_jobs_api *a);

@@ -102,7 +102,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_metrics_register(srv);
     pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
-    jobs = pl_jobs_api_register(srv, NULL);
+    jobs = pl_jobs_api_register(srv, o->jobs_dir);
     int port = o->port;
     if (pl_server_listen(srv, o->host, &port) < 0) {
         fprintf(stderr, "parley: cannot listen on %s:%d\n", o->host, o->port);

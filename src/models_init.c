@@ -20,9 +20,9 @@ static void model_path(const pl_opts *o, char *out, size_t n)
         snprintf(out, n, "%s", o->model);
         return;
     }
-    const char *dir = getenv("PARLEY_MODEL_DIR"), *home = getenv("HOME");
-    if (dir && *dir)
-        snprintf(out, n, "%s/%s", dir, DEFAULT_MODEL_FILE);
+    const char *home = getenv("HOME");
+    if (o->model_dir && o->model_dir[0])
+        snprintf(out, n, "%s/%s", o->model_dir, DEFAULT_MODEL_FILE);
     else
         snprintf(out, n, "%s/.cache/parley/models/%s", home ? home : ".", DEFAULT_MODEL_FILE);
 }

@@ -24,6 +24,9 @@ const pl_option pl_options[] = {
         "YAML or JSON config file (models section)"),
     OPT("model", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL", NULL, model, M,
         "GGUF model path (default: the embedded SmolLM2-135M-Instruct)"),
+    OPT("model-dir", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL_DIR", NULL, model_dir, M,
+        "where the default model is cached (default: ~/.cache/parley/models, as "
+        "scripts/fetch_model.sh)"),
     OPT("served-model-name", PL_OPT_STRING, 0, 0, "", NULL, NULL, served_model_name, S,
         "model name clients use (default: derived from the model)"),
     OPT("threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_THREADS", NULL, threads, M,
@@ -99,6 +102,8 @@ const pl_option pl_options[] = {
     OPT("access-log", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, access_log, S,
         "log one line per HTTP request at info level: method, path, status, duration, "
         "tokens, request id (--no-access-log disables)"),
+    OPT("jobs-dir", PL_OPT_STRING, 0, 0, "parley-jobs", "PARLEY_JOBS_DIR", NULL, jobs_dir, S,
+        "serve: directory the jobs API writes experiments under"),
 };
 const size_t pl_n_options = sizeof pl_options / sizeof pl_options[0];
 

@@ -23,6 +23,7 @@ typedef struct pl_opts {
     char *backend;               /**< auto|cpu|cuda|mock, or a remote kind (vllm, ...) */
     char *config;
     char *model;                 /**< GGUF path */
+    char *model_dir;             /**< where the default model is cached ("" = ~/.cache/parley/models) */
     char *served_model_name;
     int threads;                 /**< 0 = all cores */
     int mock_token_delay_ms;
@@ -58,6 +59,7 @@ typedef struct pl_opts {
     bool upstream_affinity;
     char *log_format;            /**< text|json */
     bool access_log;             /**< one line per HTTP request */
+    char *jobs_dir;              /**< serve: root of the jobs API's output */
 } pl_opts;
 
 typedef enum pl_opt_type {
