@@ -35,6 +35,17 @@ int pl_err_set(pl_err *e, int status, const char *type, const char *param,
     return -1;
 }
 
+const char *pl_constraint_name(pl_constraint_kind k)
+{
+    switch (k) {
+    case PL_CONSTRAINT_JSON_OBJECT: return "json_object";
+    case PL_CONSTRAINT_JSON_SCHEMA: return "json_schema";
+    case PL_CONSTRAINT_REGEX: return "regex";
+    case PL_CONSTRAINT_CHOICE: return "choice";
+    default: return "none";
+    }
+}
+
 void pl_sampling_defaults(pl_sampling *s)
 {
     memset(s, 0, sizeof *s);
@@ -47,6 +58,7 @@ int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src)
 {
     *dst = *src;
     dst->logit_bias = NULL;
+    dst->constraint_text = NULL;
     for (int i = 0; i < PL_MAX_STOP; i++)
         dst->stop[i] = NULL;
     for (int i = 0; i < src->n_stop; i++)
@@ -58,6 +70,8 @@ int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src)
             goto fail;
         memcpy(dst->logit_bias, src->logit_bias, sz);
     }
+    if (src->constraint_text && !(dst->constraint_text = strdup(src->constraint_text)))
+        goto fail;
     return 0;
 fail:
     pl_sampling_free(dst);
@@ -72,6 +86,9 @@ void pl_sampling_free(pl_sampling *s)
     }
     free(s->logit_bias);
     s->logit_bias = NULL;
+    free(s->constraint_text);
+    s->constraint_text = NULL;
+    s->constraint = PL_CONSTRAINT_NONE;
     s->n_stop = 0;
     s->n_logit_bias = 0;
 }

@@ -53,6 +53,18 @@ typedef struct pl_logit_bias {
     float bias;          /**< -100..100 */
 } pl_logit_bias;
 
+/** What the output must match (DESIGN.md, "Constrained decoding"). */
+typedef enum pl_constraint_kind {
+    PL_CONSTRAINT_NONE = 0,
+    PL_CONSTRAINT_JSON_OBJECT,   /**< any JSON object; text unused */
+    PL_CONSTRAINT_JSON_SCHEMA,   /**< text: the schema as JSON */
+    PL_CONSTRAINT_REGEX,         /**< text: the pattern (whole output) */
+    PL_CONSTRAINT_CHOICE,        /**< text: a JSON array of strings */
+} pl_constraint_kind;
+
+/** Name of a constraint kind ("json_schema", ...). */
+const char *pl_constraint_name(pl_constraint_kind k);
+
 /** Sampling parameters; pl_sampling_defaults() gives OpenAI's defaults. */
 typedef struct pl_sampling {
     double temperature;          /**< 0..2; 0 = greedy */
@@ -72,10 +84,13 @@ typedef struct pl_sampling {
     int top_logprobs;            /**< 0..PL_MAX_TOP_LOGPROBS */
     int n_logit_bias;
     pl_logit_bias *logit_bias;   /**< n_logit_bias entries */
+    pl_constraint_kind constraint;
+    char *constraint_text;       /**< owned like stop; NULL for none */
 } pl_sampling;
 
 void pl_sampling_defaults(pl_sampling *s);
-/** Deep-copy src into dst (stop strings, logit_bias). Returns 0, -1 on OOM. */
+/** Deep-copy src into dst (stop strings, logit_bias, constraint text).
+ *  Returns 0, -1 on OOM. */
 int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src);
 /** Free what pl_sampling_copy allocated. */
 void pl_sampling_free(pl_sampling *s);

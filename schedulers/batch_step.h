@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 struct pl_logit_bias;
+struct pl_token_fsm;
 
 #define PL_TOKEN_PLACEHOLDER (-1)
 
@@ -26,6 +27,13 @@ typedef struct pl_seq_sampling {
     const struct pl_logit_bias *logit_bias; /**< backends/backend.h */
     int n_logit_bias;
     bool ignore_eos;
+    /** Constrained decoding (backends/engine/constrain/token_fsm.h): the
+     *  automaton, or NULL, and its state after the known history. A runner
+     *  advances the state by the id a placeholder row stands for, masks
+     *  the tokens the state refuses and samples (so the mask of step N+1
+     *  never waits for step N's id on the host). */
+    const struct pl_token_fsm *fsm;
+    int32_t fsm_state;
 } pl_seq_sampling;
 
 /**

@@ -121,6 +121,22 @@ static int prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids,
     return e->text.encode(e->text.ud, req, true, ids, n, err);
 }
 
+/* The request's constraint as an automaton reference (NULL: none). */
+static int constraint_of_(pl_engine *e, const pl_sampling *sp, const pl_token_fsm **fsm,
+                          pl_err *err)
+{
+    *fsm = NULL;
+    if (sp->constraint == PL_CONSTRAINT_NONE)
+        return 0;
+    if (!e->runner->can_constrain || !e->constraints)
+        return pl_err_set(err, 400, "invalid_request_error", "response_format",
+                          "unsupported_parameter",
+                          "structured outputs are not supported by the %s runner yet",
+                          e->runner->ops->name);
+    *fsm = pl_constraint_get(e->constraints, sp->constraint, sp->constraint_text, err);
+    return *fsm ? 0 : -1;
+}
+
 static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                        uint64_t *id, pl_err *err)
 {
@@ -129,8 +145,13 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     int n = 0;
     eng_req *r = NULL;
     eng_msg *m = NULL;
-    if (prompt_ids_(e, req, &ids, &n, err) < 0)
+    const pl_token_fsm *fsm = NULL;
+    if (constraint_of_(e, &req->sampling, &fsm, err) < 0)
         return -1;
+    if (prompt_ids_(e, req, &ids, &n, err) < 0) {
+        pl_token_fsm_release(fsm);
+        return -1;
+    }
     int limit = e->max_len;
     if (n < 1 || n >= limit) {
         pl_err_set(err, 400, "invalid_request_error",
@@ -143,6 +164,10 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     m = calloc(1, sizeof *m);
     if (!r || !m || pl_sampling_copy(&r->sp, &req->sampling) < 0)
         goto oom;
+    r->fsm = fsm;
+    fsm = NULL;
+    if (r->fsm)
+        r->sp.ignore_eos = false; /* the grammar decides where the end is allowed */
     r->id = ++e->next_id;
     r->prompt = ids;
     ids = NULL;
@@ -162,6 +187,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
 oom:
     pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
 fail:
+    pl_token_fsm_release(fsm);
     free(ids);
     free(m);
     pl_engine_req_free_(r);
@@ -275,6 +301,7 @@ static void eng_free_(pl_backend *b)
     pl_kv_blocks_free(e->kv);
     if (e->runner)
         e->runner->ops->free(e->runner);
+    pl_constraint_cache_free(e->constraints);
     if (e->text.free)
         e->text.free(e->text.ud);
     pthread_mutex_destroy(&e->in_lock);
@@ -380,6 +407,10 @@ pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
     }
     if (resolve_options_(e, opts ? opts : &def, err) < 0 || init_core_(e, err) < 0)
         goto fail;
+    if (e->text.token_bytes && e->text.is_eog) {
+        pl_vocab_source vs = {e->n_vocab, e->text.token_bytes, e->text.is_eog, e->text.ud};
+        e->constraints = pl_constraint_cache_new(&vs);
+    }
     if (pl_engine_wake_init_(e) < 0) {
         pl_err_set(err, 500, "server_error", NULL, NULL, "engine: eventfd failed");
         goto fail;

@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 
+#include "backends/engine/constrain/constraint.h"
 #include "backends/engine/engine.h"
 #include "schedulers/batch.h"
 #include "schedulers/kv_blocks.h"
@@ -21,6 +22,7 @@ typedef struct eng_req {
     int max_new;
     int priority;
     pl_sampling sp;               /* owned copy (stop strings, bias) */
+    const pl_token_fsm *fsm;      /* constraint automaton (a reference) */
     double t_submit, t_sched, t_first;   /* ms, monotonic */
     pl_batch_seq *seq;
     char *pending;                /* text not yet emitted */
@@ -97,6 +99,7 @@ typedef struct pl_engine {
     pl_backend_ops ops;           /* kind = the runner's name */
     pl_runner *runner;            /* owned */
     pl_engine_text text;
+    pl_constraint_cache *constraints; /* compiled constraints (main thread) */
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
     int max_len;                  /* effective context: min(max_model_len,

@@ -23,6 +23,7 @@ void pl_engine_req_free_(eng_req *r)
     free(r->prompt);
     free(r->pending);
     pl_sampling_free(&r->sp);
+    pl_token_fsm_release(r->fsm);
     free(r);
 }
 
@@ -66,6 +67,8 @@ static pl_seq_sampling seq_sampling_(const eng_req *r)
         .logit_bias = sp->logit_bias,
         .n_logit_bias = sp->n_logit_bias,
         .ignore_eos = sp->ignore_eos,
+        .fsm = r->fsm,
+        .fsm_state = 0,
     };
     return s;
 }

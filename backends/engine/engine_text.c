@@ -149,6 +149,14 @@ void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
     bool length = pl_batch_seq_generated(s) >= s->max_new;
     pl_finish f = eog ? PL_FINISH_STOP : length ? PL_FINISH_LENGTH
                                                 : PL_FINISH_NONE;
+    if (r->fsm && !eog) {
+        /* A state where only the end is allowed ends it now; a refused id
+         * (never sampled: a broken invariant) ends it too. */
+        int32_t st = pl_token_fsm_next(r->fsm, s->sampling.fsm_state, tok);
+        s->sampling.fsm_state = st;
+        if (st < 0 || r->fsm->final[st])
+            f = PL_FINISH_STOP;
+    }
     if (eog && r->pending_len) {
         eng_msg *m = new_delta_(e, r);          /* flush what was held */
         if (m)

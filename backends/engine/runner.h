@@ -75,6 +75,7 @@ struct pl_runner {
     const pl_runner_ops *ops;
     pl_runner_info info;
     bool keep_logits;            /**< tests: return full logits */
+    bool can_constrain;          /**< applies pl_seq_sampling.fsm */
 };
 
 #endif

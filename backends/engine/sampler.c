@@ -2,6 +2,8 @@
  * (sampler.h). All scratch is sized at pl_sampler_new(). */
 #include "backends/engine/sampler.h"
 
+#include "backends/engine/constrain/token_fsm.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,6 +116,34 @@ static void apply_penalties(pl_sampler *s, const pl_seq_sampling *p, const int32
     }
     if (p->ignore_eos && eos_id >= 0 && eos_id < s->n_vocab)
         w[eos_id] = -INFINITY;
+}
+
+/* Refused tokens of the automaton's state to -inf. Returns how many tokens
+ * stay allowed (0: the state allows nothing, e.g. a dead state). */
+static int apply_mask(pl_sampler *s, const pl_seq_sampling *p)
+{
+    const pl_token_fsm *f = p->fsm;
+    if (p->fsm_state < 0 || p->fsm_state >= f->n_states)
+        return -1;
+    const uint32_t *row = pl_token_fsm_row(f, p->fsm_state);
+    int n = s->n_vocab < f->n_vocab ? s->n_vocab : f->n_vocab, allowed = 0;
+    for (int w = 0; w * 32 < n; w++) {
+        uint32_t m = row[w];
+        int base = w * 32, end = base + 32 < n ? base + 32 : n;
+        if (m == 0xffffffffu && end - base == 32) {
+            allowed += 32;
+            continue;
+        }
+        for (int i = base; i < end; i++) {
+            if ((m >> (i - base)) & 1)
+                allowed++;
+            else
+                s->work[i] = -INFINITY;
+        }
+    }
+    for (int i = n; i < s->n_vocab; i++)
+        s->work[i] = -INFINITY;
+    return allowed;
 }
 
 static int32_t argmax(const float *w, int n)
@@ -233,7 +263,9 @@ int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampl
     memcpy(s->work, logits, sizeof(float) * (size_t)s->n_vocab);
     apply_penalties(s, p, hist, n_hist, eos_id);
     int32_t id;
-    if (p->temperature <= 0.0f || p->top_k == 1) {
+    if (p->fsm && apply_mask(s, p) == 0 && eos_id >= 0) {
+        id = eos_id;             /* nothing allowed: end rather than break the grammar */
+    } else if (p->temperature <= 0.0f || p->top_k == 1) {
         id = argmax(s->work, s->n_vocab);
     } else {
         int n = build_candidates(s, p);

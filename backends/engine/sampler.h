@@ -2,7 +2,8 @@
  *
  * Order: logit_bias, repetition penalty (positive logits divided, negative
  * multiplied), presence/frequency penalties over the generated history,
- * ignore_eos (EOS masked). Temperature 0 then picks the argmax (lowest id on
+ * ignore_eos (EOS masked), then the constraint's mask (pl_seq_sampling.fsm
+ * in state fsm_state; a state that allows nothing gives eos_id). Temperature 0 then picks the argmax (lowest id on
  * ties). Otherwise logits are divided by the temperature and filtered by
  * top_k, top_p, min_p (vLLM/HF order: temperature before the filters), and
  * one token is drawn with a counter-based RNG of (seed, step): the same seed

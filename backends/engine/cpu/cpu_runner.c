@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/constrain/token_fsm.h"
 #include "backends/engine/sampler.h"
 
 #define N_OUTBUF (PL_RUNNER_MAX_INFLIGHT + 1)
@@ -121,8 +122,10 @@ static void sample_all(cpu_runner *r, const pl_step_input *in, pl_step_output *o
         const float *lg = r->logits + (size_t)k++ * nv;
         int n_hist;
         const int32_t *hist = penalty_history(r, in, s, &n_hist);
-        pl_sampler_sample(r->sampler, lg, &in->sampling[s], hist, n_hist,
-                          r->base.info.eos_id, &smp);
+        pl_seq_sampling sp = in->sampling[s];
+        if (sp.fsm && r->ph_tok[s] >= 0)    /* the id the host has not seen yet */
+            sp.fsm_state = pl_token_fsm_next(sp.fsm, sp.fsm_state, r->ph_tok[s]);
+        pl_sampler_sample(r->sampler, lg, &sp, hist, n_hist, r->base.info.eos_id, &smp);
         o->sampled[s] = smp.id;
         o->logprob[s] = smp.logprob;
         for (int j = 0; j < PL_MAX_TOP_LOGPROBS; j++) {
@@ -350,6 +353,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->base.ops = &cpu_ops;
+    r->base.can_constrain = true;
     r->m = m;
     if (fill_info(&r->base.info, m, want) != 0) {
         snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive");

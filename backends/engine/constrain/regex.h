@@ -1,0 +1,56 @@
+/* regex.h - a small regex engine compiling to a minimal byte-level DFA, the
+ * first stage of constrained decoding (DESIGN.md, "Constrained decoding").
+ *
+ * Syntax: literals (UTF-8), escapes (\n \t \r \f \v \0 \xHH \uHHHH and any
+ * escaped punctuation), classes [...] with ASCII ranges and negation, \d \w
+ * \s \D \W \S, '.', '|', groups (...) and (?:...), quantifiers ? * + {m}
+ * {m,} {m,n} (a trailing lazy '?' is accepted and means the same). The
+ * whole text must match: anchors are implicit, so '^' at the start and '$'
+ * at the end are ignored. '.' and negated classes match one whole UTF-8
+ * character (never a newline), so every match is valid UTF-8.
+ * The group (?J:...) is parley's own: PL_REGEX_JSON_STRING inside it.
+ * Back-references, lookaround, possessive quantifiers and anchors inside
+ * the pattern give an error that names them.
+ */
+#ifndef PL_CONSTRAIN_REGEX_H
+#define PL_CONSTRAIN_REGEX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/** Flags for pl_regex_compile. */
+enum {
+    /** Inside a JSON string: '.', negated classes and \s never match '"',
+     *  '\\' or control bytes (< 0x20); a literal '"' or '\\' is an error. */
+    PL_REGEX_JSON_STRING = 1,
+};
+
+/** A DFA over bytes. State 0 is the start; -1 is the dead state. Every
+ *  state can still reach an accepting state (dead ends are pruned). */
+typedef struct pl_dfa {
+    int n_states;
+    int32_t *trans;              /**< (n_states, 256) next state or -1 */
+    uint8_t *accept;             /**< (n_states) 1 when accepting */
+} pl_dfa;
+
+/**
+ * Compile len bytes of pattern. max_states bounds the DFA (and, times 64,
+ * the NFA). Returns a DFA the caller frees with pl_dfa_free, or NULL with a
+ * message in err (unsupported construct, syntax error with its offset,
+ * too many states, out of memory). A pattern matching nothing is an error.
+ */
+pl_dfa *pl_regex_compile(const char *pattern, size_t len, int flags, int max_states,
+                         char *err, size_t errlen);
+
+void pl_dfa_free(pl_dfa *d);
+
+/** Whether the DFA matches all n bytes of s. */
+bool pl_dfa_match(const pl_dfa *d, const char *s, size_t n);
+
+/** Append pattern-escaped text (every regex metacharacter backslashed)
+ *  to buf at *len (cap bytes; grows with realloc). Returns 0 or -1. */
+int pl_regex_escape_append(char **buf, size_t *len, size_t *cap, const char *text,
+                           size_t n);
+
+#endif
