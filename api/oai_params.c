@@ -14,8 +14,7 @@
  * that sets one (to anything but null/false) gets a 400 naming it. */
 static const char *unsupported_params[] = {
     "tools", "tool_choice", "functions", "function_call", "audio", "prediction",
-    "web_search_options", "suffix", "guided_json", "guided_regex", "guided_choice",
-    "guided_grammar", NULL,
+    "web_search_options", "suffix", "guided_grammar", NULL,
 };
 
 static json_t *get(json_t *body, const char *key)
@@ -74,14 +73,6 @@ static int check_unsupported(json_t *body, pl_err *err)
             !(json_is_array(v) && json_array_size(v) == 0))
             return pl_err_set(err, 400, "invalid_request_error", *k, "unsupported_parameter",
                               "'%s' is not supported by parley yet", *k);
-    }
-    json_t *rf = get(body, "response_format");
-    if (rf) {
-        json_t *t = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return pl_err_set(err, 400, "invalid_request_error", "response_format",
-                              "unsupported_parameter",
-                              "only response_format {\"type\":\"text\"} is supported");
     }
     int best_of = 1;
     if (get_int(body, "best_of", 1, 1, &best_of, err) < 0)
@@ -331,6 +322,119 @@ static int parse_stream(json_t *body, pl_oai_params *p, pl_err *err)
     return 0;
 }
 
+/* ---- structured outputs: response_format, structured_outputs, guided_* ---- */
+
+/* One constraint into s; a second one is an error. */
+static int set_constraint(pl_sampling *s, const char *param, pl_constraint_kind k,
+                          json_t *text_json, const char *text, pl_err *err)
+{
+    if (s->constraint != PL_CONSTRAINT_NONE)
+        return INVALID(param, "'%s': only one of response_format, structured_outputs and "
+                              "guided_* may constrain the output", param);
+    char *t = text_json ? json_dumps(text_json, JSON_COMPACT | JSON_ENCODE_ANY)
+                        : text ? strdup(text) : NULL;
+    if ((text_json || text) && !t)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    s->constraint = k;
+    s->constraint_text = t;
+    return 0;
+}
+
+/* A schema given as an object (or true) or as JSON text. */
+static int set_schema(pl_sampling *s, const char *param, json_t *v, pl_err *err)
+{
+    if (json_is_object(v) || json_is_true(v))
+        return set_constraint(s, param, PL_CONSTRAINT_JSON_SCHEMA, v, NULL, err);
+    if (!json_is_string(v))
+        return INVALID(param, "'%s' must be a JSON schema (an object)", param);
+    json_t *parsed = json_loads(json_string_value(v), JSON_DECODE_ANY, NULL);
+    if (!json_is_object(parsed)) {
+        json_decref(parsed);
+        return INVALID(param, "'%s' is not a JSON schema (an object)", param);
+    }
+    int rc = set_constraint(s, param, PL_CONSTRAINT_JSON_SCHEMA, parsed, NULL, err);
+    json_decref(parsed);
+    return rc;
+}
+
+static int set_choice(pl_sampling *s, const char *param, json_t *v, pl_err *err)
+{
+    size_t i;
+    json_t *x;
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return INVALID(param, "'%s' must be a non-empty array of strings", param);
+    json_array_foreach(v, i, x)
+        if (!json_is_string(x) || json_string_length(x) == 0)
+            return INVALID(param, "'%s[%zu]' must be a non-empty string", param, i);
+    return set_constraint(s, param, PL_CONSTRAINT_CHOICE, v, NULL, err);
+}
+
+static int set_regex(pl_sampling *s, const char *param, json_t *v, pl_err *err)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0)
+        return INVALID(param, "'%s' must be a non-empty string", param);
+    return set_constraint(s, param, PL_CONSTRAINT_REGEX, NULL, json_string_value(v), err);
+}
+
+static int parse_response_format(json_t *body, pl_sampling *s, pl_err *err)
+{
+    json_t *rf = get(body, "response_format");
+    if (!rf)
+        return 0;
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(t))
+        return INVALID("response_format", "'response_format' must be an object with a 'type'");
+    const char *type = json_string_value(t);
+    if (!strcmp(type, "text"))
+        return 0;
+    if (!strcmp(type, "json_object"))
+        return set_constraint(s, "response_format", PL_CONSTRAINT_JSON_OBJECT, NULL, NULL, err);
+    if (strcmp(type, "json_schema"))
+        return pl_err_set(err, 400, "invalid_request_error", "response_format.type",
+                          "unsupported_parameter", "response_format type '%s' is not "
+                          "supported (text, json_object, json_schema)", type);
+    json_t *js = json_object_get(rf, "json_schema");
+    if (!json_is_object(js))
+        return INVALID("response_format.json_schema",
+                       "'response_format.json_schema' must be an object");
+    json_t *name = json_object_get(js, "name"), *strict = json_object_get(js, "strict");
+    if (name && !json_is_string(name))
+        return INVALID("response_format.json_schema.name", "'name' must be a string");
+    if (strict && !json_is_boolean(strict) && !json_is_null(strict))
+        return INVALID("response_format.json_schema.strict", "'strict' must be a boolean");
+    json_t *schema = json_object_get(js, "schema");
+    if (!schema)
+        return set_constraint(s, "response_format", PL_CONSTRAINT_JSON_OBJECT, NULL, NULL, err);
+    return set_schema(s, "response_format.json_schema.schema", schema, err);
+}
+
+/* vLLM: structured_outputs {choice|regex|json|grammar} and guided_*. */
+static int parse_guided(json_t *body, pl_sampling *s, pl_err *err)
+{
+    json_t *so = get(body, "structured_outputs"), *v;
+    if (so) {
+        if (!json_is_object(so))
+            return INVALID("structured_outputs", "'structured_outputs' must be an object");
+        if (get(so, "grammar"))
+            return pl_err_set(err, 400, "invalid_request_error", "structured_outputs.grammar",
+                              "unsupported_parameter", "'structured_outputs.grammar' is not "
+                              "supported; use choice, regex or json");
+        if ((v = get(so, "choice")) && set_choice(s, "structured_outputs.choice", v, err) < 0)
+            return -1;
+        if ((v = get(so, "regex")) && set_regex(s, "structured_outputs.regex", v, err) < 0)
+            return -1;
+        if ((v = get(so, "json")) && set_schema(s, "structured_outputs.json", v, err) < 0)
+            return -1;
+    }
+    if ((v = get(body, "guided_choice")) && set_choice(s, "guided_choice", v, err) < 0)
+        return -1;
+    if ((v = get(body, "guided_regex")) && set_regex(s, "guided_regex", v, err) < 0)
+        return -1;
+    if ((v = get(body, "guided_json")) && set_schema(s, "guided_json", v, err) < 0)
+        return -1;
+    return 0;
+}
+
 int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -348,6 +452,8 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
     if ((chat ? parse_messages(body, p, err) : parse_prompt(body, p, err)) < 0)
         return -1;
     if (parse_stream(body, p, err) < 0 || parse_sampling(body, p, err) < 0 ||
+        parse_response_format(body, &p->sampling, err) < 0 ||
+        parse_guided(body, &p->sampling, err) < 0 ||
         get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
         get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
         return -1;

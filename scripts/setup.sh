@@ -38,6 +38,9 @@ if [ $want_test = 1 ]; then
     # /metrics is checked with prometheus_client's own parser.
     .venv/bin/python -c "import prometheus_client, yaml" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check prometheus_client pyyaml
+    # Structured outputs are checked with jsonschema and pydantic models.
+    .venv/bin/python -c "import jsonschema, pydantic" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check jsonschema pydantic
 fi
 
 if [ ! -f build/build.ninja ]; then
