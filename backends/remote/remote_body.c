@@ -75,6 +75,37 @@ static void put_sampling(json_t *o, const pl_sampling *s, pl_remote_kind kind)
     }
 }
 
+/* A constraint from a job (no client body to forward): response_format for
+ * JSON, vLLM's guided_* for choice and regex (an upstream without them
+ * answers 400, never silently unconstrained). */
+static void put_constraint(json_t *o, const pl_sampling *s)
+{
+    json_t *v = s->constraint_text ? json_loads(s->constraint_text, JSON_DECODE_ANY, NULL)
+                                   : NULL;
+    switch (s->constraint) {
+    case PL_CONSTRAINT_JSON_OBJECT:
+        json_object_set_new(o, "response_format", json_pack("{s:s}", "type", "json_object"));
+        break;
+    case PL_CONSTRAINT_JSON_SCHEMA:
+        if (v)
+            json_object_set_new(o, "response_format",
+                                json_pack("{s:s,s:{s:s,s:O}}", "type", "json_schema",
+                                          "json_schema", "name", "constraint", "schema", v));
+        break;
+    case PL_CONSTRAINT_CHOICE:
+        if (v)
+            json_object_set(o, "guided_choice", v);
+        break;
+    case PL_CONSTRAINT_REGEX:
+        if (s->constraint_text)
+            json_object_set_new(o, "guided_regex", json_string(s->constraint_text));
+        break;
+    default:
+        break;
+    }
+    json_decref(v);
+}
+
 static void put_logprobs(json_t *o, const pl_sampling *s, bool chat)
 {
     if (!s->logprobs)
@@ -104,6 +135,7 @@ char *pl_remote_body(const pl_gen_request *req, const char *upstream_model, pl_r
             json_object_set_new(o, "prompt", prompt_json(req));
         put_sampling(o, &req->sampling, kind);
         put_logprobs(o, &req->sampling, chat);
+        put_constraint(o, &req->sampling);
     }
     if (!o)
         return NULL;
