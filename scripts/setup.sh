@@ -35,9 +35,11 @@ fi
 if [ $want_test = 1 ]; then
     .venv/bin/python -c "import openai, pytest" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check openai pytest
-    # /metrics is checked with prometheus_client's own parser.
-    .venv/bin/python -c "import prometheus_client, yaml" 2>/dev/null ||
-        .venv/bin/pip install -q --disable-pip-version-check prometheus_client pyyaml
+    # /metrics is checked with prometheus_client's parser, /status against
+    # openapi.yaml (pyyaml), and examples/debate.ipynb is executed (nbclient).
+    .venv/bin/python -c "import prometheus_client, yaml, nbclient, nbformat, ipykernel, pandas, matplotlib, tqdm" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check prometheus_client pyyaml \
+            nbclient nbformat ipykernel pandas matplotlib tqdm
     # Structured outputs are checked with jsonschema and pydantic models.
     .venv/bin/python -c "import jsonschema, pydantic" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check jsonschema pydantic

@@ -13,7 +13,7 @@ scripts/check_layers.sh
 echo "== Criterion suite (release build)"
 meson test -C build --print-errorlogs --num-processes 2
 
-echo "== Python client tests (openai SDK)"
+echo "== Python tests (openai SDK, /metrics, /status schema, dashboard in Chromium, notebook)"
 PARLEY_BIN="$PWD/build/parley" .venv/bin/python -m pytest -q tests/python
 
 echo "== Criterion suite under ASan + UBSan"
