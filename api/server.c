@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <event2/event.h>
@@ -279,6 +280,11 @@ int pl_server_listen(pl_server *s, const char *host, int *port_io)
     if (!sock)
         return -1;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
+    /* Accepted sockets inherit TCP_NODELAY on Linux. Without it a stream's
+     * small SSE writes wait for the client's delayed ACK (~40 ms each time
+     * a write finds unacknowledged data in flight). */
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0)

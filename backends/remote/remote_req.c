@@ -63,6 +63,7 @@ void pl_remote_req_free(remote_req *r)
     if (r->errbody)
         evbuffer_free(r->errbody);
     pl_sse_reader_free(&r->sse);
+    pl_chunk_scan_free(&r->scan);
     free(r->lp);
     free(r->top);
     free(r->body);

@@ -3,6 +3,7 @@
 #ifndef PL_REMOTE_REQ_H
 #define PL_REMOTE_REQ_H
 
+#include "backends/remote/chunk_scan.h"
 #include "backends/remote/remote_internal.h"
 
 typedef enum rreq_fail {
@@ -22,6 +23,7 @@ typedef struct remote_req {
     remote_replica *rep;         /* the current attempt's replica */
     pl_curl_xfer x;              /* x.easy != NULL while a transfer runs */
     pl_sse_reader sse;
+    pl_chunk_scan scan;          /* the token path's non-allocating reader */
     struct event *timer;         /* backoff, first-token and gap timeouts */
     struct event *resume;        /* unpause outside of any callback */
     int attempt;

@@ -117,7 +117,25 @@ static void read_usage(remote_req *r, json_t *u)
     r->cached_tokens = (int)json_integer_value(json_object_get(d, "cached_tokens"));
 }
 
-/* Deliver one chunk's text; returns -1 when the sink aborted r. */
+/* Deliver text (and n_lp logprob entries in r->lp); -1 when the sink
+ * aborted r. */
+static int deliver_text(remote_req *r, const char *text, size_t len, int n_lp)
+{
+    if (len == 0 && n_lp == 0)
+        return 0;
+    if (!r->got_token) {
+        r->got_token = true;
+        r->ttft_ms = pl_remote_now_ms() - r->t_submit;
+    }
+    r->chunks++;
+    pl_remote_req_arm(r, r->rb->o.token_timeout_ms);
+    pl_delta d = {.text = len ? text : "", .len = len, .n_tokens = n_lp,
+                  .logprobs = n_lp ? r->lp : NULL};
+    r->sink.on_delta(r->sink.ud, &d);
+    return r->aborted ? -1 : 0;
+}
+
+/* Deliver one chunk's text from its JSON tree. */
 static int deliver(remote_req *r, json_t *choice)
 {
     json_t *t = r->chat ? json_object_get(json_object_get(choice, "delta"), "content")
@@ -127,18 +145,7 @@ static int deliver(remote_req *r, json_t *choice)
     if (json_is_object(lpj))
         n_lp = r->chat ? chat_logprobs(r, lpj) : completion_logprobs(r, lpj);
     size_t len = json_is_string(t) ? json_string_length(t) : 0;
-    if (len == 0 && n_lp == 0)
-        return 0;
-    if (!r->got_token) {
-        r->got_token = true;
-        r->ttft_ms = pl_remote_now_ms() - r->t_submit;
-    }
-    r->chunks++;
-    pl_remote_req_arm(r, r->rb->o.token_timeout_ms);
-    pl_delta d = {.text = len ? json_string_value(t) : "", .len = len,
-                  .n_tokens = n_lp, .logprobs = n_lp ? r->lp : NULL};
-    r->sink.on_delta(r->sink.ud, &d);
-    return r->aborted ? -1 : 0;
+    return deliver_text(r, len ? json_string_value(t) : "", len, n_lp);
 }
 
 /* An error object inside the stream (vLLM and others send one mid-way). */
@@ -164,6 +171,13 @@ static int on_event(void *ud, const char *event, const char *data, size_t len)
     remote_req *r = ud;
     if (len == 6 && !memcmp(data, "[DONE]", 6)) {
         r->saw_done = true;
+        return 0;
+    }
+    if (pl_chunk_scan_read(&r->scan, data, len, r->chat)) {   /* the common chunk */
+        if (deliver_text(r, r->scan.buf, r->scan.len, 0) < 0)
+            return 1;
+        if (r->scan.finish[0])
+            r->finish = finish_of(r->scan.finish);
         return 0;
     }
     json_t *chunk = json_loadb(data, len, 0, NULL);
