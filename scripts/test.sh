@@ -10,6 +10,9 @@ export PARLEY_MODEL="${PARLEY_MODEL:-$(scripts/fetch_model.sh)}"
 echo "== Layering (scripts/check_layers.sh)"
 scripts/check_layers.sh
 
+echo "== Sizes (scripts/check_sizes.sh)"
+scripts/check_sizes.sh
+
 echo "== Criterion suite (release build)"
 meson test -C build --print-errorlogs --num-processes 2
 

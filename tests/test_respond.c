@@ -1,6 +1,11 @@
-/* test_respond.c - JSON escaping for SSE chunks. */
+/* test_respond.c - JSON escaping for SSE chunks; a reply whose body could
+ * not be built (out of memory) goes out as a 500 OpenAI error. */
 #include <criterion/criterion.h>
 #include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <jansson.h>
 #include <string.h>
 
@@ -42,4 +47,60 @@ Test(respond, invalid_utf8_becomes_replacement)
     cr_expect_not_null(j, "%s", e);
     json_decref(j);
     free(e);
+}
+
+/* A server whose handler replies with a NULL body, as a request path does
+ * when json_pack fails for lack of memory, and a client on the same loop. */
+typedef struct reply_probe {
+    struct event_base *base;
+    int status;
+    char body[512];
+} reply_probe;
+
+static void null_body_handler(struct evhttp_request *req, void *arg)
+{
+    pl_reply_json(req, 200, NULL);
+}
+
+static void on_response(struct evhttp_request *req, void *arg)
+{
+    reply_probe *p = arg;
+    if (req) {
+        p->status = evhttp_request_get_response_code(req);
+        struct evbuffer *in = evhttp_request_get_input_buffer(req);
+        size_t n = evbuffer_get_length(in);
+        if (n >= sizeof p->body)
+            n = sizeof p->body - 1;
+        evbuffer_remove(in, p->body, n);
+        p->body[n] = '\0';
+    }
+    event_base_loopexit(p->base, NULL);
+}
+
+Test(respond, unbuildable_body_is_a_500_error)
+{
+    reply_probe p = {.base = event_base_new()};
+    struct evhttp *http = evhttp_new(p.base);
+    struct evhttp_bound_socket *sock = evhttp_bind_socket_with_handle(http, "127.0.0.1", 0);
+    cr_assert_not_null(sock);
+    evhttp_set_gencb(http, null_body_handler, NULL);
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    cr_assert_eq(getsockname(evhttp_bound_socket_get_fd(sock), (struct sockaddr *)&sa, &len), 0);
+    struct evhttp_connection *conn =
+        evhttp_connection_base_new(p.base, NULL, "127.0.0.1", ntohs(sa.sin_port));
+    struct evhttp_request *req = evhttp_request_new(on_response, &p);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", "127.0.0.1");
+    cr_assert_eq(evhttp_make_request(conn, req, EVHTTP_REQ_GET, "/x"), 0);
+    event_base_dispatch(p.base);
+    cr_expect_eq(p.status, 500);
+    json_t *j = json_loads(p.body, 0, NULL);
+    cr_assert_not_null(j, "not JSON: %s", p.body);
+    json_t *e = json_object_get(j, "error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "type")), "server_error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "message")), "out of memory");
+    json_decref(j);
+    evhttp_connection_free(conn);
+    evhttp_free(http);
+    event_base_free(p.base);
 }

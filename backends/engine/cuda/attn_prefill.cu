@@ -15,6 +15,31 @@
 #define PF_BK 32
 #define PF_RPW (PF_BQ / PF_WARPS)
 
+/* Keys t0 .. t0 + PF_BK - 1 of KV head kvh into shared memory as fp32: K
+ * rows padded to hd + 1 floats (bank conflicts), V rows of hd; keys past
+ * n_keys or in unmapped blocks are zero. All threads of the block take part. */
+static __device__ __forceinline__ void load_kv_tile(float *sk, float *sv, int hd, int t0,
+                                                    int n_keys, const int32_t *tab,
+                                                    pl_kv_geom g, int kvh,
+                                                    const __nv_bfloat16 *kc,
+                                                    const __nv_bfloat16 *vc)
+{
+    const int kst = hd + 1;
+    for (int i = threadIdx.x; i < PF_BK * hd; i += blockDim.x) {
+        int j = i / hd, d = i % hd, t = t0 + j;
+        float kv = 0.0f, vv = 0.0f;
+        int blk = t < n_keys ? tab[t / g.block_size] : -1;
+        if (blk >= 0 && blk < g.n_blocks) {
+            size_t off = (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
+                          + kvh) * hd + d;
+            kv = __bfloat162float(kc[off]);
+            vv = __bfloat162float(vc[off]);
+        }
+        sk[j * kst + d] = kv;
+        sv[j * hd + d] = vv;
+    }
+}
+
 template <int E> /* head dims per lane: head_dim / 32 */
 static __global__ void attn_prefill_kernel(const float *q, int q_stride,
                                            const int32_t *positions,
@@ -58,22 +83,10 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
     int n_keys = positions[row0 + rows - 1] + 1;
     for (int t0 = 0; t0 < n_keys; t0 += PF_BK) {
         __syncthreads();
-        for (int i = threadIdx.x; i < PF_BK * hd; i += blockDim.x) {
-            int j = i / hd, d = i % hd, t = t0 + j;
-            float kv = 0.0f, vv = 0.0f;
-            int blk = t < n_keys ? tab[t / g.block_size] : -1;
-            if (blk >= 0 && blk < g.n_blocks) {
-                size_t off = (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
-                              + kvh) * hd + d;
-                kv = __bfloat162float(kc[off]);
-                vv = __bfloat162float(vc[off]);
-            }
-            sk[j * kst + d] = kv;
-            sv[j * hd + d] = vv;
-        }
+        load_kv_tile(sk, sv, hd, t0, n_keys, tab, g, kvh, kc, vc);
         __syncthreads();
-    #pragma unroll
-    for (int i = 0; i < PF_RPW; i++) {
+#pragma unroll
+        for (int i = 0; i < PF_RPW; i++) {
             if (my_pos[i] < t0)  /* row sees no key of this tile (or is padding) */
                 continue;
             const float *qr = sq + (w * PF_RPW + i) * hd;
