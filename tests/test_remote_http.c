@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "tests/helpers/fake_upstream.h"
 #include "tests/helpers/server_proc.h"
 
 static pl_test_server up[2], gw;
@@ -48,7 +49,8 @@ static void start_gateway(const char *extra)
 
 static void stop_all(void)
 {
-    pl_test_server_stop(&gw);
+    if (gw.pid > 0)
+        pl_test_server_stop(&gw);
     for (int i = 0; i < 2; i++)
         if (up[i].pid > 0)
             pl_test_server_stop(&up[i]);
@@ -239,4 +241,42 @@ Test(gateway, in_front_of_a_cpu_engine_gives_the_engine_text)
     json_decref(v);
     pl_test_resp_free(&direct);
     pl_test_resp_free(&via);
+}
+
+/* A job on a remote model: a stream that breaks mid-way is resubmitted
+ * (counted as a transport retry, not a re-prompt) and the job succeeds. */
+Test(gateway, job_resubmits_after_a_broken_stream)
+{
+    pl_fake_upstream *f = pl_fake_start("m");
+    pl_fake_push(f, &(pl_fake_step){.n_tokens = 5, .drop_after = 2});
+    pl_fake_push(f, &(pl_fake_step){.status = 503, .body = "{\"error\":{\"message\":\"busy\"}}"});
+    char dir[] = "/tmp/pl_gw_tr_XXXXXX", path[256], cmd[2048];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    FILE *jf = fopen(path, "w");
+    fprintf(jf, "experiment: tr\nnum_rounds: 1\nmax_retries: 0\nvalidation: false\n"
+                "model_definitions: {m: {backend: openai, base_url: \"%s\", "
+                "upstream_attempts: 1}}\n"
+                "agent_definitions: [{agent_id: a1, role: participant, model: m}]\n"
+                "questions: [{id: q1, text: \"Which?\", choices: [x, y], answer: A}]\n",
+            pl_fake_url(f));
+    fclose(jf);
+    snprintf(cmd, sizeof cmd, "%s run %s --output %s --stats %s/stats.json --log-level warn "
+             "2>%s/err >/dev/null", pl_test_bin(), path, dir, dir, dir);
+    int st = system(cmd);
+    char tpath[256];
+    snprintf(tpath, sizeof tpath, "%s/tr/transcripts/q1.json", dir);
+    json_t *t = json_load_file(tpath, 0, NULL);
+    snprintf(cmd, sizeof cmd, "cat %s/err", dir);
+    cr_assert_eq(WEXITSTATUS(st), 0, "exit %d", WEXITSTATUS(st));
+    cr_assert_not_null(t, "no transcript at %s", tpath);
+    char *s = json_dumps(t, 0);
+    cr_assert(strstr(s, "\"transport_retries\": 2"), "%s", s);
+    cr_assert(strstr(s, "tok1 tok2 tok3"), "%s", s);
+    free(s);
+    json_decref(t);
+    cr_assert_eq(pl_fake_requests(f), 3);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    pl_fake_stop(f);
 }

@@ -211,10 +211,44 @@ static int open_round(pl_job *j, job_conv *c, const pl_conv_req *cr)
     return job_hist_push(h, "user", u);
 }
 
+/* Resubmissions of one request after transport failures. */
+#define JOB_TRANSPORT_RETRIES 3
+
 static void on_delta(void *ud, const pl_delta *d);
 static void on_done(void *ud, const pl_result *r);
+static int send_req(pl_job *j, job_req *jr, pl_err *err);
 static void complete_req(pl_job *j, job_req *jr, const char *error);
 static void finish_conv(pl_job *j, int q, bool ok, const char *error);
+
+/* Submit jr's request: the agent's history, its sampling, the
+ * conversation as the affinity key (a remote backend keeps a conversation
+ * on one upstream replica, so its prefix cache hits). */
+static int send_req(pl_job *j, job_req *jr, pl_err *err)
+{
+    const pl_conv_req *cr = jr->cr;
+    const pl_job_agent *ag = &j->spec.agents[cr->agent];
+    job_hist *h = &j->conv[cr->conversation]->hist[cr->agent];
+    /* The engine's batch scheduler orders its waiting queue by priority:
+     * the baselines pass one priority, so it keeps their arrival order. */
+    int prio = j->policy == PL_CONV_POLICY_PRIORITY
+             ? (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed : 0;
+    pl_gen_request req = {
+        .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
+        .sampling = ag->sampling, .priority = prio,
+        .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(cr->conversation + 1),
+    };
+    pl_sink sink = {on_delta, on_done, jr};
+    return pl_backend_submit(j->backends[cr->model], &req, sink, &jr->backend_id, err);
+}
+
+/* An upstream that failed or went away (429, 502-504: the remote backend's
+ * transport errors, retried there before the first token) is worth another
+ * try; a bad request or an engine error is not. */
+static bool transient(const pl_result *r)
+{
+    return r->finish == PL_FINISH_ERROR && r->error &&
+           (r->error->status == 429 || (r->error->status >= 502 && r->error->status <= 504));
+}
 
 static void submit_req(pl_job *j, pl_conv_req *cr)
 {
@@ -232,21 +266,9 @@ static void submit_req(pl_job *j, pl_conv_req *cr)
     jr->job = j;
     jr->cr = cr;
     cr->ud = jr;
-    const pl_job_agent *ag = &j->spec.agents[cr->agent];
-    job_hist *h = &c->hist[cr->agent];
-    /* The engine's batch scheduler orders its waiting queue by priority:
-     * the baselines pass one priority, so it keeps their arrival order. */
-    int prio = j->policy == PL_CONV_POLICY_PRIORITY
-             ? (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed : 0;
-    pl_gen_request req = {
-        .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
-        .sampling = ag->sampling, .priority = prio,
-        .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(q + 1),
-    };
     pl_err err = {0};
-    pl_sink sink = {on_delta, on_done, jr};
     emit_msg(j, PL_JOB_EV_MESSAGE_STARTED, cr, NULL, 0, -1, false);
-    if (pl_backend_submit(j->backends[cr->model], &req, sink, &jr->backend_id, &err) < 0)
+    if (send_req(j, jr, &err) < 0)
         complete_req(j, jr, err.message[0] ? err.message : "backend refused the request");
 }
 
@@ -272,6 +294,16 @@ static void on_delta(void *ud, const pl_delta *d)
 static void on_done(void *ud, const pl_result *r)
 {
     job_req *jr = ud;
+    pl_job *jj = jr->job;
+    if (transient(r) && jr->transport_retries < JOB_TRANSPORT_RETRIES &&
+        jj->state == PL_JOB_RUNNING) {
+        pl_err err = {0};
+        jr->transport_retries++;
+        jj->transport_retries++;
+        jr->len = 0;             /* the partial reply is dropped */
+        if (send_req(jj, jr, &err) == 0)
+            return;
+    }
     jr->prompt_tokens = r->prompt_tokens;
     jr->completion_tokens = r->completion_tokens;
     jr->cached_tokens = r->cached_tokens;
@@ -299,6 +331,8 @@ static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
         "completion_tokens", jr->completion_tokens, "cached_tokens", jr->cached_tokens);
     if (a && error)
         json_object_set_new(a, "error", json_string(error));
+    if (a && jr->transport_retries)
+        json_object_set_new(a, "transport_retries", json_integer(jr->transport_retries));
     json_array_append_new(c->attempts, a);
 }
 

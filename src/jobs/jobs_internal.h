@@ -30,6 +30,7 @@ typedef struct job_req {
     char *text;                  /* the reply so far */
     size_t len, cap;
     int completion_tokens, prompt_tokens, cached_tokens;
+    int transport_retries;       /* resubmissions after upstream failures */
 } job_req;
 
 typedef struct job_sub {
@@ -76,6 +77,8 @@ struct pl_job {
     bool retry_pending, freeing;
     bool writing, opening, finished_called;
     int persisted, n_skipped, n_terminal, n_cancelled;
+    int transport_retries;       /* requests resubmitted after a transport failure
+                                    (apart from validation re-prompts) */
     job_sub *subs;
     int n_subs, next_sub, token_subs;
     pl_chat_message *scratch;    /* prompt array for submit */

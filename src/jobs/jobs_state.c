@@ -254,6 +254,8 @@ json_t *pl_job_status_json(pl_job *j, int k)
         "succeeded", p.succeeded, "failed", p.failed, "cancelled", p.cancelled,
         "active", p.active,
         "waiting", p.waiting, "saved", p.saved, "persisted", p.persisted);
+    if (o)
+        json_object_set_new(o, "transport_retries", json_integer(j->transport_retries));
     if (o && j->sched)
         json_object_set_new(o, "pools", pl_job_pools_json(j, k));
     if (o && j->error)
