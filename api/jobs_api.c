@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
 #include "src/base/log.h"
+#include "src/jobs/persist.h"
 
 static api_job *find_job(pl_jobs_api *a, const char *id, size_t len)
 {
@@ -57,9 +60,72 @@ static bool experiment_running(pl_jobs_api *a, const char *experiment)
     return false;
 }
 
+static bool job_live(const api_job *aj);
+
+#define FORGOTTEN_MAX 100000
+
+/* Drop a finished job from memory; its files stay, and its id keeps
+ * serving transcripts from disk. */
+static void forget_job(pl_jobs_api *a, api_job *aj)
+{
+    const char *dir = pl_job_dir(aj->job);
+    if (dir) {
+        if (!a->forgotten)
+            a->forgotten = calloc(FORGOTTEN_MAX, sizeof *a->forgotten);
+        if (a->forgotten) {
+            forgotten_job *f = &a->forgotten[a->n_forgotten++ % FORGOTTEN_MAX];
+            free(f->id);
+            free(f->dir);
+            f->id = strdup(pl_job_id(aj->job));
+            f->dir = strdup(dir);
+        }
+    }
+    for (int i = 0; i < a->n_jobs; i++) {
+        if (a->jobs[i] == aj) {
+            memmove(&a->jobs[i], &a->jobs[i + 1], (size_t)(a->n_jobs - i - 1) * sizeof *a->jobs);
+            a->n_jobs--;
+            break;
+        }
+    }
+    pl_info("job %s: forgotten (files stay in %s)", pl_job_id(aj->job), dir ? dir : "-");
+    jobs_api_end_streams(a, aj);
+    if (aj->forget)
+        event_free(aj->forget);
+    pl_job_free(aj->job);
+    free(aj);
+}
+
+static void forget_timer(evutil_socket_t fd, short what, void *arg)
+{
+    api_job *aj = arg;
+    forget_job(aj->a, aj);
+}
+
 static void on_job_finished(void *ud, pl_job *j)
 {
+    pl_jobs_api *a = ud;
     pl_info("job %s: %s", pl_job_id(j), pl_job_state_name(pl_job_get_state(j)));
+    for (int i = 0; i < a->n_jobs; i++) {
+        api_job *aj = a->jobs[i];
+        if (aj->job != j || aj->forget)
+            continue;
+        /* Never free the job from inside its own callback: a timer. */
+        aj->forget = evtimer_new(pl_server_base(a->srv), forget_timer, aj);
+        struct timeval tv = {a->lim.retention_s, 0};
+        if (aj->forget)
+            evtimer_add(aj->forget, &tv);
+    }
+}
+
+static const char *forgotten_dir(pl_jobs_api *a, const char *id, size_t len)
+{
+    long n = a->n_forgotten < FORGOTTEN_MAX ? a->n_forgotten : FORGOTTEN_MAX;
+    for (long i = 0; i < n; i++) {
+        forgotten_job *f = &a->forgotten[i];
+        if (f->id && strlen(f->id) == len && !strncmp(f->id, id, len))
+            return f->dir;
+    }
+    return NULL;
 }
 
 static json_t *job_created_json(pl_job *j)
@@ -102,6 +168,7 @@ static int add_job(pl_jobs_api *a, pl_job *j)
     }
     a->jobs = v;
     aj->job = j;
+    aj->a = a;
     aj->sub = pl_job_subscribe(j, api_job_event, aj, false);
     a->jobs[a->n_jobs++] = aj;
     return 0;
@@ -148,13 +215,28 @@ done:
     return j;
 }
 
+/* Count before parsing: a huge spec must not expand in memory first. */
+static bool too_many_questions(pl_jobs_api *a, struct evhttp_request *req, json_t *body)
+{
+    json_t *q = json_object_get(body, "questions");
+    size_t n = json_is_array(q) ? json_array_size(q) : 0;
+    if (!a->lim.max_questions || n <= (size_t)a->lim.max_questions)
+        return false;
+    pl_reply_errorf(req, 413, "invalid_request_error", "questions", "too_many_questions",
+                    "the job has %zu questions; the limit is %d (--max-job-questions): "
+                    "split it into several jobs", n, a->lim.max_questions);
+    return true;
+}
+
 static void post_job(pl_jobs_api *a, struct evhttp_request *req)
 {
-    json_t *body = pl_read_json_body(req, pl_server_get_opts(a->srv)->max_body_bytes);
+    json_t *body = pl_read_json_body(req, a->lim.max_bytes);
     if (!body)
         return;   /* replied */
     pl_job_spec spec;
     pl_spec_problems p = {0};
+    if (too_many_questions(a, req, body))
+        goto done;       /* replied */
     if (pl_job_spec_parse(body, NULL, &spec, &p) < 0)
         goto fail;
     pl_job *j = create_job(a, req, &spec);   /* replies itself on failure */
@@ -189,9 +271,13 @@ static void jobs_root(pl_server *s, struct evhttp_request *req, const char *path
 }
 
 static void job_transcript(pl_jobs_api *a, struct evhttp_request *req, api_job *aj,
-                           const char *qid)
+                           const char *dir, const char *qid)
 {
-    json_t *t = pl_job_transcript(aj->job, qid);
+    /* From disk, the id names a file: no path separators, no dot files. */
+    bool safe = aj || (!strchr(qid, '/') && qid[0] != '.');
+    json_t *t = !safe ? NULL
+              : aj    ? pl_job_transcript(aj->job, qid)
+                      : pl_persist_read_transcript(dir, qid);
     if (!t) {
         pl_reply_errorf(req, 404, "invalid_request_error", "question_id", "not_found",
                         "no transcript for question '%s' yet", qid);
@@ -208,15 +294,27 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
     size_t idlen = strcspn(id, "/");
     const char *rest = id + idlen;
     api_job *aj = find_job(a, id, idlen);
-    if (!aj) {
-        pl_reply_errorf(req, 404, "invalid_request_error", "job_id", "not_found",
-                        "no job '%.*s'", (int)idlen, id);
+    const char *gone = aj ? NULL : forgotten_dir(a, id, idlen);
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (gone && cmd != EVHTTP_REQ_DELETE && !strncmp(rest, "/transcripts/", 13) && rest[13]) {
+        job_transcript(a, req, NULL, gone, rest + 13);
         return;
     }
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
-    if (cmd == EVHTTP_REQ_DELETE && !*rest) {
+    if (!aj) {
+        pl_reply_errorf(req, 404, "invalid_request_error", "job_id", "not_found",
+                        gone ? "job '%.*s' finished and was forgotten; its transcripts stay "
+                               "at GET /v1/jobs/{id}/transcripts/{question_id}"
+                             : "no job '%.*s'", (int)idlen, id);
+        return;
+    }
+    if (cmd == EVHTTP_REQ_DELETE && !*rest && job_live(aj)) {
         pl_job_cancel(aj->job);
         pl_reply_json(req, 200, pl_job_status_json(aj->job, 0));
+    } else if (cmd == EVHTTP_REQ_DELETE && !*rest) {
+        json_t *o = json_pack("{s:s, s:s, s:b}", "id", pl_job_id(aj->job), "object",
+                              "job.deleted", "deleted", 1);
+        forget_job(a, aj);
+        pl_reply_json(req, 200, o);
     } else if (cmd == EVHTTP_REQ_DELETE) {
         pl_reply_errorf(req, 405, "invalid_request_error", NULL, NULL, "use DELETE /v1/jobs/{id}");
     } else if (!*rest || !strcmp(rest, "/")) {
@@ -224,7 +322,7 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
     } else if (!strcmp(rest, "/events")) {
         jobs_api_stream(a, aj, req);
     } else if (!strncmp(rest, "/transcripts/", 13) && rest[13]) {
-        job_transcript(a, req, aj, rest + 13);
+        job_transcript(a, req, aj, NULL, rest + 13);
     } else {
         pl_reply_errorf(req, 404, "invalid_request_error", NULL, "not_found",
                         "unknown path %s", path);
@@ -280,6 +378,8 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
     if (!a)
         return NULL;
     a->srv = s;
+    a->lim = (pl_jobs_api_limits){.retention_s = 3600, .max_questions = 100000,
+                                  .max_bytes = pl_server_get_opts(s)->max_body_bytes};
     a->root = strdup(output_root && *output_root ? output_root : "parley-jobs");
     a->io = pl_io_pool_new(pl_server_base(s), 2);
     if (!a->root || !a->io) {
@@ -299,11 +399,23 @@ void pl_jobs_api_free(pl_jobs_api *a)
         return;
     for (int i = 0; i < a->n_jobs; i++) {
         jobs_api_end_streams(a, a->jobs[i]);
+        if (a->jobs[i]->forget)
+            event_free(a->jobs[i]->forget);
         pl_job_free(a->jobs[i]->job);
         free(a->jobs[i]);
     }
     free(a->jobs);
+    for (long i = 0; a->forgotten && i < FORGOTTEN_MAX; i++) {
+        free(a->forgotten[i].id);
+        free(a->forgotten[i].dir);
+    }
+    free(a->forgotten);
     pl_io_pool_free(a->io);
     free(a->root);
     free(a);
+}
+
+void pl_jobs_api_set_limits(pl_jobs_api *a, const pl_jobs_api_limits *l)
+{
+    a->lim = *l;
 }

@@ -25,6 +25,15 @@ typedef struct pl_jobs_api pl_jobs_api;
  *  (NULL or "": ./parley-jobs; `parley serve` passes --jobs-dir, whose
  *  environment variable is PARLEY_JOBS_DIR). Free it before the server. */
 pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root);
+typedef struct pl_jobs_api_limits {
+    int retention_s;             /**< a finished job is forgotten after this */
+    int max_questions;           /**< 413 above (0: no limit) */
+    long max_bytes;              /**< largest POST /v1/jobs body (413 above) */
+} pl_jobs_api_limits;
+
+/** Set the limits (defaults: keep finished jobs 1 h, 100,000 questions,
+ *  the server's max_body_bytes). */
+void pl_jobs_api_set_limits(pl_jobs_api *a, const pl_jobs_api_limits *l);
 /** Cancel and free every job, end their event streams. NULL is ignored. */
 void pl_jobs_api_free(pl_jobs_api *a);
 

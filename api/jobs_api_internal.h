@@ -15,6 +15,8 @@ typedef struct job_stream job_stream;
  * from its events for /metrics and /status. */
 typedef struct api_job {
     pl_job *job;
+    struct pl_jobs_api *a;
+    struct event *forget;        /* armed when the job finishes (retention) */
     job_stream *streams;         /* doubly linked */
     int sub;                     /* the API's own subscription */
     long reprompts;
@@ -25,12 +27,20 @@ typedef struct api_job {
     } failures[API_JOB_FAILURES];
 } api_job;
 
+/* A forgotten job: enough to serve its transcripts from disk. */
+typedef struct forgotten_job {
+    char *id, *dir;
+} forgotten_job;
+
 struct pl_jobs_api {
     pl_server *srv;
     pl_io_pool *io;
     char *root;
     api_job **jobs;
     int n_jobs;
+    pl_jobs_api_limits lim;
+    forgotten_job *forgotten;    /* a ring of FORGOTTEN_MAX */
+    long n_forgotten;
 };
 
 /** GET /v1/jobs/{id}/events: start an SSE stream on req. */

@@ -176,7 +176,7 @@ void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req)
     st->cap = pl_server_get_opts(a->srv)->stream_buffer_bytes;
     if (st->cap <= 0)
         st->cap = 1 << 20;
-    st->sse = pl_sse_start(req, st->cap, (pl_sse_cbs){on_close, on_pause, st});
+    st->sse = pl_sse_start(a->srv, req, st->cap, (pl_sse_cbs){on_close, on_pause, st});
     if (!st->sse)
         goto fail;
     st->next = aj->streams;

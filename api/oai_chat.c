@@ -45,6 +45,7 @@ struct oai_call {
     char *prefix;                /* stream chunk prefix up to "choices":[ */
     int n_done;
     pl_oai_usage usage;
+    int key;                     /* API key index, for the tokens-per-minute budget */
     pl_err error;
     bool failed;
     oai_choice choices[];
@@ -52,6 +53,8 @@ struct oai_call {
 
 static void call_free(oai_call *c)
 {
+    pl_server_charge_tokens(c->s, c->key,
+                            (long)c->usage.prompt_tokens + c->usage.completion_tokens);
     for (int i = 0; i < c->p.n; i++) {
         if (c->choices[i].text)
             evbuffer_free(c->choices[i].text);
@@ -292,7 +295,7 @@ static int call_start_reply(oai_call *c)
     if (!c->prefix)
         return -1;
     pl_sse_cbs cbs = {on_client_close, on_pause, c};
-    c->sse = pl_sse_start(c->req, pl_server_get_opts(c->s)->stream_buffer_bytes, cbs);
+    c->sse = pl_sse_start(c->s, c->req, pl_server_get_opts(c->s)->stream_buffer_bytes, cbs);
     if (!c->sse)
         return -1;
     for (int i = 0; c->p.chat && i < c->p.n; i++) {
@@ -324,6 +327,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
         goto fail;
     }
     c->s = s;
+    c->key = pl_server_current_key(s);
     c->req = req;
     c->body = body;
     c->p = p;

@@ -20,7 +20,15 @@ const char *pl_http_reason(int status)
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 409: return "Conflict";
+    case 403: return "Forbidden";
+    case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 415: return "Unsupported Media Type";
+    case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
+    case 505: return "HTTP Version Not Supported";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
@@ -49,6 +57,16 @@ void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
             evbuffer_add_reference(out, oom_body, sizeof oom_body - 1, NULL, NULL);
     }
     free(s);
+    if (out && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* The length a GET would have, and no body: a body here would be
+         * read as the start of the next pipelined response. */
+        struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+        char n[24];
+        snprintf(n, sizeof n, "%zu", evbuffer_get_length(out));
+        evhttp_remove_header(h, "Content-Length");
+        evhttp_add_header(h, "Content-Length", n);
+        evbuffer_drain(out, evbuffer_get_length(out));
+    }
     pl_access_end(req, status);
     evhttp_send_reply(req, status, pl_http_reason(status), out);
     if (out)

@@ -1,9 +1,12 @@
-/* server.c - the evhttp front: listening, routing, 404/405, limits. */
+/* server.c - the evhttp front: listening, the checks every request passes
+ * (refusals from the connection guard, path, origin, API key, rate limit,
+ * content type), routing, 404/405. */
 #include "api/server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include <arpa/inet.h>
@@ -16,19 +19,21 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api/access_log.h"
+#include "api/auth.h"
+#include "api/conn.h"
 #include "api/respond.h"
 #include "src/base/log.h"
 
 #define MAX_ROUTES 64
 #define MAX_STATUS_HOOKS 8
 
-typedef struct route {
+typedef struct route_t {
     char *pattern;
     size_t prefix_len;           /* > 0: prefix match of this many bytes */
     unsigned methods;
     pl_route_fn fn;
     void *ud;
-} route;
+} route_t;
 
 struct pl_server {
     struct event_base *base;
@@ -36,7 +41,7 @@ struct pl_server {
     pl_server_opts o;
     pl_model_entry *models;
     int n_models;
-    route routes[MAX_ROUTES];
+    route_t routes[MAX_ROUTES];
     int n_routes;
     struct { pl_status_fn fn; void *ud; } hooks[MAX_STATUS_HOOKS];
     int n_hooks;
@@ -44,6 +49,10 @@ struct pl_server {
     int n_mhooks;
     uint64_t id_counter;
     uint64_t id_salt;
+    pl_conns *conns;
+    pl_auth *auth;
+    int current_key;             /* key of the request being routed */
+    uint64_t stalled_streams;
 };
 
 static unsigned method_bit(enum evhttp_cmd_type t)
@@ -72,7 +81,7 @@ static void allow_header(struct evhttp_request *req, unsigned methods)
     evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
 }
 
-static int route_matches(const route *r, const char *path)
+static int route_matches(const route_t *r, const char *path)
 {
     if (r->prefix_len)
         return strncmp(path, r->pattern, r->prefix_len) == 0;
@@ -111,26 +120,116 @@ static void request_id_begin(pl_server *s, struct evhttp_request *req)
                         evhttp_request_get_uri(req), id);
 }
 
-static void server_dispatch(struct evhttp_request *req, void *arg)
+/* A request the connection guard refused: answer it and close. */
+static bool reply_refusal(pl_server *s, struct evhttp_request *req)
 {
-    pl_server *s = arg;
-    request_id_begin(s, req);
-    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
-    const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
-    char *path = raw ? evhttp_uridecode(raw, 0, NULL) : NULL;
-    if (!path) {
-        pl_reply_errorf(req, 400, "invalid_request_error", NULL, NULL, "bad request path");
-        return;
+    int status;
+    const char *code;
+    char msg[256];
+    if (!pl_conn_take_reject(s->conns, req, &status, &code, msg, sizeof msg))
+        return false;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    pl_reply_errorf(req, status, status == 503 ? "server_error" : "invalid_request_error",
+                    NULL, code, "%s", msg);
+    return true;
+}
+
+/* Browsers: a page from another origin gets 403 unless allowed; allowed
+ * origins get CORS headers, and their preflights an answer. Returns true
+ * when the request was answered. */
+static bool check_origin(pl_server *s, struct evhttp_request *req)
+{
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+    const char *origin = evhttp_find_header(in, "Origin");
+    bool preflight = evhttp_request_get_command(req) == EVHTTP_REQ_OPTIONS;
+    if (origin && !pl_auth_origin_allowed(s->auth, origin, evhttp_find_header(in, "Host"))) {
+        pl_reply_errorf(req, 403, "invalid_request_error", NULL, "origin_not_allowed",
+                        "requests from origin '%.200s' are not allowed (see --allowed-origins)",
+                        origin);
+        return true;
     }
+    if (origin) {
+        evhttp_add_header(out, "Access-Control-Allow-Origin", origin);
+        evhttp_add_header(out, "Vary", "Origin");
+        evhttp_add_header(out, "Access-Control-Expose-Headers",
+                          "Retry-After, x-ratelimit-limit-requests, x-ratelimit-remaining-requests, "
+                          "x-ratelimit-reset-requests, x-ratelimit-limit-tokens, "
+                          "x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens");
+    }
+    if (!preflight)
+        return false;
+    const char *want = evhttp_find_header(in, "Access-Control-Request-Headers");
+    evhttp_add_header(out, origin ? "Access-Control-Allow-Methods" : "Allow",
+                      "GET, HEAD, POST, DELETE, OPTIONS");
+    if (origin) {
+        evhttp_add_header(out, "Access-Control-Allow-Headers",
+                          want ? want : "Authorization, Content-Type");
+        evhttp_add_header(out, "Access-Control-Max-Age", "600");
+    }
+    pl_access_end(req, 204);
+    evhttp_send_reply(req, 204, "No Content", NULL);
+    return true;
+}
+
+/* API key and rate limit; everything but /health. */
+static bool check_key(pl_server *s, struct evhttp_request *req, const char *path)
+{
+    s->current_key = 0;
+    if (!strcmp(path, "/health"))
+        return false;
+    struct evkeyvalq *in = evhttp_request_get_input_headers(req);
+    int key = pl_auth_check_key(s->auth, evhttp_find_header(in, "Authorization"));
+    if (key < 0) {
+        struct evkeyvalq *out = evhttp_request_get_output_headers(req);
+        evhttp_add_header(out, "WWW-Authenticate", "Bearer");
+        pl_reply_errorf(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+                        evhttp_find_header(in, "Authorization")
+                            ? "Incorrect API key provided"
+                            : "You didn't provide an API key; send 'Authorization: Bearer KEY'");
+        return true;
+    }
+    s->current_key = key;
+    const char *which = "requests";
+    int wait = pl_auth_admit(s->auth, key, evhttp_request_get_output_headers(req), &which);
+    if (wait > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", wait);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", ra);
+        pl_reply_errorf(req, 429, "requests", NULL, "rate_limit_exceeded",
+                        "Rate limit reached for %s; retry in %d s", which, wait);
+        return true;
+    }
+    return false;
+}
+
+/* Bodies must be JSON: a page cannot send application/json across origins
+ * without a CORS preflight. */
+static bool check_content_type(struct evhttp_request *req)
+{
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    if (m != EVHTTP_REQ_POST && m != EVHTTP_REQ_PUT && m != EVHTTP_REQ_PATCH)
+        return false;
+    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+    size_t n = ct ? strcspn(ct, "; \t") : 0;
+    if (ct && n == 16 && !strncasecmp(ct, "application/json", 16))
+        return false;
+    pl_reply_errorf(req, 415, "invalid_request_error", NULL, "unsupported_media_type",
+                    "request bodies must be 'Content-Type: application/json' (got '%.100s')",
+                    ct ? ct : "");
+    return true;
+}
+
+static void route(pl_server *s, struct evhttp_request *req, const char *path)
+{
     unsigned m = method_bit(evhttp_request_get_command(req));
     unsigned allowed = 0;
     for (int i = 0; i < s->n_routes; i++) {
-        route *r = &s->routes[i];
+        route_t *r = &s->routes[i];
         if (!route_matches(r, path))
             continue;
         if (r->methods & m) {
             r->fn(s, req, path, r->ud);
-            free(path);
             return;
         }
         allowed |= r->methods;
@@ -143,7 +242,58 @@ static void server_dispatch(struct evhttp_request *req, void *arg)
         pl_reply_errorf(req, 404, "invalid_request_error", NULL, "not_found",
                         "no such endpoint: %s", path);
     }
+}
+
+static void server_dispatch(struct evhttp_request *req, void *arg)
+{
+    pl_server *s = arg;
+    request_id_begin(s, req);
+    if (reply_refusal(s, req))
+        return;
+    const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+    const char *raw = uri ? evhttp_uri_get_path(uri) : NULL;
+    size_t len = 0;
+    char *path = raw ? evhttp_uridecode(raw, 0, &len) : NULL;
+    if (!path || strlen(path) != len) {
+        pl_reply_errorf(req, 400, "invalid_request_error", NULL, "invalid_path",
+                        path ? "the request path has an encoded NUL (%%00)" : "bad request path");
+        free(path);
+        return;
+    }
+    if (!check_origin(s, req) && !check_key(s, req, path) && !check_content_type(req))
+        route(s, req, path);
     free(path);
+}
+
+static void status_hook(pl_server *s, json_t *st, void *ud)
+{
+    pl_conns_stats c = pl_conns_get_stats(s->conns);
+    json_object_set_new(st, "http",
+                        json_pack("{s:i, s:I, s:I, s:I, s:I, s:I, s:I}", "open_connections",
+                                  c.open, "accepted", (json_int_t)c.accepted, "refused_busy",
+                                  (json_int_t)c.refused_busy, "rejected_requests",
+                                  (json_int_t)c.rejected, "header_timeouts",
+                                  (json_int_t)c.header_timeouts, "body_timeouts",
+                                  (json_int_t)c.body_timeouts, "streams_stalled_aborted",
+                                  (json_int_t)s->stalled_streams));
+}
+
+static void fill_defaults(pl_server_opts *o)
+{
+    if (o->max_header_bytes <= 0)
+        o->max_header_bytes = 65536;
+    if (o->max_upload_bytes < o->max_body_bytes)
+        o->max_upload_bytes = o->max_body_bytes;
+    if (o->idle_timeout_s <= 0)
+        o->idle_timeout_s = 60;
+    if (o->header_timeout_s <= 0)
+        o->header_timeout_s = 20;
+    if (o->body_timeout_s <= 0)
+        o->body_timeout_s = 60;
+    if (o->max_connections <= 0)
+        o->max_connections = 1000;
+    if (o->stream_stall_timeout_s <= 0)
+        o->stream_stall_timeout_s = 60;
 }
 
 pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
@@ -153,24 +303,37 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
         return NULL;
     s->base = base;
     s->o = *o;
+    fill_defaults(&s->o);
+    s->o.api_keys = NULL;        /* borrowed only for the call */
+    pl_auth_opts ao = {.keys = o->api_keys, .n_keys = o->n_api_keys,
+                         .origins = o->allowed_origins, .rpm = o->rate_limit_rpm,
+                         .tpm = o->rate_limit_tpm};
+    s->auth = pl_auth_new(&ao);
     s->http = evhttp_new(base);
-    if (!s->http) {
-        free(s);
-        return NULL;
-    }
-    /* evhttp's own 413 is HTML; ours is OpenAI JSON. Let evhttp read a bit
-     * past our limit so bodies just over it get our error, while its hard
-     * cap still bounds memory against hostile uploads. */
-    long cap = o->max_body_bytes * 2 + 65536;
-    evhttp_set_max_body_size(s->http, (ev_ssize_t)cap);
+    pl_conns_opts co = {.max_header_bytes = s->o.max_header_bytes,
+                        .max_upload_bytes = s->o.max_upload_bytes,
+                        .idle_timeout_s = s->o.idle_timeout_s,
+                        .header_timeout_s = s->o.header_timeout_s,
+                        .body_timeout_s = s->o.body_timeout_s,
+                        .write_timeout_s = s->o.stream_stall_timeout_s + s->o.idle_timeout_s,
+                        .max_connections = s->o.max_connections};
+    if (!s->auth || !s->http || !(s->conns = pl_conns_new(s->http, base, &co)))
+        goto fail;
+    s->o.allowed_origins = NULL;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_OPTIONS |
                                             EVHTTP_REQ_PATCH);
     evhttp_set_gencb(s->http, server_dispatch, s);
-    evhttp_set_timeout(s->http, 3600);
     s->id_salt = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)s;
+    pl_server_add_status_hook(s, status_hook, NULL);
     return s;
+fail:
+    if (s->http)
+        evhttp_free(s->http);
+    pl_auth_free(s->auth);
+    free(s);
+    return NULL;
 }
 
 void pl_server_free(pl_server *s)
@@ -178,6 +341,8 @@ void pl_server_free(pl_server *s)
     if (!s)
         return;
     evhttp_free(s->http);
+    pl_conns_free(s->conns);
+    pl_auth_free(s->auth);
     for (int i = 0; i < s->n_models; i++) {
         pl_backend_free(s->models[i].backend);
         free(s->models[i].name);
@@ -228,7 +393,7 @@ int pl_server_add_route(pl_server *s, const char *pattern, unsigned methods,
 {
     if (s->n_routes >= MAX_ROUTES)
         return -1;
-    route *r = &s->routes[s->n_routes];
+    route_t *r = &s->routes[s->n_routes];
     size_t n = strlen(pattern);
     r->pattern = strdup(pattern);
     if (!r->pattern)
@@ -312,4 +477,19 @@ void pl_server_new_id(pl_server *s, const char *prefix, char *out, size_t n)
     x ^= x >> 29;
     snprintf(out, n, "%s%016llx%08llx", prefix, (unsigned long long)x,
              (unsigned long long)(s->id_counter & 0xFFFFFFFFull));
+}
+
+int pl_server_current_key(const pl_server *s)
+{
+    return s->current_key;
+}
+
+void pl_server_charge_tokens(pl_server *s, int key, long tokens)
+{
+    pl_auth_charge(s->auth, key, tokens);
+}
+
+void pl_server_count_stall(pl_server *s)
+{
+    s->stalled_streams++;
 }

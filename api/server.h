@@ -41,6 +41,18 @@ typedef struct pl_server_opts {
     long max_body_bytes;         /**< 413 above */
     long stream_buffer_bytes;    /**< per-stream output cap before pausing */
     bool access_log;             /**< one log line per request (access_log.h) */
+    /* Zero fields below take the defaults of the option table. */
+    long max_header_bytes;       /**< 431 above (default 64 KiB) */
+    long max_upload_bytes;       /**< largest body any endpoint takes (>= max_body_bytes) */
+    int idle_timeout_s;          /**< idle keep-alive connections close (default 60) */
+    int header_timeout_s;        /**< a request head must arrive within (default 20) */
+    int body_timeout_s;          /**< a request body must arrive within (default 60) */
+    int max_connections;         /**< 503 past it (default 1000) */
+    int stream_stall_timeout_s;  /**< a stream paused this long is aborted (default 60) */
+    const char *const *api_keys; /**< borrowed during pl_server_new; none: no auth */
+    int n_api_keys;
+    const char *allowed_origins; /**< comma-separated; NULL: none */
+    int rate_limit_rpm, rate_limit_tpm;  /**< per key; 0: none */
 } pl_server_opts;
 
 /** Create a server on base. Returns NULL on error. */
@@ -75,6 +87,14 @@ const pl_server_opts *pl_server_get_opts(const pl_server *s);
 void pl_server_run_status_hooks(pl_server *s, json_t *st);
 /** Run every metrics hook into out (used by GET /metrics). */
 void pl_server_run_metrics_hooks(pl_server *s, struct evbuffer *out);
+
+/** The API key index of the request being routed now (call from a route
+ *  handler, synchronously); 0 when no keys are configured. */
+int pl_server_current_key(const pl_server *s);
+/** Charge tokens a reply used to a key's tokens-per-minute budget. */
+void pl_server_charge_tokens(pl_server *s, int key, long tokens);
+/** Count a stream aborted for stalling (GET /status shows it). */
+void pl_server_count_stall(pl_server *s);
 
 /** A fresh id with the given prefix, e.g. "chatcmpl-" + 24 hex chars. */
 void pl_server_new_id(pl_server *s, const char *prefix, char *out, size_t n);

@@ -12,6 +12,8 @@
 #include <event2/event.h>
 #include <event2/http.h>
 
+#include "api/conn.h"
+
 struct pl_sse {
     struct evhttp_request *req;
     pl_close_watch *watch;
@@ -19,11 +21,14 @@ struct pl_sse {
     long cap;
     bool paused;
     pl_sse_cbs cbs;
+    pl_server *srv;
+    struct event *stall;         /* armed while paused */
 };
 
 struct pl_close_watch {
-    struct evhttp_request *req;  /* a key for the access log only */
+    struct evhttp_request *req;  /* the access log's key; the guard finds the connection by it */
     struct evhttp_connection *conn;
+    bool via_guard;              /* registered with the connection guard */
     struct event *ev;            /* first a delay timer, then the EOF poll */
     evutil_socket_t fd;
     void (*fn)(void *);
@@ -34,22 +39,30 @@ struct pl_close_watch {
  * cost two epoll_ctl calls each. Arm the poll only after this delay. */
 static const struct timeval watch_delay = {0, 20000};
 
-static void watch_free(pl_close_watch *w)
+static void watch_free(pl_close_watch *w, bool closing)
 {
-    evhttp_connection_set_closecb(w->conn, NULL, NULL);
+    if (!w->via_guard)
+        evhttp_connection_set_closecb(w->conn, NULL, NULL);
+    else if (!closing)
+        pl_conn_unwatch(w->req);
     if (w->ev)
         event_free(w->ev);
     free(w);
 }
 
-static void watch_closed(struct evhttp_connection *conn, void *arg)
+static void watch_fire(void *arg)
 {
     pl_close_watch *w = arg;
     void (*fn)(void *) = w->fn;
     void *ud = w->ud;
     pl_access_end(w->req, 499);  /* nginx's "client closed request" */
-    watch_free(w);
+    watch_free(w, true);
     fn(ud);
+}
+
+static void watch_closed(struct evhttp_connection *conn, void *arg)
+{
+    watch_fire(arg);
 }
 
 /* The socket is readable while a request is in progress: EOF or an error
@@ -93,19 +106,22 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
         w->ev = evtimer_new(bufferevent_get_base(bev), watch_arm, w);
         evtimer_add(w->ev, &watch_delay);
     }
-    evhttp_connection_set_closecb(conn, watch_closed, w);
+    w->via_guard = pl_conn_watch(req, watch_fire, w) == 0;
+    if (!w->via_guard)
+        evhttp_connection_set_closecb(conn, watch_closed, w);
     return w;
 }
 
 void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w)
 {
     if (w)
-        watch_free(w);
+        watch_free(w, false);
 }
 
 static void sse_closed(void *arg)
 {
     pl_sse *s = arg;
+    evtimer_del(s->stall);
     s->req = NULL;
     s->watch = NULL;
     s->cbs.on_close(s->cbs.ud);
@@ -126,12 +142,25 @@ static void sse_drained(struct evhttp_connection *conn, void *arg)
     pl_sse *s = arg;
     if (s->paused) {
         s->paused = false;
+        evtimer_del(s->stall);
         if (s->cbs.on_pause)
             s->cbs.on_pause(s->cbs.ud, false);
     }
 }
 
-pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
+/* Paused for the whole stall timeout: the client is not reading. Close
+ * the connection; the close watch tells the owner, which aborts its work
+ * and so frees its slot. */
+static void sse_stalled(evutil_socket_t fd, short what, void *arg)
+{
+    pl_sse *s = arg;
+    if (!s->req || !s->paused)
+        return;
+    pl_server_count_stall(s->srv);
+    evhttp_connection_free(evhttp_request_get_connection(s->req));
+}
+
+pl_sse *pl_sse_start(pl_server *srv, struct evhttp_request *req, long cap, pl_sse_cbs cbs)
 {
     pl_sse *s = calloc(1, sizeof *s);
     if (!s)
@@ -139,8 +168,10 @@ pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
     s->req = req;
     s->cap = cap;
     s->cbs = cbs;
+    s->srv = srv;
     s->buf = evbuffer_new();
-    if (!s->buf)
+    s->stall = evtimer_new(pl_server_base(srv), sse_stalled, s);
+    if (!s->buf || !s->stall)
         goto fail;
     /* Without the watch a client close would leave s->req dangling. */
     s->watch = pl_watch_close(req, sse_closed, s);
@@ -155,6 +186,8 @@ pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs)
 fail:
     if (s && s->buf)
         evbuffer_free(s->buf);
+    if (s && s->stall)
+        event_free(s->stall);
     free(s);
     return NULL;
 }
@@ -173,6 +206,8 @@ void pl_sse_flush(pl_sse *s)
     evhttp_send_reply_chunk_with_cb(s->req, s->buf, sse_drained, s);
     if (!s->paused && (long)pl_sse_pending(s) > s->cap) {
         s->paused = true;
+        struct timeval tv = {pl_server_get_opts(s->srv)->stream_stall_timeout_s, 0};
+        evtimer_add(s->stall, &tv);
         if (s->cbs.on_pause)
             s->cbs.on_pause(s->cbs.ud, true);
     }
@@ -193,12 +228,14 @@ void pl_sse_end(pl_sse *s)
         pl_access_end(s->req, evhttp_request_get_response_code(s->req));
         evhttp_send_reply_end(s->req);
     }
+    event_free(s->stall);
     evbuffer_free(s->buf);
     free(s);
 }
 
 void pl_sse_free_closed(pl_sse *s)
 {
+    event_free(s->stall);
     evbuffer_free(s->buf);
     free(s);
 }

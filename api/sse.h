@@ -14,6 +14,8 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
+#include "api/server.h"
+
 typedef struct pl_sse pl_sse;
 
 typedef struct pl_sse_cbs {
@@ -35,9 +37,11 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
 void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w);
 
 /** Send the 200 headers (text/event-stream) and start the chunked reply.
- *  cap: the most bytes left pending before on_pause(true). Returns NULL on
- *  out-of-memory, with nothing sent: the caller still owns the reply. */
-pl_sse *pl_sse_start(struct evhttp_request *req, long cap, pl_sse_cbs cbs);
+ *  cap: the most bytes left pending before on_pause(true). A stream paused
+ *  for srv's stream_stall_timeout_s is closed (on_close runs) and counted.
+ *  Returns NULL on out-of-memory, with nothing sent: the caller still owns
+ *  the reply. */
+pl_sse *pl_sse_start(pl_server *srv, struct evhttp_request *req, long cap, pl_sse_cbs cbs);
 /** Scratch buffer to compose the next event into (owned by the writer). */
 struct evbuffer *pl_sse_buf(pl_sse *s);
 /** Send what was composed in pl_sse_buf as one chunk, flushed now. */

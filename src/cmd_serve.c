@@ -1,6 +1,7 @@
 /* cmd_serve.c - `parley serve`: load the models and run the HTTP server. */
 #include "src/cmd_serve.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,16 +80,104 @@ static int add_models(pl_server *srv, struct event_base *base, const pl_opts *o,
     return 0;
 }
 
+typedef struct key_list {
+    char **v;
+    int n;
+} key_list;
+
+static int keys_add(key_list *k, const char *s, size_t n)
+{
+    char **v = realloc(k->v, (size_t)(k->n + 1) * sizeof *v);
+    if (!v)
+        return -1;
+    k->v = v;
+    if (!(v[k->n] = strndup(s, n)))
+        return -1;
+    k->n++;
+    return 0;
+}
+
+static void keys_free(key_list *k)
+{
+    for (int i = 0; i < k->n; i++)
+        free(k->v[i]);
+    free(k->v);
+}
+
+/* Keys from --api-key / PARLEY_API_KEY ('\n'-joined) and --api-key-file. */
+static int load_keys(const pl_opts *o, key_list *k)
+{
+    for (const char *p = o->api_key; p && *p;) {
+        size_t n = strcspn(p, "\n");
+        if (n && keys_add(k, p, n) < 0)
+            return -1;
+        p += n + (p[n] == '\n');
+    }
+    if (!o->api_key_file || !*o->api_key_file)
+        return 0;
+    FILE *f = fopen(o->api_key_file, "r");
+    if (!f) {
+        fprintf(stderr, "parley: --api-key-file %s: %s\n", o->api_key_file, strerror(errno));
+        return -1;
+    }
+    char line[4096];
+    int rc = 0, lineno = 0, before = k->n;
+    while (rc == 0 && fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t n = strcspn(line, "\r\n");
+        line[n] = '\0';
+        const char *s = line + strspn(line, " \t");
+        n = strlen(s);
+        while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+            n--;
+        if (!n || *s == '#')
+            continue;
+        if (memchr(s, ' ', n) || memchr(s, '\t', n)) {
+            fprintf(stderr, "parley: %s:%d: an API key cannot contain spaces\n",
+                    o->api_key_file, lineno);
+            rc = -1;
+        } else {
+            rc = keys_add(k, s, n);
+        }
+    }
+    fclose(f);
+    if (rc == 0 && k->n == before) {
+        fprintf(stderr, "parley: --api-key-file %s: no keys in the file\n", o->api_key_file);
+        rc = -1;
+    }
+    return rc;
+}
+
 int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
 {
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
     struct event_base *base = event_base_new();
+    key_list keys = {0};
+    if (load_keys(o, &keys) < 0) {
+        keys_free(&keys);
+        event_base_free(base);
+        return 2;
+    }
     pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
                          .stream_buffer_bytes = o->stream_buffer_bytes,
-                         .access_log = o->access_log};
+                         .access_log = o->access_log,
+                         .max_header_bytes = o->max_header_bytes,
+                         .max_upload_bytes = o->max_job_bytes > o->max_body_bytes
+                                                 ? o->max_job_bytes : o->max_body_bytes,
+                         .idle_timeout_s = o->idle_timeout,
+                         .header_timeout_s = o->header_timeout,
+                         .body_timeout_s = o->body_timeout,
+                         .max_connections = o->max_connections,
+                         .stream_stall_timeout_s = o->stream_stall_timeout,
+                         .api_keys = (const char *const *)keys.v,
+                         .n_api_keys = keys.n,
+                         .allowed_origins = o->allowed_origins,
+                         .rate_limit_rpm = o->rate_limit_rpm,
+                         .rate_limit_tpm = o->rate_limit_tpm};
     pl_server *srv = pl_server_new(base, &so);
+    keys_free(&keys);
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     pl_jobs_api *jobs = NULL;
@@ -103,6 +192,11 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
     jobs = pl_jobs_api_register(srv, o->jobs_dir);
+    if (jobs)
+        pl_jobs_api_set_limits(jobs, &(pl_jobs_api_limits){
+                                         .retention_s = o->job_retention,
+                                         .max_questions = o->max_job_questions,
+                                         .max_bytes = o->max_job_bytes});
     int port = o->port;
     if (pl_server_listen(srv, o->host, &port) < 0) {
         fprintf(stderr, "parley: cannot listen on %s:%d\n", o->host, o->port);

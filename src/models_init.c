@@ -81,13 +81,13 @@ static int split_urls(char *s, char **out, int max)
 
 int pl_models_api_key(const pl_opts *o, const char **key, char *err, size_t errlen)
 {
-    *key = o->api_key;
-    if (!o->api_key_env[0])
+    *key = o->upstream_api_key;
+    if (!o->upstream_api_key_env[0])
         return 0;
-    const char *v = getenv(o->api_key_env);
+    const char *v = getenv(o->upstream_api_key_env);
     if (!v || !*v) {
         snprintf(err, errlen, "api_key_env: the environment variable %s is not set",
-                 o->api_key_env);
+                 o->upstream_api_key_env);
         return -1;
     }
     *key = v;

@@ -74,10 +74,11 @@ const pl_option pl_options[] = {
     OPT("upstream", PL_OPT_URLS, 0, 0, "", NULL, NULL, upstream, M,
         "serve every model this OpenAI-compatible upstream lists (repeatable; upstreams "
         "listing the same model are its replicas)"),
-    OPT("api-key", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key, M,
-        "remote backends: bearer token sent upstream"),
-    OPT("api-key-env", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key_env, M,
-        "remote backends: environment variable holding the bearer token"),
+    OPT("upstream-api-key", PL_OPT_STRING, 0, 0, "", NULL, NULL, upstream_api_key, M,
+        "remote backends: bearer token sent upstream (model config: api_key)"),
+    OPT("upstream-api-key-env", PL_OPT_STRING, 0, 0, "", NULL, NULL, upstream_api_key_env, M,
+        "remote backends: environment variable holding the bearer token (model config: "
+        "api_key_env)"),
     OPT("upstream-model", PL_OPT_STRING, 0, 0, "", NULL, NULL, upstream_model, M,
         "remote backends: the model id at the upstream (default: the model's name, or the "
         "only model it lists)"),
@@ -95,6 +96,35 @@ const pl_option pl_options[] = {
         upstream_health_interval_ms, M, "remote backends: health check period"),
     OPT("upstream-affinity", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, upstream_affinity, M,
         "remote backends: send a conversation back to the replica that served it"),
+    OPT("api-key", PL_OPT_LIST, 0, 0, "", "PARLEY_API_KEY", NULL, api_key, S,
+        "require 'Authorization: Bearer KEY' on every endpoint but /health (repeatable)"),
+    OPT("api-key-file", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key_file, S,
+        "file of API keys, one per line ('#' starts a comment)"),
+    OPT("allowed-origins", PL_OPT_STRING, 0, 0, "", NULL, NULL, allowed_origins, S,
+        "browser origins allowed to call (comma-separated, '*' for any; others get 403)"),
+    OPT("rate-limit-rpm", PL_OPT_INT, 0, 100000000, "0", NULL, NULL, rate_limit_rpm, S,
+        "requests per minute per API key (0 = no limit; 429 above)"),
+    OPT("rate-limit-tpm", PL_OPT_INT, 0, 2000000000, "0", NULL, NULL, rate_limit_tpm, S,
+        "tokens per minute per API key (0 = no limit; 429 above)"),
+    OPT("max-header-bytes", PL_OPT_LONG, 1024, 16777216, "65536", NULL, NULL,
+        max_header_bytes, S, "largest request line + headers (431 above)"),
+    OPT("idle-timeout", PL_OPT_INT, 1, 86400, "60", NULL, NULL, idle_timeout, S,
+        "seconds before an idle keep-alive connection is closed"),
+    OPT("header-timeout", PL_OPT_INT, 1, 3600, "20", NULL, NULL, header_timeout, S,
+        "seconds a request's head may take to arrive (408 after)"),
+    OPT("body-timeout", PL_OPT_INT, 1, 86400, "60", NULL, NULL, body_timeout, S,
+        "seconds a request's body may take to arrive (408 after)"),
+    OPT("max-connections", PL_OPT_INT, 1, 1000000, "1000", NULL, NULL, max_connections, S,
+        "open connections served at once (503 beyond)"),
+    OPT("stream-stall-timeout", PL_OPT_INT, 1, 86400, "60", NULL, NULL, stream_stall_timeout,
+        S, "seconds a stream may stay paused by a client that does not read before it is "
+        "aborted"),
+    OPT("job-retention", PL_OPT_INT, 0, 31536000, "3600", NULL, NULL, job_retention, S,
+        "seconds a finished job stays listed (its files stay on disk)"),
+    OPT("max-job-questions", PL_OPT_INT, 1, 100000000, "100000", NULL, NULL,
+        max_job_questions, S, "most questions in one job"),
+    OPT("max-job-bytes", PL_OPT_LONG, 1024, 1073741824, "67108864", NULL, NULL, max_job_bytes,
+        S, "largest job spec accepted by POST /v1/jobs (413 above)"),
     OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
         log_level, S, "log verbosity"),
     OPT("log-format", PL_OPT_STRING, 0, 0, "text", "PARLEY_LOG_FORMAT", "text|json", log_format,
@@ -117,7 +147,7 @@ static void *opt_field(pl_opts *o, const pl_option *d)
 
 static int opt_is_text(pl_opt_type t)
 {
-    return t == PL_OPT_STRING || t == PL_OPT_URLS;
+    return t == PL_OPT_STRING || t == PL_OPT_URLS || t == PL_OPT_LIST;
 }
 
 /* Add one URL to a comma-separated list (a URL already there is kept once,
@@ -178,6 +208,23 @@ static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err
             return 0;
         }
         return opt_add_url((char **)f, v, err, errlen);
+    case PL_OPT_LIST: {
+        char *old = *(char **)f;
+        size_t ol = old ? strlen(old) : 0, nl = strlen(v);
+        if (!nl)
+            return 0;
+        char *n = malloc(ol + nl + 2);
+        if (!n) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        if (ol)
+            memcpy(n, old, ol), n[ol++] = '\n';
+        memcpy(n + ol, v, nl + 1);
+        free(old);
+        *(char **)f = n;
+        return 0;
+    }
     case PL_OPT_STRING:
         if (d->choices && !opt_in_choices(d->choices, v)) {
             snprintf(err, errlen, "'%s' is not one of %s", v, d->choices);
@@ -362,7 +409,16 @@ static int opt_set_urls_json(pl_opts *o, const pl_option *d, const char *key, js
 int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask,
                      char *err, size_t errlen)
 {
-    const pl_option *d = opt_find(key, strlen(key));
+    /* In a model's mapping, api_key is the key sent to its upstream (the
+     * server's own keys are --api-key). */
+    const char *name = key;
+    if (!(scope_mask & PL_OPT_SERVE) && opt_find(key, strlen(key)) &&
+        (!strcmp(key, "api_key") || !strcmp(key, "api-key")))
+        name = "upstream-api-key";
+    else if (!(scope_mask & PL_OPT_SERVE) &&
+             (!strcmp(key, "api_key_env") || !strcmp(key, "api-key-env")))
+        name = "upstream-api-key-env";
+    const pl_option *d = opt_find(name, strlen(name));
     if (!d || !(d->scope & scope_mask)) {
         snprintf(err, errlen, "unknown key '%s'", key);
         return -1;
@@ -371,7 +427,19 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
     const char *s = text;
     if (d->type == PL_OPT_URLS)
         return opt_set_urls_json(o, d, key, v, err, errlen);
-    if (json_is_string(v) && d->type == PL_OPT_STRING)
+    if (json_is_array(v) && d->type == PL_OPT_LIST) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            char e2[256];
+            if (!json_is_string(x) || opt_set_text(o, d, json_string_value(x), e2, sizeof e2)) {
+                snprintf(err, errlen, "key '%s' must be a list of strings", key);
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (json_is_string(v) && (d->type == PL_OPT_STRING || d->type == PL_OPT_LIST))
         s = json_string_value(v);
     else if (json_is_boolean(v) && d->type == PL_OPT_BOOL)
         s = json_is_true(v) ? "true" : "false";
@@ -381,7 +449,7 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
         snprintf(text, sizeof text, "%.17g", json_real_value(v));
     else {
         static const char *tn[] = {"a string", "an integer", "an integer", "a number",
-                                   "a boolean", "a URL list"};
+                                   "a boolean", "a URL list", "a string or a list of strings"};
         snprintf(err, errlen, "key '%s' must be %s", key, tn[d->type]);
         return -1;
     }
@@ -403,6 +471,8 @@ void pl_opts_print_help(FILE *f, unsigned scope_mask)
         snprintf(lhs, sizeof lhs, d->type == PL_OPT_BOOL ? "--[no-]%s"
                                   : d->type == PL_OPT_URLS ? "--%s URL" : "--%s VALUE",
                  d->name);
+        if (d->type == PL_OPT_LIST)
+            strncat(lhs, " ...", sizeof lhs - strlen(lhs) - 1);
         fprintf(f, "  %-30s %s", lhs, d->help);
         if (d->choices)
             fprintf(f, " [%s]", d->choices);

@@ -48,8 +48,8 @@ typedef struct pl_opts {
     /* remote backend (backends/remote) */
     char *base_url;              /**< comma-separated replica URLs (with /v1) */
     char *upstream;              /**< --upstream URLs, comma-separated */
-    char *api_key;
-    char *api_key_env;           /**< environment variable holding the key */
+    char *upstream_api_key;      /**< sent upstream as a bearer token */
+    char *upstream_api_key_env;  /**< environment variable holding it */
     char *upstream_model;
     int upstream_connect_timeout_ms;
     int upstream_first_token_timeout_ms;
@@ -60,6 +60,18 @@ typedef struct pl_opts {
     char *log_format;            /**< text|json */
     bool access_log;             /**< one line per HTTP request */
     char *jobs_dir;              /**< serve: root of the jobs API's output */
+    /* hardening (api/server.h, api/conn.h, api/access.h) */
+    char *api_key;               /**< keys, '\n'-separated (repeatable option) */
+    char *api_key_file;          /**< one key per line */
+    char *allowed_origins;       /**< comma-separated */
+    int rate_limit_rpm, rate_limit_tpm;
+    long max_header_bytes;
+    int idle_timeout, header_timeout, body_timeout;
+    int max_connections;
+    int stream_stall_timeout;
+    int job_retention;           /**< seconds a finished job stays in memory */
+    int max_job_questions;
+    long max_job_bytes;
 } pl_opts;
 
 typedef enum pl_opt_type {
@@ -71,6 +83,7 @@ typedef enum pl_opt_type {
     PL_OPT_URLS,                 /**< http(s) URLs, comma-separated in the field;
                                       repeating the option adds one, a config
                                       list or string replaces them */
+    PL_OPT_LIST,                 /**< repeatable string: values joined by '\n' */
 } pl_opt_type;
 
 /* Where an option applies. */
