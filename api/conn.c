@@ -89,6 +89,14 @@ static void disarm(conn *c)
     evtimer_del(c->timer);
 }
 
+/* evhttp's read timeout closes idle keep-alive connections silently; while
+ * a request is arriving our own head and body deadlines apply instead. */
+static void idle_timeout_on(conn *c, bool on)
+{
+    struct timeval rd = {c->t->o.idle_timeout_s, 0}, wr = {c->t->o.write_timeout_s, 0};
+    bufferevent_set_timeouts(c->bev, on ? &rd : NULL, &wr);
+}
+
 /* ---- refusals ---- */
 
 static void set_refusal(conn *c, int status, const char *code, const char *msg)
@@ -219,6 +227,7 @@ static void start_body(conn *c, const pl_head_info *hi)
         c->remaining = hi->length;
     } else {
         c->st = F_HEAD;
+        idle_timeout_on(c, true);
         return;
     }
     disarm(c);
@@ -229,6 +238,7 @@ static void end_body(conn *c)
 {
     c->st = F_HEAD;
     disarm(c);
+    idle_timeout_on(c, true);
 }
 
 /* F_HEAD: returns true when a head went through. */
@@ -251,6 +261,7 @@ static bool frame_head(conn *c, struct evbuffer *in)
             reject_at_boundary(c, in, 431, "request_header_fields_too_large", m);
         } else if (evbuffer_get_length(c->stage) && c->tkind == T_NONE) {
             arm(c, T_HEAD, t->o.header_timeout_s);
+            idle_timeout_on(c, false);
         }
         return false;
     }
@@ -264,6 +275,8 @@ static bool frame_head(conn *c, struct evbuffer *in)
     move(c, in, h);
     if (c->tkind == T_HEAD)
         disarm(c);
+    else
+        idle_timeout_on(c, false);
     start_body(c, &hi);
     return true;
 }
@@ -412,8 +425,7 @@ static bool conn_attach(conn *c)
     int one = 1;
     if (fd >= 0)
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    struct timeval rd = {t->o.idle_timeout_s, 0}, wr = {t->o.write_timeout_s, 0};
-    bufferevent_set_timeouts(c->bev, &rd, &wr);
+    idle_timeout_on(c, true);
     c->counted = true;
     t->st.open++;
     t->st.accepted++;

@@ -88,13 +88,20 @@ static int check_unsupported(json_t *body, pl_err *err)
 }
 
 /* content: a string, or an array of {type:"text", text} parts. */
-static int parse_content(pl_oai_params *p, json_t *c, int i, const char **out, pl_err *err)
+static int parse_content(pl_oai_params *p, json_t *msg, int i, const char **out, pl_err *err)
 {
+    json_t *c = json_object_get(msg, "content");
     char param[64];
     snprintf(param, sizeof param, "messages[%d].content", i);
     if (!c || json_is_null(c)) {
-        *out = "";
-        return 0;
+        /* OpenAI allows a missing content only on an assistant message
+         * that carries tool calls. */
+        const char *role = json_string_value(json_object_get(msg, "role"));
+        if (role && !strcmp(role, "assistant") && json_object_get(msg, "tool_calls")) {
+            *out = "";
+            return 0;
+        }
+        return INVALID(param, "'%s' is required: a string or an array of text parts", param);
     }
     if (json_is_string(c)) {
         *out = json_string_value(c);
@@ -158,7 +165,7 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
                               "'%s': role '%s' is not supported (system, user, assistant, "
                               "developer)", param, r);
         p->messages[i].role = strcmp(r, "developer") ? r : "system";
-        if (parse_content(p, json_object_get(msg, "content"), i, &p->messages[i].content,
+        if (parse_content(p, msg, i, &p->messages[i].content,
                           err) < 0)
             return -1;
     }

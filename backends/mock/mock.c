@@ -32,6 +32,9 @@ typedef struct mock_req {
     int paused, running;
     char *text;          /* produced text not yet emitted */
     size_t text_len, text_cap;
+    char word[128];      /* the last token's text, for its logprobs */
+    pl_token_logprob lp; /* the last token's logprobs (when asked) */
+    pl_top_logprob top[PL_MAX_TOP_LOGPROBS];
     struct mock_req *qnext;   /* FIFO of requests waiting for capacity */
 } mock_req;
 
@@ -230,12 +233,32 @@ static int mock_deliver(mock_req *r, const pl_delta *d)
 
 /* Emit what may be emitted; returns 1 if a stop string ended the request,
  * -1 if the sink aborted it (r is gone). */
+/* Deterministic logprobs for the token just produced: the token's own
+ * log-probability comes from its hash (in [-2.5, -0.05]); the alternatives
+ * are the chosen token first, then vocabulary words 0.75 nats apart, so
+ * the list is sorted and the chosen token is the most likely. */
+static const pl_token_logprob *mock_logprobs(mock_req *r, int32_t tok)
+{
+    if (!r->sp.logprobs)
+        return NULL;
+    float lp = -0.05f - (float)(tok % 100) * 0.0245f;
+    r->lp = (pl_token_logprob){.token = r->word, .token_len = strlen(r->word), .logprob = lp,
+                               .n_top = r->sp.top_logprobs, .top = r->top};
+    for (int k = 0; k < r->sp.top_logprobs && k < PL_MAX_TOP_LOGPROBS; k++) {
+        const char *w = k == 0 ? r->word : mock_words[(tok + k) % MOCK_NWORDS];
+        r->top[k] = (pl_top_logprob){.token = w, .token_len = strlen(w),
+                                     .logprob = lp - 0.75f * (float)k};
+    }
+    return &r->lp;
+}
+
 static int mock_emit(mock_req *r, int32_t tok)
 {
     bool stopped;
     size_t n = pl_stopstr_scan(r->text, r->text_len, r->sp.stop, r->sp.n_stop, &stopped);
     if (n > 0 || tok >= 0) {
-        pl_delta d = {.text = r->text, .len = n, .tokens = &tok, .n_tokens = tok >= 0};
+        pl_delta d = {.text = r->text, .len = n, .tokens = &tok, .n_tokens = tok >= 0,
+                      .logprobs = tok >= 0 ? mock_logprobs(r, tok) : NULL};
         if (mock_deliver(r, &d) < 0)
             return -1;
     }
@@ -263,6 +286,7 @@ static int mock_step(mock_req *r)
         return 1;
     }
     int32_t tok = (int32_t)(mock_hash(word, 1469598103934665603ull) & 0x7FFF);
+    memcpy(r->word, word, (size_t)wl + 1);
     r->produced++;
     mock_text_append(r, word, (size_t)wl);
     int rc = mock_emit(r, tok);
@@ -346,6 +370,17 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
             last_user = req->messages[i].content;
     }
     r->prompt_tokens += mock_count_words(req->prompt) + req->n_prompt_tokens;
+    /* As the engine: a prompt that fills the context is refused; the
+     * completion stops where the context ends (finish "length"). */
+    int room = mb->o.max_model_len - r->prompt_tokens;
+    if (room <= 0) {
+        int pt = r->prompt_tokens;
+        mock_req_free(r);
+        return pl_err_set(err, 400, "invalid_request_error",
+                          req->messages ? "messages" : "prompt", "context_length_exceeded",
+                          "prompt has %d tokens; this model takes 1 to %d", pt,
+                          mb->o.max_model_len - 1);
+    }
     r->rng = req->sampling.has_seed ? req->sampling.seed ^ h : h;
     char *forced = mock_constrained_text(&req->sampling, &r->rng, err);
     if (forced == (char *)-1) {
@@ -357,11 +392,17 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     else if (mb->o.echo)
         r->echo = strdup(last_user ? last_user : "");
     r->limit = req->sampling.max_tokens;
+    if (r->limit > room)
+        r->limit = room;             /* finishes with "length" */
     if (forced && r->limit <= 0) {
-        r->limit = 1 << 20;       /* the forced text ends it */
+        r->limit = room;          /* the forced text ends it, or the context */
     } else if (r->limit <= 0) {
         r->limit = 8 + (int)(mock_rand(&r->rng) % 24);
         r->natural_stop = 1;
+        if (r->limit > room) {           /* the context ends first */
+            r->limit = room;
+            r->natural_stop = 0;
+        }
     }
     r->timer = evtimer_new(b->base, mock_tick, r);
     mb->counts.submitted++;
@@ -511,7 +552,7 @@ pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o)
     if (mb->o.capacity < 1)
         mb->o.capacity = 1;
     if (mb->o.max_model_len <= 0)
-        mb->o.max_model_len = 4096;
+        mb->o.max_model_len = 1 << 20;  /* --max-model-len sets a real one */
     return &mb->base;
 }
 

@@ -14,10 +14,10 @@ def parley_bin():
 
 
 class Server:
-    def __init__(self, *args):
+    def __init__(self, *args, env=None):
         self.proc = subprocess.Popen(
             [parley_bin(), "serve", "--host", "127.0.0.1", "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=sys.stderr, text=True)
+            stdout=subprocess.PIPE, stderr=sys.stderr, text=True, env=env)
         line = self.proc.stdout.readline()
         if "listening on" not in line:
             self.stop()
