@@ -32,9 +32,26 @@ static void reply_problems(struct evhttp_request *req, const pl_spec_problems *p
     pl_reply_json(req, 400, json_pack("{s:o}", "error", err));
 }
 
-/* Map the spec's models onto served models; reports unknown names. */
+/* The served model's gate, shared by every job on it (made on first use
+ * for a model added after the API). NULL on OOM. */
+static pl_model_gate *gate_of(pl_jobs_api *a, pl_model_entry *e)
+{
+    if (e->gate)
+        return e->gate;
+    pl_model_gate **v = realloc(a->gates, (size_t)(a->n_gates + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    a->gates = v;
+    e->gate = pl_model_gate_new(e->backend, pl_server_get_opts(a->srv)->interactive_reserve);
+    if (e->gate)
+        a->gates[a->n_gates++] = e->gate;
+    return e->gate;
+}
+
+/* Map the spec's models onto served models and their gates; reports
+ * unknown names. */
 static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
-                          pl_spec_problems *p)
+                          pl_model_gate **gs, pl_spec_problems *p)
 {
     for (int m = 0; m < s->n_models; m++) {
         pl_model_entry *e = pl_server_find_model(a->srv, s->models[m].name);
@@ -43,6 +60,8 @@ static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
         if (!e)
             pl_spec_problems_add(p, path, "model '%s' is not served here (see GET /v1/models)",
                                  s->models[m].name);
+        else if (!(gs[m] = gate_of(a, e)))
+            pl_spec_problems_add(p, path, "out of memory");
         else
             bs[m] = e->backend;
     }
@@ -178,8 +197,9 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
 {
     pl_spec_problems p = {0};
     pl_backend **bs = calloc((size_t)spec->n_models, sizeof *bs);
+    pl_model_gate **gs = calloc((size_t)spec->n_models, sizeof *gs);
     pl_job *j = NULL;
-    if (!bs || resolve_models(a, spec, bs, &p) < 0) {
+    if (!bs || !gs || resolve_models(a, spec, bs, gs, &p) < 0) {
         if (p.n)
             reply_problems(req, &p);
         else
@@ -194,7 +214,7 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
     char id[64], err[256];
     pl_server_new_id(a->srv, "job-", id, sizeof id);
     pl_job_opts o = {.base = pl_server_base(a->srv), .io = a->io, .id = id,
-                     .output_root = a->root, .backends = bs,
+                     .output_root = a->root, .backends = bs, .gates = gs,
                      .on_finished = on_job_finished, .ud = a};
     j = pl_job_new(spec, &o, err, sizeof err);
     if (j && add_job(a, j) < 0) {
@@ -210,6 +230,7 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
     }
 done:
     free(bs);
+    free(gs);
     pl_spec_problems_free(&p);
     pl_job_spec_free(spec);
     return j;
@@ -370,6 +391,10 @@ static void status_hook(pl_server *s, json_t *status, void *ud)
             json_array_append_new(done, api_job_json(a->jobs[i], 0));
     json_object_set_new(status, "jobs", jobs);
     json_object_set_new(status, "finished_jobs", done);
+    json_t *slots = json_array();
+    for (int i = 0; i < a->n_gates; i++)
+        json_array_append_new(slots, pl_model_gate_json(a->gates[i]));
+    json_object_set_new(status, "model_slots", slots);
 }
 
 pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
@@ -386,6 +411,13 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
         pl_jobs_api_free(a);
         return NULL;
     }
+    /* Every served model gets its gate now, so OpenAI requests count in it
+     * from the start. */
+    for (int i = 0; i < pl_server_n_models(s); i++)
+        if (!gate_of(a, pl_server_model(s, i))) {
+            pl_jobs_api_free(a);
+            return NULL;
+        }
     pl_server_add_route(s, "/v1/jobs", PL_HTTP_GET | PL_HTTP_POST, jobs_root, a);
     pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE, jobs_item, a);
     pl_server_add_status_hook(s, status_hook, a);
@@ -410,6 +442,11 @@ void pl_jobs_api_free(pl_jobs_api *a)
         free(a->forgotten[i].dir);
     }
     free(a->forgotten);
+    for (int i = 0; i < pl_server_n_models(a->srv); i++)
+        pl_server_model(a->srv, i)->gate = NULL;
+    for (int i = 0; i < a->n_gates; i++)
+        pl_model_gate_free(a->gates[i]);
+    free(a->gates);
     pl_io_pool_free(a->io);
     free(a->root);
     free(a);

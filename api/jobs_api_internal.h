@@ -41,6 +41,8 @@ struct pl_jobs_api {
     pl_jobs_api_limits lim;
     forgotten_job *forgotten;    /* a ring of FORGOTTEN_MAX */
     long n_forgotten;
+    pl_model_gate **gates;       /* one per served model, on its entry too */
+    int n_gates;
 };
 
 /** GET /v1/jobs/{id}/events: start an SSE stream on req. */

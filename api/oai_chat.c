@@ -18,6 +18,7 @@
 #include "api/respond.h"
 #include "api/sse.h"
 #include "src/base/log.h"
+#include "src/jobs/model_gate.h"
 
 typedef struct oai_call oai_call;
 
@@ -66,12 +67,22 @@ static void call_free(oai_call *c)
     free(c);
 }
 
+/* A choice in flight counts on the model's gate, so jobs leave it room. */
+static void choice_set_active(oai_call *c, oai_choice *ch, bool active)
+{
+    if (ch->active == active)
+        return;
+    ch->active = active;
+    if (c->model->gate)
+        pl_model_gate_interactive(c->model->gate, active ? 1 : -1);
+}
+
 static void call_abort_all(oai_call *c)
 {
     for (int i = 0; i < c->p.n; i++) {
         if (c->choices[i].active) {
-            c->choices[i].active = false;
             pl_backend_abort(c->model->backend, c->choices[i].id);
+            choice_set_active(c, &c->choices[i], false);
         }
     }
 }
@@ -180,7 +191,7 @@ static void on_done(void *ud, const pl_result *r)
 {
     oai_choice *ch = ud;
     oai_call *c = ch->call;
-    ch->active = false;
+    choice_set_active(c, ch, false);
     ch->finish = r->finish;
     c->usage.completion_tokens += r->completion_tokens;
     if (ch->index == 0 || !c->usage.prompt_tokens) {
@@ -275,7 +286,7 @@ static int call_submit(oai_call *c, pl_err *err)
         pl_sink sink = {on_delta, on_done, ch};
         if (pl_backend_submit(c->model->backend, &r, sink, &ch->id, err) < 0)
             goto fail;
-        ch->active = true;
+        choice_set_active(c, ch, true);
     }
     return 0;
 fail:

@@ -361,6 +361,7 @@ int pl_server_add_model(pl_server *s, const char *name, pl_backend *b)
     if (!m)
         return -1;
     s->models = m;
+    memset(&m[s->n_models], 0, sizeof *m);
     m[s->n_models].name = strdup(name);
     if (!m[s->n_models].name)
         return -1;

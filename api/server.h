@@ -17,9 +17,14 @@
 typedef struct pl_server pl_server;
 
 /** A served model: the name clients use and the backend behind it. */
+struct pl_model_gate;
+
 typedef struct pl_model_entry {
     char *name;                  /**< owned */
     pl_backend *backend;         /**< owned by the server */
+    /** The model's slots across jobs and interactive requests (owned by
+     *  the jobs API; NULL without one): OpenAI requests count in it. */
+    struct pl_model_gate *gate;
     int64_t created;             /**< unix time the model was loaded */
 } pl_model_entry;
 
@@ -41,6 +46,8 @@ typedef struct pl_server_opts {
     long max_body_bytes;         /**< 413 above */
     long stream_buffer_bytes;    /**< per-stream output cap before pausing */
     bool access_log;             /**< one log line per request (access_log.h) */
+    int interactive_reserve;     /**< slots jobs leave to OpenAI requests on
+                                      each model; -1: 10% of its capacity */
     /* Zero fields below take the defaults of the option table. */
     long max_header_bytes;       /**< 431 above (default 64 KiB) */
     long max_upload_bytes;       /**< largest body any endpoint takes (>= max_body_bytes) */

@@ -519,6 +519,16 @@ int pl_conv_sched_start(pl_conv_sched *s, int conv)
     return 0;
 }
 
+/* Move a ready request to in-flight. */
+static pl_conv_req *take(pl_conv_sched *s, pl_conv_req *r)
+{
+    unqueue(s, r);
+    r->pool = PL_CONV_POOL_INFLIGHT;
+    list_push(&s->inflight, r);
+    s->model[r->model].inflight++;
+    return r;
+}
+
 pl_conv_req *pl_conv_sched_dispatch(pl_conv_sched *s)
 {
     pl_conv_req *best = NULL;
@@ -530,13 +540,22 @@ pl_conv_req *pl_conv_sched_dispatch(pl_conv_sched *s)
             (!best || req_less(s, ms->heap.v[0], best)))
             best = ms->heap.v[0];
     }
-    if (!best)
-        return NULL;
-    unqueue(s, best);
-    best->pool = PL_CONV_POOL_INFLIGHT;
-    list_push(&s->inflight, best);
-    s->model[best->model].inflight++;
-    return best;
+    return best ? take(s, best) : NULL;
+}
+
+bool pl_conv_sched_can_dispatch(const pl_conv_sched *s, int m)
+{
+    if (m < 0 || m >= s->n_models)
+        return false;
+    const model_state *ms = &s->model[m];
+    if (s->policy == PL_CONV_POLICY_NAIVE && s->inflight.n > 0)
+        return false;
+    return ms->heap.n > 0 && ms->inflight < ms->capacity;
+}
+
+pl_conv_req *pl_conv_sched_dispatch_model(pl_conv_sched *s, int m)
+{
+    return pl_conv_sched_can_dispatch(s, m) ? take(s, s->model[m].heap.v[0]) : NULL;
 }
 
 static unsigned complete_ok(pl_conv_sched *s, conv_state *c, int conv, int agent)

@@ -146,6 +146,13 @@ int pl_conv_sched_start(pl_conv_sched *s, int conversation);
  *  it; NULL when none can go. Loop until NULL. */
 pl_conv_req *pl_conv_sched_dispatch(pl_conv_sched *s);
 
+/** The same for one model only: its best ready request if the model has a
+ *  free slot (a caller sharing the model across schedulers decides when),
+ *  NULL otherwise. */
+pl_conv_req *pl_conv_sched_dispatch_model(pl_conv_sched *s, int model);
+/** Would pl_conv_sched_dispatch_model return a request? */
+bool pl_conv_sched_can_dispatch(const pl_conv_sched *s, int model);
+
 /** Apply the outcome of an in-flight request and recycle it (r is invalid
  *  afterwards). Returns PL_CONV_EV_* flags. */
 unsigned pl_conv_sched_complete(pl_conv_sched *s, pl_conv_req *r,

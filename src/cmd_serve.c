@@ -161,6 +161,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
         return 2;
     }
     pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
+                         .interactive_reserve = o->interactive_reserve,
                          .stream_buffer_bytes = o->stream_buffer_bytes,
                          .access_log = o->access_log,
                          .max_header_bytes = o->max_header_bytes,

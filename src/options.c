@@ -125,6 +125,9 @@ const pl_option pl_options[] = {
         max_job_questions, S, "most questions in one job"),
     OPT("max-job-bytes", PL_OPT_LONG, 1024, 1073741824, "67108864", NULL, NULL, max_job_bytes,
         S, "largest job spec accepted by POST /v1/jobs (413 above)"),
+    OPT("interactive-reserve", PL_OPT_INT, -1, 65536, "-1", NULL, NULL, interactive_reserve,
+        S, "slots of each model that jobs leave free for OpenAI requests (-1: 10% of the "
+        "capacity, rounded up; in-flight OpenAI requests always count against jobs)"),
     OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
         log_level, S, "log verbosity"),
     OPT("log-format", PL_OPT_STRING, 0, 0, "text", "PARLEY_LOG_FORMAT", "text|json", log_format,

@@ -44,6 +44,7 @@ typedef struct pl_opts {
     bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
     double gpu_memory_utilization;
     bool cuda_graphs;
+    int interactive_reserve;     /**< -1: 10% of each model's capacity */
     char *log_level;
     /* remote backend (backends/remote) */
     char *base_url;              /**< comma-separated replica URLs (with /v1) */

@@ -418,6 +418,8 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
             mb->qhead = r;
         mb->qtail = r;
         mb->counts.queued++;
+        if (mb->counts.queued > mb->counts.queued_peak)
+            mb->counts.queued_peak = mb->counts.queued;
     }
     return 0;
 }

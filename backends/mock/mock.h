@@ -27,6 +27,7 @@ pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o);
 typedef struct pl_mock_counts {
     uint64_t submitted, completed, aborted;
     int active, queued, paused;
+    int queued_peak;             /**< most requests ever waiting for capacity */
 } pl_mock_counts;
 
 /** Counters, for tests (b must be a mock backend). */

@@ -203,7 +203,7 @@ static const char *const top_keys[] = {
     "experiment", "experiment_name", "models", "model_definitions", "agents",
     "agent_definitions", "num_rounds", "max_retries", "questions",
     "questions_file", "validation", "output_dir", "sampling", "description",
-    "metadata", NULL,
+    "metadata", "weight", NULL,
 };
 
 static void parse_top(spec_ctx *c, json_t *root)
@@ -221,6 +221,12 @@ static void parse_top(spec_ctx *c, json_t *root)
     s->max_retries = 2;
     spec_int(c, "", "max_retries", json_object_get(root, "max_retries"), 0, 100,
              &s->max_retries);
+    s->weight = 1;
+    json_t *w = json_object_get(root, "weight");
+    if (w && (!json_is_number(w) || !(json_number_value(w) > 0) || json_number_value(w) > 1e6))
+        spec_problem(c, "", "weight", "must be a number > 0 and <= 1e6 (default 1)");
+    else if (w)
+        s->weight = json_number_value(w);
     json_t *od = json_object_get(root, "output_dir");
     if (od && !c->src->base_dir)
         spec_problem(c, "", "output_dir", "not accepted over HTTP: the server chooses where jobs are written");

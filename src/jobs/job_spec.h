@@ -15,6 +15,7 @@
  *       speak_after_within_round: [spkr_000]  # also under role_specific_config
  *   num_rounds: 3
  *   max_retries: 2
+ *   weight: 1                       # share of a model against other jobs
  *   questions: [{id, text, choices: [...], answer, metadata}]
  *   questions_file: q.jsonl         # CLI only, relative to the job file
  *   validation: {enabled: true, extract_regex: "...", agents: [ids]}
@@ -72,6 +73,8 @@ typedef struct pl_job_spec {
     pl_job_agent *agents;
     int num_rounds;
     int max_retries;
+    double weight;               /**< share of each model across jobs (> 0,
+                                      default 1) */
     int n_questions;
     pl_job_question *questions;
     bool validation;             /**< answers must be one of the choices */

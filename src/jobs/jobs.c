@@ -47,9 +47,39 @@ static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends,
         int cap = pl_backend_capacity(backends[m]);
         if (s->models[m].max_num_seqs > 0 && s->models[m].max_num_seqs < cap)
             cap = s->models[m].max_num_seqs;
-        pl_conv_sched_set_capacity(sc, m, cap);
+        pl_conv_sched_set_capacity(sc, m, cap);   /* the job's own bound */
     }
     return sc;
+}
+
+/* Join each model's gate: the served model's (shared with other jobs), or
+ * our own when the caller has none. */
+static int join_gates(pl_job *j, pl_model_gate **shared)
+{
+    j->gates = calloc((size_t)j->n_models, sizeof *j->gates);
+    j->gate_id = malloc((size_t)j->n_models * sizeof *j->gate_id);
+    if (!j->gates || !j->gate_id)
+        return -1;
+    j->own_gates = !shared;
+    for (int m = 0; m < j->n_models; m++) {
+        j->gate_id[m] = -1;
+        j->gates[m] = shared ? shared[m] : pl_model_gate_new(j->backends[m], 0);
+        if (!j->gates[m])
+            return -1;
+        j->gate_id[m] = model_gate_join(j->gates[m], j, m, j->spec.weight, 0);
+        if (j->gate_id[m] < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void leave_gates(pl_job *j)
+{
+    for (int m = 0; j->gates && j->gate_id && m < j->n_models; m++) {
+        if (j->gates[m] && j->gate_id[m] >= 0)
+            model_gate_leave(j->gates[m], j->gate_id[m]);
+        j->gate_id[m] = -1;
+    }
 }
 
 pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
@@ -81,6 +111,10 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
     j->policy = o->policy;
     if (!(j->sched = make_sched(&j->spec, j->backends, o->policy))) {
         snprintf(err, errlen, "invalid scheduler configuration");
+        goto fail;
+    }
+    if (join_gates(j, o->gates) < 0) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
     }
     return j;
@@ -250,7 +284,7 @@ static bool transient(const pl_result *r)
            (r->error->status == 429 || (r->error->status >= 502 && r->error->status <= 504));
 }
 
-static void submit_req(pl_job *j, pl_conv_req *cr)
+static void submit_req(pl_job *j, pl_conv_req *cr, double charged)
 {
     int q = cr->conversation;
     job_req *jr = calloc(1, sizeof *jr);
@@ -259,12 +293,14 @@ static void submit_req(pl_job *j, pl_conv_req *cr)
     job_conv *c = j->conv[q];
     if (!jr || !c || (cr->attempt == 0 && open_round(j, c, cr) < 0)) {
         free(jr);
+        model_gate_completed(j->gates[cr->model], j->gate_id[cr->model], 0, charged);
         if (pl_conv_sched_complete(j->sched, cr, PL_CONV_ERROR) & PL_CONV_EV_FAILED)
             finish_conv(j, q, false, "out of memory building the prompt");
         return;
     }
     jr->job = j;
     jr->cr = cr;
+    jr->charged = charged;
     cr->ud = jr;
     pl_err err = {0};
     emit_msg(j, PL_JOB_EV_MESSAGE_STARTED, cr, NULL, 0, -1, false);
@@ -272,15 +308,27 @@ static void submit_req(pl_job *j, pl_conv_req *cr)
         complete_req(j, jr, err.message[0] ? err.message : "backend refused the request");
 }
 
+bool job_can_dispatch(const pl_job *j, int m)
+{
+    return j->state == PL_JOB_RUNNING && pl_conv_sched_can_dispatch(j->sched, m);
+}
+
+/* The gate gave us a slot on model m: our best ready request takes it. */
+void job_dispatch_one(pl_job *j, int m)
+{
+    pl_conv_req *cr = pl_conv_sched_dispatch_model(j->sched, m);
+    if (cr)
+        submit_req(j, cr, model_gate_dispatched(j->gates[m], j->gate_id[m]));
+}
+
+/* Offer every model we use to its gate: a slot goes to whichever job's
+ * turn it is, ours or another's. */
 static void job_pump(pl_job *j)
 {
-    if (j->pumping || j->state != PL_JOB_RUNNING)
+    if (j->state != PL_JOB_RUNNING)
         return;
-    j->pumping = true;
-    pl_conv_req *cr;
-    while ((cr = pl_conv_sched_dispatch(j->sched)))
-        submit_req(j, cr);
-    j->pumping = false;
+    for (int m = 0; m < j->n_models; m++)
+        model_gate_pump(j->gates[m]);
 }
 
 static void on_delta(void *ud, const pl_delta *d)
@@ -372,6 +420,9 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     pl_conv_outcome o = error ? PL_CONV_ERROR : (need && ans < 0) ? PL_CONV_INVALID : PL_CONV_OK;
     if (live)
         record_attempt(c, j, jr, ans, o == PL_CONV_OK, error);
+    int fresh = jr->prompt_tokens - jr->cached_tokens;
+    model_gate_completed(j->gates[saved.model], j->gate_id[saved.model],
+                         (double)jr->completion_tokens + (fresh > 0 ? fresh : 0), jr->charged);
     unsigned flags = pl_conv_sched_complete(j->sched, jr->cr, o);
     char *text = jr->text ? jr->text : strdup("");
     free(jr);
@@ -405,6 +456,8 @@ static void abort_conv_inflight(pl_job *j, int q)
         job_req *jr = r->ud;
         if (jr)
             pl_backend_abort(j->backends[r->model], jr->backend_id);
+        model_gate_completed(j->gates[r->model], j->gate_id[r->model], 0,
+                             jr ? jr->charged : 0);
         pl_conv_sched_complete(j->sched, r, PL_CONV_ERROR);
         if (jr)
             free(jr->text);
@@ -451,6 +504,7 @@ void job_check_finished(pl_job *j)
     if (j->state == PL_JOB_RUNNING)
         j->state = PL_JOB_COMPLETED;
     j->finished_called = true;
+    leave_gates(j);
     pl_job_event ev = {.kind = PL_JOB_EV_JOB_COMPLETED, .answer = -1, .error = j->error};
     job_emit(j, &ev);
     if (j->on_finished)
@@ -483,6 +537,11 @@ void pl_job_free(pl_job *j)
     j->finished_called = true;           /* no callbacks from here on */
     pl_job_cancel(j);
     job_save_drain(j);
+    leave_gates(j);
+    for (int m = 0; j->own_gates && j->gates && m < j->n_models; m++)
+        pl_model_gate_free(j->gates[m]);
+    free(j->gates);
+    free(j->gate_id);
     for (int q = 0; j->conv && q < j->spec.n_questions; q++)
         job_conv_free(j->conv[q], &j->spec);
     free(j->conv);

@@ -17,6 +17,7 @@
 #include "backends/backend.h"
 #include "src/base/io_pool.h"
 #include "src/jobs/job_spec.h"
+#include "src/jobs/model_gate.h"
 
 struct event_base;
 
@@ -66,6 +67,9 @@ typedef struct pl_job_opts {
     const char *id;              /**< job id (copied) */
     const char *output_root;     /**< used when the spec has no output_dir */
     pl_backend **backends;       /**< one per spec model, borrowed */
+    /** One per spec model (borrowed): the served model's gate, shared with
+     *  every other job on it. NULL: the job makes its own (no reserve). */
+    pl_model_gate **gates;
     /** Dispatch policy (benchmark baselines); 0 is parley's scheduler. */
     int policy;                  /**< pl_conv_policy */
     /** Called once when the job leaves RUNNING/STARTING (may be NULL). */

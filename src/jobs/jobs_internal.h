@@ -4,6 +4,7 @@
 
 #include "schedulers/conversation.h"
 #include "src/jobs/jobs.h"
+#include "src/jobs/model_gate.h"
 #include "src/jobs/persist.h"
 
 /* One agent's append-only message list in one conversation. */
@@ -27,6 +28,7 @@ typedef struct job_req {
     struct pl_job *job;
     pl_conv_req *cr;
     uint64_t backend_id;
+    double charged;              /* service charged by the model's gate */
     char *text;                  /* the reply so far */
     size_t len, cap;
     int completion_tokens, prompt_tokens, cached_tokens;
@@ -57,6 +59,9 @@ struct pl_job {
     struct event_base *base;
     pl_io_pool *io;
     pl_backend **backends;
+    pl_model_gate **gates;       /* one per model: shared, or own_gates */
+    int *gate_id;                /* our client id in each gate, -1: none */
+    bool own_gates;
     int n_models;
     char *output_root;
     void (*on_finished)(void *, pl_job *);
@@ -83,7 +88,6 @@ struct pl_job {
     int n_subs, next_sub, token_subs;
     pl_chat_message *scratch;    /* prompt array for submit */
     int scratch_cap;
-    bool pumping;
 };
 
 /* jobs_state.c */
@@ -106,5 +110,15 @@ void job_flush(pl_job *j);
 void job_save_drain(pl_job *j);
 /* jobs.c */
 void job_check_finished(pl_job *j);
+/** The gate's callbacks: may the job dispatch on model m now; do it. */
+bool job_can_dispatch(const pl_job *j, int m);
+void job_dispatch_one(pl_job *j, int m);
+
+/* model_gate.c */
+int model_gate_join(pl_model_gate *g, pl_job *j, int model, double weight, int cap);
+void model_gate_leave(pl_model_gate *g, int id);
+void model_gate_pump(pl_model_gate *g);
+double model_gate_dispatched(pl_model_gate *g, int id);
+void model_gate_completed(pl_model_gate *g, int id, double cost, double charged);
 
 #endif
