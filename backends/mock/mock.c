@@ -135,6 +135,18 @@ static void mock_req_free(mock_req *r)
 
 /* ---- the FIFO of requests waiting for capacity ---- */
 
+static void mock_enqueue(mock_backend *mb, mock_req *r)
+{
+    if (mb->qtail)
+        mb->qtail->qnext = r;
+    else
+        mb->qhead = r;
+    mb->qtail = r;
+    mb->counts.queued++;
+    if (mb->counts.queued > mb->counts.queued_peak)
+        mb->counts.queued_peak = mb->counts.queued;
+}
+
 static void mock_schedule(mock_req *r)
 {
     struct timeval tv = {r->mb->o.token_delay_ms / 1000,
@@ -412,14 +424,7 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
         mb->counts.active++;
         mock_schedule(r);
     } else {
-        if (mb->qtail)
-            mb->qtail->qnext = r;
-        else
-            mb->qhead = r;
-        mb->qtail = r;
-        mb->counts.queued++;
-        if (mb->counts.queued > mb->counts.queued_peak)
-            mb->counts.queued_peak = mb->counts.queued;
+        mock_enqueue(mb, r);
     }
     return 0;
 }
