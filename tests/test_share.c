@@ -49,8 +49,7 @@ Test(share, jobs_leave_the_reserve_and_back_off_for_interactive)
 
 /* Simulate a saturated model: each completion frees a slot that pick
  * gives away; every request costs 10 tokens. */
-static void simulate(pl_share *s, const int *ids, int n_ids, int rounds,
-                     uint64_t *served)
+static void simulate(pl_share *s, int rounds, uint64_t *served)
 {
     bool ready[8] = {true, true, true, true, true, true, true, true};
     int queue[64], head = 0, tail = 0, id;
@@ -69,8 +68,6 @@ static void simulate(pl_share *s, const int *ids, int n_ids, int rounds,
             queue[tail++ % 64] = id;
         }
     }
-    (void)ids;
-    (void)n_ids;
 }
 
 Test(share, weighted_least_attained_service)
@@ -78,7 +75,7 @@ Test(share, weighted_least_attained_service)
     pl_share *s = pl_share_new(8, 0);
     int ids[3] = {pl_share_join(s, 1, 0), pl_share_join(s, 2, 0), pl_share_join(s, 1, 4)};
     uint64_t served[8] = {0};
-    simulate(s, ids, 3, 4000, served);
+    simulate(s, 4000, served);
     double r1 = (double)served[ids[1]] / (double)served[ids[0]];
     cr_assert(r1 > 1.9 && r1 < 2.1, "weight 2 vs 1: %.3f", r1);
     double r2 = (double)served[ids[2]] / (double)served[ids[0]];
