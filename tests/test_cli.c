@@ -132,3 +132,49 @@ Test(cli, bad_model_file_exits_2)
     cr_expect_eq(run_parley(args, err, sizeof err), 2);
     cr_expect(strstr(err, "/etc/hostname") && strstr(err, "GGUF"), "%s", err);
 }
+
+/* Option precedence, end to end: defaults < PARLEY_* environment < config
+ * file < command line. The port is observable (the server prints it); the
+ * winning level asks for port 0 (an ephemeral port), the losing ones for
+ * fixed ports no ephemeral port can equal. */
+static int served_port(const char *env_port, const char *const *args)
+{
+    if (env_port)
+        setenv("PARLEY_PORT", env_port, 1);
+    else
+        unsetenv("PARLEY_PORT");
+    pl_test_server srv;
+    int rc = pl_test_server_start_raw(&srv, args);
+    unsetenv("PARLEY_PORT");
+    cr_assert_eq(rc, 0, "server did not start");
+    int port = pl_test_server_port(&srv);
+    cr_assert_eq(pl_test_server_stop(&srv), 0);
+    return port;
+}
+
+Test(cli, option_precedence_default_env_config_command_line, .timeout = 60)
+{
+    const char *plain[] = {"--host", "127.0.0.1", "--backend", "mock", "--log-level", "warn",
+                           NULL};
+    /* The environment beats the default (8000). */
+    int p = served_port("0", plain);
+    cr_expect(p > 0 && p != 8000, "env PARLEY_PORT=0 lost to the default: port %d", p);
+    /* The config file beats the environment. */
+    write_cfg("port: 0\n");
+    const char *with_cfg[] = {"--host", "127.0.0.1", "--backend", "mock", "--log-level", "warn",
+                              "--config", cfg_path, NULL};
+    p = served_port("1111", with_cfg);
+    cr_expect(p > 0 && p != 1111, "config port 0 lost to env 1111: port %d", p);
+    /* The command line beats the config file (and the environment). */
+    write_cfg("port: 29471\n");
+    const char *with_cli[] = {"--host", "127.0.0.1", "--backend", "mock", "--log-level", "warn",
+                              "--config", cfg_path, "--port", "0", NULL};
+    p = served_port("1111", with_cli);
+    cr_expect(p > 0 && p != 1111 && p != 29471, "--port 0 lost: port %d", p);
+    /* The config file's value is used when the command line says nothing. */
+    const char *cfg_only[] = {"--host", "127.0.0.1", "--backend", "mock", "--log-level", "warn",
+                              "--config", cfg_path, NULL};
+    p = served_port("0", cfg_only);
+    cr_expect_eq(p, 29471, "config port 29471 lost to env 0: port %d", p);
+    unlink(cfg_path);
+}

@@ -2,6 +2,7 @@
 #include "tests/helpers/server_proc.h"
 
 #include <poll.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,13 +19,13 @@ const char *pl_test_bin(void)
     return b ? b : "build/parley";
 }
 
-int pl_test_server_start(pl_test_server *s, const char *const *args)
+static int server_start_(pl_test_server *s, const char *const *args, bool bind_any)
 {
     int fds[2];
     if (pipe(fds) < 0)
         return -1;
     const char *argv[64] = {pl_test_bin(), "serve", "--host", "127.0.0.1", "--port", "0"};
-    int n = 6;
+    int n = bind_any ? 6 : 2;
     for (int i = 0; args && args[i] && n < 63; i++)
         argv[n++] = args[i];
     argv[n] = NULL;
@@ -61,6 +62,22 @@ int pl_test_server_start(pl_test_server *s, const char *const *args)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return -1;
+}
+
+int pl_test_server_start(pl_test_server *s, const char *const *args)
+{
+    return server_start_(s, args, true);
+}
+
+int pl_test_server_start_raw(pl_test_server *s, const char *const *args)
+{
+    return server_start_(s, args, false);
+}
+
+int pl_test_server_port(const pl_test_server *s)
+{
+    const char *c = strrchr(s->url, ':');
+    return c ? atoi(c + 1) : -1;
 }
 
 int pl_test_server_stop(pl_test_server *s)

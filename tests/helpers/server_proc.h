@@ -16,6 +16,11 @@ typedef struct pl_test_server {
 /** Start PARLEY_BIN serve --host 127.0.0.1 --port 0 <args...> (NULL-ended).
  *  Returns 0, or -1 when it did not print its URL within 30 s. */
 int pl_test_server_start(pl_test_server *s, const char *const *args);
+/** Like pl_test_server_start without --host and --port: args say where
+ *  (or the environment and config file do). */
+int pl_test_server_start_raw(pl_test_server *s, const char *const *args);
+/** The port in s->url. */
+int pl_test_server_port(const pl_test_server *s);
 /** SIGTERM, wait; returns the exit status (or -1 when it had to be killed). */
 int pl_test_server_stop(pl_test_server *s);
 
