@@ -98,6 +98,28 @@ Test(cli, config_serves_several_models)
     cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
     cr_expect(strstr(r.body, "\"alpha\"") && strstr(r.body, "\"beta\""), "%s", r.body);
     pl_test_resp_free(&r);
+    /* /v1/models/{id}: the one model, or a 404 naming it. */
+    snprintf(url, sizeof url, "%s/v1/models/beta", srv.url);
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    cr_expect_eq(r.status, 200);
+    json_t *m = json_loads(r.body, 0, NULL);
+    cr_assert_not_null(m, "%s", r.body);
+    cr_expect_str_eq(json_string_value(json_object_get(m, "id")), "beta");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "object")), "model");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "owned_by")), "parley");
+    cr_expect_str_eq(json_string_value(json_object_get(m, "backend")), "mock");
+    json_decref(m);
+    pl_test_resp_free(&r);
+    snprintf(url, sizeof url, "%s/v1/models/gamma", srv.url);
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    cr_expect_eq(r.status, 404);
+    m = json_loads(r.body, 0, NULL);
+    json_t *e = json_object_get(m, "error");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "code")), "model_not_found");
+    cr_expect_str_eq(json_string_value(json_object_get(e, "param")), "model");
+    cr_expect(strstr(json_string_value(json_object_get(e, "message")), "'gamma'"), "%s", r.body);
+    json_decref(m);
+    pl_test_resp_free(&r);
     snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
     const char *body = "{\"model\":\"beta\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "\"echo these words\"}]}";
