@@ -330,3 +330,80 @@ Test(cpu_forward, teacher_forced_vs_exact)
     cr_expect_geq(q8.agree_or_tie, q8.n - q8.n / 50);
     cr_expect_leq(q8.max_d, Q8_TOL);
 }
+
+/* A tiny random qwen2 (q/k/v biases, NeoX rope, grouped-query attention),
+ * written by the gguf package's GGUFWriter, against llama.cpp's logits
+ * (tests/fixtures/gen_tiny_qwen2.py). f32 weights and an f32 KV cache on
+ * both sides: only summation order differs. Every logit of every position
+ * is compared, on the f32 GEMM path and the row-by-row path. */
+#define QWEN2_TOL 2e-3f
+
+static float qwen2_max_delta(pl_model *m, json_t *seq, int gemm_min_rows)
+{
+    json_t *ids = json_object_get(seq, "ids"), *ref = json_object_get(seq, "logits");
+    int n = (int)json_array_size(ids), mb = (n + BS - 1) / BS, nv = m->n_vocab;
+    char err[256];
+    pl_pool *pool = pl_pool_new(2);
+    pl_fwd_opts o = {.max_rows = n, .max_out = n, .max_ctx = mb * BS, .num_blocks = mb,
+                     .block_size = BS, .gemm_min_rows = gemm_min_rows};
+    pl_cpu_fwd *f = pl_cpu_fwd_new(m, pool, &o, err, sizeof(err));
+    cr_assert(f, "%s", err);
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n * 4), *pos = tok + n, *rs = pos + n;
+    int32_t *outr = rs + n, *bt = malloc(sizeof(int32_t) * (size_t)mb);
+    float *logits = malloc(sizeof(float) * (size_t)n * nv);
+    for (int i = 0; i < mb; i++)
+        bt[i] = i;
+    for (int i = 0; i < n; i++) {
+        tok[i] = jint(ids, (size_t)i);
+        pos[i] = i;
+        rs[i] = 0;
+        outr[i] = i;
+    }
+    pl_fwd_batch b = {.n_rows = n, .tokens = tok, .positions = pos, .row_seq = rs,
+                      .block_table = bt, .max_blocks_per_seq = mb, .n_out = n, .out_rows = outr};
+    cr_assert_eq(pl_cpu_forward(f, &b, logits), 0);
+    float d = 0.0f;
+    for (int i = 0; i < n; i++) {
+        json_t *row = json_array_get(ref, (size_t)i);
+        cr_assert_eq((int)json_array_size(row), nv);
+        for (int v = 0; v < nv; v++)
+            d = fmaxf(d, fabsf(logits[(size_t)i * nv + v] - jnum(row, (size_t)v)));
+    }
+    free(tok);
+    free(bt);
+    free(logits);
+    pl_cpu_fwd_free(f);
+    pl_pool_free(pool);
+    return d;
+}
+
+Test(cpu_forward, tiny_qwen2_matches_llama_cpp)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char gpath[1024], jpath[1024], err[256];
+    snprintf(gpath, sizeof gpath, "%s/tests/fixtures/tiny_qwen2.gguf", src ? src : ".");
+    snprintf(jpath, sizeof jpath, "%s/tests/fixtures/tiny_qwen2_logits.json", src ? src : ".");
+    pl_gguf *g = pl_gguf_open(gpath, err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    pl_model *m = pl_model_load(g, NULL, err, sizeof err);
+    cr_assert_not_null(m, "%s", err);
+    cr_assert_eq(m->arch, PL_MODEL_ARCH_QWEN2);
+    cr_assert(m->rope_neox, "qwen2 rotates NeoX-style");
+    json_error_t je;
+    json_t *fx = json_load_file(jpath, 0, &je);
+    cr_assert_not_null(fx, "%s", je.text);
+    cr_assert_eq(json_integer_value(json_object_get(fx, "n_vocab")), m->n_vocab);
+    json_t *seqs = json_object_get(fx, "sequences");
+    cr_assert_gt(json_array_size(seqs), 0);
+    for (size_t s = 0; s < json_array_size(seqs); s++) {
+        float f32 = qwen2_max_delta(m, json_array_get(seqs, s), 1);
+        float rowwise = qwen2_max_delta(m, json_array_get(seqs, s), 1 << 30);
+        printf("tiny qwen2 seq %zu: max |dlogit| f32 GEMM %.6f, row-wise %.6f\n", s, f32,
+               rowwise);
+        cr_expect_leq(f32, QWEN2_TOL, "seq %zu, f32 GEMM path", s);
+        cr_expect_leq(rowwise, QWEN2_TOL, "seq %zu, row-wise path", s);
+    }
+    json_decref(fx);
+    pl_model_free(m);
+    pl_gguf_free(g);
+}
