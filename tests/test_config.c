@@ -226,3 +226,71 @@ Test(config, vllm_config_mapped_warned_or_refused)
                           "unknown vllm_config key"), "%s", err);
     pl_opts_free(&o);
 }
+
+/* Seed 000's remote model definition loads as written. */
+Test(config, seed_vllm_model_definition_loads)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512];
+    int rc = load(".yaml",
+                  "model_definitions:\n"
+                  "  llama31_8b:\n"
+                  "    backend: vllm\n"
+                  "    base_url: [\"http://gpu1:8000/v1\", \"http://gpu2:8000/v1\"]\n"
+                  "    api_key_env: VLLM_KEY\n"
+                  "    vllm_config:\n"
+                  "      max_num_seqs_upper_bound: 256 # Upper bound\n"
+                  "      attention_backend: FLASHINFER\n"
+                  "  local:\n"
+                  "    backend: ollama\n"
+                  "    base_url: http://127.0.0.1:11434/v1\n"
+                  "    upstream_model: llama3.2:3b\n",
+                  &o, &c, err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(c.n_models, 2);
+    cr_expect_str_eq(c.models[0].opts.backend, "vllm");
+    cr_expect_str_eq(c.models[0].opts.base_url, "http://gpu1:8000/v1,http://gpu2:8000/v1");
+    cr_expect_eq(c.models[0].opts.max_num_seqs, 256);
+    cr_expect_str_eq(c.models[0].opts.api_key_env, "VLLM_KEY");
+    cr_expect_str_eq(c.models[1].opts.upstream_model, "llama3.2:3b");
+    pl_config_free(&c);
+    pl_opts_free(&o);
+}
+
+Test(config, remote_model_errors_name_file_line_key)
+{
+    static const struct { const char *text, *want; } cases[] = {
+        {"models:\n  m:\n    backend: vllm\n", ":3: key 'models.m.backend': backend vllm needs base_url"},
+        {"models:\n  m:\n    backend: sglang\n    base_url: ftp://x/v1\n",
+         ":4: key 'models.m.base_url': key 'base_url': 'ftp://x/v1' is not an http"},
+        {"models:\n  m:\n    backend: parley\n    base_url: [\"http://a/v1\", 7]\n",
+         ":4: key 'models.m.base_url': key 'base_url[1]' must be a URL string"},
+        {"models:\n  m:\n    backend: tgi\n", ":3: key 'models.m.backend': key 'backend': 'tgi' is not one of"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pl_opts o;
+        pl_config c;
+        char err[512];
+        cr_assert_eq(load(".yaml", cases[i].text, &o, &c, err), -1, "case %zu", i);
+        cr_expect(strstr(err, cases[i].want), "case %zu: %s", i, err);
+        pl_opts_free(&o);
+    }
+}
+
+Test(options, upstream_is_repeatable_and_deduplicated)
+{
+    pl_opts o;
+    char err[256];
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0);
+    char *argv[] = {"parley", "serve", "--upstream", "http://a:1/v1", "--upstream=http://b:2/v1",
+                    "--upstream", "http://a:1/v1"};
+    char *pos[1];
+    int npos;
+    cr_assert_eq(pl_opts_parse_args(&o, 7, argv, 2, pos, 1, &npos, err, sizeof err), 0, "%s", err);
+    cr_expect_str_eq(o.upstream, "http://a:1/v1,http://b:2/v1");
+    char *bad[] = {"parley", "serve", "--upstream", "gpu1:8000"};
+    cr_assert_eq(pl_opts_parse_args(&o, 4, bad, 2, pos, 1, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "--upstream") && strstr(err, "not an http"), "%s", err);
+    pl_opts_free(&o);
+}

@@ -4,9 +4,11 @@
  * served the key before (a direct-mapped table), else to the key's
  * rendezvous-hash replica, so its prefix cache keeps hitting; but only
  * while that replica is healthy, not full, and holds no more than
- * REMOTE_LOAD_BOUND times its fair share of the outstanding requests
- * (bounded-load consistent hashing). Otherwise, and for requests without
- * a key, the healthy replica with the lowest outstanding/capacity wins.
+ * REMOTE_LOAD_BOUND times its fair share of the outstanding requests plus
+ * REMOTE_LOAD_SLACK (bounded-load consistent hashing; the slack lets one
+ * conversation's agents, which speak in parallel, stay together when little
+ * else runs). Otherwise, and for requests without a key, the healthy
+ * replica with the lowest outstanding/capacity wins.
  */
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 #include "src/base/log.h"
 
 #define REMOTE_LOAD_BOUND 1.25
+#define REMOTE_LOAD_SLACK 4
 #define REMOTE_EJECT_AFTER 3     /* consecutive 5xx before a replica is ejected */
 
 int pl_remote_replica_capacity(const remote_replica *rep)
@@ -44,7 +47,8 @@ static bool within_bound(remote_backend *rb, const remote_replica *r, int total,
 {
     if (!r->healthy || r->outstanding >= pl_remote_replica_capacity(r))
         return false;
-    double fair = REMOTE_LOAD_BOUND * (double)(total + 1) / (n_ok > 0 ? n_ok : 1);
+    double fair = REMOTE_LOAD_BOUND * (double)(total + 1) / (n_ok > 0 ? n_ok : 1) +
+                  REMOTE_LOAD_SLACK;
     return (double)(r->outstanding + 1) <= fair + 1e-9 || n_ok == 1;
 }
 

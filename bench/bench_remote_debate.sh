@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# bench_remote_debate.sh - the debate example (scaled by make_debate_job.py)
+# run by a parley gateway (`parley run --upstream`) against upstream parley
+# CPU engines: 1 upstream, 2 upstreams with conversation affinity, 2 without
+# (--no-upstream-affinity). Each configuration gets freshly started
+# upstreams (cold prefix caches). Reports makespan, the 1 vs 2 ratio, and
+# the share of round >= 2 prompt tokens the upstreams served from their
+# prefix cache (cached_tokens in the usage they return, from the
+# transcripts). Not a test.
+#   bench/bench_remote_debate.sh [QUESTIONS [MAX_TOKENS]]   (defaults 6, 24)
+# Env: PARLEY_MODEL, BENCH_OUT (default /tmp/parley-remote-debate),
+#      BENCH_CONFIGS (default "one two two_noaff"), BENCH_THREADS (1 per engine)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-6}
+MAXTOK=${2:-24}
+OUT=${BENCH_OUT:-/tmp/parley-remote-debate}
+CONFIGS=${BENCH_CONFIGS:-one two two_noaff}
+MODEL=${PARLEY_MODEL:-$HOME/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+rm -rf "$OUT"; mkdir -p "$OUT"
+JOB="$OUT/debate_$N.yaml"
+bench/make_debate_job.py --questions "$N" --max-tokens "$MAXTOK" --temperature 0 \
+    --no-validation --experiment debate_remote > "$JOB"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
+trap cleanup EXIT
+engine() { # -> url
+    local out; out=$(mktemp "$OUT/engine.XXXX")
+    build/parley serve --port 0 --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
+        --served-model-name smollm --kv-cache-mb 256 --log-level warn > "$out" 2>&1 &
+    pids+=($!)
+    for _ in $(seq 600); do grep -q listening "$out" && break; sleep 0.1; done
+    grep -o 'http://[^ ]*' "$out" | head -1
+}
+LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
+for c in $CONFIGS; do
+    e1=$(engine); ups=(--upstream "$e1/v1"); extra=()
+    if [ "$c" != one ]; then e2=$(engine); ups+=(--upstream "$e2/v1"); fi
+    [ "$c" = two_noaff ] && extra=(--no-upstream-affinity)
+    echo "== $c: ${ups[*]} ${extra[*]} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+    build/parley run "$JOB" "${ups[@]}" "${extra[@]}" --output "$OUT/$c" \
+        --stats "$OUT/$c.stats.json" --log-level warn 2> "$OUT/$c.log" || true
+    tail -1 "$OUT/$c.log" >&2
+    cleanup
+done
+LOAD1="$(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$OUT" $CONFIGS <<'PY'
+import glob, json, os, sys
+out, cfgs = sys.argv[1], sys.argv[2:]
+rows = {}
+for c in cfgs:
+    st = json.load(open(os.path.join(out, c + ".stats.json")))
+    p2 = c2 = p1 = c1 = reqs = 0
+    for f in glob.glob(os.path.join(out, c, "*", "transcripts", "*.json")):
+        for a in json.load(open(f)).get("attempts", []):
+            reqs += 1
+            if a["round"] >= 1:
+                p2 += a["prompt_tokens"]; c2 += a["cached_tokens"]
+            else:
+                p1 += a["prompt_tokens"]; c1 += a["cached_tokens"]
+    rows[c] = dict(ms=st["makespan_ms"], ok=st["succeeded"], failed=st["failed"], reqs=reqs,
+                   hit2=c2 / p2 if p2 else 0, c2=c2, p2=p2, hit1=c1 / p1 if p1 else 0)
+print("| upstreams | makespan (s) | round>=2 prompt tokens from upstream prefix cache | round 1 | requests | succeeded/failed |")
+print("|---|---|---|---|---|---|")
+names = {"one": "1 CPU engine", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
+for c in cfgs:
+    r = rows[c]
+    print("| %s | %.1f | %.1f%% (%d/%d) | %.1f%% | %d | %d/%d |" % (names.get(c, c), r["ms"] / 1e3,
+          100 * r["hit2"], r["c2"], r["p2"], 100 * r["hit1"], r["reqs"], r["ok"], r["failed"]))
+if "one" in rows and "two" in rows:
+    print("\nmakespan 1 upstream / 2 upstreams: %.2fx" % (rows["one"]["ms"] / rows["two"]["ms"]), end="")
+    if "two_noaff" in rows:
+        print("; affinity off / on: %.2fx" % (rows["two_noaff"]["ms"] / rows["two"]["ms"]), end="")
+    print(".")
+PY
+echo "load average: $LOAD0 at the start, $LOAD1 at the end"
