@@ -14,6 +14,7 @@
 
 #include "api/access_log.h"
 #include "api/oai_params.h"
+#include "api/oai_tools.h"
 #include "api/oai_wire.h"
 #include "api/respond.h"
 #include "api/sse.h"
@@ -31,6 +32,9 @@ typedef struct oai_choice {
     struct evbuffer *text;       /* non-stream: the whole text */
     pl_oai_logprobs lp;          /* non-stream, logprobs requested */
     size_t text_offset;          /* completions logprobs text_offset */
+    struct evbuffer *held;       /* stream with tools: text that may be a call */
+    int tool_state;              /* stream with tools: 0 undecided, 1 content,
+                                    2 holding a call */
 } oai_choice;
 
 struct oai_call {
@@ -59,6 +63,8 @@ static void call_free(oai_call *c)
     for (int i = 0; i < c->p.n; i++) {
         if (c->choices[i].text)
             evbuffer_free(c->choices[i].text);
+        if (c->choices[i].held)
+            evbuffer_free(c->choices[i].held);
         pl_oai_logprobs_free(&c->choices[i].lp);
     }
     pl_oai_params_free(&c->p);
@@ -136,7 +142,20 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
         json_decref(lp);
         return NULL;
     }
-    return pl_oai_choice_json(c->p.chat, ch->index, text, len, lp, ch->finish);
+    char *content = NULL;
+    json_t *calls = pl_oai_tools_active(&c->p) && ch->finish == PL_FINISH_STOP
+                        ? pl_oai_tools_parse_reply(&c->p, text, len, &content) : NULL;
+    json_t *o = pl_oai_choice_json(c->p.chat, ch->index, text, len, lp, ch->finish);
+    if (o && calls) {              /* the reply was a call: content is what is left */
+        json_t *msg = json_object_get(o, "message");
+        json_object_set_new(msg, "content", content ? json_string(content) : json_null());
+        json_object_set_new(msg, "tool_calls", calls);
+        json_object_set_new(o, "finish_reason", json_string("tool_calls"));
+        calls = NULL;
+    }
+    json_decref(calls);
+    free(content);
+    return o;
 }
 
 static void reply_complete(oai_call *c)
@@ -170,11 +189,65 @@ fail:
 
 /* ---- backend sink ---- */
 
+/* Stream with tools: text that could start a call is held back; once it
+ * cannot, it goes out as content (tool_state 1). */
+static bool hold_for_tools(oai_call *c, oai_choice *ch, const pl_delta *d)
+{
+    if (ch->tool_state == 1 || !pl_oai_tools_active(&c->p))
+        return false;
+    evbuffer_add(ch->held, d->text, d->len);
+    if (ch->tool_state == 2)
+        return true;
+    size_t n = evbuffer_get_length(ch->held);
+    const char *t = (const char *)evbuffer_pullup(ch->held, -1);
+    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
+        t++, n--;
+    const char *op = pl_oai_tools_opener(&c->p);
+    size_t on = strlen(op), k = n < on ? n : on;
+    if (c->p.tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on))) {
+        ch->tool_state = 2;
+        return true;
+    }
+    if (!memcmp(t, op, k))
+        return true;              /* still undecided */
+    ch->tool_state = 1;
+    size_t all = evbuffer_get_length(ch->held);
+    pl_delta flush = {.text = (const char *)evbuffer_pullup(ch->held, -1), .len = all};
+    pl_oai_put_delta_chunk(pl_sse_buf(c->sse), c->prefix, true, ch->index, &flush,
+                           &ch->text_offset);
+    evbuffer_drain(ch->held, all);
+    pl_sse_flush(c->sse);
+    return true;
+}
+
+/* Stream with tools, at the end: held text as calls, or as content. */
+static bool finish_held(oai_call *c, oai_choice *ch)
+{
+    size_t n = ch->held ? evbuffer_get_length(ch->held) : 0;
+    if (!pl_oai_tools_active(&c->p) || ch->tool_state == 1 || !n)
+        return false;
+    const char *t = (const char *)evbuffer_pullup(ch->held, -1);
+    char *content = NULL;
+    json_t *calls = ch->finish == PL_FINISH_STOP
+                        ? pl_oai_tools_parse_reply(&c->p, t, n, &content) : NULL;
+    struct evbuffer *b = pl_sse_buf(c->sse);
+    pl_delta d = {.text = calls ? content : t, .len = calls ? (content ? strlen(content) : 0) : n};
+    if (d.len)
+        pl_oai_put_delta_chunk(b, c->prefix, true, ch->index, &d, &ch->text_offset);
+    if (calls)
+        pl_oai_put_tool_chunks(b, c->prefix, ch->index, calls);
+    json_decref(calls);
+    free(content);
+    return calls != NULL;
+}
+
 static void on_delta(void *ud, const pl_delta *d)
 {
     oai_choice *ch = ud;
     oai_call *c = ch->call;
     if (c->sse) {
+        if (d->len && hold_for_tools(c, ch, d))
+            return;
         if (d->len || d->logprobs) {
             pl_oai_put_delta_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index, d,
                                    &ch->text_offset);
@@ -209,7 +282,9 @@ static void on_done(void *ud, const pl_result *r)
         }
         call_abort_all(c);
     } else if (c->sse) {
-        pl_oai_put_finish_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index, ch->finish);
+        if (!finish_held(c, ch))
+            pl_oai_put_finish_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index,
+                                    ch->finish);
         pl_sse_flush(c->sse);
     }
     if (++c->n_done < c->p.n && !c->failed)
@@ -252,7 +327,7 @@ static void on_pause(void *ud, bool paused)
 static int choice_alloc(oai_call *c, oai_choice *ch)
 {
     if (c->p.stream)
-        return 0;
+        return pl_oai_tools_active(&c->p) && !(ch->held = evbuffer_new()) ? -1 : 0;
     ch->text = evbuffer_new();
     if (!ch->text)
         return -1;
@@ -345,6 +420,8 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
     c->model = m;
     c->created = (int64_t)time(NULL);
     pl_server_new_id(s, chat ? "chatcmpl-" : "cmpl-", c->id, sizeof c->id);
+    if (pl_oai_tools_prepare(&c->p, body, m->backend, &err) < 0)
+        goto fail;
     /* Submit before any reply goes out, so a backend refusal still gets its
      * own status; backends never call the sink from inside submit. */
     if (call_submit(c, &err) < 0)

@@ -13,7 +13,7 @@
 /* Parameters OpenAI defines that parley does not implement yet: a request
  * that sets one (to anything but null/false) gets a 400 naming it. */
 static const char *unsupported_params[] = {
-    "tools", "tool_choice", "functions", "function_call", "audio", "prediction",
+    "functions", "function_call", "audio", "prediction",
     "web_search_options", "suffix", "guided_grammar", NULL,
 };
 
@@ -139,7 +139,7 @@ static int parse_content(pl_oai_params *p, json_t *msg, int i, const char **out,
 
 static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
 {
-    static const char *roles[] = {"system", "user", "assistant", "developer", NULL};
+    static const char *roles[] = {"system", "user", "assistant", "developer", "tool", NULL};
     json_t *m = get(body, "messages");
     if (!m)
         return INVALID("messages", "'messages' is required");
@@ -163,10 +163,10 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
         if (!ok)
             return pl_err_set(err, 400, "invalid_request_error", param, NULL,
                               "'%s': role '%s' is not supported (system, user, assistant, "
-                              "developer)", param, r);
+                              "developer, tool)", param, r);
         p->messages[i].role = strcmp(r, "developer") ? r : "system";
-        if (parse_content(p, msg, i, &p->messages[i].content,
-                          err) < 0)
+        if (parse_content(p, msg, i, &p->messages[i].content, err) < 0 ||
+            pl_oai_check_tool_message(msg, i, err) < 0)
             return -1;
     }
     return 0;
@@ -461,6 +461,7 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
     if (parse_stream(body, p, err) < 0 || parse_sampling(body, p, err) < 0 ||
         parse_response_format(body, &p->sampling, err) < 0 ||
         parse_guided(body, &p->sampling, err) < 0 ||
+        (chat && pl_oai_parse_tools(body, p, err) < 0) ||
         get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
         get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
         return -1;
@@ -468,6 +469,18 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
     if (user && !json_is_string(user))
         return INVALID("user", "'user' must be a string");
     return 0;
+}
+
+char *pl_oai_params_own(pl_oai_params *p, char *s)
+{
+    char **n = s ? realloc(p->owned_strings, (size_t)(p->n_owned + 1) * sizeof(char *)) : NULL;
+    if (!n) {
+        free(s);
+        return NULL;
+    }
+    p->owned_strings = n;
+    p->owned_strings[p->n_owned++] = s;
+    return s;
 }
 
 void pl_oai_params_free(pl_oai_params *p)

@@ -27,7 +27,30 @@ typedef struct pl_oai_params {
     int logprobs_n;              /**< completions: logprobs=N; chat: top_logprobs */
     pl_sampling sampling;        /**< owned (stop strings, logit_bias) */
     int priority;
+    /* tools (api/oai_tools.c) */
+    json_t *tools;               /**< borrowed "tools" array, NULL: none */
+    int tool_choice;             /**< PL_TOOL_CHOICE_* */
+    const char *tool_name;       /**< the named function (borrowed) */
+    bool parallel_tool_calls;    /**< default true */
+    const char *tool_format;     /**< set once the model is known */
 } pl_oai_params;
+
+enum {
+    PL_TOOL_CHOICE_NONE = 0,
+    PL_TOOL_CHOICE_AUTO,
+    PL_TOOL_CHOICE_REQUIRED,
+    PL_TOOL_CHOICE_NAMED,
+};
+
+/** Keep s (malloc'd) until the params are freed. Returns s, NULL on OOM
+ *  (s is freed then). */
+char *pl_oai_params_own(pl_oai_params *p, char *s);
+
+/* api/oai_tools.c: tool fields of a message (role "tool", assistant
+ * "tool_calls"); 0 or -1 with a 400 naming messages[i]... */
+int pl_oai_check_tool_message(json_t *msg, int i, pl_err *err);
+/* api/oai_tools.c: tools, tool_choice, parallel_tool_calls into p. */
+int pl_oai_parse_tools(json_t *body, pl_oai_params *p, pl_err *err);
 
 /**
  * Validate body into p (p borrows strings from body, which must outlive

@@ -202,6 +202,10 @@ typedef struct pl_backend_ops {
     int (*max_model_len)(pl_backend *b);
     /** Stop producing, abort everything, join threads, free. */
     void (*free)(pl_backend *b);
+    /** How the model writes tool calls, from its chat-template family:
+     *  "hermes" (Qwen 2.5 / Hermes <tool_call>), "llama3" (Llama 3.1 JSON),
+     *  "mistral" ([TOOL_CALLS]) or "generic". May be NULL: "generic". */
+    const char *(*tool_format)(pl_backend *b);
 } pl_backend_ops;
 
 struct pl_req_metrics;

@@ -234,7 +234,7 @@ Test(api, error_cases)
         {"\"temperature\":\"hot\"", "temperature"}, {"\"top_p\":0", "top_p"},
         {"\"top_p\":1.5", "top_p"}, {"\"max_tokens\":0", "max_tokens"},
         {"\"max_tokens\":-3", "max_tokens"}, {"\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]", "stop"},
-        {"\"stop\":5", "stop"}, {"\"tools\":[{\"type\":\"function\"}]", "tools"},
+        {"\"stop\":5", "stop"}, {"\"tools\":[{\"type\":\"function\"}]", "tools[0]"},
         {"\"n\":0", "n"}, {"\"logit_bias\":{\"x\":1}", "logit_bias"},
         {"\"stream_options\":{\"include_usage\":true}", "stream_options"},
         {"\"top_logprobs\":3", "top_logprobs"},

@@ -123,7 +123,7 @@ Test(oai_params, errors_name_the_param)
         {"{\"messages\":[]}", "model"},
         {"{\"model\":null,\"messages\":[]}", "model"},
         {"{\"model\":\"m\"}", "messages"},
-        {"{\"model\":\"m\",\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages[0].role"},
+        {"{\"model\":\"m\",\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages[0].role"},
         {"{\"model\":\"m\",\"messages\":[{\"content\":\"x\"}]}", "messages[0].role"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.01}", "temperature"},
         {"{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", "top_p"},

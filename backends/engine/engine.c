@@ -258,6 +258,12 @@ static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
     return 0;
 }
 
+static const char *eng_tool_format_(pl_backend *b)
+{
+    pl_engine *e = (pl_engine *)b;
+    return e->text.tool_format ? e->text.tool_format(e->text.ud) : "generic";
+}
+
 static int eng_max_model_len_(pl_backend *b)
 {
     return ((pl_engine *)b)->max_len;
@@ -323,6 +329,7 @@ static const pl_backend_ops engine_ops = {
     .detokenize = eng_detokenize_,
     .max_model_len = eng_max_model_len_,
     .free = eng_free_,
+    .tool_format = eng_tool_format_,
 };
 
 /* Resolve 0 = "the runner's" and check the options against it. */

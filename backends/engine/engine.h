@@ -45,6 +45,9 @@ typedef struct pl_engine_text {
     const char *(*token_bytes)(void *ud, int32_t id, size_t *len);
     /** Whether id ends generation (EOS, end of turn). */
     bool (*is_eog)(void *ud, int32_t id);
+    /** The tool-call format of the chat template (backend.h,
+     *  tool_format); may be NULL. */
+    const char *(*tool_format)(void *ud);
     /** Frees ud when the backend is freed; may be NULL. */
     void (*free)(void *ud);
 } pl_engine_text;

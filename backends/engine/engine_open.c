@@ -83,6 +83,18 @@ static bool text_is_eog(void *ud, int32_t id)
     return pl_tokenizer_is_eog(((engine_text *)ud)->tok, id);
 }
 
+static const char *text_tool_format(void *ud)
+{
+    const pl_chat_style *s = &((engine_text *)ud)->style;
+    if (s->tmpl == PL_CHAT_TMPL_CHATML && (s->flags & PL_CHAT_F_QWEN_TOOLS))
+        return "hermes";
+    if (s->tmpl == PL_CHAT_TMPL_LLAMA3)
+        return "llama3";
+    if (s->tmpl == PL_CHAT_TMPL_MISTRAL)
+        return "mistral";
+    return "generic";
+}
+
 static char *token_text(const pl_tokenizer *tok, int32_t id)
 {
     size_t len = 0;
@@ -244,7 +256,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     else
         pl_engine_model_name(o->model_path, name, sizeof name);
     pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,
-                            .is_eog = text_is_eog, .free = text_free};
+                            .is_eog = text_is_eog, .tool_format = text_tool_format,
+                            .free = text_free};
     pl_engine_options eo;
     pl_engine_options_defaults(&eo);
     eo.block_size = o->block_size;

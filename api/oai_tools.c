@@ -1,0 +1,577 @@
+/* oai_tools.c - tools, tool_choice and tool history into the prompt, the
+ * call grammar as a constraint, and replies back into tool_calls
+ * (oai_tools.h). */
+#include "api/oai_tools.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/oai_wire.h"
+#include "backends/engine/constrain/json_schema.h"
+#include "backends/engine/constrain/regex.h"
+
+#define INVALID(param, ...) \
+    pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+#define MAX_PARALLEL 4           /* calls in one constrained reply */
+
+static const char HERMES_PRE[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char HERMES_POST[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and "
+    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
+    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
+static const char LLAMA3_PRE[] =
+    "Given the following functions, please respond with a JSON for a function call with "
+    "its proper arguments that best answers the given prompt.\n\nRespond in the format "
+    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
+    " Do not use variables.\n";
+
+/* ---- request validation (called from oai_params.c) ---- */
+
+static bool valid_name_(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '_' && s[i] != '-')
+            return false;
+    return true;
+}
+
+int pl_oai_check_tool_message(json_t *msg, int i, pl_err *err)
+{
+    char param[80];
+    const char *role = json_string_value(json_object_get(msg, "role"));
+    json_t *calls = json_object_get(msg, "tool_calls");
+    if (role && !strcmp(role, "tool")) {
+        json_t *id = json_object_get(msg, "tool_call_id");
+        snprintf(param, sizeof param, "messages[%d].tool_call_id", i);
+        if (id && !json_is_string(id))
+            return INVALID(param, "'%s' must be a string", param);
+        return 0;
+    }
+    if (!calls || json_is_null(calls))
+        return 0;
+    snprintf(param, sizeof param, "messages[%d].tool_calls", i);
+    if (!role || strcmp(role, "assistant") || !json_is_array(calls))
+        return INVALID(param, "'%s' must be an array on an assistant message", param);
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        json_t *fn = json_object_get(c, "function");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments");
+        if (!json_is_object(fn) || !json_is_string(name) ||
+            (args && !json_is_string(args) && !json_is_object(args)))
+            return INVALID(param, "'%s[%zu]' must be {\"id\", \"type\": \"function\", "
+                                  "\"function\": {\"name\", \"arguments\"}}", param, k);
+    }
+    return 0;
+}
+
+static int parse_tool_choice_(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    json_t *tc = json_object_get(body, "tool_choice");
+    p->tool_choice = p->tools ? PL_TOOL_CHOICE_AUTO : PL_TOOL_CHOICE_NONE;
+    if (!tc || json_is_null(tc))
+        return 0;
+    const char *s = json_string_value(tc);
+    if (s && !strcmp(s, "none")) {
+        p->tool_choice = PL_TOOL_CHOICE_NONE;
+        return 0;
+    }
+    if (!p->tools)
+        return INVALID("tool_choice", "'tool_choice' needs 'tools'");
+    if (s && (!strcmp(s, "auto") || !strcmp(s, "required"))) {
+        p->tool_choice = !strcmp(s, "auto") ? PL_TOOL_CHOICE_AUTO : PL_TOOL_CHOICE_REQUIRED;
+        return 0;
+    }
+    const char *name = json_string_value(json_object_get(json_object_get(tc, "function"),
+                                                         "name"));
+    if (!json_is_object(tc) || !name)
+        return INVALID("tool_choice", "'tool_choice' must be \"none\", \"auto\", "
+                                      "\"required\" or {\"type\": \"function\", "
+                                      "\"function\": {\"name\": ...}}");
+    size_t i;
+    json_t *t;
+    json_array_foreach(p->tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"),
+                                                      "name")), name)) {
+            p->tool_choice = PL_TOOL_CHOICE_NAMED;
+            p->tool_name = name;
+            return 0;
+        }
+    return INVALID("tool_choice", "'tool_choice' names '%s', which is not in 'tools'", name);
+}
+
+int pl_oai_parse_tools(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    json_t *tools = json_object_get(body, "tools");
+    p->parallel_tool_calls = true;
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools))
+            return INVALID("tools", "'tools' must be an array");
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            char param[48];
+            snprintf(param, sizeof param, "tools[%zu]", i);
+            json_t *fn = json_object_get(t, "function");
+            const char *type = json_string_value(json_object_get(t, "type"));
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            json_t *params = json_object_get(fn, "parameters");
+            if (!type || strcmp(type, "function") || !json_is_object(fn) || !name ||
+                !valid_name_(name) || (params && !json_is_object(params)))
+                return INVALID(param, "'%s' must be {\"type\": \"function\", \"function\": "
+                                      "{\"name\": [a-zA-Z0-9_-]{1,64}, \"description\", "
+                                      "\"parameters\": {...}}}", param);
+        }
+        if (json_array_size(tools) > 0)
+            p->tools = tools;
+    }
+    json_t *par = json_object_get(body, "parallel_tool_calls");
+    if (par && !json_is_null(par)) {
+        if (!json_is_boolean(par))
+            return INVALID("parallel_tool_calls", "'parallel_tool_calls' must be a boolean");
+        p->parallel_tool_calls = json_is_true(par);
+    }
+    return parse_tool_choice_(body, p, err);
+}
+
+/* ---- the prompt ---- */
+
+static bool fmt_is_(const pl_oai_params *p, const char *f)
+{
+    return p->tool_format && !strcmp(p->tool_format, f);
+}
+
+/* The call text of one function in p's format. */
+static void put_call_(struct evbuffer *b, const pl_oai_params *p, const char *name,
+                      const char *args)
+{
+    json_t *n = json_string(name);
+    char *ns = json_dumps(n, JSON_ENCODE_ANY);
+    const char *key = fmt_is_(p, "llama3") ? "parameters" : "arguments";
+    if (fmt_is_(p, "hermes") || fmt_is_(p, "generic"))
+        evbuffer_add_printf(b, "<tool_call>\n{\"name\": %s, \"%s\": %s}\n</tool_call>",
+                            ns ? ns : "\"\"", key, args);
+    else
+        evbuffer_add_printf(b, "{\"name\": %s, \"%s\": %s}", ns ? ns : "\"\"", key, args);
+    free(ns);
+    json_decref(n);
+}
+
+static char *drain_(struct evbuffer *b)
+{
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+    if (s) {
+        evbuffer_remove(b, s, n);
+        s[n] = '\0';
+    }
+    evbuffer_free(b);
+    return s;
+}
+
+/* An assistant turn's content followed by its calls. */
+static char *render_calls_(const pl_oai_params *p, const char *content, json_t *calls)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b)
+        return NULL;
+    evbuffer_add(b, content, strlen(content));
+    if (content[0])
+        evbuffer_add(b, "\n", 1);
+    if (fmt_is_(p, "mistral"))
+        evbuffer_add_printf(b, "[TOOL_CALLS] [");
+    size_t k;
+    json_t *c;
+    json_array_foreach(calls, k, c) {
+        json_t *fn = json_object_get(c, "function"), *a = json_object_get(fn, "arguments");
+        char *as = json_is_string(a) ? strdup(json_string_value(a))
+                   : a ? json_dumps(a, JSON_COMPACT) : strdup("{}");
+        if (k)
+            evbuffer_add(b, fmt_is_(p, "mistral") ? ", " : "\n", fmt_is_(p, "mistral") ? 2 : 1);
+        put_call_(b, p, json_string_value(json_object_get(fn, "name")), as ? as : "{}");
+        free(as);
+    }
+    if (fmt_is_(p, "mistral"))
+        evbuffer_add(b, "]", 1);
+    return drain_(b);
+}
+
+/* The tool list in the format's words. */
+static char *render_tools_(const pl_oai_params *p)
+{
+    struct evbuffer *b = evbuffer_new();
+    if (!b)
+        return NULL;
+    bool hermes = !fmt_is_(p, "llama3") && !fmt_is_(p, "mistral");
+    evbuffer_add_printf(b, "%s", hermes ? HERMES_PRE
+                                 : fmt_is_(p, "llama3") ? LLAMA3_PRE : "[AVAILABLE_TOOLS] [");
+    size_t i;
+    json_t *t;
+    json_array_foreach(p->tools, i, t) {
+        char *s = json_dumps(t, JSON_COMPACT);
+        if (fmt_is_(p, "mistral"))
+            evbuffer_add_printf(b, "%s%s", i ? ", " : "", s ? s : "{}");
+        else
+            evbuffer_add_printf(b, "\n%s", s ? s : "{}");
+        free(s);
+    }
+    evbuffer_add_printf(b, "%s", hermes ? HERMES_POST
+                                 : fmt_is_(p, "mistral") ? "][/AVAILABLE_TOOLS]" : "");
+    return drain_(b);
+}
+
+/* A tool result as the format shows it: its own role where the template
+ * has one, else a user turn with the result wrapped. */
+static int render_tool_result_(pl_oai_params *p, pl_chat_message *m)
+{
+    if (fmt_is_(p, "hermes"))
+        return 0;                 /* Qwen's template wraps "tool" itself */
+    if (fmt_is_(p, "llama3")) {
+        m->role = "ipython";
+        return 0;
+    }
+    size_t n = strlen(m->content) + 64;
+    char *s = malloc(n);
+    if (!s)
+        return -1;
+    if (fmt_is_(p, "mistral"))
+        snprintf(s, n, "[TOOL_RESULTS] %s [/TOOL_RESULTS]", m->content);
+    else
+        snprintf(s, n, "<tool_response>\n%s\n</tool_response>", m->content);
+    m->role = "user";
+    m->content = pl_oai_params_own(p, s);
+    return m->content ? 0 : -1;
+}
+
+/* Merge runs of user turns made from tool results (strict templates
+ * want alternation). */
+static void merge_user_runs_(pl_oai_params *p)
+{
+    int w = 0;
+    for (int r = 0; r < p->n_messages; r++) {
+        pl_chat_message *m = &p->messages[r];
+        if (w > 0 && !strcmp(m->role, "user") && !strcmp(p->messages[w - 1].role, "user") &&
+            !fmt_is_(p, "hermes")) {
+            size_t n = strlen(p->messages[w - 1].content) + strlen(m->content) + 2;
+            char *s = malloc(n);
+            if (s && pl_oai_params_own(p, s)) {
+                snprintf(s, n, "%s\n%s", p->messages[w - 1].content, m->content);
+                p->messages[w - 1].content = s;
+                continue;
+            }
+        }
+        p->messages[w++] = *m;
+    }
+    p->n_messages = w;
+}
+
+static int render_history_(pl_oai_params *p, json_t *body)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    bool results = false;
+    for (int i = 0; i < p->n_messages; i++) {
+        json_t *msg = json_array_get(msgs, (size_t)i);
+        json_t *calls = json_object_get(msg, "tool_calls");
+        pl_chat_message *m = &p->messages[i];
+        if (!strcmp(m->role, "tool")) {
+            results = true;
+            if (render_tool_result_(p, m) < 0)
+                return -1;
+        }
+        if (json_is_array(calls) && json_array_size(calls) > 0 &&
+            !(m->content = pl_oai_params_own(p, render_calls_(p, m->content, calls))))
+            return -1;
+    }
+    if (results)
+        merge_user_runs_(p);
+    return 0;
+}
+
+/* The tool list goes into the system turn (a new one when there is none);
+ * Llama 3.1 and Mistral put it before the first user turn's text. */
+static int add_tools_(pl_oai_params *p)
+{
+    char *tools = pl_oai_params_own(p, render_tools_(p));
+    if (!tools)
+        return -1;
+    bool in_user = fmt_is_(p, "llama3") || fmt_is_(p, "mistral");
+    for (int i = 0; i < p->n_messages; i++) {
+        pl_chat_message *m = &p->messages[i];
+        if (strcmp(m->role, in_user ? "user" : "system"))
+            continue;
+        size_t n = strlen(tools) + strlen(m->content) + 3;
+        char *s = pl_oai_params_own(p, malloc(n));
+        if (!s)
+            return -1;
+        snprintf(s, n, in_user ? "%s\n\n%s" : "%2$s\n\n%1$s", tools, m->content);
+        m->content = s;
+        return 0;
+    }
+    pl_chat_message *nm = realloc(p->messages, sizeof *nm * (size_t)(p->n_messages + 1));
+    if (!nm)
+        return -1;
+    p->messages = nm;
+    memmove(nm + 1, nm, sizeof *nm * (size_t)p->n_messages);
+    nm[0] = (pl_chat_message){"system", tools};
+    p->n_messages++;
+    return 0;
+}
+
+/* ---- the call grammar ---- */
+
+static int put_call_regex_(struct evbuffer *b, const pl_oai_params *p, json_t *fn, int i,
+                           pl_err *err)
+{
+    json_t *params = json_object_get(fn, "parameters");
+    char msg[400], param[64];
+    char *args = params ? pl_json_schema_regex(params, msg, sizeof msg) : pl_json_object_regex();
+    snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+    if (!args)
+        return pl_err_set(err, 400, "invalid_request_error", param, "invalid_constraint",
+                          "cannot constrain the call to its parameters: %s",
+                          params ? msg : "out of memory");
+    json_t *n = json_object_get(fn, "name");
+    char *ns = json_dumps(n, JSON_ENCODE_ANY), *esc = NULL;
+    size_t len = 0, cap = 0;
+    if (!ns || pl_regex_escape_append(&esc, &len, &cap, ns, strlen(ns)) < 0) {
+        free(ns), free(args), free(esc);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    bool tags = fmt_is_(p, "hermes") || fmt_is_(p, "generic");
+    evbuffer_add_printf(b, "%s\\{\"name\": %s, \"%s\": %s\\}%s", tags ? "<tool_call>\\n" : "",
+                        esc, fmt_is_(p, "llama3") ? "parameters" : "arguments", args,
+                        tags ? "\\n</tool_call>" : "");
+    free(ns), free(args), free(esc);
+    return 0;
+}
+
+/* One call of any allowed function, as a group. */
+static int put_one_call_(struct evbuffer *b, const pl_oai_params *p, pl_err *err)
+{
+    evbuffer_add(b, "(?:", 3);
+    size_t i;
+    json_t *t;
+    int k = 0;
+    json_array_foreach(p->tools, i, t) {
+        json_t *fn = json_object_get(t, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (p->tool_choice == PL_TOOL_CHOICE_NAMED && strcmp(name, p->tool_name))
+            continue;
+        if (k++)
+            evbuffer_add(b, "|", 1);
+        if (put_call_regex_(b, p, fn, (int)i, err) < 0)
+            return -1;
+    }
+    evbuffer_add(b, ")", 1);
+    return 0;
+}
+
+static int add_call_constraint_(pl_oai_params *p, pl_err *err)
+{
+    if (p->sampling.constraint != PL_CONSTRAINT_NONE)
+        return INVALID("tool_choice", "'tool_choice' \"required\" or a named function cannot "
+                                      "be combined with response_format or guided decoding");
+    struct evbuffer *one = evbuffer_new(), *all = evbuffer_new();
+    if (!one || !all || put_one_call_(one, p, err) < 0) {
+        if (one)
+            evbuffer_free(one);
+        if (all)
+            evbuffer_free(all);
+        return err->status ? -1 : pl_err_set(err, 500, "server_error", NULL, NULL, "oom");
+    }
+    char *c = drain_(one);
+    bool many = p->parallel_tool_calls && p->tool_choice == PL_TOOL_CHOICE_REQUIRED &&
+                !fmt_is_(p, "llama3");
+    const char *sep = fmt_is_(p, "mistral") ? ", " : "\\n";
+    if (fmt_is_(p, "mistral"))
+        evbuffer_add_printf(all, "\\[TOOL_CALLS\\] \\[");
+    evbuffer_add_printf(all, "%s", c ? c : "");
+    if (many)
+        evbuffer_add_printf(all, "(?:%s%s){0,%d}", sep, c ? c : "", MAX_PARALLEL - 1);
+    if (fmt_is_(p, "mistral"))
+        evbuffer_add_printf(all, "\\]");
+    free(c);
+    char *re = drain_(all);
+    if (!re)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    p->sampling.constraint = PL_CONSTRAINT_REGEX;
+    p->sampling.constraint_text = re;
+    return 0;
+}
+
+int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *err)
+{
+    if (!p->chat)
+        return 0;
+    p->tool_format = b->ops->tool_format ? b->ops->tool_format(b) : "generic";
+    err->status = 0;
+    if (render_history_(p, body) < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!pl_oai_tools_active(p))
+        return 0;
+    if (add_tools_(p) < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (p->tool_choice == PL_TOOL_CHOICE_REQUIRED || p->tool_choice == PL_TOOL_CHOICE_NAMED)
+        return add_call_constraint_(p, err);
+    return 0;
+}
+
+/* ---- replies ---- */
+
+const char *pl_oai_tools_opener(const pl_oai_params *p)
+{
+    return fmt_is_(p, "llama3") ? "{" : fmt_is_(p, "mistral") ? "[TOOL_CALLS]" : "<tool_call>";
+}
+
+static bool known_tool_(const pl_oai_params *p, const char *name)
+{
+    size_t i;
+    json_t *t;
+    json_array_foreach(p->tools, i, t)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
+                    name))
+            return true;
+    return false;
+}
+
+/* {"name", "arguments"|"parameters"} -> an OpenAI tool_call; NULL if not. */
+static json_t *to_call_(const pl_oai_params *p, json_t *o)
+{
+    const char *name = json_string_value(json_object_get(o, "name"));
+    json_t *a = json_object_get(o, "arguments");
+    if (!a)
+        a = json_object_get(o, "parameters");
+    if (!json_is_object(o) || !name || !known_tool_(p, name) || !a ||
+        (!json_is_object(a) && !json_is_string(a)))
+        return NULL;
+    char *as = json_is_string(a) ? strdup(json_string_value(a)) : json_dumps(a, JSON_COMPACT);
+    char id[40];
+    snprintf(id, sizeof id, "call_%08x%08x%08x", (unsigned)rand(), (unsigned)rand(),
+             (unsigned)rand());
+    json_t *c = as ? json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                               "function", "name", name, "arguments", as)
+                   : NULL;
+    free(as);
+    return c;
+}
+
+static bool append_call_(const pl_oai_params *p, json_t *calls, const char *s, size_t n)
+{
+    json_t *o = json_loadb(s, n, JSON_DECODE_ANY, NULL);
+    json_t *c = o ? to_call_(p, o) : NULL;
+    json_decref(o);
+    return c && json_array_append_new(calls, c) == 0;
+}
+
+/* <tool_call> blocks; text around them is content. */
+static bool parse_tagged_(const pl_oai_params *p, const char *t, size_t n, json_t *calls,
+                          struct evbuffer *content)
+{
+    static const char open[] = "<tool_call>", close[] = "</tool_call>";
+    const char *end = t + n;
+    while (t < end) {
+        const char *o = memmem(t, (size_t)(end - t), open, sizeof open - 1);
+        evbuffer_add(content, t, (size_t)((o ? o : end) - t));
+        if (!o)
+            break;
+        const char *body = o + sizeof open - 1;
+        const char *c = memmem(body, (size_t)(end - body), close, sizeof close - 1);
+        if (!append_call_(p, calls, body, (size_t)((c ? c : end) - body)))
+            return false;
+        t = c ? c + sizeof close - 1 : end;
+    }
+    return json_array_size(calls) > 0;
+}
+
+static bool parse_mistral_(const pl_oai_params *p, const char *t, size_t n, json_t *calls)
+{
+    static const char open[] = "[TOOL_CALLS]";
+    if (n < sizeof open - 1 || memcmp(t, open, sizeof open - 1))
+        return false;
+    json_t *arr = json_loadb(t + sizeof open - 1, n - (sizeof open - 1), 0, NULL);
+    size_t i;
+    json_t *o;
+    bool ok = json_is_array(arr) && json_array_size(arr) > 0;
+    json_array_foreach(arr, i, o) {
+        json_t *c = ok ? to_call_(p, o) : NULL;
+        ok = c && json_array_append_new(calls, c) == 0;
+    }
+    json_decref(arr);
+    return ok;
+}
+
+json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_t len,
+                                 char **content)
+{
+    *content = NULL;
+    while (len && isspace((unsigned char)*text))
+        text++, len--;
+    while (len && isspace((unsigned char)text[len - 1]))
+        len--;
+    json_t *calls = json_array();
+    struct evbuffer *rest = evbuffer_new();
+    bool ok = false;
+    if (calls && rest) {
+        if (fmt_is_(p, "llama3"))
+            ok = len && text[0] == '{' && append_call_(p, calls, text, len);
+        else if (fmt_is_(p, "mistral"))
+            ok = parse_mistral_(p, text, len, calls);
+        else
+            ok = parse_tagged_(p, text, len, calls, rest);
+    }
+    if (!ok) {
+        json_decref(calls);
+        if (rest)
+            evbuffer_free(rest);
+        return NULL;
+    }
+    char *c = drain_(rest);
+    size_t n = c ? strlen(c) : 0;
+    while (n && isspace((unsigned char)c[n - 1]))
+        c[--n] = '\0';
+    if (c && n)
+        *content = c;
+    else
+        free(c);
+    return calls;
+}
+
+void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, json_t *calls)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        json_t *fn = json_object_get(c, "function");
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        json_t *head = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", (int)i, "id",
+                                 json_string_value(json_object_get(c, "id")), "type",
+                                 "function", "function", "name",
+                                 json_string_value(json_object_get(fn, "name")),
+                                 "arguments", "");
+        char *hs = head ? json_dumps(head, JSON_COMPACT) : NULL;
+        json_decref(head);
+        evbuffer_add_printf(b, "%s{\"index\":%d,\"delta\":{\"tool_calls\":[%s]},"
+                               "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+                            prefix, index, hs ? hs : "");
+        free(hs);
+        size_t n = args ? strlen(args) : 0;
+        for (size_t at = 0, k; at < n; at += k) {
+            k = n - at < 16 ? n - at : 16;
+            while (at + k < n && ((unsigned char)args[at + k] & 0xC0) == 0x80)
+                k++;                                  /* whole UTF-8 characters */
+            evbuffer_add_printf(b, "%s{\"index\":%d,\"delta\":{\"tool_calls\":[{\"index\":%d,"
+                                   "\"function\":{\"arguments\":", prefix, index, (int)i);
+            pl_oai_put_string(b, args + at, k);
+            evbuffer_add_printf(b, "}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+        }
+    }
+    evbuffer_add_printf(b, "%s{\"index\":%d,\"delta\":{},\"logprobs\":null,"
+                           "\"finish_reason\":\"tool_calls\"}]}\n\n", prefix, index);
+}

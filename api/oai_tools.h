@@ -1,0 +1,46 @@
+/* oai_tools.h - OpenAI tool calling over any backend: tools go into the
+ * prompt in the model's chat-template family (backend.h, tool_format:
+ * Qwen 2.5 / Hermes <tool_call> tags, Llama 3.1 JSON, Mistral
+ * [TOOL_CALLS], a generic Hermes-like format otherwise), history turns
+ * with tool_calls and tool results are rendered the same way, and the
+ * reply text is parsed back into message.tool_calls.
+ *
+ * tool_choice "required" or a named function constrains decoding to the
+ * call's grammar with the arguments' JSON schema (a regex constraint), so
+ * the call always parses. In "auto" the text is parsed after the fact:
+ * what does not parse as a call is returned as content, never an error.
+ */
+#ifndef PL_API_OAI_TOOLS_H
+#define PL_API_OAI_TOOLS_H
+
+#include <event2/buffer.h>
+#include <jansson.h>
+
+#include "api/oai_params.h"
+
+/** Render tools and tool history (body's messages) into p's messages for backend b's
+ *  format, and add the call constraint for required/named. 0, or -1 with
+ *  *err (400 naming the parameter that cannot be compiled). */
+int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *err);
+
+/** Whether replies of p are parsed for tool calls. */
+static inline bool pl_oai_tools_active(const pl_oai_params *p)
+{
+    return p->chat && p->tools && p->tool_choice != PL_TOOL_CHOICE_NONE;
+}
+
+/** Tool calls in text (a new array of OpenAI tool_call objects), or NULL
+ *  when the text is not a well-formed call of a known tool. *content gets
+ *  the text outside the calls (malloc'd, NULL when empty). */
+json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_t len,
+                                 char **content);
+
+/** The text a call starts with in p's format ("<tool_call>", "{", ...). */
+const char *pl_oai_tools_opener(const pl_oai_params *p);
+
+/** Stream chunks for calls of choice index: for each call its id, type and
+ *  name with empty arguments, then argument fragments; then the finish
+ *  chunk with "tool_calls". */
+void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, json_t *calls);
+
+#endif
