@@ -81,5 +81,5 @@ def test_bad_parameter_is_bad_request(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="mock", messages=MSGS,
                                        tools=[{"type": "function",
-                                               "function": {"name": "f", "parameters": {}}}])
-    assert e.value.body["param"] == "tools"
+                                               "function": {"name": "f g", "parameters": {}}}])
+    assert e.value.body["param"] == "tools[0]"
