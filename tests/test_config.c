@@ -252,7 +252,7 @@ Test(config, seed_vllm_model_definition_loads)
     cr_expect_str_eq(c.models[0].opts.backend, "vllm");
     cr_expect_str_eq(c.models[0].opts.base_url, "http://gpu1:8000/v1,http://gpu2:8000/v1");
     cr_expect_eq(c.models[0].opts.max_num_seqs, 256);
-    cr_expect_str_eq(c.models[0].opts.api_key_env, "VLLM_KEY");
+    cr_expect_str_eq(c.models[0].opts.upstream_api_key_env, "VLLM_KEY");
     cr_expect_str_eq(c.models[1].opts.upstream_model, "llama3.2:3b");
     pl_config_free(&c);
     pl_opts_free(&o);
