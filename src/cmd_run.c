@@ -277,9 +277,10 @@ static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
                 (double)(rc->t1.tv_nsec - rc->t0.tv_nsec) / 1e6;
     pl_job_progress p;
     pl_job_get_progress(rc->job, &p);
-    json_t *o = json_pack("{s:s, s:f, s:i, s:i, s:i, s:s?}", "strategy",
+    json_t *o = json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:i, s:s?}", "strategy",
                           pl_conv_policy_name((pl_conv_policy)ra->policy), "makespan_ms", ms,
                           "questions", p.total, "succeeded", p.succeeded, "failed", p.failed,
+                          "answered", p.answered, "correct", p.correct, "reprompts", p.reprompts,
                           "output", pl_job_dir(rc->job));
     json_t *arr = json_array();
     for (int m = 0; o && arr && m < n_models; m++)
@@ -297,10 +298,11 @@ static void print_summary(pl_job *j)
     pl_job_get_progress(j, &p);
     const char *dir = pl_job_dir(j);
     fprintf(stderr, "%s: %s: %d/%d succeeded (%d from an earlier run), %d failed, "
-            "%d cancelled, %d not started%s%s\n", pl_job_get_spec(j)->experiment,
+            "%d cancelled, %d not started; accuracy %d/%d correct/answered, %d re-prompts%s%s\n",
+            pl_job_get_spec(j)->experiment,
             pl_job_state_name(pl_job_get_state(j)), p.succeeded, p.total, p.skipped, p.failed,
-            p.cancelled, p.total - p.succeeded - p.failed - p.cancelled,
-            dir ? "; output: " : "", dir ? dir : "");
+            p.cancelled, p.total - p.succeeded - p.failed - p.cancelled, p.correct, p.answered,
+            p.reprompts, dir ? "; output: " : "", dir ? dir : "");
     if (pl_job_error(j))
         fprintf(stderr, "parley: %s\n", pl_job_error(j));
 }

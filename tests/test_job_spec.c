@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/engine/constrain/regex.h"
 #include "src/jobs/job_spec.h"
 #include "src/base/yaml_load.h"
 
@@ -221,4 +222,39 @@ Test(job_spec, yaml_file_with_questions_file)
     unlink(qpath);
     unlink(path);
     rmdir(dir);
+}
+
+/* validation.mode: constrained; the answer grammar (checked with the
+ * constraint engine's own matcher and with the extraction regex). */
+Test(job_spec, constrained_mode)
+{
+    char buf[2048];
+    pl_job_spec s;
+    pl_spec_problems p;
+    snprintf(buf, sizeof buf, "%.*s, \"validation\": {\"mode\": \"constrained\"}}",
+             (int)strlen(good) - 1, good);
+    cr_assert_eq(parse_str(buf, &s, &p), 0);
+    cr_assert(s.constrained);
+    char *re = pl_job_answer_regex(4);
+    char err[256];
+    pl_dfa *d = pl_regex_compile(re, strlen(re), 0, 4096, err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    const char *ok[] = {"Answer: D", "Canberra is the capital.\nAnswer: C"};
+    for (int i = 0; i < 2; i++)
+        cr_expect(pl_dfa_match(d, ok[i], strlen(ok[i])), "%s", ok[i]);
+    const char *two = "It is four.\nAnswer: B";   /* questions[0] has 2 choices */
+    cr_expect_eq(pl_job_spec_extract(&s, &s.questions[0], two, strlen(two)), 1);
+    const char *bad[] = {"Answer: E", "two\nlines\nAnswer: A", "Answer: A\n", "C"};
+    for (int i = 0; i < 4; i++)
+        cr_expect_not(pl_dfa_match(d, bad[i], strlen(bad[i])), "%s", bad[i]);
+    pl_dfa_free(d);
+    free(re);
+    pl_job_spec_free(&s);
+    pl_spec_problems_free(&p);
+    snprintf(buf, sizeof buf, "%.*s, \"validation\": {\"mode\": \"guided\"}}",
+             (int)strlen(good) - 1, good);
+    cr_assert_eq(parse_str(buf, &s, &p), -1);
+    cr_expect(has_problem(&p, "validation.mode", "reprompt or constrained"));
+    dump(&p);
+    pl_spec_problems_free(&p);
 }

@@ -6,6 +6,7 @@
 
 #include <event2/event.h>
 
+#include "backends/mock/mock_internal.h"
 #include "backends/stopstr.h"
 
 static const char *mock_words[] = {
@@ -323,43 +324,10 @@ static void mock_tick(evutil_socket_t fd, short what, void *arg)
     mock_schedule(r);
 }
 
-/* Constraints, minimally: a choice list is answered with one of its
- * strings (picked by the request's random stream), json_object with "{}";
- * regexes and JSON schemas are refused, never ignored. Returns the text to
- * replay (malloc'd), NULL when unconstrained, or (char *)-1 with *err. */
-static char *mock_constrained_text(const pl_sampling *sp, uint64_t *rng, pl_err *err)
-{
-    if (sp->constraint == PL_CONSTRAINT_NONE)
-        return NULL;
-    if (sp->constraint == PL_CONSTRAINT_JSON_OBJECT)
-        return strdup("{}");
-    json_t *arr = sp->constraint == PL_CONSTRAINT_CHOICE && sp->constraint_text
-                      ? json_loads(sp->constraint_text, 0, NULL) : NULL;
-    if (json_is_array(arr) && json_array_size(arr) > 0) {
-        json_t *c = json_array_get(arr, mock_rand(rng) % json_array_size(arr));
-        char *s = json_is_string(c) ? strdup(json_string_value(c)) : NULL;
-        json_decref(arr);
-        if (s)
-            return s;
-    }
-    json_decref(arr);
-    pl_err_set(err, 400, "invalid_request_error", "response_format", "unsupported_parameter",
-               "the mock backend honours only choice and json_object constraints, not %s",
-               pl_constraint_name(sp->constraint));
-    return (char *)-1;
-}
-
 static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                        uint64_t *id, pl_err *err)
 {
     mock_backend *mb = (mock_backend *)b;
-    if (req->sampling.constraint != PL_CONSTRAINT_NONE &&
-        req->sampling.constraint != PL_CONSTRAINT_CHOICE &&
-        req->sampling.constraint != PL_CONSTRAINT_JSON_OBJECT)
-        return pl_err_set(err, 400, "invalid_request_error", "response_format",
-                          "unsupported_parameter", "the mock backend honours only choice and "
-                          "json_object constraints, not %s",
-                          pl_constraint_name(req->sampling.constraint));
     if (mb->fail_next > 0) {
         mb->fail_next--;
         return pl_err_set(err, 503, "server_error", NULL, "mock_failure",
@@ -394,7 +362,7 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                           mb->o.max_model_len - 1);
     }
     r->rng = req->sampling.has_seed ? req->sampling.seed ^ h : h;
-    char *forced = mock_constrained_text(&req->sampling, &r->rng, err);
+    char *forced = pl_mock_constrained_text(&req->sampling, mock_rand, &r->rng, err);
     if (forced == (char *)-1) {
         mock_req_free(r);
         return -1;

@@ -40,7 +40,7 @@ static bool compile_regex(spec_ctx *c, const char *path)
 void spec_parse_validation(spec_ctx *c, json_t *root)
 {
     pl_job_spec *s = c->spec;
-    static const char *const keys[] = {"enabled", "extract_regex", NULL};
+    static const char *const keys[] = {"enabled", "extract_regex", "mode", NULL};
     json_t *v = json_object_get(root, "validation");
     s->validation = true;
     const char *rx = default_regex;
@@ -57,12 +57,27 @@ void spec_parse_validation(spec_ctx *c, json_t *root)
             spec_problem(c, "validation", "extract_regex", "must be a string");
         else if (r)
             rx = json_string_value(r);
+        json_t *mode = json_object_get(v, "mode");
+        const char *ms = json_string_value(mode);
+        if (mode && (!ms || (strcmp(ms, "reprompt") && strcmp(ms, "constrained"))))
+            spec_problem(c, "validation", "mode", "must be reprompt or constrained");
+        else if (ms)
+            s->constrained = !strcmp(ms, "constrained");
         spec_unknown_keys(c, "validation", v, keys);
     } else if (v) {
         spec_problem(c, "", "validation", "must be true, false or a mapping");
     }
     s->extract_regex = strdup(rx);
     compile_regex(c, rx == default_regex ? "validation" : "validation.extract_regex");
+}
+
+char *pl_job_answer_regex(int n_choices)
+{
+    char *re = malloc(96);
+    if (re)
+        snprintf(re, 96, "(?:[ -~]{1,%d}\\n)?Answer: [A-%c]", PL_JOB_REASONING_CHARS,
+                 pl_job_choice_label(n_choices > 0 ? n_choices - 1 : 0));
+    return re;
 }
 
 void spec_free_regex(pl_job_spec *s)

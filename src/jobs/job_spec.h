@@ -79,6 +79,11 @@ typedef struct pl_job_spec {
     pl_job_question *questions;
     bool validation;             /**< answers must be one of the choices */
     char *extract_regex;         /**< group 1 (or the match) is the answer */
+    /** validation.mode: constrained: a validated agent's reply is decoded
+     *  under pl_job_answer_regex (one line of reasoning, then exactly one
+     *  "Answer: X" line of the question's choices); re-prompts stay for
+     *  what still fails (a reply cut by max_tokens). Default: reprompt. */
+    bool constrained;
     void *re_;                   /**< compiled pcre2_code */
     void *md_;                   /**< pcre2_match_data */
     char *output_dir;            /**< NULL: the caller's default */
@@ -128,6 +133,12 @@ int pl_job_spec_find_model(const pl_job_spec *s, const char *name);
  */
 int pl_job_spec_extract(pl_job_spec *s, const pl_job_question *q,
                         const char *text, size_t len);
+
+/** The constrained-mode reply for n_choices choices: at most
+ *  PL_JOB_REASONING_CHARS printable ASCII characters on one line, a
+ *  newline, then "Answer: " and one label. malloc'd, NULL on OOM. */
+#define PL_JOB_REASONING_CHARS 400
+char *pl_job_answer_regex(int n_choices);
 
 /** A question's choice label: 'A' + i. */
 static inline char pl_job_choice_label(int i) { return (char)('A' + i); }

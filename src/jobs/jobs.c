@@ -271,6 +271,13 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err)
         .sampling = ag->sampling, .priority = prio,
         .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(cr->conversation + 1),
     };
+    int nc = j->spec.questions[cr->conversation].n_choices;
+    if (j->spec.constrained && j->spec.validation && ag->validate && nc > 0) {
+        if (!j->answer_rx[nc] && !(j->answer_rx[nc] = pl_job_answer_regex(nc)))
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        req.sampling.constraint = PL_CONSTRAINT_REGEX;   /* borrowed for submit */
+        req.sampling.constraint_text = j->answer_rx[nc];
+    }
     pl_sink sink = {on_delta, on_done, jr};
     return pl_backend_submit(j->backends[cr->model], &req, sink, &jr->backend_id, err);
 }
@@ -398,6 +405,7 @@ static void keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *t
         return;
     }
     if (flags & PL_CONV_EV_REPROMPT) {
+        j->n_reprompts++;
         job_hist_push(h, "assistant", text);
         job_hist_push(h, "user", pl_prompt_correction(&j->spec,
                                                       &j->spec.questions[saved->conversation]));
@@ -484,6 +492,11 @@ static void finish_conv(pl_job *j, int q, bool ok, const char *error)
         ev.text = fa;
         ev.len = strlen(fa);
     }
+    json_t *correct = json_object_get(json_object_get(t, "summary"), "correct");
+    if (ok && json_is_boolean(correct)) {
+        j->n_answered++;
+        j->n_correct += json_is_true(correct);
+    }
     job_emit(j, &ev);
     job_conv_free(j->conv[q], &j->spec);
     j->conv[q] = NULL;
@@ -550,6 +563,8 @@ void pl_job_free(pl_job *j)
     pl_persist_close(j->persist);
     pl_job_spec_free(&j->spec);
     free(j->subs);
+    for (int i = 0; i <= PL_JOB_MAX_CHOICES; i++)
+        free(j->answer_rx[i]);
     free(j->backends);
     free(j->output_root);
     free(j->dir);

@@ -106,6 +106,10 @@ typedef struct pl_job_progress {
     int cancelled;               /**< stopped by a cancel (not persisted) */
     int saved;                   /**< transcripts written to disk */
     int persisted;               /**< recorded in the manifest and index */
+    int answered, correct;       /**< accuracy: succeeded conversations of
+                                      this run with a final answer and a
+                                      known truth; how many were right */
+    int reprompts;               /**< validation re-prompts sent */
 } pl_job_progress;
 
 void pl_job_get_progress(const pl_job *j, pl_job_progress *p);

@@ -82,6 +82,10 @@ struct pl_job {
     bool retry_pending, freeing;
     bool writing, opening, finished_called;
     int persisted, n_skipped, n_terminal, n_cancelled;
+    int n_answered, n_correct;   /* succeeded conversations with a final
+                                    answer and a known truth; of them right */
+    int n_reprompts;             /* validation re-prompts sent */
+    char *answer_rx[PL_JOB_MAX_CHOICES + 1]; /* constrained mode, by choices */
     int transport_retries;       /* requests resubmitted after a transport failure
                                     (apart from validation re-prompts) */
     job_sub *subs;

@@ -209,6 +209,9 @@ void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
     p->waiting = c.idle - j->n_skipped;
     p->saved = j->saved;
     p->persisted = j->persisted + j->n_skipped;
+    p->answered = j->n_answered;
+    p->correct = j->n_correct;
+    p->reprompts = j->n_reprompts;
 }
 
 static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
@@ -254,8 +257,14 @@ json_t *pl_job_status_json(pl_job *j, int k)
         "succeeded", p.succeeded, "failed", p.failed, "cancelled", p.cancelled,
         "active", p.active,
         "waiting", p.waiting, "saved", p.saved, "persisted", p.persisted);
-    if (o)
+    if (o) {
         json_object_set_new(o, "transport_retries", json_integer(j->transport_retries));
+        json_object_set_new(o, "accuracy", json_pack("{s:i, s:i, s:f?}", "correct", p.correct,
+                                                     "answered", p.answered, "ratio",
+                                                     p.answered ? (double)p.correct / p.answered
+                                                                : 0.0));
+        json_object_set_new(o, "reprompts", json_integer(p.reprompts));
+    }
     if (o && j->sched)
         json_object_set_new(o, "pools", pl_job_pools_json(j, k));
     if (o && j->error)

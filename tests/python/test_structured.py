@@ -184,7 +184,7 @@ def test_uncompilable_is_a_400_naming_it(eclient, body, needle):
     assert needle in str(e.value)
 
 
-def test_mock_honours_choice_and_refuses_regex(client):
+def test_mock_honours_constraints(client):
     model = client.models.list().data[0].id
     choices = ["alpha", "beta gamma"]
     for seed in range(4):
@@ -192,7 +192,15 @@ def test_mock_honours_choice_and_refuses_regex(client):
             model=model, seed=seed, messages=[{"role": "user", "content": "pick"}],
             extra_body={"guided_choice": choices})
         assert r.choices[0].message.content in choices
+    pattern = r"(?:[ -~]{1,40}\n)?Answer: [A-D]"
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"guided_regex": pattern})
+    assert re.fullmatch(pattern, r.choices[0].message.content)
+    schema = SCHEMAS["refs"]
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
+                                       extra_body={"guided_json": schema})
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model=model, messages=[{"role": "user", "content": "x"}],
-                                       extra_body={"guided_regex": "a+"})
-    assert "mock" in str(e.value)
+                                       extra_body={"guided_regex": "a(?=b)"})
+    assert "lookaround" in str(e.value)
