@@ -154,7 +154,8 @@ static void commit_busy(pl_job *j, commit_ctx *w)
     job_rec *all = malloc(((size_t)w->n + (size_t)j->n_queue) * sizeof *all);
     if (all) {
         memcpy(all, w->recs, (size_t)w->n * sizeof *all);
-        memcpy(all + w->n, j->queue, (size_t)j->n_queue * sizeof *all);
+        if (j->n_queue > 0)
+            memcpy(all + w->n, j->queue, (size_t)j->n_queue * sizeof *all);
         free(j->queue);
         free(w->recs);
         j->queue = all;
