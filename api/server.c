@@ -19,6 +19,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api/access_log.h"
+#include "api/metrics.h"
 #include "api/auth.h"
 #include "api/conn.h"
 #include "api/respond.h"
@@ -172,11 +173,13 @@ static bool check_origin(pl_server *s, struct evhttp_request *req)
     return true;
 }
 
-/* API key and rate limit; everything but /health. */
+/* API key and rate limit; everything but /health and the dashboard page
+ * (static HTML that holds no data: it asks for the key and sends it with
+ * each GET /status). */
 static bool check_key(pl_server *s, struct evhttp_request *req, const char *path)
 {
     s->current_key = 0;
-    if (!strcmp(path, "/health"))
+    if (!strcmp(path, "/health") || !strcmp(path, "/dashboard"))
         return false;
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     int key = pl_auth_check_key(s->auth, evhttp_find_header(in, "Authorization"));
@@ -278,6 +281,30 @@ static void status_hook(pl_server *s, json_t *st, void *ud)
                                   (json_int_t)s->stalled_streams));
 }
 
+/* The HTTP front's counters in GET /metrics. */
+static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
+{
+    pl_conns_stats c = pl_conns_get_stats(s->conns);
+    static const struct { const char *name, *type, *help; } f[] = {
+        {"parley:http_open_connections", "gauge", "Open HTTP connections."},
+        {"parley:http_connections_accepted", "counter", "HTTP connections accepted."},
+        {"parley:http_connections_refused_busy", "counter",
+         "Connections refused with 503 above --max-connections."},
+        {"parley:http_requests_rejected", "counter", "Requests rejected before routing."},
+        {"parley:http_header_timeouts", "counter", "Connections closed waiting for headers."},
+        {"parley:http_body_timeouts", "counter", "Connections closed waiting for a body."},
+        {"parley:http_streams_stalled_aborted", "counter",
+         "Streams closed because the client stopped reading."},
+    };
+    double v[] = {c.open, (double)c.accepted, (double)c.refused_busy, (double)c.rejected,
+                  (double)c.header_timeouts, (double)c.body_timeouts,
+                  (double)s->stalled_streams};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        pl_prom_family(out, f[i].name, f[i].type, f[i].help);
+        pl_prom_sample(out, f[i].name, i ? "_total" : "", NULL, v[i]);
+    }
+}
+
 static void fill_defaults(pl_server_opts *o)
 {
     if (o->max_header_bytes <= 0)
@@ -327,6 +354,7 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
     evhttp_set_gencb(s->http, server_dispatch, s);
     s->id_salt = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)s;
     pl_server_add_status_hook(s, status_hook, NULL);
+    pl_server_add_metrics_hook(s, metrics_hook, NULL);
     return s;
 fail:
     if (s->http)

@@ -142,3 +142,71 @@ def test_dashboard_shows_failures_and_unhealthy_upstreams(tmp_path, monkeypatch)
     finally:
         assert front.stop() == 0
         assert up.stop() == 0
+
+
+def status_requests(b):
+    """Authorization headers of the page's GET /status requests so far."""
+    out = [e["params"]["request"]["headers"].get("Authorization")
+           for e in b.events if e.get("method") == "Network.requestWillBeSent"
+           and e["params"]["request"]["url"].endswith("/status")]
+    b.events.clear()
+    return out
+
+
+def server_takes_api_key():
+    r = __import__("subprocess").run([os.environ.get("PARLEY_BIN", "build/parley"), "serve",
+                                      "--help"], capture_output=True, text=True)
+    return "--api-key-file" in r.stdout      # the server-side key options
+
+
+def test_dashboard_api_key_is_typed_once_and_sent_as_bearer(tmp_path):
+    from cdp import Browser
+    key = "sk-dash-123"
+    auth = server_takes_api_key()
+    args = ["--backend", "mock", "--log-level", "warn"] + (["--api-key", key] if auth else [])
+    s = Server(*args)
+    b = Browser(CHROMIUM, str(tmp_path / "cdp"))
+    try:
+        b.page("Network.enable")
+        b.page("Page.navigate", {"url": s.url + "/dashboard"})
+        b.wait_js("location.pathname === '/dashboard' && !!document.getElementById('key')")
+        if auth:
+            # No key yet: the page asks for one and shows no data.
+            b.wait_js("document.getElementById('auth').className === 'shown'")
+            assert "API key" in b.js("document.getElementById('status-line').textContent")
+            b.js("document.getElementById('key').value = 'wrong';"
+                 "document.getElementById('auth').requestSubmit()")
+            b.wait_js("document.getElementById('auth-msg').textContent.includes('refused')")
+            assert b.js("document.querySelector('.model-name')") is None
+        b.js("document.getElementById('key').value = '%s';"
+             "document.getElementById('auth').requestSubmit()" % key)
+        assert b.wait_js("document.querySelector('.model-name') && "
+                         "document.querySelector('.model-name').textContent") == "mock"
+        assert b.js("sessionStorage.getItem('parley_api_key')") == key
+        assert b.js("document.getElementById('key').value") == "", "the field is cleared"
+        b.pump(0.3)
+        status_requests(b)                  # from here on, every poll carries the key
+        b.pump(1.5)
+        sent = status_requests(b)
+        assert sent and all(h == "Bearer " + key for h in sent), sent
+        # Typed once: a reload of the tab keeps using it, without asking.
+        b.page("Page.reload")
+        assert b.wait_js("document.querySelector('.model-name') && "
+                         "document.querySelector('.model-name').textContent") == "mock"
+        assert b.js("document.getElementById('auth').className") == ""
+        status_requests(b)
+        b.pump(1.5)
+        sent = status_requests(b)
+        assert sent and all(h == "Bearer " + key for h in sent), sent
+        # Forget: no header any more (and, with auth on, the form is back).
+        b.js("document.getElementById('forget').click()")
+        status_requests(b)
+        b.pump(1.5)
+        assert b.js("sessionStorage.getItem('parley_api_key')") is None
+        sent = status_requests(b)
+        assert sent and all(h is None for h in sent), sent
+        if auth:
+            b.wait_js("document.getElementById('auth').className === 'shown'")
+    finally:
+        b.close()
+        assert s.stop() == 0

@@ -27,6 +27,8 @@ PARLEY_SAMPLES = [
     "parley:conversation_pool_requests", "parley:job_questions", "parley:job_reprompts_total",
     "parley:jobs", "parley:engine_steps_total", "parley:engine_step_seconds_total",
     "parley:engine_idle_gap_seconds_total", "parley:requests_in_flight",
+    "parley:http_open_connections", "parley:http_connections_accepted_total",
+    "parley:http_streams_stalled_aborted_total",
 ]
 
 
