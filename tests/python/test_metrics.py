@@ -205,3 +205,34 @@ def test_job_metrics_move(tmp_path, monkeypatch):
                   finished_reason="length") == 36 + value(m, "parley:job_reprompts_total")
     finally:
         assert s.stop() == 0
+
+
+def test_upstream_health_and_outstanding():
+    up = Server("--backend", "mock", "--log-level", "warn", "--mock-token-delay-ms", "5")
+    front = Server("--backend", "parley", "--base-url", up.url + "/v1",
+                   "--base-url", "http://127.0.0.1:9/v1", "--served-model-name", "mock",
+                   "--log-level", "error")
+    try:
+        live, dead = up.url + "/v1", "http://127.0.0.1:9/v1"
+        u = urllib.parse.urlparse(front.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+        conn.request("POST", "/v1/chat/completions",
+                     json.dumps({"model": "mock", "max_tokens": 2000, "stream": True,
+                                 "messages": [{"role": "user", "content": "go"}]}),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        r.fp.readline()
+        m, types = scrape(front.url)
+        assert types["parley:upstream_healthy"] == "gauge"
+        assert value(m, "parley:upstream_healthy", model_name="mock", upstream=live) == 1
+        assert value(m, "parley:upstream_healthy", model_name="mock", upstream=dead) == 0
+        assert value(m, "parley:upstream_outstanding_requests", model_name="mock",
+                     upstream=live) == 1
+        assert value(m, "parley:upstream_outstanding_requests", model_name="mock",
+                     upstream=dead) == 0
+        assert value(m, "vllm:num_requests_running", model_name="mock") == 1
+        conn.sock.close()
+        conn.close()
+    finally:
+        assert front.stop() == 0
+        assert up.stop() == 0
