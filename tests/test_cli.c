@@ -200,3 +200,122 @@ Test(cli, option_precedence_default_env_config_command_line, .timeout = 60)
     cr_expect_eq(p, 29471, "config port 29471 lost to env 0: port %d", p);
     unlink(cfg_path);
 }
+
+/* ---- chat templates and the KV cache size, on real models ---- */
+
+static const char *tiny_qwen2(void)
+{
+    static char p[1024];
+    const char *src = getenv("PARLEY_SRC");
+    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_qwen2.gguf", src ? src : ".");
+    return p;
+}
+
+/* tiny_qwen2.gguf's ids of <|im_start|> and <|im_end|> (control tokens:
+ * /detokenize leaves them out of the text). */
+#define IM_START 263
+#define IM_END 264
+static int n_im_start, n_im_end;
+
+/* The prompt the server builds for one user message "hi": /tokenize with
+ * the generation prompt (counting the ChatML control tokens), then the
+ * text of /detokenize of those ids. */
+static char *rendered_prompt(const pl_test_server *srv)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/tokenize", srv->url);
+    const char *body = "{\"model\":\"tiny\",\"add_generation_prompt\":true,"
+                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *t = json_loads(r.body, 0, NULL);
+    pl_test_resp_free(&r);
+    json_t *toks = json_object_get(t, "tokens");
+    n_im_start = n_im_end = 0;
+    for (size_t i = 0; i < json_array_size(toks); i++) {
+        json_int_t id = json_integer_value(json_array_get(toks, i));
+        n_im_start += id == IM_START;
+        n_im_end += id == IM_END;
+    }
+    char *ids = json_dumps(toks, 0);
+    json_decref(t);
+    char dbody[4096];
+    snprintf(dbody, sizeof dbody, "{\"model\":\"tiny\",\"tokens\":%s}", ids);
+    free(ids);
+    snprintf(url, sizeof url, "%s/detokenize", srv->url);
+    cr_assert_eq(pl_test_http("POST", url, dbody, strlen(dbody), &r), 0);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    json_t *d = json_loads(r.body, 0, NULL);
+    pl_test_resp_free(&r);
+    char *text = strdup(json_string_value(json_object_get(d, "prompt")));
+    json_decref(d);
+    return text;
+}
+
+static char *prompt_with(const char *const *extra)
+{
+    const char *args[16] = {"--backend", "cpu", "--model", tiny_qwen2(), "--threads", "1",
+                            "--served-model-name", "tiny", "--log-level", "error"};
+    int n = 10;
+    for (int i = 0; extra[i]; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
+    pl_test_server srv;
+    cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");
+    char *text = rendered_prompt(&srv);
+    cr_assert_eq(pl_test_server_stop(&srv), 0);
+    return text;
+}
+
+/* tiny_qwen2.gguf carries a chat template of no known family. */
+Test(cli, unknown_template_falls_back_to_chatml_or_is_refused, .timeout = 60)
+{
+    const char *none[] = {NULL};
+    char *text = prompt_with(none);
+    /* ChatML: <|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n */
+    cr_expect_str_eq(text, "user\nhi\nassistant\n");
+    cr_expect(n_im_start == 2 && n_im_end == 1, "%d <|im_start|>, %d <|im_end|>", n_im_start,
+              n_im_end);
+    free(text);
+    char err[2048];
+    const char *strict[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                            "--chat-template-strict", NULL};
+    cr_expect_eq(run_parley(strict, err, sizeof err), 2);
+    cr_expect(strstr(err, "chat template is not one parley knows") &&
+              strstr(err, "--chat-template"), "%s", err);
+}
+
+Test(cli, chat_template_option_overrides_the_model, .timeout = 60)
+{
+    const char *llama3[] = {"--chat-template", "llama3", NULL};
+    char *text = prompt_with(llama3);
+    cr_expect(strstr(text, "<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>") &&
+              strstr(text, "<|start_header_id|>assistant<|end_header_id|>\n\n"), "%s", text);
+    cr_expect(n_im_start == 0 && n_im_end == 0, "ChatML tokens in a llama3 prompt");
+    free(text);
+    /* --chat-template-strict does not object to an explicit template. */
+    const char *strict[] = {"--chat-template", "chatml", "--chat-template-strict", NULL};
+    text = prompt_with(strict);
+    cr_expect_str_eq(text, "user\nhi\nassistant\n");
+    cr_expect(n_im_start == 2 && n_im_end == 1);
+    free(text);
+    char err[2048];
+    const char *bad[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                         "--chat-template", "frobnicate", NULL};
+    cr_expect_eq(run_parley(bad, err, sizeof err), 2);
+    cr_expect(strstr(err, "unknown --chat-template 'frobnicate'") && strstr(err, "llama3"),
+              "%s", err);
+}
+
+Test(cli, kv_cache_too_small_exits_2, .timeout = 60)
+{
+    char err[2048];
+    /* 2 layers x K,V x 2 heads x 16 dims x 4 bytes = 512 B per token: 1 MiB
+     * holds 2048 tokens, fewer than one 4096-token sequence. */
+    const char *args[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                          "--kv-cache-mb", "1", "--max-model-len", "4096", NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "--kv-cache-mb 1 holds 128 blocks; one 4096-token sequence needs 256"),
+              "%s", err);
+}
