@@ -78,6 +78,8 @@ typedef struct cfg {
     int stride;                  /* run prompts 0, stride, 2*stride, ... */
     bool variant;                /* --no-batch-invariant */
     bool penalties;              /* repetition/frequency/presence penalties */
+    int kv_mb, max_len;          /* 0: 256 MiB, 512 tokens */
+    json_t **stats;              /* when set: the engine's stats at the end */
 } cfg;
 
 static void submit(pl_backend *b, int i, run_out *o, bool penalties)
@@ -108,8 +110,8 @@ static void run(const cfg *c, int n_prompts, run_out *out)
     struct event_base *base = event_base_new();
     pl_engine_open_opts o = {
         .model_path = pl_test_model_path(), .device = "cpu", .threads = 2, .max_num_seqs = 64,
-        .max_num_batched_tokens = c->batched_tokens, .block_size = 16, .kv_cache_mb = 256,
-        .max_model_len = 512, .async_scheduling = c->async, .prefix_caching = true,
+        .max_num_batched_tokens = c->batched_tokens, .block_size = 16, .kv_cache_mb = c->kv_mb ? c->kv_mb : 256,
+        .max_model_len = c->max_len ? c->max_len : 512, .async_scheduling = c->async, .prefix_caching = true,
         .batch_invariant = !c->variant,
     };
     char err[512];
@@ -126,6 +128,8 @@ static void run(const cfg *c, int n_prompts, run_out *out)
                 event_base_loop(base, EVLOOP_ONCE);
         i += k * stride;
     }
+    if (c->stats)
+        *c->stats = b->ops->stats(b);
     pl_backend_free(b);
     event_base_free(base);
 }
@@ -228,4 +232,33 @@ Test(engine_equiv, not_invariant_diverges_only_at_near_ties)
     run(&c1, 8, a);
     run(&c8, 8, b);
     expect_equivalent("not invariant, 1 vs 8", a, b, 8);
+}
+
+/* A KV cache too small for the batch: 8 blocks of 16 tokens (6 MiB at
+ * ~0.7 MiB a block) for 8 sequences of ~60 tokens (4 blocks each), so the
+ * engine preempts running sequences, recomputes them, and evicts cached
+ * prefix blocks to make room. Tokens must equal the unpressured run's. */
+Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
+{
+    static run_out big[8], tiny[8];
+    json_t *st = NULL;
+    cfg cb = {.async = true, .batched_tokens = 2048, .concurrent = 8};
+    cfg ct = {.async = true, .batched_tokens = 2048, .concurrent = 8, .kv_mb = 6,
+              .max_len = 128, .stats = &st};
+    run(&cb, 8, big);
+    run(&ct, 8, tiny);
+    cr_assert_not_null(st);
+    json_t *kv = json_object_get(st, "kv");
+    json_int_t blocks = json_integer_value(json_object_get(kv, "num_blocks"));
+    json_int_t pre = json_integer_value(json_object_get(st, "preemptions"));
+    json_int_t ev = json_integer_value(json_object_get(kv, "evictions"));
+    cr_log_info("tiny cache: %lld blocks, %lld preemptions, %lld evictions", (long long)blocks,
+                (long long)pre, (long long)ev);
+    cr_expect_eq(blocks, 8);
+    cr_expect_gt(pre, 0, "the cache was too small: sequences were preempted");
+    cr_expect_gt(ev, 0, "cached prefix blocks were evicted");
+    json_decref(st);
+    for (int p = 0; p < 8; p++)
+        cr_expect(tiny[p].done, "prompt %d finished", p);
+    expect_identical("tiny cache vs big cache", big, tiny, 8);
 }
