@@ -2,11 +2,16 @@
  * 64 concurrent chat completions, prefix-cache hits for a repeated system
  * prompt, tokenize/detokenize, and greedy determinism. Skips when the
  * default model is not in the cache. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tests/helpers/server_proc.h"
@@ -217,4 +222,112 @@ Test(engine_http, sixty_four_concurrent_and_prefix_cache)
      * after the first ones must find them cached. */
     cr_expect_gt(hits, 16 * (N / 2), "prefix hits %ld", hits);
     json_decref(kv);
+}
+
+/* n > 1 on the real engine: n choices, indexed 0..n-1, each with its own
+ * tokens; usage counts them all; greedy choices are identical. */
+Test(engine_http, n_choices_on_the_engine)
+{
+    long st;
+    json_t *r = post("/v1/completions", "{\"model\":\"smol\",\"temperature\":1.0,\"seed\":7,"
+                     "\"n\":3,\"max_tokens\":8,\"logprobs\":1,\"ignore_eos\":true,"
+                     "\"prompt\":\"Once upon a time\"}", &st);
+    cr_assert_eq(st, 200);
+    json_t *ch = json_object_get(r, "choices");
+    cr_assert_eq(json_array_size(ch), 3);
+    json_int_t total = 0;
+    bool seen[3] = {false};
+    const char *text[3];
+    for (size_t i = 0; i < 3; i++) {
+        json_t *c = json_array_get(ch, i);
+        json_int_t idx = json_integer_value(json_object_get(c, "index"));
+        cr_assert(idx >= 0 && idx < 3 && !seen[idx], "choice index %lld", (long long)idx);
+        seen[idx] = true;
+        text[idx] = json_string_value(json_object_get(c, "text"));
+        cr_assert_not_null(text[idx]);
+        size_t n = json_array_size(json_object_get(json_object_get(c, "logprobs"), "tokens"));
+        cr_expect_eq(n, 8, "choice %lld made %zu tokens", (long long)idx, n);
+        cr_expect_str_eq(json_string_value(json_object_get(c, "finish_reason")), "length");
+        total += (json_int_t)n;
+    }
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(r, "usage"),
+                                                    "completion_tokens")), total);
+    cr_expect(strcmp(text[0], text[1]) || strcmp(text[1], text[2]),
+              "three samples at temperature 1 all equal: '%s'", text[0]);
+    json_decref(r);
+    r = post("/v1/chat/completions", "{\"model\":\"smol\",\"temperature\":0,\"n\":2,"
+             "\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi!\"}]}", &st);
+    cr_assert_eq(st, 200);
+    ch = json_object_get(r, "choices");
+    cr_assert_eq(json_array_size(ch), 2);
+    const char *a = json_string_value(json_object_get(json_object_get(json_array_get(ch, 0),
+                                                                      "message"), "content"));
+    const char *b = json_string_value(json_object_get(json_object_get(json_array_get(ch, 1),
+                                                                      "message"), "content"));
+    cr_assert(a && b);
+    cr_expect_str_eq(a, b, "greedy choices are identical");
+    json_decref(r);
+}
+
+static json_t *model_status(void)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/status", srv.url);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    json_t *j = json_loads(r.body, 0, NULL);
+    pl_test_resp_free(&r);
+    json_t *m = json_incref(json_object_get(json_object_get(j, "models"), "smol"));
+    json_decref(j);
+    cr_assert_not_null(m);
+    return m;
+}
+
+/* A streaming client that goes away mid-reply: the engine aborts its
+ * request, gives back every KV block, and /status counts the abort. */
+Test(engine_http, client_disconnect_aborts_and_frees_blocks)
+{
+    int port = atoi(strrchr(srv.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *body = "{\"model\":\"smol\",\"stream\":true,\"max_tokens\":400,"
+                       "\"ignore_eos\":true,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"Count to a thousand.\"}]}";
+    char req[1024], buf[8192] = "";
+    int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    cr_assert_eq(write(fd, req, (size_t)n), n);
+    /* Wait (deadline 120 s) for a content delta, then hang up. */
+    size_t len = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    for (int waited = 0; waited < 120000 && !strstr(buf, "\"content\":\"") &&
+                         len + 1 < sizeof buf; waited += 100) {
+        if (poll(&p, 1, 100) <= 0)
+            continue;
+        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+        cr_assert_gt(k, 0, "the server closed the stream");
+        len += (size_t)k;
+        buf[len] = '\0';
+    }
+    cr_assert(strstr(buf, "\"content\":\""), "no content delta: %s", buf);
+    json_t *m = model_status();
+    cr_assert_gt(json_integer_value(json_object_get(json_object_get(m, "kv"), "used")), 0);
+    json_int_t aborted0 = json_integer_value(json_object_get(m, "aborted"));
+    json_decref(m);
+    close(fd);
+    json_int_t aborted = aborted0, used = -1, running = -1;
+    for (int i = 0; i < 1200 && (aborted == aborted0 || used || running); i++) {
+        usleep(100000);
+        m = model_status();
+        aborted = json_integer_value(json_object_get(m, "aborted"));
+        used = json_integer_value(json_object_get(json_object_get(m, "kv"), "used"));
+        running = json_integer_value(json_object_get(m, "running"));
+        json_decref(m);
+    }
+    cr_expect_eq(aborted, aborted0 + 1, "/status counts the abort");
+    cr_expect_eq(used, 0, "every KV block given back");
+    cr_expect_eq(running, 0);
 }
