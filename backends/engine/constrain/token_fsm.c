@@ -5,6 +5,7 @@
  * visited one level up, and a dead node skips its whole subtree. */
 #include "backends/engine/constrain/token_fsm.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -202,22 +203,61 @@ static double now_ms_(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+const uint32_t *pl_token_fsm_row(const pl_token_fsm *cf, int32_t q)
+{
+    pl_token_fsm *f = (pl_token_fsm *)cf;
+    uint32_t *row = f->mask + (size_t)q * (size_t)f->words;
+    if (__atomic_load_n(&f->ready[q], __ATOMIC_ACQUIRE))
+        return row;
+    pthread_mutex_lock(f->mu_);
+    if (!f->ready[q]) {
+        state_mask_(f->vocab, f->dfa, q, f->scratch_, row);
+        __atomic_store_n(&f->ready[q], 1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(f->mu_);
+    return row;
+}
+
+void pl_token_fsm_fill(const pl_token_fsm *f)
+{
+    for (int32_t q = 0; q < f->n_states; q++)
+        pl_token_fsm_row(f, q);
+}
+
+static void fsm_free_(pl_token_fsm *f)
+{
+    if (f->mu_)
+        pthread_mutex_destroy(f->mu_);
+    free(f->mu_);
+    free(f->scratch_);
+    free(f->ready);
+    free(f->mask);
+    free(f->final);
+    free(f);
+}
+
 pl_token_fsm *pl_token_fsm_new(const pl_vocab_trie *v, pl_dfa *dfa)
 {
     double t0 = now_ms_();
     pl_token_fsm *f = calloc(1, sizeof *f);
-    int32_t *st = malloc(sizeof *st * ((size_t)v->max_depth + 2));
-    if (!f || !st)
+    if (!f)
         goto fail;
     f->n_states = dfa->n_states;
     f->n_vocab = v->n_vocab;
     f->words = (v->n_vocab + 31) / 32;
+    /* calloc: rows never visited are never touched, so cost no memory */
     f->mask = calloc((size_t)f->n_states * (size_t)f->words, sizeof *f->mask);
     f->final = calloc((size_t)f->n_states, 1);
-    if (!f->mask || !f->final)
+    f->ready = calloc((size_t)f->n_states, 1);
+    f->scratch_ = malloc(sizeof *f->scratch_ * ((size_t)v->max_depth + 2));
+    f->mu_ = malloc(sizeof(pthread_mutex_t));
+    if (!f->mask || !f->final || !f->ready || !f->scratch_ || !f->mu_) {
+        free(f->mu_);
+        f->mu_ = NULL;
         goto fail;
+    }
+    pthread_mutex_init(f->mu_, NULL);
     for (int32_t q = 0; q < f->n_states; q++) {
-        state_mask_(v, dfa, q, st, f->mask + (size_t)q * (size_t)f->words);
         bool goes_on = false;
         for (int b = 0; b < 256 && !goes_on; b++)
             goes_on = dfa->trans[(size_t)q * 256 + (size_t)b] >= 0;
@@ -227,15 +267,10 @@ pl_token_fsm *pl_token_fsm_new(const pl_vocab_trie *v, pl_dfa *dfa)
     f->vocab = v;
     f->refs = 1;
     f->compile_ms = now_ms_() - t0;
-    free(st);
     return f;
 fail:
-    free(st);
-    if (f) {
-        free(f->mask);
-        free(f->final);
-        free(f);
-    }
+    if (f)
+        fsm_free_(f);
     pl_dfa_free(dfa);
     return NULL;
 }
@@ -251,9 +286,7 @@ void pl_token_fsm_release(const pl_token_fsm *cf)
     if (!f || __atomic_fetch_sub(&f->refs, 1, __ATOMIC_ACQ_REL) != 1)
         return;
     pl_dfa_free(f->dfa);
-    free(f->mask);
-    free(f->final);
-    free(f);
+    fsm_free_(f);
 }
 
 int32_t pl_token_fsm_next(const pl_token_fsm *f, int32_t state, int32_t tok)

@@ -5,8 +5,10 @@
  *
  * End-of-generation tokens are allowed exactly in accepting states and
  * leave the state unchanged; control tokens (no bytes) are never allowed.
- * The masks of all states are computed at creation by one walk of a trie
- * of the vocabulary's byte strings per state (subtrees die together).
+ * A state's mask is one walk of a trie of the vocabulary's byte strings
+ * (subtrees die together), done the first time the state is used (a
+ * grammar with thousands of states visits few of them per reply) or for
+ * all states by pl_token_fsm_fill (a device copy needs them all).
  *
  * A pl_token_fsm is immutable and reference counted, so the engine thread
  * and runners read it while the main thread's cache may drop it.
@@ -40,13 +42,17 @@ typedef struct pl_token_fsm {
     int n_states;                /**< state 0 is the start */
     int32_t n_vocab;
     int words;                   /**< mask words per state: ceil(n_vocab / 32) */
-    uint32_t *mask;              /**< (n_states, words) allowed tokens */
+    uint32_t *mask;              /**< (n_states, words) allowed tokens; a
+                                      row is valid once ready[state] */
+    uint8_t *ready;              /**< (n_states) atomic: row computed */
+    void *mu_;                   /**< pthread mutex for computing rows */
+    int32_t *scratch_;           /**< walk stack, under mu_ */
     uint8_t *final;              /**< (n_states) accepting, no byte goes on:
                                       only end-of-generation is allowed */
     pl_dfa *dfa;                 /**< owned */
     const pl_vocab_trie *vocab;  /**< borrowed; outlives the fsm */
     int refs;                    /**< atomic reference count */
-    double compile_ms;           /**< regex + masks, for statistics */
+    double compile_ms;           /**< lifting (rows not included) */
 } pl_token_fsm;
 
 /** Lift dfa (taken: freed with the fsm or here on failure) to the vocab.
@@ -61,11 +67,12 @@ void pl_token_fsm_release(const pl_token_fsm *f);
  *  allowed there. End-of-generation tokens keep an accepting state. */
 int32_t pl_token_fsm_next(const pl_token_fsm *f, int32_t state, int32_t tok);
 
-/** Row of allowed tokens of state (words uint32 words). */
-static inline const uint32_t *pl_token_fsm_row(const pl_token_fsm *f, int32_t state)
-{
-    return f->mask + (size_t)state * (size_t)f->words;
-}
+/** Row of allowed tokens of state (words uint32 words), computed now if
+ *  it was not yet (thread-safe; allocates nothing). */
+const uint32_t *pl_token_fsm_row(const pl_token_fsm *f, int32_t state);
+
+/** Compute every state's row (for a device copy or a benchmark). */
+void pl_token_fsm_fill(const pl_token_fsm *f);
 
 static inline bool pl_token_fsm_allowed(const pl_token_fsm *f, int32_t state, int32_t tok)
 {
