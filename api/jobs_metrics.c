@@ -2,6 +2,7 @@
  * questions by status, re-prompts, and the conversation scheduler's three
  * pools (pending, pre-departure, in flight) summed over running jobs. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/jobs_api_internal.h"
@@ -123,10 +124,45 @@ static void pools(pl_jobs_api *a, struct evbuffer *b)
     json_decref(per_model);
 }
 
+/* Each served model's slots as jobs and OpenAI clients share them. */
+static void slots(pl_jobs_api *a, struct evbuffer *b)
+{
+    static const char *names[3] = {"parley:model_slots_in_flight",
+                                   "parley:model_slots_in_flight",
+                                   "parley:model_slots_interactive_reserve"};
+    static const char *keys[3] = {"jobs_in_flight", "interactive_in_flight",
+                                  "interactive_reserve"};
+    pl_prom_family(b, names[0], "gauge",
+                   "Requests in flight on the model, by client: jobs or interactive (OpenAI API).");
+    json_t **g = calloc((size_t)(a->n_gates ? a->n_gates : 1), sizeof *g);
+    for (int i = 0; g && i < a->n_gates; i++)
+        g[i] = pl_model_gate_json(a->gates[i]);
+    for (int k = 0; k < 3 && g; k++) {
+        if (k == 2)
+            pl_prom_family(b, names[2], "gauge", "Slots jobs leave free for OpenAI requests.");
+        for (int i = 0; i < a->n_gates; i++) {
+            char esc[256], l[384];
+            const char *m = json_string_value(json_object_get(g[i], "model"));
+            pl_prom_escape(esc, sizeof esc, m ? m : "");
+            if (k < 2)
+                snprintf(l, sizeof l, "model_name=\"%s\",client=\"%s\"", esc,
+                         k ? "interactive" : "jobs");
+            else
+                snprintf(l, sizeof l, "model_name=\"%s\"", esc);
+            pl_prom_sample(b, names[k], "", l,
+                           (double)json_integer_value(json_object_get(g[i], keys[k])));
+        }
+    }
+    for (int i = 0; g && i < a->n_gates; i++)
+        json_decref(g[i]);
+    free(g);
+}
+
 void jobs_api_metrics(pl_server *s, struct evbuffer *out, void *ud)
 {
     pl_jobs_api *a = ud;
     jobs_by_state(a, out);
     questions(a, out);
     pools(a, out);
+    slots(a, out);
 }

@@ -198,6 +198,10 @@ def test_job_metrics_move(tmp_path, monkeypatch):
         assert value(m, "parley:job_questions_persisted") == 6
         for pool in ("pending", "pre_departure", "in_flight"):
             assert value(m, "parley:conversation_pool_requests", pool=pool) == 0
+        for client in ("jobs", "interactive"):
+            assert value(m, "parley:model_slots_in_flight", model_name="mock",
+                         client=client) == 0
+        assert value(m, "parley:model_slots_interactive_reserve", model_name="mock") >= 0
         # 6 questions x 2 rounds x 3 agents, each finished once (echo passes).
         assert value(m, "vllm:request_success_total", model_name="mock",
                      finished_reason="stop") + \
