@@ -15,6 +15,7 @@
 #include "api/jobs_api.h"
 #include "api/metrics.h"
 #include "api/oai_chat.h"
+#include "api/oai_responses.h"
 #include "api/server.h"
 #include "src/config.h"
 #include "src/base/log.h"
@@ -182,6 +183,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
     struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
     pl_jobs_api *jobs = NULL;
+    pl_responses_api *responses = NULL;
     if (!srv)
         goto done;
     if (add_models(srv, base, o, cfg) < 0) {
@@ -192,6 +194,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_metrics_register(srv);
     pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
+    responses = pl_responses_register(srv);
     jobs = pl_jobs_api_register(srv, o->jobs_dir);
     if (jobs)
         pl_jobs_api_set_limits(jobs, &(pl_jobs_api_limits){
@@ -216,6 +219,7 @@ done:
         event_free(sigterm);
     pl_jobs_api_free(jobs);
     pl_server_free(srv);
+    pl_responses_api_free(responses);
     event_base_free(base);
     return rc;
 }

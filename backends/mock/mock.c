@@ -186,6 +186,13 @@ static void mock_unqueue(mock_backend *mb, mock_req *r)
 
 /* ---- token production ---- */
 
+/* Echo mode: whether every word of the prompt has been replayed. */
+static bool mock_echo_done(const mock_req *r)
+{
+    const char *p = r->echo + r->echo_pos;
+    return !p[strspn(p, " \n\t\r")];
+}
+
 static int mock_next_word(mock_req *r, char *out, size_t cap)
 {
     const char *w;
@@ -295,7 +302,10 @@ static int mock_step(mock_req *r)
             if (mock_deliver(r, &d) < 0)
                 return 1;
         }
-        mock_finish(r, r->natural_stop || r->echo ? PL_FINISH_STOP : PL_FINISH_LENGTH);
+        /* Echo mode stops when the prompt is replayed; cut short by
+         * max_tokens it is a "length" finish like any other. */
+        bool stop = r->natural_stop || (r->echo && mock_echo_done(r));
+        mock_finish(r, stop ? PL_FINISH_STOP : PL_FINISH_LENGTH);
         return 1;
     }
     int32_t tok = (int32_t)(mock_hash(word, 1469598103934665603ull) & 0x7FFF);

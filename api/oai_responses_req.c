@@ -1,0 +1,224 @@
+/* oai_responses_req.c - a POST /v1/responses body into the chat-completions
+ * body that api/oai_params.c validates, so both endpoints share one set of
+ * parameter rules. Errors name the Responses field (input[2].content,
+ * max_output_tokens, text.format), not the chat field they became.
+ */
+#include "api/oai_responses.h"
+
+#include <string.h>
+
+#define BAD(e, param, ...) \
+    pl_err_set(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
+
+/* The text of a content value: a string, or an array of text parts
+ * (input_text, output_text, text). NULL with *e set otherwise. */
+static json_t *content_text(json_t *c, const char *where, pl_err *e)
+{
+    if (json_is_string(c))
+        return json_incref(c);
+    if (!json_is_array(c))
+        return BAD(e, where, "'%s' must be a string or an array of text parts", where), NULL;
+    size_t i;
+    json_t *part;
+    char path[128];
+    json_t *out = json_string("");
+    json_array_foreach(c, i, part) {
+        const char *ty = json_string_value(json_object_get(part, "type"));
+        const char *tx = json_string_value(json_object_get(part, "text"));
+        snprintf(path, sizeof path, "%s[%zu]", where, i);
+        if (!ty || (strcmp(ty, "input_text") && strcmp(ty, "output_text") && strcmp(ty, "text"))) {
+            json_decref(out);
+            return pl_err_set(e, 400, "invalid_request_error", path, "unsupported_content",
+                              "'%s.type' %s%s%s is not supported: only text parts are",
+                              path, ty ? "'" : "", ty ? ty : "(missing)", ty ? "'" : ""),
+                   NULL;
+        }
+        if (!tx) {
+            json_decref(out);
+            return BAD(e, path, "'%s.text' must be a string", path), NULL;
+        }
+        size_t a = json_string_length(out), b = strlen(tx);
+        char *cat = malloc(a + b + 1);
+        if (!cat) {
+            json_decref(out);
+            return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+        }
+        memcpy(cat, json_string_value(out), a);
+        memcpy(cat + a, tx, b + 1);
+        json_decref(out);
+        out = json_stringn_nocheck(cat, a + b);
+        free(cat);
+    }
+    return out;
+}
+
+/* One input item as a chat message appended to msgs. */
+static int add_item(json_t *msgs, json_t *it, size_t i, pl_err *e)
+{
+    char where[64];
+    snprintf(where, sizeof where, "input[%zu]", i);
+    if (!json_is_object(it))
+        return BAD(e, where, "'%s' must be an object", where);
+    const char *ty = json_string_value(json_object_get(it, "type"));
+    if (ty && strcmp(ty, "message"))
+        return pl_err_set(e, 400, "invalid_request_error", where, "unsupported_item",
+                          "'%s.type' '%s' is not supported: only message items are", where, ty);
+    const char *role = json_string_value(json_object_get(it, "role"));
+    if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
+                  strcmp(role, "developer")))
+        return BAD(e, where, "'%s.role' must be one of user, assistant, system, developer",
+                   where);
+    char cw[80];
+    snprintf(cw, sizeof cw, "%s.content", where);
+    json_t *text = content_text(json_object_get(it, "content"), cw, e);
+    if (!text)
+        return -1;
+    json_t *m = json_pack("{s:s, s:o}", "role", strcmp(role, "developer") ? role : "system",
+                          "content", text);
+    return m && json_array_append_new(msgs, m) == 0
+               ? 0 : pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* The input as chat messages (a new array). */
+static json_t *input_messages(json_t *body, pl_err *e)
+{
+    json_t *msgs = json_array(), *in = json_object_get(body, "input");
+    if (!msgs)
+        return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+    if (json_is_string(in)) {
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "user", "content", in));
+        return msgs;
+    }
+    if (!json_is_array(in) || json_array_size(in) == 0) {
+        BAD(e, "input", "'input' must be a string or a non-empty array of message items");
+        goto fail;
+    }
+    size_t i;
+    json_t *it;
+    json_array_foreach(in, i, it)
+        if (add_item(msgs, it, i, e) < 0)
+            goto fail;
+    return msgs;
+fail:
+    json_decref(msgs);
+    return NULL;
+}
+
+/* The chat messages: instructions (not carried to later responses), the
+ * earlier turns, this input. */
+static json_t *chat_messages(json_t *body, json_t *history, json_t *input, pl_err *e)
+{
+    json_t *ins = json_object_get(body, "instructions");
+    if (ins && !json_is_null(ins) && !json_is_string(ins))
+        return BAD(e, "instructions", "'instructions' must be a string"), NULL;
+    json_t *msgs = json_array();
+    if (msgs && json_is_string(ins))
+        json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", ins));
+    if (!msgs || (history && json_array_extend(msgs, history) < 0) ||
+        json_array_extend(msgs, input) < 0) {
+        json_decref(msgs);
+        return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory"), NULL;
+    }
+    return msgs;
+}
+
+/* text.format into response_format. */
+static int map_text_format(json_t *body, json_t *chat, pl_err *e)
+{
+    json_t *text = json_object_get(body, "text");
+    if (!text || json_is_null(text))
+        return 0;
+    json_t *f = json_object_get(text, "format");
+    if (!json_is_object(text) || (f && !json_is_object(f)))
+        return BAD(e, "text.format", "'text.format' must be an object with a 'type'");
+    const char *ty = f ? json_string_value(json_object_get(f, "type")) : "text";
+    if (!ty)
+        return BAD(e, "text.format.type", "'text.format.type' must be a string");
+    if (!strcmp(ty, "text"))
+        return 0;
+    if (!strcmp(ty, "json_object"))
+        return json_object_set_new(chat, "response_format",
+                                   json_pack("{s:s}", "type", "json_object"));
+    if (strcmp(ty, "json_schema"))
+        return pl_err_set(e, 400, "invalid_request_error", "text.format.type",
+                          "unsupported_parameter", "text.format type '%s' is not supported", ty);
+    json_t *js = json_deep_copy(f);
+    json_object_del(js, "type");
+    return json_object_set_new(chat, "response_format",
+                               json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
+}
+
+/* Rename the chat parameter an error names back to its Responses field. */
+static void rename_param(pl_err *e)
+{
+    static const char *const map[][2] = {
+        {"max_tokens", "max_output_tokens"}, {"max_completion_tokens", "max_output_tokens"},
+        {"messages", "input"}, {"response_format", "text.format"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        size_t n = strlen(map[i][0]);
+        if (!strncmp(e->param, map[i][0], n) && (!e->param[n] || e->param[n] == '.')) {
+            char rest[64];
+            snprintf(rest, sizeof rest, "%s", e->param + n);
+            snprintf(e->param, sizeof e->param, "%s%s", map[i][1], rest);
+            return;
+        }
+    }
+}
+
+/* Copy the sampling fields that have the same meaning in both APIs. */
+static void copy_shared(json_t *body, json_t *chat)
+{
+    static const char *const same[] = {"model", "temperature", "top_p", "stream", "user",
+                                       "prompt_cache_key", "seed", "top_logprobs"};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        json_t *v = json_object_get(body, same[i]);
+        if (v && !json_is_null(v))
+            json_object_set(chat, same[i], v);
+    }
+    json_t *mot = json_object_get(body, "max_output_tokens");
+    if (mot && !json_is_null(mot))
+        json_object_set(chat, "max_tokens", mot);
+}
+
+json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl_err *e)
+{
+    json_t *tools = json_object_get(body, "tools");
+    *input = NULL;
+    if (json_is_array(tools) && json_array_size(tools) > 0)
+        return pl_err_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
+                          "tools are not supported on /v1/responses yet; use "
+                          "/v1/chat/completions with tools"), NULL;
+    json_t *in = input_messages(body, e);
+    json_t *msgs = in ? chat_messages(body, history, in, e) : NULL;
+    json_t *chat = msgs ? json_object() : NULL;
+    if (msgs && !chat)
+        pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (!chat)
+        goto fail;
+    copy_shared(body, chat);
+    json_object_set_new(chat, "messages", msgs);
+    msgs = NULL;
+    if (map_text_format(body, chat, e) < 0)
+        goto fail;
+    *input = in;
+    return chat;
+fail:
+    json_decref(in);
+    json_decref(msgs);
+    json_decref(chat);
+    return NULL;
+}
+
+int pl_responses_parse(json_t *chat, pl_oai_params *p, pl_err *e)
+{
+    if (pl_oai_parse(chat, true, p, e) < 0) {
+        rename_param(e);
+        return -1;
+    }
+    if (p->n != 1) {
+        pl_oai_params_free(p);
+        return BAD(e, "n", "'n' is not a Responses parameter");
+    }
+    return 0;
+}
