@@ -5,7 +5,9 @@
  * tokens/s, wall and device milliseconds.
  *
  * usage: bench_cuda_runner MODEL.gguf [--runner cuda|cpu] [--seqs N]
- *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R]
+ *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--split-kv]
+ * --split-kv: the split-KV, GQA-grouped decode attention kernel.
+ * decode_idle_gap_ms: decode wall time minus device time, per step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +90,7 @@ static int parse(bench_opts *o, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-graphs")) o->graphs = false;
+        else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -115,7 +118,7 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R]\n", argv[0]);
+                "[--gen G] [--no-graphs] [--max-rows R] [--split-kv]\n", argv[0]);
         return 2;
     }
     if (!strcmp(o.runner, "cuda") && !pl_cuda_available(err, sizeof err)) {
@@ -177,12 +180,15 @@ int main(int argc, char **argv)
     }
     double t_dec = now_ms() - t0;
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"seqs\":%d,\"prompt\":%d,"
-           "\"gen\":%d,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
+           "\"gen\":%d,\"split_kv\":%s,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
-           "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f}\n",
+           "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
+           "\"decode_idle_gap_ms\":%.3f}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.seqs, o.prompt, o.gen,
-           r->info.num_blocks, t_load, t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
-           t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen);
+           getenv("PARLEY_CUDA_DECODE_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
+           t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
+           t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
+           (t_dec - dec_dev) / o.gen);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

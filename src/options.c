@@ -56,7 +56,7 @@ const pl_option pl_options[] = {
     OPT("kv-cache-mb", PL_OPT_INT, 1, 1048576, "2048", NULL, NULL, kv_cache_mb, M,
         "CPU KV cache size in MiB"),
     OPT("max-model-len", PL_OPT_INT, 0, 1048576, "0", NULL, NULL, max_model_len, M,
-        "context length (0 = the model's, at most 2048 on CPU)"),
+        "context length (0 = the model's: at most 2048 on CPU; on CUDA capped by the KV cache)"),
     OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, async_scheduling, M,
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
     OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, prefix_caching, M,

@@ -21,7 +21,7 @@ typedef struct fake_out {
 
 typedef struct fake_runner {
     pl_runner base;
-    int sleep_us;
+    int sleep_us, no_token_at_ctx;
     int32_t *kv;                 /* (num_blocks, block_size) token ids */
     int32_t *last;               /* (max_seqs) last sample of each slot */
     fake_out outs[NOUT];
@@ -99,7 +99,9 @@ static void execute_(fake_runner *f, const pl_step_input *in, fake_out *o)
                 *cell = tok;
         }
         o->sampled[k] = -1;
-        if (in->seq_sample[k]) {
+        if (in->seq_sample[k] && in->seq_ctx_len[k] == f->no_token_at_ctx) {
+            o->sampled[k] = -2;      /* no token; last[slot] keeps the good one */
+        } else if (in->seq_sample[k]) {
             o->sampled[k] = sample_(f, in, k);
             f->last[slot] = o->sampled[k];
             o->logprob[k] = -0.25f;
@@ -223,6 +225,7 @@ pl_runner *pl_fake_runner_new(const pl_fake_runner_opts *o)
     f->base.ops = &fake_ops;
     f->base.info = o->info;
     f->sleep_us = o->step_sleep_us;
+    f->no_token_at_ctx = o->no_token_at_ctx;
     const pl_runner_info *ri = &o->info;
     f->kv = calloc((size_t)ri->num_blocks * (size_t)ri->block_size, sizeof *f->kv);
     f->last = malloc((size_t)ri->max_seqs * sizeof *f->last);

@@ -18,6 +18,9 @@
 typedef struct pl_fake_runner_opts {
     pl_runner_info info;
     int step_sleep_us;           /**< per step, on the runner thread */
+    int no_token_at_ctx;         /**< > 0: a sequence sampled at this context
+                                      length gets no token (-2), as a GPU runner
+                                      reports all-NaN logits */
 } pl_fake_runner_opts;
 
 /** NULL on OOM. Free through r->ops->free. */

@@ -135,7 +135,62 @@ static void reference(const attn_fix *f, float *out)
     free(scratch);
 }
 
-static void run_case(attn_case c, int prefill)
+enum { MODE_DECODE, MODE_PREFILL, MODE_SPLIT, MODE_ROWS };
+
+/* MODE_SPLIT: the split-KV grouped kernel with n_splits (0: the heuristic
+ * for 132 SMs); MODE_ROWS: decode over every other row only (a row list),
+ * prefill over every other sequence (a sequence list); the others stay 0. */
+static void launch_mode(attn_fix *f, int mode, int n_splits, pl_bf16 *dout, float scale)
+{
+    const attn_case *c = &f->c;
+    pl_kv_geom g = fix_geom(f);
+    if (mode == MODE_SPLIT) {
+        int ns = n_splits ? n_splits : pl_cuda_attn_split_count(f->n_rows, c->n_kv, 132);
+        size_t wsn = pl_cuda_attn_split_ws(f->n_rows, c->n_head, c->hd, ns);
+        float *ws = wsn ? tu_dev(NULL, wsn * sizeof(float)) : NULL;
+        OK(pl_cuda_attn_decode_split(f->dqkv, f->qkv_dim, f->dpos, NULL, f->drs, f->dbt, g,
+                                     f->dk, f->dv, dout, f->n_rows, c->n_head, scale, ns, ws,
+                                     0));
+        CU(cudaDeviceSynchronize());
+        cudaFree(ws);
+        return;
+    }
+    int32_t list[64];
+    int n = 0;
+    if (f->c.new_rows[0] == 1) {     /* decode rows: every other row */
+        for (int r = 0; r < f->n_rows; r += 2)
+            list[n++] = r;
+        int32_t *dl = tu_dev(list, sizeof(int32_t) * n);
+        OK(pl_cuda_attn_decode_rows(f->dqkv, f->qkv_dim, f->dpos, dl, f->drs, f->dbt, g, f->dk,
+                                    f->dv, dout, n, c->n_head, scale, 0));
+        CU(cudaDeviceSynchronize());
+        cudaFree(dl);
+        return;
+    }
+    int mx = 0;
+    for (int s = 0; s < c->n_seqs; s += 2) {
+        list[n++] = s;
+        mx = c->new_rows[s] > mx ? c->new_rows[s] : mx;
+    }
+    int32_t *dl = tu_dev(list, sizeof(int32_t) * n);
+    OK(pl_cuda_attn_prefill_seqs(f->dqkv, f->qkv_dim, f->dpos, dl, f->dfirst, f->dnrows, f->dbt,
+                                 g, f->dk, f->dv, dout, n, mx, c->n_head, scale, 0));
+    CU(cudaDeviceSynchronize());
+    cudaFree(dl);
+}
+
+/* Rows the MODE_ROWS launch did not cover are zeroed in the reference. */
+static void mask_rows(const attn_fix *f, float *ref)
+{
+    size_t w = (size_t)f->c.n_head * f->c.hd;
+    for (int r = 0; r < f->n_rows; r++) {
+        bool on = f->c.new_rows[0] == 1 ? r % 2 == 0 : f->row_seq[r] % 2 == 0;
+        if (!on)
+            memset(ref + r * w, 0, sizeof(float) * w);
+    }
+}
+
+static void run_case_mode(attn_case c, int mode, int n_splits)
 {
     attn_fix f;
     fix_init(&f, c);
@@ -153,7 +208,10 @@ static void run_case(attn_case c, int prefill)
     float *ref = malloc(sizeof(float) * on), *got = malloc(sizeof(float) * on);
     pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * on);
     float scale = 1.0f / sqrtf((float)c.hd);
-    if (prefill) {
+    int prefill = mode == MODE_PREFILL;
+    if (mode == MODE_SPLIT || mode == MODE_ROWS) {
+        launch_mode(&f, mode, n_splits, dout, scale);
+    } else if (prefill) {
         int mx = 0;
         for (int s = 0; s < c.n_seqs; s++)
             mx = c.new_rows[s] > mx ? c.new_rows[s] : mx;
@@ -165,11 +223,18 @@ static void run_case(attn_case c, int prefill)
     }
     tu_get_bf16(got, dout, on);
     reference(&f, ref);
-    cr_assert_leq(tu_nerr(got, ref, on), TOL_ATTN, "heads %d/%d hd %d prefill %d",
-                  c.n_head, c.n_kv, c.hd, prefill);
+    if (mode == MODE_ROWS)
+        mask_rows(&f, ref);
+    cr_assert_leq(tu_nerr(got, ref, on), TOL_ATTN, "heads %d/%d hd %d mode %d splits %d",
+                  c.n_head, c.n_kv, c.hd, mode, n_splits);
     cudaFree(dout);
     free(ref); free(got);
     fix_free(&f);
+}
+
+static void run_case(attn_case c, int prefill)
+{
+    run_case_mode(c, prefill ? MODE_PREFILL : MODE_DECODE, 0);
 }
 
 Test(cuda_attn, decode_matches_reference)
@@ -195,4 +260,70 @@ Test(cuda_attn, prefill_matches_reference_with_cached_prefix)
     run_case((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, 1);   /* 88-token prefix */
     run_case((attn_case){32, 8, 128, 2, {100, 37}, {64, 37}}, 1);
     run_case((attn_case){8, 1, 64, 1, {33}, {33}}, 1);                 /* MQA */
+}
+
+/* The split-KV, GQA-grouped decode kernel against the same C reference
+ * (pl_op_attention), one split and several (the merge), groups of 1, 4
+ * and 8 query heads, head_dim 64 and 128; contexts shorter than the splits. */
+Test(cuda_attn, split_kv_decode_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(17);
+    int splits[] = {1, 3, 8, 0};
+    for (int i = 0; i < 4; i++) {
+        run_case_mode((attn_case){8, 2, 64, 3, {1, 17, 100}, {1, 1, 1}}, MODE_SPLIT, splits[i]);
+        run_case_mode((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, MODE_SPLIT, splits[i]);
+        run_case_mode((attn_case){8, 1, 64, 1, {128}, {1}}, MODE_SPLIT, splits[i]);
+        run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, MODE_SPLIT, splits[i]);
+    }
+}
+
+/* A mixed step's lists: decode over a row list, prefill over a sequence list. */
+Test(cuda_attn, row_and_sequence_lists)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(18);
+    run_case_mode((attn_case){9, 3, 64, 3, {1, 17, 100}, {1, 1, 1}}, MODE_ROWS, 0);
+    run_case_mode((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, MODE_ROWS, 0);
+}
+
+/* More sequences than gridDim.z allows (65535): every sequence one row at
+ * position 0, so each output head is bf16(v) of its own row. */
+Test(cuda_attn, prefill_grid_tiles_past_65535_sequences)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(19);
+    const int S = 65535 + 700, H = 2, KV = 1, HD = 64, QKV = (H + 2 * KV) * HD;
+    float *qkv = malloc(sizeof(float) * (size_t)S * QKV);
+    int32_t *idx = malloc(sizeof(int32_t) * S), *zero = calloc(S, sizeof(int32_t));
+    int32_t *ones = malloc(sizeof(int32_t) * S);
+    tu_fill(qkv, (size_t)S * QKV, 1.0f);
+    for (int s = 0; s < S; s++) {
+        idx[s] = s;
+        ones[s] = 1;
+    }
+    pl_kv_geom g = {.n_kv_heads = KV, .head_dim = HD, .block_size = BS, .max_blocks_per_seq = 1,
+                    .n_blocks = S};
+    float *dq = tu_dev(qkv, sizeof(float) * (size_t)S * QKV);
+    int32_t *dbt = tu_dev(idx, sizeof(int32_t) * S), *drs = tu_dev(idx, sizeof(int32_t) * S);
+    int32_t *dpos = tu_dev(zero, sizeof(int32_t) * S), *dn = tu_dev(ones, sizeof(int32_t) * S);
+    pl_bf16 *dk = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD);
+    pl_bf16 *dv = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD);
+    pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * H * HD);
+    OK(pl_cuda_kv_write(dq, QKV, H * HD, (H + KV) * HD, dpos, drs, dbt, g, dk, dv, S, 0));
+    OK(pl_cuda_attn_prefill(dq, QKV, dpos, drs, dn, dbt, g, dk, dv, dout, S, 1, H, 0.125f, 0));
+    float *got = malloc(sizeof(float) * (size_t)S * H * HD);
+    tu_get_bf16(got, dout, (size_t)S * H * HD);
+    double worst = 0;
+    for (int s = 0; s < S; s++)
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < HD; d++) {
+                float v = pl_bf16_to_fp32(pl_fp32_to_bf16(qkv[(size_t)s * QKV + (H + KV) * HD + d]));
+                double e = fabs(got[((size_t)s * H + h) * HD + d] - v);
+                worst = e > worst ? e : worst;
+            }
+    cr_assert_leq(worst, 0.0, "sequence past 65535 not computed (max error %g)", worst);
+    cudaFree(dq); cudaFree(dbt); cudaFree(drs); cudaFree(dpos); cudaFree(dn);
+    cudaFree(dk); cudaFree(dv); cudaFree(dout);
+    free(qkv); free(idx); free(zero); free(ones); free(got);
 }

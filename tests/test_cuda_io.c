@@ -26,6 +26,8 @@ static void setup(void)
                            .max_blocks_per_seq = MBPS, .n_blocks = 21};  /* 20 + spare */
     R->bias_cap = 4;
     R->hist_cap = 6;
+    R->hist_per_seq = 3;                 /* each sequence's share */
+    R->base.info.max_model_len = MBPS * BS;
     R->use_graphs = true;
     int sizes[] = {1, 2, 4, 8};
     R->n_buckets = 4;
@@ -179,16 +181,48 @@ Test(cuda_io, bias_and_history_are_packed_within_capacity)
     cr_assert_eq(h->samp[1].n_bias, 1);
     cr_assert_eq(h->bias_tok[3], 5);
     cr_assert_eq(h->samp[0].n_hist, 0);
-    cr_assert_eq(h->samp[1].n_hist, 5);
-    cr_assert_eq(h->hist[0], 9);
-    /* over capacity (6): a second penalised sequence keeps its latest ids */
+    cr_assert_eq(h->samp[0].ph_row1, 0, "no penalties: no placeholder history");
+    cr_assert_eq(h->samp[1].n_hist, 3, "its share: the latest 3 ids");
+    cr_assert_eq(h->hist[0], 7);
+    cr_assert_eq(h->samp[1].ph_row1, 2, "the placeholder row (1) counts on the device");
+    /* A second penalised sequence first in the step does not take the
+     * other's share (first-come-first-served did: 4 and then 2). */
     b.smp[0].presence_penalty = 0.1f;
-    b.hist_len[1] = 5;
     cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], in, &st), 0);
-    cr_assert_eq(h->samp[0].n_hist, 4);
-    cr_assert_eq(h->samp[1].n_hist, 2);
-    cr_assert_eq(h->hist[4], 6);
-    cr_assert_eq(h->hist[5], 5);
+    cr_assert_eq(h->samp[0].n_hist, 3);
+    cr_assert_eq(h->samp[1].n_hist, 3);
+    cr_assert_eq(h->samp[1].hist_off, 3);
+    int32_t want[6] = {2, 3, 4, 7, 6, 5};
+    cr_assert_eq(memcmp(h->hist, want, sizeof want), 0);
+    cr_assert_eq(h->samp[0].ph_row1, 1);
+    /* Explicit last tokens (sync scheduling): nothing added on the device. */
+    b.tokens[0] = 42;
+    b.tokens[1] = 43;
+    cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], in, &st), 0);
+    cr_assert_eq(h->samp[0].ph_row1, 0);
+    cr_assert_eq(h->samp[1].ph_row1, 0);
+}
+
+/* A step mixing prefill and decode sequences lists each kind for its kernel. */
+Test(cuda_io, mixed_steps_list_decode_rows_and_prefill_sequences)
+{
+    static inbuf b;
+    int rows[4] = {1, 5, 1, 3}, ctx[4] = {7, 5, 9, 20};
+    cr_step st;
+    cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], make(&b, 4, rows, ctx), &st), 0);
+    cr_io *h = &R->slot[0].hio;
+    cr_assert_eq(st.bucket, -1);
+    cr_assert_eq(st.n_dec, 2);
+    cr_assert_eq(h->dec_rows[0], 0);
+    cr_assert_eq(h->dec_rows[1], 6);
+    cr_assert_eq(st.n_pf, 2);
+    cr_assert_eq(h->pf_seqs[0], 1);
+    cr_assert_eq(h->pf_seqs[1], 3);
+    cr_assert_eq(st.pf_max_rows, 5);
+    int d1[2] = {1, 1}, c1[2] = {3, 4};    /* decode only: no lists */
+    cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], make(&b, 2, d1, c1), &st), 0);
+    cr_assert_eq(st.n_dec, 0);
+    cr_assert_eq(st.n_pf, 0);
 }
 
 Test(cuda_io, out_of_range_steps_are_rejected)

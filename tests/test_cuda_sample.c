@@ -46,8 +46,8 @@ static void dev_free(samp_dev *d)
 
 static void dev_run(samp_dev *d, int S, int V, int32_t eos)
 {
-    OK(pl_cuda_penalties(d->logits, d->pen, d->p, d->bias_tok, d->bias_val, d->hist, S, V,
-                         eos, 0));
+    OK(pl_cuda_penalties(d->logits, d->pen, d->p, d->bias_tok, d->bias_val, d->hist, NULL, S,
+                         V, eos, 0));
     OK(pl_cuda_sample(d->logits, d->pen, d->p, d->out, S, V, 0));
 }
 
@@ -216,4 +216,81 @@ Test(cuda_sample, feedback_fills_placeholders_from_slots)
     for (int i = 0; i < 5; i++)
         cr_assert_eq(got[i], want[i], "row %d", i);
     cudaFree(dt); cudaFree(dr); cudaFree(ds); cudaFree(dst);
+}
+
+/* All-NaN logits: no token (PL_CUDA_NO_TOKEN), not -1 and no read at -1;
+ * the feedback slot keeps its last good id; a normal row beside it is
+ * unaffected. */
+Test(cuda_sample, all_nan_logits_give_no_token_and_keep_feedback)
+{
+    SKIP_WITHOUT_GPU();
+    enum { S = 2, V = 1000 };
+    float *lg = malloc(sizeof(float) * S * V);
+    tu_seed(11);
+    tu_fill(lg, (size_t)S * V, 4.0f);
+    for (int i = 0; i < V; i++)
+        lg[i] = NAN;
+    lg[V + 321] = 50.0f;
+    pl_cuda_samp p[S] = {greedy_params(3), greedy_params(3)};
+    p[0].slot = 0;
+    p[1].slot = 1;
+    samp_dev d;
+    dev_init(&d, lg, p, S, V, NULL, NULL, 0, NULL, 0);
+    int32_t slot0[S] = {77, 78};
+    CU(cudaMemcpy(d.out.slot_tok, slot0, sizeof slot0, cudaMemcpyHostToDevice));
+    dev_run(&d, S, V, -1);
+    int32_t got[S], slots[S], tops[S * PL_CUDA_TOPN];
+    tu_get(got, d.out.sampled, sizeof got);
+    tu_get(slots, d.out.slot_tok, sizeof slots);
+    tu_get(tops, d.out.top_ids, sizeof tops);
+    cr_assert_eq(got[0], PL_CUDA_NO_TOKEN);
+    cr_assert_eq(slots[0], 77, "the slot must keep its last good id, not %d", slots[0]);
+    cr_assert_eq(tops[0], -1);
+    cr_assert_eq(got[1], 321);
+    cr_assert_eq(slots[1], 321);
+    dev_free(&d);
+    free(lg);
+}
+
+/* The placeholder row's id (resolved on the device, absent from the host's
+ * history) is counted by the penalties: the same as a history with it. */
+Test(cuda_sample, penalties_count_the_placeholder_rows_token)
+{
+    SKIP_WITHOUT_GPU();
+    enum { S = 2, V = 800 };
+    float *lg = malloc(sizeof(float) * S * V);
+    tu_seed(12);
+    tu_fill(lg, (size_t)S * V, 1.0f);
+    memcpy(lg + V, lg, sizeof(float) * V);    /* two identical rows */
+    int32_t top = 0;
+    for (int i = 1; i < V; i++)
+        top = lg[i] > lg[top] ? i : top;
+    lg[top] = 5.0f;
+    lg[V + top] = 5.0f;
+    /* row 0: history {3} + the placeholder token (top) from tokens[];
+     * row 1: history {3, top} given explicitly. */
+    int32_t hist[] = {3, 3, top};
+    pl_cuda_samp p[S] = {greedy_params(-1), greedy_params(-1)};
+    for (int s = 0; s < S; s++) {
+        p[s].repetition = 3.0f;
+        p[s].frequency = 2.0f;
+    }
+    p[0].hist_off = 0; p[0].n_hist = 1; p[0].ph_row1 = 2;   /* tokens[1] */
+    p[1].hist_off = 1; p[1].n_hist = 2;
+    samp_dev d;
+    dev_init(&d, lg, p, S, V, NULL, NULL, 0, hist, 3);
+    int32_t toks[2] = {5, top};
+    int32_t *dt = tu_dev(toks, sizeof toks);
+    OK(pl_cuda_penalties(d.logits, d.pen, d.p, d.bias_tok, d.bias_val, d.hist, dt, S, V, -1, 0));
+    OK(pl_cuda_sample(d.logits, d.pen, d.p, d.out, S, V, 0));
+    int32_t got[S];
+    float pen[S * V];
+    tu_get(got, d.out.sampled, sizeof got);
+    tu_get(pen, d.pen, sizeof pen);
+    cr_assert_neq(got[1], top, "the penalty must move the pick off %d", top);
+    cr_assert_eq(got[0], got[1], "placeholder history %d, explicit %d", got[0], got[1]);
+    cr_assert_eq(memcmp(pen, pen + V, sizeof(float) * V), 0, "penalised rows differ");
+    cudaFree(dt);
+    dev_free(&d);
+    free(lg);
 }

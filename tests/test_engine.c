@@ -92,9 +92,10 @@ static void on_done(void *ud, const pl_result *r)
 typedef struct eng_cfg {
     bool async, prefix;
     int max_seqs, budget, num_blocks, sleep_us;
+    int no_token_at_ctx;
 } eng_cfg;
 
-static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0};
+static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0, 0};
 
 static pl_runner *g_runner;
 static uint64_t g_placeholders;
@@ -107,6 +108,7 @@ static pl_backend *make_engine(struct event_base *base, eng_cfg c)
                  .num_blocks = c.num_blocks, .max_seqs = c.max_seqs,
                  .max_rows = c.budget, .eos_id = EOS},
         .step_sleep_us = c.sleep_us,
+        .no_token_at_ctx = c.no_token_at_ctx,
     };
     g_runner = pl_fake_runner_new(&ro);
     cr_assert_not_null(g_runner);
@@ -269,6 +271,56 @@ Test(engine, single_request_matches_reference)
     run_batch(base_cfg, 1, 20, 40, &s);
     cr_assert_gt(stat_int(s, "steps", NULL), 1);
     json_decref(s);
+}
+
+/* A runner reporting no token (all-NaN logits on a GPU) ends that request
+ * with a clean error; the others, and later requests, are unaffected. */
+static void no_token_case(bool async)
+{
+    struct event_base *base = event_base_new();
+    eng_cfg c = base_cfg;
+    c.async = async;
+    c.no_token_at_ctx = 13;          /* request 0: prompt 10, its 4th token */
+    pl_backend *b = make_engine(base, c);
+    static int32_t p[3][24];
+    static collect col[3];
+    memset(col, 0, sizeof col);
+    int plen[3] = {10, 20, 15}, seed = 1;
+    for (int i = 0; i < 3; i++) {
+        int32_t ref[MAXLEN];
+        bool eos = true;
+        for (; eos; seed++) {        /* a prompt whose 8 tokens end without EOS */
+            make_prompt(p[i], plen[i], seed);
+            eos = reference(p[i], plen[i], 8, ref, &eos) < 8 || eos;
+        }
+        submit_ids(b, p[i], plen[i], 8, &col[i]);
+    }
+    run_until_done(base, col, 3);
+    cr_assert_eq(col[0].res.finish, PL_FINISH_ERROR, "finish %d after %d tokens",
+                 (int)col[0].res.finish, col[0].n);
+    cr_assert_not_null(col[0].res.error);
+    cr_assert(strstr(col[0].res.error->message, "non-finite"), "%s",
+              col[0].res.error->message);
+    cr_assert_leq(col[0].n, 3, "no token past the bad one (%d)", col[0].n);
+    check_against_reference(p[1], plen[1], 8, &col[1]);
+    check_against_reference(p[2], plen[2], 8, &col[2]);
+    memset(&col[0], 0, sizeof col[0]);  /* the engine goes on serving */
+    submit_ids(b, p[1], plen[1], 8, &col[0]);
+    run_until_done(base, col, 1);
+    check_against_reference(p[1], plen[1], 8, &col[0]);
+    cr_assert_eq(pl_fake_runner_errors(g_runner), 0);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, no_token_fails_only_that_request_async)
+{
+    no_token_case(true);
+}
+
+Test(engine, no_token_fails_only_that_request_sync)
+{
+    no_token_case(false);
 }
 
 Test(engine, async_and_sync_identical)

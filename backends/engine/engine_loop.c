@@ -164,20 +164,26 @@ static void stats_publish_(pl_engine *e)
     pthread_mutex_unlock(&e->stats_lock);
 }
 
+/* End one sequence's request with a server error. */
+static void fail_seq_(pl_engine *e, pl_batch_seq *s, const char *msg)
+{
+    eng_req *r = s->ud;
+    if (!r)
+        return;
+    pl_err err;
+    pl_err_set(&err, 500, "server_error", NULL, NULL, "%s", msg);
+    pl_engine_emit_done_(e, r, PL_FINISH_ERROR, &err);
+    pl_batch_finish(e->batch, s);
+    req_defer_free_(e, r);
+}
+
 /* A runner failure fails every sequence of the step. */
 static void fail_step_(pl_engine *e, pl_batch_step *st, const char *what)
 {
-    pl_err err;
-    pl_err_set(&err, 500, "server_error", NULL, NULL, "runner %s failed", what);
-    for (int k = 0; k < st->in.n_seqs; k++) {
-        pl_batch_seq *s = st->seqs[k];
-        eng_req *r = s->ud;
-        if (!r)
-            continue;
-        pl_engine_emit_done_(e, r, PL_FINISH_ERROR, &err);
-        pl_batch_finish(e->batch, s);
-        req_defer_free_(e, r);
-    }
+    char msg[64];
+    snprintf(msg, sizeof msg, "runner %s failed", what);
+    for (int k = 0; k < st->in.n_seqs; k++)
+        fail_seq_(e, st->seqs[k], msg);
 }
 
 /* Schedule into buffer n_launched % 2 and launch. Returns false when
@@ -245,6 +251,10 @@ static void finish_oldest_(pl_engine *e)
             if (!f.st->in.seq_sample[k])
                 continue;
             eng_req *r = s->ud;
+            if (out->sampled[k] < 0) {    /* no token: every logit NaN */
+                fail_seq_(e, s, "the model produced no valid token (non-finite logits)");
+                continue;
+            }
             if (!pl_batch_append(e->batch, s, out->sampled[k]))
                 continue;             /* finished: the extra token */
             e->st_local.tokens_out++;

@@ -188,6 +188,9 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         if (!pl_cuda_available(err, n))
             return NULL;
         want.num_blocks = 0;             /* sized from free GPU memory */
+        /* 0: the model's context, capped by what the KV cache holds (the
+         * CPU's 2048 default is for the CPU's memory, not the GPU's). */
+        want.max_model_len = o->max_model_len;
         pl_runner *r = pl_cuda_runner_new(m, &want, (float)o->gpu_memory_utilization,
                                           o->cuda_graphs, err, n);
         if (r)

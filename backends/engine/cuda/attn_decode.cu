@@ -1,6 +1,7 @@
 /* attn_decode.cu - decode attention over the paged KV cache.
  *
- * grid (n_rows, n_heads), 4 warps. Each warp walks every 4th key with an
+ * grid (n_rows, n_heads), 4 warps; with a row list, block x takes row rows[x]
+ * (the decode rows of a mixed step). Each warp walks every 4th key with an
  * online softmax; lanes hold pairs of head dimensions (bf16x2 loads), the
  * q.k dot is a warp reduction. The four partial states are merged in
  * shared memory at the end. */
@@ -12,7 +13,7 @@
 
 template <int NP> /* bf16 pairs per lane: head_dim / 64 */
 static __global__ void attn_decode_kernel(const float *q, int q_stride,
-                                          const int32_t *positions,
+                                          const int32_t *positions, const int32_t *rows,
                                           const int32_t *row_seq, const int32_t *bt,
                                           pl_kv_geom g, const __nv_bfloat16 *kc,
                                           const __nv_bfloat16 *vc, __nv_bfloat16 *out,
@@ -20,7 +21,7 @@ static __global__ void attn_decode_kernel(const float *q, int q_stride,
 {
     __shared__ float sm_m[DEC_WARPS], sm_l[DEC_WARPS];
     __shared__ float sm_acc[DEC_WARPS][NP * 64];
-    int r = blockIdx.x, h = blockIdx.y;
+    int r = rows ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int hd = NP * 64, kvh = h / (n_heads / g.n_kv_heads);
     int n_keys = positions[r] + 1;
@@ -89,6 +90,17 @@ extern "C" int pl_cuda_attn_decode(const float *q, int q_stride, const int32_t *
                                    const pl_bf16 *v_cache, pl_bf16 *out, int n_rows,
                                    int n_heads, float scale, cudaStream_t st)
 {
+    return pl_cuda_attn_decode_rows(q, q_stride, positions, NULL, row_seq, block_table, g,
+                                    k_cache, v_cache, out, n_rows, n_heads, scale, st);
+}
+
+extern "C" int pl_cuda_attn_decode_rows(const float *q, int q_stride,
+                                        const int32_t *positions, const int32_t *rows,
+                                        const int32_t *row_seq, const int32_t *block_table,
+                                        pl_kv_geom g, const pl_bf16 *k_cache,
+                                        const pl_bf16 *v_cache, pl_bf16 *out, int n_rows,
+                                        int n_heads, float scale, cudaStream_t st)
+{
     PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
     PL_CUDA_ARG(g.head_dim % 64 == 0 && g.head_dim <= 256 && g.block_size > 0);
     PL_CUDA_ARG(n_heads > 0 && g.n_kv_heads > 0 && n_heads % g.n_kv_heads == 0);
@@ -101,13 +113,13 @@ extern "C" int pl_cuda_attn_decode(const float *q, int q_stride, const int32_t *
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
     switch (g.head_dim / 64) {
     case 1: attn_decode_kernel<1><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
+                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
     case 2: attn_decode_kernel<2><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
+                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
     case 3: attn_decode_kernel<3><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
+                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
     default: attn_decode_kernel<4><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
+                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
     }
     PL_CUDA_LAUNCHED();
     return 0;

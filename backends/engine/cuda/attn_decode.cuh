@@ -23,6 +23,33 @@ int pl_cuda_attn_decode(const float *q, int q_stride, const int32_t *positions,
                         pl_bf16 *out, int n_rows, int n_heads, float scale,
                         cudaStream_t st);
 
+/** The same for the rows rows[0..n_rows) only (the decode rows of a mixed
+ *  step); rows NULL: rows 0..n_rows. */
+int pl_cuda_attn_decode_rows(const float *q, int q_stride, const int32_t *positions,
+                             const int32_t *rows, const int32_t *row_seq,
+                             const int32_t *block_table, pl_kv_geom g,
+                             const pl_bf16 *k_cache, const pl_bf16 *v_cache, pl_bf16 *out,
+                             int n_rows, int n_heads, float scale, cudaStream_t st);
+
+/**
+ * The same result (rows as pl_cuda_attn_decode_rows) from the split-KV, GQA-grouped kernel (one block per
+ * (row, kv head, split), K/V read once per group): n_splits from
+ * pl_cuda_attn_split_count; ws (device, pl_cuda_attn_split_ws floats) is
+ * needed when n_splits > 1. Shapes: pl_cuda_attn_split_supported.
+ */
+int pl_cuda_attn_decode_split(const float *q, int q_stride, const int32_t *positions,
+                              const int32_t *rows, const int32_t *row_seq,
+                              const int32_t *block_table,
+                              pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                              pl_bf16 *out, int n_rows, int n_heads, float scale,
+                              int n_splits, float *ws, cudaStream_t st);
+/** Splits that give about 2 blocks per SM for n_rows rows (1..32). */
+int pl_cuda_attn_split_count(int n_rows, int n_kv_heads, int n_sm);
+/** Workspace floats for pl_cuda_attn_decode_split (0 for one split). */
+size_t pl_cuda_attn_split_ws(int n_rows, int n_heads, int head_dim, int n_splits);
+/** head_dim 64 or 128 and a group of 1, 2, 4 or 8 query heads per KV head. */
+int pl_cuda_attn_split_supported(int n_heads, int n_kv_heads, int head_dim);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,6 +1,6 @@
 /* attn_prefill.cu - flash-style prefill attention over the paged KV cache.
  *
- * grid (row tiles, n_heads, n_seqs), 4 warps, 32 query rows per block (8 per
+ * grid (row tiles, n_heads, n_seqs; tiled by 65535), 4 warps, 32 query rows per block (8 per
  * warp, state in registers). Per 32-key tile: K and V go to shared memory
  * as fp32 (K padded against bank conflicts); lane j scores key j for a row,
  * the tile's max and sum are warp reductions, and lanes then own head
@@ -14,6 +14,7 @@
 #define PF_BQ 32
 #define PF_BK 32
 #define PF_RPW (PF_BQ / PF_WARPS)
+#define PF_MAX_Z 65535           /* gridDim.z limit */
 
 /* Keys t0 .. t0 + PF_BK - 1 of KV head kvh into shared memory as fp32: K
  * rows padded to hd + 1 floats (bank conflicts), V rows of hd; keys past
@@ -42,8 +43,8 @@ static __device__ __forceinline__ void load_kv_tile(float *sk, float *sv, int hd
 
 template <int E> /* head dims per lane: head_dim / 32 */
 static __global__ void attn_prefill_kernel(const float *q, int q_stride,
-                                           const int32_t *positions,
-                                           const int32_t *first_row,
+                                           const int32_t *positions, const int32_t *seqs,
+                                           int s0, const int32_t *first_row,
                                            const int32_t *n_rows_of,
                                            const int32_t *bt, pl_kv_geom g,
                                            const __nv_bfloat16 *kc,
@@ -55,7 +56,7 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
     float *sq = smem;                       /* (PF_BQ, hd) */
     float *sk = sq + PF_BQ * hd;            /* (PF_BK, hd + 1) */
     float *sv = sk + PF_BK * kst;           /* (PF_BK, hd) */
-    int s = blockIdx.z, h = blockIdx.y;
+    int s = seqs ? seqs[s0 + blockIdx.z] : s0 + blockIdx.z, h = blockIdx.y;
     int r0 = blockIdx.x * PF_BQ, nr = n_rows_of[s];
     if (r0 >= nr)
         return;
@@ -126,7 +127,8 @@ static __global__ void attn_prefill_kernel(const float *q, int q_stride,
 
 template <int E>
 static int launch_prefill(dim3 grid, cudaStream_t st, const float *q, int q_stride,
-                          const int32_t *pos, const int32_t *fr, const int32_t *nr,
+                          const int32_t *pos, const int32_t *seqs, int s0,
+                          const int32_t *fr, const int32_t *nr,
                           const int32_t *bt, pl_kv_geom g, const pl_bf16 *kc,
                           const pl_bf16 *vc, pl_bf16 *out, int n_heads, float scale)
 {
@@ -136,7 +138,8 @@ static int launch_prefill(dim3 grid, cudaStream_t st, const float *q, int q_stri
     PL_CUDA_CHECK(cudaFuncSetAttribute(attn_prefill_kernel<E>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)sm));
-    attn_prefill_kernel<E><<<grid, 32 * PF_WARPS, sm, st>>>(q, q_stride, pos, fr, nr, bt,
+    attn_prefill_kernel<E><<<grid, 32 * PF_WARPS, sm, st>>>(q, q_stride, pos, seqs, s0, fr,
+        nr, bt,
         g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out,
         n_heads, scale);
     PL_CUDA_LAUNCHED();
@@ -150,6 +153,20 @@ extern "C" int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t 
                                     pl_bf16 *out, int n_seqs, int max_seq_rows,
                                     int n_heads, float scale, cudaStream_t st)
 {
+    return pl_cuda_attn_prefill_seqs(q, q_stride, positions, NULL, seq_first_row, seq_n_rows,
+                                     block_table, g, k_cache, v_cache, out, n_seqs,
+                                     max_seq_rows, n_heads, scale, st);
+}
+
+extern "C" int pl_cuda_attn_prefill_seqs(const float *q, int q_stride,
+                                         const int32_t *positions, const int32_t *seqs,
+                                         const int32_t *seq_first_row,
+                                         const int32_t *seq_n_rows,
+                                         const int32_t *block_table, pl_kv_geom g,
+                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                         pl_bf16 *out, int n_seqs, int max_seq_rows,
+                                         int n_heads, float scale, cudaStream_t st)
+{
     PL_CUDA_ARG(q && positions && seq_first_row && seq_n_rows && block_table);
     PL_CUDA_ARG(k_cache && v_cache && out && n_seqs >= 0 && max_seq_rows >= 0);
     PL_CUDA_ARG(g.head_dim % 32 == 0 && g.head_dim <= 256 && g.block_size > 0);
@@ -157,13 +174,21 @@ extern "C" int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t 
     PL_CUDA_ARG(q_stride >= n_heads * g.head_dim);
     if (n_seqs == 0 || max_seq_rows == 0)
         return 0;
-    dim3 grid((max_seq_rows + PF_BQ - 1) / PF_BQ, n_heads, n_seqs);
-#define PF_CASE(E) case E: return launch_prefill<E>(grid, st, q, q_stride, positions, \
-        seq_first_row, seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale)
-    switch (g.head_dim / 32) {
-    PF_CASE(1); PF_CASE(2); PF_CASE(3); PF_CASE(4);
-    PF_CASE(5); PF_CASE(6); PF_CASE(7); PF_CASE(8);
-    }
+    if (g.head_dim / 32 < 1 || g.head_dim / 32 > 8)
+        return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d unsupported", g.head_dim);
+    /* grid.z is at most 65535: more sequences are launched in tiles of it. */
+    for (int s0 = 0; s0 < n_seqs; s0 += PF_MAX_Z) {
+        int n = n_seqs - s0 < PF_MAX_Z ? n_seqs - s0 : PF_MAX_Z, rc = 0;
+        dim3 grid((max_seq_rows + PF_BQ - 1) / PF_BQ, n_heads, n);
+#define PF_CASE(E) case E: rc = launch_prefill<E>(grid, st, q, q_stride, positions, seqs, s0, \
+        seq_first_row, seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale); break
+        switch (g.head_dim / 32) {
+        PF_CASE(1); PF_CASE(2); PF_CASE(3); PF_CASE(4);
+        PF_CASE(5); PF_CASE(6); PF_CASE(7); PF_CASE(8);
+        }
 #undef PF_CASE
-    return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d unsupported", g.head_dim);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
 }

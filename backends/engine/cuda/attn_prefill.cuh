@@ -24,6 +24,16 @@ int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t *positions,
                          int n_seqs, int max_seq_rows, int n_heads, float scale,
                          cudaStream_t st);
 
+/** The same for the sequences seqs[0..n_seqs) only (the prefill sequences of
+ *  a mixed step; block_table and the per-sequence arrays are indexed by
+ *  those ids); seqs NULL: 0..n_seqs. Any n_seqs (the grid is tiled). */
+int pl_cuda_attn_prefill_seqs(const float *q, int q_stride, const int32_t *positions,
+                              const int32_t *seqs, const int32_t *seq_first_row,
+                              const int32_t *seq_n_rows, const int32_t *block_table,
+                              pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                              pl_bf16 *out, int n_seqs, int max_seq_rows, int n_heads,
+                              float scale, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -16,6 +16,21 @@
 #include "backends/engine/cuda/rope.cuh"
 #include "backends/engine/cuda/swiglu.cuh"
 
+/* Decode attention of n rows (rows: a row list, or NULL for 0..n). */
+static int decode_attn(cuda_runner *r, const pl_bf16 *kc, const pl_bf16 *vc,
+                       const int32_t *rows, int n, float scale)
+{
+    const cr_io *d = &r->dio;
+    if (r->split_kv) {
+        int ns = pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm);
+        return pl_cuda_attn_decode_split(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq,
+                                         d->bt, r->geom, kc, vc, r->att, n, r->n_head, scale,
+                                         ns, r->split_ws, r->cs);
+    }
+    return pl_cuda_attn_decode_rows(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq, d->bt,
+                                    r->geom, kc, vc, r->att, n, r->n_head, scale, r->cs);
+}
+
 static int attention(cuda_runner *r, int l, const cr_step *st)
 {
     pl_bf16 *kc = r->kv + (size_t)(2 * l) * r->layer_elems;
@@ -26,12 +41,17 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
         return -1;
     float scale = 1.0f / sqrtf((float)r->head_dim);
     if (st->max_seq_rows <= 1)
-        return pl_cuda_attn_decode(r->qkv, r->qkv_dim, d->positions, d->row_seq, d->bt,
-                                   r->geom, kc, vc, r->att, st->n_rows, r->n_head, scale,
-                                   r->cs);
-    return pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row, d->n_rows,
-                                d->bt, r->geom, kc, vc, r->att, st->n_seqs,
-                                st->max_seq_rows, r->n_head, scale, r->cs);
+        return decode_attn(r, kc, vc, NULL, st->n_rows, scale);
+    if (st->n_dec == 0)
+        return pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row,
+                                    d->n_rows, d->bt, r->geom, kc, vc, r->att, st->n_seqs,
+                                    st->max_seq_rows, r->n_head, scale, r->cs);
+    /* Mixed: decode rows through the decode kernel, the rest in tiles. */
+    if (decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
+        return -1;
+    return pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, d->pf_seqs,
+                                     d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
+                                     st->n_pf, st->pf_max_rows, r->n_head, scale, r->cs);
 }
 
 static int layer(cuda_runner *r, int l, const cr_step *st)
@@ -68,7 +88,8 @@ static int head_and_sample(cuda_runner *r, const cr_step *st)
         || pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, st->n_seqs, r->n_vocab,
                              E) != 0
         || pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
-                             st->n_seqs, r->n_vocab, r->base.info.eos_id, r->cs) != 0
+                             d->tokens, st->n_seqs, r->n_vocab, r->base.info.eos_id,
+                             r->cs) != 0
         || pl_cuda_sample(r->logits, r->pen, d->samp, r->sout, st->n_seqs, r->n_vocab,
                           r->cs) != 0)
         return -1;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/engine/cuda/cuda_runner_internal.h"
+#include "src/base/log.h"
 
 static size_t take(size_t *off, size_t bytes)
 {
@@ -32,6 +33,8 @@ size_t pl_cuda_io_map(cr_io *io, void *base, int max_rows, int max_seqs, int mbp
     io->bias_tok = (int32_t *)(b + take(&off, (size_t)bias_cap * 4));
     io->bias_val = (float *)(b + take(&off, (size_t)bias_cap * 4));
     io->hist = (int32_t *)(b + take(&off, (size_t)hist_cap * 4));
+    io->dec_rows = (int32_t *)(b + take(&off, R * 4));
+    io->pf_seqs = (int32_t *)(b + take(&off, S * 4));
     return off;
 }
 
@@ -76,18 +79,35 @@ static void pack_sampling(cuda_runner *r, cr_io *h, const pl_step_input *in, int
     o->seed_hi = (uint32_t)(p->seed >> 32);
     o->step_lo = (uint32_t)p->step;
     o->step_hi = (uint32_t)(p->step >> 32);
+    /* Each sequence owns CR_BIAS_PER_SEQ bias entries and hist_per_seq
+     * history ids of the capacity (max_seqs of each), so no sequence can
+     * take another's room, whatever the order. */
     o->bias_off = st->n_bias;
-    for (int i = 0; i < p->n_logit_bias && st->n_bias < r->bias_cap; i++, o->n_bias++) {
+    int nb = p->n_logit_bias < CR_BIAS_PER_SEQ ? p->n_logit_bias : CR_BIAS_PER_SEQ;
+    for (int i = 0; i < nb && st->n_bias < r->bias_cap; i++, o->n_bias++) {
         h->bias_tok[st->n_bias] = p->logit_bias[i].token;
         h->bias_val[st->n_bias++] = p->logit_bias[i].bias;
     }
     o->hist_off = st->n_hist;
-    if (!penalised(p) || !in->seq_hist || !in->seq_hist_len || !in->seq_hist[s])
+    if (!penalised(p) || !in->seq_hist_len)
         return;
-    int n = in->seq_hist_len[s], room = r->hist_cap - st->n_hist;
-    n = n < room ? n : room;  /* keep the latest ids when over capacity */
-    memcpy(h->hist + st->n_hist, in->seq_hist[s] + (in->seq_hist_len[s] - n),
-           (size_t)n * 4);
+    int len = in->seq_hist[s] ? in->seq_hist_len[s] : 0;
+    /* A placeholder last row stands for an id the host does not know yet:
+     * the penalties kernel counts it from the device's token (async == sync,
+     * as the CPU runner does). */
+    int last = in->seq_first_row[s] + in->seq_n_rows[s] - 1;
+    if (in->tokens[last] == PL_TOKEN_PLACEHOLDER && len < r->base.info.max_model_len)
+        o->ph_row1 = last + 1;
+    int n = len < r->hist_per_seq ? len : r->hist_per_seq;  /* the latest ids */
+    if (n > r->hist_cap - st->n_hist)    /* never with max_seqs shares; defensive */
+        n = r->hist_cap - st->n_hist;
+    if (n < len && !r->hist_warned) {
+        r->hist_warned = true;
+        pl_warn("cuda: a penalised sequence has %d generated ids; penalties count the "
+                "latest %d (the runner's per-sequence history)", len, n);
+    }
+    if (n > 0)
+        memcpy(h->hist + st->n_hist, in->seq_hist[s] + (len - n), (size_t)n * 4);
     o->n_hist = n;
     st->n_hist += n;
 }
@@ -127,6 +147,22 @@ static void pack_pad(cuda_runner *r, cr_io *h, int s)
     h->samp[s].slot = -1;
 }
 
+/* A step with prefill rows: one-row sequences go to the decode kernel (a
+ * list of their rows), the others to the prefill kernel (a list of them),
+ * instead of every sequence taking a 32-row prefill tile. */
+static void split_mixed(cr_io *h, const pl_step_input *in, cr_step *st)
+{
+    for (int s = 0; s < in->n_seqs; s++) {
+        if (in->seq_n_rows[s] == 1) {
+            h->dec_rows[st->n_dec++] = in->seq_first_row[s];
+        } else {
+            h->pf_seqs[st->n_pf++] = s;
+            if (in->seq_n_rows[s] > st->pf_max_rows)
+                st->pf_max_rows = in->seq_n_rows[s];
+        }
+    }
+}
+
 int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_step *st)
 {
     if (in->n_rows < 0 || in->n_rows > r->max_rows || in->n_seqs <= 0
@@ -155,6 +191,8 @@ int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_ste
             return pl_cuda_fail_(__FILE__, __LINE__, "sequence %d has bad rows", s);
         pack_seq(r, h, in, s, st);
     }
+    if (st->max_seq_rows > 1)
+        split_mixed(h, in, st);
     if (st->bucket >= 0) {
         int B = r->bucket_size[st->bucket];
         for (int s = in->n_seqs; s < B; s++)
@@ -183,6 +221,10 @@ int pl_cuda_io_upload(cuda_runner *r, cr_slot *sl, const cr_step *st)
     UP(bias_tok, st->n_bias);
     UP(bias_val, st->n_bias);
     UP(hist, st->n_hist);
+    if (st->n_dec > 0) {
+        UP(dec_rows, st->n_dec);
+        UP(pf_seqs, st->n_pf);
+    }
     PL_CUDA_CHECK(cudaEventRecord(sl->in_done, r->cs));
     return 0;
 }

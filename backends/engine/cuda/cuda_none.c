@@ -19,3 +19,9 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
     snprintf(err, errlen, "parley was built without CUDA (meson -Dcuda=enabled)");
     return NULL;
 }
+
+void pl_cuda_runner_graph_stats(const pl_runner *r, pl_cuda_graph_stats *out)
+{
+    (void)r;
+    *out = (pl_cuda_graph_stats){0};
+}

@@ -9,13 +9,17 @@
 #include <string.h>
 
 #include "backends/engine/cuda/cuda_runner_internal.h"
+#include "src/base/log.h"
 
 /* Capture the forward pass of a padded decode step into r->graph[b]. */
 static int capture(cuda_runner *r, int b, const cr_step *st)
 {
     cudaGraph_t g = NULL;
+    r->graph_stats.attempts++;
     PL_CUDA_CHECK(cudaStreamBeginCapture(r->cs, cudaStreamCaptureModeThreadLocal));
     int rc = pl_cuda_forward(r, st);
+    if (r->inject_capture_failure && rc == 0)  /* fault injection (tests) */
+        rc = pl_cuda_fail_(__FILE__, __LINE__, "injected capture failure");
     cudaError_t e = cudaStreamEndCapture(r->cs, &g);
     if (rc != 0 || pl_cuda_check_(e, __FILE__, __LINE__)) {
         if (g)
@@ -28,20 +32,29 @@ static int capture(cuda_runner *r, int b, const cr_step *st)
         r->graph[b] = NULL;
         return -1;
     }
+    r->graph_stats.captured++;
     return 0;
 }
 
 /* Eager the first time a bucket is seen (warm-up: cuBLAS picks its
- * kernels, modules load), captured the second time, replayed after. */
+ * kernels, modules load), captured the second time, replayed after. A
+ * bucket whose capture fails runs eagerly for good (logged once): the
+ * failed capture enqueued nothing, so this step runs eagerly too. */
 static int run_forward(cuda_runner *r, const cr_step *st)
 {
     int b = st->bucket;
-    if (b < 0)
+    if (b < 0 || r->bucket_eager[b])
         return pl_cuda_forward(r, st);
     if (!r->graph[b] && r->bucket_warm[b]++ == 0)
         return pl_cuda_forward(r, st);
-    if (!r->graph[b] && capture(r, b, st) != 0)
-        return -1;
+    if (!r->graph[b] && capture(r, b, st) != 0) {
+        pl_warn("cuda: capturing the graph of %d-sequence decode steps failed (%s); "
+                "they run eagerly from now on", r->bucket_size[b], pl_cuda_last_error());
+        (void)cudaGetLastError();    /* clear a capture error; not sticky */
+        r->bucket_eager[b] = 1;
+        r->graph_stats.failed++;
+        return pl_cuda_forward(r, st);
+    }
     PL_CUDA_CHECK(cudaGraphLaunch(r->graph[b], r->cs));
     return 0;
 }
@@ -129,6 +142,11 @@ static void cuda_copy_block(pl_runner *base, int32_t src, int32_t dst)
 }
 
 void pl_cuda_runner_destroy_(cuda_runner *r);
+
+void pl_cuda_runner_graph_stats(const pl_runner *base, pl_cuda_graph_stats *out)
+{
+    *out = ((const cuda_runner *)base)->graph_stats;
+}
 
 static void cuda_free(pl_runner *base)
 {

@@ -22,7 +22,8 @@ int pl_cuda_available(char *why, size_t n);
  * New CUDA runner on device 0 for a loaded model (borrowed; only read during
  * this call: weights are copied to the GPU, so the model may be freed
  * after). want: as pl_cpu_runner_new (max_seqs and max_rows > 0;
- * block_size 0: 16; max_model_len 0: the model's). num_blocks 0: as many
+ * block_size 0: 16; max_model_len 0: the model's context, capped by what
+ * the KV cache holds). num_blocks 0: as many
  * as gpu_mem_util (0..1, <= 0: 0.9) of the device memory leaves after
  * weights and activations; > 0: at most that many. The result's info gives
  * the geometry chosen. cuda_graphs: capture decode-only steps in CUDA
@@ -32,5 +33,17 @@ int pl_cuda_available(char *why, size_t n);
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
                               float gpu_mem_util, bool cuda_graphs,
                               char *err, size_t errlen);
+
+/** CUDA-graph bookkeeping of a CUDA runner (tests, logs). */
+typedef struct pl_cuda_graph_stats {
+    int attempts;                /**< captures tried */
+    int captured;                /**< graphs instantiated */
+    int failed;                  /**< buckets that fell back to eager for good */
+} pl_cuda_graph_stats;
+
+/** r must be a CUDA runner. Fault injection for tests: with the
+ *  environment variable PARLEY_CUDA_INJECT=capture when the runner is
+ *  made, every graph capture fails. */
+void pl_cuda_runner_graph_stats(const pl_runner *r, pl_cuda_graph_stats *out);
 
 #endif

@@ -12,7 +12,8 @@
 
 #define CR_MAX_BUCKETS 16
 #define CR_BIAS_PER_SEQ 300      /* OpenAI's logit_bias limit */
-#define CR_HIST_PER_SEQ 4096     /* penalty history kept per sequence (latest ids) */
+#define CR_HIST_PER_SEQ 4096     /* penalty history per sequence, at least ... */
+#define CR_HIST_IDS (8 << 20)    /* ... or this many ids shared out, up to max_model_len */
 
 /** One step's inputs; the same layout in pinned host staging and on the
  *  device (pointers into one allocation, see pl_cuda_io_map). */
@@ -24,6 +25,8 @@ typedef struct cr_io {
     int32_t *bias_tok;                               /* (bias_cap) */
     float *bias_val;                                 /* (bias_cap) */
     int32_t *hist;                                   /* (hist_cap) */
+    int32_t *dec_rows;                               /* (max_rows) mixed steps */
+    int32_t *pf_seqs;                                /* (max_seqs) mixed steps */
 } cr_io;
 
 /** Used sizes of a packed step (what to copy and launch). */
@@ -33,6 +36,7 @@ typedef struct cr_step {
     int max_seq_rows;
     int n_bias, n_hist;
     int bucket;                  /* graph bucket index, -1: eager */
+    int n_dec, n_pf, pf_max_rows; /* mixed steps: decode rows, prefill seqs */
 } cr_step;
 
 /** Per in-flight step (ticket & 1). */
@@ -65,7 +69,8 @@ typedef struct cuda_runner {
     pl_kv_geom geom;             /* n_blocks includes the padding block */
     int mbps;                    /* max blocks per sequence on the device */
     /* capacities */
-    int max_rows, max_seqs, bias_cap, hist_cap;
+    int max_rows, max_seqs, bias_cap, hist_cap, hist_per_seq;
+    bool hist_warned;            /* logged once: a history longer than hist_per_seq */
     size_t io_bytes;
     /* device buffers */
     void *d_in;
@@ -84,6 +89,12 @@ typedef struct cuda_runner {
     int n_buckets;
     int bucket_size[CR_MAX_BUCKETS];
     int bucket_warm[CR_MAX_BUCKETS];
+    int bucket_eager[CR_MAX_BUCKETS];  /* capture failed: eager for good */
+    bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
+    bool split_kv;               /* PARLEY_CUDA_DECODE_ATTN=split */
+    int n_sm;
+    float *split_ws;             /* split-KV decode workspace */
+    pl_cuda_graph_stats graph_stats;
     cudaGraphExec_t graph[CR_MAX_BUCKETS];
 } cuda_runner;
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/cuda/attn_decode.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
 
 extern const pl_runner_ops pl_cuda_runner_ops_;
@@ -35,8 +36,10 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
     r->max_seqs = inf->max_seqs;
     r->mbps = (inf->max_model_len + inf->block_size - 1) / inf->block_size;
     r->bias_cap = r->max_seqs * CR_BIAS_PER_SEQ;
-    int per = inf->max_model_len < CR_HIST_PER_SEQ ? inf->max_model_len : CR_HIST_PER_SEQ;
-    r->hist_cap = r->max_seqs * per;
+    int per = CR_HIST_IDS / r->max_seqs > CR_HIST_PER_SEQ ? CR_HIST_IDS / r->max_seqs
+                                                          : CR_HIST_PER_SEQ;
+    r->hist_per_seq = inf->max_model_len < per ? inf->max_model_len : per;
+    r->hist_cap = r->max_seqs * r->hist_per_seq;
     if (r->head_dim % 64 != 0 || r->head_dim > 256 || r->n_head % r->n_head_kv != 0)
         return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d / heads %d:%d unsupported by "
                              "the CUDA attention kernels", r->head_dim, r->n_head,
@@ -59,6 +62,17 @@ static int alloc_activations(cuda_runner *r)
     TRY(cudaMalloc((void **)&r->xl, S * E * 2));
     TRY(cudaMalloc((void **)&r->slot_tok, S * 4));
     TRY(cudaMemset(r->slot_tok, 0, S * 4));
+    TRY(cudaDeviceGetAttribute(&r->n_sm, cudaDevAttrMultiProcessorCount, 0));
+    if (r->split_kv) {  /* the largest workspace any batch size asks for */
+        size_t ws = 0;
+        for (int n = 1; n <= r->max_rows; n++) {
+            size_t w = pl_cuda_attn_split_ws(n, r->n_head, r->head_dim,
+                                             pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm));
+            ws = w > ws ? w : ws;
+        }
+        if (ws > 0)
+            TRY(cudaMalloc((void **)&r->split_ws, ws * sizeof(float)));
+    }
     return 0;
 }
 
@@ -109,16 +123,21 @@ static int alloc_io(cuda_runner *r)
     return 0;
 }
 
-/* KV blocks from the memory left under gpu_mem_util, plus one spare block
- * that padding rows write to. */
-static int alloc_kv(cuda_runner *r, float util, int want_blocks)
+/* KV blocks from the memory left under gpu_mem_util (less the input
+ * block, allocated after), plus one spare block that padding rows write
+ * to. max_model_len 0 asked for: the model's context, capped by what the
+ * cache holds; the blocks per sequence follow. */
+static int alloc_kv(cuda_runner *r, float util, int want_blocks, bool len_asked)
 {
     pl_runner_info *inf = &r->base.info;
     size_t free_b = 0, total_b = 0;
     TRY(cudaMemGetInfo(&free_b, &total_b));
     r->block_elems = (size_t)inf->block_size * r->kv_dim;
     size_t per_block = 2 * (size_t)r->n_layer * r->block_elems * sizeof(pl_bf16);
-    double budget = (double)total_b * util - (double)(total_b - free_b);
+    cr_io tmp;
+    size_t io = pl_cuda_io_map(&tmp, NULL, r->max_rows, r->max_seqs, r->mbps, r->bias_cap,
+                               r->hist_cap) * (1 + PL_RUNNER_MAX_INFLIGHT);
+    double budget = (double)total_b * util - (double)(total_b - free_b) - (double)io;
     long long nb = budget > 0 ? (long long)(budget / (double)per_block) - 1 : 0;
     if (want_blocks > 0 && nb > want_blocks)
         nb = want_blocks;
@@ -129,6 +148,11 @@ static int alloc_kv(cuda_runner *r, float util, int want_blocks)
                              "(%.1f GiB free of %.1f; gpu_memory_utilization %.2f)",
                              free_b / 1073741824.0, total_b / 1073741824.0, util);
     inf->num_blocks = (int)nb;
+    long long cap = nb * inf->block_size;
+    if (!len_asked && cap < inf->max_model_len) {
+        inf->max_model_len = (int)cap;
+        r->mbps = (int)nb;
+    }
     r->geom = (pl_kv_geom){.n_kv_heads = r->n_head_kv, .head_dim = r->head_dim,
                            .block_size = inf->block_size, .max_blocks_per_seq = r->mbps,
                            .n_blocks = (int)nb + 1};
@@ -147,7 +171,8 @@ static void init_buckets(cuda_runner *r, bool graphs)
     r->bucket_size[r->n_buckets++] = top;
 }
 
-static int setup(cuda_runner *r, const pl_model *m, float util, char *err, size_t errlen)
+static int setup(cuda_runner *r, const pl_model *m, float util, bool len_asked, char *err,
+                 size_t errlen)
 {
     char why[256];
     if (!pl_cuda_available(why, sizeof why)) {
@@ -162,8 +187,13 @@ static int setup(cuda_runner *r, const pl_model *m, float util, char *err, size_
         return -1;
     if (pl_cuda_weights_init(&r->w, m, err, errlen) != 0)
         return -1;
-    if (alloc_activations(r) != 0 || alloc_io(r) != 0
-        || alloc_kv(r, util, r->base.info.num_blocks) != 0)
+    if (alloc_activations(r) != 0
+        || alloc_kv(r, util, r->base.info.num_blocks, len_asked) != 0
+        || alloc_io(r) != 0)
+        goto cuda_fail;
+    /* Setup used pageable copies and memsets on the legacy stream; the
+     * compute stream is non-blocking, so wait for all of it here once. */
+    if (pl_cuda_check_(cudaDeviceSynchronize(), __FILE__, __LINE__))
         goto cuda_fail;
     return 0;
 cuda_fail:
@@ -187,7 +217,12 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
         snprintf(err, errlen, "%s", pl_cuda_last_error());
         goto fail;
     }
-    if (setup(r, m, gpu_mem_util, err, errlen) != 0)
+    const char *inj = getenv("PARLEY_CUDA_INJECT");
+    r->inject_capture_failure = inj && strstr(inj, "capture");
+    const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
+    r->split_kv = attn && !strcmp(attn, "split")
+                  && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
+    if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
     init_buckets(r, cuda_graphs);
     return &r->base;
@@ -222,7 +257,7 @@ void pl_cuda_runner_destroy_(cuda_runner *r)
     for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
         free_slot(&r->slot[i]);
     void *bufs[] = {r->x, r->y, r->qkv, r->gu, r->logits, r->pen, r->xb, r->att, r->act,
-                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv};
+                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
     pl_cuda_weights_free(&r->w);

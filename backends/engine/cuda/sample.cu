@@ -159,6 +159,17 @@ static __global__ void sample_kernel(const float *logits, const float *pen,
     }
     const float *x = pen + (size_t)b * n;
     int amax = block_argmax(x, n, NULL, 0, sv, si);
+    if (amax < 0) {  /* every logit NaN (or -inf): no token; the host fails the request */
+        if (threadIdx.x == 0) {
+            out.sampled[b] = PL_CUDA_NO_TOKEN;
+            out.logprob[b] = NAN;
+            for (int k = 0; k < PL_CUDA_TOPN; k++) {
+                out.top_ids[b * PL_CUDA_TOPN + k] = -1;
+                out.top_lp[b * PL_CUDA_TOPN + k] = -INFINITY;
+            }
+        }  /* slot_tok keeps the last good id: never -1 fed back */
+        return;
+    }
     float mx = x[amax];
     int tok = amax;
     if (p.temperature > 0.0f && p.top_k != 1) {

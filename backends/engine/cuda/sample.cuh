@@ -10,6 +10,7 @@ extern "C" {
 #endif
 
 #define PL_CUDA_TOPN 20  /**< = PL_MAX_TOP_LOGPROBS */
+#define PL_CUDA_NO_TOKEN (-2) /**< sampled: every logit was NaN or -inf */
 
 /** Per-sequence sampling parameters as the kernels read them (device). */
 typedef struct pl_cuda_samp {
@@ -25,6 +26,8 @@ typedef struct pl_cuda_samp {
     int32_t ignore_eos;
     int32_t bias_off, n_bias;   /**< into the bias arrays */
     int32_t hist_off, n_hist;   /**< into the history array */
+    int32_t ph_row1;            /**< 1 + the row whose (device-resolved) token
+                                     also counts as history; 0: none */
     uint32_t seed_lo, seed_hi;
     uint32_t step_lo, step_hi;  /**< Philox counter: tokens sampled so far */
 } pl_cuda_samp;
@@ -42,13 +45,14 @@ typedef struct pl_cuda_samp_out {
 /**
  * pen = logits (both (n_seqs, n_vocab) fp32), then on pen: add logit_bias (bias_tok /
  * bias_val at [bias_off, +n_bias)), mask eos when ignore_eos, then for each
- * distinct id of the history (hist at [hist_off, +n_hist)) with count c:
+ * distinct id of the history (hist at [hist_off, +n_hist), plus tokens[ph_row1 - 1]
+ * when ph_row1 > 0 and tokens is not NULL: the id a placeholder row stood for) with count c:
  * repetition (x>0 ? x/rep : x*rep), then x -= frequency*c + presence.
  * Sequences with sample == 0 are untouched.
  */
 int pl_cuda_penalties(const float *logits, float *pen, const pl_cuda_samp *p, const int32_t *bias_tok,
-                      const float *bias_val, const int32_t *hist, int n_seqs,
-                      int n_vocab, int32_t eos_id, cudaStream_t st);
+                      const float *bias_val, const int32_t *hist, const int32_t *tokens,
+                      int n_seqs, int n_vocab, int32_t eos_id, cudaStream_t st);
 
 /**
  * Sample one id per sequence from pen (n_seqs, n_vocab), the logits after
@@ -60,6 +64,8 @@ int pl_cuda_penalties(const float *logits, float *pen, const pl_cuda_samp *p, co
  * log-softmax of the raw logits (before penalties and temperature), as
  * the CPU sampler and OpenAI/vLLM report them.
  * Also stores the id into slot_tok[slot] for on-device token feedback.
+ * When no logit is a number (all NaN / -inf) the id is PL_CUDA_NO_TOKEN,
+ * the logprobs are NaN / -1, and slot_tok is left as it was.
  */
 int pl_cuda_sample(const float *logits, const float *pen, const pl_cuda_samp *p, pl_cuda_samp_out out,
                    int n_seqs, int n_vocab, cudaStream_t st);

@@ -1,37 +1,45 @@
 /* weights.c - dequantise a pl_model's matrices to bf16 on the host, in
- * chunks of rows, and upload them. Norm weights, biases and rope
+ * chunks of rows on several threads (weights_host.c), and upload them
+ * through two pinned buffers with asynchronous copies. Norm weights, biases and rope
  * frequencies stay fp32. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/engine/cuda/weights.h"
 #include "backends/engine/model/quant.h"
+#include "src/base/log.h"
 
-#define CHUNK_BYTES (8u << 20)   /* host staging per upload */
+#define CHUNK_BYTES (32u << 20)  /* each of the two pinned staging buffers */
 
-/* Rows [0, wt->rows) of wt into dst (device, rows x cols bf16). */
-static int upload_matrix(pl_bf16 *dst, const pl_weight *wt, float *tmp, pl_bf16 *stage,
-                         size_t stage_elems)
+typedef struct upload_ctx {
+    pl_bf16 *stage[2];           /* pinned */
+    cudaEvent_t done[2];         /* the copy out of stage[i] finished */
+    cudaStream_t st;
+    size_t stage_elems;
+    int next, threads;
+    size_t *bytes;
+} upload_ctx;
+
+/* Rows [0, wt->rows) of wt into dst (device, rows x cols bf16): chunks
+ * dequantised on u->threads threads into the pinned buffer whose last copy
+ * has finished, then copied asynchronously while the next chunk is made. */
+static int upload_matrix(pl_bf16 *dst, const pl_weight *wt, upload_ctx *u)
 {
     size_t cols = (size_t)wt->cols;
-    size_t chunk = stage_elems / cols ? stage_elems / cols : 1;
+    size_t chunk = u->stage_elems / cols ? u->stage_elems / cols : 1;
     for (size_t r0 = 0; r0 < (size_t)wt->rows; r0 += chunk) {
         size_t n = (size_t)wt->rows - r0 < chunk ? (size_t)wt->rows - r0 : chunk;
-        for (size_t r = 0; r < n; r++) {
-            const float *src = tmp;
-            if (wt->f32) {
-                src = wt->f32 + (r0 + r) * cols;
-            } else if (pl_dequant_row(wt->type, (const uint8_t *)wt->q + (r0 + r) * wt->row_bytes,
-                                      tmp, (int64_t)cols) != 0) {
-                return pl_cuda_fail_(__FILE__, __LINE__, "cannot dequantise type %s",
-                                     pl_ggml_type_name(wt->type));
-            }
-            for (size_t c = 0; c < cols; c++)
-                stage[r * cols + c] = pl_fp32_to_bf16(src[c]);
-        }
-        PL_CUDA_CHECK(cudaMemcpy(dst + r0 * cols, stage, n * cols * sizeof(pl_bf16),
-                                 cudaMemcpyHostToDevice));
+        int b = u->next;
+        u->next ^= 1;
+        PL_CUDA_CHECK(cudaEventSynchronize(u->done[b]));
+        if (pl_cuda_dequant_bf16(wt, r0, n, u->stage[b], u->threads) != 0)
+            return pl_cuda_fail_(__FILE__, __LINE__, "cannot dequantise type %s",
+                                 pl_ggml_type_name(wt->type));
+        PL_CUDA_CHECK(cudaMemcpyAsync(dst + r0 * cols, u->stage[b], n * cols * sizeof(pl_bf16),
+                                      cudaMemcpyHostToDevice, u->st));
+        PL_CUDA_CHECK(cudaEventRecord(u->done[b], u->st));
     }
     return 0;
 }
@@ -48,13 +56,6 @@ static int upload_f32(float **dst, const float *src, size_t n, size_t *bytes)
     return 0;
 }
 
-typedef struct upload_ctx {
-    float *tmp;
-    pl_bf16 *stage;
-    size_t stage_elems;
-    size_t *bytes;
-} upload_ctx;
-
 /* Stack the matrices ws[0..n) (same cols) into one device matrix. */
 static int upload_stack(pl_bf16 **dst, const pl_weight *const *ws, int n, upload_ctx *u)
 {
@@ -68,7 +69,7 @@ static int upload_stack(pl_bf16 **dst, const pl_weight *const *ws, int n, upload
     *u->bytes += rows * cols * sizeof(pl_bf16);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
-        if (upload_matrix(*dst + off * cols, ws[i], u->tmp, u->stage, u->stage_elems) != 0)
+        if (upload_matrix(*dst + off * cols, ws[i], u) != 0)
             return -1;
         off += (size_t)ws[i]->rows;
     }
@@ -127,33 +128,62 @@ static int upload_all(pl_cuda_weights *w, const pl_model *m, upload_ctx *u)
     return 0;
 }
 
+static void ctx_free(upload_ctx *u)
+{
+    if (u->st)
+        cudaStreamSynchronize(u->st);
+    for (int i = 0; i < 2; i++) {
+        if (u->stage[i])
+            cudaFreeHost(u->stage[i]);
+        if (u->done[i])
+            cudaEventDestroy(u->done[i]);
+    }
+    if (u->st)
+        cudaStreamDestroy(u->st);
+}
+
+static int ctx_init(upload_ctx *u, const pl_model *m)
+{
+    size_t max_cols = (size_t)(m->n_ff > m->n_embd ? m->n_ff : m->n_embd);
+    if ((size_t)m->n_head * m->head_dim > max_cols)
+        max_cols = (size_t)m->n_head * m->head_dim;
+    u->stage_elems = CHUNK_BYTES / sizeof(pl_bf16) > max_cols ? CHUNK_BYTES / sizeof(pl_bf16)
+                                                              : max_cols;
+    u->threads = pl_cuda_weights_threads();
+    PL_CUDA_CHECK(cudaStreamCreateWithFlags(&u->st, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        PL_CUDA_CHECK(cudaHostAlloc((void **)&u->stage[i], u->stage_elems * sizeof(pl_bf16),
+                                    cudaHostAllocDefault));
+        PL_CUDA_CHECK(cudaEventCreateWithFlags(&u->done[i], cudaEventDisableTiming));
+    }
+    return 0;
+}
+
 int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen)
 {
     memset(w, 0, sizeof *w);
-    size_t max_cols = (size_t)(m->n_ff > m->n_embd ? m->n_ff : m->n_embd);
-    if (m->n_head * m->head_dim > (int)max_cols)
-        max_cols = (size_t)m->n_head * m->head_dim;
-    upload_ctx u = {.tmp = malloc(max_cols * sizeof(float)),
-                    .stage_elems = CHUNK_BYTES / sizeof(pl_bf16) > max_cols
-                                   ? CHUNK_BYTES / sizeof(pl_bf16) : max_cols,
-                    .bytes = &w->bytes};
-    u.stage = malloc(u.stage_elems * sizeof(pl_bf16));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    upload_ctx u = {.bytes = &w->bytes};
     w->n_layer = m->n_layer;
     w->layers = calloc((size_t)m->n_layer, sizeof *w->layers);
-    if (!u.tmp || !u.stage || !w->layers) {
+    if (!w->layers) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (upload_all(w, m, &u) != 0) {
+    if (ctx_init(&u, m) != 0 || upload_all(w, m, &u) != 0
+        || pl_cuda_check_(cudaStreamSynchronize(u.st), __FILE__, __LINE__)) {
         snprintf(err, errlen, "uploading weights: %s", pl_cuda_last_error());
         goto fail;
     }
-    free(u.tmp);
-    free(u.stage);
+    ctx_free(&u);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    w->load_s = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    pl_info("cuda: %.2f GiB of weights dequantised and uploaded in %.2f s (%d threads)",
+            w->bytes / 1073741824.0, w->load_s, u.threads);
     return 0;
 fail:
-    free(u.tmp);
-    free(u.stage);
+    ctx_free(&u);
     pl_cuda_weights_free(w);
     return -1;
 }

@@ -25,9 +25,21 @@ typedef struct pl_cuda_weights {
     pl_cuda_layer *layers;       /**< (n_layer), host array of device pointers */
     int n_layer;
     size_t bytes;                /**< device bytes held */
+    double load_s;               /**< dequantise + upload wall time */
 } pl_cuda_weights;
 
-/** Upload m (borrowed) to the current device. 0, or -1 with a message in
+#define PL_CUDA_LOAD_MAX_THREADS 32
+
+/** Rows [r0, r0+n) of wt as bf16 into dst (host, n x cols), on n_threads
+ *  threads. 0, or -1 when wt's type cannot be dequantised. */
+int pl_cuda_dequant_bf16(const pl_weight *wt, size_t r0, size_t n, pl_bf16 *dst,
+                         int n_threads);
+/** Threads for model load: $PARLEY_LOAD_THREADS, else the online CPUs (<= 32). */
+int pl_cuda_weights_threads(void);
+
+/** Upload m (borrowed) to the current device: dequantised on
+ *  pl_cuda_weights_threads() threads into two pinned staging buffers that
+ *  alternate with asynchronous copies; the time is logged. 0, or -1 with a message in
  *  err; on failure w holds nothing (freed). */
 int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen);
 void pl_cuda_weights_free(pl_cuda_weights *w);

@@ -1,0 +1,205 @@
+/* attn_decode_split.cu - split-KV, GQA-grouped decode attention.
+ *
+ * grid (n_rows, n_kv_heads, n_splits), 4 warps. A block takes one KV head
+ * of one row and the split's share of the keys; it loads each key and
+ * value once for the G = n_heads / n_kv_heads query heads of the group
+ * (the classic kernel re-reads K/V per query head). Each warp walks every
+ * 4th key of the split with one online softmax per query head; the warps
+ * are merged in shared memory. With one split the block writes the output;
+ * otherwise it writes (max, sum, unnormalised accumulator) per query head
+ * to the workspace and a second kernel merges the splits. The split count
+ * comes from the batch (fixed for a CUDA graph's bucket): enough blocks
+ * to fill the GPU at batch 1. */
+#include <math.h>
+
+#include "backends/engine/cuda/attn_decode.cuh"
+
+#define SP_WARPS 4
+#define SP_MAX_SPLITS 32
+
+template <int NP, int G> /* NP: bf16 pairs per lane (head_dim / 64); G: group size */
+static __global__ void attn_split_kernel(const float *q, int q_stride,
+                                         const int32_t *positions, const int32_t *rows,
+                                         const int32_t *row_seq, const int32_t *bt,
+                                         pl_kv_geom g,
+                                         const __nv_bfloat16 *kc, const __nv_bfloat16 *vc,
+                                         __nv_bfloat16 *out, float *ws, int n_heads,
+                                         float scale)
+{
+    __shared__ float sm_m[SP_WARPS][G], sm_l[SP_WARPS][G];
+    __shared__ float sm_acc[SP_WARPS][G][NP * 64];
+    const int hd = NP * 64, ns = gridDim.z;
+    int r = rows ? rows[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int n_keys = positions[r] + 1;
+    int chunk = (n_keys + ns - 1) / ns, t0 = sp * chunk;
+    int t1 = min(n_keys, t0 + chunk);
+    const int32_t *tab = bt + (size_t)row_seq[r] * g.max_blocks_per_seq;
+    float2 qv[G][NP], acc[G][NP];
+    float m[G], l[G];
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        const float *qr = q + (size_t)r * q_stride + (size_t)(kvh * G + j) * hd;
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            qv[j][p] = make_float2(qr[2 * lane + 64 * p] * scale,
+                                   qr[2 * lane + 64 * p + 1] * scale);
+            acc[j][p] = make_float2(0.0f, 0.0f);
+        }
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
+    }
+    for (int t = t0 + w; t < t1; t += SP_WARPS) {
+        int blk = tab[t / g.block_size];
+        if (blk < 0 || blk >= g.n_blocks)
+            continue;
+        size_t base = (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
+                       + kvh) * hd;
+        const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)(kc + base);
+        const __nv_bfloat162 *v2 = (const __nv_bfloat162 *)(vc + base);
+        float2 k[NP], v[NP];
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            k[p] = __bfloat1622float2(k2[lane + 32 * p]);
+            v[p] = __bfloat1622float2(v2[lane + 32 * p]);
+        }
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            float s = 0.0f;
+#pragma unroll
+            for (int p = 0; p < NP; p++)
+                s += qv[j][p].x * k[p].x + qv[j][p].y * k[p].y;
+            s = pl_warp_sum(s);
+            float mn = fmaxf(m[j], s);
+            float corr = expf(m[j] - mn), pw = expf(s - mn);
+            l[j] = l[j] * corr + pw;
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                acc[j][p].x = acc[j][p].x * corr + pw * v[p].x;
+                acc[j][p].y = acc[j][p].y * corr + pw * v[p].y;
+            }
+            m[j] = mn;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        if (lane == 0) {
+            sm_m[w][j] = m[j];
+            sm_l[w][j] = l[j];
+        }
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            sm_acc[w][j][2 * lane + 64 * p] = acc[j][p].x;
+            sm_acc[w][j][2 * lane + 64 * p + 1] = acc[j][p].y;
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        int j = i / hd, d = i % hd, h = kvh * G + j;
+        float gm = -INFINITY, gl = 0.0f, a = 0.0f;
+        for (int x = 0; x < SP_WARPS; x++)
+            gm = fmaxf(gm, sm_m[x][j]);
+        for (int x = 0; x < SP_WARPS; x++) {
+            float f = sm_m[x][j] == -INFINITY ? 0.0f : expf(sm_m[x][j] - gm);
+            gl += sm_l[x][j] * f;
+            a += sm_acc[x][j][d] * f;
+        }
+        if (ns == 1) {
+            out[(size_t)r * n_heads * hd + (size_t)h * hd + d] =
+                __float2bfloat16(gl > 0.0f ? a / gl : 0.0f);
+            continue;
+        }
+        float *o = ws + (((size_t)blockIdx.x * n_heads + h) * ns + sp) * (hd + 2);
+        if (d == 0) {
+            o[0] = gm;
+            o[1] = gl;
+        }
+        o[2 + d] = a;
+    }
+}
+
+/* Merge the splits of (row, head): grid (n_rows, n_heads), head_dim threads. */
+static __global__ void attn_split_merge(const float *ws, const int32_t *rows,
+                                        __nv_bfloat16 *out, int n_heads, int hd, int ns)
+{
+    int r = rows ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y, d = threadIdx.x;
+    const float *p = ws + ((size_t)blockIdx.x * n_heads + h) * ns * (hd + 2);
+    float gm = -INFINITY, gl = 0.0f, a = 0.0f;
+    for (int s = 0; s < ns; s++)
+        gm = fmaxf(gm, p[s * (hd + 2)]);
+    for (int s = 0; s < ns; s++) {
+        float m = p[s * (hd + 2)];
+        float f = m == -INFINITY ? 0.0f : expf(m - gm);
+        gl += p[s * (hd + 2) + 1] * f;
+        a += p[s * (hd + 2) + 2 + d] * f;
+    }
+    out[(size_t)r * n_heads * hd + (size_t)h * hd + d] = __float2bfloat16(gl > 0.0f ? a / gl
+                                                                                  : 0.0f);
+}
+
+extern "C" int pl_cuda_attn_split_count(int n_rows, int n_kv_heads, int n_sm)
+{
+    int blocks = n_rows * n_kv_heads;
+    if (blocks <= 0)
+        return 1;
+    int ns = (2 * n_sm + blocks - 1) / blocks;
+    return ns < 1 ? 1 : ns > SP_MAX_SPLITS ? SP_MAX_SPLITS : ns;
+}
+
+extern "C" size_t pl_cuda_attn_split_ws(int n_rows, int n_heads, int head_dim, int n_splits)
+{
+    return n_splits <= 1 ? 0 : (size_t)n_rows * n_heads * n_splits * (head_dim + 2);
+}
+
+extern "C" int pl_cuda_attn_split_supported(int n_heads, int n_kv_heads, int head_dim)
+{
+    int G = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+    return (head_dim == 64 || head_dim == 128) && (G == 1 || G == 2 || G == 4 || G == 8)
+           && n_heads == G * n_kv_heads;
+}
+
+template <int NP, int G>
+static void launch_split(dim3 grid, cudaStream_t st, const float *q, int q_stride,
+                         const int32_t *pos, const int32_t *rows, const int32_t *rs,
+                         const int32_t *bt,
+                         pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc, pl_bf16 *out,
+                         float *ws, int n_heads, float scale)
+{
+    attn_split_kernel<NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs, bt, g,
+        (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out, ws,
+        n_heads, scale);
+}
+
+extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
+                                         const int32_t *positions, const int32_t *rows,
+                                         const int32_t *row_seq,
+                                         const int32_t *block_table, pl_kv_geom g,
+                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                         pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                         int n_splits, float *ws, cudaStream_t st)
+{
+    PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
+    PL_CUDA_ARG(pl_cuda_attn_split_supported(n_heads, g.n_kv_heads, g.head_dim));
+    PL_CUDA_ARG(g.block_size > 0 && q_stride >= n_heads * g.head_dim && n_rows >= 0);
+    PL_CUDA_ARG(n_splits >= 1 && n_splits <= SP_MAX_SPLITS && (n_splits == 1 || ws));
+    if (n_rows == 0)
+        return 0;
+    dim3 grid(n_rows, g.n_kv_heads, n_splits);
+    int key = (g.head_dim / 64) * 16 + n_heads / g.n_kv_heads;
+#define SP_CASE(NP, G) case NP * 16 + G: launch_split<NP, G>(grid, st, q, q_stride, \
+        positions, rows, row_seq, block_table, g, k_cache, v_cache, out, ws, n_heads, scale); \
+        break
+    switch (key) {
+    SP_CASE(1, 1); SP_CASE(1, 2); SP_CASE(1, 4); SP_CASE(1, 8);
+    SP_CASE(2, 1); SP_CASE(2, 2); SP_CASE(2, 4); SP_CASE(2, 8);
+    default: return pl_cuda_fail_(__FILE__, __LINE__, "split decode: unsupported shape");
+    }
+#undef SP_CASE
+    PL_CUDA_LAUNCHED();
+    if (n_splits > 1) {
+        attn_split_merge<<<dim3(n_rows, n_heads), g.head_dim, 0, st>>>(
+            ws, rows, (__nv_bfloat16 *)out, n_heads, g.head_dim, n_splits);
+        PL_CUDA_LAUNCHED();
+    }
+    return 0;
+}
