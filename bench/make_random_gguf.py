@@ -1,176 +1,362 @@
 #!/usr/bin/env python3
-"""make_random_gguf.py - write a random-weight, Llama-shaped bf16 GGUF for
-the GPU benchmarks.
+"""make_random_gguf.py - write a random-weight, Llama-shaped GGUF (bf16 or
+Q8_0) with numpy only (the GPU machines have no `gguf` package).
 
-The tokenizer metadata (tokens, types, merges, special ids, chat template)
-is copied from the default model, so parley tokenizes prompts as usual;
-the vocabulary is padded with unused tokens up to the shape's real size so
-the LM-head GEMM has Llama's cost. Tensors are streamed one at a time
-(the 8B file is ~16 GB; the largest tensor is generated in memory).
+The tokenizer metadata (every `tokenizer.*` key: tokens, types, merges,
+special ids, chat template) is copied from a source GGUF: the default
+model, or the metadata-only file that `tokenizer` writes (about 1 MB, small
+enough to carry to a GPU machine). The vocabulary is padded with unused
+tokens up to the shape's real size, so the LM-head GEMM has Llama's cost.
 
-usage: make_random_gguf.py SHAPE OUT.gguf [--source MODEL.gguf|none] [--seed N]
-shapes: llama-3.2-1b, llama-3-8b, tiny (a few MB, to check the writer)
+The weights are a pure function of (seed, tensor name): a splitmix64 pool
+of 2^24+43 uniform values, rolled by a per-tensor offset and tiled, so any
+machine writes the same bytes (numpy's own generators may change between
+versions) and the 8B file takes seconds of arithmetic, not minutes.
+`tensors()` yields the same values in HF layout for the transformers peer.
+
+usage: make_random_gguf.py model SHAPE OUT.gguf --tokenizer SRC.gguf
+                           [--type bf16|q8_0] [--seed N] [--std S]
+       make_random_gguf.py tokenizer SRC.gguf OUT.gguf
+shapes: llama-3.2-1b, llama-3-8b, ref (2 layers, 256-dim: the CPU/GPU
+reference model), tiny
 """
 import argparse
 import os
+import struct
 import sys
 
 import numpy as np
-import gguf
 
 SHAPES = {
-    # n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab, ctx, rope_base, tied
+    # n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab (0: the tokenizer's), ctx, rope
     "llama-3.2-1b": dict(n_layer=16, n_embd=2048, n_ff=8192, n_head=32, n_head_kv=8,
                          n_vocab=128256, ctx=131072, rope_base=500000.0, tied=True),
     "llama-3-8b": dict(n_layer=32, n_embd=4096, n_ff=14336, n_head=32, n_head_kv=8,
                        n_vocab=128256, ctx=8192, rope_base=500000.0, tied=False),
-    "tiny": dict(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2,
-                 n_vocab=0, ctx=2048, rope_base=10000.0, tied=True),
+    "ref": dict(n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2,
+                n_vocab=0, ctx=4096, rope_base=10000.0, tied=False),
+    "tiny": dict(n_layer=1, n_embd=128, n_ff=256, n_head=2, n_head_kv=1,
+                 n_vocab=0, ctx=1024, rope_base=10000.0, tied=True),
 }
-DEFAULT_SOURCE = os.path.expanduser(
-    "~/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-TOKENIZER_SCALARS = ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
-                     "tokenizer.ggml.unknown_token_id", "tokenizer.ggml.padding_token_id"]
+GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
+FILE_TYPE = {"bf16": 32, "q8_0": 7}       # general.file_type (LlamaFileType)
+T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = \
+    range(13)
+SCALAR = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i",
+          T_F32: "<f", T_BOOL: "<?", T_U64: "<Q", T_I64: "<q", T_F64: "<d"}
+ALIGN = 32
+POOL = (1 << 24) + 43
+TOKEN_UNUSED = 5
 
 
-def byte_tokenizer():
-    """A GPT-2 byte-level vocabulary without merges (one token per byte) and
-    an end-of-text token: for machines without the default model."""
-    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
-    cs, n = bs[:], 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    tokens = [chr(c) for _, c in sorted(zip(bs, cs))] + ["<|endoftext|>"]
-    types = [int(gguf.TokenType.NORMAL)] * 256 + [int(gguf.TokenType.CONTROL)]
-    return dict(model="gpt2", pre="default", tokens=tokens, types=types, merges=[],
-                template=None, add_bos=False, add_space=False,
-                ids={"tokenizer.ggml.bos_token_id": 256, "tokenizer.ggml.eos_token_id": 256,
-                     "tokenizer.ggml.unknown_token_id": None,
-                     "tokenizer.ggml.padding_token_id": None})
+# ---- reading metadata -----------------------------------------------------------
+class Reader:
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self.b = f.read(64 << 20)   # metadata comes first; 64 MB is plenty
+        self.o = 0
+
+    def take(self, fmt):
+        v = struct.unpack_from(fmt, self.b, self.o)[0]
+        self.o += struct.calcsize(fmt)
+        return v
+
+    def string(self):
+        n = self.take("<Q")
+        s = self.b[self.o:self.o + n].decode("utf-8", "surrogateescape")
+        self.o += n
+        return s
+
+    def value(self, t):
+        if t == T_STR:
+            return self.string()
+        if t == T_ARR:
+            et, n = self.take("<I"), self.take("<Q")
+            return (et, [self.value(et) for _ in range(n)])
+        return self.take(SCALAR[t])
 
 
-def read_tokenizer(path):
-    """Token list, types, merges and special ids of a GGUF's tokenizer
-    ("none": byte_tokenizer())."""
-    if path == "none":
-        return byte_tokenizer()
-    r = gguf.GGUFReader(path)
-
-    def get(key, default=None):
-        f = r.fields.get(key)
-        return default if f is None else f.contents()
-    tok = dict(model=get("tokenizer.ggml.model"), pre=get("tokenizer.ggml.pre"),
-               tokens=get("tokenizer.ggml.tokens"), types=get("tokenizer.ggml.token_type"),
-               merges=get("tokenizer.ggml.merges", []),
-               template=get("tokenizer.chat_template"),
-               add_bos=get("tokenizer.ggml.add_bos_token"),
-               add_space=get("tokenizer.ggml.add_space_prefix"))
-    tok["ids"] = {k: get(k) for k in TOKENIZER_SCALARS}
-    if not tok["tokens"]:
-        sys.exit(f"{path}: no tokenizer.ggml.tokens")
-    return tok
+def read_kv(path):
+    """[(key, type, value)] of a GGUF (arrays as (elem_type, list))."""
+    r = Reader(path)
+    if r.b[:4] != b"GGUF":
+        sys.exit(f"{path}: not a GGUF file")
+    r.o = 4
+    ver, _n_t, n_kv = r.take("<I"), r.take("<Q"), r.take("<Q")
+    if ver < 2:
+        sys.exit(f"{path}: GGUF v{ver} unsupported")
+    out = []
+    for _ in range(n_kv):
+        k = r.string()
+        t = r.take("<I")
+        out.append((k, t, r.value(t)))
+    return out
 
 
-def write_metadata(w, shape, name, tok, n_vocab):
-    s = SHAPES[shape]
-    head_dim = s["n_embd"] // s["n_head"]
-    w.add_name(name)
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
-    w.add_block_count(s["n_layer"])
-    w.add_context_length(s["ctx"])
-    w.add_embedding_length(s["n_embd"])
-    w.add_feed_forward_length(s["n_ff"])
-    w.add_head_count(s["n_head"])
-    w.add_head_count_kv(s["n_head_kv"])
-    w.add_rope_freq_base(s["rope_base"])
-    w.add_rope_dimension_count(head_dim)
-    w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(n_vocab)
-    n_pad = n_vocab - len(tok["tokens"])
-    w.add_tokenizer_model(tok["model"])
-    if tok["pre"]:
-        w.add_tokenizer_pre(tok["pre"])
-    w.add_token_list(list(tok["tokens"]) + [f"<|random_pad_{i}|>" for i in range(n_pad)])
-    w.add_token_types(list(tok["types"]) + [int(gguf.TokenType.UNUSED)] * n_pad)
-    if tok["merges"]:
-        w.add_token_merges(list(tok["merges"]))
-    adders = {"tokenizer.ggml.bos_token_id": w.add_bos_token_id,
-              "tokenizer.ggml.eos_token_id": w.add_eos_token_id,
-              "tokenizer.ggml.unknown_token_id": w.add_unk_token_id,
-              "tokenizer.ggml.padding_token_id": w.add_pad_token_id}
-    for key, add in adders.items():
-        if tok["ids"][key] is not None:
-            add(int(tok["ids"][key]))
-    if tok["add_bos"] is not None:
-        w.add_add_bos_token(bool(tok["add_bos"]))
-    if tok["add_space"] is not None:
-        w.add_add_space_prefix(bool(tok["add_space"]))
-    if tok["template"]:
-        w.add_chat_template(tok["template"])
+# ---- writing --------------------------------------------------------------------
+def enc_str(s):
+    b = s.encode("utf-8", "surrogateescape")
+    return struct.pack("<Q", len(b)) + b
 
 
-def tensor_plan(shape, n_vocab):
-    """(name, numpy shape (rows, cols) or (n,), kind) in file order."""
-    s = SHAPES[shape]
-    E, F = s["n_embd"], s["n_ff"]
-    hd = E // s["n_head"]
+def enc_value(t, v):
+    if t == T_STR:
+        return enc_str(v)
+    if t == T_ARR:
+        et, items = v
+        head = struct.pack("<IQ", et, len(items))
+        if et in SCALAR:
+            return head + np.asarray(items, dtype=np.dtype(SCALAR[et])).tobytes()
+        return head + b"".join(enc_value(et, x) for x in items)
+    return struct.pack(SCALAR[t], v)
+
+
+def write_gguf(path, kvs, tensors, data_iter):
+    """kvs: [(key, type, value)]; tensors: [(name, shape rows-first, ggml type,
+    nbytes)]; data_iter yields each tensor's bytes in order."""
+    with open(path, "wb") as f:
+        f.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+        for k, t, v in kvs:
+            f.write(enc_str(k) + struct.pack("<I", t) + enc_value(t, v))
+        off = 0
+        for name, shp, gt, nbytes in tensors:
+            dims = list(reversed(shp))  # GGUF: ne[0] is the innermost
+            f.write(enc_str(name) + struct.pack("<I", len(dims))
+                    + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", gt, off))
+            off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
+        f.write(b"\0" * (-f.tell() % ALIGN))
+        for (name, _s, _g, nbytes), raw in zip(tensors, data_iter):
+            if len(raw) != nbytes:
+                sys.exit(f"internal: {name} has {len(raw)} bytes, want {nbytes}")
+            f.write(raw)
+            f.write(b"\0" * (-nbytes % ALIGN))
+
+
+# ---- deterministic weights ------------------------------------------------------
+def splitmix(idx, seed):
+    with np.errstate(over="ignore"):
+        z = idx.astype(np.uint64) + np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+_pools = {}
+
+
+def pool(seed):
+    """POOL uniform values in [-1, 1), float32."""
+    if seed not in _pools:
+        z = splitmix(np.arange(POOL, dtype=np.uint64), seed)
+        _pools[seed] = ((z >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -23)
+                        - np.float32(1.0))
+    return _pools[seed]
+
+
+def name_hash(name):
+    h = 1469598103934665603
+    for c in name.encode():
+        h = ((h ^ c) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def random_tensor(name, shp, seed, std):
+    p = pool(seed)
+    n = int(np.prod(shp))
+    start = name_hash(name) % POOL
+    idx = (np.arange(n, dtype=np.int64) + start) % POOL if n <= POOL else None
+    x = p[idx] if idx is not None else np.resize(np.roll(p, -start), n)
+    return (x * np.float32(std * 3.0 ** 0.5)).reshape(shp)  # uniform with that std
+
+
+def to_bf16(x):
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    r = (u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    return r.astype(np.uint16)
+
+
+def bf16_to_f32(b):
+    return (b.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def to_q8_0(x):
+    """Blocks of 32 along each row: fp16 d = amax/127, int8 q = round(x/d)."""
+    rows, cols = x.shape
+    b = x.reshape(rows, cols // 32, 32)
+    d = (np.abs(b).max(axis=2) / 127.0).astype(np.float16)
+    df = d.astype(np.float32)[..., None]
+    q = np.where(df > 0, np.round(b / np.where(df > 0, df, 1)), 0).astype(np.int8)
+    out = np.empty((rows, cols // 32, 34), dtype=np.uint8)
+    out[..., :2] = d.view(np.uint8).reshape(rows, cols // 32, 2)
+    out[..., 2:] = q.view(np.uint8)
+    return out
+
+
+def from_q8_0(raw, rows, cols):
+    b = raw.reshape(rows, cols // 32, 34)
+    d = b[..., :2].copy().view(np.float16).astype(np.float32)
+    return (b[..., 2:].view(np.int8).astype(np.float32) * d).reshape(rows, cols)
+
+
+def geometry(shape, n_tok):
+    s = dict(SHAPES[shape])
+    s["n_vocab"] = max(s["n_vocab"], n_tok)
+    s["head_dim"] = s["n_embd"] // s["n_head"]
+    return s
+
+
+def plan(s):
+    """(name, shape, kind) in file order; q/k are in GGUF (llama.cpp) order."""
+    E, F, hd = s["n_embd"], s["n_ff"], s["head_dim"]
     q, kv = s["n_head"] * hd, s["n_head_kv"] * hd
-    plan = [("token_embd.weight", (n_vocab, E), "w")]
+    out = [("token_embd.weight", (s["n_vocab"], E), "w")]
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
-        plan += [(b + "attn_norm.weight", (E,), "norm"),
-                 (b + "attn_q.weight", (q, E), "w"),
-                 (b + "attn_k.weight", (kv, E), "w"),
-                 (b + "attn_v.weight", (kv, E), "w"),
-                 (b + "attn_output.weight", (E, q), "w"),
-                 (b + "ffn_norm.weight", (E,), "norm"),
-                 (b + "ffn_gate.weight", (F, E), "w"),
-                 (b + "ffn_up.weight", (F, E), "w"),
-                 (b + "ffn_down.weight", (E, F), "w")]
-    plan.append(("output_norm.weight", (E,), "norm"))
+        out += [(b + "attn_norm.weight", (E,), "norm"), (b + "attn_q.weight", (q, E), "w"),
+                (b + "attn_k.weight", (kv, E), "w"), (b + "attn_v.weight", (kv, E), "w"),
+                (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm"),
+                (b + "ffn_gate.weight", (F, E), "w"), (b + "ffn_up.weight", (F, E), "w"),
+                (b + "ffn_down.weight", (E, F), "w")]
+    out.append(("output_norm.weight", (E,), "norm"))
     if not s["tied"]:
-        plan.append(("output.weight", (n_vocab, E), "w"))
-    return plan
+        out.append(("output.weight", (s["n_vocab"], E), "w"))
+    return out
 
 
-def make_tensor(rng, shp, kind):
+def tensor_value(name, shp, kind, seed, std):
+    if kind == "norm":  # near 1, not exactly, so a wrong norm weight shows
+        return 1.0 + random_tensor(name, shp, seed, 0.1)
+    return random_tensor(name, shp, seed, std)
+
+
+def encode(x, kind, wtype):
     if kind == "norm":
-        return np.ones(shp, dtype=np.float32)
-    x = rng.standard_normal(shp, dtype=np.float32) * np.float32(0.02)
-    return (x.view(np.uint32) >> 16).astype(np.uint16)  # bf16 bits (truncated)
+        return GGML_F32, x.astype(np.float32).tobytes()
+    if wtype == "q8_0":
+        return GGML_Q8_0, to_q8_0(x).tobytes()
+    return GGML_BF16, to_bf16(x).tobytes()
+
+
+def stored_value(x, kind, wtype):
+    """The value the file holds (what a reader dequantises to), float32."""
+    if kind == "norm":
+        return x.astype(np.float32)
+    if wtype == "q8_0":
+        return from_q8_0(to_q8_0(x), *x.shape)
+    return bf16_to_f32(to_bf16(x))
+
+
+def unpermute(w, n_head):
+    """GGUF (interleaved RoPE pairs) -> HF (rotate_half) row order."""
+    rows, cols = w.shape
+    return w.reshape(n_head, rows // n_head // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+
+
+def tensors(shape, n_tok, seed=0, std=0.02, wtype="bf16", hf=False):
+    """Yield (name, float32 array as stored) for the model; hf=True gives HF
+    names and layout (for transformers' LlamaForCausalLM)."""
+    s = geometry(shape, n_tok)
+    hfname = {"token_embd.weight": "model.embed_tokens.weight",
+              "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight",
+              "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj",
+              "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+              "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
+              "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
+    for name, shp, kind in plan(s):
+        x = stored_value(tensor_value(name, shp, kind, seed, std), kind, wtype)
+        if not hf:
+            yield name, x
+            continue
+        if name in hfname:
+            yield hfname[name], x
+            continue
+        _, i, part, _ = name.split(".")
+        if part in ("attn_q", "attn_k"):
+            x = unpermute(x, s["n_head"] if part == "attn_q" else s["n_head_kv"])
+        yield f"model.layers.{i}.{hfname[part]}.weight", x
+
+
+def tokenizer_kvs(path):
+    kvs = [(k, t, v) for k, t, v in read_kv(path) if k.startswith("tokenizer.")]
+    if not any(k == "tokenizer.ggml.tokens" for k, _, _ in kvs):
+        sys.exit(f"{path}: no tokenizer.ggml.tokens")
+    return kvs
+
+
+def model_kvs(shape, s, tok, wtype):
+    a = "llama."
+    kvs = [("general.architecture", T_STR, "llama"), ("general.name", T_STR, f"random-{shape}"),
+           ("general.file_type", T_U32, FILE_TYPE[wtype]),
+           (a + "block_count", T_U32, s["n_layer"]), (a + "context_length", T_U32, s["ctx"]),
+           (a + "embedding_length", T_U32, s["n_embd"]),
+           (a + "feed_forward_length", T_U32, s["n_ff"]),
+           (a + "attention.head_count", T_U32, s["n_head"]),
+           (a + "attention.head_count_kv", T_U32, s["n_head_kv"]),
+           (a + "rope.freq_base", T_F32, s["rope_base"]),
+           (a + "rope.dimension_count", T_U32, s["head_dim"]),
+           (a + "attention.layer_norm_rms_epsilon", T_F32, 1e-5),
+           (a + "vocab_size", T_U32, s["n_vocab"])]
+    for k, t, v in tok:
+        if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
+            et, items = v
+            pad = s["n_vocab"] - len(items)
+            items = list(items) + ([f"<|random_pad_{i}|>" for i in range(pad)]
+                                   if et == T_STR else [TOKEN_UNUSED] * pad)
+            v = (et, items)
+        elif k == "tokenizer.ggml.scores":
+            et, items = v
+            v = (et, list(items) + [0.0] * (s["n_vocab"] - len(items)))
+        kvs.append((k, t, v))
+    return kvs
+
+
+def n_tokens(tok):
+    return next(len(v[1]) for k, _, v in tok if k == "tokenizer.ggml.tokens")
+
+
+def cmd_model(a):
+    tok = tokenizer_kvs(a.tokenizer)
+    s = geometry(a.shape, n_tokens(tok))
+    for name, shp, kind in plan(s):
+        if kind == "w" and a.type == "q8_0" and shp[1] % 32:
+            sys.exit(f"{name}: {shp[1]} columns is not a multiple of 32 (Q8_0)")
+    specs, order = [], plan(s)
+    for name, shp, kind in order:
+        gt = GGML_F32 if kind == "norm" else (GGML_Q8_0 if a.type == "q8_0" else GGML_BF16)
+        n = int(np.prod(shp))
+        nbytes = n * 4 if gt == GGML_F32 else (n // 32 * 34 if gt == GGML_Q8_0 else n * 2)
+        specs.append((name, shp, gt, nbytes))
+    data = (encode(tensor_value(n, shp, k, a.seed, a.std), k, a.type)[1]
+            for n, shp, k in order)
+    tmp = a.out + ".part"
+    write_gguf(tmp, model_kvs(a.shape, s, tok, a.type), specs, data)
+    os.replace(tmp, a.out)
+    print(f"{a.out}: {a.shape} {a.type}, {len(specs)} tensors, vocab {s['n_vocab']}, "
+          f"{os.path.getsize(a.out) / 2**30:.2f} GiB")
+
+
+def cmd_tokenizer(a):
+    tok = tokenizer_kvs(a.src)
+    write_gguf(a.out, [("general.architecture", T_STR, "tokenizer")] + tok, [], iter(()))
+    print(f"{a.out}: {len(tok)} tokenizer keys, {n_tokens(tok)} tokens, "
+          f"{os.path.getsize(a.out) / 2**20:.2f} MiB")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("shape", choices=sorted(SHAPES))
-    ap.add_argument("out")
-    ap.add_argument("--source", default=DEFAULT_SOURCE,
-                    help="GGUF whose tokenizer metadata is copied, or 'none' for "
-                         "a byte-level vocabulary")
-    ap.add_argument("--seed", type=int, default=0)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("model", help="write a random-weight model")
+    m.add_argument("shape", choices=sorted(SHAPES))
+    m.add_argument("out")
+    m.add_argument("--tokenizer", required=True, help="GGUF whose tokenizer.* keys are copied")
+    m.add_argument("--type", choices=["bf16", "q8_0"], default="bf16")
+    m.add_argument("--seed", type=int, default=1)
+    m.add_argument("--std", type=float, default=0.02)
+    t = sub.add_parser("tokenizer", help="copy a GGUF's tokenizer.* keys into a small file")
+    t.add_argument("src")
+    t.add_argument("out")
     a = ap.parse_args()
-    tok = read_tokenizer(a.source)
-    n_vocab = max(SHAPES[a.shape]["n_vocab"], len(tok["tokens"]))
-    w = gguf.GGUFWriter(a.out, "llama")
-    write_metadata(w, a.shape, f"random-{a.shape}", tok, n_vocab)
-    plan = tensor_plan(a.shape, n_vocab)
-    for name, shp, kind in plan:
-        dtype = np.float32 if kind == "norm" else np.uint16
-        nbytes = int(np.prod(shp)) * np.dtype(dtype).itemsize
-        raw = None if kind == "norm" else gguf.GGMLQuantizationType.BF16
-        w.add_tensor_info(name, shp, np.dtype(dtype), nbytes, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_ti_data_to_file()
-    rng = np.random.default_rng(a.seed)
-    for name, shp, kind in plan:
-        w.write_tensor_data(make_tensor(rng, shp, kind))
-    w.close()
-    print(f"{a.out}: {a.shape}, {len(plan)} tensors, vocab {n_vocab}, "
-          f"{os.path.getsize(a.out) / 2**30:.2f} GiB")
+    (cmd_model if a.cmd == "model" else cmd_tokenizer)(a)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,215 @@
+#!/usr/bin/env bash
+# run.sh - the GPU machine's side of the device bundle (made by
+# scripts/device_bundle.sh; copied to .device/run.sh). Each stage fits one
+# 10-minute command and writes its logs and JSON figures under OUTDIR.
+#
+# usage: .device/run.sh STAGE [OUTDIR] [ARGS]
+#   unpack           unpack payload.tar.xz into .device/bin and .device/lib
+#                    (done by every stage when needed)
+#   env              GPU, driver, CUDA, cuBLAS, python packages -> env.txt
+#   test             every CUDA test: kernels vs their C references, the
+#                    runner vs the CPU reference figures (test_cuda_ref),
+#                    graph-capture fallback, NaN guard, ... -> tests.log
+#   sanitize         compute-sanitizer memcheck + racecheck on the kernel and
+#                    runner tests, memcheck on a short serving run
+#   serve [N]        parley serve --backend cuda on a random 1B-shaped model;
+#                    N (256) concurrent streaming chat requests (stdlib
+#                    client), async then sync scheduling; outputs compared
+#   bench SHAPE      1b or 8b: bench_cuda_runner at 1/64/256 sequences
+#                    (prefill and decode tok/s, step time, idle gap; graphs,
+#                    eager, and graphs with the split-KV decode kernel), then
+#                    HF transformers generate with the same weights
+#   all              env test (the quick ones)
+# OUTDIR defaults to ./device-out. Models are written to $PARLEY_DEVICE_MODELS
+# (default /tmp/parley-models) and kept for later stages of the same machine.
+set -uo pipefail
+D="$(cd "$(dirname "$0")" && pwd)"
+STAGE="${1:?usage: $0 unpack|env|test|sanitize|serve|bench|all [OUTDIR] [ARGS]}"
+OUT="${2:-device-out}"
+shift $(( $# >= 2 ? 2 : $# ))
+MODELS="${PARLEY_DEVICE_MODELS:-/tmp/parley-models}"
+PY="${PYTHON:-python3}"
+
+log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
+
+unpack() {
+    if [ -x "$D/bin/parley" ] && [ "$D/bin/parley" -nt "$D/payload.tar.xz" ]; then
+        return 0
+    fi
+    [ -f "$D/payload.tar.xz" ] || { echo "run.sh: $D/payload.tar.xz missing" >&2; return 1; }
+    # python's lzma: no xz binary needed
+    "$PY" - "$D" <<'EOF' || return 1
+import sys, tarfile
+d = sys.argv[1]
+with tarfile.open(d + "/payload.tar.xz", "r:xz") as t:
+    t.extractall(d)
+EOF
+    touch "$D/bin"/*
+}
+
+# cuBLAS is dlopen()ed (libcublas.so.13): the toolkit's, else the one the
+# python CUDA wheels carry.
+find_cublas() {
+    local d
+    for d in "${CUDA_HOME:-/usr/local/cuda}/lib64" /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 \
+             /usr/lib/x86_64-linux-gnu; do
+        [ -e "$d/libcublas.so.13" ] && { echo "$d"; return; }
+    done
+    "$PY" - <<'EOF' 2>/dev/null
+import glob, os, site, sys
+for sp in site.getsitepackages() + [os.path.dirname(os.path.dirname(os.__file__))]:
+    for p in glob.glob(sp + "/nvidia/**/libcublas.so.13", recursive=True):
+        print(os.path.dirname(p)); sys.exit(0)
+EOF
+}
+
+prepare() {
+    mkdir -p "$OUT"
+    OUT="$(cd "$OUT" && pwd)"
+    unpack || exit 1
+    local cb
+    cb="$(find_cublas)"
+    if [ -n "$cb" ]; then
+        export LD_LIBRARY_PATH="$cb${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
+    command -v compute-sanitizer >/dev/null || export PATH="$PATH:/usr/local/cuda/bin"
+    mkdir -p "$MODELS"
+}
+
+make_model() {  # shape type -> path
+    local p="$MODELS/random-$1-$2.gguf"
+    [ -f "$p" ] || "$PY" "$D/py/make_random_gguf.py" model "$1" "$p" --type "$2" \
+        --tokenizer "$D/models/tokenizer.gguf" >&2 || return 1
+    echo "$p"
+}
+
+stage_env() {
+    { date -u; uname -a; nvidia-smi || echo "nvidia-smi: not found"
+      nvcc --version 2>/dev/null || echo "nvcc: not on PATH"
+      echo "cuBLAS: $(find_cublas || true)"
+      "$D/bin/parley" --version
+      "$PY" -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
+      "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__)' 2>&1
+      compute-sanitizer --version 2>&1 | tail -1
+      nproc; free -g; df -h /tmp; } >"$OUT/env.txt" 2>&1
+    log "env: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no GPU'); cuBLAS at $(find_cublas || echo none)"
+}
+
+# One Criterion binary; its summary line into the summary.
+run_test() {  # binary [args]
+    local b="$1" rc
+    shift
+    "$D/bin/$b" --verbose "$@" >"$OUT/$b.log" 2>&1
+    rc=$?
+    log "test $b: rc=$rc; $(grep -o 'Tested: .*' "$OUT/$b.log" | tail -1)$(grep -h 'vs cpu' "$OUT/$b.log" | sed 's/^/; /' | tr '\n' ' ')"
+    return $rc
+}
+
+stage_test() {
+    local st=0 ref
+    export PARLEY_REF_FIXTURE="$D/fixtures/cpu_ref.txt"
+    ref="$(make_model ref bf16)" || { log "test: ref model generation FAILED"; return 1; }
+    if [ "$(sha256sum "$ref" | awk '{print $1}')" != "$(cat "$D/fixtures/ref-bf16.sha256")" ]; then
+        log "test: $ref differs from the model the CPU figures were computed on"
+        return 1
+    fi
+    export PARLEY_REF_MODEL="$ref"
+    for b in test_cuda_kernels test_cuda_io test_cuda_ref test_cuda_runner; do
+        run_test "$b" || st=1
+    done
+    # Skipped tests are counted by Criterion as passing; list them.
+    log "test: $(cat "$OUT"/test_cuda_*.log | grep -c '\[SKIP\]') tests skipped (no GPU or no fixture)"
+    return $st
+}
+
+stage_sanitize() {
+    local st=0 cs="compute-sanitizer --error-exitcode 99 --target-processes all"
+    export PARLEY_REF_FIXTURE="$D/fixtures/cpu_ref.txt"
+    PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1
+    export PARLEY_REF_MODEL
+    for tool in memcheck racecheck; do
+        for b in test_cuda_kernels test_cuda_ref; do
+            $cs --tool $tool "$D/bin/$b" --jobs 1 >"$OUT/${tool}_$b.log" 2>&1 || st=1
+            log "sanitize $tool $b: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_$b.log" | sort | uniq -c | tr '\n' ' ')"
+        done
+    done
+    # A short serving run under memcheck: 8 streaming requests.
+    serve_run "$PARLEY_REF_MODEL" memcheck_serve 8 16 "$cs --tool memcheck" || st=1
+    log "sanitize serve: $(grep -h 'ERROR SUMMARY' "$OUT/memcheck_serve.server.log" | tail -1)"
+    return $st
+}
+
+# Start parley serve (port 0), run the client, stop the server.
+serve_run() {  # model tag n_requests max_tokens [wrapper] [extra parley args...]
+    local model="$1" tag="$2" n="$3" maxtok="$4" wrap="${5:-}" port pid i
+    shift 5 2>/dev/null || shift $#
+    $wrap "$D/bin/parley" serve --backend cuda --model "$model" --host 127.0.0.1 --port 0 \
+        --max-num-seqs 256 --max-model-len 4096 "$@" >"$OUT/$tag.server.log" 2>&1 &
+    pid=$!
+    for i in $(seq 1 600); do
+        port="$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$OUT/$tag.server.log" | grep -o '[0-9]*$')"
+        [ -n "$port" ] && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.5
+    done
+    if [ -z "$port" ]; then
+        log "serve $tag: the server did not start (see $tag.server.log)"
+        kill $pid 2>/dev/null; wait $pid 2>/dev/null
+        return 1
+    fi
+    "$PY" "$D/py/stream_client.py" --port "$port" --requests "$n" --max-tokens "$maxtok" \
+        --out "$OUT/$tag.json" >"$OUT/$tag.client.log" 2>&1
+    local rc=$?
+    kill -INT $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    log "serve $tag: client rc=$rc; $(tail -1 "$OUT/$tag.client.log")"
+    return $rc
+}
+
+stage_serve() {
+    local n="${1:-256}" m st=0
+    m="$(make_model llama-3.2-1b bf16)" || { log "serve: model generation FAILED"; return 1; }
+    serve_run "$m" serve_async "$n" 128 "" --async-scheduling true || st=1
+    serve_run "$m" serve_sync "$n" 128 "" --async-scheduling false || st=1
+    "$PY" "$D/py/stream_client.py" --compare "$OUT/serve_async.json" "$OUT/serve_sync.json" \
+        >>"$OUT/summary.txt" 2>&1 || st=1
+    tail -1 "$OUT/summary.txt"
+    return $st
+}
+
+stage_bench() {
+    local shape="${1:-1b}" full m seqs g
+    case "$shape" in
+        1b) full=llama-3.2-1b ;;
+        8b) full=llama-3-8b ;;
+        *) echo "bench: shape 1b or 8b" >&2; return 2 ;;
+    esac
+    m="$(make_model $full bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
+    for seqs in 1 64 256; do
+        for g in "" --no-graphs --split-kv; do
+            "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt 128 --gen 128 $g \
+                --max-rows 8192 >>"$OUT/bench_$shape.jsonl" 2>>"$OUT/bench_$shape.err" \
+                || log "bench $shape seqs $seqs $g: FAILED (see bench_$shape.err)"
+        done
+    done
+    log "bench $shape parley: $(wc -l <"$OUT/bench_$shape.jsonl") results in bench_$shape.jsonl"
+    "$PY" "$D/py/hf_bench.py" "$full" --batches 1,64,256 --prompt 128 --gen 128 \
+        --tokenizer "$D/models/tokenizer.gguf" >>"$OUT/hf_$shape.jsonl" 2>"$OUT/hf_$shape.err" \
+        || log "bench $shape HF: FAILED (see hf_$shape.err)"
+    log "bench $shape HF: $(wc -l <"$OUT/hf_$shape.jsonl" 2>/dev/null) results in hf_$shape.jsonl"
+}
+
+if [ "$STAGE" = unpack ]; then
+    unpack
+    exit
+fi
+prepare
+case "$STAGE" in
+    env) stage_env ;;
+    test) stage_test ;;
+    sanitize) stage_sanitize ;;
+    serve) stage_serve "$@" ;;
+    bench) stage_bench "$@" ;;
+    all) stage_env; stage_test ;;
+    *) echo "unknown stage: $STAGE" >&2; exit 2 ;;
+esac
