@@ -11,7 +11,7 @@ want_test=0
 
 pkgs=(build-essential pkg-config meson ninja-build python3 python3-venv python3-pip
       libevent-dev libjansson-dev libyaml-dev libcurl4-openssl-dev libpcre2-dev
-      libopenblas-dev libcriterion-dev)
+      libopenblas-dev libcriterion-dev patchelf)  # patchelf: scripts/device_bundle.sh
 [ $want_test = 1 ] && pkgs+=(clang libclang-rt-14-dev libmicrohttpd-dev)
 # The dashboard is tested in a real browser (tests/python/test_dashboard.py).
 [ $want_test = 1 ] && pkgs+=(chromium)
