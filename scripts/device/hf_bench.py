@@ -28,7 +28,7 @@ def build(shape, n_tok, wtype):
                       num_attention_heads=s["n_head"], num_key_value_heads=s["n_head_kv"],
                       max_position_embeddings=s["ctx"], rms_norm_eps=1e-5,
                       rope_theta=s["rope_base"], tie_word_embeddings=s["tied"],
-                      torch_dtype=torch.bfloat16)
+                      bos_token_id=None, eos_token_id=None, pad_token_id=0)
     torch.set_default_dtype(torch.bfloat16)
     with torch.device("cuda"):
         model = LlamaForCausalLM(cfg)
@@ -66,8 +66,7 @@ def main():
             t_pf = time.monotonic() - t0
             t0 = time.monotonic()
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=a.gen, min_new_tokens=a.gen,
-                                 pad_token_id=0, eos_token_id=None)
+                                 max_new_tokens=a.gen, pad_token_id=0)  # no EOS: all GEN
             torch.cuda.synchronize()
             t_all = time.monotonic() - t0
         gen = out.shape[1] - a.prompt

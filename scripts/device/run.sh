@@ -17,14 +17,15 @@
 #                    client), async then sync scheduling; outputs compared
 #   bench SHAPE      1b or 8b: bench_cuda_runner at 1/64/256 sequences
 #                    (prefill and decode tok/s, step time, idle gap; graphs,
-#                    eager, and graphs with the split-KV decode kernel), then
-#                    HF transformers generate with the same weights
+#                    eager (1b only), and graphs with the split-KV kernel)
+#   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
+#                    with the same random weights (bf16)
 #   all              env test (the quick ones)
 # OUTDIR defaults to ./device-out. Models are written to $PARLEY_DEVICE_MODELS
 # (default /tmp/parley-models) and kept for later stages of the same machine.
 set -uo pipefail
 D="$(cd "$(dirname "$0")" && pwd)"
-STAGE="${1:?usage: $0 unpack|env|test|sanitize|serve|bench|all [OUTDIR] [ARGS]}"
+STAGE="${1:?usage: $0 unpack|env|test|sanitize|serve|bench|hf|all [OUTDIR] [ARGS]}"
 OUT="${2:-device-out}"
 shift $(( $# >= 2 ? 2 : $# ))
 MODELS="${PARLEY_DEVICE_MODELS:-/tmp/parley-models}"
@@ -177,26 +178,37 @@ stage_serve() {
     return $st
 }
 
-stage_bench() {
-    local shape="${1:-1b}" full m seqs g
-    case "$shape" in
-        1b) full=llama-3.2-1b ;;
-        8b) full=llama-3-8b ;;
+shape_name() {  # 1b|8b -> make_random_gguf shape
+    case "$1" in
+        1b) echo llama-3.2-1b ;;
+        8b) echo llama-3-8b ;;
         *) echo "bench: shape 1b or 8b" >&2; return 2 ;;
     esac
-    m="$(make_model $full bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
+}
+
+stage_bench() {
+    local shape="${1:-1b}" full m seqs g variants
+    full="$(shape_name "$shape")" || return 2
+    m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
+    variants=("" --no-graphs --split-kv)
+    [ "$shape" = 8b ] && variants=("" --split-kv)   # each run loads 16 GB: fit 10 min
     for seqs in 1 64 256; do
-        for g in "" --no-graphs --split-kv; do
+        for g in "${variants[@]}"; do
             "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt 128 --gen 128 $g \
                 --max-rows 8192 >>"$OUT/bench_$shape.jsonl" 2>>"$OUT/bench_$shape.err" \
                 || log "bench $shape seqs $seqs $g: FAILED (see bench_$shape.err)"
         done
     done
     log "bench $shape parley: $(wc -l <"$OUT/bench_$shape.jsonl") results in bench_$shape.jsonl"
+}
+
+stage_hf() {
+    local shape="${1:-1b}" full
+    full="$(shape_name "$shape")" || return 2
     "$PY" "$D/py/hf_bench.py" "$full" --batches 1,64,256 --prompt 128 --gen 128 \
         --tokenizer "$D/models/tokenizer.gguf" >>"$OUT/hf_$shape.jsonl" 2>"$OUT/hf_$shape.err" \
-        || log "bench $shape HF: FAILED (see hf_$shape.err)"
-    log "bench $shape HF: $(wc -l <"$OUT/hf_$shape.jsonl" 2>/dev/null) results in hf_$shape.jsonl"
+        || log "hf $shape: FAILED (see hf_$shape.err)"
+    log "hf $shape: $(wc -l <"$OUT/hf_$shape.jsonl" 2>/dev/null) results in hf_$shape.jsonl"
 }
 
 if [ "$STAGE" = unpack ]; then
@@ -210,6 +222,7 @@ case "$STAGE" in
     sanitize) stage_sanitize ;;
     serve) stage_serve "$@" ;;
     bench) stage_bench "$@" ;;
+    hf) stage_hf "$@" ;;
     all) stage_env; stage_test ;;
     *) echo "unknown stage: $STAGE" >&2; exit 2 ;;
 esac
