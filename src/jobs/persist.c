@@ -376,16 +376,35 @@ static void unlock(pl_persist *p)
     flock(p->lock_fd, LOCK_UN);
 }
 
-static int persist_load(pl_persist *p)
+/* Load index and manifest. A manifest that exists but does not parse is
+ * refused, never replaced: it may hold the only record of failed
+ * questions. Returns -1 with a message in err. */
+static int persist_load(pl_persist *p, char *err, size_t errlen)
 {
-    if (index_load(p) < 0)
+    if (index_load(p) < 0) {
+        snprintf(err, errlen, "cannot repair %s: %s", p->index_path, strerror(errno));
         return -1;
-    json_t *m = json_load_file(p->manifest_path, 0, NULL);
-    p->manifest = json_is_object(m) ? m : manifest_new(p->experiment);
-    if (!json_is_object(m))
+    }
+    json_error_t je;
+    json_t *m = json_load_file(p->manifest_path, 0, &je);
+    if (!m && access(p->manifest_path, F_OK) == 0) {
+        snprintf(err, errlen, "%s:%d: not a valid task manifest (%s); parley will not "
+                 "replace it: fix it or move it away", p->manifest_path, je.line, je.text);
+        return -1;
+    }
+    if (m && !json_is_object(m)) {
+        snprintf(err, errlen, "%s: not a valid task manifest (not a JSON object); parley "
+                 "will not replace it: fix it or move it away", p->manifest_path);
         json_decref(m);
+        return -1;
+    }
+    p->manifest = m ? m : manifest_new(p->experiment);
     p->generation = json_integer_value(json_object_get(p->manifest, "generation"));
-    return reconcile(p);
+    if (reconcile(p) < 0) {
+        snprintf(err, errlen, "cannot repair %s: %s", p->dir, strerror(errno));
+        return -1;
+    }
+    return 0;
 }
 
 pl_persist *pl_persist_open(const char *root, const char *experiment,
@@ -416,12 +435,10 @@ pl_persist *pl_persist_open(const char *root, const char *experiment,
         snprintf(err, errlen, "cannot lock %s/.lock: %s", p->dir, strerror(errno));
         goto fail;
     }
-    int rc = persist_load(p);
+    int rc = persist_load(p, err, errlen);
     unlock(p);
-    if (rc < 0) {
-        snprintf(err, errlen, "cannot repair %s: %s", p->dir, strerror(errno));
+    if (rc < 0)
         goto fail;
-    }
     return p;
 fail:
     pl_persist_close(p);
