@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -342,4 +343,87 @@ Test(persist, sigkill_at_random_points, .init = setup, .fini = teardown, .timeou
                  CRASH_Q, "manifest and index agree");
     json_decref(m);
     compare_transcripts(crashed, clean);
+}
+
+/* ---- persistence errors ---- */
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return strdup(buf);
+}
+
+/* A manifest that does not parse is refused with a message naming it, and
+ * left as it was: it may hold the only record of failed questions. */
+Test(persist, unparseable_manifest_is_refused_not_replaced, .init = setup, .fini = teardown)
+{
+    char err[512] = "";
+    pl_persist *p = pl_persist_open(root, "bad", err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    write_one(p, "q1", false);
+    pl_persist_close(p);
+    char path[256];
+    snprintf(path, sizeof path, "%s/bad/task_manifest.json", root);
+    FILE *f = fopen(path, "w");
+    fputs("{\"experiment\": \"bad\",\n \"questions\": {\"q1\": {\"status\": \"failed\"", f);
+    fclose(f);
+    char *before = slurp(path);
+    err[0] = '\0';
+    cr_assert_null(pl_persist_open(root, "bad", err, sizeof err), "a torn manifest was accepted");
+    cr_expect(strstr(err, path) && strstr(err, "not a valid task manifest") &&
+              strstr(err, "will not replace it"), "%s", err);
+    char *after = slurp(path);
+    cr_expect_str_eq(after, before, "the manifest was left untouched");
+    free(after);
+    /* Valid JSON that is not an object: refused too. */
+    f = fopen(path, "w");
+    fputs("[1, 2]\n", f);
+    fclose(f);
+    cr_assert_null(pl_persist_open(root, "bad", err, sizeof err));
+    cr_expect(strstr(err, "not a JSON object"), "%s", err);
+    free(before);
+}
+
+/* An output directory that cannot be created is a clear error. */
+Test(persist, unwritable_output_directory, .init = setup, .fini = teardown)
+{
+    char file[128], err[512] = "";
+    snprintf(file, sizeof file, "%s/plain_file", root);
+    FILE *f = fopen(file, "w");
+    fputs("x", f);
+    fclose(f);
+    cr_assert_null(pl_persist_open(file, "exp", err, sizeof err));
+    cr_expect(strstr(err, "cannot create") && strstr(err, file) &&
+              strstr(err, "Not a directory"), "%s", err);
+}
+
+/* Another holder of the experiment lock: a non-waiting commit says busy and
+ * writes nothing; after the release it commits. */
+Test(persist, lock_contention, .init = setup, .fini = teardown)
+{
+    char err[512] = "", path[256];
+    pl_persist *p = pl_persist_open(root, "held", err, sizeof err);
+    cr_assert_not_null(p, "%s", err);
+    snprintf(path, sizeof path, "%s/held/.lock", root);
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(flock(fd, LOCK_EX), 0);
+    json_t *t = transcript("q1", "succeeded");
+    pl_persist_record r = {"q1", true, NULL, t};
+    cr_assert_eq(pl_persist_save_transcript(p, &r), 0, "transcripts need no lock");
+    cr_assert_eq(pl_persist_commit(p, &r, 1, false), PL_PERSIST_BUSY);
+    snprintf(path, sizeof path, "%s/held/held_index.jsonl", root);
+    cr_expect_leq(count_lines(path, NULL), 0, "nothing indexed while the lock is held");
+    flock(fd, LOCK_UN);
+    close(fd);
+    cr_assert_eq(pl_persist_commit(p, &r, 1, false), 0);
+    cr_expect_eq(count_lines(path, "\"q1\""), 1);
+    cr_expect(pl_persist_succeeded(p, "q1"));
+    json_decref(t);
+    pl_persist_close(p);
 }
