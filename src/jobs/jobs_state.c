@@ -264,6 +264,11 @@ json_t *pl_job_status_json(pl_job *j, int k)
                                                      p.answered ? (double)p.correct / p.answered
                                                                 : 0.0));
         json_object_set_new(o, "reprompts", json_integer(p.reprompts));
+        int followers = 0;
+        for (int i = 0; i < j->n_subs; i++)
+            followers += j->subs[i].fn != NULL;
+        json_object_set_new(o, "followers", json_pack("{s:i, s:i}", "events", followers,
+                                                      "tokens", j->token_subs));
     }
     if (o && j->sched)
         json_object_set_new(o, "pools", pl_job_pools_json(j, k));
