@@ -1,7 +1,11 @@
 /* test_jobs_api.c - the jobs API over HTTP against `parley serve` on the
  * mock backend: submit, follow SSE (late-join state, token deltas that add
  * up to each message), transcripts, errors, 409, cancel, /status. */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -340,5 +344,67 @@ Test(jobs_api, conflict_cancel_and_status, .init = start_slow, .fini = stop, .ti
     cr_assert_eq(index_ids("slow", NQ), NQ);
     free(id);
     free(id2);
+    stop_server();
+}
+
+static json_int_t followers(const char *id, const char *key)
+{
+    json_t *j = job_get(id);
+    json_int_t n = json_integer_value(json_object_get(json_object_get(j, "followers"), key));
+    json_decref(j);
+    return n;
+}
+
+/* A client following a job's events over SSE goes away mid-job: its
+ * subscription is dropped (token deltas stop being produced for it), the
+ * job runs on to the end, and a new follower gets the final state. */
+Test(jobs_api, events_client_disconnect, .init = start_slow, .fini = stop, .timeout = 240)
+{
+    char *id = submit_of("gone", 4, true);
+    json_int_t ev0 = followers(id, "events"), tok0 = followers(id, "tokens");
+    int port = atoi(strrchr(srv.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    char req[512], buf[16384] = "";
+    int n = snprintf(req, sizeof req, "GET /v1/jobs/%s/events?tokens=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+                     id);
+    cr_assert_eq(write(fd, req, (size_t)n), n);
+    size_t len = 0;
+    struct pollfd pf = {.fd = fd, .events = POLLIN};
+    for (int waited = 0; waited < 60000 && !strstr(buf, "event: token") &&
+                         len + 1 < sizeof buf; waited += 50) {
+        if (poll(&pf, 1, 50) <= 0)
+            continue;
+        ssize_t k = read(fd, buf + len, sizeof buf - 1 - len);
+        cr_assert_gt(k, 0);
+        len += (size_t)k;
+        buf[len] = '\0';
+    }
+    cr_assert(strstr(buf, "event: state") && strstr(buf, "event: token"), "%s", buf);
+    cr_assert_eq(followers(id, "events"), ev0 + 1);
+    cr_assert_eq(followers(id, "tokens"), tok0 + 1);
+    close(fd);
+    json_int_t ev = -1, tok = -1;
+    for (int i = 0; i < 2000 && (ev != ev0 || tok != tok0); i++) {
+        usleep(10000);
+        ev = followers(id, "events");
+        tok = followers(id, "tokens");
+    }
+    cr_assert_eq(ev, ev0, "the gone client's subscription is dropped");
+    cr_assert_eq(tok, tok0);
+    json_t *j = job_wait(id, "persisted", 4);
+    cr_assert_str_eq(json_string_value(json_object_get(j, "state")), "completed");
+    json_decref(j);
+    char url[512];
+    snprintf(url, sizeof url, "%s/v1/jobs/%s/events", srv.url, id);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    cr_assert_eq(r.status, 200);
+    cr_assert(strstr(r.body, "event: state") && strstr(r.body, "event: job_completed"), "%s",
+              r.body);
+    pl_test_resp_free(&r);
+    free(id);
     stop_server();
 }
