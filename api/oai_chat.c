@@ -49,6 +49,7 @@ struct oai_call {
     pl_close_watch *watch;       /* non-stream: client-close watch */
     char *prefix;                /* stream chunk prefix up to "choices":[ */
     int n_done;
+    int n_choices;               /* prompts x n (chat: n) */
     pl_oai_usage usage;
     int key;                     /* API key index, for the tokens-per-minute budget */
     pl_err error;
@@ -60,7 +61,7 @@ static void call_free(oai_call *c)
 {
     pl_server_charge_tokens(c->s, c->key,
                             (long)c->usage.prompt_tokens + c->usage.completion_tokens);
-    for (int i = 0; i < c->p.n; i++) {
+    for (int i = 0; i < c->n_choices; i++) {
         if (c->choices[i].text)
             evbuffer_free(c->choices[i].text);
         if (c->choices[i].held)
@@ -85,7 +86,7 @@ static void choice_set_active(oai_call *c, oai_choice *ch, bool active)
 
 static void call_abort_all(oai_call *c)
 {
-    for (int i = 0; i < c->p.n; i++) {
+    for (int i = 0; i < c->n_choices; i++) {
         if (c->choices[i].active) {
             pl_backend_abort(c->model->backend, c->choices[i].id);
             choice_set_active(c, &c->choices[i], false);
@@ -166,7 +167,7 @@ static void reply_complete(oai_call *c)
     if (c->failed)
         goto fail;
     json_t *choices = json_array();
-    for (int i = 0; choices && i < c->p.n; i++) {
+    for (int i = 0; choices && i < c->n_choices; i++) {
         if (json_array_append_new(choices, choice_json(c, &c->choices[i])) < 0) {
             json_decref(choices);
             choices = NULL;
@@ -267,9 +268,9 @@ static void on_done(void *ud, const pl_result *r)
     choice_set_active(c, ch, false);
     ch->finish = r->finish;
     c->usage.completion_tokens += r->completion_tokens;
-    if (ch->index == 0 || !c->usage.prompt_tokens) {
-        c->usage.prompt_tokens = r->prompt_tokens;
-        c->usage.cached_tokens = r->cached_tokens;
+    if (ch->index % c->p.n == 0) {  /* each prompt counts once, as OpenAI counts */
+        c->usage.prompt_tokens += r->prompt_tokens;
+        c->usage.cached_tokens += r->cached_tokens;
     }
     if (r->finish == PL_FINISH_ERROR || r->finish == PL_FINISH_ABORT) {
         if (!c->failed) {
@@ -287,9 +288,9 @@ static void on_done(void *ud, const pl_result *r)
                                     ch->finish);
         pl_sse_flush(c->sse);
     }
-    if (++c->n_done < c->p.n && !c->failed)
+    if (++c->n_done < c->n_choices && !c->failed)
         return;
-    for (int i = 0; i < c->p.n; i++)
+    for (int i = 0; i < c->n_choices; i++)
         if (c->choices[i].active)
             return;
     if (c->sse)
@@ -316,7 +317,7 @@ static void on_pause(void *ud, bool paused)
 {
     oai_call *c = ud;
     pl_backend_ops const *ops = c->model->backend->ops;
-    for (int i = 0; i < c->p.n; i++)
+    for (int i = 0; i < c->n_choices; i++)
         if (c->choices[i].active && ops->set_paused)
             ops->set_paused(c->model->backend, c->choices[i].id, paused);
 }
@@ -343,7 +344,7 @@ static int call_submit(oai_call *c, pl_err *err)
     pl_oai_to_request(&c->p, &r);
     r.oai_body = c->body;        /* a remote backend passes the rest through */
     r.conversation_key = pl_oai_prompt_cache_key(c->body);
-    for (int i = 0; i < c->p.n; i++) {
+    for (int i = 0; i < c->n_choices; i++) {
         oai_choice *ch = &c->choices[i];
         ch->call = c;
         ch->index = i;
@@ -351,8 +352,9 @@ static int call_submit(oai_call *c, pl_err *err)
             set_oom(err);
             goto fail;
         }
+        pl_oai_request_prompt(&c->p, i / c->p.n, &r);
         if (c->p.sampling.has_seed) {
-            r.sampling.seed = c->p.sampling.seed + (uint64_t)i;
+            r.sampling.seed = c->p.sampling.seed + (uint64_t)(i % c->p.n);
         } else if (c->p.n > 1) {
             /* Choices without a seed must differ from each other. */
             r.sampling.has_seed = true;
@@ -384,7 +386,7 @@ static int call_start_reply(oai_call *c)
     c->sse = pl_sse_start(c->s, c->req, pl_server_get_opts(c->s)->stream_buffer_bytes, cbs);
     if (!c->sse)
         return -1;
-    for (int i = 0; c->p.chat && i < c->p.n; i++) {
+    for (int i = 0; c->p.chat && i < c->n_choices; i++) {
         pl_oai_put_role_chunk(pl_sse_buf(c->sse), c->prefix, i);
         pl_sse_flush(c->sse);
     }
@@ -407,7 +409,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
                    "The model '%s' does not exist", p.model);
         goto fail;
     }
-    c = calloc(1, sizeof *c + (size_t)p.n * sizeof(oai_choice));
+    c = calloc(1, sizeof *c + (size_t)pl_oai_n_choices(&p) * sizeof(oai_choice));
     if (!c) {
         set_oom(&err);
         goto fail;
@@ -417,6 +419,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
     c->req = req;
     c->body = body;
     c->p = p;
+    c->n_choices = pl_oai_n_choices(&p);
     c->model = m;
     c->created = (int64_t)time(NULL);
     pl_server_new_id(s, chat ? "chatcmpl-" : "cmpl-", c->id, sizeof c->id);

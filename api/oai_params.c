@@ -172,36 +172,57 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
     return 0;
 }
 
+/* One prompt of a batch: a string or a non-empty array of token ids. */
+static int parse_one_prompt(json_t *v, const char *param, pl_oai_prompt *out, pl_err *err)
+{
+    if (json_is_string(v)) {
+        out->text = json_string_value(v);
+        return 0;
+    }
+    if (!json_is_array(v) || json_array_size(v) == 0)
+        return INVALID("prompt", "'%s' must be a string or a non-empty array of token ids",
+                       param);
+    size_t n = json_array_size(v), i;
+    json_t *t;
+    out->tokens = malloc(n * sizeof *out->tokens);
+    if (!out->tokens)
+        return OOM();
+    out->n_tokens = (int)n;
+    json_array_foreach(v, i, t) {
+        if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+            json_integer_value(t) > INT32_MAX)
+            return INVALID("prompt", "'%s[%zu]' must be a token id", param, i);
+        out->tokens[i] = (int32_t)json_integer_value(t);
+    }
+    return 0;
+}
+
+/* prompt: a string, an array of token ids, or a batch: an array of
+ * strings or of token arrays (one choice set per prompt, in order). */
 static int parse_prompt(json_t *body, pl_oai_params *p, pl_err *err)
 {
     json_t *v = get(body, "prompt");
     if (!v)
         return INVALID("prompt", "'prompt' is required");
-    if (json_is_string(v)) {
-        p->prompt = json_string_value(v);
-        return 0;
+    bool batch = json_is_array(v) && json_array_size(v) > 0 &&
+                 !json_is_integer(json_array_get(v, 0));
+    size_t n = batch ? json_array_size(v) : 1;
+    if (n > PL_OAI_MAX_PROMPTS)
+        return INVALID("prompt", "a batch holds at most %d prompts", PL_OAI_MAX_PROMPTS);
+    p->prompts = calloc(n, sizeof *p->prompts);
+    if (!p->prompts)
+        return OOM();
+    p->n_prompts = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        char param[32];
+        snprintf(param, sizeof param, batch ? "prompt[%zu]" : "prompt", i);
+        if (parse_one_prompt(batch ? json_array_get(v, i) : v, param, &p->prompts[i], err) < 0)
+            return -1;
     }
-    if (json_is_array(v) && json_array_size(v) == 1 && json_is_string(json_array_get(v, 0))) {
-        p->prompt = json_string_value(json_array_get(v, 0));
-        return 0;
-    }
-    if (json_is_array(v) && json_array_size(v) > 0 && json_is_integer(json_array_get(v, 0))) {
-        size_t n = json_array_size(v), i;
-        json_t *t;
-        p->prompt_tokens = malloc(n * sizeof *p->prompt_tokens);
-        if (!p->prompt_tokens)
-            return OOM();
-        p->n_prompt_tokens = (int)n;
-        json_array_foreach(v, i, t) {
-            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
-                json_integer_value(t) > INT32_MAX)
-                return INVALID("prompt", "'prompt[%zu]' must be a token id", i);
-            p->prompt_tokens[i] = (int32_t)json_integer_value(t);
-        }
-        return 0;
-    }
-    return INVALID("prompt", "'prompt' must be a string, a one-string array or an array of "
-                             "token ids (batched prompts are not supported)");
+    p->prompt = p->prompts[0].text;
+    p->prompt_tokens = p->prompts[0].tokens;
+    p->n_prompt_tokens = p->prompts[0].n_tokens;
+    return 0;
 }
 
 static int parse_stop(json_t *body, pl_sampling *s, pl_err *err)
@@ -465,6 +486,9 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
         get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
         get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
         return -1;
+    if (pl_oai_n_choices(p) > PL_OAI_MAX_CHOICES)
+        return INVALID("n", "prompts x n is %d; at most %d choices per request",
+                       pl_oai_n_choices(p), PL_OAI_MAX_CHOICES);
     json_t *user = get(body, "user");
     if (user && !json_is_string(user))
         return INVALID("user", "'user' must be a string");
@@ -489,7 +513,9 @@ void pl_oai_params_free(pl_oai_params *p)
         free(p->owned_strings[i]);
     free(p->owned_strings);
     free(p->messages);
-    free(p->prompt_tokens);
+    for (int i = 0; i < p->n_prompts; i++)
+        free(p->prompts[i].tokens);
+    free(p->prompts);
     pl_sampling_free(&p->sampling);
     memset(p, 0, sizeof *p);
 }
@@ -511,9 +537,16 @@ void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
     r->messages = p->messages;
     r->n_messages = p->n_messages;
     r->add_generation_prompt = true;
-    r->prompt = p->prompt;
-    r->prompt_tokens = p->prompt_tokens;
-    r->n_prompt_tokens = p->n_prompt_tokens;
+    pl_oai_request_prompt(p, 0, r);
     r->sampling = p->sampling;
     r->priority = p->priority;
+}
+
+void pl_oai_request_prompt(const pl_oai_params *p, int i, pl_gen_request *r)
+{
+    if (p->chat || i >= p->n_prompts)
+        return;
+    r->prompt = p->prompts[i].text;
+    r->prompt_tokens = p->prompts[i].tokens;
+    r->n_prompt_tokens = p->prompts[i].n_tokens;
 }

@@ -10,6 +10,17 @@
 #include "backends/backend.h"
 
 #define PL_OAI_MAX_N 128
+/** Most prompts in one batched completions request. */
+#define PL_OAI_MAX_PROMPTS 1024
+/** Most choices (prompts x n) in one request. */
+#define PL_OAI_MAX_CHOICES 4096
+
+/** One completions prompt: text, or token ids (owned). */
+typedef struct pl_oai_prompt {
+    const char *text;            /**< borrowed from the body */
+    int32_t *tokens;
+    int n_tokens;
+} pl_oai_prompt;
 
 typedef struct pl_oai_params {
     bool chat;                   /**< /v1/chat/completions */
@@ -18,9 +29,11 @@ typedef struct pl_oai_params {
     int n_messages;
     char **owned_strings;        /**< joined content parts, freed with params */
     int n_owned;
-    const char *prompt;          /**< completions text (borrowed) */
-    int32_t *prompt_tokens;      /**< completions token array (owned) */
+    const char *prompt;          /**< completions: prompts[0]'s text */
+    int32_t *prompt_tokens;      /**< completions: prompts[0]'s ids (borrowed) */
     int n_prompt_tokens;
+    pl_oai_prompt *prompts;      /**< completions: the batch (owned) */
+    int n_prompts;               /**< completions: >= 1; chat: 0 */
     bool stream;
     bool include_usage;
     int n;                       /**< choices */
@@ -62,7 +75,16 @@ void pl_oai_params_free(pl_oai_params *p);
 /** The affinity key of OpenAI's prompt_cache_key field (0 when absent). */
 uint64_t pl_oai_prompt_cache_key(json_t *body);
 
-/** Fill a backend request from parsed params (borrows from p). */
+/** Fill a backend request from parsed params (borrows from p); a
+ *  completions request gets prompts[0]. */
 void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r);
+/** Point r at completions prompt i (no-op for chat). */
+void pl_oai_request_prompt(const pl_oai_params *p, int i, pl_gen_request *r);
+
+/** Choices of a request: n per prompt (chat: n). */
+static inline int pl_oai_n_choices(const pl_oai_params *p)
+{
+    return p->chat ? p->n : p->n * p->n_prompts;
+}
 
 #endif

@@ -127,6 +127,8 @@ char *pl_remote_body(const pl_gen_request *req, const char *upstream_model, pl_r
         o = json_copy(req->oai_body);          /* shallow: values shared, keys ours */
         json_object_del(o, "n");
         json_object_del(o, "best_of");
+        if (!chat)                              /* one prompt of a batch */
+            json_object_set_new(o, "prompt", prompt_json(req));
     } else {
         o = json_object();
         if (chat)

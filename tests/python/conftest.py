@@ -46,3 +46,22 @@ def mock_server():
 def client(mock_server):
     openai = pytest.importorskip("openai")
     return openai.OpenAI(base_url=mock_server.url + "/v1", api_key="unused")
+
+
+MODEL_PATH = os.environ.get("PARLEY_MODEL", os.path.expanduser(
+    "~/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
+
+
+@pytest.fixture(scope="session")
+def model_server():
+    """One server on the default model for the whole run (loading takes seconds)."""
+    if not os.path.exists(MODEL_PATH):
+        pytest.fail("default model missing: %s (run scripts/fetch_model.sh)" % MODEL_PATH)
+    s = Server("--model", MODEL_PATH, "--log-level", "warn")
+    yield s
+    assert s.stop() == 0
+
+
+@pytest.fixture
+def model_url(model_server):
+    return model_server.url

@@ -4,7 +4,6 @@ event type parsed by the SDK, stored responses read back and deleted, and
 errors naming the Responses field. The chaining tests on the default model
 compare against /v1/chat/completions given the same history explicitly."""
 import json
-import os
 import urllib.error
 import urllib.request
 
@@ -13,10 +12,6 @@ import pytest
 from conftest import Server
 
 openai = pytest.importorskip("openai")
-
-MODEL_PATH = os.environ.get("PARLEY_MODEL", os.path.expanduser(
-    "~/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-
 
 def post(url, body):
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
@@ -38,15 +33,6 @@ def echo_server():
 @pytest.fixture
 def echo_client(echo_server):
     return openai.OpenAI(base_url=echo_server.url + "/v1", api_key="unused")
-
-
-@pytest.fixture(scope="module")
-def model_server():
-    if not os.path.exists(MODEL_PATH):
-        pytest.fail("default model missing: %s (run scripts/fetch_model.sh)" % MODEL_PATH)
-    s = Server("--model", MODEL_PATH, "--log-level", "warn")
-    yield s
-    assert s.stop() == 0
 
 
 def test_plain_string_input(echo_client):
