@@ -155,8 +155,10 @@ static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_mod
     char err[700], base[300];
     char *pos[4];
     int npos;
-    if (pl_opts_init(o, err, sizeof err) < 0)
-        goto fail;
+    if (pl_opts_init(o, err, sizeof err) < 0) {
+        fprintf(stderr, "parley: %s\n", err);
+        return -1;
+    }
     snprintf(base, sizeof base, "%s.%s",
              json_object_get(s->source, "models") ? "models" : "model_definitions", m->name);
     if (pl_config_model(ra->job_file, &ra->lines, base, m->options, NULL, o, err,
@@ -167,6 +169,7 @@ static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_mod
     return 0;
 fail:
     fprintf(stderr, "parley: %s\n", err);
+    pl_opts_free(o);
     return -1;
 }
 
