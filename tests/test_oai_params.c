@@ -112,8 +112,20 @@ Test(oai_params, completion_prompts)
     cr_expect_eq(p.n_prompt_tokens, 3);
     cr_expect_eq(p.prompt_tokens[2], 3);
     pl_oai_params_free(&p);
-    cr_expect_eq(parse("{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", false, &p, &e), -1);
+    /* A batch: one prompt per entry, strings or token arrays. */
+    cr_assert_eq(parse("{\"model\":\"m\",\"prompt\":[\"a\",\"b\"],\"n\":3}", false, &p, &e), 0);
+    cr_expect_eq(p.n_prompts, 2);
+    cr_expect_str_eq(p.prompts[1].text, "b");
+    cr_expect_eq(pl_oai_n_choices(&p), 6);
+    pl_oai_params_free(&p);
+    cr_assert_eq(parse("{\"model\":\"m\",\"prompt\":[[5],[6,7]]}", false, &p, &e), 0);
+    cr_expect_eq(p.n_prompts, 2);
+    cr_expect_eq(p.prompts[1].n_tokens, 2);
+    cr_expect_eq(p.prompts[1].tokens[1], 7);
+    pl_oai_params_free(&p);
+    cr_expect_eq(parse("{\"model\":\"m\",\"prompt\":[\"a\",[1,\"x\"]]}", false, &p, &e), -1);
     cr_expect_str_eq(e.param, "prompt");
+    cr_expect(strstr(e.message, "prompt[1][1]") != NULL, "%s", e.message);
     pl_oai_params_free(&p);
 }
 
