@@ -12,6 +12,9 @@ from conftest import ROOT, Server  # noqa: E402
 
 def test_debate_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    # scripts/test.sh exports PARLEY_MODEL as the GGUF path; the notebook reads
+    # PARLEY_MODEL as a served model name, so let it ask /v1/models instead.
+    monkeypatch.delenv("PARLEY_MODEL", raising=False)
     s = Server("--backend", "mock", "--mock-mode", "echo", "--log-level", "warn")
     try:
         monkeypatch.setenv("PARLEY_URL", s.url)
