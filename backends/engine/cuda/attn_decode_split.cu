@@ -17,6 +17,33 @@
 #define SP_WARPS 4
 #define SP_MAX_SPLITS 32
 
+/* One key (k, v: this lane's pairs) into the online softmax of each of the
+ * G query heads: score by warp sum, rescale by the new max, accumulate. */
+template <int NP, int G>
+static __device__ __forceinline__ void online_update(const float2 (&qv)[G][NP],
+                                                     const float2 (&k)[NP],
+                                                     const float2 (&v)[NP], float (&m)[G],
+                                                     float (&l)[G], float2 (&acc)[G][NP])
+{
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int p = 0; p < NP; p++)
+            s += qv[j][p].x * k[p].x + qv[j][p].y * k[p].y;
+        s = pl_warp_sum(s);
+        float mn = fmaxf(m[j], s);
+        float corr = expf(m[j] - mn), pw = expf(s - mn);
+        l[j] = l[j] * corr + pw;
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            acc[j][p].x = acc[j][p].x * corr + pw * v[p].x;
+            acc[j][p].y = acc[j][p].y * corr + pw * v[p].y;
+        }
+        m[j] = mn;
+    }
+}
+
 template <int NP, int G> /* NP: bf16 pairs per lane (head_dim / 64); G: group size */
 static __global__ void attn_split_kernel(const float *q, int q_stride,
                                          const int32_t *positions, const int32_t *rows,
@@ -63,23 +90,7 @@ static __global__ void attn_split_kernel(const float *q, int q_stride,
             k[p] = __bfloat1622float2(k2[lane + 32 * p]);
             v[p] = __bfloat1622float2(v2[lane + 32 * p]);
         }
-#pragma unroll
-        for (int j = 0; j < G; j++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int p = 0; p < NP; p++)
-                s += qv[j][p].x * k[p].x + qv[j][p].y * k[p].y;
-            s = pl_warp_sum(s);
-            float mn = fmaxf(m[j], s);
-            float corr = expf(m[j] - mn), pw = expf(s - mn);
-            l[j] = l[j] * corr + pw;
-#pragma unroll
-            for (int p = 0; p < NP; p++) {
-                acc[j][p].x = acc[j][p].x * corr + pw * v[p].x;
-                acc[j][p].y = acc[j][p].y * corr + pw * v[p].y;
-            }
-            m[j] = mn;
-        }
+        online_update<NP, G>(qv, k, v, m, l, acc);
     }
 #pragma unroll
     for (int j = 0; j < G; j++) {
