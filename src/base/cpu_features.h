@@ -9,6 +9,7 @@
 #ifndef PL_BASE_CPU_FEATURES_H
 #define PL_BASE_CPU_FEATURES_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 typedef struct pl_cpu_feature_set {
@@ -22,9 +23,21 @@ typedef struct pl_cpu_feature_set {
     bool avx512bf16;             /**< AVX-512 BF16 */
 } pl_cpu_feature_set;
 
+/* Internals of the inline fast path below: the table, published by a
+ * release store of the flag once the pthread_once probe has filled it. */
+extern pl_cpu_feature_set pl_cpu_features_table_;
+extern atomic_int pl_cpu_features_ready_;
+const pl_cpu_feature_set *pl_cpu_features_probe_(void);
+
 /** The features of this CPU, probed on first use (thread-safe; never NULL;
- *  all false off x86). */
-const pl_cpu_feature_set *pl_cpu_features(void);
+ *  all false off x86). After the first call it is one acquire load, cheap
+ *  enough for per-call kernel dispatch. */
+static inline const pl_cpu_feature_set *pl_cpu_features(void)
+{
+    if (atomic_load_explicit(&pl_cpu_features_ready_, memory_order_acquire))
+        return &pl_cpu_features_table_;
+    return pl_cpu_features_probe_();
+}
 
 /** True when the AVX2 kernels may run: AVX2, FMA and F16C together. */
 static inline bool pl_cpu_has_avx2(void)
