@@ -31,7 +31,7 @@
 #   PARLEY_DEVICE_BUILD: build folder (default build-device; configured
 #   here with -Dcuda=enabled if absent). PARLEY_MODEL: the default model
 #   (its tokenizer is copied). PYTHON: a python with numpy (default
-#   .venv/bin/python, else python3).
+#   .venv/bin/python, else python3). XZ_LEVEL: payload compression (6).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -44,7 +44,7 @@ PY="${PYTHON:-}"
 D=.device
 MAX_MIB=60
 BINS=(parley tests/test_cuda_kernels tests/test_cuda_runner tests/test_cuda_io
-      tests/test_cuda_ref tests/bench_cuda_runner)
+      tests/test_cuda_ref tests/test_cuda_weights tests/bench_cuda_runner)
 # glibc's libraries, libstdc++ and libgcc: present on every Linux machine.
 SYSTEM_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libnsl\.so|libstdc\+\+\.so|libgcc_s\.so)'
 
@@ -108,7 +108,7 @@ check_ldd() {  # folder holding bin/ and lib/
     return $bad
 }
 check_ldd "$STAGE" || die "ldd check failed"
-tar -C "$STAGE" -cf - bin lib | xz -T2 -6 >"$D/payload.tar.xz"
+tar -C "$STAGE" -cf - bin lib | xz -T2 -"${XZ_LEVEL:-6}" >"$D/payload.tar.xz"
 
 # 4. Scripts, tokenizer, reference figures.
 cp scripts/device/run.sh "$D/run.sh"

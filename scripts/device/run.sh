@@ -115,7 +115,7 @@ stage_test() {
         return 1
     fi
     export PARLEY_REF_MODEL="$ref"
-    for b in test_cuda_kernels test_cuda_io test_cuda_ref test_cuda_runner; do
+    for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner; do
         run_test "$b" || st=1
     done
     # Skipped tests are counted by Criterion as passing; list them.
