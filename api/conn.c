@@ -299,8 +299,11 @@ static bool frame_chunk_size(conn *c, struct evbuffer *in)
     long long sz = strtoll(line, &end, 16);
     bool hexstart = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f') ||
                     (line[0] >= 'A' && line[0] <= 'F');
-    if (!hexstart || errno || sz < 0 || (*end != ';' && *end != '\r' && *end != '\n')) {
-        reject_in_body(c, 400, "bad_request", "malformed chunk size");
+    /* evhttp reads no chunk extensions: refuse them rather than let it
+     * fail with its own page. */
+    if (!hexstart || errno || sz < 0 || (*end != '\r' && *end != '\n')) {
+        reject_in_body(c, 400, "bad_request",
+                       *end == ';' ? "chunk extensions are not supported" : "malformed chunk size");
         return false;
     }
     c->body_total += sz;

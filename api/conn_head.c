@@ -31,7 +31,8 @@ static bool is_tchar(unsigned char c)
 /* Methods evhttp parses and we route (others get 501). */
 static bool known_method(const char *m, size_t n, bool *no_body)
 {
-    static const char *ok[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"};
+    static const char *ok[] = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH",
+                               "TRACE"};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         if (strlen(ok[i]) == n && !memcmp(ok[i], m, n)) {
             *no_body = i == 1;
@@ -56,9 +57,11 @@ static int parse_request_line(const char *l, size_t n, pl_head_info *hi)
     if (vl != 8 || memcmp(sp2 + 1, "HTTP/1.", 7) || (sp2[8] != '0' && sp2[8] != '1'))
         return fail(hi, 505, "http_version_not_supported", "only HTTP/1.0 and HTTP/1.1 are served");
     hi->http10 = sp2[8] == '0';
+    /* Methods evhttp cannot carry (CONNECT, extensions such as QUERY):
+     * 405 rather than 501, so no well-formed request gets a 5xx. */
     if (!known_method(l, ml, &hi->is_head))
-        return fail(hi, 501, "method_not_implemented",
-                    "request method not implemented (GET, HEAD, POST, DELETE, OPTIONS)");
+        return fail(hi, 405, "method_not_allowed",
+                    "request method not allowed (GET, HEAD, POST, DELETE, OPTIONS)");
     for (size_t i = 0; i < tl; i++) {
         unsigned char c = (unsigned char)sp1[1 + i];
         if (c <= 0x20 || c >= 0x7f)

@@ -314,9 +314,17 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
     const char *id = path + strlen("/v1/jobs/");
     size_t idlen = strcspn(id, "/");
     const char *rest = id + idlen;
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    bool item = !*rest || !strcmp(rest, "/");
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD && (cmd != EVHTTP_REQ_DELETE || !item)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          item ? "GET, HEAD, DELETE" : "GET, HEAD");
+        pl_reply_errorf(req, 405, "invalid_request_error", NULL, "method_not_allowed",
+                        "method not allowed for %s", path);
+        return;
+    }
     api_job *aj = find_job(a, id, idlen);
     const char *gone = aj ? NULL : forgotten_dir(a, id, idlen);
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (gone && cmd != EVHTTP_REQ_DELETE && !strncmp(rest, "/transcripts/", 13) && rest[13]) {
         job_transcript(a, req, NULL, gone, rest + 13);
         return;
@@ -336,8 +344,6 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
                               "job.deleted", "deleted", 1);
         forget_job(a, aj);
         pl_reply_json(req, 200, o);
-    } else if (cmd == EVHTTP_REQ_DELETE) {
-        pl_reply_errorf(req, 405, "invalid_request_error", NULL, NULL, "use DELETE /v1/jobs/{id}");
     } else if (!*rest || !strcmp(rest, "/")) {
         pl_reply_json(req, 200, pl_job_status_json(aj->job, 10));
     } else if (!strcmp(rest, "/events")) {
@@ -419,7 +425,8 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
             return NULL;
         }
     pl_server_add_route(s, "/v1/jobs", PL_HTTP_GET | PL_HTTP_POST, jobs_root, a);
-    pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE, jobs_item, a);
+    pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE | PL_HTTP_OTHER,
+                        jobs_item, a);
     pl_server_add_status_hook(s, status_hook, a);
     pl_server_add_metrics_hook(s, jobs_api_metrics, a);
     return a;

@@ -81,11 +81,36 @@ void pl_reply_buffer(struct evhttp_request *req, int status, const char *content
     evhttp_send_reply(req, status, pl_http_reason(status), body);
 }
 
+static size_t utf8_seq_len(const unsigned char *s, size_t n);
+
+/* Messages quote what the client sent (paths, header values): make them
+ * valid UTF-8, which JSON strings must be, or the error itself fails. */
+static void utf8_clean(char *dst, const char *src, size_t cap)
+{
+    size_t n = strlen(src), j = 0;
+    for (size_t i = 0; i < n && j + 4 < cap;) {
+        size_t k = utf8_seq_len((const unsigned char *)src + i, n - i);
+        unsigned char c = (unsigned char)src[i];
+        if (k == 0 || (k == 1 && c < 0x20 && c != '\t')) {
+            dst[j++] = '?';
+            i++;
+            continue;
+        }
+        memcpy(dst + j, src + i, k);
+        j += k;
+        i += k;
+    }
+    dst[j] = '\0';
+}
+
 json_t *pl_err_to_json(const pl_err *e)
 {
-    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", e->message,
+    char msg[sizeof e->message], param[sizeof e->param];
+    utf8_clean(msg, e->message, sizeof msg);
+    utf8_clean(param, e->param, sizeof param);
+    return json_pack("{s:{s:s, s:s, s:o, s:o}}", "error", "message", msg,
                      "type", e->type, "param",
-                     e->param[0] ? json_string(e->param) : json_null(), "code",
+                     param[0] ? json_string(param) : json_null(), "code",
                      e->code[0] ? json_string(e->code) : json_null());
 }
 

@@ -63,7 +63,7 @@ static unsigned method_bit(enum evhttp_cmd_type t)
     case EVHTTP_REQ_HEAD: return PL_HTTP_GET;
     case EVHTTP_REQ_POST: return PL_HTTP_POST;
     case EVHTTP_REQ_DELETE: return PL_HTTP_DELETE;
-    default: return 0x80000000u;
+    default: return PL_HTTP_OTHER;
     }
 }
 
@@ -130,6 +130,9 @@ static bool reply_refusal(pl_server *s, struct evhttp_request *req)
     if (!pl_conn_take_reject(s->conns, req, &status, &code, msg, sizeof msg))
         return false;
     evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+    if (status == 405)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          "GET, HEAD, POST, DELETE, OPTIONS");
     pl_reply_errorf(req, status, status == 503 ? "server_error" : "invalid_request_error",
                     NULL, code, "%s", msg);
     return true;
@@ -158,16 +161,13 @@ static bool check_origin(pl_server *s, struct evhttp_request *req)
                           "x-ratelimit-reset-requests, x-ratelimit-limit-tokens, "
                           "x-ratelimit-remaining-tokens, x-ratelimit-reset-tokens");
     }
-    if (!preflight)
-        return false;
+    if (!preflight || !origin)
+        return false;            /* OPTIONS without Origin: 405 from the router */
     const char *want = evhttp_find_header(in, "Access-Control-Request-Headers");
-    evhttp_add_header(out, origin ? "Access-Control-Allow-Methods" : "Allow",
-                      "GET, HEAD, POST, DELETE, OPTIONS");
-    if (origin) {
-        evhttp_add_header(out, "Access-Control-Allow-Headers",
-                          want ? want : "Authorization, Content-Type");
-        evhttp_add_header(out, "Access-Control-Max-Age", "600");
-    }
+    evhttp_add_header(out, "Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS");
+    evhttp_add_header(out, "Access-Control-Allow-Headers",
+                      want ? want : "Authorization, Content-Type");
+    evhttp_add_header(out, "Access-Control-Max-Age", "600");
     pl_access_end(req, 204);
     evhttp_send_reply(req, 204, "No Content", NULL);
     return true;
@@ -210,9 +210,8 @@ static bool check_key(pl_server *s, struct evhttp_request *req, const char *path
  * without a CORS preflight. */
 static bool check_content_type(struct evhttp_request *req)
 {
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    if (m != EVHTTP_REQ_POST && m != EVHTTP_REQ_PUT && m != EVHTTP_REQ_PATCH)
-        return false;
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_POST)
+        return false;            /* no route takes PUT or PATCH */
     const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
     size_t n = ct ? strcspn(ct, "; \t") : 0;
     if (ct && n == 16 && !strncasecmp(ct, "application/json", 16))
@@ -232,7 +231,8 @@ static void route(pl_server *s, struct evhttp_request *req, const char *path)
         if (!route_matches(r, path))
             continue;
         if (r->methods & m) {
-            r->fn(s, req, path, r->ud);
+            if (!check_content_type(req))
+                r->fn(s, req, path, r->ud);
             return;
         }
         allowed |= r->methods;
@@ -263,8 +263,8 @@ static void server_dispatch(struct evhttp_request *req, void *arg)
         free(path);
         return;
     }
-    if (!check_origin(s, req) && !check_key(s, req, path) && !check_content_type(req))
-        route(s, req, path);
+    if (!check_origin(s, req) && !check_key(s, req, path))
+        route(s, req, path);     /* the content type is checked once a route takes it */
     free(path);
 }
 
@@ -350,7 +350,7 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_OPTIONS |
-                                            EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_PATCH | EVHTTP_REQ_TRACE);
     evhttp_set_gencb(s->http, server_dispatch, s);
     s->id_salt = (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uintptr_t)s;
     pl_server_add_status_hook(s, status_hook, NULL);

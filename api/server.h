@@ -32,6 +32,9 @@ typedef struct pl_model_entry {
 #define PL_HTTP_GET 1u
 #define PL_HTTP_POST 2u
 #define PL_HTTP_DELETE 4u
+/** Every other method (PUT, PATCH, OPTIONS, TRACE): a route taking it answers
+ *  405 itself, with the Allow header its sub-paths need. */
+#define PL_HTTP_OTHER 0x80000000u
 
 /** A route handler. path is the decoded request path (no query). */
 typedef void (*pl_route_fn)(pl_server *s, struct evhttp_request *req,

@@ -1,6 +1,8 @@
 -- wrk script: non-streaming chat completions (max_tokens 16) on the mock backend.
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+local key = os.getenv("PARLEY_BENCH_KEY")
+if key and key ~= "" then wrk.headers["Authorization"] = "Bearer " .. key end
 wrk.body = '{"model":"mock","max_tokens":16,"messages":[{"role":"user","content":"Which option is right?"}]}'
 
 done = function(summary, latency, requests)

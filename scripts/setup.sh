@@ -43,6 +43,9 @@ if [ $want_test = 1 ]; then
     # Structured outputs are checked with jsonschema and pydantic models.
     .venv/bin/python -c "import jsonschema, pydantic" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check jsonschema pydantic
+    # The contract test: schemathesis against api/openapi.yaml.
+    .venv/bin/python -c "import schemathesis" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check schemathesis
 fi
 
 if [ ! -f build/build.ninja ]; then

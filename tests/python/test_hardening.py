@@ -276,8 +276,9 @@ def test_header_limits_431(make_server):
 
 
 @pytest.mark.parametrize("req,status", [
-    (b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n", 501),
-    (b"TRACE / HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+    (b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+    (b"TRACE /health HTTP/1.1\r\nHost: x\r\n\r\n", 405),
+    (b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", 405),
     (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
     (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n", 400),
     (b"GET /health HTTP/1.1\r\nHost: x\r\n continued\r\n\r\n", 400),
@@ -285,8 +286,13 @@ def test_header_limits_431(make_server):
     (b"GET /health HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417),
     (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 413),
     (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+    (b"QUERY /health HTTP/1.1\r\nHost: x\r\n\r\n", 405),
     (b"HEAD /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 400),
     (b"GET /health%00.json HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    (b"GET /%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n", 404),
+    (b"GET /health HTTP/1.1\r\nHost: x\r\nOrigin: http://e\xb4x\r\n\r\n", 403),
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: a\xfd/json\r\n"
+     b"Content-Length: 2\r\n\r\n{}", 415),
     (b"GET /v1/models/mock%00x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
     (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
      b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n", 400),
@@ -404,25 +410,66 @@ def test_stalled_streams_are_aborted_and_free_their_slot(make_server):
         c.close()
 
 
-def test_keepalive_stream_ttft_with_openai_sdk(make_server):
-    """Row 4: a second stream on a reused connection must not wait for a
-    delayed ACK (Nagle): TCP_NODELAY on accepted sockets."""
+def server_socket_for(pid, client):
+    """A duplicate of the server's end of client's connection (pidfd_getfd)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = os.pidfd_open(pid)
+    want = client.getsockname()
+    try:
+        for name in os.listdir("/proc/%d/fd" % pid):
+            if not os.readlink("/proc/%d/fd/%s" % (pid, name)).startswith("socket:"):
+                continue
+            fd = libc.syscall(438, pidfd, int(name), 0)        # SYS_pidfd_getfd
+            if fd < 0:
+                continue
+            s = socket.socket(fileno=fd)
+            try:
+                if s.getpeername() == want:
+                    return s
+            except OSError:
+                pass
+            s.close()
+    finally:
+        os.close(pidfd)
+    return None
+
+
+def test_accepted_sockets_have_tcp_nodelay(make_server):
+    """Row 4: a second stream on a keep-alive connection waited ~40 ms for
+    the client's delayed ACK (Nagle). Checked at the source: the server's
+    accepted socket has TCP_NODELAY (the SDK timings are in the note)."""
+    s = make_server()
+    c = socket.create_connection((s.host, s.port))
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert c.recv(4096).startswith(b"HTTP/1.1 200")
+    srv = server_socket_for(s.proc.pid, c)
+    if srv is None:
+        pytest.skip("pidfd_getfd is not available here")
+    assert srv.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+    srv.close()
+    c.close()
+
+
+def test_keepalive_streams_with_openai_sdk(make_server):
+    """Streams on one reused connection with the openai SDK all complete,
+    and none waits for a delayed ACK on an idle machine (loose bound)."""
     openai = pytest.importorskip("openai")
     s = make_server()
     client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
     ttfts = []
-    for _ in range(8):
+    for _ in range(6):
         t0 = time.perf_counter()
         stream = client.chat.completions.create(model="mock", messages=CHAT["messages"],
                                                 max_tokens=3, stream=True)
+        text = ""
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
-                ttfts.append(time.perf_counter() - t0)
-                break
-        for _ in stream:
-            pass
-    # The first stream opens the connection; the rest reuse it.
-    assert statistics.median(ttfts[1:]) < 0.030, ttfts
+                if not text:
+                    ttfts.append(time.perf_counter() - t0)
+                text += chunk.choices[0].delta.content
+        assert len(text.split()) == 3
+    assert statistics.median(ttfts[1:]) < 0.5, ttfts
 
 
 # ---- rows 1-2: jobs ----
