@@ -255,9 +255,12 @@ static char *rendered_prompt(const pl_test_server *srv)
 
 static char *prompt_with(const char *const *extra)
 {
+    /* A small cache: meson's MALLOC_PERTURB_ makes calloc touch every page
+     * of the default 2 GiB one. */
     const char *args[16] = {"--backend", "cpu", "--model", tiny_qwen2(), "--threads", "1",
-                            "--served-model-name", "tiny", "--log-level", "error"};
-    int n = 10;
+                            "--served-model-name", "tiny", "--log-level", "error",
+                            "--kv-cache-mb", "4"};
+    int n = 12;
     for (int i = 0; extra[i]; i++)
         args[n++] = extra[i];
     args[n] = NULL;

@@ -22,7 +22,7 @@ static void start(void)
 {
     PL_TEST_MODEL_OR_SKIP();
     const char *args[] = {"--backend", "cpu", "--model", pl_test_model_path(), "--log-level", "warn",
-                          "--served-model-name", "smol", NULL};
+                          "--served-model-name", "smol", "--kv-cache-mb", "512", NULL};
     cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");
 }
 
