@@ -59,6 +59,7 @@ struct oai_call {
 
 static void call_free(oai_call *c)
 {
+    pl_server_call_end(c->s);
     pl_server_charge_tokens(c->s, c->key,
                             (long)c->usage.prompt_tokens + c->usage.completion_tokens);
     for (int i = 0; i < c->n_choices; i++) {
@@ -415,6 +416,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
         goto fail;
     }
     c->s = s;
+    pl_server_call_begin(s);
     c->key = pl_server_current_key(s);
     c->req = req;
     c->body = body;

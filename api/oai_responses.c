@@ -176,6 +176,7 @@ static json_t *response_json(const rcall *c, bool done)
 
 static void call_free(rcall *c)
 {
+    pl_server_call_end(c->a->srv);
     if (c->sse)
         pl_sse_end(c->sse);
     if (c->text)
@@ -433,6 +434,7 @@ static void create(pl_responses_api *a, struct evhttp_request *req)
         return;
     }
     *c = (rcall){.a = a, .req = req, .body = body, .created = (int64_t)time(NULL)};
+    pl_server_call_begin(a->srv);
     pl_server_new_id(a->srv, "resp_", c->id, sizeof c->id);
     pl_server_new_id(a->srv, "msg_", c->msg_id, sizeof c->msg_id);
     if (call_prepare(c, &e) < 0 || call_start(c, &e) < 0)

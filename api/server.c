@@ -54,6 +54,8 @@ struct pl_server {
     pl_auth *auth;
     int current_key;             /* key of the request being routed */
     uint64_t stalled_streams;
+    struct evhttp_bound_socket *sock; /* the listening socket */
+    int n_calls;                 /* generation requests not yet ended */
 };
 
 static unsigned method_bit(enum evhttp_cmd_type t)
@@ -473,6 +475,7 @@ int pl_server_listen(pl_server *s, const char *host, int *port_io)
         evhttp_bind_socket_with_handle(s->http, host, (ev_uint16_t)*port_io);
     if (!sock)
         return -1;
+    s->sock = sock;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
     /* Accepted sockets inherit TCP_NODELAY on Linux. Without it a stream's
      * small SSE writes wait for the client's delayed ACK (~40 ms each time
@@ -488,6 +491,28 @@ int pl_server_listen(pl_server *s, const char *host, int *port_io)
     else if (ss.ss_family == AF_INET6)
         *port_io = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return 0;
+}
+
+void pl_server_stop_accepting(pl_server *s)
+{
+    if (s->sock)
+        evhttp_del_accept_socket(s->http, s->sock);
+    s->sock = NULL;
+}
+
+void pl_server_call_begin(pl_server *s)
+{
+    s->n_calls++;
+}
+
+void pl_server_call_end(pl_server *s)
+{
+    s->n_calls--;
+}
+
+int pl_server_n_calls(const pl_server *s)
+{
+    return s->n_calls;
 }
 
 struct event_base *pl_server_base(pl_server *s)

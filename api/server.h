@@ -90,6 +90,17 @@ void pl_server_add_metrics_hook(pl_server *s, pl_metrics_fn fn, void *ud);
 /** Bind and listen. *port_io: in, the port (0 = any); out, the real one. */
 int pl_server_listen(pl_server *s, const char *host, int *port_io);
 
+/** Shutdown: close the listening socket; connections already accepted go
+ *  on being served. */
+void pl_server_stop_accepting(pl_server *s);
+/** A generation request (chat, completions, responses) starts / has ended
+ *  (its reply is complete or its client gone): what a graceful shutdown
+ *  waits for. */
+void pl_server_call_begin(pl_server *s);
+void pl_server_call_end(pl_server *s);
+int pl_server_n_calls(const pl_server *s);
+
+
 struct event_base *pl_server_base(pl_server *s);
 const pl_server_opts *pl_server_get_opts(const pl_server *s);
 

@@ -21,10 +21,46 @@
 #include "src/base/log.h"
 #include "src/models_init.h"
 
+/* Graceful shutdown: the first SIGTERM/SIGINT closes the listening socket
+ * and lets the requests in flight finish (their clients get whole
+ * replies), for up to --shutdown-timeout seconds; a second signal, or the
+ * deadline, stops the loop at once. Jobs are then cancelled by
+ * pl_jobs_api_free, which writes their state out whole. */
+typedef struct shutdown_ctx {
+    struct event_base *base;
+    pl_server *srv;
+    struct event *tick;
+    int timeout_s, waited_ms;
+} shutdown_ctx;
+
+static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
+{
+    shutdown_ctx *d = arg;
+    int n = pl_server_n_calls(d->srv);
+    d->waited_ms += 20;
+    if (n > 0 && d->waited_ms < d->timeout_s * 1000)
+        return;
+    if (n > 0)
+        pl_warn("shutdown: %d requests still running after %d s: closing them", n,
+                d->timeout_s);
+    event_base_loopexit(d->base, NULL);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-    pl_info("signal %d: shutting down", (int)sig);
-    event_base_loopexit(arg, NULL);
+    shutdown_ctx *d = arg;
+    if (!d->srv || d->tick) {
+        pl_info("signal %d: stopping now", (int)sig);
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    pl_info("signal %d: shutting down: no new connections, %d requests to finish "
+            "(up to %d s)", (int)sig, pl_server_n_calls(d->srv), d->timeout_s);
+    pl_server_stop_accepting(d->srv);
+    d->tick = event_new(d->base, -1, EV_PERSIST, on_drain_tick, d);
+    struct timeval tv = {0, 20000};
+    if (!d->tick || event_add(d->tick, &tv) < 0)
+        event_base_loopexit(d->base, NULL);
 }
 
 /* --upstream: every model the upstreams list, their URLs as replicas. */
@@ -180,8 +216,9 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
                          .rate_limit_tpm = o->rate_limit_tpm};
     pl_server *srv = pl_server_new(base, &so);
     keys_free(&keys);
-    struct event *sigint = evsignal_new(base, SIGINT, on_signal, base);
-    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, base);
+    shutdown_ctx sd = {.base = base, .srv = srv, .timeout_s = o->shutdown_timeout};
+    struct event *sigint = evsignal_new(base, SIGINT, on_signal, &sd);
+    struct event *sigterm = evsignal_new(base, SIGTERM, on_signal, &sd);
     pl_jobs_api *jobs = NULL;
     pl_responses_api *responses = NULL;
     if (!srv)
@@ -217,6 +254,8 @@ done:
         event_free(sigint);
     if (sigterm)
         event_free(sigterm);
+    if (sd.tick)
+        event_free(sd.tick);
     pl_jobs_api_free(jobs);
     pl_server_free(srv);
     pl_responses_api_free(responses);

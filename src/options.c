@@ -43,6 +43,9 @@ const pl_option pl_options[] = {
         max_body_bytes, S, "largest request body accepted (413 above)"),
     OPT("stream-buffer-bytes", PL_OPT_LONG, 4096, 1073741824, "262144", NULL, NULL,
         stream_buffer_bytes, S, "pending output per stream before delivery pauses"),
+    OPT("shutdown-timeout", PL_OPT_INT, 0, 3600, "30", NULL, NULL, shutdown_timeout, S,
+        "on SIGTERM or SIGINT: seconds the requests in flight get to finish before their "
+        "connections are closed (a second signal stops at once)"),
     OPT("chat-template", PL_OPT_STRING, 0, 0, "", NULL, NULL, chat_template, M,
         "override the chat template: chatml|llama3|llama2|mistral|gemma|phi3|zephyr"),
     OPT("chat-template-strict", PL_OPT_BOOL, 0, 0, "false", NULL, NULL,

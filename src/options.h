@@ -32,6 +32,7 @@ typedef struct pl_opts {
     char *mock_mode;             /**< random|echo */
     long max_body_bytes;
     long stream_buffer_bytes;    /**< per-stream pending output cap */
+    int shutdown_timeout;        /**< s for requests in flight to end on SIGTERM */
     char *chat_template;
     bool chat_template_strict;
     int max_num_seqs;
