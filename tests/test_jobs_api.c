@@ -3,6 +3,9 @@
  * up to each message), transcripts, errors, 409, cancel, /status. */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -407,4 +410,146 @@ Test(jobs_api, events_client_disconnect, .init = start_slow, .fini = stop, .time
     pl_test_resp_free(&r);
     free(id);
     stop_server();
+}
+
+/* ---- SIGTERM with requests in flight ---- */
+
+static void start_for_sigterm(void)
+{
+    start_with("20", "8");
+}
+
+/* Random words, 20 ms each: a 200-token reply takes 4 s. */
+static void start_random_slow(void)
+{
+    snprintf(jobs_dir, sizeof jobs_dir, "/tmp/pl_jobs_api_XXXXXX");
+    cr_assert_not_null(mkdtemp(jobs_dir));
+    const char *args[] = {"--backend", "mock", "--served-model-name", "smol",
+                          "--mock-token-delay-ms", "20", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, args), 0);
+}
+
+/* In a child: POST body to path, write "STATUS\nBODY" to out. */
+static pid_t post_in_child(const char *path, const char *body, const char *out)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char url[512];
+        snprintf(url, sizeof url, "%s%s", srv.url, path);
+        pl_test_resp r;
+        int rc = pl_test_http("POST", url, body, strlen(body), &r);
+        FILE *f = fopen(out, "w");
+        fprintf(f, "%ld\n%s", rc == 0 ? r.status : -1L, r.body);
+        fclose(f);
+        _exit(0);
+    }
+    return pid;
+}
+
+static long read_child(pid_t pid, const char *out, char **body)
+{
+    int st;
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(out, "r");
+    cr_assert_not_null(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    char *nl = strchr(buf, '\n');
+    cr_assert_not_null(nl);
+    *body = nl + 1;
+    return atol(buf);
+}
+
+static void sigterm_and_wait(void)
+{
+    kill(srv.pid, SIGTERM);
+    int status = -1;
+    waitpid(srv.pid, &status, 0);
+    srv.pid = 0;
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the server exits 0 (%d)", status);
+}
+
+/* SIGTERM while a chat completion and a stream are running: both clients
+ * get whole replies (the server stops accepting, lets them finish, then
+ * exits 0). */
+Test(jobs_api, sigterm_with_requests_in_flight, .init = start_random_slow, .fini = stop,
+     .timeout = 120)
+{
+    static const char *words = "one two three four five six seven eight nine ten eleven twelve "
+                               "thirteen fourteen fifteen sixteen seventeen eighteen nineteen";
+    char body[1024], out1[128], out2[128];
+    snprintf(out1, sizeof out1, "%s/plain.out", jobs_dir);
+    snprintf(out2, sizeof out2, "%s/stream.out", jobs_dir);
+    snprintf(body, sizeof body, "{\"model\":\"smol\",\"max_tokens\":200,\"messages\":[{\"role\":\"user\","
+             "\"content\":\"%s\"}]}", words);
+    pid_t c1 = post_in_child("/v1/chat/completions", body, out1);
+    snprintf(body, sizeof body, "{\"model\":\"smol\",\"max_tokens\":200,\"stream\":true,\"messages\":[{\"role\":"
+             "\"user\",\"content\":\"%s\"}]}", words);
+    pid_t c2 = post_in_child("/v1/chat/completions", body, out2);
+    /* Both requests and a conversation are running (the mock's count). */
+    long st;
+    for (int i = 0; i < 2000; i++) {
+        json_t *s = http_json("GET", "/status", NULL, &st);
+        json_int_t active = json_integer_value(json_object_get(
+            json_object_get(json_object_get(s, "models"), "smol"), "in_flight"));
+        json_decref(s);
+        if (active >= 2)
+            break;
+        usleep(10000);
+    }
+    sigterm_and_wait();
+    char *b;
+    cr_expect_eq(read_child(c1, out1, &b), 200);
+    json_t *j = json_loads(b, 0, NULL);
+    cr_assert_not_null(j, "a whole JSON reply: %s", b);
+    json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+    cr_expect_str_eq(json_string_value(json_object_get(c0, "finish_reason")), "length");
+    cr_expect_eq(json_integer_value(json_object_get(json_object_get(j, "usage"),
+                                                    "completion_tokens")), 200);
+    json_decref(j);
+    cr_expect_eq(read_child(c2, out2, &b), 200);
+    char **ev;
+    int n;
+    cr_expect_eq(pl_test_sse_split(b, &ev, &n), 0, "SSE framing: %s", b);
+    cr_expect_gt(n, 2);
+    if (n > 0)
+        cr_expect_str_eq(ev[n - 1], "[DONE]", "the stream ends with [DONE]");
+    pl_test_sse_free(ev, n);
+}
+
+/* SIGTERM with a job running: the server exits 0 and the job's files on
+ * disk (manifest, index, transcripts) all parse: nothing torn. */
+Test(jobs_api, sigterm_with_a_job_running, .init = start_for_sigterm, .fini = stop,
+     .timeout = 120)
+{
+    char *id = submit_of("term", 6, true);
+    json_t *j = job_wait(id, "persisted", 1);
+    json_decref(j);
+    sigterm_and_wait();
+    char path[256];
+    snprintf(path, sizeof path, "%s/term/task_manifest.json", jobs_dir);
+    json_t *m = json_load_file(path, 0, NULL);
+    cr_assert(json_is_object(m), "manifest parses");
+    json_decref(m);
+    int indexed = index_ids("term", 6);
+    DIR *d;
+    snprintf(path, sizeof path, "%s/term/transcripts", jobs_dir);
+    cr_assert_not_null(d = opendir(path));
+    struct dirent *e;
+    int transcripts = 0;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char tp[512];
+        snprintf(tp, sizeof tp, "%s/%s", path, e->d_name);
+        json_t *t = json_load_file(tp, 0, NULL);
+        cr_expect(json_is_object(t), "%s parses", e->d_name);
+        json_decref(t);
+        transcripts++;
+    }
+    closedir(d);
+    cr_expect_geq(transcripts, indexed);
+    free(id);
 }
