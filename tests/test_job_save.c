@@ -113,7 +113,8 @@ Test(job_save, transcripts_reach_disk_while_the_lock_is_held, .init = setup,
     pl_job_progress p = {0};
     for (int i = 0; i < 1000; i++) {
         pl_job_get_progress(j, &p);
-        if (p.succeeded + p.failed == NQ && count_transcripts() == NQ)
+        /* Files renamed into place, and their completions back on the loop. */
+        if (p.succeeded + p.failed == NQ && count_transcripts() == NQ && p.saved == NQ)
             break;
         spin(base, 10);
     }
