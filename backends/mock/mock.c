@@ -50,6 +50,7 @@ typedef struct mock_backend {
     mock_req *qhead, *qtail;
     pl_mock_counts counts;
     int fail_next;
+    pl_mock_dfa_cache dfa_cache;  /* constraints answered so far */
 } mock_backend;
 
 static void mock_tick(evutil_socket_t fd, short what, void *arg);
@@ -372,7 +373,7 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                           mb->o.max_model_len - 1);
     }
     r->rng = req->sampling.has_seed ? req->sampling.seed ^ h : h;
-    char *forced = pl_mock_constrained_text(&req->sampling, mock_rand, &r->rng, err);
+    char *forced = pl_mock_constrained_text(&mb->dfa_cache, &req->sampling, mock_rand, &r->rng, err);
     if (forced == (char *)-1) {
         mock_req_free(r);
         return -1;
@@ -507,6 +508,7 @@ static void mock_free(pl_backend *b)
     free(mb->slots);
     free(mb->gen);
     free(mb->free_slots);
+    pl_mock_dfa_cache_clear(&mb->dfa_cache);
     free(mb->base.model);
     free(mb);
 }

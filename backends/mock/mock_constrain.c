@@ -53,11 +53,12 @@ static int *distances_(const pl_dfa *d)
     return dist;
 }
 
-/* A random shortest accepted string (NUL-terminated, malloc'd). */
-static char *shortest_(const pl_dfa *d, uint64_t (*rnd)(uint64_t *), uint64_t *rng)
+/* A random shortest accepted string (NUL-terminated, malloc'd); dist from
+ * distances_. */
+static char *shortest_(const pl_dfa *d, const int *dist, uint64_t (*rnd)(uint64_t *),
+                       uint64_t *rng)
 {
-    int *dist = distances_(d);
-    char *out = dist && dist[0] >= 0 ? malloc((size_t)dist[0] + 1) : NULL;
+    char *out = dist[0] >= 0 ? malloc((size_t)dist[0] + 1) : NULL;
     int q = 0, n = 0;
     while (out && dist[q] > 0) {
         int pick[256], np = 0;
@@ -74,8 +75,52 @@ static char *shortest_(const pl_dfa *d, uint64_t (*rnd)(uint64_t *), uint64_t *r
     }
     if (out)
         out[n] = '\0';
-    free(dist);
     return out;
+}
+
+void pl_mock_dfa_cache_clear(pl_mock_dfa_cache *c)
+{
+    for (int i = 0; i < PL_MOCK_DFA_CACHE; i++) {
+        free(c->e[i].re);
+        pl_dfa_free(c->e[i].dfa);
+        free(c->e[i].dist);
+    }
+    memset(c, 0, sizeof *c);
+}
+
+/* The cache slot holding re, compiled now when absent (the least recently
+ * used slot makes room). -1 with *err when re does not compile. */
+static int cached_(pl_mock_dfa_cache *c, const char *re, const pl_sampling *sp, pl_err *err)
+{
+    int victim = 0;
+    for (int i = 0; i < PL_MOCK_DFA_CACHE; i++) {
+        if (c->e[i].re && !strcmp(c->e[i].re, re)) {
+            c->e[i].used = ++c->clock;
+            return i;
+        }
+        if (!c->e[i].re || (c->e[victim].re && c->e[i].used < c->e[victim].used))
+            victim = i;
+    }
+    char msg[300];
+    pl_dfa *d = pl_regex_compile(re, strlen(re), 0, MOCK_MAX_STATES, msg, sizeof msg);
+    if (!d)
+        return pl_err_set(err, 400, "invalid_request_error", "response_format",
+                          "invalid_constraint", "cannot compile the %s constraint: %s",
+                          pl_constraint_name(sp->constraint), msg);
+    int *dist = distances_(d);
+    char *copy = strdup(re);
+    if (!dist || !copy) {
+        pl_dfa_free(d), free(dist), free(copy);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    free(c->e[victim].re);
+    pl_dfa_free(c->e[victim].dfa);
+    free(c->e[victim].dist);
+    c->e[victim].re = copy;
+    c->e[victim].dfa = d;
+    c->e[victim].dist = dist;
+    c->e[victim].used = ++c->clock;
+    return victim;
 }
 
 static char *choice_(const char *text, uint64_t (*rnd)(uint64_t *), uint64_t *rng)
@@ -90,8 +135,8 @@ static char *choice_(const char *text, uint64_t (*rnd)(uint64_t *), uint64_t *rn
     return s;
 }
 
-char *pl_mock_constrained_text(const pl_sampling *sp, uint64_t (*rnd)(uint64_t *),
-                               uint64_t *rng, pl_err *err)
+char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
+                               uint64_t (*rnd)(uint64_t *), uint64_t *rng, pl_err *err)
 {
     if (sp->constraint == PL_CONSTRAINT_NONE)
         return NULL;
@@ -99,20 +144,14 @@ char *pl_mock_constrained_text(const pl_sampling *sp, uint64_t (*rnd)(uint64_t *
     if (sp->constraint == PL_CONSTRAINT_CHOICE) {
         s = choice_(sp->constraint_text, rnd, rng);
     } else {
-        char msg[300];
         char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, err);
         if (!re)
             return (char *)-1;
-        pl_dfa *d = pl_regex_compile(re, strlen(re), 0, MOCK_MAX_STATES, msg, sizeof msg);
+        int k = cached_(cache, re, sp, err);
         free(re);
-        if (!d) {
-            pl_err_set(err, 400, "invalid_request_error", "response_format",
-                       "invalid_constraint", "cannot compile the %s constraint: %s",
-                       pl_constraint_name(sp->constraint), msg);
+        if (k < 0)
             return (char *)-1;
-        }
-        s = shortest_(d, rnd, rng);
-        pl_dfa_free(d);
+        s = shortest_(cache->e[k].dfa, cache->e[k].dist, rnd, rng);
     }
     if (!s) {
         pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");

@@ -6,13 +6,28 @@
 
 #include "backends/backend.h"
 
+/** Compiled constraints the mock has answered, reused across requests
+ *  (a job sends the same answer grammar many times). */
+#define PL_MOCK_DFA_CACHE 16
+typedef struct pl_mock_dfa_cache {
+    struct {
+        char *re;                /* the regex, NULL: empty slot */
+        struct pl_dfa *dfa;
+        int *dist;               /* bytes from each state to acceptance */
+        uint64_t used;
+    } e[PL_MOCK_DFA_CACHE];
+    uint64_t clock;
+} pl_mock_dfa_cache;
+
+void pl_mock_dfa_cache_clear(pl_mock_dfa_cache *c);
+
 /**
  * The text the mock answers a constrained request with (malloc'd): one of
  * the choices, or a random shortest text the constraint accepts. NULL when
  * sp has no constraint; (char *)-1 with *err (400 for a constraint that
- * does not compile). rnd draws from *rng.
+ * does not compile). rnd draws from *rng; cache keeps compiled regexes.
  */
-char *pl_mock_constrained_text(const pl_sampling *sp, uint64_t (*rnd)(uint64_t *),
-                               uint64_t *rng, pl_err *err);
+char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
+                               uint64_t (*rnd)(uint64_t *), uint64_t *rng, pl_err *err);
 
 #endif
