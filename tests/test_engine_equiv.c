@@ -241,12 +241,14 @@ Test(engine_equiv, not_invariant_diverges_only_at_near_ties)
 Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
 {
     static run_out big[8], tiny[8];
+    /* Under the sanitizers 4 sequences (16 blocks for 8) still preempt. */
+    const int n = getenv("PARLEY_SANITIZED") ? 4 : 8;
     json_t *st = NULL;
     cfg cb = {.async = true, .batched_tokens = 2048, .concurrent = 8};
     cfg ct = {.async = true, .batched_tokens = 2048, .concurrent = 8, .kv_mb = 6,
               .max_len = 128, .stats = &st};
-    run(&cb, 8, big);
-    run(&ct, 8, tiny);
+    run(&cb, n, big);
+    run(&ct, n, tiny);
     cr_assert_not_null(st);
     json_t *kv = json_object_get(st, "kv");
     json_int_t blocks = json_integer_value(json_object_get(kv, "num_blocks"));
@@ -258,7 +260,7 @@ Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
     cr_expect_gt(pre, 0, "the cache was too small: sequences were preempted");
     cr_expect_gt(ev, 0, "cached prefix blocks were evicted");
     json_decref(st);
-    for (int p = 0; p < 8; p++)
+    for (int p = 0; p < n; p++)
         cr_expect(tiny[p].done, "prompt %d finished", p);
-    expect_identical("tiny cache vs big cache", big, tiny, 8);
+    expect_identical("tiny cache vs big cache", big, tiny, n);
 }
