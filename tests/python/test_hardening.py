@@ -72,8 +72,8 @@ def parse_responses(data):
     return out
 
 
-def request(s, method, path, body=None, headers=None):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=20)
+def request(s, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection(s.host, s.port, timeout=timeout)
     hdrs = dict(headers or {})
     data = None
     if body is not None:
@@ -551,6 +551,8 @@ def test_finished_jobs_are_forgotten_and_memory_returns(make_server, tmp_path):
         rss.append(rss_kib(s.proc.pid))
     st, _, b = request(s, "GET", "/v1/jobs")
     assert json.loads(b)["data"] == []
+    if os.environ.get("PARLEY_SANITIZED"):
+        return                          # ASan's quarantine holds freed memory
     # after the first jobs warm the allocator up, RSS stays flat
     assert rss[-1] - rss[1] < 4 * 1024, rss
 
