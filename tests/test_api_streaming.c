@@ -109,9 +109,20 @@ static void start_slow(void)
     cr_assert_eq(pl_test_server_start(&srv, args), 0);
 }
 
+/* Criterion ignores failed assertions in .fini: the exit status is checked
+ * at the end of each test body; .fini only cleans up after a failure. */
 static void stop(void)
 {
-    cr_expect_eq(pl_test_server_stop(&srv), 0);
+    if (srv.pid > 0)
+        pl_test_server_stop(&srv);
+    srv.pid = 0;
+}
+
+static void stop_checked(void)
+{
+    int rc = pl_test_server_stop(&srv);
+    srv.pid = 0;
+    cr_expect_eq(rc, 0, "the server exits 0 on SIGTERM (got %d)", rc);
 }
 
 Test(streaming, disconnect_mid_stream_aborts, .init = start_slow, .fini = stop, .timeout = 30)
@@ -126,6 +137,7 @@ Test(streaming, disconnect_mid_stream_aborts, .init = start_slow, .fini = stop, 
     close(fd);
     wait_stat_at_least("aborted", 1);
     cr_expect_eq(mock_stat("in_flight"), 0);
+    stop_checked();
 }
 
 Test(streaming, disconnect_non_stream_aborts, .init = start_slow, .fini = stop, .timeout = 30)
@@ -137,6 +149,7 @@ Test(streaming, disconnect_non_stream_aborts, .init = start_slow, .fini = stop, 
     close(fd);
     wait_stat_at_least("aborted", 1);
     cr_expect_eq(mock_stat("in_flight"), 0);
+    stop_checked();
 }
 
 static void start_fast_small_buffer(void)
@@ -198,6 +211,7 @@ Test(streaming, slow_reader_gets_backpressure, .init = start_fast_small_buffer, 
     cr_expect(strstr(tail, "0\r\n\r\n"), "chunked reply ended; tail '%s'", tail);
     wait_stat_at_least("completed", 1);
     cr_expect_eq(mock_stat("paused"), 0);
+    stop_checked();
 }
 
 /* ---- 200 concurrent streaming clients ---- */
@@ -235,4 +249,5 @@ Test(streaming, two_hundred_concurrent_streams, .init = start_concurrent, .fini 
         pl_test_resp_free(&resp[i]);
     }
     cr_expect_eq(mock_stat("completed"), N);
+    stop_checked();
 }
