@@ -234,7 +234,10 @@ Test(cmd_run, strategies_run_the_example_and_write_stats, .init = setup, .fini =
 Test(cmd_run, progress_lines_without_a_tty, .init = setup, .fini = teardown, .timeout = 120)
 {
     char err[16384];
-    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "2",
+    /* Constrained answers are 2 tokens: at 100 ms a token the 6 sequential
+     * phases (3 rounds x participants, then the moderator) take >= 1.2 s,
+     * several 0.2 s intervals whatever the machine's load. */
+    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "100",
                           "--output", dir, "--progress-interval", "0.2", NULL};
     cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
     int lines = 0;
