@@ -243,10 +243,14 @@ static bool finish_held(oai_call *c, oai_choice *ch)
     return calls != NULL;
 }
 
+static bool stream_ensure(oai_call *c);
+
 static void on_delta(void *ud, const pl_delta *d)
 {
     oai_choice *ch = ud;
     oai_call *c = ch->call;
+    if ((d->len || d->logprobs) && !stream_ensure(c))
+        return;
     if (c->sse) {
         if (d->len && hold_for_tools(c, ch, d))
             return;
@@ -283,7 +287,9 @@ static void on_done(void *ud, const pl_result *r)
                            "the backend stopped the request");
         }
         call_abort_all(c);
-    } else if (c->sse) {
+    } else if (c->p.stream) {
+        if (!stream_ensure(c))
+            return;
         if (!finish_held(c, ch))
             pl_oai_put_finish_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index,
                                     ch->finish);
@@ -372,17 +378,14 @@ fail:
     return -1;
 }
 
-/* Start the reply: the SSE stream (with the chat role chunks) or the
- * client-close watch. Returns -1 on out-of-memory, nothing sent. */
-static int call_start_reply(oai_call *c)
+/* Start the SSE stream with the chat role chunks. Returns -1 on
+ * out-of-memory, nothing sent. */
+static int stream_start(oai_call *c)
 {
-    if (!c->p.stream) {
-        c->watch = pl_watch_close(c->req, on_client_close, c);
-        return c->watch ? 0 : -1;
+    if (c->watch) {
+        pl_unwatch_close(c->req, c->watch);
+        c->watch = NULL;
     }
-    c->prefix = pl_oai_chunk_prefix(c->id, c->p.chat, c->created, c->model->name);
-    if (!c->prefix)
-        return -1;
     pl_sse_cbs cbs = {on_client_close, on_pause, c};
     c->sse = pl_sse_start(c->s, c->req, pl_server_get_opts(c->s)->stream_buffer_bytes, cbs);
     if (!c->sse)
@@ -392,6 +395,37 @@ static int call_start_reply(oai_call *c)
         pl_sse_flush(c->sse);
     }
     return 0;
+}
+
+/* Start the reply: the SSE stream, or the client-close watch (non-stream,
+ * and streams on backends with late errors until their first token).
+ * Returns -1 on out-of-memory, nothing sent. */
+static int call_start_reply(oai_call *c)
+{
+    if (c->p.stream) {
+        c->prefix = pl_oai_chunk_prefix(c->id, c->p.chat, c->created, c->model->name);
+        if (!c->prefix)
+            return -1;
+        if (!c->model->backend->ops->late_errors)
+            return stream_start(c);
+    }
+    c->watch = pl_watch_close(c->req, on_client_close, c);
+    return c->watch ? 0 : -1;
+}
+
+/* A deferred stream starts at its first output; on out-of-memory the call
+ * ends with an error reply. Returns false when c is gone. */
+static bool stream_ensure(oai_call *c)
+{
+    if (c->sse || !c->p.stream)
+        return true;
+    if (stream_start(c) == 0)
+        return true;
+    call_abort_all(c);
+    c->failed = true;
+    set_oom(&c->error);
+    reply_complete(c);
+    return false;
 }
 
 static void handle(pl_server *s, struct evhttp_request *req, bool chat)

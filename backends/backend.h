@@ -177,6 +177,11 @@ typedef struct pl_backend pl_backend;
 /** The table of functions a backend implements. */
 typedef struct pl_backend_ops {
     const char *kind;            /**< "mock", "cpu", "cuda", "remote" */
+    /** Errors may come after submit() and before the first token (a remote
+     *  upstream's 4xx, or its retries running out): the API then waits for
+     *  the first token before it commits a stream to status 200, so such an
+     *  error keeps its own status. */
+    bool late_errors;
     /** Queue a request. Returns 0 and *id, or -1 with *err set (nothing
      *  will be called on the sink then). Never blocks. */
     int (*submit)(pl_backend *b, const pl_gen_request *req, pl_sink sink,

@@ -280,3 +280,39 @@ Test(gateway, job_resubmits_after_a_broken_stream)
     cr_assert_eq(system(cmd), 0);
     pl_fake_stop(f);
 }
+
+/* Through the gateway: an upstream 400 keeps its status even when streaming
+ * (the stream is not committed before the first token); a drop mid-stream
+ * becomes an SSE error event, then [DONE]. */
+Test(gateway, upstream_errors_reach_the_client)
+{
+    pl_fake_upstream *f = pl_fake_start("m");
+    pl_fake_push(f, &(pl_fake_step){.status = 400, .body =
+        "{\"error\":{\"message\":\"This model's maximum context length is 2048\","
+        "\"type\":\"BadRequestError\",\"code\":400}}"});
+    pl_fake_push(f, &(pl_fake_step){.n_tokens = 6, .drop_after = 3});
+    const char *a[] = {"--upstream", pl_fake_url(f), "--log-level", "error", NULL};
+    cr_assert_eq(pl_test_server_start(&gw, a), 0);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/chat/completions", gw.url);
+    const char *body = "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":\"user\","
+                       "\"content\":\"hi\"}]}";
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    cr_assert_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_assert(strstr(r.body, "maximum context length is 2048"), "%s", r.body);
+    cr_assert(strstr(r.content_type, "application/json"), "%s", r.content_type);
+    pl_test_resp_free(&r);
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    cr_assert_eq(r.status, 200);
+    char **ev;
+    int n;
+    cr_assert_eq(pl_test_sse_split(r.body, &ev, &n), 0, "%s", r.body);
+    cr_assert_geq(n, 3);
+    cr_assert_str_eq(ev[n - 1], "[DONE]");
+    cr_assert(strstr(ev[n - 2], "\"error\"") && strstr(ev[n - 2], "mid-stream"), "%s", ev[n - 2]);
+    cr_assert(strstr(r.body, "tok3"), "the tokens before the drop went out: %s", r.body);
+    pl_test_sse_free(ev, n);
+    pl_test_resp_free(&r);
+    pl_fake_stop(f);
+}
