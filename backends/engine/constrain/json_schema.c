@@ -100,6 +100,15 @@ static void put_value_literal_(gen *g, const json_t *v)
 /* ---- integer ranges ---- */
 
 /* Decimal strings lo..hi of the same length n (no sign), as a group. */
+/* Whether s[0..n) is all c (s need not be NUL-terminated). */
+static bool all_(const char *s, int n, char c)
+{
+    for (int i = 0; i < n; i++)
+        if (s[i] != c)
+            return false;
+    return true;
+}
+
 static void same_len_(gen *g, const char *lo, const char *hi, int n)
 {
     if (n == 0)
@@ -118,8 +127,8 @@ static void same_len_(gen *g, const char *lo, const char *hi, int n)
         put_(g, ")");
         return;
     }
-    bool lo_zeros = strspn(lo + 1, "0") >= (size_t)(n - 1);
-    bool hi_nines = strspn(hi + 1, "9") >= (size_t)(n - 1);
+    bool lo_zeros = all_(lo + 1, n - 1, '0');
+    bool hi_nines = all_(hi + 1, n - 1, '9');
     char mid_lo = (char)(lo[0] + !lo_zeros), mid_hi = (char)(hi[0] - !hi_nines);
     char nines[MAX_DIGITS + 2], zeros[MAX_DIGITS + 2];
     memset(nines, '9', sizeof nines);
