@@ -16,9 +16,20 @@ static void start_default(void)
     cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");
 }
 
+/* In the test body: Criterion ignores assertions in .fini, so the exit
+ * status is checked here; .fini only cleans up after a failed test. */
+static void stop_server(void)
+{
+    int rc = pl_test_server_stop(&srv);
+    srv.pid = 0;
+    cr_assert_eq(rc, 0, "the server exits 0 on SIGTERM (got %d)", rc);
+}
+
 static void stop(void)
 {
-    cr_expect_eq(pl_test_server_stop(&srv), 0, "server did not exit cleanly");
+    if (srv.pid > 0)
+        pl_test_server_stop(&srv);
+    srv.pid = 0;
 }
 
 static json_t *post_json(const char *path, const char *body, long *status)
@@ -89,6 +100,7 @@ Test(api, health_and_models)
     cr_expect_str_eq(json_string_value(json_object_get(d0, "id")), "mock");
     cr_expect_str_eq(json_string_value(json_object_get(d0, "object")), "model");
     json_decref(m);
+    stop_server();
 }
 
 Test(api, chat_non_stream_shape)
@@ -117,6 +129,7 @@ Test(api, chat_non_stream_shape)
     cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")),
                  json_integer_value(json_object_get(u, "prompt_tokens")) + 7);
     json_decref(j);
+    stop_server();
 }
 
 Test(api, completions_non_stream_and_stop)
@@ -147,6 +160,7 @@ Test(api, completions_non_stream_and_stop)
     cr_expect(!strncmp(cut, full, strlen(cut)));
     json_decref(j);
     json_decref(k);
+    stop_server();
 }
 
 static void check_stream(const char *body, int n_choices, int include_usage, int chat)
@@ -211,6 +225,7 @@ Test(api, chat_stream_framing)
                  "[{\"role\":\"user\",\"content\":\"hi\"}]}", 3, 0, 1);
     check_stream("{\"model\":\"mock\",\"stream\":true,\"max_tokens\":4,\"prompt\":\"go\","
                  "\"stream_options\":{\"include_usage\":true}}", 1, 1, 0);
+    stop_server();
 }
 
 Test(api, error_cases)
@@ -267,6 +282,7 @@ Test(api, error_cases)
     json_t *h = get_json("/health", &st);
     cr_expect_eq(st, 200);
     json_decref(h);
+    stop_server();
 }
 
 Test(api, unknown_fields_are_ignored)
@@ -291,6 +307,7 @@ Test(api, unknown_fields_are_ignored)
     cr_expect_eq(json_integer_value(json_object_get(u, "total_tokens")),
                  json_integer_value(json_object_get(u, "prompt_tokens")) + 2);
     json_decref(j);
+    stop_server();
 }
 
 Test(api, tokenize_detokenize)
@@ -319,4 +336,5 @@ Test(api, tokenize_detokenize)
     j = post_json("/detokenize", "{\"model\":\"mock\",\"tokens\":[\"x\"]}", &st);
     cr_expect_eq(st, 400);
     json_decref(j);
+    stop_server();
 }

@@ -26,10 +26,20 @@ static void start(void)
     cr_assert_eq(pl_test_server_start(&srv, args), 0, "server did not start");
 }
 
+/* In the test body: Criterion ignores assertions in .fini, so the exit
+ * status is checked here; .fini only cleans up after a failed test. */
+static void stop_server(void)
+{
+    int rc = pl_test_server_stop(&srv);
+    srv.pid = 0;
+    cr_assert_eq(rc, 0, "the server exits 0 on SIGTERM (got %d)", rc);
+}
+
 static void stop(void)
 {
     if (srv.pid > 0)
-        cr_expect_eq(pl_test_server_stop(&srv), 0);
+        pl_test_server_stop(&srv);
+    srv.pid = 0;
 }
 
 TestSuite(engine_http, .init = start, .fini = stop, .timeout = 240);
@@ -119,6 +129,7 @@ Test(engine_http, greedy_is_deterministic_and_usage_is_exact)
     json_decref(a.resp);
     json_decref(b.resp);
     json_decref(t);
+    stop_server();
 }
 
 /* Non-streamed completions logprobs are built from many deltas: the four
@@ -160,6 +171,7 @@ Test(engine_http, completions_logprobs_arrays_cover_every_token)
     }
     cr_expect_str_eq(text, json_string_value(json_object_get(ch, "text")));
     json_decref(r);
+    stop_server();
 }
 
 Test(engine_http, tokenize_round_trip)
@@ -178,6 +190,7 @@ Test(engine_http, tokenize_round_trip)
     cr_expect_str_eq(json_string_value(json_object_get(d, "prompt")), "Hello, world! \xC3\xA9");
     json_decref(t);
     json_decref(d);
+    stop_server();
 }
 
 Test(engine_http, sixty_four_concurrent_and_prefix_cache)
@@ -222,6 +235,7 @@ Test(engine_http, sixty_four_concurrent_and_prefix_cache)
      * after the first ones must find them cached. */
     cr_expect_gt(hits, 16 * (N / 2), "prefix hits %ld", hits);
     json_decref(kv);
+    stop_server();
 }
 
 /* n > 1 on the real engine: n choices, indexed 0..n-1, each with its own
@@ -267,6 +281,7 @@ Test(engine_http, n_choices_on_the_engine)
     cr_assert(a && b);
     cr_expect_str_eq(a, b, "greedy choices are identical");
     json_decref(r);
+    stop_server();
 }
 
 static json_t *model_status(void)
@@ -330,4 +345,5 @@ Test(engine_http, client_disconnect_aborts_and_frees_blocks)
     cr_expect_eq(aborted, aborted0 + 1, "/status counts the abort");
     cr_expect_eq(used, 0, "every KV block given back");
     cr_expect_eq(running, 0);
+    stop_server();
 }
