@@ -55,9 +55,16 @@ static void watch_fire(void *arg)
     pl_close_watch *w = arg;
     void (*fn)(void *) = w->fn;
     void *ud = w->ud;
-    pl_access_end(w->req, 499);  /* nginx's "client closed request" */
+    struct evhttp_request *req = w->req;
+    pl_access_end(req, 499);     /* nginx's "client closed request" */
     watch_free(w, true);
     fn(ud);
+    /* When the client leaves before the reply ended, evhttp detaches the
+     * request from the dying connection instead of freeing it (its reply is
+     * still the user's); nobody replies to it now, so it is ours to free.
+     * A request still attached is freed with its connection. */
+    if (!evhttp_request_get_connection(req))
+        evhttp_request_free(req);
 }
 
 static void watch_closed(struct evhttp_connection *conn, void *arg)
