@@ -259,7 +259,9 @@ Test(cmd_run, live_status_env_turns_the_live_view_on, .init = setup, .fini = tea
     int master, slave;
     cr_assert_eq(openpty(&master, &slave, NULL, NULL, NULL), 0);
     setenv("MAC_FAIRNESS_LIVE_STATUS", "1", 1);
-    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "2",
+    /* >= 1.2 s of run (2-token constrained answers at 100 ms a token, 6
+     * sequential phases), so the view redraws its pools several times. */
+    const char *args[] = {example(), "--backend", "mock", "--mock-token-delay-ms", "100",
                           "--output", dir, NULL};
     pid_t pid = spawn(args, slave);
     unsetenv("MAC_FAIRNESS_LIVE_STATUS");
