@@ -164,18 +164,6 @@ static void put_call_(struct evbuffer *b, const pl_oai_params *p, const char *na
     json_decref(n);
 }
 
-static char *drain_(struct evbuffer *b)
-{
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    if (s) {
-        evbuffer_remove(b, s, n);
-        s[n] = '\0';
-    }
-    evbuffer_free(b);
-    return s;
-}
-
 /* An assistant turn's content followed by its calls. */
 static char *render_calls_(const pl_oai_params *p, const char *content, json_t *calls)
 {
@@ -200,7 +188,7 @@ static char *render_calls_(const pl_oai_params *p, const char *content, json_t *
     }
     if (fmt_is_(p, "mistral"))
         evbuffer_add(b, "]", 1);
-    return drain_(b);
+    return pl_evbuffer_take(b);
 }
 
 /* The tool list in the format's words. */
@@ -224,7 +212,7 @@ static char *render_tools_(const pl_oai_params *p)
     }
     evbuffer_add_printf(b, "%s", hermes ? HERMES_POST
                                  : fmt_is_(p, "mistral") ? "][/AVAILABLE_TOOLS]" : "");
-    return drain_(b);
+    return pl_evbuffer_take(b);
 }
 
 /* A tool result as the format shows it: its own role where the template
@@ -386,7 +374,7 @@ static int add_call_constraint_(pl_oai_params *p, pl_err *err)
             evbuffer_free(all);
         return err->status ? -1 : pl_err_set(err, 500, "server_error", NULL, NULL, "oom");
     }
-    char *c = drain_(one);
+    char *c = pl_evbuffer_take(one);
     bool many = p->parallel_tool_calls && p->tool_choice == PL_TOOL_CHOICE_REQUIRED &&
                 !fmt_is_(p, "llama3");
     const char *sep = fmt_is_(p, "mistral") ? ", " : "\\n";
@@ -398,7 +386,7 @@ static int add_call_constraint_(pl_oai_params *p, pl_err *err)
     if (fmt_is_(p, "mistral"))
         evbuffer_add_printf(all, "\\]");
     free(c);
-    char *re = drain_(all);
+    char *re = pl_evbuffer_take(all);
     if (!re)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     p->sampling.constraint = PL_CONSTRAINT_REGEX;
@@ -532,7 +520,7 @@ json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_
             evbuffer_free(rest);
         return NULL;
     }
-    char *c = drain_(rest);
+    char *c = pl_evbuffer_take(rest);
     size_t n = c ? strlen(c) : 0;
     while (n && isspace((unsigned char)c[n - 1]))
         c[--n] = '\0';

@@ -159,14 +159,19 @@ char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char
                         (long long)created);
     pl_oai_put_string(b, model, strlen(model));
     ADD_LIT(b, ",\"choices\":[");
+    return pl_evbuffer_take(b);
+}
+
+char *pl_evbuffer_take(struct evbuffer *b)
+{
     size_t n = evbuffer_get_length(b);
-    char *prefix = malloc(n + 1);
-    if (prefix) {
-        evbuffer_remove(b, prefix, n);
-        prefix[n] = '\0';
+    char *s = malloc(n + 1);
+    if (s) {
+        evbuffer_remove(b, s, n);
+        s[n] = '\0';
     }
     evbuffer_free(b);
-    return prefix;
+    return s;
 }
 
 static void put_chunk_start(struct evbuffer *b, const char *prefix, int index)
