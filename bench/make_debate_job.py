@@ -24,6 +24,8 @@ def main():
                     help="job and agent temperature (default: the example's)")
     ap.add_argument("--no-validation", action="store_true",
                     help="accept every reply: the same work (12 requests a question) for any strategy")
+    ap.add_argument("--prompt-layout", choices=["seed", "shared_prefix"], default=None,
+                    help="the job's prompt_layout (default: the example's)")
     ap.add_argument("--experiment", default="debate_scaled")
     ap.add_argument("--example", default=str(pathlib.Path(__file__).resolve().parent.parent
                                              / "examples" / "debate.yaml"))
@@ -44,6 +46,8 @@ def main():
             ag.pop("temperature", None)
     if a.no_validation:
         job["validation"] = {"enabled": False}
+    if a.prompt_layout is not None:
+        job["prompt_layout"] = a.prompt_layout
     if a.rounds is not None:
         job["num_rounds"] = a.rounds
     if a.max_retries is not None:

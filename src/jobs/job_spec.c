@@ -203,7 +203,7 @@ static const char *const top_keys[] = {
     "experiment", "experiment_name", "models", "model_definitions", "agents",
     "agent_definitions", "num_rounds", "max_retries", "questions",
     "questions_file", "validation", "output_dir", "sampling", "description",
-    "metadata", "weight", NULL,
+    "metadata", "weight", "prompt_layout", NULL,
 };
 
 static void parse_top(spec_ctx *c, json_t *root)
@@ -227,6 +227,12 @@ static void parse_top(spec_ctx *c, json_t *root)
         spec_problem(c, "", "weight", "must be a number > 0 and <= 1e6 (default 1)");
     else if (w)
         s->weight = json_number_value(w);
+    json_t *pl = json_object_get(root, "prompt_layout");
+    const char *pls = json_string_value(pl);
+    if (pl && (!pls || (strcmp(pls, "seed") && strcmp(pls, "shared_prefix"))))
+        spec_problem(c, "", "prompt_layout", "must be \"seed\" (the default) or \"shared_prefix\"");
+    else
+        s->shared_prefix = pls && !strcmp(pls, "shared_prefix");
     json_t *od = json_object_get(root, "output_dir");
     if (od && !c->src->base_dir)
         spec_problem(c, "", "output_dir", "not accepted over HTTP: the server chooses where jobs are written");

@@ -16,6 +16,7 @@
  *   num_rounds: 3
  *   max_retries: 2
  *   weight: 1                       # share of a model against other jobs
+ *   prompt_layout: seed             # or shared_prefix (prompt.h)
  *   questions: [{id, text, choices: [...], answer, metadata}]
  *   questions_file: q.jsonl         # CLI only, relative to the job file
  *   validation: {enabled: true, extract_regex: "...", agents: [ids]}
@@ -84,6 +85,9 @@ typedef struct pl_job_spec {
      *  "Answer: X" line of the question's choices); re-prompts stay for
      *  what still fails (a reply cut by max_tokens). Default: reprompt. */
     bool constrained;
+    /** prompt_layout: shared_prefix: every prompt of a conversation's round
+     *  opens with the same shared part (prompt.h); default: seed. */
+    bool shared_prefix;
     void *re_;                   /**< compiled pcre2_code */
     void *md_;                   /**< pcre2_match_data */
     char *output_dir;            /**< NULL: the caller's default */

@@ -237,6 +237,17 @@ static int open_round(pl_job *j, job_conv *c, const pl_conv_req *cr)
 {
     const pl_job_agent *ag = &j->spec.agents[cr->agent];
     job_hist *h = &c->hist[cr->agent];
+    if (j->spec.shared_prefix) {
+        /* Rebuilt each round: the shared part, then the agent's part. */
+        pl_chat_message *m;
+        int n;
+        if (pl_prompt_shared(&j->spec, &j->spec.questions[cr->conversation], cr->agent,
+                             cr->round, (const char *const *)c->finals, &m, &n) < 0)
+            return -1;
+        pl_prompt_messages_free(h->m, h->n);
+        *h = (job_hist){m, n, n};
+        return 0;
+    }
     if (h->n == 0 && ag->system_prompt &&
         job_hist_push(h, "system", strdup(ag->system_prompt)) < 0)
         return -1;

@@ -105,6 +105,94 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
     return b.s;
 }
 
+/* ---- prompt_layout: shared_prefix ---- */
+
+typedef struct mlist {
+    pl_chat_message *m;
+    int n, cap;
+    bool oom;
+} mlist;
+
+static void ml_push(mlist *l, const char *role, sbuf *b)
+{
+    if (!l->oom && l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        pl_chat_message *m = realloc(l->m, (size_t)cap * sizeof *m);
+        if (m) {
+            l->m = m;
+            l->cap = cap;
+        }
+    }
+    if (l->oom || l->n == l->cap || !b->s) {
+        l->oom = true;
+        free(b->s);
+    } else {
+        l->m[l->n++] = (pl_chat_message){role, b->s};
+    }
+    *b = (sbuf){0};
+}
+
+/* One quoted message, alone in its user turn, so that the tokens of a
+ * quote never depend on what follows it. */
+static void shared_quote(mlist *l, const pl_job_spec *s, int round, int j,
+                         const char *text)
+{
+    sbuf b = {0};
+    const pl_job_agent *a = &s->agents[j];
+    sb_printf(&b, "[round %d, %s%s%s]: %s", round + 1, a->id, a->role ? ", " : "",
+              a->role ? a->role : "", text);
+    ml_push(l, "user", &b);
+}
+
+static bool reads(const pl_job_spec *s, int agent, int j)
+{
+    return j == agent || (s->agents[j].visible_to >> agent & 1);
+}
+
+int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
+                     int round, const char *const *finals, pl_chat_message **out,
+                     int *n_out)
+{
+    mlist l = {0};
+    sbuf b = {0};
+    int n = s->n_agents;
+    const pl_job_agent *me = &s->agents[agent];
+    sb_printf(&b, "%d agents debate the question below over %d rounds. Each message "
+              "is quoted as [round, agent, role].", n, s->num_rounds);
+    ml_push(&l, "system", &b);
+    question(&b, q);
+    ml_push(&l, "user", &b);
+    for (int r = 0; r < round; r++)
+        for (int j = 0; j < n; j++)
+            if (finals[r * n + j] && reads(s, agent, j))
+                shared_quote(&l, s, r, j, finals[r * n + j]);
+    for (int j = 0; j < n; j++)
+        if ((me->deps >> j & 1) && finals[round * n + j] && reads(s, agent, j))
+            shared_quote(&l, s, round, j, finals[round * n + j]);
+    sb_printf(&b, "You are %s%s%s.", me->id, me->role ? ", the " : "",
+              me->role ? me->role : "");
+    if (me->system_prompt)
+        sb_printf(&b, " %s", me->system_prompt);
+    sb_printf(&b, "\nRound %d of %d.%s\n", round + 1, s->num_rounds,
+              round ? " Weigh the messages above and give your answer." : "");
+    instruction(&b, s, q);
+    ml_push(&l, "user", &b);
+    if (l.oom) {
+        pl_prompt_messages_free(l.m, l.n);
+        return -1;
+    }
+    *out = l.m;
+    *n_out = l.n;
+    return 0;
+}
+
+void pl_prompt_messages_free(pl_chat_message *m, int n)
+{
+    for (int i = 0; m && i < n; i++)
+        free((char *)m[i].content);
+    free(m);
+}
+
 char *pl_prompt_correction(const pl_job_spec *s, const pl_job_question *q)
 {
     sbuf b = {0};

@@ -34,6 +34,33 @@
 char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
                            int agent, int round, const char *const *finals);
 
+/**
+ * prompt_layout: shared_prefix. The whole message list of `agent`'s first
+ * attempt in `round`, rebuilt each round (not append-only per agent), so
+ * that every agent's prompt of one round opens with the same tokens:
+ *
+ *   system     a common preamble (agent count, rounds, the quote format)
+ *   user       the question and its choices
+ *   user       one per earlier message, rounds in order, agents in spec
+ *              order: "[round R, id, role]: text" (the agent's own messages
+ *              too; others only when their visible_to names the agent)
+ *   user       the same for this round's messages of the agents it speaks
+ *              after (a moderator sees them in the order the next round's
+ *              prompts will repeat them)
+ *   user       the agent's part: "You are <id>, the <role>." its system
+ *              prompt, "Round R of N.", the answer format
+ *
+ * Round r+1's shared part extends round r's, so one cached prefix serves a
+ * conversation's round and grows with it. Re-prompts append to this list
+ * as in the seed layout. Returns 0 with *out (n_out entries; role
+ * literals, content malloc'd: free with pl_prompt_messages_free), -1 on
+ * OOM.
+ */
+int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
+                     int round, const char *const *finals, pl_chat_message **out,
+                     int *n_out);
+void pl_prompt_messages_free(pl_chat_message *m, int n);
+
 /** The user message sent after a reply that failed validation. */
 char *pl_prompt_correction(const pl_job_spec *s, const pl_job_question *q);
 
