@@ -81,7 +81,7 @@ pl_batch *pl_batch_new(const pl_batch_config *cfg, pl_kv_blocks *kv)
 static void seq_release_blocks_(pl_batch *b, pl_batch_seq *s)
 {
     for (int i = 0; i < s->n_blocks; i++)
-        pl_kv_blocks_release(b->kv, s->blocks[i]);
+        pl_kv_blocks_release_tagged(b->kv, s->blocks[i], s->conv_key);
     s->n_blocks = 0;
     s->n_committed = 0;
     s->last_hash = PL_KV_HASH_ROOT;

@@ -78,6 +78,8 @@ typedef struct pl_batch_seq {
     int n_preempted;
     uint64_t last_step;       /**< last step number it was scheduled in */
     pl_seq_sampling sampling; /**< copied into each step (step updated) */
+    uint64_t conv_key;        /**< conversation key (0: none): tags the
+                                   blocks it releases (kv_blocks.h) */
     void *ud;                 /**< owner's data (borrowed) */
 } pl_batch_seq;
 

@@ -14,8 +14,15 @@ typedef struct kv_block {
     int32_t hnext;            /* next block in the same hash bucket */
     uint8_t list;             /* LIST_* */
     bool hashed;
+    int32_t conv;             /* slot in convs of its last user, -1 none */
     uint64_t hash, parent;
 } kv_block;
+
+typedef struct kv_conv {
+    uint64_t key;             /* 0: slot free */
+    int need;
+    int next_free;
+} kv_conv;
 
 typedef struct kv_list {
     int32_t head, tail;       /* head = least recently released */
@@ -32,6 +39,17 @@ struct pl_kv_blocks {
     kv_list lists[3];
     int used, cached;
     uint64_t queries, hits, evictions;
+    /* retention hints: conversation key -> next need (slots, an open
+     * addressing index over them, a free list of slots) */
+    kv_conv *convs;
+    int n_convs, cap_convs, free_conv;
+    int32_t *conv_index;      /* (conv_index_cap) slot or -1; -2 deleted */
+    int conv_index_cap;
+    int conv_cells;           /* index cells not -1 (live + tombstones) */
+    int n_live;               /* slots in use */
+    int n_far;                /* hinted conversations with need > 0 */
+    bool next_need;           /* evict by hint (else plain LRU) */
+    uint64_t done_released, need_evictions;
 };
 
 static void list_push_tail_(pl_kv_blocks *kv, int which, int32_t id)
@@ -81,6 +99,7 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
     kv->block_size = block_size;
     kv->prefix_caching = prefix_caching;
     kv->bucket_mask = nb - 1;
+    kv->free_conv = -1;
     kv->b = calloc((size_t)num_blocks, sizeof *kv->b);
     kv->ids = malloc((size_t)num_blocks * (size_t)block_size * sizeof *kv->ids);
     kv->buckets = malloc(nb * sizeof *kv->buckets);
@@ -92,6 +111,7 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
         kv->lists[i] = (kv_list){-1, -1, 0};
     for (int32_t i = 0; i < num_blocks; i++) {
         kv->b[i].hnext = -1;
+        kv->b[i].conv = -1;
         list_push_tail_(kv, LIST_FREE, i);
     }
     return kv;
@@ -107,6 +127,8 @@ void pl_kv_blocks_free(pl_kv_blocks *kv)
     free(kv->b);
     free(kv->ids);
     free(kv->buckets);
+    free(kv->convs);
+    free(kv->conv_index);
     free(kv);
 }
 
@@ -172,17 +194,44 @@ static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
     return -1;
 }
 
+static int need_of_(const pl_kv_blocks *kv, int32_t id)
+{
+    int32_t c = kv->b[id].conv;
+    return c >= 0 ? kv->convs[c].need : 0;
+}
+
+/* The cached-free block to evict: the furthest next need, then the least
+ * recently released (finished conversations released theirs already). */
+static int32_t victim_(pl_kv_blocks *kv)
+{
+    int32_t best = kv->lists[LIST_CACHED].head;
+    if (!kv->next_need || kv->n_far == 0 || best < 0)
+        return best;
+    int best_need = need_of_(kv, best);
+    for (int32_t id = kv->b[best].next; id >= 0; id = kv->b[id].next) {
+        int nd = need_of_(kv, id);
+        if (nd > best_need) {
+            best = id;
+            best_need = nd;
+        }
+    }
+    if (best != kv->lists[LIST_CACHED].head)
+        kv->need_evictions++;
+    return best;
+}
+
 int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv)
 {
     int32_t id = kv->lists[LIST_FREE].head;
     if (id < 0) {
-        id = kv->lists[LIST_CACHED].head;
+        id = victim_(kv);
         if (id < 0)
             return -1;
         table_remove_(kv, id);
         kv->evictions++;
     }
     list_remove_(kv, id);
+    kv->b[id].conv = -1;
     kv->b[id].ref = 1;
     kv->used++;
     return id;
@@ -207,6 +256,152 @@ void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id)
         return;
     kv->used--;
     list_push_tail_(kv, blk->hashed ? LIST_CACHED : LIST_FREE, id);
+}
+
+/* ---- retention hints ---- */
+
+static uint32_t conv_hash_(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return (uint32_t)key;
+}
+
+/* The index position of key: its slot's cell, or the first free cell. */
+static int32_t *conv_cell_(const pl_kv_blocks *kv, uint64_t key, bool for_insert)
+{
+    uint32_t mask = (uint32_t)kv->conv_index_cap - 1;
+    int32_t *tomb = NULL;
+    for (uint32_t i = conv_hash_(key) & mask;; i = (i + 1) & mask) {
+        int32_t *cell = &kv->conv_index[i];
+        if (*cell == -1)
+            return for_insert && tomb ? tomb : cell;
+        if (*cell == -2) {
+            if (!tomb)
+                tomb = cell;
+        } else if (kv->convs[*cell].key == key) {
+            return cell;
+        }
+    }
+}
+
+/* Rebuild the index at cap cells (a power of two > 2 * live slots). */
+static int conv_reindex_(pl_kv_blocks *kv, int cap)
+{
+    int32_t *ix = malloc((size_t)cap * sizeof *ix);
+    if (!ix)
+        return -1;
+    free(kv->conv_index);
+    kv->conv_index = ix;
+    kv->conv_index_cap = cap;
+    for (int i = 0; i < cap; i++)
+        ix[i] = -1;
+    kv->conv_cells = 0;
+    for (int c = 0; c < kv->n_convs; c++)
+        if (kv->convs[c].key) {
+            *conv_cell_(kv, kv->convs[c].key, true) = c;
+            kv->conv_cells++;
+        }
+    return 0;
+}
+
+/* The slot of key, made when absent (need 0). -1 on OOM. */
+static int32_t conv_slot_(pl_kv_blocks *kv, uint64_t key)
+{
+    if (kv->conv_index) {
+        int32_t *cell = conv_cell_(kv, key, false);
+        if (*cell >= 0)
+            return *cell;
+    }
+    int32_t c = kv->free_conv;
+    if (c >= 0) {
+        kv->free_conv = kv->convs[c].next_free;
+    } else {
+        if (kv->n_convs == kv->cap_convs) {
+            int cap = kv->cap_convs ? 2 * kv->cap_convs : 64;
+            kv_conv *v = realloc(kv->convs, (size_t)cap * sizeof *v);
+            if (!v)
+                return -1;
+            kv->convs = v;
+            kv->cap_convs = cap;
+        }
+        c = kv->n_convs++;
+    }
+    kv->convs[c] = (kv_conv){key, 0, -1};
+    kv->n_live++;
+    /* Rebuilt while at most half the cells are taken (tombstones count). */
+    if ((kv->conv_cells + 1) * 2 > kv->conv_index_cap) {
+        int cap = 128;
+        while (cap < (kv->n_live + 1) * 4)
+            cap <<= 1;
+        if (conv_reindex_(kv, cap) < 0) {
+            kv->convs[c] = (kv_conv){0, 0, kv->free_conv};
+            kv->free_conv = c;
+            kv->n_live--;
+            return -1;
+        }
+    } else {
+        int32_t *cell = conv_cell_(kv, key, true);
+        kv->conv_cells += *cell == -1;
+        *cell = c;
+    }
+    return c;
+}
+
+void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on)
+{
+    kv->next_need = on;
+}
+
+int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need)
+{
+    if (key == 0)
+        return 0;
+    if (need != PL_KV_NEED_DONE) {
+        int32_t c = conv_slot_(kv, key);
+        if (c < 0)
+            return 0;
+        kv->n_far += (need > 0) - (kv->convs[c].need > 0);
+        kv->convs[c].need = need;
+        return 0;
+    }
+    int32_t *cell = kv->conv_index ? conv_cell_(kv, key, false) : NULL;
+    if (!cell || *cell < 0)
+        return 0;
+    int32_t c = *cell, released = 0;
+    /* Finished: its cached-free blocks go back to the free list now. */
+    for (int32_t id = 0; id < kv->num_blocks; id++) {
+        kv_block *blk = &kv->b[id];
+        if (blk->conv != c)
+            continue;
+        blk->conv = -1;
+        if (blk->list == LIST_CACHED) {
+            list_remove_(kv, id);
+            table_remove_(kv, id);
+            list_push_tail_(kv, LIST_FREE, id);
+            released++;
+        }
+    }
+    kv->done_released += (uint64_t)released;
+    kv->n_far -= kv->convs[c].need > 0;
+    kv->convs[c] = (kv_conv){0, 0, kv->free_conv};
+    kv->free_conv = c;
+    kv->n_live--;
+    *cell = -2;
+    return released;
+}
+
+void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key)
+{
+    pl_kv_blocks_release(kv, id);
+    kv_block *blk = &kv->b[id];
+    if (blk->ref == 0 && blk->hashed) {
+        /* Only hinted keys tag: a key nobody hints (an API client's
+         * prompt_cache_key) would otherwise hold a slot forever. */
+        int32_t *cell = key && kv->conv_index ? conv_cell_(kv, key, false) : NULL;
+        blk->conv = cell && *cell >= 0 ? *cell : -1;
+    }
 }
 
 int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
@@ -273,6 +468,8 @@ void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
     st->queries = kv->queries;
     st->hits = kv->hits;
     st->evictions = kv->evictions;
+    st->done_released = kv->done_released;
+    st->need_evictions = kv->need_evictions;
 }
 
 static bool fail_(char *why, int whylen, const char *msg, int32_t id)

@@ -11,8 +11,9 @@
  * longest run of cached blocks covering its prefix and takes a reference on
  * each. A released block with a hash goes to a cached-free LRU list and is
  * reused as is by a later lookup; when the plain free list is empty the
- * allocator evicts the least recently released cached block (dropping its
- * hash).
+ * allocator evicts a cached block (dropping its hash): the least recently
+ * released, or with retention hints (below) the one whose conversation
+ * needs it furthest ahead.
  *
  * Pure data structure: no threads, no I/O. Not thread-safe.
  */
@@ -35,6 +36,10 @@ typedef struct pl_kv_stats {
     uint64_t queries;         /**< prompt tokens looked up */
     uint64_t hits;            /**< of those, tokens served from the cache */
     uint64_t evictions;       /**< cached blocks evicted for reuse */
+    uint64_t done_released;   /**< cached blocks freed when their
+                                   conversation finished */
+    uint64_t need_evictions;  /**< evictions that skipped the LRU block
+                                   for one needed later */
 } pl_kv_stats;
 
 /** Seed of the hash chain: the "parent hash" of a sequence's first block. */
@@ -91,6 +96,33 @@ void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit);
  */
 uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
                              const int32_t *ids);
+
+/* ---- retention by next need (DESIGN.md, "Conversation-aware KV") ----
+ *
+ * A block released to the cached-free list is tagged with the conversation
+ * key of the sequence that released it last. The caller hints, per key, how
+ * soon that conversation needs its cache again: 0 = now (running, or its
+ * next request is blocked on this round's dependencies), larger = later
+ * (its place in the dispatch order), PL_KV_NEED_DONE = never. With
+ * next-need eviction on, the allocator evicts the cached-free block of the
+ * furthest need, the least recently released among equals; untagged blocks
+ * and unhinted keys count as need 0. Off: plain LRU (hints are kept). */
+
+#define PL_KV_NEED_DONE (-1)
+
+void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on);
+
+/**
+ * Hint conversation key (0 is ignored) with need (>= 0 or
+ * PL_KV_NEED_DONE). DONE releases the conversation's cached-free blocks
+ * to the free list at once (their hashes dropped), whatever the policy,
+ * and forgets the key. Returns the number of blocks so released.
+ */
+int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need);
+
+/** pl_kv_blocks_release, tagging the block with key when it becomes
+ *  cached-free and key has been hinted (and not finished since). */
+void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key);
 
 void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st);
 
