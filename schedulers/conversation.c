@@ -2,6 +2,7 @@
  * per-model in-flight) and the completion rules. See conversation.h. */
 #include "schedulers/conversation.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -706,4 +707,39 @@ pl_conv_req *pl_conv_sched_inflight_first(pl_conv_sched *s)
 pl_conv_req *pl_conv_sched_inflight_next(pl_conv_req *r)
 {
     return r->next_;
+}
+
+int pl_conv_sched_next_need(pl_conv_sched *s, int *need)
+{
+    pl_conv_req **buf = malloc(((size_t)s->n_ready + 1) * sizeof *buf);
+    int *rank = calloc((size_t)s->n_models, sizeof *rank);
+    if (!buf || !rank) {
+        free(buf);
+        free(rank);
+        return -1;
+    }
+    for (int c = 0; c < s->n_conv; c++) {
+        uint8_t st = s->conv[c].status;
+        need[c] = st == PL_CONV_STATUS_IDLE ? PL_CONV_NEED_NONE
+                : st != PL_CONV_STATUS_ACTIVE ? PL_CONV_NEED_DONE : INT_MAX;
+    }
+    /* Running: needed now. A pending request waits on requests of its
+     * conversation that are running or ready, which set its need. */
+    for (const pl_conv_req *r = s->inflight.head; r; r = r->next_)
+        need[r->conversation] = need[r->conversation] == INT_MAX ? 0 : need[r->conversation];
+    /* Ready: the wave of its model's dispatch order it will leave in. */
+    int n = ready_first_k(s, buf, s->n_ready);
+    for (int i = 0; i < n; i++) {
+        const model_state *m = &s->model[buf[i]->model];
+        int nd = 1 + rank[buf[i]->model]++ / (m->capacity > 0 ? m->capacity : 1);
+        int *cur = &need[buf[i]->conversation];
+        if (*cur == INT_MAX || (*cur > nd && *cur != 0))
+            *cur = nd;
+    }
+    for (int c = 0; c < s->n_conv; c++)
+        if (need[c] == INT_MAX)
+            need[c] = 0;
+    free(buf);
+    free(rank);
+    return 0;
 }

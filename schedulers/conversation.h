@@ -184,6 +184,20 @@ void pl_conv_sched_model_counts(const pl_conv_sched *s, int model,
 int pl_conv_sched_peek(pl_conv_sched *s, pl_conv_pool pool,
                        pl_conv_entry *out, int k);
 
+/** Next need of a conversation (pl_conv_sched_next_need). */
+#define PL_CONV_NEED_DONE (-1)   /**< succeeded or failed: never again */
+#define PL_CONV_NEED_NONE (-2)   /**< not started: nothing to say */
+
+/**
+ * How soon each conversation sends its next request, for KV retention
+ * (DESIGN.md, "Conversation-aware KV"): need[c] for c < n_conversations is
+ * 0 when it has a request in flight, 1 + w when its best ready request leaves in dispatch wave w
+ * of its model (its rank in that model's pre-departure order divided by
+ * the model's capacity), PL_CONV_NEED_DONE or PL_CONV_NEED_NONE. O(ready
+ * log ready). Returns 0, -1 on OOM.
+ */
+int pl_conv_sched_next_need(pl_conv_sched *s, int *need);
+
 /** Iterate in-flight requests (dispatch order): first, then next(r). */
 pl_conv_req *pl_conv_sched_inflight_first(pl_conv_sched *s);
 pl_conv_req *pl_conv_sched_inflight_next(pl_conv_req *r);

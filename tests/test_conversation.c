@@ -383,3 +383,44 @@ Test(conversation, one_priority_order_across_models)
     cr_assert_eq(b->model, 1);
     pl_conv_sched_free(s);
 }
+
+/* Retention hints: in flight or blocked on this round = 0, ready = 1 + the
+ * dispatch wave (rank / capacity), finished = DONE, not started = NONE. */
+Test(conversation, next_need_by_dispatch_wave)
+{
+    pl_conv_sched *s = make_debate(2, 1, 0, 1, 0, 5);
+    pl_conv_sched_set_capacity(s, 0, 2);
+    for (int c = 0; c < 4; c++)
+        cr_assert_eq(pl_conv_sched_start(s, c), 0);
+    pl_conv_req *r[2];
+    cr_assert_eq(drain(s, r, 2), 2);
+    cr_assert_eq(r[0]->conversation, 0);
+    cr_assert_eq(r[1]->conversation, 0);
+    int need[5];
+    cr_assert_eq(pl_conv_sched_next_need(s, need), 0);
+    cr_assert_eq(need[0], 0, "running");
+    cr_assert_eq(need[1], 1, "ranks 0-1: the next wave");
+    cr_assert_eq(need[2], 2, "ranks 2-3");
+    cr_assert_eq(need[3], 3, "ranks 4-5");
+    cr_assert_eq(need[4], PL_CONV_NEED_NONE, "not started");
+    /* Conversation 0's participants finish: its moderator is ready and,
+     * more progress first, heads the order. */
+    pl_conv_sched_complete(s, r[0], PL_CONV_OK);
+    pl_conv_sched_complete(s, r[1], PL_CONV_OK);
+    cr_assert_eq(pl_conv_sched_next_need(s, need), 0);
+    cr_assert_eq(need[0], 1);
+    pl_conv_req *m = pl_conv_sched_dispatch(s);
+    cr_assert_eq(m->conversation, 0);
+    pl_conv_sched_complete(s, m, PL_CONV_OK);
+    cr_assert_eq(pl_conv_sched_next_need(s, need), 0);
+    cr_assert_eq(need[0], PL_CONV_NEED_DONE, "finished");
+    cr_assert_eq(need[1], 1);
+    pl_conv_sched_fail(s, 3);
+    cr_assert_eq(pl_conv_sched_next_need(s, need), 0);
+    cr_assert_eq(need[3], PL_CONV_NEED_DONE, "failed");
+    pl_conv_req *rest[8];
+    int n = drain(s, rest, 8);
+    for (int i = 0; i < n; i++)
+        pl_conv_sched_complete(s, rest[i], PL_CONV_OK);
+    pl_conv_sched_free(s);
+}
