@@ -211,7 +211,17 @@ typedef struct pl_backend_ops {
      *  "hermes" (Qwen 2.5 / Hermes <tool_call>), "llama3" (Llama 3.1 JSON),
      *  "mistral" ([TOOL_CALLS]) or "generic". May be NULL: "generic". */
     const char *(*tool_format)(pl_backend *b);
+    /** Retention hint (DESIGN.md, "Conversation-aware KV"): how soon the
+     *  conversation with this key (a request's conversation_key) needs its
+     *  cached prefix again: 0 = now, larger = later (its place in the
+     *  dispatch order, in waves of the backend's capacity), PL_NEED_DONE =
+     *  finished: its cached blocks may go at once. May be NULL (the
+     *  backend keeps no cache of its own to steer). */
+    void (*retain)(pl_backend *b, uint64_t conversation_key, int next_need);
 } pl_backend_ops;
+
+/** The next need of a finished conversation (pl_backend_ops.retain). */
+#define PL_NEED_DONE (-1)
 
 struct pl_req_metrics;
 

@@ -38,6 +38,7 @@ typedef struct run_args {
     bool live;
     double progress_interval;    /* seconds; status lines without a TTY */
     int policy;                  /* pl_conv_policy from --strategy */
+    bool kv_lru;                 /* --kv-eviction lru: no retention hints */
     int argc;                    /* argv without run-only flags */
     char **argv;
     pl_linemap lines;            /* the job file's key paths -> lines */
@@ -56,7 +57,10 @@ static void run_usage(FILE *f)
                "  --stats FILE   write the strategy, makespan and backend statistics (JSON)\n"
                "  --strategy S   dispatch policy (default parley: seed 000's priority heap);\n"
                "                 fcfs: first ready, first served; naive: one request at a\n"
-               "                 time, conversation by conversation (benchmark baselines)\n\n"
+               "                 time, conversation by conversation (benchmark baselines)\n"
+               "  --kv-eviction E  next-need (default): the job tells the engine how soon\n"
+               "                 each conversation needs its cached prefix (finished ones\n"
+               "                 free theirs at once); lru: no hints (a baseline)\n\n"
                "model options (apply to every model of the job; the job file's per-model\n"
                "options come first, the command line wins):\n");
     pl_opts_print_help(f, PL_OPT_MODEL);
@@ -102,6 +106,14 @@ static int split_args(int argc, char **argv, run_args *ra)
                         v ? v : "");
                 return -2;
             }
+        } else if (!strcmp(argv[i], "--kv-eviction") || !strncmp(argv[i], "--kv-eviction=", 14)) {
+            const char *v = argv[i][13] == '=' ? argv[i] + 14 : i + 1 < argc ? argv[++i] : NULL;
+            if (!v || (strcmp(v, "lru") && strcmp(v, "next-need"))) {
+                fprintf(stderr, "parley: --kv-eviction: expected lru or next-need, got '%s'\n",
+                        v ? v : "");
+                return -2;
+            }
+            ra->kv_lru = !strcmp(v, "lru");
         } else
             ra->argv[ra->argc++] = argv[i];
     }
@@ -272,6 +284,42 @@ static void on_finished(void *ud, pl_job *j)
     event_base_loopexit(rc->base, NULL);
 }
 
+static json_int_t geti(json_t *o, const char *a, const char *b)
+{
+    json_t *x = json_object_get(o, a);
+    return json_integer_value(b ? json_object_get(x, b) : x);
+}
+
+/* The in-process engines' counters summed (issue 17's report): steps,
+ * rows per step, KV evictions, preemptions, busy = execute time over the
+ * makespan. null when no backend is an engine. */
+static json_t *engine_summary(json_t *backends, double makespan_ms)
+{
+    json_int_t steps = 0, rows = 0, ev = 0, pre = 0, done = 0, needev = 0;
+    double exec = 0;
+    bool any = false;
+    size_t i;
+    json_t *b;
+    json_array_foreach(backends, i, b) {
+        if (!json_is_integer(json_object_get(b, "steps")))
+            continue;
+        any = true;
+        steps += geti(b, "steps", NULL);
+        rows += geti(b, "rows", NULL);
+        pre += geti(b, "preemptions", NULL);
+        ev += geti(b, "kv", "evictions");
+        done += geti(b, "kv", "done_released");
+        needev += geti(b, "kv", "need_evictions");
+        exec += json_number_value(json_object_get(json_object_get(b, "timing"), "execute_ms"));
+    }
+    if (!any)
+        return json_null();
+    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I, s:f}", "steps", steps, "rows_per_step",
+                     steps ? (double)rows / (double)steps : 0.0, "evictions", ev,
+                     "preemptions", pre, "done_released", done, "need_evictions", needev,
+                     "busy_fraction", makespan_ms > 0 ? exec / makespan_ms : 0.0);
+}
+
 /* --stats: what a benchmark needs to compare dispatch strategies. */
 static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
                         int n_models)
@@ -290,6 +338,14 @@ static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
         json_array_append_new(arr, bs[m]->ops->stats ? bs[m]->ops->stats(bs[m]) : json_null());
     if (o && arr)
         json_object_set_new(o, "backends", arr);
+    if (o) {
+        json_object_set_new(o, "cache", json_pack("{s:I, s:I}", "round2plus_prompt_tokens",
+                                                  (json_int_t)p.round2plus_prompt_tokens,
+                                                  "round2plus_cached_tokens",
+                                                  (json_int_t)p.round2plus_cached_tokens));
+        json_object_set_new(o, "engine", engine_summary(arr, ms));
+        json_object_set_new(o, "kv_eviction", json_string(ra->kv_lru ? "lru" : "next-need"));
+    }
     if (!o || json_dump_file(o, ra->stats, JSON_INDENT(1)) < 0)
         fprintf(stderr, "parley: cannot write %s\n", ra->stats);
     json_decref(o);
@@ -321,7 +377,8 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     }
     pl_job_opts jo = {.base = rc->base, .io = io, .id = "run", .output_root =
                       ra->output ? ra->output : "output", .backends = bs,
-                      .policy = ra->policy, .on_finished = on_finished, .ud = rc};
+                      .policy = ra->policy, .no_retention_hints = ra->kv_lru,
+                      .on_finished = on_finished, .ud = rc};
     char err[256];
     int n_questions = spec->n_questions;
     rc->job = pl_job_new(spec, &jo, err, sizeof err);

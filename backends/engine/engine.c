@@ -175,6 +175,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens
                                               : e->max_len - n;
     r->priority = req->priority;
+    r->conv_key = req->conversation_key;
     r->t_submit = pl_engine_now_ms_();
     if (sub_add_(e, r->id, sink) < 0)
         goto oom;
@@ -211,6 +212,19 @@ static void eng_abort_(pl_backend *b, uint64_t id)
         return;
     pl_engine_sub_remove_(e, id);         /* the sink is never called again */
     eng_control_(e, id, ENG_MSG_ABORT);
+}
+
+/* A retention hint: applied on the engine thread, in order with submits. */
+static void eng_retain_(pl_backend *b, uint64_t key, int next_need)
+{
+    pl_engine *e = (pl_engine *)b;
+    eng_msg *m = key ? calloc(1, sizeof *m) : NULL;
+    if (!m)
+        return;
+    m->type = ENG_MSG_RETAIN;
+    m->id = key;
+    m->n = next_need < 0 ? PL_NEED_DONE : next_need;
+    pl_engine_inbox_push_(e, m);
 }
 
 static void eng_set_paused_(pl_backend *b, uint64_t id, bool paused)
@@ -330,6 +344,7 @@ static const pl_backend_ops engine_ops = {
     .max_model_len = eng_max_model_len_,
     .free = eng_free_,
     .tool_format = eng_tool_format_,
+    .retain = eng_retain_,
 };
 
 /* Resolve 0 = "the runner's" and check the options against it. */
@@ -371,6 +386,9 @@ static int init_core_(pl_engine *e, pl_err *err)
                           e->max_model_len};
     e->kv = pl_kv_blocks_new(e->opt.num_blocks, e->opt.block_size,
                              e->opt.prefix_caching);
+    e->t_open = pl_engine_now_ms_();
+    if (e->kv)    /* hinted conversations (jobs) evict by next need */
+        pl_kv_blocks_set_next_need(e->kv, true);
     e->batch = e->kv ? pl_batch_new(&bc, e->kv) : NULL;
     if (!e->batch)
         return pl_err_set(err, 500, "server_error", NULL, NULL,

@@ -21,6 +21,7 @@ typedef struct eng_req {
     int n_prompt;
     int max_new;
     int priority;
+    uint64_t conv_key;            /* the request's conversation key */
     pl_sampling sp;               /* owned copy (stop strings, bias) */
     const pl_token_fsm *fsm;      /* constraint automaton (a reference) */
     double t_submit, t_sched, t_first;   /* ms, monotonic */
@@ -37,6 +38,7 @@ typedef enum eng_msg_type {
     ENG_MSG_ABORT,
     ENG_MSG_PAUSE,
     ENG_MSG_RESUME,
+    ENG_MSG_RETAIN,               /* id: conversation key, n: next need */
     ENG_MSG_DELTA,
     ENG_MSG_DONE,
 } eng_msg_type;
@@ -79,6 +81,7 @@ typedef struct eng_stats {
     uint64_t tokens_out;          /* sampled tokens appended */
     uint64_t aborted;             /* requests aborted by the caller */
     uint64_t pause_msgs;          /* pause and resume requests applied */
+    uint64_t hints;               /* retention hints applied */
     double schedule_ms, process_ms, execute_ms, idle_gap_ms;
     double max_idle_gap_ms;
     int running, waiting;
@@ -102,6 +105,7 @@ typedef struct pl_engine {
     pl_constraint_cache *constraints; /* compiled constraints (main thread) */
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
+    double t_open;                /* ms, monotonic: for busy_fraction */
     int max_len;                  /* effective context: min(max_model_len,
                                      num_blocks * block_size) */
 

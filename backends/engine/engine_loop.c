@@ -99,6 +99,8 @@ static void on_submit_(pl_engine *e, eng_req *r)
     pl_seq_sampling ss = seq_sampling_(r);
     r->seq = pl_batch_add(e->batch, r->id, r->prompt, r->n_prompt, r->max_new,
                           r->priority, &ss, r);
+    if (r->seq)
+        r->seq->conv_key = r->conv_key;
     free(r->prompt);
     r->prompt = NULL;
     if (!r->seq) {
@@ -112,6 +114,11 @@ static void on_submit_(pl_engine *e, eng_req *r)
 
 static void on_control_(pl_engine *e, eng_msg *m)
 {
+    if (m->type == ENG_MSG_RETAIN) {
+        pl_kv_blocks_hint(e->kv, m->id, m->n == PL_NEED_DONE ? PL_KV_NEED_DONE : m->n);
+        e->st_local.hints++;
+        return;
+    }
     pl_batch_seq *s = pl_batch_find(e->batch, m->id);
     if (!s)
         return;                       /* finished already */

@@ -63,7 +63,16 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         "kv_invariant_why", s.idle_ok ? "" : s.idle_why);
     if (o) {
         json_object_set_new(o, "timing", timing_json_(&s));
-        json_object_set_new(o, "kv", kv_json_(&s.kv));
+        double up = pl_engine_now_ms_() - e->t_open;
+        json_object_set_new(o, "rows_per_step", json_real(s.steps ? (double)s.rows / (double)s.steps : 0.0));
+        json_object_set_new(o, "busy_fraction", json_real(up > 0 ? s.execute_ms / up : 0.0));
+        json_t *kv = kv_json_(&s.kv);
+        /* Conversation-aware KV (issue 17): hints applied, blocks freed by
+         * finished conversations, evictions that passed over the LRU block. */
+        json_object_set_new(kv, "retention_hints", json_integer((json_int_t)s.hints));
+        json_object_set_new(kv, "done_released", json_integer((json_int_t)s.kv.done_released));
+        json_object_set_new(kv, "need_evictions", json_integer((json_int_t)s.kv.need_evictions));
+        json_object_set_new(o, "kv", kv);
     }
     return o;
 }

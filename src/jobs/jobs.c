@@ -109,6 +109,7 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
     }
     memcpy(j->backends, o->backends, (size_t)j->n_models * sizeof *j->backends);
     j->policy = o->policy;
+    j->no_hints = o->no_retention_hints;
     if (!(j->sched = make_sched(&j->spec, j->backends, o->policy))) {
         snprintf(err, errlen, "invalid scheduler configuration");
         goto fail;
@@ -280,7 +281,7 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err)
     pl_gen_request req = {
         .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
         .sampling = ag->sampling, .priority = prio,
-        .conversation_key = ((uint64_t)(uintptr_t)j << 20) ^ (uint64_t)(cr->conversation + 1),
+        .conversation_key = job_conv_key(j, cr->conversation),
     };
     int nc = j->spec.questions[cr->conversation].n_choices;
     if (j->spec.constrained && j->spec.validation && ag->validate && nc > 0) {
@@ -335,6 +336,8 @@ bool job_can_dispatch(const pl_job *j, int m)
 void job_dispatch_one(pl_job *j, int m)
 {
     pl_conv_req *cr = pl_conv_sched_dispatch_model(j->sched, m);
+    if (cr)
+        job_hint_now(j, m, cr->conversation);
     if (cr)
         submit_req(j, cr, model_gate_dispatched(j->gates[m], j->gate_id[m]));
 }
@@ -442,7 +445,12 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     int fresh = jr->prompt_tokens - jr->cached_tokens;
     model_gate_completed(j->gates[saved.model], j->gate_id[saved.model],
                          (double)jr->completion_tokens + (fresh > 0 ? fresh : 0), jr->charged);
+    if (saved.round >= 1) {
+        j->r2_prompt_tokens += (uint64_t)jr->prompt_tokens;
+        j->r2_cached_tokens += (uint64_t)jr->cached_tokens;
+    }
     unsigned flags = pl_conv_sched_complete(j->sched, jr->cr, o);
+    job_send_hints(j);
     char *text = jr->text ? jr->text : strdup("");
     free(jr);
     if (!live || (flags & PL_CONV_EV_STALE)) {
@@ -549,8 +557,10 @@ void pl_job_cancel(pl_job *j)
             pl_conv_sched_fail(j->sched, q);
             j->n_cancelled++;
         }
-    if (j->sched)
+    if (j->sched) {
         abort_conv_inflight(j, -1);
+        job_send_hints(j);               /* their caches may go now */
+    }
     job_check_finished(j);
 }
 
@@ -570,6 +580,8 @@ void pl_job_free(pl_job *j)
         job_conv_free(j->conv[q], &j->spec);
     free(j->conv);
     free(j->skipped);
+    free(j->hint_sent);
+    free(j->hint_need);
     pl_conv_sched_free(j->sched);
     pl_persist_close(j->persist);
     pl_job_spec_free(&j->spec);

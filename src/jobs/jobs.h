@@ -72,6 +72,9 @@ typedef struct pl_job_opts {
     pl_model_gate **gates;
     /** Dispatch policy (benchmark baselines); 0 is parley's scheduler. */
     int policy;                  /**< pl_conv_policy */
+    /** No retention hints to the backends (their caches evict by LRU
+     *  alone; a benchmark baseline). */
+    bool no_retention_hints;
     /** Called once when the job leaves RUNNING/STARTING (may be NULL). */
     void (*on_finished)(void *ud, pl_job *j);
     void *ud;
@@ -110,6 +113,9 @@ typedef struct pl_job_progress {
                                       this run with a final answer and a
                                       known truth; how many were right */
     int reprompts;               /**< validation re-prompts sent */
+    /** Prompt tokens of the requests of rounds >= 2 (1-based) that ended,
+     *  and of them served from the backend's prefix cache. */
+    long long round2plus_prompt_tokens, round2plus_cached_tokens;
 } pl_job_progress;
 
 void pl_job_get_progress(const pl_job *j, pl_job_progress *p);

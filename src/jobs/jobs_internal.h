@@ -92,6 +92,13 @@ struct pl_job {
     int n_subs, next_sub, token_subs;
     pl_chat_message *scratch;    /* prompt array for submit */
     int scratch_cap;
+    /* retention hints (job_hints.c) */
+    bool no_hints;               /* --kv-eviction lru: send none */
+    int *hint_sent;              /* (n_models, n_questions) last sent */
+    int *hint_need;              /* (n_questions) scratch */
+    uint64_t hints_sent;
+    /* prompt tokens of round >= 2 (1-based) requests, and of them cached */
+    uint64_t r2_prompt_tokens, r2_cached_tokens;
 };
 
 /* jobs_state.c */
@@ -117,6 +124,14 @@ void job_check_finished(pl_job *j);
 /** The gate's callbacks: may the job dispatch on model m now; do it. */
 bool job_can_dispatch(const pl_job *j, int m);
 void job_dispatch_one(pl_job *j, int m);
+
+/* job_hints.c */
+/** The conversation key of question q (the requests' affinity key). */
+uint64_t job_conv_key(const pl_job *j, int q);
+/** Tell each backend with a cache what changed in the next needs. */
+void job_send_hints(pl_job *j);
+/** Conversation q was just dispatched on model m: needed now. */
+void job_hint_now(pl_job *j, int m, int q);
 
 /* model_gate.c */
 int model_gate_join(pl_model_gate *g, pl_job *j, int model, double weight, int cap);

@@ -212,6 +212,8 @@ void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
     p->answered = j->n_answered;
     p->correct = j->n_correct;
     p->reprompts = j->n_reprompts;
+    p->round2plus_prompt_tokens = (long long)j->r2_prompt_tokens;
+    p->round2plus_cached_tokens = (long long)j->r2_cached_tokens;
 }
 
 static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
@@ -264,6 +266,10 @@ json_t *pl_job_status_json(pl_job *j, int k)
                                                      p.answered ? (double)p.correct / p.answered
                                                                 : 0.0));
         json_object_set_new(o, "reprompts", json_integer(p.reprompts));
+        json_object_set_new(o, "cache", json_pack("{s:I, s:I}", "round2plus_prompt_tokens",
+                                                  (json_int_t)p.round2plus_prompt_tokens,
+                                                  "round2plus_cached_tokens",
+                                                  (json_int_t)p.round2plus_cached_tokens));
         int followers = 0;
         for (int i = 0; i < j->n_subs; i++)
             followers += j->subs[i].fn != NULL;
