@@ -10,6 +10,7 @@
 
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
+#include "backends/engine/cpu/qdot_k.h"
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
 
@@ -134,6 +135,87 @@ Test(cpu_ops, qmatmul_rows_matches_qdot)
             cr_assert_float_eq(y[r * O + o],
                                pl_op_qdot(PL_GGML_TYPE_Q4_1, w + o * rb, a + r * (N / PL_QK), N),
                                1e-6f);
+}
+
+/* A random row of a Q5 / K-quant type: random bytes with each block's
+ * fp16 scales overwritten by sane values (the rest of a block's bytes are
+ * all valid as they come). */
+static void random_krow(pl_ggml_type t, uint8_t *dst, int n)
+{
+    size_t bb = pl_qdot_k_block_bytes(t), be = bb > 24 ? 256 : PL_QK;
+    for (size_t i = 0; i < (size_t)n / be * bb; i++)
+        dst[i] = (uint8_t)(rng_state = rng_state * 6364136223846793005ULL + 1, rng_state >> 56);
+    for (int b = 0; b < n / (int)be; b++) {
+        uint8_t *p = dst + b * bb;
+        uint16_t d = pl_fp32_to_fp16((be == 256 ? 0.002f : 0.01f) + 0.02f * fabsf(frand()));
+        uint16_t m = pl_fp32_to_fp16((t == PL_GGML_TYPE_Q4_K ? 0.01f : 0.2f) * frand());
+        if (t == PL_GGML_TYPE_Q6_K) {
+            memcpy(p + 208, &d, 2);
+            continue;
+        }
+        memcpy(p, &d, 2);
+        if (t != PL_GGML_TYPE_Q5_0)
+            memcpy(p + 2, &m, 2);
+    }
+}
+
+static const pl_ggml_type KTYPES[4] = {PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
+                                       PL_GGML_TYPE_Q6_K};
+
+/* Q5 / K-quant kernels (reference and AVX2) == f64 dot of the operands as
+ * model/quant.c dequantises them (itself checked against gguf-py's
+ * dequantize in test_quant.c). */
+Test(cpu_ops, qdot_k_kernels)
+{
+    enum { N = 1536 };
+    static uint8_t w[N / 256 * 210];
+    float x[N], wf[N];
+    pl_q8_act a[N / PL_QK];
+    for (int k = 0; k < 4; k++) {
+        cr_assert(pl_op_qdot_supported(KTYPES[k]));
+        for (int rep = 0; rep < 20; rep++) {
+            random_krow(KTYPES[k], w, N);
+            fill(x, N, 2.0f);
+            pl_op_quantize_row_q8(x, a, N);
+            cr_assert_eq(pl_dequant_row(KTYPES[k], w, wf, N), 0);
+            double exact = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                double xi = (double)a[i / PL_QK].d * a[i / PL_QK].qs[i % PL_QK];
+                exact += (double)wf[i] * xi;
+                mag += fabs((double)wf[i] * xi);
+            }
+            float ref = pl_op_qdot_ref(KTYPES[k], w, a, N), fast = pl_op_qdot(KTYPES[k], w, a, N);
+            cr_assert_leq(fabs(ref - exact), 1e-5 * mag + 1e-6, "type %d ref %g exact %g",
+                          KTYPES[k], ref, exact);
+            cr_assert_leq(fabs(fast - exact), 1e-5 * mag + 1e-6, "type %d fast %g exact %g",
+                          KTYPES[k], fast, exact);
+        }
+    }
+}
+
+/* Several activation rows through qmatmul_rows give each row exactly its
+ * single-row result (batch invariance), for every K type. */
+Test(cpu_ops, qmatmul_rows_k_batch_invariant)
+{
+    enum { N = 512, O = 12, R = 5 };
+    static uint8_t w[O * N / 256 * 210];
+    float x[R * N], y[R * O];
+    pl_q8_act a[R * N / PL_QK];
+    fill(x, R * N, 1.0f);
+    for (int r = 0; r < R; r++)
+        pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
+    for (int k = 0; k < 4; k++) {
+        size_t bb = pl_qdot_k_block_bytes(KTYPES[k]);
+        size_t rb = N / (bb > 24 ? 256 : PL_QK) * bb;
+        random_krow(KTYPES[k], w, O * N);
+        pl_op_qmatmul_rows(KTYPES[k], w, rb, a, N / PL_QK, R, y, O, 2, O);
+        for (int r = 0; r < R; r++)
+            for (int o = 2; o < O; o++) {
+                float one = pl_op_qdot(KTYPES[k], w + o * rb, a + r * (N / PL_QK), N);
+                cr_assert_eq(memcmp(&y[r * O + o], &one, 4), 0, "type %d r %d o %d",
+                             KTYPES[k], r, o);
+            }
+    }
 }
 
 Test(cpu_ops, rmsnorm_swiglu_softmax)

@@ -9,6 +9,7 @@
  * Nibble j (low) is element j, nibble j (high) is element j + 16.
  */
 #include "backends/engine/cpu/ops.h"
+#include "backends/engine/cpu/qdot_k.h"
 
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
@@ -46,7 +47,8 @@ static inline float h2f(const uint8_t *p)
 
 int pl_op_qdot_supported(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0;
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
+           pl_qdot_k_supported(t);
 }
 
 static void dequant_q4(const uint8_t *b, float *y, int has_m)
@@ -118,6 +120,8 @@ void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n)
 float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     const uint8_t *b = w;
+    if (pl_qdot_k_supported(t))
+        return pl_qdot_k_ref(t, w, a, n);
     pthread_once(&fp16_once, fp16_init);
     float acc = 0.0f;
     for (int i = 0; i < n / PL_QK; i++) {
@@ -285,6 +289,8 @@ static int have_avx2(void) { return 0; }
 
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
+    if (pl_qdot_k_supported(t))
+        return pl_qdot_k(t, w, a, n);
 #ifdef PL_HAVE_X86
     if (have_avx2()) {
         pthread_once(&fp16_once, fp16_init);
@@ -329,9 +335,11 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
 #ifdef PL_HAVE_X86
     if (have_avx2()) {
         pthread_once(&fp16_once, fp16_init);
-        if (n_rows == 1) {       /* decode: the single-row kernels */
+        if (n_rows == 1 || pl_qdot_k_supported(t)) { /* the single-row kernels */
             for (int o = o0; o < o1; o++)
-                y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
+                for (int r = 0; r < n_rows; r++)
+                    y[(size_t)r * ldy + o] =
+                        pl_op_qdot(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk, n);
             return;
         }
         for (int o = o0; o < o1; o++)

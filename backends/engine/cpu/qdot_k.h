@@ -1,0 +1,20 @@
+/* qdot_k.h - Q5_0, Q5_1, Q4_K and Q6_K weight rows dotted with q8
+ * activations (qdot_k.c); pl_op_qdot / pl_op_qmatmul_rows dispatch here.
+ */
+#ifndef PL_CPU_QDOT_K_H
+#define PL_CPU_QDOT_K_H
+
+#include <stddef.h>
+
+#include "backends/engine/cpu/ops.h"
+
+/** True for the types below. */
+int pl_qdot_k_supported(pl_ggml_type t);
+/** Bytes per block of those types (0 for others). */
+size_t pl_qdot_k_block_bytes(pl_ggml_type t);
+/** Scalar reference; n is a multiple of the type's block (32 or 256). */
+float pl_qdot_k_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+/** AVX2 when the CPU has it, else the reference. */
+float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+
+#endif
