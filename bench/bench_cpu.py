@@ -44,7 +44,7 @@ def build_bench():
     subprocess.run(["ninja", "-C", "build"], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     exe = os.path.join(ROOT, "build", "bench_cpu_runner")
     libs = ["build/backends/libplbackends.a", "build/schedulers/libplschedulers.a",
-            "build/src/libplcore.a"]
+            "build/src/base/libplbase.a", "build/src/libplcore.a"]
     libs = [l for l in libs if os.path.exists(os.path.join(ROOT, l))]
     subprocess.run(["cc", "-O2", "-I.", "-o", exe, "bench/bench_cpu_runner.c", *libs,
                     "-lopenblas", "-lm", "-lpthread"], cwd=ROOT, check=True)

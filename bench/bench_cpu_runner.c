@@ -9,10 +9,12 @@
  * The prompt is token ids 1000.. (content does not matter for speed).
  */
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cpu/ops.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
 
@@ -35,7 +37,10 @@ int main(int argc, char **argv)
     int np = atoi(argv[2]), nd = atoi(argv[3]), nt = atoi(argv[4]);
     char err[256];
     pl_gguf *g = pl_gguf_open(argv[1], err, sizeof(err));
-    pl_model *m = g ? pl_model_load(g, NULL, err, sizeof(err)) : NULL;
+    /* As the engine loads it: f32 copies only for the f32 GEMM path. */
+    pl_model_opts mo = {.keep_f32 = argc > 5 && atoi(argv[5]) < 1000000,
+                        .keep_packed = pl_op_qdot_supported};
+    pl_model *m = g ? pl_model_load(g, &mo, err, sizeof(err)) : NULL;
     if (!m) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -82,8 +87,11 @@ int main(int argc, char **argv)
             return 1;
     }
     double t2 = now_s(), c2 = cpu_s();
-    printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f\n",
-           np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f "
+           "max_rss_mb=%.1f\n", np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1,
+           ru.ru_maxrss / 1024.0);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backends/engine/text/chat_template.h"
 #include "backends/engine/cpu/cpu_runner.h"
@@ -217,6 +218,10 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
      * whatever the row count, so outputs never depend on the batch mix. */
     if (r && o->batch_invariant)
         pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
+    if (r)
+        pl_log(PL_LOG_INFO, "cpu engine %s: %d threads, kernels %s", o->model_path,
+               o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+               pl_op_kernel_path());
     return r;
 }
 

@@ -2,6 +2,10 @@
  * process, execute, idle gap), rows, queues and the KV cache. */
 #include "backends/engine/engine_internal.h"
 
+#include <string.h>
+
+#include "backends/engine/cpu/ops.h"
+
 static double per_(double total, uint64_t n)
 {
     return n ? total / (double)n : 0.0;
@@ -73,6 +77,8 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(kv, "done_released", json_integer((json_int_t)s.kv.done_released));
         json_object_set_new(kv, "need_evictions", json_integer((json_int_t)s.kv.need_evictions));
         json_object_set_new(o, "kv", kv);
+        if (!strcmp(e->ops.kind, "cpu"))
+            json_object_set_new(o, "cpu_kernels", json_string(pl_op_kernel_path()));
     }
     return o;
 }

@@ -27,6 +27,11 @@ typedef struct pl_q8_act {
  *  pl_fp16_to_fp32 in src/base/half.h, which also has float -> half). */
 float pl_op_fp16_to_f32(uint16_t h);
 
+/** The kernel path the dispatch picks on this CPU, from the one cpuid
+ *  probe (src/base/cpu_features.h): "avx2+fma+f16c" or "scalar". Named in
+ *  the startup log and in /status (engine "cpu_kernels"). */
+const char *pl_op_kernel_path(void);
+
 /** True when the quantised dot kernels support weight type t. */
 int pl_op_qdot_supported(pl_ggml_type t);
 /** Dequantise n elements (a multiple of the type's block) of type t.

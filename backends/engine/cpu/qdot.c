@@ -287,6 +287,8 @@ static int have_avx2(void) { return pl_cpu_has_avx2(); }
 static int have_avx2(void) { return 0; }
 #endif
 
+const char *pl_op_kernel_path(void) { return have_avx2() ? "avx2+fma+f16c" : "scalar"; }
+
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     if (pl_qdot_k_supported(t))
