@@ -133,6 +133,7 @@ Test(prompt_shared, round_prompts_share_one_prefix_and_extend_it)
         cr_assert_str_eq(p[0].m[0].role, "system");
         cr_assert_null(strstr(p[0].m[0].content, "PERSONA"), "the preamble is common");
         cr_assert(strstr(p[0].m[1].content, "QTEXT?") && strstr(p[0].m[1].content, "B) y"));
+        cr_assert(strstr(p[0].m[1].content, "Answer: B"), "the answer format is shared");
         for (int a = 1; a < 4; a++)
             cr_assert(same_prefix(p[0], p[a], shared), "round %d agent %d shares the prefix",
                       round, a);
@@ -143,7 +144,9 @@ Test(prompt_shared, round_prompts_share_one_prefix_and_extend_it)
                           "round %d quote %d: %s", r, j, p[0].m[2 + 4 * r + j].content);
         /* The persona and the instruction come last, only there. */
         cr_assert(strstr(p[0].m[shared].content, "PERSONA0"));
-        cr_assert(strstr(p[0].m[shared].content, "Answer: B"));
+        char rr[32];
+        snprintf(rr, sizeof rr, "Round %d of 3.", round + 1);
+        cr_assert(strstr(p[0].m[shared].content, rr), "%s", p[0].m[shared].content);
         cr_assert(strstr(p[1].m[shared].content, "PERSONA1"));
         /* The moderator reads this round's participants in order, right
          * where the next round's prompts quote them. */

@@ -161,6 +161,7 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
               "is quoted as [round, agent, role].", n, s->num_rounds);
     ml_push(&l, "system", &b);
     question(&b, q);
+    instruction(&b, s, q);       /* the same answer format for everyone */
     ml_push(&l, "user", &b);
     for (int r = 0; r < round; r++)
         for (int j = 0; j < n; j++)
@@ -173,9 +174,9 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
               me->role ? me->role : "");
     if (me->system_prompt)
         sb_printf(&b, " %s", me->system_prompt);
-    sb_printf(&b, "\nRound %d of %d.%s\n", round + 1, s->num_rounds,
-              round ? " Weigh the messages above and give your answer." : "");
-    instruction(&b, s, q);
+    sb_printf(&b, "\nRound %d of %d.%s", round + 1, s->num_rounds,
+              round ? " Weigh the messages above, then give your answer in the format asked."
+                    : " Give your answer in the format asked.");
     ml_push(&l, "user", &b);
     if (l.oom) {
         pl_prompt_messages_free(l.m, l.n);

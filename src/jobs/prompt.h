@@ -40,7 +40,7 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
  * that every agent's prompt of one round opens with the same tokens:
  *
  *   system     a common preamble (agent count, rounds, the quote format)
- *   user       the question and its choices
+ *   user       the question, its choices and the answer format
  *   user       one per earlier message, rounds in order, agents in spec
  *              order: "[round R, id, role]: text" (the agent's own messages
  *              too; others only when their visible_to names the agent)
@@ -48,7 +48,7 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
  *              after (a moderator sees them in the order the next round's
  *              prompts will repeat them)
  *   user       the agent's part: "You are <id>, the <role>." its system
- *              prompt, "Round R of N.", the answer format
+ *              prompt, "Round R of N." and a one-line instruction
  *
  * Round r+1's shared part extends round r's, so one cached prefix serves a
  * conversation's round and grows with it. Re-prompts append to this list
