@@ -337,11 +337,17 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
 #ifdef PL_HAVE_X86
     if (have_avx2()) {
         pthread_once(&fp16_once, fp16_init);
-        if (n_rows == 1 || pl_qdot_k_supported(t)) { /* the single-row kernels */
+        if (n_rows == 1) {       /* decode: the single-row kernels */
             for (int o = o0; o < o1; o++)
-                for (int r = 0; r < n_rows; r++)
-                    y[(size_t)r * ldy + o] =
-                        pl_op_qdot(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk, n);
+                y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
+            return;
+        }
+        if (pl_qdot_k_supported(t)) {
+            for (int o = o0; o < o1; o++)
+                for (int r = 0; r < n_rows; r += 4)
+                    pl_qdot_k_rows(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
+                                   (size_t)n_blk, n, n_rows - r < 4 ? n_rows - r : 4,
+                                   y + (size_t)r * ldy + o, (size_t)ldy);
             return;
         }
         for (int o = o0; o < o1; o++)

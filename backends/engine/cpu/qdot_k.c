@@ -236,6 +236,119 @@ AVX2 static float avx2_q6_k(const uint8_t *b, const pl_q8_act *a, int nsb)
     return hsum8(acc);
 }
 
+/* The multi-row versions below unpack each weight block once for nr <= 4
+ * activation rows (a_stride blocks apart) and accumulate every row in
+ * exactly the order of the single-row kernel above, so a row's result
+ * does not depend on how many rows share the call (batch invariance). */
+AVX2 static void rows_q5(const uint8_t *b, const pl_q8_act *a, size_t as, int nb, int has_m,
+                         int nr, float *out, size_t os)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    size_t bb = has_m ? 24 : 22, qo = has_m ? 4 : 2;
+    for (int i = 0; i < nb; i++, b += bb) {
+        __m128i t = _mm_loadu_si128((const __m128i *)(b + qo + 4)), m4 = _mm_set1_epi8(0x0f);
+        __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(t, 4), m4),
+                                     _mm_and_si128(t, m4));
+        q = _mm256_or_si256(q, q5_high_bits(pl_le32(b + qo)));
+        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -16.0f * d;
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * as + i;
+            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d),
+                                     _mm256_cvtepi32_ps(dot_u8s8_i32(q, aq)), acc[r]);
+            off[r] += m * ar->s;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = hsum8(acc[r]) + off[r];
+}
+
+AVX2 static void rows_q4_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
+                           float *out, size_t os)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int s = 0; s < nsb; s++, b += 144) {
+        float d = h2f_hw(b), dmin = h2f_hw(b + 2);
+        int sc[8], mn[8];
+        k4_scales(b + 4, sc, mn);
+        for (int j = 0; j < 4; j++) {
+            __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
+            __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
+            for (int r = 0; r < nr; r++) {
+                const pl_q8_act *a0 = a + (size_t)r * as + 8 * s + 2 * j, *a1 = a0 + 1;
+                __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
+                __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
+                                         _mm256_cvtepi32_ps(p0), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
+                                         _mm256_cvtepi32_ps(p1), acc[r]);
+                off[r] += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = hsum8(acc[r]) - off[r];
+}
+
+AVX2 static void rows_q6_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
+                           float *out, size_t os)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    const __m256i k32 = _mm256_set1_epi8(32);
+    for (int s = 0; s < nsb; s++, b += 210) {
+        const int8_t *sc = (const int8_t *)(b + 192);
+        float d = h2f_hw(b + 208);
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));
+            for (int t = 0; t < 4; t++) {
+                int j = 4 * h + t;
+                __m256i lq = t % 2 ? l1 : l0;
+                __m256i lo = _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lq, 4) : lq, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), m2);
+                __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[2 * j + 1]),
+                                               _mm_set1_epi16(sc[2 * j]));
+                for (int r = 0; r < nr; r++) {
+                    const pl_q8_act *ar = a + (size_t)r * as + 8 * s + j;
+                    __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
+                    __m256i p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, aq),
+                                                 _mm256_maddubs_epi16(k32, aq));
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d),
+                                             _mm256_cvtepi32_ps(_mm256_madd_epi16(p, scv)),
+                                             acc[r]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = hsum8(acc[r]);
+}
+
+void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_stride, int n,
+                    int nr, float *out, size_t out_stride)
+{
+    if (pl_cpu_has_avx2()) {
+        switch (t) {
+        case PL_GGML_TYPE_Q5_0: rows_q5(w, a, a_stride, n / PL_QK, 0, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q5_1: rows_q5(w, a, a_stride, n / PL_QK, 1, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q4_K: rows_q4_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q6_K: rows_q6_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
+        default: break;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = pl_qdot_k_ref(t, w, a + (size_t)r * a_stride, n);
+}
+
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     if (pl_cpu_has_avx2()) {
@@ -253,5 +366,12 @@ float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     return pl_qdot_k_ref(t, w, a, n);
+}
+
+void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_stride, int n,
+                    int nr, float *out, size_t out_stride)
+{
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = pl_qdot_k_ref(t, w, a + (size_t)r * a_stride, n);
 }
 #endif

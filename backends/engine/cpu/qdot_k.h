@@ -17,4 +17,9 @@ float pl_qdot_k_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
 /** AVX2 when the CPU has it, else the reference. */
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
 
+/** One weight row against nr <= 4 activation rows (a_stride blocks apart):
+ *  out[r * out_stride] = pl_qdot_k(t, w, a + r * a_stride, n), bit for bit. */
+void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_stride, int n,
+                    int nr, float *out, size_t out_stride);
+
 #endif
