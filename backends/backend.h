@@ -116,6 +116,10 @@ typedef struct pl_gen_request {
     pl_sampling sampling;
     int priority;                /**< lower runs sooner (vLLM's convention) */
     uint64_t conversation_key;   /**< affinity hint; 0 = none */
+    /** A remote backend's routing key when it differs from conversation_key:
+     *  requests with one key share a prompt prefix (in jobs under the seed
+     *  layout, one agent's thread of a conversation). 0 = conversation_key. */
+    uint64_t affinity_key;
     /** The client's OpenAI request body when the request came through the
      *  OpenAI API (NULL from jobs), so a remote backend can pass on fields
      *  parley does not interpret. Borrowed for the duration of submit(). */

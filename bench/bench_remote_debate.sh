@@ -9,13 +9,15 @@
 # transcripts). Not a test.
 #   bench/bench_remote_debate.sh [QUESTIONS [MAX_TOKENS]]   (defaults 6, 24)
 # Env: PARLEY_MODEL, BENCH_OUT (default /tmp/parley-remote-debate),
-#      BENCH_CONFIGS (default "one two two_noaff"), BENCH_THREADS (1 per engine)
+#      BENCH_CONFIGS (default "one two two_noaff"), BENCH_THREADS (1 per engine),
+#      PARLEY_BIN (default build/parley: the gateway and the engines)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-6}
 MAXTOK=${2:-24}
 OUT=${BENCH_OUT:-/tmp/parley-remote-debate}
 CONFIGS=${BENCH_CONFIGS:-one two two_noaff}
+BIN=${PARLEY_BIN:-build/parley}
 MODEL=${PARLEY_MODEL:-$HOME/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf}
 rm -rf "$OUT"; mkdir -p "$OUT"
 JOB="$OUT/debate_$N.yaml"
@@ -26,7 +28,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2
 trap cleanup EXIT
 engine() { # -> url
     local out; out=$(mktemp "$OUT/engine.XXXX")
-    build/parley serve --port 0 --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
+    "$BIN" serve --port 0 --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
         --served-model-name smollm --kv-cache-mb 256 --log-level warn > "$out" 2>&1 &
     pids+=($!)
     for _ in $(seq 600); do grep -q listening "$out" && break; sleep 0.1; done
@@ -38,7 +40,7 @@ for c in $CONFIGS; do
     if [ "$c" != one ]; then e2=$(engine); ups+=(--upstream "$e2/v1"); fi
     [ "$c" = two_noaff ] && extra=(--no-upstream-affinity)
     echo "== $c: ${ups[*]} ${extra[*]} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-    build/parley run "$JOB" "${ups[@]}" "${extra[@]}" --output "$OUT/$c" \
+    "$BIN" run "$JOB" "${ups[@]}" "${extra[@]}" --output "$OUT/$c" \
         --stats "$OUT/$c.stats.json" --log-level warn 2> "$OUT/$c.log" || true
     tail -1 "$OUT/$c.log" >&2
     cleanup
@@ -58,15 +60,19 @@ for c in cfgs:
                 p2 += a["prompt_tokens"]; c2 += a["cached_tokens"]
             else:
                 p1 += a["prompt_tokens"]; c1 += a["cached_tokens"]
+    be = (st.get("backends") or [{}])[0]
+    caps = "/".join(str(r.get("capacity")) for r in be.get("replicas", []))
     rows[c] = dict(ms=st["makespan_ms"], ok=st["succeeded"], failed=st["failed"], reqs=reqs,
+                   hits=be.get("affinity_hits", 0), moves=be.get("affinity_moves", 0), caps=caps,
                    hit2=c2 / p2 if p2 else 0, c2=c2, p2=p2, hit1=c1 / p1 if p1 else 0)
-print("| upstreams | makespan (s) | round>=2 prompt tokens from upstream prefix cache | round 1 | requests | succeeded/failed |")
-print("|---|---|---|---|---|---|")
+print("| upstreams | makespan (s) | round>=2 prompt tokens from upstream prefix cache | round 1 | requests | succeeded/failed | affinity hits/moves | replica capacity |")
+print("|---|---|---|---|---|---|---|---|")
 names = {"one": "1 CPU engine", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
 for c in cfgs:
     r = rows[c]
-    print("| %s | %.1f | %.1f%% (%d/%d) | %.1f%% | %d | %d/%d |" % (names.get(c, c), r["ms"] / 1e3,
-          100 * r["hit2"], r["c2"], r["p2"], 100 * r["hit1"], r["reqs"], r["ok"], r["failed"]))
+    print("| %s | %.1f | %.1f%% (%d/%d) | %.1f%% | %d | %d/%d | %d/%d | %s |" % (names.get(c, c),
+          r["ms"] / 1e3, 100 * r["hit2"], r["c2"], r["p2"], 100 * r["hit1"], r["reqs"], r["ok"],
+          r["failed"], r["hits"], r["moves"], r["caps"]))
 if "one" in rows and "two" in rows:
     print("\nmakespan 1 upstream / 2 upstreams: %.2fx" % (rows["one"]["ms"] / rows["two"]["ms"]), end="")
     if "two_noaff" in rows:

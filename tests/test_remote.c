@@ -519,6 +519,63 @@ Test(remote, routes_by_least_outstanding_and_keeps_affinity)
     pl_fake_stop(c);
 }
 
+static uint64_t submit_key(pl_backend *b, got *g, uint64_t key)
+{
+    pl_gen_request r = {.messages = msgs, .n_messages = 1, .conversation_key = key};
+    pl_sampling_defaults(&r.sampling);
+    uint64_t id;
+    pl_err e;
+    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, g}, &id, &e), 0);
+    return id;
+}
+
+static json_int_t backend_stat(pl_backend *b, const char *key)
+{
+    json_t *s = b->ops->stats(b);
+    json_int_t v = json_integer_value(json_object_get(s, key));
+    json_decref(s);
+    return v;
+}
+
+/* Capacity 1 per replica, both busy: a key's requests wait at its home
+ * replica (its prefix cache) instead of moving to another full one. */
+Test(remote, keeps_a_key_home_when_every_replica_is_full)
+{
+    pl_fake_upstream *f[2] = {pl_fake_start("fake"), pl_fake_start("fake")};
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 2; k++)
+            pl_fake_push(f[k], &(pl_fake_step){.n_tokens = 4, .token_delay_ms = 100});
+    const char *u[2] = {pl_fake_url(f[0]), pl_fake_url(f[1])};
+    pl_remote_opts o = opts(u, 2);
+    o.upper_bound = 1;
+    char err[256];
+    pl_backend *b = pl_remote_new(base, &o, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    got g[5] = {0};
+    submit_key(b, &g[0], 777);       /* the key's home: free, so it goes there */
+    submit(b, &g[1], NULL);          /* no key: the other replica; both full now */
+    for (int i = 2; i < 5; i++)
+        submit_key(b, &g[i], 777);
+    for (int i = 0; i < 5; i++)
+        run_until(is_done, &g[i], 10000);
+    int n0 = pl_fake_requests(f[0]), n1 = pl_fake_requests(f[1]);
+    cr_assert((n0 == 4 && n1 == 1) || (n0 == 1 && n1 == 4), "%d/%d", n0, n1);
+    cr_assert_eq(backend_stat(b, "affinity_hits"), 3);
+    cr_assert_eq(backend_stat(b, "affinity_moves"), 0);
+    /* with room elsewhere, a full home gives the request away */
+    got h[2] = {0};
+    submit_key(b, &h[0], 777);
+    submit_key(b, &h[1], 777);
+    for (int i = 0; i < 2; i++)
+        run_until(is_done, &h[i], 10000);
+    cr_assert_eq(pl_fake_requests(f[0]) + pl_fake_requests(f[1]), 7);
+    cr_assert_eq(pl_fake_requests(n0 == 4 ? f[1] : f[0]), 2, "the second one moved");
+    cr_assert_eq(backend_stat(b, "affinity_moves"), 1);
+    pl_backend_free(b);
+    pl_fake_stop(f[0]);
+    pl_fake_stop(f[1]);
+}
+
 Test(remote, unknown_model_with_several_listed_is_a_start_up_error)
 {
     pl_fake_upstream *f = pl_fake_start("other");

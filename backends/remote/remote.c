@@ -76,7 +76,7 @@ static int remote_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     r->rb = rb;
     r->sink = sink;
     r->chat = req->messages != NULL;
-    r->key = req->conversation_key;
+    r->key = req->affinity_key ? req->affinity_key : req->conversation_key;
     r->t_submit = pl_remote_now_ms();
     r->body = pl_remote_body(req, rb->upstream_model, rb->o.kind);
     r->body_len = r->body ? strlen(r->body) : 0;

@@ -56,6 +56,7 @@ struct remote_backend {
     int active;
     uint64_t submitted, completed, failed, aborted, retries;
     uint64_t affinity_hits, affinity_moves;
+    uint64_t turn;               /**< rotates ties between equally loaded replicas */
 };
 
 /* remote_replicas.c */

@@ -5,10 +5,10 @@
  * rendezvous-hash replica, so its prefix cache keeps hitting; but only
  * while that replica is healthy, not full, and holds no more than
  * REMOTE_LOAD_BOUND times its fair share of the outstanding requests plus
- * REMOTE_LOAD_SLACK (bounded-load consistent hashing; the slack lets one
- * conversation's agents, which speak in parallel, stay together when little
- * else runs). Otherwise, and for requests without a key, the healthy
- * replica with the lowest outstanding/capacity wins.
+ * REMOTE_LOAD_SLACK (bounded-load consistent hashing; the slack keeps keys
+ * home when little else runs), and not full unless all are. Otherwise, and
+ * for requests without a key, the healthy replica with the lowest
+ * outstanding/capacity wins.
  */
 #include <stdio.h>
 #include <string.h>
@@ -42,21 +42,34 @@ static uint64_t mix64(uint64_t z)
     return z ^ (z >> 31);
 }
 
-/* Within the load bound: healthy, not full, at most its fair share. */
+static bool has_room(const remote_replica *r)
+{
+    return r->healthy && r->outstanding < pl_remote_replica_capacity(r);
+}
+
+/* Within the load bound: healthy, at most its fair share, and not full
+ * unless every other healthy replica is full too (then the request waits
+ * in some upstream's queue anyway, best in the one holding its prefix). */
 static bool within_bound(remote_backend *rb, const remote_replica *r, int total, int n_ok)
 {
-    if (!r->healthy || r->outstanding >= pl_remote_replica_capacity(r))
+    if (!r->healthy)
         return false;
+    if (!has_room(r))
+        for (int i = 0; i < rb->n_reps; i++)
+            if (&rb->reps[i] != r && has_room(&rb->reps[i]))
+                return false;
     double fair = REMOTE_LOAD_BOUND * (double)(total + 1) / (n_ok > 0 ? n_ok : 1) +
                   REMOTE_LOAD_SLACK;
     return (double)(r->outstanding + 1) <= fair + 1e-9 || n_ok == 1;
 }
 
-static remote_replica *least_loaded(remote_backend *rb, const remote_replica *avoid,
-                                    uint64_t tie)
+/* The healthy replica with the lowest outstanding/capacity (any replica
+ * when none is healthy); ties rotate, so equal replicas take turns. */
+static remote_replica *least_loaded(remote_backend *rb, const remote_replica *avoid)
 {
     remote_replica *best = NULL;
     double best_load = 0;
+    uint64_t tie = rb->turn++;
     for (int pass = 0; pass < 2 && !best; pass++) {
         for (int k = 0; k < rb->n_reps; k++) {
             remote_replica *r = &rb->reps[(k + tie) % (uint64_t)rb->n_reps];
@@ -80,7 +93,7 @@ remote_replica *pl_remote_route(remote_backend *rb, uint64_t key, const remote_r
         n_ok += rb->reps[i].healthy;
     }
     if (!key || !rb->o.affinity || rb->n_reps == 1)
-        return least_loaded(rb, avoid, key);
+        return least_loaded(rb, avoid);
     remote_aff *a = &rb->aff[mix64(key) % REMOTE_AFF_SLOTS];
     remote_replica *r = NULL;
     if (a->key == key && a->replica < rb->n_reps)
@@ -101,7 +114,7 @@ remote_replica *pl_remote_route(remote_backend *rb, uint64_t key, const remote_r
     } else {
         if (a->key == key)
             rb->affinity_moves++;
-        r = least_loaded(rb, avoid, key);
+        r = least_loaded(rb, avoid);
     }
     a->key = key;
     a->replica = r->index;

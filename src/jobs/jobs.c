@@ -266,9 +266,23 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err);
 static void complete_req(pl_job *j, job_req *jr, const char *error);
 static void finish_conv(pl_job *j, int q, bool ok, const char *error);
 
-/* Submit jr's request: the agent's history, its sampling, the
- * conversation as the affinity key (a remote backend keeps a conversation
- * on one upstream replica, so its prefix cache hits). */
+/* The remote backend's routing key: requests with one key share a prompt
+ * prefix, so they go to the replica whose prefix cache holds it. Under the
+ * shared_prefix layout that is the whole conversation (0: its
+ * conversation_key); under the seed layout each agent's history is its
+ * own prefix (its own system prompt first), so the key is the agent's
+ * thread: one key for the conversation would route its agents, which speak
+ * in parallel, as one and remember only the last one's replica. */
+static uint64_t job_affinity_key(const pl_job *j, const pl_conv_req *cr)
+{
+    if (j->spec.shared_prefix)
+        return 0;
+    return ((uint64_t)(uintptr_t)j * 0x9E3779B97F4A7C15ull) ^
+           ((uint64_t)(cr->conversation + 1) << 32) ^ (uint64_t)(cr->agent + 1);
+}
+
+/* Submit jr's request: the agent's history, its sampling, the conversation
+ * (the engine's retention hints) and the routing key. */
 static int send_req(pl_job *j, job_req *jr, pl_err *err)
 {
     const pl_conv_req *cr = jr->cr;
@@ -282,6 +296,7 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err)
         .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
         .sampling = ag->sampling, .priority = prio,
         .conversation_key = job_conv_key(j, cr->conversation),
+        .affinity_key = job_affinity_key(j, cr),
     };
     int nc = j->spec.questions[cr->conversation].n_choices;
     if (j->spec.constrained && j->spec.validation && ag->validate && nc > 0) {
