@@ -35,6 +35,8 @@ typedef struct oai_choice {
     struct evbuffer *held;       /* stream with tools: text that may be a call */
     int tool_state;              /* stream with tools: 0 undecided, 1 content,
                                     2 holding a call */
+    json_t *up_calls;            /* non-stream: the upstream's tool calls */
+    bool up_tool_finish;         /* the upstream finished with "tool_calls" */
 } oai_choice;
 
 struct oai_call {
@@ -68,6 +70,7 @@ static void call_free(oai_call *c)
         if (c->choices[i].held)
             evbuffer_free(c->choices[i].held);
         pl_oai_logprobs_free(&c->choices[i].lp);
+        json_decref(c->choices[i].up_calls);
     }
     pl_oai_params_free(&c->p);
     json_decref(c->body);
@@ -157,6 +160,17 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
     }
     json_decref(calls);
     free(content);
+    if (o && ch->up_calls) {       /* the upstream's calls, as it sent them */
+        size_t i;
+        json_t *call, *msg = json_object_get(o, "message");
+        json_array_foreach(ch->up_calls, i, call)
+            json_object_del(call, "index");
+        if (!len)
+            json_object_set_new(msg, "content", json_null());
+        json_object_set(msg, "tool_calls", ch->up_calls);
+        if (ch->up_tool_finish)
+            json_object_set_new(o, "finish_reason", json_string("tool_calls"));
+    }
     return o;
 }
 
@@ -249,21 +263,29 @@ static void on_delta(void *ud, const pl_delta *d)
 {
     oai_choice *ch = ud;
     oai_call *c = ch->call;
-    if ((d->len || d->logprobs) && !stream_ensure(c))
+    if ((d->len || d->logprobs || d->n_tool_calls) && !stream_ensure(c))
         return;
     if (c->sse) {
         if (d->len && hold_for_tools(c, ch, d))
             return;
-        if (d->len || d->logprobs) {
+        if (d->len || d->logprobs)
             pl_oai_put_delta_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index, d,
                                    &ch->text_offset);
+        if (d->n_tool_calls)
+            pl_oai_put_tool_delta_chunk(pl_sse_buf(c->sse), c->prefix, ch->index,
+                                        d->tool_calls, d->n_tool_calls);
+        if (d->len || d->logprobs || d->n_tool_calls)
             pl_sse_flush(c->sse);
-        }
         return;
     }
     evbuffer_add(ch->text, d->text, d->len);
     if (ch->lp.arr[0])
         pl_oai_logprobs_add(&ch->lp, d, &ch->text_offset);
+    if (d->n_tool_calls && !c->failed &&
+        pl_oai_merge_tool_deltas(&ch->up_calls, d->tool_calls, d->n_tool_calls) < 0) {
+        c->failed = true;
+        set_oom(&c->error);
+    }
 }
 
 static void on_done(void *ud, const pl_result *r)
@@ -272,6 +294,7 @@ static void on_done(void *ud, const pl_result *r)
     oai_call *c = ch->call;
     choice_set_active(c, ch, false);
     ch->finish = r->finish;
+    ch->up_tool_finish = r->tool_calls;
     c->usage.completion_tokens += r->completion_tokens;
     if (ch->index % c->p.n == 0) {  /* each prompt counts once, as OpenAI counts */
         c->usage.prompt_tokens += r->prompt_tokens;
@@ -290,7 +313,9 @@ static void on_done(void *ud, const pl_result *r)
     } else if (c->p.stream) {
         if (!stream_ensure(c))
             return;
-        if (!finish_held(c, ch))
+        if (r->tool_calls)
+            pl_oai_put_tool_finish_chunk(pl_sse_buf(c->sse), c->prefix, ch->index);
+        else if (!finish_held(c, ch))
             pl_oai_put_finish_chunk(pl_sse_buf(c->sse), c->prefix, c->p.chat, ch->index,
                                     ch->finish);
         pl_sse_flush(c->sse);

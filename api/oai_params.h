@@ -46,6 +46,7 @@ typedef struct pl_oai_params {
     const char *tool_name;       /**< the named function (borrowed) */
     bool parallel_tool_calls;    /**< default true */
     const char *tool_format;     /**< set once the model is known */
+    bool tools_upstream;         /**< the backend's upstream handles tools */
 } pl_oai_params;
 
 enum {

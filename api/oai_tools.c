@@ -398,6 +398,10 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
 {
     if (!p->chat)
         return 0;
+    if (b->ops->upstream_tools) {  /* forwarded in the body; calls come back */
+        p->tools_upstream = true;
+        return 0;
+    }
     p->tool_format = b->ops->tool_format ? b->ops->tool_format(b) : "generic";
     err->status = 0;
     if (render_history_(p, body) < 0)
@@ -560,6 +564,86 @@ void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, j
             evbuffer_add_printf(b, "}}]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
         }
     }
+    pl_oai_put_tool_finish_chunk(b, prefix, index);
+}
+
+void pl_oai_put_tool_finish_chunk(struct evbuffer *b, const char *prefix, int index)
+{
     evbuffer_add_printf(b, "%s{\"index\":%d,\"delta\":{},\"logprobs\":null,"
                            "\"finish_reason\":\"tool_calls\"}]}\n\n", prefix, index);
+}
+
+/* ---- upstream tool calls ---- */
+
+static void put_key_(struct evbuffer *b, const char *key, const char *s, size_t len)
+{
+    evbuffer_add_printf(b, "\"%s\":", key);
+    pl_oai_put_string(b, s, len);
+}
+
+void pl_oai_put_tool_delta_chunk(struct evbuffer *b, const char *prefix, int index,
+                                 const pl_tool_call_delta *t, int n)
+{
+    evbuffer_add_printf(b, "%s{\"index\":%d,\"delta\":{\"tool_calls\":[", prefix, index);
+    for (int i = 0; i < n; i++) {
+        evbuffer_add_printf(b, "%s{\"index\":%d,", i ? "," : "", t[i].index);
+        if (t[i].id) {
+            put_key_(b, "id", t[i].id, strlen(t[i].id));
+            evbuffer_add_printf(b, ",\"type\":\"function\",");
+        }
+        evbuffer_add_printf(b, "\"function\":{");
+        if (t[i].name)
+            put_key_(b, "name", t[i].name, strlen(t[i].name));
+        if (t[i].arguments) {
+            if (t[i].name)
+                evbuffer_add(b, ",", 1);
+            put_key_(b, "arguments", t[i].arguments, t[i].arguments_len);
+        }
+        evbuffer_add_printf(b, "}}");
+    }
+    evbuffer_add_printf(b, "]},\"logprobs\":null,\"finish_reason\":null}]}\n\n");
+}
+
+/* The call of *calls with this index, appended when new. */
+static json_t *call_at_(json_t *calls, int index)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        if (json_integer_value(json_object_get(c, "index")) == index)
+            return c;
+    }
+    c = json_pack("{s:i, s:s, s:s, s:{s:s, s:s}}", "index", index, "id", "", "type",
+                  "function", "function", "name", "", "arguments", "");
+    return c && json_array_append_new(calls, c) == 0 ? c : NULL;
+}
+
+int pl_oai_merge_tool_deltas(json_t **calls, const pl_tool_call_delta *t, int n)
+{
+    if (!*calls && !(*calls = json_array()))
+        return -1;
+    for (int i = 0; i < n; i++) {
+        json_t *c = call_at_(*calls, t[i].index);
+        json_t *fn = json_object_get(c, "function");
+        if (!fn)
+            return -1;
+        if (t[i].id && json_object_set_new(c, "id", json_string(t[i].id)) < 0)
+            return -1;
+        if (t[i].name && json_object_set_new(fn, "name", json_string(t[i].name)) < 0)
+            return -1;
+        json_t *a = json_object_get(fn, "arguments");
+        if (t[i].arguments_len) {
+            size_t have = json_string_length(a), add = t[i].arguments_len;
+            char *s = malloc(have + add);
+            if (!s)
+                return -1;
+            memcpy(s, json_string_value(a), have);
+            memcpy(s + have, t[i].arguments, add);
+            int rc = json_string_setn(a, s, have + add);
+            free(s);
+            if (rc < 0)
+                return -1;
+        }
+    }
+    return 0;
 }

@@ -26,7 +26,7 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
 /** Whether replies of p are parsed for tool calls. */
 static inline bool pl_oai_tools_active(const pl_oai_params *p)
 {
-    return p->chat && p->tools && p->tool_choice != PL_TOOL_CHOICE_NONE;
+    return p->chat && p->tools && p->tool_choice != PL_TOOL_CHOICE_NONE && !p->tools_upstream;
 }
 
 /** Tool calls in text (a new array of OpenAI tool_call objects), or NULL
@@ -42,5 +42,16 @@ const char *pl_oai_tools_opener(const pl_oai_params *p);
  *  name with empty arguments, then argument fragments; then the finish
  *  chunk with "tool_calls". */
 void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, json_t *calls);
+
+/* Upstream tool calls (a backend with ops->upstream_tools): */
+/** A stream chunk of choice index with the upstream's tool-call fragments,
+ *  as OpenAI streams them (index, id, type, function name, arguments). */
+void pl_oai_put_tool_delta_chunk(struct evbuffer *b, const char *prefix, int index,
+                                 const pl_tool_call_delta *t, int n);
+/** The finish chunk of choice index with finish_reason "tool_calls". */
+void pl_oai_put_tool_finish_chunk(struct evbuffer *b, const char *prefix, int index);
+/** Merge fragments into *calls (created on first use): one OpenAI
+ *  tool_call object per index, the arguments concatenated. -1 on OOM. */
+int pl_oai_merge_tool_deltas(json_t **calls, const pl_tool_call_delta *t, int n);
 
 #endif

@@ -142,6 +142,17 @@ typedef struct pl_token_logprob {
     const pl_top_logprob *top;
 } pl_token_logprob;
 
+/** A fragment of a tool call an upstream streamed (OpenAI's
+ *  delta.tool_calls[i]): the first fragment of a call carries its id and
+ *  name, the following ones pieces of its arguments. */
+typedef struct pl_tool_call_delta {
+    int index;                   /**< which call of the reply */
+    const char *id;              /**< NULL when this fragment has none */
+    const char *name;            /**< NULL when this fragment has none */
+    const char *arguments;       /**< a piece of the JSON arguments, or NULL */
+    size_t arguments_len;
+} pl_tool_call_delta;
+
 /**
  * A delta: new text, always whole UTF-8 sequences, never a prefix of a stop
  * string that could still complete. All pointers are valid only during the
@@ -153,6 +164,10 @@ typedef struct pl_delta {
     const int32_t *tokens;       /**< the token ids this delta covers */
     int n_tokens;
     const pl_token_logprob *logprobs;  /**< n_tokens entries, or NULL */
+    /** Tool-call fragments, from a backend whose ops->upstream_tools is
+     *  set (the remote backend passes on its upstream's calls). */
+    const pl_tool_call_delta *tool_calls;
+    int n_tool_calls;
 } pl_delta;
 
 typedef struct pl_result {
@@ -163,6 +178,7 @@ typedef struct pl_result {
     double queue_ms;             /**< submit -> first scheduled */
     double ttft_ms;              /**< submit -> first token */
     const pl_err *error;         /**< set when finish == PL_FINISH_ERROR */
+    bool tool_calls;             /**< finish_reason "tool_calls" (upstream tools) */
 } pl_result;
 
 /**
@@ -186,6 +202,10 @@ typedef struct pl_backend_ops {
      *  the first token before it commits a stream to status 200, so such an
      *  error keeps its own status. */
     bool late_errors;
+    /** Tools are the backend's business: it forwards the client's tools and
+     *  tool_choice (oai_body) and returns calls as pl_delta.tool_calls, so
+     *  the API neither renders tools into the prompt nor parses replies. */
+    bool upstream_tools;
     /** Queue a request. Returns 0 and *id, or -1 with *err set (nothing
      *  will be called on the sink then). Never blocks. */
     int (*submit)(pl_backend *b, const pl_gen_request *req, pl_sink sink,

@@ -144,7 +144,7 @@ static void track_delta(void *ud, const pl_delta *d)
 {
     pl_req_track *t = ud;
     pl_req_metrics *m = t->m;
-    if (d->n_tokens > 0 || d->len > 0) {
+    if (d->n_tokens > 0 || d->len > 0 || d->n_tool_calls > 0) {
         double now = pl_mono_s();
         if (!t->first) {
             pl_hist_observe_n(&m->ttft, now - t->t_submit, 1);

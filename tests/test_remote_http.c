@@ -316,3 +316,92 @@ Test(gateway, upstream_errors_reach_the_client)
     pl_test_resp_free(&r);
     pl_fake_stop(f);
 }
+
+/* Tools go to the upstream as the client wrote them, and the upstream's
+ * tool calls come back: non-streamed as message.tool_calls (content null,
+ * finish_reason "tool_calls"), streamed as delta.tool_calls fragments that
+ * add up to the same calls. */
+Test(gateway, upstream_tool_calls_reach_the_client)
+{
+    pl_fake_upstream *f = pl_fake_start("m");
+    pl_fake_push(f, &(pl_fake_step){.tool_calls = true});
+    pl_fake_push(f, &(pl_fake_step){.tool_calls = true});
+    const char *a[] = {"--upstream", pl_fake_url(f), "--log-level", "error", NULL};
+    cr_assert_eq(pl_test_server_start(&gw, a), 0);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/chat/completions", gw.url);
+    const char *tools = "[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+                        "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":"
+                        "{\"type\":\"string\"}}}}},{\"type\":\"function\",\"function\":"
+                        "{\"name\":\"get_time\",\"parameters\":{\"type\":\"object\"}}}]";
+    char body[1024];
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"tools\":%s,\"tool_choice\":\"auto\","
+             "\"messages\":[{\"role\":\"user\",\"content\":\"weather?\"}]}", tools);
+    json_t *want = json_loads(PL_FAKE_TOOL_CALLS, 0, NULL), *want_tools = json_loads(tools, 0, NULL);
+    cr_assert_not_null(want);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    cr_assert_eq(r.status, 200, "%ld %s", r.status, r.body);
+    json_t *o = json_loads(r.body, 0, NULL), *ch = json_array_get(json_object_get(o, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message");
+    cr_assert(json_equal(json_object_get(msg, "tool_calls"), want), "%s", r.body);
+    cr_assert(json_is_null(json_object_get(msg, "content")), "%s", r.body);
+    cr_assert_str_eq(json_string_value(json_object_get(ch, "finish_reason")), "tool_calls");
+    json_decref(o);
+    pl_test_resp_free(&r);
+    char *up = pl_fake_last_body(f);
+    json_t *ub = json_loads(up, 0, NULL);
+    cr_assert(json_equal(json_object_get(ub, "tools"), want_tools), "forwarded: %s", up);
+    cr_assert_str_eq(json_string_value(json_object_get(ub, "tool_choice")), "auto");
+    json_decref(ub);
+    free(up);
+    /* streamed: fragments in order, merged by index */
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"stream\":true,\"tools\":%s,\"messages\":"
+             "[{\"role\":\"user\",\"content\":\"weather?\"}]}", tools);
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), &r), 0);
+    cr_assert_eq(r.status, 200, "%ld %s", r.status, r.body);
+    char **ev;
+    int n;
+    cr_assert_eq(pl_test_sse_split(r.body, &ev, &n), 0, "%s", r.body);
+    json_t *got = json_array();
+    const char *finish = NULL;
+    json_t *fin = NULL;
+    for (int i = 0; i < n - 1; i++) {
+        json_t *c = json_loads(ev[i], 0, NULL);
+        json_t *c0 = json_array_get(json_object_get(c, "choices"), 0), *tc;
+        size_t k;
+        json_t *t;
+        json_array_foreach(json_object_get(json_object_get(c0, "delta"), "tool_calls"), k, t) {
+            size_t ix = (size_t)json_integer_value(json_object_get(t, "index"));
+            if (ix == json_array_size(got)) {
+                tc = json_deep_copy(t);
+                json_object_del(tc, "index");
+                json_array_append_new(got, tc);
+                continue;
+            }
+            json_t *fa = json_object_get(json_object_get(json_array_get(got, ix), "function"),
+                                         "arguments");
+            const char *more = json_string_value(
+                json_object_get(json_object_get(t, "function"), "arguments"));
+            char cat[256];
+            snprintf(cat, sizeof cat, "%s%s", json_string_value(fa), more ? more : "");
+            json_string_set(fa, cat);
+        }
+        if (json_is_string(json_object_get(c0, "finish_reason"))) {
+            json_decref(fin);
+            fin = json_incref(c);
+            finish = json_string_value(json_object_get(c0, "finish_reason"));
+        }
+        json_decref(c);
+    }
+    cr_assert(json_equal(got, want), "%s", r.body);
+    cr_assert_str_eq(finish, "tool_calls", "%s", r.body);
+    cr_assert_str_eq(ev[n - 1], "[DONE]");
+    json_decref(fin);
+    json_decref(got);
+    json_decref(want);
+    json_decref(want_tools);
+    pl_test_sse_free(ev, n);
+    pl_test_resp_free(&r);
+    pl_fake_stop(f);
+}

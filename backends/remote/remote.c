@@ -230,6 +230,7 @@ static void remote_free(pl_backend *b)
 static const pl_backend_ops remote_ops = {
     .kind = "remote",
     .late_errors = true,
+    .upstream_tools = true,
     .submit = remote_submit,
     .abort = remote_abort,
     .set_paused = remote_set_paused,

@@ -66,6 +66,7 @@ void pl_remote_req_free(remote_req *r)
     pl_chunk_scan_free(&r->scan);
     free(r->lp);
     free(r->top);
+    free(r->tc);
     free(r->body);
     free(r);
 }
@@ -78,7 +79,8 @@ static void finish(remote_req *r, pl_finish f, const pl_err *e)
     pl_result res = {.finish = f, .prompt_tokens = r->prompt_tokens,
                      .completion_tokens = r->completion_tokens ? r->completion_tokens : r->chunks,
                      .cached_tokens = r->cached_tokens, .ttft_ms = r->ttft_ms,
-                     .error = e ? &err : NULL};
+                     .error = e ? &err : NULL,
+                     .tool_calls = r->tool_calls_finish && f == PL_FINISH_STOP};
     pl_sink sink = r->sink;
     if (f == PL_FINISH_ERROR)
         rb->failed++;
@@ -215,6 +217,7 @@ int pl_remote_req_start(remote_req *r)
     r->fail = RREQ_OK;
     r->saw_done = false;
     r->finish = PL_FINISH_NONE;
+    r->tool_calls_finish = false;
     evbuffer_drain(r->errbody, evbuffer_get_length(r->errbody));
     pl_sse_reader_reset(&r->sse);
     r->x.easy = make_easy(r);

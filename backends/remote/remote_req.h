@@ -34,6 +34,7 @@ typedef struct remote_req {
     pl_err err;                  /* set with RREQ_UPSTREAM_ERROR */
     bool got_token, saw_done, paused, in_cb, aborted, waiting_retry;
     pl_finish finish;
+    bool tool_calls_finish;      /* the upstream's finish_reason was "tool_calls" */
     int prompt_tokens, completion_tokens, cached_tokens, chunks;
     double t_submit, ttft_ms;
     /* logprob scratch, reused across deltas */
@@ -41,6 +42,8 @@ typedef struct remote_req {
     int lp_cap;
     pl_top_logprob *top;
     int top_cap;
+    pl_tool_call_delta *tc;      /* tool-call fragments scratch */
+    int tc_cap;
 } remote_req;
 
 double pl_remote_now_ms(void);

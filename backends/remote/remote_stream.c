@@ -117,11 +117,35 @@ static void read_usage(remote_req *r, json_t *u)
     r->cached_tokens = (int)json_integer_value(json_object_get(d, "cached_tokens"));
 }
 
-/* Deliver text (and n_lp logprob entries in r->lp); -1 when the sink
- * aborted r. */
-static int deliver_text(remote_req *r, const char *text, size_t len, int n_lp)
+/* Chat delta.tool_calls fragments into r->tc (pointers into the tree). */
+static int tool_calls(remote_req *r, json_t *arr)
 {
-    if (len == 0 && n_lp == 0)
+    int n = json_is_array(arr) ? (int)json_array_size(arr) : 0;
+    if (n > r->tc_cap) {
+        void *p = realloc(r->tc, (size_t)n * sizeof *r->tc);
+        if (!p)
+            return 0;
+        r->tc = p;
+        r->tc_cap = n;
+    }
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(arr, (size_t)i), *fn = json_object_get(e, "function");
+        json_t *idx = json_object_get(e, "index"), *args = json_object_get(fn, "arguments");
+        r->tc[i] = (pl_tool_call_delta){
+            .index = json_is_integer(idx) ? (int)json_integer_value(idx) : i,
+            .id = json_string_value(json_object_get(e, "id")),
+            .name = json_string_value(json_object_get(fn, "name")),
+            .arguments = json_string_value(args),
+            .arguments_len = json_is_string(args) ? json_string_length(args) : 0};
+    }
+    return n;
+}
+
+/* Deliver text (and n_lp logprob entries in r->lp, n_tc tool-call
+ * fragments in r->tc); -1 when the sink aborted r. */
+static int deliver_text(remote_req *r, const char *text, size_t len, int n_lp, int n_tc)
+{
+    if (len == 0 && n_lp == 0 && n_tc == 0)
         return 0;
     if (!r->got_token) {
         r->got_token = true;
@@ -130,22 +154,24 @@ static int deliver_text(remote_req *r, const char *text, size_t len, int n_lp)
     r->chunks++;
     pl_remote_req_arm(r, r->rb->o.token_timeout_ms);
     pl_delta d = {.text = len ? text : "", .len = len, .n_tokens = n_lp,
-                  .logprobs = n_lp ? r->lp : NULL};
+                  .logprobs = n_lp ? r->lp : NULL, .tool_calls = n_tc ? r->tc : NULL,
+                  .n_tool_calls = n_tc};
     r->sink.on_delta(r->sink.ud, &d);
     return r->aborted ? -1 : 0;
 }
 
-/* Deliver one chunk's text from its JSON tree. */
+/* Deliver one chunk's text and tool calls from its JSON tree. */
 static int deliver(remote_req *r, json_t *choice)
 {
-    json_t *t = r->chat ? json_object_get(json_object_get(choice, "delta"), "content")
-                        : json_object_get(choice, "text");
+    json_t *delta = json_object_get(choice, "delta");
+    json_t *t = r->chat ? json_object_get(delta, "content") : json_object_get(choice, "text");
     json_t *lpj = json_object_get(choice, "logprobs");
     int n_lp = 0;
     if (json_is_object(lpj))
         n_lp = r->chat ? chat_logprobs(r, lpj) : completion_logprobs(r, lpj);
+    int n_tc = r->chat ? tool_calls(r, json_object_get(delta, "tool_calls")) : 0;
     size_t len = json_is_string(t) ? json_string_length(t) : 0;
-    return deliver_text(r, len ? json_string_value(t) : "", len, n_lp);
+    return deliver_text(r, len ? json_string_value(t) : "", len, n_lp, n_tc);
 }
 
 /* An error object inside the stream (vLLM and others send one mid-way). */
@@ -174,10 +200,12 @@ static int on_event(void *ud, const char *event, const char *data, size_t len)
         return 0;
     }
     if (pl_chunk_scan_read(&r->scan, data, len, r->chat)) {   /* the common chunk */
-        if (deliver_text(r, r->scan.buf, r->scan.len, 0) < 0)
+        if (deliver_text(r, r->scan.buf, r->scan.len, 0, 0) < 0)
             return 1;
-        if (r->scan.finish[0])
+        if (r->scan.finish[0]) {
             r->finish = finish_of(r->scan.finish);
+            r->tool_calls_finish = !strcmp(r->scan.finish, "tool_calls");
+        }
         return 0;
     }
     json_t *chunk = json_loadb(data, len, 0, NULL);
@@ -208,8 +236,10 @@ static int on_event(void *ud, const char *event, const char *data, size_t len)
         goto done;
     }
     json_t *fr = json_object_get(choice, "finish_reason");
-    if (json_is_string(fr))
+    if (json_is_string(fr)) {
         r->finish = finish_of(json_string_value(fr));
+        r->tool_calls_finish = !strcmp(json_string_value(fr), "tool_calls");
+    }
 done:
     json_decref(chunk);
     return rc;

@@ -61,6 +61,17 @@ static ssize_t put(char *buf, size_t max, const char *fmt, ...)
     return n < 0 || (size_t)n >= max ? MHD_CONTENT_READER_END_WITH_ERROR : n;
 }
 
+/* The fragments of PL_FAKE_TOOL_CALLS, as vLLM streams them: a call's id
+ * and name first, then pieces of its arguments. */
+static const char *const TOOL_EVENTS[PL_FAKE_TOOL_EVENTS] = {
+    "{\"index\":0,\"id\":\"call_w1\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"get_weather\",\"arguments\":\"\"}}",
+    "{\"index\":0,\"function\":{\"arguments\":\"{\\\"city\\\": \"}}",
+    "{\"index\":0,\"function\":{\"arguments\":\"\\\"Paris\\\"}\"}}",
+    "{\"index\":1,\"id\":\"call_t2\",\"type\":\"function\",\"function\":{\"name\":"
+    "\"get_time\",\"arguments\":\"{}\"}}",
+};
+
 static ssize_t token_event(fake_stream *st, char *buf, size_t max)
 {
     const pl_fake_step *s = &st->s;
@@ -71,6 +82,10 @@ static ssize_t token_event(fake_stream *st, char *buf, size_t max)
     if (s->token_delay_ms > 0)
         usleep((useconds_t)s->token_delay_ms * 1000);
     st->sent++;
+    if (st->chat && s->tool_calls)
+        return put(buf, max, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":"
+                   "0,\"delta\":{\"tool_calls\":[%s]},\"finish_reason\":null}]}\n\n",
+                   TOOL_EVENTS[st->sent - 1]);
     if (st->chat)
         return put(buf, max, "data: {\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":"
                    "0,\"delta\":{\"content\":\"tok%d \"},\"finish_reason\":null}]}\n\n", st->sent);
@@ -83,7 +98,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     fake_stream *st = cls;
     const pl_fake_step *s = &st->s;
-    int n_tokens = s->n_tokens > 0 ? s->n_tokens : 3;
+    int n_tokens = s->tool_calls && st->chat ? PL_FAKE_TOOL_EVENTS
+                 : s->n_tokens > 0 ? s->n_tokens : 3;
     switch (st->phase) {
     case 0:
         if (s->malformed) {
@@ -102,8 +118,9 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
             return put(buf, max, "data: {\"error\":{\"message\":\"engine died\",\"type\":"
                        "\"server_error\",\"code\":500}}\n\n");
         }
-        return put(buf, max, "data: {\"choices\":[{\"index\":0,%s,\"finish_reason\":\"length\"}]}"
-                   "\n\n", st->chat ? "\"delta\":{}" : "\"text\":\"\"");
+        return put(buf, max, "data: {\"choices\":[{\"index\":0,%s,\"finish_reason\":\"%s\"}]}"
+                   "\n\n", st->chat ? "\"delta\":{}" : "\"text\":\"\"",
+                   s->tool_calls && st->chat ? "tool_calls" : "length");
     case 1:
         st->phase = 2;
         if (!s->no_usage)

@@ -26,7 +26,17 @@ typedef struct pl_fake_step {
     bool no_usage;               /**< leave out the final usage chunk */
     bool error_event;            /**< after the tokens, an in-stream error */
     bool end_early;              /**< after the tokens, end without a finish */
+    bool tool_calls;             /**< chat: stream PL_FAKE_TOOL_EVENTS tool-call
+                                      fragments (two calls, see the .c), finish
+                                      "tool_calls" */
 } pl_fake_step;
+
+/** The tool calls a tool_calls step streams, as OpenAI objects. */
+#define PL_FAKE_TOOL_CALLS \
+    "[{\"id\":\"call_w1\",\"type\":\"function\",\"function\":{\"name\":\"get_weather\"," \
+    "\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"}},{\"id\":\"call_t2\",\"type\":" \
+    "\"function\",\"function\":{\"name\":\"get_time\",\"arguments\":\"{}\"}}]"
+#define PL_FAKE_TOOL_EVENTS 4
 
 typedef struct pl_fake_upstream pl_fake_upstream;
 
