@@ -182,6 +182,8 @@ Test(gateway, client_disconnect_aborts_the_upstream_request)
         aborted = upstream_stat(0, "aborted") + upstream_stat(1, "aborted");
     }
     cr_assert_eq(aborted, 1, "the upstream counted the abort");
+    /* within the abort's time, not by a gateway that died with the client */
+    cr_assert_eq(chat("", NULL, 0), 200, "the gateway still serves");
 }
 
 Test(gateway, debate_job_runs_through_the_gateway)
