@@ -140,6 +140,7 @@ pl_batch_seq *pl_batch_add(pl_batch *b, uint64_t id, const int32_t *prompt,
     s->last_hash = PL_KV_HASH_ROOT;
     s->slot = -1;
     s->n_cached = -1;
+    s->cow_dst = -1;
     s->state = PL_SEQ_WAITING;
     if (sampling)
         s->sampling = *sampling;
@@ -263,6 +264,36 @@ void pl_batch_preempt_(pl_batch *b, pl_batch_seq *s)
     queue_insert_(b->waiting, &b->n_waiting, s);
 }
 
+/* Partial-block reuse after s's full-block hits: a cached block that
+ * continues the same chain and starts with s's next ids gives its first k
+ * positions (copy on write into a fresh block; the copy runs before the
+ * step being scheduled). The last prompt token is always computed. */
+static void admit_partial_(pl_batch *b, pl_batch_seq *s)
+{
+    s->cow_dst = -1;
+    pl_batch_step *st = b->cur;
+    int max_k = s->n_tokens - 1 - s->num_computed;
+    if (!b->cfg.partial_prefix || !st || max_k < 1 || st->n_copies >= b->cfg.max_num_seqs)
+        return;
+    int k;
+    int32_t src = pl_kv_blocks_lookup_partial(b->kv, s->last_hash,
+                                              s->tokens + s->num_computed, max_k, &k);
+    if (src < 0)
+        return;
+    /* Hold src while a block is found for the copy, so that it is not the
+     * one evicted for it. */
+    pl_kv_blocks_ref(b->kv, src);
+    int32_t dst = pl_kv_blocks_alloc(b->kv);
+    pl_kv_blocks_release(b->kv, src);
+    if (dst < 0)
+        return;
+    st->copy_src[st->n_copies] = src;
+    st->copy_dst[st->n_copies++] = dst;
+    s->blocks[s->n_blocks++] = dst;
+    s->num_computed += k;
+    s->cow_dst = dst;
+}
+
 /* Admit waiting s into running: reuse its cached prefix (at most n-1
  * tokens, so the last is computed), take a slot. */
 void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
@@ -272,6 +303,7 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
                                   s->blocks, &s->last_hash);
     s->n_blocks = s->n_committed = hit;
     s->num_computed = hit * b->block_size;
+    admit_partial_(b, s);
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
         s->n_cached = s->num_computed;
@@ -284,6 +316,11 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
 /* Undo an admission that found no blocks for its first chunk. */
 void pl_batch_unadmit_(pl_batch *b, pl_batch_seq *s)
 {
+    /* Its copy was the step's last one: nothing needs it now. */
+    pl_batch_step *st = b->cur;
+    if (s->cow_dst >= 0 && st && st->n_copies > 0 && st->copy_dst[st->n_copies - 1] == s->cow_dst)
+        st->n_copies--;
+    s->cow_dst = -1;
     seq_leave_running_(b, s);
     seq_release_blocks_(b, s);
     s->num_computed = 0;

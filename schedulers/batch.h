@@ -75,6 +75,7 @@ typedef struct pl_batch_seq {
     int n_inflight;           /**< launched steps not yet retired */
     int n_cached;             /**< prompt tokens from the cache at first
                                    admission, -1 before it */
+    int32_t cow_dst;          /**< block copied into at this admission, -1 */
     int n_preempted;
     uint64_t last_step;       /**< last step number it was scheduled in */
     pl_seq_sampling sampling; /**< copied into each step (step updated) */
@@ -87,6 +88,10 @@ typedef struct pl_batch_config {
     int max_num_seqs;             /**< running sequences, at most */
     int max_num_batched_tokens;   /**< token rows per step, at most */
     int max_model_len;            /**< context length */
+    /** Partial-block prefix reuse: after the cached full blocks, the
+     *  longest run of a cached block's leading ids is copied into a fresh
+     *  block (copy on write, pl_batch_step.copy_*). */
+    bool partial_prefix;
 } pl_batch_config;
 
 /**
@@ -100,6 +105,10 @@ typedef struct pl_batch_step {
     int n_decode_rows;        /**< rows of sequences in decode */
     int n_prefill_rows;       /**< rows of prompt (or recompute) chunks */
     int n_preempted;          /**< sequences preempted while scheduling */
+    /** KV block copies (partial-block reuse) the runner must make before
+     *  this step: copy_src[i] -> copy_dst[i], all layers. */
+    int n_copies;
+    int32_t *copy_src, *copy_dst; /**< (max_num_seqs) */
 } pl_batch_step;
 
 typedef struct pl_batch pl_batch;

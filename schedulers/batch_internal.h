@@ -21,6 +21,7 @@ struct pl_batch {
     int n_free_slots;
     uint64_t n_arrivals;
     uint64_t n_steps;
+    pl_batch_step *cur;           /* the step being scheduled */
 };
 
 void pl_batch_commit_(pl_batch *b, pl_batch_seq *s);

@@ -27,7 +27,9 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     in->seq_hist = malloc(seqs * sizeof *in->seq_hist);
     in->seq_hist_len = malloc(seqs * sizeof *in->seq_hist_len);
     st->seqs = malloc(seqs * sizeof *st->seqs);
-    if (!in->tokens || !in->positions || !in->row_seq || !in->seq_slot ||
+    st->copy_src = malloc(seqs * sizeof *st->copy_src);
+    st->copy_dst = malloc(seqs * sizeof *st->copy_dst);
+    if (!st->copy_src || !st->copy_dst || !in->tokens || !in->positions || !in->row_seq || !in->seq_slot ||
         !in->seq_first_row || !in->seq_n_rows || !in->seq_ctx_len ||
         !in->seq_sample || !in->block_table || !in->sampling ||
         !in->seq_hist || !in->seq_hist_len || !st->seqs)
@@ -51,6 +53,8 @@ void pl_batch_step_free(pl_batch_step *st)
     free(in->seq_hist);
     free(in->seq_hist_len);
     free(st->seqs);
+    free(st->copy_src);
+    free(st->copy_dst);
     memset(st, 0, sizeof *st);
 }
 
@@ -201,6 +205,9 @@ static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
 int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
 {
     st->no = ++b->n_steps;
+    b->cur = st;
+    st->n_copies = 0;
+    pl_kv_blocks_set_tick(b->kv, st->no);
     st->in.n_rows = 0;
     st->in.n_seqs = 0;
     st->n_decode_rows = st->n_prefill_rows = st->n_preempted = 0;
@@ -208,5 +215,6 @@ int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
     schedule_running_(b, st, true);
     schedule_running_(b, st, false);
     schedule_waiting_(b, st);
+    b->cur = NULL;
     return st->in.n_rows;
 }

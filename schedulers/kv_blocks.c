@@ -12,6 +12,8 @@ typedef struct kv_block {
     int32_t ref;
     int32_t prev, next;       /* links on the free or cached-free list */
     int32_t hnext;            /* next block in the same hash bucket */
+    int32_t pnext;            /* next block in the same parent bucket */
+    uint64_t tick;            /* scheduling tick of its commit */
     uint8_t list;             /* LIST_* */
     bool hashed;
     int32_t conv;             /* slot in convs of its last user, -1 none */
@@ -35,6 +37,9 @@ struct pl_kv_blocks {
     kv_block *b;              /* (num_blocks) */
     int32_t *ids;             /* (num_blocks, block_size) committed ids */
     int32_t *buckets;         /* (n_buckets) first block of each chain */
+    int32_t *pbuckets;        /* (n_buckets) by parent hash: partial reuse */
+    uint64_t tick;
+    uint64_t partial_hits, partial_tokens;
     uint32_t bucket_mask;
     kv_list lists[3];
     int used, cached;
@@ -103,14 +108,15 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
     kv->b = calloc((size_t)num_blocks, sizeof *kv->b);
     kv->ids = malloc((size_t)num_blocks * (size_t)block_size * sizeof *kv->ids);
     kv->buckets = malloc(nb * sizeof *kv->buckets);
-    if (!kv->b || !kv->ids || !kv->buckets)
+    kv->pbuckets = malloc(nb * sizeof *kv->pbuckets);
+    if (!kv->b || !kv->ids || !kv->buckets || !kv->pbuckets)
         goto fail;
     for (uint32_t i = 0; i < nb; i++)
-        kv->buckets[i] = -1;
+        kv->buckets[i] = kv->pbuckets[i] = -1;
     for (int i = 0; i < 3; i++)
         kv->lists[i] = (kv_list){-1, -1, 0};
     for (int32_t i = 0; i < num_blocks; i++) {
-        kv->b[i].hnext = -1;
+        kv->b[i].hnext = kv->b[i].pnext = -1;
         kv->b[i].conv = -1;
         list_push_tail_(kv, LIST_FREE, i);
     }
@@ -127,6 +133,7 @@ void pl_kv_blocks_free(pl_kv_blocks *kv)
     free(kv->b);
     free(kv->ids);
     free(kv->buckets);
+    free(kv->pbuckets);
     free(kv->convs);
     free(kv->conv_index);
     free(kv);
@@ -167,6 +174,14 @@ uint64_t pl_kv_blocks_hash(uint64_t parent, const int32_t *ids, int n)
     return h;
 }
 
+static uint32_t conv_hash_(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xff51afd7ed558ccdull;
+    key ^= key >> 33;
+    return (uint32_t)key;
+}
+
 static void table_remove_(pl_kv_blocks *kv, int32_t id)
 {
     kv_block *blk = &kv->b[id];
@@ -176,6 +191,12 @@ static void table_remove_(pl_kv_blocks *kv, int32_t id)
     if (*pp == id)
         *pp = blk->hnext;
     blk->hnext = -1;
+    pp = &kv->pbuckets[conv_hash_(blk->parent) & kv->bucket_mask];
+    while (*pp >= 0 && *pp != id)
+        pp = &kv->b[*pp].pnext;
+    if (*pp == id)
+        *pp = blk->pnext;
+    blk->pnext = -1;
     blk->hashed = false;
     kv->cached--;
 }
@@ -259,14 +280,6 @@ void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id)
 }
 
 /* ---- retention hints ---- */
-
-static uint32_t conv_hash_(uint64_t key)
-{
-    key ^= key >> 33;
-    key *= 0xff51afd7ed558ccdull;
-    key ^= key >> 33;
-    return (uint32_t)key;
-}
 
 /* The index position of key: its slot's cell, or the first free cell. */
 static int32_t *conv_cell_(const pl_kv_blocks *kv, uint64_t key, bool for_insert)
@@ -432,6 +445,44 @@ int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
     return hit;
 }
 
+void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick)
+{
+    kv->tick = tick;
+}
+
+int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
+                                    const int32_t *tokens, int max_k, int *k_out)
+{
+    int32_t best = -1;
+    int best_k = 0, bs = kv->block_size;
+    if (max_k > bs - 1)
+        max_k = bs - 1;
+    if (!kv->prefix_caching || max_k < 1)
+        return -1;
+    for (int32_t id = kv->pbuckets[conv_hash_(parent) & kv->bucket_mask]; id >= 0;
+         id = kv->b[id].pnext) {
+        const kv_block *blk = &kv->b[id];
+        /* Committed in an earlier tick: its step ran before any copy
+         * queued now (a block committed this tick may be unwritten). */
+        if (!blk->hashed || blk->parent != parent || blk->tick >= kv->tick)
+            continue;
+        const int32_t *ids = kv->ids + (size_t)id * (size_t)bs;
+        int k = 0;
+        while (k < max_k && ids[k] == tokens[k])
+            k++;
+        if (k > best_k) {
+            best_k = k;
+            best = id;
+        }
+    }
+    if (best >= 0) {
+        kv->partial_hits++;
+        kv->partial_tokens += (uint64_t)best_k;
+    }
+    *k_out = best_k;
+    return best;
+}
+
 void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit)
 {
     kv->queries += (uint64_t)queried;
@@ -453,6 +504,10 @@ uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     int32_t *head = &kv->buckets[h & kv->bucket_mask];
     blk->hnext = *head;
     *head = id;
+    head = &kv->pbuckets[conv_hash_(parent) & kv->bucket_mask];
+    blk->pnext = *head;
+    *head = id;
+    blk->tick = kv->tick;
     kv->cached++;
     return h;
 }
@@ -470,6 +525,8 @@ void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
     st->evictions = kv->evictions;
     st->done_released = kv->done_released;
     st->need_evictions = kv->need_evictions;
+    st->partial_hits = kv->partial_hits;
+    st->partial_tokens = kv->partial_tokens;
 }
 
 static bool fail_(char *why, int whylen, const char *msg, int32_t id)

@@ -40,6 +40,8 @@ typedef struct pl_kv_stats {
                                    conversation finished */
     uint64_t need_evictions;  /**< evictions that skipped the LRU block
                                    for one needed later */
+    uint64_t partial_hits;    /**< partial-block matches (copy on write) */
+    uint64_t partial_tokens;  /**< tokens they served */
 } pl_kv_stats;
 
 /** Seed of the hash chain: the "parent hash" of a sequence's first block. */
@@ -84,6 +86,23 @@ uint64_t pl_kv_blocks_hash(uint64_t parent, const int32_t *ids, int n);
 int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
                         int max_blocks, int32_t *out_blocks,
                         uint64_t *last_hash);
+
+/** The scheduling tick (a step number): blocks committed during tick t
+ *  serve partial matches from tick t + 1 on. */
+void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick);
+
+/**
+ * Partial-block reuse: the committed block after parent hash `parent`
+ * whose first k ids equal tokens[0..k), for the largest k in
+ * [1, min(max_k, block_size - 1)], among blocks committed before the
+ * current tick. Returns its id and *k_out = k (counted as a partial hit),
+ * or -1 and *k_out = 0. Takes no reference: the caller copies the block's
+ * first k positions into a block of its own (copy on write) before the
+ * next step writes anything, and must not let a step of this tick
+ * overwrite it first (KV copies run before the step they precede).
+ */
+int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
+                                    const int32_t *tokens, int max_k, int *k_out);
 
 /** Add to the counters: `queried` prompt tokens looked up, `hit` found. */
 void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit);

@@ -185,7 +185,13 @@ static void fake_copy_block_(pl_runner *r, int32_t src, int32_t dst)
 {
     fake_runner *f = (fake_runner *)r;
     size_t bs = (size_t)r->info.block_size;
+    /* Before the next step, after those launched (the runner contract):
+     * let the launched steps finish, then copy. */
+    pthread_mutex_lock(&f->lock);
+    while (f->done_ticket < f->next_ticket)
+        pthread_cond_wait(&f->cond, &f->lock);
     memcpy(f->kv + (size_t)dst * bs, f->kv + (size_t)src * bs, bs * sizeof *f->kv);
+    pthread_mutex_unlock(&f->lock);
 }
 
 static void fake_free_(pl_runner *r)

@@ -93,6 +93,7 @@ typedef struct eng_cfg {
     bool async, prefix;
     int max_seqs, budget, num_blocks, sleep_us;
     int no_token_at_ctx;
+    bool no_partial;             /* full-block prefix reuse only */
 } eng_cfg;
 
 static const eng_cfg base_cfg = {true, true, 32, 512, 256, 0, 0};
@@ -116,6 +117,7 @@ static pl_backend *make_engine(struct event_base *base, eng_cfg c)
     pl_engine_options_defaults(&o);
     o.async = c.async;
     o.prefix_caching = c.prefix;
+    o.no_partial_prefix = c.no_partial;
     pl_err err;
     pl_backend *b = pl_engine_backend_new(base, "fake-model", g_runner, &fake_text,
                                           &o, &err);
@@ -450,10 +452,13 @@ Test(engine, abort_frees_blocks_within_one_step)
     event_base_free(base);
 }
 
+/* Full blocks only: prompts sharing 50 tokens share 3 blocks of 16. */
 Test(engine, prefix_cache_hits_for_repeated_prefix)
 {
+    eng_cfg c = base_cfg;
+    c.no_partial = true;
     struct event_base *base = event_base_new();
-    pl_backend *b = make_engine(base, base_cfg);
+    pl_backend *b = make_engine(base, c);
     int32_t a[80], c2[80];
     make_prompt(a, 80, 5);
     memcpy(c2, a, sizeof c2);
@@ -476,6 +481,36 @@ Test(engine, prefix_cache_hits_for_repeated_prefix)
     json_t *s = stats(b);
     cr_assert_eq(stat_int(s, "kv", "prefix_queries"), 240);
     cr_assert_eq(stat_int(s, "kv", "prefix_hits"), 112);
+    json_decref(s);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+/* Partial-block reuse (copy on write): outputs still match the reference. */
+Test(engine, partial_block_reuse_copies_on_write)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    int32_t a[80], c2[80];
+    make_prompt(a, 80, 5);
+    memcpy(c2, a, sizeof c2);
+    for (int i = 50; i < 80; i++)
+        c2[i] = 3 + (a[i] + 11) % (VOCAB - 3);    /* same first 50 */
+    collect col[3] = {0};
+    submit_ids(b, a, 80, 10, &col[0]);
+    run_until_done(base, col, 1);
+    submit_ids(b, c2, 80, 10, &col[1]);
+    run_until_done(base, col + 1, 1);
+    cr_assert_eq(col[1].res.cached_tokens, 50, "3 full blocks + 2 tokens of the 4th");
+    submit_ids(b, a, 80, 10, &col[2]);
+    run_until_done(base, col + 2, 1);
+    cr_assert_eq(col[2].res.cached_tokens, 79, "all but the last prompt token");
+    check_against_reference(a, 80, 10, &col[0]);
+    check_against_reference(c2, 80, 10, &col[1]);
+    check_against_reference(a, 80, 10, &col[2]);
+    json_t *s = stats(b);
+    cr_assert_eq(stat_int(s, "kv", "prefix_hits"), 129);
+    cr_assert(stat_int(s, "kv", "partial_hits") == 2 && stat_int(s, "kv", "partial_tokens") == 17);
     json_decref(s);
     pl_backend_free(b);
     event_base_free(base);

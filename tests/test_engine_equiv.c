@@ -1,6 +1,6 @@
 /* test_engine_equiv.c - the engine on the default model gives the same
  * greedy tokens whatever the schedule: async vs sync, chunked vs unchunked
- * prefill, 1 vs 32 concurrent requests.
+ * prefill, 1 vs 32 concurrent requests, partial-block prefix reuse or not.
  *
  * The CPU runner is batch-invariant by default (every row goes through the
  * same quantised kernels whatever the batch), so the tokens must be
@@ -79,6 +79,7 @@ typedef struct cfg {
     bool variant;                /* --no-batch-invariant */
     bool penalties;              /* repetition/frequency/presence penalties */
     int kv_mb, max_len;          /* 0: 256 MiB, 512 tokens */
+    bool no_partial;             /* full-block prefix reuse only */
     json_t **stats;              /* when set: the engine's stats at the end */
 } cfg;
 
@@ -112,7 +113,7 @@ static void run(const cfg *c, int n_prompts, run_out *out)
         .model_path = pl_test_model_path(), .device = "cpu", .threads = 2, .max_num_seqs = 64,
         .max_num_batched_tokens = c->batched_tokens, .block_size = 16, .kv_cache_mb = c->kv_mb ? c->kv_mb : 256,
         .max_model_len = c->max_len ? c->max_len : 512, .async_scheduling = c->async, .prefix_caching = true,
-        .batch_invariant = !c->variant,
+        .batch_invariant = !c->variant, .no_partial_prefix = c->no_partial,
     };
     char err[512];
     pl_backend *b = pl_engine_open(base, &o, err, sizeof err);
@@ -263,4 +264,27 @@ Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
     for (int p = 0; p < n; p++)
         cr_expect(tiny[p].done, "prompt %d finished", p);
     expect_identical("tiny cache vs big cache", big, tiny, n);
+}
+
+/* Partial-block prefix reuse (copy on write): one after another, each
+ * prompt reuses the part of a cached block it shares with an earlier one
+ * (the chat template and "You are assistant number "); tokens must equal
+ * those of full-block reuse only. */
+Test(engine_equiv, partial_block_reuse_vs_full_blocks_only)
+{
+    static run_out part[8], full[8];
+    json_t *sp = NULL, *sf = NULL;
+    cfg cp = {.async = true, .batched_tokens = 2048, .concurrent = 1, .stats = &sp};
+    cfg cf = {.async = true, .batched_tokens = 2048, .concurrent = 1, .no_partial = true,
+              .stats = &sf};
+    run(&cp, 8, part);
+    run(&cf, 8, full);
+    json_int_t ph = json_integer_value(json_object_get(json_object_get(sp, "kv"), "partial_hits"));
+    json_int_t pf = json_integer_value(json_object_get(json_object_get(sf, "kv"), "partial_hits"));
+    cr_log_info("partial hits: %lld with, %lld without", (long long)ph, (long long)pf);
+    cr_expect_gt(ph, 0, "partial blocks were reused");
+    cr_expect_eq(pf, 0);
+    json_decref(sp);
+    json_decref(sf);
+    expect_identical("partial vs full-block reuse", part, full, 8);
 }

@@ -153,3 +153,51 @@ Test(kv_retain, key_table_churn)
             cr_assert(still_cached(kv, 100 * (i + 1)), "key #%d kept", i);
     pl_kv_blocks_free(kv);
 }
+
+/* Partial-block reuse: the longest leading match among the blocks that
+ * continue the same chain, never one committed in the current tick. */
+Test(kv_partial, longest_match_after_the_tick)
+{
+    pl_kv_blocks *kv = pl_kv_blocks_new(8, BS, true);
+    pl_kv_blocks_set_tick(kv, 1);
+    int32_t x[BS] = {1, 2, 3, 4}, y[BS] = {1, 2, 7, 8}, other[BS] = {1, 2, 3, 4};
+    int32_t bx = pl_kv_blocks_alloc(kv), by = pl_kv_blocks_alloc(kv), bo = pl_kv_blocks_alloc(kv);
+    uint64_t parent = 12345;
+    pl_kv_blocks_commit(kv, bx, parent, x);
+    pl_kv_blocks_commit(kv, by, parent, y);
+    pl_kv_blocks_commit(kv, bo, parent + 1, other);      /* another chain */
+    int k = -1;
+    int32_t want[3] = {1, 2, 3};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), -1,
+                 "committed this tick: its step may not have written it yet");
+    cr_assert_eq(k, 0);
+    pl_kv_blocks_set_tick(kv, 2);
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), bx);
+    cr_assert_eq(k, 3);
+    int32_t want2[3] = {1, 2, 7};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want2, 3, &k), by);
+    cr_assert_eq(k, 3);
+    int32_t want3[4] = {1, 2, 3, 4};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want3, 9, &k), bx);
+    cr_assert_eq(k, BS - 1, "at most block_size - 1: a full match is a full hit");
+    int32_t miss[2] = {9, 9};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, miss, 2, &k), -1);
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent + 2, want, 3, &k), -1, "no such chain");
+    /* An evicted block leaves the parent index too. */
+    pl_kv_blocks_release(kv, bx);
+    pl_kv_blocks_release(kv, by);
+    pl_kv_blocks_release(kv, bo);
+    int32_t got[8];
+    for (int i = 0; i < 8; i++)
+        got[i] = pl_kv_blocks_alloc(kv);
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), -1);
+    pl_kv_stats st;
+    pl_kv_blocks_stats(kv, &st);
+    cr_assert_eq(st.partial_hits, 3);
+    cr_assert_eq(st.partial_tokens, 9);
+    for (int i = 0; i < 8; i++)
+        pl_kv_blocks_release(kv, got[i]);
+    char why[128];
+    cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
+    pl_kv_blocks_free(kv);
+}

@@ -383,7 +383,9 @@ static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *er
 static int init_core_(pl_engine *e, pl_err *err)
 {
     pl_batch_config bc = {e->opt.max_num_seqs, e->opt.max_num_batched_tokens,
-                          e->max_model_len};
+                          e->max_model_len,
+                          e->opt.prefix_caching && !e->opt.no_partial_prefix &&
+                              e->runner->ops->copy_block != NULL};
     e->kv = pl_kv_blocks_new(e->opt.num_blocks, e->opt.block_size,
                              e->opt.prefix_caching);
     e->t_open = pl_engine_now_ms_();

@@ -60,6 +60,9 @@ typedef struct pl_engine_options {
     int max_num_batched_tokens;  /**< rows per step; 0 = runner max_rows */
     bool async;                  /**< async step pipeline (default true) */
     bool prefix_caching;         /**< default true */
+    /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
+     *  with prefix caching when the runner can copy blocks). */
+    bool no_partial_prefix;
 } pl_engine_options;
 
 /** Defaults: geometry from the runner, async and prefix caching on. */

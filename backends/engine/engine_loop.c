@@ -219,6 +219,9 @@ static bool launch_next_(pl_engine *e)
         if (gap > e->st_local.max_idle_gap_ms)
             e->st_local.max_idle_gap_ms = gap;
     }
+    /* Partial-block reuse: the copies this step's rows build on. */
+    for (int k = 0; k < st->n_copies; k++)
+        e->runner->ops->copy_block(e->runner, st->copy_src[k], st->copy_dst[k]);
     int ticket = e->runner->ops->launch(e->runner, &st->in);
     if (ticket < 0) {
         fail_step_(e, st, "launch");

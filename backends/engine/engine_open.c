@@ -273,6 +273,7 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     eo.max_num_batched_tokens = o->max_num_batched_tokens;
     eo.async = o->async_scheduling;
     eo.prefix_caching = o->prefix_caching;
+    eo.no_partial_prefix = o->no_partial_prefix;
     pl_err e;
     pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &eo, &e);
     if (!b)

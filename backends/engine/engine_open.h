@@ -25,6 +25,7 @@ typedef struct pl_engine_open_opts {
     int max_model_len;           /**< 0 = min(model context, 2048) on CPU */
     bool async_scheduling;
     bool prefix_caching;
+    bool no_partial_prefix;      /**< full-block prefix reuse only */
     bool batch_invariant;        /**< CPU: quantised kernels at every row count */
     double gpu_memory_utilization;
     bool cuda_graphs;
