@@ -304,6 +304,12 @@ void pl_cpu_runner_set_gemm_min_rows(pl_runner *base, int rows)
     pl_cpu_fwd_set_gemm_min_rows(((cpu_runner *)base)->fwd, rows);
 }
 
+void pl_cpu_runner_pool_stats(pl_runner *base, unsigned long long *runs,
+                              unsigned long long *wait_ns)
+{
+    pl_pool_stats(((cpu_runner *)base)->pool, runs, wait_ns);
+}
+
 static int alloc_buffers(cpu_runner *r)
 {
     const pl_runner_info *inf = &r->base.info;

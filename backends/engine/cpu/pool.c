@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sched.h>
+#include <time.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,6 +35,7 @@ struct pl_pool {
     atomic_int next_chunk;
     pl_pool_fn fn;
     void *arg;
+    unsigned long long runs, wait_ns; /* the caller's only */
     struct worker { pl_pool *p; int ith; } *w;
 };
 
@@ -142,6 +144,8 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int joined = (int)(atomic_fetch_or(&p->entry, CLOSED) & (CLOSED - 1));
     for (int i = 0; atomic_load(&p->n_exited) < joined; i++) {
         if (i < CALLER_SPINS)
@@ -149,6 +153,16 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
         else
             sched_yield();
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    p->runs++;
+    p->wait_ns += (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
+                                       (t1.tv_nsec - t0.tv_nsec));
+}
+
+void pl_pool_stats(const pl_pool *p, unsigned long long *runs, unsigned long long *wait_ns)
+{
+    *runs = p->runs;
+    *wait_ns = p->wait_ns;
 }
 
 int pl_pool_take(pl_pool *p) { return atomic_fetch_add(&p->next_chunk, 1); }

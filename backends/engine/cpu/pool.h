@@ -27,6 +27,12 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg);
  *  until they run out balance the load when a core is busy elsewhere. */
 int pl_pool_take(pl_pool *p);
 
+/** Hand-off statistics since the pool was made (read by the caller's
+ *  thread, or after its last run): runs (pl_pool_run calls that used the
+ *  workers) and the nanoseconds the caller spent waiting, after its own
+ *  share of a run, for workers to finish theirs: time outside arithmetic. */
+void pl_pool_stats(const pl_pool *p, unsigned long long *runs, unsigned long long *wait_ns);
+
 /** Split [0, n) into nth chunks aligned to `align`; chunk ith -> [*b, *e). */
 void pl_pool_split(int n, int align, int ith, int nth, int *b, int *e);
 
