@@ -11,6 +11,7 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/cpu/qdot_k.h"
+#include "backends/engine/cpu/qdot_vnni.h"
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
 
@@ -216,6 +217,100 @@ Test(cpu_ops, qmatmul_rows_k_batch_invariant)
                              KTYPES[k], r, o);
             }
     }
+}
+
+/* The VNNI kernels (each level the CPU has; skipped elsewhere) against
+ * the scalar reference and the f64 dot, for every type they cover. */
+static void check_vnni(pl_vnni_level lv)
+{
+    enum { N = 1536 };
+    static uint8_t w[N / PL_QK * 34];
+    float x[N], wf[N];
+    pl_q8_act a[N / PL_QK];
+    const pl_ggml_type types[7] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1, PL_GGML_TYPE_Q8_0,
+                                   PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
+                                   PL_GGML_TYPE_Q6_K};
+    for (int k = 0; k < 7; k++)
+        for (int rep = 0; rep < 20; rep++) {
+            if (k < 3)
+                random_qrow(types[k], w, N);
+            else
+                random_krow(types[k], w, N);
+            fill(x, N, 2.0f);
+            pl_op_quantize_row_q8(x, a, N);
+            cr_assert_eq(pl_dequant_row(types[k], w, wf, N), 0);
+            double exact = 0, mag = 0;
+            for (int i = 0; i < N; i++) {
+                double xi = (double)a[i / PL_QK].d * a[i / PL_QK].qs[i % PL_QK];
+                exact += (double)wf[i] * xi;
+                mag += fabs((double)wf[i] * xi);
+            }
+            float v = 0.0f, ref = pl_op_qdot_ref(types[k], w, a, N);
+            cr_assert(pl_qdot_vnni(lv, types[k], w, a, N, &v), "type %d", types[k]);
+            cr_assert_leq(fabs(v - exact), 1e-5 * mag + 1e-6, "type %d", types[k]);
+            cr_assert_leq(fabs(v - ref), 2e-5 * mag + 1e-6, "type %d", types[k]);
+            cr_assert_eq(memcmp(&v, &(float){pl_op_qdot(types[k], w, a, N)}, 4), 0,
+                         "dispatch picks this level");
+        }
+}
+
+/* The VNNI kernels' code (VPDPBUSD emulated with AVX2) gives the AVX2
+ * kernels' results bit for bit: runs on any AVX2 CPU, so the kernel bodies
+ * are checked even where the instruction is absent. */
+Test(cpu_ops, qdot_vnni_bodies_emulated)
+{
+    if (!pl_cpu_has_avx2())
+        cr_skip_test("no AVX2");
+    if (pl_qdot_vnni_level() != PL_VNNI_NONE)
+        cr_skip_test("VNNI present: pl_op_qdot is the VNNI path (checked below)");
+    enum { N = 1536 };
+    static uint8_t w[N / PL_QK * 34];
+    float x[N];
+    pl_q8_act a[N / PL_QK];
+    const pl_ggml_type types[7] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1, PL_GGML_TYPE_Q8_0,
+                                   PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
+                                   PL_GGML_TYPE_Q6_K};
+    for (int k = 0; k < 7; k++)
+        for (int rep = 0; rep < 20; rep++) {
+            if (k < 3)
+                random_qrow(types[k], w, N);
+            else
+                random_krow(types[k], w, N);
+            fill(x, N, 2.0f);
+            pl_op_quantize_row_q8(x, a, N);
+            float v = 0.0f, avx2 = pl_op_qdot(types[k], w, a, N);
+            cr_assert(pl_qdot_vnni_emulated(types[k], w, a, N, &v));
+            cr_assert_eq(memcmp(&v, &avx2, 4), 0, "type %d: %g vs %g", types[k], v, avx2);
+        }
+}
+
+Test(cpu_ops, qdot_avx512_vnni)
+{
+    if (pl_qdot_vnni_level() < PL_VNNI_AVX512)
+        cr_skip_test("this CPU has no AVX-512 VNNI+VL+BW: path not validated here");
+    check_vnni(PL_VNNI_AVX512);
+    cr_assert_str_eq(pl_op_kernel_path(), "avx512vnni+avx2+fma+f16c");
+}
+
+Test(cpu_ops, qdot_avx_vnni)
+{
+    const pl_cpu_feature_set *f = pl_cpu_features();
+    if (!pl_cpu_has_avx2() || !f->avxvnni)
+        cr_skip_test("this CPU has no AVX-VNNI: path not validated here");
+    if (pl_qdot_vnni_level() == PL_VNNI_AVX)
+        check_vnni(PL_VNNI_AVX);
+    else
+        cr_skip_test("AVX-512 VNNI is preferred here (qdot_avx512_vnni)");
+}
+
+Test(cpu_ops, kernel_path_named)
+{
+    const char *p = pl_op_kernel_path();
+    if (!pl_cpu_has_avx2())
+        cr_assert_str_eq(p, "scalar");
+    else
+        cr_assert(strstr(p, "avx2+fma+f16c"), "%s", p);
+    cr_assert_eq(pl_qdot_vnni_level() == PL_VNNI_NONE, strstr(p, "vnni") == NULL);
 }
 
 Test(cpu_ops, rmsnorm_swiglu_softmax)

@@ -22,6 +22,7 @@ static void probe(void)
     f->avx512vl = __builtin_cpu_supports("avx512vl");
     f->avx512vnni = __builtin_cpu_supports("avx512vnni");
     f->avx512bf16 = __builtin_cpu_supports("avx512bf16");
+    f->avxvnni = __builtin_cpu_supports("avxvnni");
 #endif
     atomic_store_explicit(&pl_cpu_features_ready_, 1, memory_order_release);
 }

@@ -21,6 +21,7 @@ typedef struct pl_cpu_feature_set {
     bool avx512vl;               /**< AVX-512 on 128/256-bit registers */
     bool avx512vnni;             /**< AVX-512 VNNI (int8 dot products) */
     bool avx512bf16;             /**< AVX-512 BF16 */
+    bool avxvnni;                /**< AVX-VNNI (VEX int8 dot products) */
 } pl_cpu_feature_set;
 
 /* Internals of the inline fast path below: the table, published by a

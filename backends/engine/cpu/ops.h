@@ -29,7 +29,8 @@ float pl_op_fp16_to_f32(uint16_t h);
 
 /** The kernel path the dispatch picks on this CPU, from the one cpuid
  *  probe (src/base/cpu_features.h): "avx2+fma+f16c" or "scalar". Named in
- *  the startup log and in /status (engine "cpu_kernels"). */
+ *  the startup log and in /status (engine "cpu_kernels"); with VNNI the
+ *  single-row kernels use it: "avx512vnni+avx2+fma+f16c", "avxvnni+...". */
 const char *pl_op_kernel_path(void);
 
 /** True when the quantised dot kernels support weight type t. */

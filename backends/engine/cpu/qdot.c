@@ -10,6 +10,7 @@
  */
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/qdot_k.h"
+#include "backends/engine/cpu/qdot_vnni.h"
 
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
@@ -287,10 +288,21 @@ static int have_avx2(void) { return pl_cpu_has_avx2(); }
 static int have_avx2(void) { return 0; }
 #endif
 
-const char *pl_op_kernel_path(void) { return have_avx2() ? "avx2+fma+f16c" : "scalar"; }
+const char *pl_op_kernel_path(void)
+{
+    switch (pl_qdot_vnni_level()) {
+    case PL_VNNI_AVX512: return "avx512vnni+avx2+fma+f16c";
+    case PL_VNNI_AVX: return "avxvnni+avx2+fma+f16c";
+    default: return have_avx2() ? "avx2+fma+f16c" : "scalar";
+    }
+}
 
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
+    pl_vnni_level lv = pl_qdot_vnni_level();
+    float r;
+    if (lv != PL_VNNI_NONE && pl_qdot_vnni(lv, t, w, a, n, &r))
+        return r;                /* bit-identical to the AVX2 kernels */
     if (pl_qdot_k_supported(t))
         return pl_qdot_k(t, w, a, n);
 #ifdef PL_HAVE_X86

@@ -1,0 +1,29 @@
+/* qdot_vnni.h - VNNI versions of the single-row dot kernels (qdot_vnni.c),
+ * bit-identical to the AVX2 ones. pl_op_qdot dispatches here when the CPU
+ * has them.
+ */
+#ifndef PL_CPU_QDOT_VNNI_H
+#define PL_CPU_QDOT_VNNI_H
+
+#include "backends/engine/cpu/ops.h"
+
+typedef enum pl_vnni_level {
+    PL_VNNI_NONE = 0,
+    PL_VNNI_AVX,                 /**< AVX-VNNI (VEX-encoded VPDPBUSD) */
+    PL_VNNI_AVX512,              /**< AVX-512 VNNI + VL + BW on 256-bit registers */
+} pl_vnni_level;
+
+/** The best level this CPU runs (needs the AVX2 path's AVX2+FMA+F16C too). */
+pl_vnni_level pl_qdot_vnni_level(void);
+
+/** *out = the dot of weight row w (type t, n elements) with a, through
+ *  level lv's kernel; returns 0 (nothing written) when lv is NONE or t has
+ *  no VNNI kernel. The caller must only pass a level the CPU has. */
+int pl_qdot_vnni(pl_vnni_level lv, pl_ggml_type t, const void *w, const pl_q8_act *a, int n,
+                 float *out);
+
+/** For tests on CPUs without VNNI: the VNNI kernels' code with VPDPBUSD
+ *  emulated by AVX2 instructions; 0 without AVX2 or for other types. */
+int pl_qdot_vnni_emulated(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out);
+
+#endif
