@@ -2,6 +2,7 @@
  * the finish reason and usage; error replies into OpenAI errors. */
 #include <ctype.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <strings.h>
 
@@ -91,7 +92,9 @@ static int completion_logprobs(remote_req *r, json_t *lp)
     for (int i = 0; i < n; i++) {
         pl_token_logprob *t = &r->lp[i];
         set_tok(&t->token, &t->token_len, json_array_get(toks, (size_t)i));
-        t->logprob = (float)json_number_value(json_array_get(tlp, (size_t)i));
+        /* An echoed prompt's first token has null: no context (NaN). */
+        json_t *l = json_array_get(tlp, (size_t)i);
+        t->logprob = json_is_number(l) ? (float)json_number_value(l) : NAN;
         t->top = top;
         t->n_top = 0;
         const char *k;
