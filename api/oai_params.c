@@ -78,12 +78,6 @@ static int check_unsupported(json_t *body, pl_err *err)
     if (get_int(body, "best_of", 1, 1, &best_of, err) < 0)
         return pl_err_set(err, 400, "invalid_request_error", "best_of", "unsupported_parameter",
                           "best_of > 1 is not supported");
-    bool echo = false;
-    if (get_bool(body, "echo", &echo, err) < 0)
-        return -1;
-    if (echo)
-        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
-                          "echo is not supported");
     return 0;
 }
 
@@ -318,8 +312,10 @@ static int parse_sampling(json_t *body, pl_oai_params *p, pl_err *err)
         get_bool(body, "ignore_eos", &s->ignore_eos, err) < 0)
         return -1;
     const char *mt = get(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (get_int(body, mt, 1, 1 << 30, &s->max_tokens, err) < 0)
+    if (get_int(body, mt, p->echo ? 0 : 1, 1 << 30, &s->max_tokens, err) < 0)
         return -1;
+    /* Echo with max_tokens 0 scores the prompt (lm-evaluation-harness). */
+    p->score_only = p->echo && get(body, mt) && s->max_tokens == 0;
     json_t *seed = get(body, "seed");
     if (seed) {
         if (!json_is_integer(seed))
@@ -475,8 +471,11 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
     if (!json_is_string(model))
         return INVALID("model", "'model' must be a string");
     p->model = json_string_value(model);
-    if (check_unsupported(body, err) < 0)
+    if (check_unsupported(body, err) < 0 || get_bool(body, "echo", &p->echo, err) < 0)
         return -1;
+    if (p->echo && chat)
+        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
+                          "'echo' is a /v1/completions parameter");
     if ((chat ? parse_messages(body, p, err) : parse_prompt(body, p, err)) < 0)
         return -1;
     if (parse_stream(body, p, err) < 0 || parse_sampling(body, p, err) < 0 ||
@@ -540,6 +539,8 @@ void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
     pl_oai_request_prompt(p, 0, r);
     r->sampling = p->sampling;
     r->priority = p->priority;
+    r->echo = p->echo;
+    r->score_only = p->score_only;
 }
 
 void pl_oai_request_prompt(const pl_oai_params *p, int i, pl_gen_request *r)

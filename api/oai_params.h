@@ -36,6 +36,8 @@ typedef struct pl_oai_params {
     int n_prompts;               /**< completions: >= 1; chat: 0 */
     bool stream;
     bool include_usage;
+    bool echo;                   /**< completions: the prompt comes first */
+    bool score_only;             /**< echo with max_tokens 0: no generation */
     int n;                       /**< choices */
     int logprobs_n;              /**< completions: logprobs=N; chat: top_logprobs */
     pl_sampling sampling;        /**< owned (stop strings, logit_bias) */

@@ -54,9 +54,14 @@ static void put_chat_entry(struct evbuffer *b, const pl_token_logprob *lp)
     ADD_LIT(b, "]}");
 }
 
-/* One completions "top_logprobs" entry: {"token":logprob,...}. */
+/* One completions "top_logprobs" entry: {"token":logprob,...}; null for
+ * an echoed prompt's first token (logprob NaN: it has no context). */
 static void put_top_map(struct evbuffer *b, const pl_token_logprob *lp)
 {
+    if (isnan(lp->logprob)) {
+        ADD_LIT(b, "null");
+        return;
+    }
     ADD_LIT(b, "{");
     for (int k = 0; k < lp->n_top; k++) {
         if (k)
@@ -87,7 +92,10 @@ static void put_body(struct evbuffer *b, int k, bool chat, bool first, const pl_
         } else if (k == 0) {
             pl_oai_put_string(b, lp->token, lp->token_len);
         } else if (k == 1) {
-            evbuffer_add_printf(b, "%.6g", lp_json(lp->logprob));
+            if (isnan(lp->logprob))
+                ADD_LIT(b, "null");
+            else
+                evbuffer_add_printf(b, "%.6g", lp_json(lp->logprob));
         } else if (k == 2) {
             put_top_map(b, lp);
         } else {

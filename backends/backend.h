@@ -120,6 +120,15 @@ typedef struct pl_gen_request {
      *  requests with one key share a prompt prefix (in jobs under the seed
      *  layout, one agent's thread of a conversation). 0 = conversation_key. */
     uint64_t affinity_key;
+    /** Completions echo: the deltas start with one prompt delta
+     *  (pl_delta.prompt) holding the prompt's tokens, their text and, when
+     *  sampling.logprobs, their logprobs (the first token's is NaN: it has
+     *  no context) with sampling.top_logprobs alternatives each. A backend
+     *  that cannot compute prompt logprobs refuses the request (400). */
+    bool echo;
+    /** With echo: score the prompt only; no token is generated (finish
+     *  "length", completion_tokens 0). sampling.max_tokens is ignored. */
+    bool score_only;
     /** The client's OpenAI request body when the request came through the
      *  OpenAI API (NULL from jobs), so a remote backend can pass on fields
      *  parley does not interpret. Borrowed for the duration of submit(). */
@@ -133,7 +142,8 @@ typedef struct pl_top_logprob {
     float logprob;
 } pl_top_logprob;
 
-/** Logprob information for one generated token. */
+/** Logprob information for one token. A prompt's first token has
+ *  logprob NaN and no alternatives (JSON null). */
 typedef struct pl_token_logprob {
     const char *token;
     size_t token_len;
@@ -168,6 +178,8 @@ typedef struct pl_delta {
      *  set (the remote backend passes on its upstream's calls). */
     const pl_tool_call_delta *tool_calls;
     int n_tool_calls;
+    bool prompt;                 /**< the echoed prompt (pl_gen_request.echo):
+                                      the first delta, at most once */
 } pl_delta;
 
 typedef struct pl_result {

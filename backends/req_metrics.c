@@ -144,6 +144,11 @@ static void track_delta(void *ud, const pl_delta *d)
 {
     pl_req_track *t = ud;
     pl_req_metrics *m = t->m;
+    if (d->prompt) {             /* an echoed prompt: no token generated */
+        pl_sink inner = t->inner;
+        inner.on_delta(inner.ud, d);
+        return;
+    }
     if (d->n_tokens > 0 || d->len > 0 || d->n_tool_calls > 0) {
         double now = pl_mono_s();
         if (!t->first) {

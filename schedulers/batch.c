@@ -298,12 +298,13 @@ static void admit_partial_(pl_batch *b, pl_batch_seq *s)
  * tokens, so the last is computed), take a slot. */
 void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
 {
-    int max_hit = (s->n_tokens - 1) / b->block_size;
+    int max_hit = s->prompt_logprobs ? 0 : (s->n_tokens - 1) / b->block_size;
     int hit = pl_kv_blocks_lookup(b->kv, s->tokens, s->n_tokens, max_hit,
                                   s->blocks, &s->last_hash);
     s->n_blocks = s->n_committed = hit;
     s->num_computed = hit * b->block_size;
-    admit_partial_(b, s);
+    if (!s->prompt_logprobs)     /* its prompt rows must all run */
+        admit_partial_(b, s);
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
         s->n_cached = s->num_computed;

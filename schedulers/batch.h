@@ -81,6 +81,11 @@ typedef struct pl_batch_seq {
     pl_seq_sampling sampling; /**< copied into each step (step updated) */
     uint64_t conv_key;        /**< conversation key (0: none): tags the
                                    blocks it releases (kv_blocks.h) */
+    bool prompt_logprobs;     /**< each prompt row asks for the next prompt
+                                   id's logprob (pl_step_input.row_next);
+                                   such a sequence never reuses cached
+                                   blocks (their rows would be skipped), it
+                                   recomputes them. Set before scheduling. */
     void *ud;                 /**< owner's data (borrowed) */
 } pl_batch_seq;
 

@@ -17,6 +17,7 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     in->tokens = malloc(rows * sizeof *in->tokens);
     in->positions = malloc(rows * sizeof *in->positions);
     in->row_seq = malloc(rows * sizeof *in->row_seq);
+    in->row_next = malloc(rows * sizeof *in->row_next);
     in->seq_slot = malloc(seqs * sizeof *in->seq_slot);
     in->seq_first_row = malloc(seqs * sizeof *in->seq_first_row);
     in->seq_n_rows = malloc(seqs * sizeof *in->seq_n_rows);
@@ -29,7 +30,8 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     st->seqs = malloc(seqs * sizeof *st->seqs);
     st->copy_src = malloc(seqs * sizeof *st->copy_src);
     st->copy_dst = malloc(seqs * sizeof *st->copy_dst);
-    if (!st->copy_src || !st->copy_dst || !in->tokens || !in->positions || !in->row_seq || !in->seq_slot ||
+    if (!st->copy_src || !st->copy_dst || !in->tokens || !in->positions || !in->row_seq || !in->row_next ||
+        !in->seq_slot ||
         !in->seq_first_row || !in->seq_n_rows || !in->seq_ctx_len ||
         !in->seq_sample || !in->block_table || !in->sampling ||
         !in->seq_hist || !in->seq_hist_len || !st->seqs)
@@ -43,6 +45,7 @@ void pl_batch_step_free(pl_batch_step *st)
     free(in->tokens);
     free(in->positions);
     free(in->row_seq);
+    free(in->row_next);
     free(in->seq_slot);
     free(in->seq_first_row);
     free(in->seq_n_rows);
@@ -81,6 +84,8 @@ static void fill_rows_(pl_batch_step *st, pl_batch_seq *s, int k, int n)
         in->tokens[r] = pos < s->n_tokens ? s->tokens[pos] : PL_TOKEN_PLACEHOLDER;
         in->positions[r] = pos;
         in->row_seq[r] = k;
+        in->row_next[r] = s->prompt_logprobs && pos + 1 < s->n_prompt ? s->tokens[pos + 1] : -1;
+        in->n_row_next += in->row_next[r] >= 0;
     }
 }
 
@@ -210,6 +215,7 @@ int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
     pl_kv_blocks_set_tick(b->kv, st->no);
     st->in.n_rows = 0;
     st->in.n_seqs = 0;
+    st->in.n_row_next = 0;
     st->n_decode_rows = st->n_prefill_rows = st->n_preempted = 0;
     pl_batch_sort_running_(b);
     schedule_running_(b, st, true);

@@ -46,6 +46,12 @@ typedef struct pl_step_input {
     int32_t *tokens;             /**< (n_rows) ids or PL_TOKEN_PLACEHOLDER */
     int32_t *positions;          /**< (n_rows) position of each row */
     int32_t *row_seq;            /**< (n_rows) index into the seq arrays */
+    /** Prompt logprobs (completions echo): (n_rows) the prompt id at the
+     *  row's next position, whose logprob (and top alternatives, as many
+     *  as the sequence's sampling.top_logprobs) the runner returns for the
+     *  row; -1 for rows without. n_row_next counts the rows with one. */
+    int32_t *row_next;
+    int n_row_next;
 
     int n_seqs;                  /**< sequences in this step */
     int32_t *seq_slot;           /**< (n_seqs) stable slot id of the sequence

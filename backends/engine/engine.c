@@ -3,6 +3,7 @@
  * requests, capacity, statistics, tokenize/detokenize, start and stop. */
 #include "backends/engine/engine_internal.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,34 @@ static int constraint_of_(pl_engine *e, const pl_sampling *sp, const pl_token_fs
     return *fsm ? 0 : -1;
 }
 
+/* Echo: the prompt comes back first; with logprobs the runner scores every
+ * prompt row (arrays for them here, NaN for the first token). */
+static int echo_setup_(pl_engine *e, const pl_gen_request *req, eng_req *r, pl_err *err)
+{
+    r->echo = req->echo;
+    r->score_only = req->echo && req->score_only;
+    if (r->score_only)
+        r->max_new = 1;          /* the sampled token is dropped */
+    if (!req->echo || !req->sampling.logprobs)
+        return 0;
+    if (!e->runner->can_prompt_logprobs)
+        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
+                          "echo with logprobs (prompt logprobs) is not supported by the %s "
+                          "runner yet", e->runner->ops->name);
+    int k = req->sampling.top_logprobs;
+    k = k < 0 ? 0 : k > PL_MAX_TOP_LOGPROBS ? PL_MAX_TOP_LOGPROBS : k;
+    size_t n = (size_t)r->n_prompt;
+    r->n_top_prompt = k;
+    r->plp = malloc(n * sizeof *r->plp);
+    r->ptop_ids = calloc(n * (size_t)k + 1, sizeof *r->ptop_ids);
+    r->ptop_lp = calloc(n * (size_t)k + 1, sizeof *r->ptop_lp);
+    if (!r->plp || !r->ptop_ids || !r->ptop_lp)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        r->plp[i] = i ? 0.0f : NAN;
+    return 0;
+}
+
 static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                        uint64_t *id, pl_err *err)
 {
@@ -176,6 +205,8 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                                               : e->max_len - n;
     r->priority = req->priority;
     r->conv_key = req->conversation_key;
+    if (echo_setup_(e, req, r, err) < 0)
+        goto fail;
     r->t_submit = pl_engine_now_ms_();
     if (sub_add_(e, r->id, sink) < 0)
         goto oom;

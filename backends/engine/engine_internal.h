@@ -26,6 +26,13 @@ typedef struct eng_req {
     const pl_token_fsm *fsm;      /* constraint automaton (a reference) */
     double t_submit, t_sched, t_first;   /* ms, monotonic */
     pl_batch_seq *seq;
+    bool echo, score_only;        /* completions echo (backend.h) */
+    bool echo_sent;               /* the prompt delta went out */
+    int n_top_prompt;             /* alternatives per prompt logprob */
+    float *plp;                   /* echo with logprobs: (n_prompt) prompt
+                                     logprobs, [0] NaN; NULL otherwise */
+    int32_t *ptop_ids;            /* (n_prompt, n_top_prompt) */
+    float *ptop_lp;               /* (n_prompt, n_top_prompt) */
     char *pending;                /* text not yet emitted */
     size_t pending_len, pending_cap;
     uint64_t free_after;          /* deferred free: once this many steps
@@ -57,6 +64,7 @@ typedef struct eng_msg {
     float *top_lp;                /* (n, n_top) */
     int n, tok_cap, n_top;
     bool has_logprobs;
+    bool prompt;                  /* DELTA: the echoed prompt */
     pl_result res;                /* DONE */
     pl_err err;                   /* DONE with PL_FINISH_ERROR */
     struct eng_msg *next;
@@ -178,5 +186,10 @@ void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
 /* engine_text.c: outputs of one step, per sequence */
 void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
                          const pl_step_output *out, int k);
+/* engine_text.c: prompt logprobs of a step's rows into their requests */
+void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
+                            const pl_step_output *out);
+/* engine_text.c: queue r's echoed prompt (once, before its first token) */
+void pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s);
 
 #endif

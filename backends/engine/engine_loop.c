@@ -21,6 +21,9 @@ void pl_engine_req_free_(eng_req *r)
     if (!r)
         return;
     free(r->prompt);
+    free(r->plp);
+    free(r->ptop_ids);
+    free(r->ptop_lp);
     free(r->pending);
     pl_sampling_free(&r->sp);
     pl_token_fsm_release(r->fsm);
@@ -103,6 +106,8 @@ static void on_submit_(pl_engine *e, eng_req *r)
         r->seq->conv_key = r->conv_key;
     free(r->prompt);
     r->prompt = NULL;
+    if (r->seq)
+        r->seq->prompt_logprobs = r->plp != NULL;
     if (!r->seq) {
         pl_err err;
         pl_err_set(&err, 500, "server_error", NULL, NULL,
@@ -256,6 +261,8 @@ static void finish_oldest_(pl_engine *e)
         fail_step_(e, f.st, "step");
     } else {
         e->st_local.execute_ms += out->exec_ms;
+        if (f.st->in.n_row_next > 0)
+            pl_engine_prompt_rows_(e, f.st, out);
         for (int k = 0; k < f.st->in.n_seqs; k++) {
             pl_batch_seq *s = f.st->seqs[k];
             if (!f.st->in.seq_sample[k])
@@ -264,6 +271,15 @@ static void finish_oldest_(pl_engine *e)
             if (out->sampled[k] < 0) {    /* no token: every logit NaN */
                 fail_seq_(e, s, "the model produced no valid token (non-finite logits)");
                 continue;
+            }
+            if (r && r->echo && !r->echo_sent && s->state != PL_SEQ_FINISHED) {
+                pl_engine_emit_prompt_(e, r, s);     /* before its first token */
+                if (r->score_only) {                 /* scored: no token */
+                    pl_engine_emit_done_(e, r, PL_FINISH_LENGTH, NULL);
+                    pl_batch_finish(e->batch, s);
+                    req_defer_free_(e, r);
+                    continue;
+                }
             }
             if (!pl_batch_append(e->batch, s, out->sampled[k]))
                 continue;             /* finished: the extra token */

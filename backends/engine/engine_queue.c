@@ -4,6 +4,7 @@
 #include "backends/engine/engine_internal.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -64,6 +65,7 @@ eng_msg *pl_engine_msg_get_(pl_engine *e)
     m->n = 0;
     m->n_top = 0;
     m->has_logprobs = false;
+    m->prompt = false;
     memset(&m->res, 0, sizeof m->res);
     m->next = NULL;
     return m;
@@ -116,7 +118,7 @@ static const pl_token_logprob *delta_logprobs_(pl_engine *e, const eng_msg *m)
         pl_token_logprob *t = &e->lp_scratch[i];
         t->token = e->text.token_bytes(e->text.ud, m->tokens[i], &t->token_len);
         t->logprob = m->lp[i];
-        t->n_top = m->n_top;
+        t->n_top = isnan(t->logprob) ? 0 : m->n_top;  /* an echoed prompt's first */
         t->top = e->top_scratch + (size_t)i * (size_t)m->n_top;
         for (int j = 0; j < m->n_top; j++) {
             pl_top_logprob *p = &e->top_scratch[(size_t)i * (size_t)m->n_top + (size_t)j];
@@ -136,6 +138,7 @@ static void deliver_(pl_engine *e, eng_msg *m)
     pl_sink sink = sub->sink;
     if (m->type == ENG_MSG_DELTA) {
         pl_delta d = {m->text, m->len, m->tokens, m->n, NULL};
+        d.prompt = m->prompt;
         if (m->has_logprobs)
             d.logprobs = delta_logprobs_(e, m);
         sink.on_delta(sink.ud, &d);

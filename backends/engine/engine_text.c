@@ -172,3 +172,53 @@ void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
     pl_engine_emit_done_(e, r, f, NULL);
     pl_batch_finish(e->batch, s);
 }
+
+void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
+                            const pl_step_output *out)
+{
+    (void)e;
+    const pl_step_input *in = &st->in;
+    for (int k = 0; k < in->n_seqs; k++) {
+        pl_batch_seq *s = st->seqs[k];
+        eng_req *r = s->ud;
+        if (!r || !r->plp || s->state == PL_SEQ_FINISHED)
+            continue;
+        int end = in->seq_first_row[k] + in->seq_n_rows[k];
+        for (int row = in->seq_first_row[k]; row < end; row++) {
+            int pos = in->positions[row] + 1;    /* the prompt id it scores */
+            if (in->row_next[row] < 0 || pos >= r->n_prompt)
+                continue;
+            r->plp[pos] = out->row_lp[row];
+            for (int j = 0; j < r->n_top_prompt; j++) {
+                size_t src = (size_t)row * PL_MAX_TOP_LOGPROBS + (size_t)j;
+                size_t dst = (size_t)pos * (size_t)r->n_top_prompt + (size_t)j;
+                r->ptop_ids[dst] = out->row_top_ids[src];
+                r->ptop_lp[dst] = out->row_top_lp[src];
+            }
+        }
+    }
+}
+
+void pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s)
+{
+    r->echo_sent = true;
+    eng_msg *m = new_delta_(e, r);
+    if (!m || reserve_tokens_(m, s->n_prompt) < 0 || take_text_(r, m, 0) < 0)
+        return;
+    m->prompt = true;
+    for (int i = 0; i < s->n_prompt; i++) {
+        size_t len = 0;
+        const char *b = e->text.token_bytes(e->text.ud, s->tokens[i], &len);
+        if (b && len && (pending_append_(r, b, len) < 0 || take_text_(r, m, len) < 0))
+            return;
+        m->tokens[m->n++] = s->tokens[i];
+    }
+    if (!r->plp)
+        return;
+    int k = r->n_top_prompt;
+    m->has_logprobs = true;
+    m->n_top = k;
+    memcpy(m->lp, r->plp, sizeof *m->lp * (size_t)s->n_prompt);
+    memcpy(m->top_ids, r->ptop_ids, sizeof *m->top_ids * (size_t)s->n_prompt * (size_t)k);
+    memcpy(m->top_lp, r->ptop_lp, sizeof *m->top_lp * (size_t)s->n_prompt * (size_t)k);
+}

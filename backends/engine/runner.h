@@ -28,6 +28,13 @@ typedef struct pl_step_output {
     float *logprob;              /**< (n_seqs) logprob of the sampled id */
     int32_t *top_ids;            /**< (n_seqs, PL_MAX_TOP_LOGPROBS) */
     float *top_logprobs;         /**< (n_seqs, PL_MAX_TOP_LOGPROBS) */
+    /** Prompt logprobs, for rows with pl_step_input.row_next >= 0 (other
+     *  rows untouched): the raw log-softmax of the row's logits at the
+     *  next id, and the top alternatives (the sequence's
+     *  sampling.top_logprobs of them, most likely first). */
+    float *row_lp;               /**< (max_rows) */
+    int32_t *row_top_ids;        /**< (max_rows, PL_MAX_TOP_LOGPROBS) */
+    float *row_top_lp;           /**< (max_rows, PL_MAX_TOP_LOGPROBS) */
     float *logits;               /**< (n_seqs, n_vocab) when the runner was
                                       asked to keep logits (tests), else NULL */
     double exec_ms;              /**< device time of the step */
@@ -76,6 +83,7 @@ struct pl_runner {
     pl_runner_info info;
     bool keep_logits;            /**< tests: return full logits */
     bool can_constrain;          /**< applies pl_seq_sampling.fsm */
+    bool can_prompt_logprobs;    /**< fills row_lp for pl_step_input.row_next */
 };
 
 #endif

@@ -61,8 +61,7 @@ double pl_sampler_uniform(uint64_t seed, uint64_t step)
     return (double)(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-/* Raw log-softmax: the chosen id's logprob and the top-n alternatives. */
-static void raw_logprobs(const float *l, int n, int32_t id, int top, pl_sample *out)
+void pl_sampler_raw_logprobs(const float *l, int n, int32_t id, int top, pl_sample *out)
 {
     float mx = -INFINITY;
     for (int i = 0; i < n; i++)
@@ -275,6 +274,6 @@ int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampl
                    : argmax(s->work, s->n_vocab);
     }
     out->id = id;
-    raw_logprobs(logits, s->n_vocab, id, p->top_logprobs, out);
+    pl_sampler_raw_logprobs(logits, s->n_vocab, id, p->top_logprobs, out);
     return id;
 }

@@ -42,6 +42,11 @@ void pl_sampler_free(pl_sampler *s);
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampling *p,
                           const int32_t *hist, int n_hist, int32_t eos_id, pl_sample *out);
 
+/** Raw log-softmax of logits (n entries): id's logprob (out->logprob) and
+ *  the top alternatives (out->n_top = top clamped to 0..20, descending).
+ *  out->id is left alone. Allocates nothing. */
+void pl_sampler_raw_logprobs(const float *logits, int n, int32_t id, int top, pl_sample *out);
+
 /** The uniform [0,1) draw used for (seed, step). */
 double pl_sampler_uniform(uint64_t seed, uint64_t step);
 

@@ -30,6 +30,8 @@ typedef struct mock_req {
     int produced, limit; /* limit: max tokens, or a natural stop point */
     int natural_stop;    /* 1: reaching limit finishes with "stop" */
     int prompt_tokens;
+    pl_mock_prompt *prompt;   /* echo: the prompt delta not yet delivered */
+    bool score_only;     /* echo with max_tokens 0: nothing generated */
     int paused, running;
     char *text;          /* produced text not yet emitted */
     size_t text_len, text_cap;
@@ -130,6 +132,7 @@ static void mock_req_free(mock_req *r)
     if (r->timer)
         event_free(r->timer);
     pl_sampling_free(&r->sp);
+    pl_mock_prompt_free(r->prompt);
     free(r->echo);
     free(r->text);
     free(r);
@@ -305,7 +308,7 @@ static int mock_step(mock_req *r)
         }
         /* Echo mode stops when the prompt is replayed; cut short by
          * max_tokens it is a "length" finish like any other. */
-        bool stop = r->natural_stop || (r->echo && mock_echo_done(r));
+        bool stop = !r->score_only && (r->natural_stop || (r->echo && mock_echo_done(r)));
         mock_finish(r, stop ? PL_FINISH_STOP : PL_FINISH_LENGTH);
         return 1;
     }
@@ -325,6 +328,14 @@ static void mock_tick(evutil_socket_t fd, short what, void *arg)
     mock_backend *mb = r->mb;
     uint64_t id = r->id;
     int burst = mb->o.token_delay_ms > 0 ? 1 : MOCK_BURST;
+    if (r->prompt) {             /* echo: the prompt comes first */
+        pl_mock_prompt *p = r->prompt;
+        r->prompt = NULL;
+        int rc = mock_deliver(r, &p->delta);
+        pl_mock_prompt_free(p);
+        if (rc < 0 || mock_lookup(mb, id) != r || r->paused)
+            return;
+    }
     for (int i = 0; i < burst; i++) {
         if (mock_step(r))
             return;
@@ -382,12 +393,17 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
         r->echo = forced;
     else if (mb->o.echo)
         r->echo = strdup(last_user ? last_user : "");
-    r->limit = req->sampling.max_tokens;
+    if (req->echo && !(r->prompt = pl_mock_prompt_new(req))) {
+        mock_req_free(r);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    r->score_only = req->echo && req->score_only;
+    r->limit = r->score_only ? 0 : req->sampling.max_tokens;
     if (r->limit > room)
         r->limit = room;             /* finishes with "length" */
-    if (forced && r->limit <= 0) {
+    if (forced && r->limit <= 0 && !r->score_only) {
         r->limit = room;          /* the forced text ends it, or the context */
-    } else if (r->limit <= 0) {
+    } else if (r->limit <= 0 && !r->score_only) {
         r->limit = 8 + (int)(mock_rand(&r->rng) % 24);
         r->natural_stop = 1;
         if (r->limit > room) {           /* the context ends first */

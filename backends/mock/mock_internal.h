@@ -30,4 +30,20 @@ void pl_mock_dfa_cache_clear(pl_mock_dfa_cache *c);
 char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
                                uint64_t (*rnd)(uint64_t *), uint64_t *rng, pl_err *err);
 
+/** An echoed prompt: its delta (pl_delta.prompt) and what it points to. */
+typedef struct pl_mock_prompt {
+    pl_delta delta;
+    char *text;
+    size_t len;
+    int n;
+    int32_t *ids;
+    pl_token_logprob *lp;
+    pl_top_logprob *top;
+} pl_mock_prompt;
+
+/** req's prompt as mock tokens with deterministic logprobs (mock_echo.c).
+ *  NULL on out-of-memory. */
+pl_mock_prompt *pl_mock_prompt_new(const pl_gen_request *req);
+void pl_mock_prompt_free(pl_mock_prompt *p);
+
 #endif

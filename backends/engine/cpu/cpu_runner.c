@@ -138,6 +138,39 @@ static void sample_all(cpu_runner *r, const pl_step_input *in, pl_step_output *o
     }
 }
 
+/* Prompt logprobs: rows with a next id get their logits in chunks of
+ * max_seqs rows (the logits buffer), after sampling used it. */
+static int prompt_logprobs(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
+{
+    int nv = r->base.info.n_vocab, chunk = r->base.info.max_seqs, row = 0;
+    pl_sample smp;
+    while (row < in->n_rows) {
+        int n = 0;
+        for (; row < in->n_rows && n < chunk; row++)
+            if (in->row_next[row] >= 0)
+                r->out_rows[n++] = row;
+        if (n == 0)
+            break;
+        if (pl_cpu_fwd_row_logits(r->fwd, r->out_rows, n, r->logits) != 0)
+            return -1;
+        for (int i = 0; i < n; i++) {
+            int rw = r->out_rows[i];
+            int32_t next = in->row_next[rw];
+            if (next >= nv)
+                return -1;
+            int top = in->sampling[in->row_seq[rw]].top_logprobs;
+            pl_sampler_raw_logprobs(r->logits + (size_t)i * nv, nv, next, top, &smp);
+            o->row_lp[rw] = smp.logprob;
+            for (int j = 0; j < PL_MAX_TOP_LOGPROBS; j++) {
+                size_t d = (size_t)rw * PL_MAX_TOP_LOGPROBS + (size_t)j;
+                o->row_top_ids[d] = j < smp.n_top ? smp.top_ids[j] : -1;
+                o->row_top_lp[d] = j < smp.n_top ? smp.top_logprobs[j] : 0.0f;
+            }
+        }
+    }
+    return 0;
+}
+
 static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
 {
     double t0 = now_ms();
@@ -157,6 +190,8 @@ static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
             return -1;
     }
     sample_all(r, in, o);
+    if (in->n_row_next > 0 && prompt_logprobs(r, in, o) != 0)
+        return -1;
     o->exec_ms = now_ms() - t0;
     return 0;
 }
@@ -274,6 +309,9 @@ static void cpu_free(pl_runner *base)
         free(o->logprob);
         free(o->top_ids);
         free(o->top_logprobs);
+        free(o->row_lp);
+        free(o->row_top_ids);
+        free(o->row_top_lp);
         free(o->logits);
     }
     pl_cpu_fwd_free(r->fwd);
@@ -330,7 +368,12 @@ static int alloc_buffers(cpu_runner *r)
         o->logprob = malloc(sizeof(float) * S);
         o->top_ids = malloc(sizeof(int32_t) * S * PL_MAX_TOP_LOGPROBS);
         o->top_logprobs = malloc(sizeof(float) * S * PL_MAX_TOP_LOGPROBS);
-        if (!o->sampled || !o->logprob || !o->top_ids || !o->top_logprobs)
+        size_t R = (size_t)inf->max_rows;
+        o->row_lp = malloc(sizeof(float) * R);
+        o->row_top_ids = malloc(sizeof(int32_t) * R * PL_MAX_TOP_LOGPROBS);
+        o->row_top_lp = malloc(sizeof(float) * R * PL_MAX_TOP_LOGPROBS);
+        if (!o->sampled || !o->logprob || !o->top_ids || !o->top_logprobs || !o->row_lp ||
+            !o->row_top_ids || !o->row_top_lp)
             return -1;
     }
     return 0;
@@ -360,6 +403,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     pthread_cond_init(&r->cv, NULL);
     r->base.ops = &cpu_ops;
     r->base.can_constrain = true;
+    r->base.can_prompt_logprobs = true;
     r->m = m;
     if (fill_info(&r->base.info, m, want) != 0) {
         snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive");

@@ -26,6 +26,8 @@ struct pl_cpu_fwd {
     float *xo;                   /* (max_out, n_embd) */
     const pl_fwd_batch *b;       /* the call in progress */
     int layer;
+    int last_rows;               /* rows of the last pl_cpu_forward, whose
+                                    final hidden states x still holds */
 };
 
 #define MM_MAX 3
@@ -231,6 +233,7 @@ static void embed(pl_cpu_fwd *f)
 int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
 {
     const pl_model *m = f->m;
+    f->last_rows = 0;
     if (check_batch(f, b) != 0)
         return -1;
     f->b = b;
@@ -243,6 +246,22 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
     if (b->n_out > 0)
         matmul(f, f->xo, b->n_out, 1, &m->output, logits, NULL, NULL, NULL, NULL);
     f->b = NULL;
+    f->last_rows = b->n_rows;
+    return 0;
+}
+
+int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits)
+{
+    const pl_model *m = f->m;
+    if (n < 1 || n > f->o.max_out)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= f->last_rows)
+            return -1;
+    for (int i = 0; i < n; i++)
+        pl_op_rmsnorm(f->xo + (size_t)i * m->n_embd, f->x + (size_t)rows[i] * m->n_embd,
+                      m->output_norm, m->n_embd, m->rms_eps);
+    matmul(f, f->xo, n, 1, &m->output, logits, NULL, NULL, NULL, NULL);
     return 0;
 }
 

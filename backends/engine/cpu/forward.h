@@ -45,6 +45,12 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f);
  *  position or block id out of range) with nothing written to logits. */
 int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits);
 
+/** Logits (n, n_vocab) of rows of the last pl_cpu_forward call (its final
+ *  hidden states are kept until the next call): prompt logprobs for rows
+ *  beyond the sampled ones. 1 <= n <= max_out. Returns 0, or -1 on a bad
+ *  row or count. */
+int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits);
+
 /** Copy all layers' K/V of block src to block dst. */
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);
 
