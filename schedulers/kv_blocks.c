@@ -2,6 +2,7 @@
  * cache keyed by chained block hashes, LRU eviction of cached free blocks. */
 #include "schedulers/kv_blocks.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,9 +17,12 @@ typedef struct kv_block {
     uint64_t tick;            /* scheduling tick of its commit */
     uint8_t list;             /* LIST_* */
     bool hashed;
-    int32_t conv;             /* slot in convs of its last user, -1 none */
+    int32_t conv;             /* slot in convs of its last user, -1 none,
+                                 CONV_DONE: that conversation finished */
     uint64_t hash, parent;
 } kv_block;
+
+#define CONV_DONE (-2)
 
 typedef struct kv_conv {
     uint64_t key;             /* 0: slot free */
@@ -69,6 +73,22 @@ static void list_push_tail_(pl_kv_blocks *kv, int which, int32_t id)
     else
         l->head = id;
     l->tail = id;
+    l->n++;
+}
+
+/* Finished conversations' cached blocks go to the head: evicted first. */
+static void list_push_head_(pl_kv_blocks *kv, int which, int32_t id)
+{
+    kv_list *l = &kv->lists[which];
+    kv_block *blk = &kv->b[id];
+    blk->list = (uint8_t)which;
+    blk->prev = -1;
+    blk->next = l->head;
+    if (l->head >= 0)
+        kv->b[l->head].prev = id;
+    else
+        l->tail = id;
+    l->head = id;
     l->n++;
 }
 
@@ -218,7 +238,7 @@ static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
 static int need_of_(const pl_kv_blocks *kv, int32_t id)
 {
     int32_t c = kv->b[id].conv;
-    return c >= 0 ? kv->convs[c].need : 0;
+    return c >= 0 ? kv->convs[c].need : c == CONV_DONE ? INT_MAX : 0;
 }
 
 /* The cached-free block to evict: the furthest next need, then the least
@@ -226,7 +246,7 @@ static int need_of_(const pl_kv_blocks *kv, int32_t id)
 static int32_t victim_(pl_kv_blocks *kv)
 {
     int32_t best = kv->lists[LIST_CACHED].head;
-    if (!kv->next_need || kv->n_far == 0 || best < 0)
+    if (!kv->next_need || kv->n_far == 0 || best < 0 || kv->b[best].conv == CONV_DONE)
         return best;
     int best_need = need_of_(kv, best);
     for (int32_t id = kv->b[best].next; id >= 0; id = kv->b[id].next) {
@@ -383,16 +403,17 @@ int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need)
     if (!cell || *cell < 0)
         return 0;
     int32_t c = *cell, released = 0;
-    /* Finished: its cached-free blocks go back to the free list now. */
+    /* Finished: its cached-free blocks are the first to go. They keep
+     * their contents meanwhile: another conversation may share them (the
+     * same persona or preamble) and retags them when it releases them. */
     for (int32_t id = 0; id < kv->num_blocks; id++) {
         kv_block *blk = &kv->b[id];
         if (blk->conv != c)
             continue;
-        blk->conv = -1;
+        blk->conv = CONV_DONE;
         if (blk->list == LIST_CACHED) {
             list_remove_(kv, id);
-            table_remove_(kv, id);
-            list_push_tail_(kv, LIST_FREE, id);
+            list_push_head_(kv, LIST_CACHED, id);
             released++;
         }
     }

@@ -36,8 +36,8 @@ typedef struct pl_kv_stats {
     uint64_t queries;         /**< prompt tokens looked up */
     uint64_t hits;            /**< of those, tokens served from the cache */
     uint64_t evictions;       /**< cached blocks evicted for reuse */
-    uint64_t done_released;   /**< cached blocks freed when their
-                                   conversation finished */
+    uint64_t done_released;   /**< cached blocks released for eviction
+                                   first when their conversation finished */
     uint64_t need_evictions;  /**< evictions that skipped the LRU block
                                    for one needed later */
     uint64_t partial_hits;    /**< partial-block matches (copy on write) */
@@ -133,9 +133,12 @@ void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on);
 
 /**
  * Hint conversation key (0 is ignored) with need (>= 0 or
- * PL_KV_NEED_DONE). DONE releases the conversation's cached-free blocks
- * to the free list at once (their hashes dropped), whatever the policy,
- * and forgets the key. Returns the number of blocks so released.
+ * PL_KV_NEED_DONE). DONE releases the conversation's blocks at once to
+ * the front of eviction, whatever the policy: its cached-free blocks move
+ * to the head of the LRU list (still reusable by another conversation
+ * that shares their contents, until evicted), its blocks in use follow
+ * when released untagged; the key is forgotten. Returns the number of
+ * cached-free blocks so released.
  */
 int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need);
 
