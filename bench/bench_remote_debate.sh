@@ -10,7 +10,8 @@
 #   bench/bench_remote_debate.sh [QUESTIONS [MAX_TOKENS]]   (defaults 6, 24)
 # Env: PARLEY_MODEL, BENCH_OUT (default /tmp/parley-remote-debate),
 #      BENCH_CONFIGS (default "one two two_noaff"), BENCH_THREADS (1 per engine),
-#      PARLEY_BIN (default build/parley: the gateway and the engines)
+#      PARLEY_BIN (default build/parley: the gateway and the engines),
+#      BENCH_KV_MB (each engine's --kv-cache-mb, default 256: its capacity)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-6}
@@ -29,7 +30,7 @@ trap cleanup EXIT
 engine() { # -> url
     local out; out=$(mktemp "$OUT/engine.XXXX")
     "$BIN" serve --port 0 --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
-        --served-model-name smollm --kv-cache-mb 256 --log-level warn > "$out" 2>&1 &
+        --served-model-name smollm --kv-cache-mb "${BENCH_KV_MB:-256}" --log-level warn > "$out" 2>&1 &
     pids+=($!)
     for _ in $(seq 600); do grep -q listening "$out" && break; sleep 0.1; done
     grep -o 'http://[^ ]*' "$out" | head -1
