@@ -7,11 +7,18 @@
  * one commit in flight per job, trying the lock without blocking. When
  * another process holds the lock, the commit comes back busy and is retried
  * on a timer (20 ms, doubling to 500 ms): no I/O thread waits on the lock,
- * so transcripts keep reaching disk and a held lock keeps none in memory. */
+ * so transcripts keep reaching disk and a held lock keeps none in memory.
+ * The job stops dispatching while JOB_MAX_UNSAVED transcripts or
+ * JOB_MAX_UNCOMMITTED summaries wait (jobs_internal.h): memory stays
+ * bounded however far the backend runs ahead of the disk. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <event2/event.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "src/base/log.h"
 #include "src/jobs/jobs_internal.h"
@@ -29,6 +36,13 @@ static void rec_free(job_rec *r)
     json_decref(r->transcript);
 }
 
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int queue_push(pl_job *j, job_rec r)
 {
     if (j->n_queue == j->cap_queue) {
@@ -39,6 +53,8 @@ static int queue_push(pl_job *j, job_rec r)
         j->queue = v;
         j->cap_queue = cap;
     }
+    if (j->n_queue == 0)
+        j->queue_since = mono_s();
     j->queue[j->n_queue++] = r;
     return 0;
 }
@@ -81,6 +97,7 @@ static void save_done(void *ud)
     }
     free(s);
     job_flush(j);
+    job_pump(j);                     /* dispatch paused while I/O lagged */
     job_check_finished(j);
 }
 
@@ -138,6 +155,11 @@ static void commit_work(void *ud)
                                     w->recs[i].transcript};
     w->rc = pl_persist_commit(w->j->persist, pr, w->n, w->wait);
     free(pr);
+#ifdef __GLIBC__
+    /* The manifest was just parsed and dropped in this thread's arena:
+     * give its pages back rather than let each I/O thread keep its peak. */
+    malloc_trim(0);
+#endif
 }
 
 static void retry_cb(evutil_socket_t fd, short what, void *ud)
@@ -160,6 +182,7 @@ static void commit_busy(pl_job *j, commit_ctx *w)
         free(w->recs);
         j->queue = all;
         j->n_queue = j->cap_queue = w->n + j->n_queue;
+        j->queue_since = 0;          /* due: only the lock holds it back */
     } else {
         for (int i = 0; i < w->n; i++)
             if (queue_push(j, w->recs[i]) < 0)
@@ -203,12 +226,26 @@ static void commit_done(void *ud)
     free(w->recs);
     free(w);
     job_flush(j);
+    job_pump(j);
     job_check_finished(j);
+}
+
+/* Every commit rewrites the whole manifest (O(questions)), so while
+ * transcripts are still being written the summaries wait for a batch: a
+ * 64th of the job (256 at least), or one second. With no write in flight
+ * (a slow backend, the end of the job) they go at once. */
+static bool commit_due(const pl_job *j)
+{
+    int batch = j->spec.n_questions / 64;
+    batch = batch < 256 ? 256 : batch > JOB_MAX_UNCOMMITTED / 2 ? JOB_MAX_UNCOMMITTED / 2
+                                                                : batch;
+    return j->freeing || j->n_saving == 0 || j->n_queue >= batch ||
+           mono_s() - j->queue_since >= 1.0;
 }
 
 void job_flush(pl_job *j)
 {
-    if (j->writing || j->retry_pending || j->n_queue == 0 || !j->persist)
+    if (j->writing || j->retry_pending || j->n_queue == 0 || !j->persist || !commit_due(j))
         return;
     commit_ctx *w = calloc(1, sizeof *w);
     if (!w)

@@ -76,6 +76,7 @@ struct pl_job {
     int n_saving, saved;
     job_rec *queue;              /* saved, waiting for a manifest commit */
     int n_queue, cap_queue;
+    double queue_since;          /* monotonic s when the queue last filled */
     int n_batch;                 /* in the commit in flight */
     struct event *retry_ev;      /* commit retry while the lock is held */
     int retry_ms;
@@ -101,6 +102,13 @@ struct pl_job {
     uint64_t r2_prompt_tokens, r2_cached_tokens;
 };
 
+/* A job's memory must not grow with the questions it has finished: a
+ * backend faster than the disk (the mock, a big engine) would otherwise
+ * pile finished transcripts up in memory, waiting for their write. Past
+ * these, the job dispatches nothing until the I/O catches up. */
+#define JOB_MAX_UNSAVED 256      /* transcripts handed to the I/O pool */
+#define JOB_MAX_UNCOMMITTED 4096 /* summaries waiting for a manifest commit */
+
 /* jobs_state.c */
 job_conv *job_conv_new(const pl_job_spec *s);
 void job_conv_free(job_conv *c, const pl_job_spec *s);
@@ -121,6 +129,8 @@ void job_flush(pl_job *j);
 void job_save_drain(pl_job *j);
 /* jobs.c */
 void job_check_finished(pl_job *j);
+/** Offer every model the job uses to its gate (after its I/O caught up). */
+void job_pump(pl_job *j);
 /** The gate's callbacks: may the job dispatch on model m now; do it. */
 bool job_can_dispatch(const pl_job *j, int m);
 void job_dispatch_one(pl_job *j, int m);
