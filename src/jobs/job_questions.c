@@ -215,6 +215,10 @@ static void parse_metadata(spec_ctx *c, const char *base, json_t *o, pl_job_ques
             strcmp(k, "metadata"))
             json_object_set(q->metadata, k, v);
     }
+    if (json_object_size(q->metadata) == 0) {   /* the usual case: keep nothing */
+        json_decref(q->metadata);
+        q->metadata = NULL;
+    }
 }
 
 static void parse_question(spec_ctx *c, const char *base, json_t *o, int idx,

@@ -63,7 +63,7 @@ typedef struct pl_job_question {
     int n_choices;
     char **choices;
     int answer;                  /**< choice index, -1 when not given */
-    json_t *metadata;            /**< owned ref or NULL */
+    json_t *metadata;            /**< owned ref; NULL when empty */
 } pl_job_question;
 
 typedef struct pl_job_spec {
@@ -91,7 +91,8 @@ typedef struct pl_job_spec {
     void *re_;                   /**< compiled pcre2_code */
     void *md_;                   /**< pcre2_match_data */
     char *output_dir;            /**< NULL: the caller's default */
-    json_t *source;              /**< the spec as given (owned ref) */
+    json_t *source;              /**< the spec as given (owned ref); the job
+                                      drops it (pl_job_new): NULL there */
 } pl_job_spec;
 
 typedef struct pl_spec_problem {

@@ -10,8 +10,6 @@
 #include "src/base/log.h"
 #include "src/jobs/prompt.h"
 
-static void job_pump(pl_job *j);
-
 const char *pl_job_state_name(pl_job_state s)
 {
     static const char *n[] = {"starting", "running", "completed", "cancelled", "error"};
@@ -92,6 +90,8 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
     }
     j->spec = *spec;
     memset(spec, 0, sizeof *spec);
+    json_decref(j->spec.source);         /* the whole tree as given: not needed */
+    j->spec.source = NULL;
     j->id = strdup(o->id ? o->id : "job");
     j->base = o->base;
     j->io = o->io;
@@ -342,9 +342,17 @@ static void submit_req(pl_job *j, pl_conv_req *cr, double charged)
         complete_req(j, jr, err.message[0] ? err.message : "backend refused the request");
 }
 
+/* The I/O keeps up: finished transcripts and summaries in memory stay
+ * under their bounds (jobs_internal.h). */
+static bool io_keeps_up(const pl_job *j)
+{
+    return j->n_saving < JOB_MAX_UNSAVED && j->n_queue + j->n_batch < JOB_MAX_UNCOMMITTED;
+}
+
 bool job_can_dispatch(const pl_job *j, int m)
 {
-    return j->state == PL_JOB_RUNNING && pl_conv_sched_can_dispatch(j->sched, m);
+    return j->state == PL_JOB_RUNNING && io_keeps_up(j) &&
+           pl_conv_sched_can_dispatch(j->sched, m);
 }
 
 /* The gate gave us a slot on model m: our best ready request takes it. */
@@ -359,7 +367,7 @@ void job_dispatch_one(pl_job *j, int m)
 
 /* Offer every model we use to its gate: a slot goes to whichever job's
  * turn it is, ours or another's. */
-static void job_pump(pl_job *j)
+void job_pump(pl_job *j)
 {
     if (j->state != PL_JOB_RUNNING)
         return;
@@ -452,7 +460,7 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     bool live = pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE && c;
     const pl_job_agent *ag = &j->spec.agents[saved.agent];
     const pl_job_question *qq = &j->spec.questions[q];
-    int ans = error ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
+    int ans = error || !live ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
     bool need = j->spec.validation && ag->validate && qq->n_choices > 0;
     pl_conv_outcome o = error ? PL_CONV_ERROR : (need && ans < 0) ? PL_CONV_INVALID : PL_CONV_OK;
     if (live)
@@ -507,6 +515,21 @@ static void abort_conv_inflight(pl_job *j, int q)
     }
 }
 
+/* A finished question is in its transcript: keep only its id (events,
+ * lookups) and answer. Its text, choices and metadata go. */
+static void release_question(pl_job_question *qq)
+{
+    free(qq->text);
+    qq->text = NULL;
+    for (int i = 0; i < qq->n_choices; i++)
+        free(qq->choices[i]);
+    free(qq->choices);
+    qq->choices = NULL;
+    qq->n_choices = 0;
+    json_decref(qq->metadata);
+    qq->metadata = NULL;
+}
+
 static void finish_conv(pl_job *j, int q, bool ok, const char *error)
 {
     if (!pl_conv_sched_finalize(j->sched, q))
@@ -534,6 +557,7 @@ static void finish_conv(pl_job *j, int q, bool ok, const char *error)
     job_emit(j, &ev);
     job_conv_free(j->conv[q], &j->spec);
     j->conv[q] = NULL;
+    release_question(&j->spec.questions[q]);
     if (t)
         job_save(j, q, ok, error, t);
 }

@@ -123,9 +123,9 @@ static json_t *question_json(const pl_job_question *q)
     json_t *ch = json_array();
     for (int i = 0; i < q->n_choices; i++)
         json_array_append_new(ch, json_string(q->choices[i]));
-    return json_pack("{s:s, s:s, s:o, s:o, s:O?}", "id", q->id, "text", q->text,
-                     "choices", ch, "answer", label_or_null(q->answer),
-                     "metadata", q->metadata);
+    return json_pack("{s:s, s:s, s:o, s:o, s:o}", "id", q->id, "text", q->text,
+                     "choices", ch, "answer", label_or_null(q->answer), "metadata",
+                     q->metadata ? json_incref(q->metadata) : json_object());
 }
 
 json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *error)
