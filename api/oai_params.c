@@ -541,6 +541,7 @@ void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
     r->priority = p->priority;
     r->echo = p->echo;
     r->score_only = p->score_only;
+    r->max_tokens_must_fit = true;   /* vLLM's 400, not a reply cut at the context */
 }
 
 void pl_oai_request_prompt(const pl_oai_params *p, int i, pl_gen_request *r)

@@ -93,6 +93,25 @@ void pl_sampling_free(pl_sampling *s)
     s->n_logit_bias = 0;
 }
 
+int pl_backend_check_length(const pl_gen_request *req, int n, int max_len, pl_err *err)
+{
+    if (n < 1 || n >= max_len)
+        return pl_err_set(err, 400, "invalid_request_error",
+                          req->messages ? "messages" : "prompt",
+                          n < 1 ? NULL : "context_length_exceeded",
+                          "prompt has %d tokens; this model takes 1 to %d", n, max_len - 1);
+    long want = (long)n + req->sampling.max_tokens;
+    if (req->max_tokens_must_fit && req->sampling.max_tokens > 0 && want > max_len)
+        return pl_err_set(err, 400, "invalid_request_error", "max_tokens",
+                          "context_length_exceeded",
+                          "This model's maximum context length is %d tokens. However, you "
+                          "requested %ld tokens (%d in the %s, %d in the completion). Please "
+                          "reduce the length of the %s or max_tokens.", max_len, want, n,
+                          req->messages ? "messages" : "prompt", req->sampling.max_tokens,
+                          req->messages ? "messages" : "prompt");
+    return 0;
+}
+
 void pl_backend_free(pl_backend *b)
 {
     if (!b)

@@ -133,6 +133,11 @@ typedef struct pl_gen_request {
      *  OpenAI API (NULL from jobs), so a remote backend can pass on fields
      *  parley does not interpret. Borrowed for the duration of submit(). */
     json_t *oai_body;
+    /** Refuse (400 naming max_tokens) a max_tokens that does not fit the
+     *  context beside the prompt, as vLLM does: set for OpenAI API
+     *  requests. Jobs leave it false: their replies stop where the context
+     *  ends (finish "length"). */
+    bool max_tokens_must_fit;
 } pl_gen_request;
 
 /** One top-logprob alternative. */
@@ -281,6 +286,12 @@ static inline int pl_backend_capacity(pl_backend *b)
 {
     return b->ops->capacity(b);
 }
+
+/** The length checks of a backend that knows its context (max_len tokens)
+ *  and the prompt's length n: a prompt of 1 to max_len - 1 tokens, and,
+ *  when req->max_tokens_must_fit, n + max_tokens <= max_len. 0, or -1
+ *  with a 400 in *err (OpenAI's context_length_exceeded). */
+int pl_backend_check_length(const pl_gen_request *req, int n, int max_len, pl_err *err);
 
 /** Free a backend (NULL is ignored). */
 void pl_backend_free(pl_backend *b);

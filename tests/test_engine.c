@@ -605,6 +605,45 @@ Test(engine, rejects_bad_prompts)
     event_base_free(base);
 }
 
+/* vLLM's rule for API requests: prompt + max_tokens > the context is a 400
+ * naming max_tokens; a job's request (max_tokens_must_fit false) is taken
+ * and its reply stops where the context ends. */
+Test(engine, max_tokens_beyond_the_context)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    int32_t p[10];
+    make_prompt(p, 10, 1);
+    pl_gen_request req = {.prompt_tokens = p, .n_prompt_tokens = 10, .max_tokens_must_fit = true};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.max_tokens = MAXLEN - 10 + 1;
+    req.sampling.ignore_eos = true;
+    collect col = {0};
+    uint64_t id;
+    pl_err err = {0};
+    pl_sink sink = {on_delta, on_done, &col};
+    cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), -1);
+    cr_assert_eq(err.status, 400);
+    cr_assert_str_eq(err.param, "max_tokens");
+    cr_assert_str_eq(err.code, "context_length_exceeded");
+    cr_assert(strstr(err.message, "maximum context length is"), "%s", err.message);
+    req.sampling.max_tokens = MAXLEN - 10;        /* exactly fills the context */
+    cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), 0, "%s", err.message);
+    run_until_done(base, &col, 1);
+    cr_assert_eq(col.res.finish, PL_FINISH_LENGTH);
+    cr_assert_eq(col.res.completion_tokens, MAXLEN - 10);
+    collect col2 = {0};
+    pl_sink sink2 = {on_delta, on_done, &col2};
+    req.max_tokens_must_fit = false;              /* a job: cut at the context */
+    req.sampling.max_tokens = 100000;
+    cr_assert_eq(pl_backend_submit(b, &req, sink2, &id, &err), 0, "%s", err.message);
+    run_until_done(base, &col2, 1);
+    cr_assert_eq(col2.res.finish, PL_FINISH_LENGTH);
+    cr_assert_eq(col2.res.completion_tokens, MAXLEN - 10);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
 Test(engine, capacity_formula)
 {
     cr_assert_eq(pl_engine_capacity_for(32, 100, 16, 256), 6);

@@ -193,6 +193,47 @@ Test(engine_http, tokenize_round_trip)
     stop_server();
 }
 
+/* vLLM answers 400 when prompt + max_tokens exceeds max_model_len: so does
+ * parley, naming max_tokens, on both endpoints; a max_tokens that fits is
+ * served. The context is what /v1/models reports. */
+Test(engine_http, max_tokens_beyond_the_context_is_a_400)
+{
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/models", srv.url);
+    pl_test_resp r;
+    cr_assert_eq(pl_test_http("GET", url, NULL, 0, &r), 0);
+    json_t *models = json_loads(r.body, 0, NULL);
+    pl_test_resp_free(&r);
+    json_t *ml = json_object_get(json_array_get(json_object_get(models, "data"), 0),
+                                 "max_model_len");
+    cr_assert(json_is_integer(ml));
+    int ctx = (int)json_integer_value(ml);
+    json_decref(models);
+    char body[512];
+    const char *fmt[2] = {
+        "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+        "\"max_tokens\":%d}",
+        "{\"model\":\"smol\",\"prompt\":\"Hi\",\"max_tokens\":%d}"};
+    const char *path[2] = {"/v1/chat/completions", "/v1/completions"};
+    for (int i = 0; i < 2; i++) {
+        long st;
+        snprintf(body, sizeof body, fmt[i], ctx);
+        json_t *e = post(path[i], body, &st);
+        cr_assert_eq(st, 400, "%s with max_tokens %d", path[i], ctx);
+        json_t *err = json_object_get(e, "error");
+        cr_expect_str_eq(json_string_value(json_object_get(err, "param")), "max_tokens");
+        cr_expect_str_eq(json_string_value(json_object_get(err, "type")), "invalid_request_error");
+        const char *msg = json_string_value(json_object_get(err, "message"));
+        cr_expect(msg && strstr(msg, "context length"), "%s", msg ? msg : "(no message)");
+        json_decref(e);
+        snprintf(body, sizeof body, fmt[i], 2);
+        e = post(path[i], body, &st);
+        cr_expect_eq(st, 200, "%s with max_tokens 2", path[i]);
+        json_decref(e);
+    }
+    stop_server();
+}
+
 Test(engine_http, sixty_four_concurrent_and_prefix_cache)
 {
     enum { N_MAX = 64 };

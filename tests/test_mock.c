@@ -140,3 +140,37 @@ Test(mock, stop_string_cuts_text)
     cr_expect_eq(cut.finish, PL_FINISH_STOP);
     cr_expect_eq(strlen(cut.text), (size_t)(strstr(full.text, stop) - full.text));
 }
+
+/* As the engine (and vLLM): an API request whose prompt + max_tokens does
+ * not fit the context is a 400 naming max_tokens; a job's is cut there. */
+Test(mock, max_tokens_beyond_the_context)
+{
+    struct event_base *b2 = event_base_new();
+    pl_mock_opts o = {.model = "mock", .token_delay_ms = 1, .capacity = 2, .max_model_len = 20};
+    pl_backend *m2 = pl_mock_new(b2, &o);
+    pl_chat_message m = {"user", "one two"};      /* 2 words + 3 = 5 tokens */
+    pl_gen_request r = {.messages = &m, .n_messages = 1, .max_tokens_must_fit = true};
+    pl_sampling_defaults(&r.sampling);
+    r.sampling.max_tokens = 16;
+    uint64_t id;
+    pl_err err = {0};
+    got g = {0};
+    pl_sink s = {on_delta, on_done, &g};
+    cr_assert_eq(pl_backend_submit(m2, &r, s, &id, &err), -1);
+    cr_assert_eq(err.status, 400);
+    cr_assert_str_eq(err.param, "max_tokens");
+    r.sampling.max_tokens = 15;                   /* 5 + 15 = 20: fits */
+    cr_assert_eq(pl_backend_submit(m2, &r, s, &id, &err), 0, "%s", err.message);
+    r.max_tokens_must_fit = false;
+    r.sampling.max_tokens = 1000;
+    got g2 = {0};
+    pl_sink s2 = {on_delta, on_done, &g2};
+    cr_assert_eq(pl_backend_submit(m2, &r, s2, &id, &err), 0, "%s", err.message);
+    while (!g.done || !g2.done)
+        event_base_loop(b2, EVLOOP_ONCE);
+    cr_assert_eq(g.completion_tokens, 15);
+    cr_assert_eq(g2.finish, PL_FINISH_LENGTH);
+    cr_assert_eq(g2.completion_tokens, 15, "cut where the context ends");
+    pl_backend_free(m2);
+    event_base_free(b2);
+}

@@ -181,14 +181,8 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
         pl_token_fsm_release(fsm);
         return -1;
     }
-    int limit = e->max_len;
-    if (n < 1 || n >= limit) {
-        pl_err_set(err, 400, "invalid_request_error",
-                   req->messages ? "messages" : "prompt",
-                   n < 1 ? NULL : "context_length_exceeded",
-                   "prompt has %d tokens; this model takes 1 to %d", n, limit - 1);
+    if (pl_backend_check_length(req, n, e->max_len, err) < 0)
         goto fail;
-    }
     r = calloc(1, sizeof *r);
     m = calloc(1, sizeof *m);
     if (!r || !m || pl_sampling_copy(&r->sp, &req->sampling) < 0)

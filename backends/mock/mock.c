@@ -372,16 +372,14 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
             last_user = req->messages[i].content;
     }
     r->prompt_tokens += mock_count_words(req->prompt) + req->n_prompt_tokens;
-    /* As the engine: a prompt that fills the context is refused; the
+    /* As the engine: a prompt that fills the context is refused, and so is
+     * an API request whose max_tokens does not fit beside it; otherwise the
      * completion stops where the context ends (finish "length"). */
     int room = mb->o.max_model_len - r->prompt_tokens;
-    if (room <= 0) {
-        int pt = r->prompt_tokens;
+    int n_check = r->prompt_tokens > 0 ? r->prompt_tokens : 1;   /* an empty prompt is fine */
+    if (pl_backend_check_length(req, n_check, mb->o.max_model_len, err) < 0) {
         mock_req_free(r);
-        return pl_err_set(err, 400, "invalid_request_error",
-                          req->messages ? "messages" : "prompt", "context_length_exceeded",
-                          "prompt has %d tokens; this model takes 1 to %d", pt,
-                          mb->o.max_model_len - 1);
+        return -1;
     }
     r->rng = req->sampling.has_seed ? req->sampling.seed ^ h : h;
     char *forced = pl_mock_constrained_text(&mb->dfa_cache, &req->sampling, mock_rand, &r->rng, err);
