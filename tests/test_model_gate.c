@@ -61,6 +61,7 @@ typedef struct race {
     pl_backend *backend;
     int done[2];                 /* messages completed per job */
     int at_half[2];              /* both jobs' counts when one reached half */
+    double attained[2];          /* the gate's attained tokens then */
     bool snap;
     int finished;
     int peak_jobs_inflight;
@@ -93,6 +94,16 @@ static void on_event(void *ud, const pl_job_event *ev)
         r->snap = true;
         r->at_half[0] = r->done[0];
         r->at_half[1] = r->done[1];
+        json_t *g = pl_model_gate_json(r->gate);
+        json_t *jobs = json_object_get(g, "jobs");
+        for (size_t i = 0; i < json_array_size(jobs); i++) {
+            json_t *jb = json_array_get(jobs, i);
+            const char *id = json_string_value(json_object_get(jb, "job"));
+            if (id && !strncmp(id, "job-", 4) && (id[4] == '0' || id[4] == '1'))
+                r->attained[id[4] - '0'] =
+                    json_number_value(json_object_get(jb, "attained_tokens"));
+        }
+        json_decref(g);
     }
 }
 
@@ -157,11 +168,24 @@ Test(model_gate, two_jobs_progress_at_their_weights, .init = setup, .fini = tear
         run_race(&r, weights[k][0], weights[k][1], 0);
         double ratio = (double)r.at_half[1] / (double)r.at_half[0];
         double want = weights[k][1] / weights[k][0];
-        fprintf(stderr, "weights %g:%g: messages done when one job was half way: %d and %d,"
-                " ratio %.2f (want %.2f); jobs in flight peak %d of 8\n", weights[k][0],
-                weights[k][1], r.at_half[0], r.at_half[1], ratio, want, r.peak_jobs_inflight);
-        cr_assert(ratio > want * 0.85 && ratio < want * 1.15, "ratio %.2f, want %.2f", ratio,
-                  want);
+        double served = r.attained[1] / r.attained[0];
+        fprintf(stderr, "weights %g:%g: when one job was half way: messages %d and %d (ratio "
+                "%.2f), attained tokens %.0f and %.0f (ratio %.2f; want %.2f); jobs in "
+                "flight peak %d of 8\n", weights[k][0], weights[k][1], r.at_half[0],
+                r.at_half[1], ratio, r.attained[0], r.attained[1], served, want,
+                r.peak_jobs_inflight);
+        /* The behaviour: the gate gives each slot to the job with the least
+         * attained service per weight, and a job that was not ready is not
+         * credited for the wait, so the service the gate has charged stays
+         * at the weights' ratio however the loop's timers fall (within a
+         * request's cost). Messages per job follow only roughly: under load
+         * a job can run short of ready requests and the other is served
+         * meanwhile (work conserving), and later rounds' prompts cost more. */
+        cr_assert(r.attained[0] > 0 && r.attained[1] > 0);
+        cr_assert(served > want * 0.9 && served < want * 1.1, "service ratio %.2f, want %.2f",
+                  served, want);
+        cr_assert(ratio > want * 0.5 && ratio < want * 1.5, "message ratio %.2f, want about "
+                  "%.2f", ratio, want);
         cr_assert_leq(r.peak_jobs_inflight, 8);
     }
 }
