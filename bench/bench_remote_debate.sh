@@ -24,14 +24,23 @@ rm -rf "$OUT"; mkdir -p "$OUT"
 JOB="$OUT/debate_$N.yaml"
 bench/make_debate_job.py --questions "$N" --max-tokens "$MAXTOK" --temperature 0 \
     --no-validation --experiment debate_remote > "$JOB"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done; pids=(); }
+# engine() runs in a command substitution (a subshell), so it records its
+# engine's pid in a file for cleanup().
+PIDS="$OUT/engine.pids"
+cleanup() {
+    [ -f "$PIDS" ] || return 0
+    while read -r p; do
+        kill "$p" 2>/dev/null || true
+        while kill -0 "$p" 2>/dev/null; do sleep 0.1; done
+    done < "$PIDS"
+    rm -f "$PIDS"
+}
 trap cleanup EXIT
 engine() { # -> url
     local out; out=$(mktemp "$OUT/engine.XXXX")
     "$BIN" serve --port 0 --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
         --served-model-name smollm --kv-cache-mb "${BENCH_KV_MB:-256}" --log-level warn > "$out" 2>&1 &
-    pids+=($!)
+    echo $! >> "$PIDS"
     for _ in $(seq 600); do grep -q listening "$out" && break; sleep 0.1; done
     grep -o 'http://[^ ]*' "$out" | head -1
 }
