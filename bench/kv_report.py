@@ -19,7 +19,7 @@ def main():
         e, ca, b = st["engine"], st["cache"], st["backends"][0]
         p2, c2 = ca["round2plus_prompt_tokens"], ca["round2plus_cached_tokens"]
         rows.append((c, st, e, p2, c2, b))
-    print("| config (strategy:layout:eviction) | makespan (s) | round>=2 prompt tokens from cache | prefill tokens computed | KV evictions | freed at finish | engine steps | rows/step | preemptions | busy | succeeded/failed |")
+    print("| config (strategy:layout:eviction) | makespan (s) | round>=2 prompt tokens from cache | prefill tokens computed | KV evictions | finished blocks moved to eviction front | engine steps | rows/step | preemptions | busy | succeeded/failed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for c, st, e, p2, c2, b in rows:
         print("| %s | %.1f | %.1f%% (%d/%d) | %d | %d | %d | %d | %.1f | %d | %.0f%% | %d/%d |" % (
