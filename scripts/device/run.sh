@@ -115,7 +115,7 @@ stage_test() {
         return 1
     fi
     export PARLEY_REF_MODEL="$ref"
-    for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner; do
+    for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
     # Skipped tests are counted by Criterion as passing; list them.
@@ -129,7 +129,7 @@ stage_sanitize() {
     PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1
     export PARLEY_REF_MODEL
     for tool in memcheck racecheck; do
-        for b in test_cuda_kernels test_cuda_ref; do
+        for b in test_cuda_kernels test_cuda_ref test_cuda_constrain; do
             $cs --tool $tool "$D/bin/$b" --jobs 1 >"$OUT/${tool}_$b.log" 2>&1 || st=1
             log "sanitize $tool $b: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_$b.log" | sort | uniq -c | tr '\n' ' ')"
         done

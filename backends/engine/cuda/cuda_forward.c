@@ -9,6 +9,7 @@
 #include "backends/engine/cuda/add.cuh"
 #include "backends/engine/cuda/attn_decode.cuh"
 #include "backends/engine/cuda/attn_prefill.cuh"
+#include "backends/engine/cuda/constrain.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
 #include "backends/engine/cuda/embed.cuh"
 #include "backends/engine/cuda/feedback.cuh"
@@ -90,6 +91,8 @@ static int head_and_sample(cuda_runner *r, const cr_step *st)
         || pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
                              d->tokens, st->n_seqs, r->n_vocab, r->base.info.eos_id,
                              r->cs) != 0
+        || pl_cuda_constrain(r->pen, d->samp, d->tokens, NULL, st->n_seqs, r->n_vocab,
+                             r->base.info.eos_id, r->cs) != 0
         || pl_cuda_sample(r->logits, r->pen, d->samp, r->sout, st->n_seqs, r->n_vocab,
                           r->cs) != 0)
         return -1;

@@ -185,11 +185,14 @@ int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_ste
     memcpy(h->tokens, in->tokens, (size_t)in->n_rows * 4);
     memcpy(h->positions, in->positions, (size_t)in->n_rows * 4);
     memcpy(h->row_seq, in->row_seq, (size_t)in->n_rows * 4);
+    r->fsm_pack++;
     for (int s = 0; s < in->n_seqs; s++) {
         if (in->seq_n_rows[s] < 1 || in->seq_first_row[s] < 0
             || in->seq_first_row[s] + in->seq_n_rows[s] > in->n_rows)
             return pl_cuda_fail_(__FILE__, __LINE__, "sequence %d has bad rows", s);
         pack_seq(r, h, in, s, st);
+        if (pl_cuda_fsm_attach(r, in, s, &h->samp[s]) < 0)
+            return -1;
     }
     if (st->max_seq_rows > 1)
         split_mixed(h, in, st);

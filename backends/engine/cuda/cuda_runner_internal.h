@@ -14,6 +14,15 @@
 #define CR_BIAS_PER_SEQ 300      /* OpenAI's logit_bias limit */
 #define CR_HIST_PER_SEQ 4096     /* penalty history per sequence, at least ... */
 #define CR_HIST_IDS (8 << 20)    /* ... or this many ids shared out, up to max_model_len */
+#define CR_FSM_CACHE 8           /* constraints kept on the device */
+
+/** A constraint's device tables (cuda_constrain.c). */
+typedef struct cr_fsm {
+    const struct pl_token_fsm *f; /* a reference; NULL: free slot */
+    void *dev;
+    pl_fsm_tables t;             /* device addresses */
+    uint64_t used, pack;         /* LRU clock; the pack that last used it */
+} cr_fsm;
 
 /** One step's inputs; the same layout in pinned host staging and on the
  *  device (pointers into one allocation, see pl_cuda_io_map). */
@@ -95,6 +104,12 @@ typedef struct cuda_runner {
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */
     pl_cuda_graph_stats graph_stats;
+    /* constrained decoding: device tables, vocabulary (cuda_constrain.c) */
+    cr_fsm fsm[CR_FSM_CACHE];
+    uint64_t fsm_clock, fsm_pack;
+    void *fsm_vocab_dev;
+    const void *fsm_vocab_key;
+    pl_fsm_vocab fsm_vocab;
     cudaGraphExec_t graph[CR_MAX_BUCKETS];
 } cuda_runner;
 
@@ -106,6 +121,12 @@ size_t pl_cuda_io_map(cr_io *io, void *base, int max_rows, int max_seqs, int mbp
 int pl_cuda_io_pack(cuda_runner *r, cr_slot *s, const pl_step_input *in, cr_step *st);
 /** Enqueue the H2D copies of a packed step on the compute stream. */
 int pl_cuda_io_upload(cuda_runner *r, cr_slot *s, const cr_step *st);
+
+/** Constrained sequence s of in: its tables on the device (uploaded on
+ *  first use) and its state into o. 0, or -1 (pl_cuda_last_error). */
+int pl_cuda_fsm_attach(cuda_runner *r, const pl_step_input *in, int s, pl_cuda_samp *o);
+/** Free every constraint's device tables and the vocabulary's. */
+void pl_cuda_fsm_free(cuda_runner *r);
 
 /** Enqueue the forward pass and sampling of a packed step on r->cs. */
 int pl_cuda_forward(cuda_runner *r, const cr_step *st);

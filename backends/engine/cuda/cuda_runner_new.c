@@ -256,6 +256,7 @@ void pl_cuda_runner_destroy_(cuda_runner *r)
             cudaGraphExecDestroy(r->graph[b]);
     for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
         free_slot(&r->slot[i]);
+    pl_cuda_fsm_free(r);
     void *bufs[] = {r->x, r->y, r->qkv, r->gu, r->logits, r->pen, r->xb, r->att, r->act,
                     r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)

@@ -3,6 +3,7 @@
 #ifndef PL_CUDA_SAMPLE_CUH
 #define PL_CUDA_SAMPLE_CUH
 
+#include "backends/engine/constrain/fsm_flat.h"
 #include "backends/engine/cuda/common.cuh"
 
 #ifdef __cplusplus
@@ -30,6 +31,14 @@ typedef struct pl_cuda_samp {
                                      also counts as history; 0: none */
     uint32_t seed_lo, seed_hi;
     uint32_t step_lo, step_hi;  /**< Philox counter: tokens sampled so far */
+    /** Constrained decoding (constrain.cuh): the constraint's device
+     *  tables (fsm.mask NULL: none), the vocabulary's, the state after the
+     *  host-known history, and 1 + the placeholder row whose device id
+     *  advances it first (0: none). */
+    pl_fsm_tables fsm;
+    pl_fsm_vocab vocab;
+    int32_t fsm_state;
+    int32_t fsm_ph_row1;
 } pl_cuda_samp;
 
 /** Where sampling writes (device arrays, n_seqs rows). */
