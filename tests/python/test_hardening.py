@@ -607,10 +607,16 @@ def test_job_size_limits(make_server, tmp_path):
 # ---- row 10: the mock ----
 
 def test_mock_enforces_max_model_len(make_server):
-    """As the engine: a prompt that fills the context is refused, and a
-    completion stops where the context ends."""
+    """As the engine: a prompt that fills the context is refused, so is a
+    max_tokens that does not fit beside the prompt (vLLM's rule), and a
+    max_tokens that just fits ends exactly at the context's end."""
     s = make_server("--max-model-len", "64")
     st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, max_tokens=100))
+    e = assert_openai_error(st, b, 400)
+    assert e["code"] == "context_length_exceeded" and e["param"] == "max_tokens"
+    prompt = int(e["message"].split("(")[1].split(" in the")[0])
+    st, _, b = request(s, "POST", "/v1/chat/completions",
+                       dict(CHAT, max_tokens=64 - prompt))
     assert st == 200, b
     r = json.loads(b)
     assert r["choices"][0]["finish_reason"] == "length"
