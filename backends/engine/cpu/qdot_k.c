@@ -17,6 +17,7 @@
  */
 #include "backends/engine/cpu/qdot_k.h"
 
+#include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
 #include "src/base/half.h"
 #include "src/base/le.h"
@@ -47,17 +48,6 @@ size_t pl_qdot_k_block_bytes(pl_ggml_type t)
     }
 }
 
-/* The eight 6-bit scales and mins of Q4_K (same packing as quant.c). */
-static void k4_scales(const uint8_t *s, int *sc, int *mn)
-{
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
-        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-    }
-}
-
 static float ref_q5(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)
 {
     float acc = 0.0f;
@@ -83,7 +73,7 @@ static float ref_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
     for (int s = 0; s < nsb; s++, b += 144, a += 8) {
         float d = f16(b), dmin = f16(b + 2);
         int sc[8], mn[8];
-        k4_scales(b + 4, sc, mn);
+        pl_k4_scales(b + 4, sc, mn);
         for (int i = 0; i < 8; i++) {
             const uint8_t *q = b + 16 + 32 * (i / 2);
             int shift = 4 * (i % 2), isum = 0;
@@ -188,7 +178,7 @@ AVX2 static float avx2_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
     for (int s = 0; s < nsb; s++, b += 144, a += 8) {
         float d = h2f_hw(b), dmin = h2f_hw(b + 2);
         int sc[8], mn[8];
-        k4_scales(b + 4, sc, mn);
+        pl_k4_scales(b + 4, sc, mn);
         for (int j = 0; j < 4; j++) {
             __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
             __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
@@ -275,7 +265,7 @@ AVX2 static void rows_q4_k(const uint8_t *b, const pl_q8_act *a, size_t as, int 
     for (int s = 0; s < nsb; s++, b += 144) {
         float d = h2f_hw(b), dmin = h2f_hw(b + 2);
         int sc[8], mn[8];
-        k4_scales(b + 4, sc, mn);
+        pl_k4_scales(b + 4, sc, mn);
         for (int j = 0; j < 4; j++) {
             __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
             __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);

@@ -15,6 +15,7 @@
  */
 #include "backends/engine/cpu/qdot_vnni.h"
 
+#include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
 #include "src/base/le.h"
 
@@ -22,16 +23,6 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-
-static void k4_scales(const uint8_t *s, int *sc, int *mn)
-{
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
-        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-    }
-}
 
 #define VNNI_BODY(SFX, TARGET, DPBUSD)                                                           \
     TARGET static inline float h2f_##SFX(const uint8_t *p)                                      \
@@ -125,7 +116,7 @@ static void k4_scales(const uint8_t *s, int *sc, int *mn)
         for (int s = 0; s < nsb; s++, b += 144, a += 8) {                                        \
             float d = h2f_##SFX(b), dmin = h2f_##SFX(b + 2);                                     \
             int sc[8], mn[8];                                                                    \
-            k4_scales(b + 4, sc, mn);                                                            \
+            pl_k4_scales(b + 4, sc, mn);                                                         \
             for (int j = 0; j < 4; j++) {                                                        \
                 __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));              \
                 __m256i lo = _mm256_and_si256(t, m4);                                            \

@@ -129,20 +129,6 @@ static void deq_q3_k_(const uint8_t *b, float *y)
     }
 }
 
-/* The eight 6-bit scales and mins of Q4_K / Q5_K, packed in 12 bytes:
- * sub-blocks 0..3 use the low 6 bits of bytes 0..3 (scale) and 4..7 (min);
- * sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 and
- * their high 2 bits from the top bits of bytes 0..3 (scale) / 4..7 (min). */
-static void k4_scales_(const uint8_t *s, int *sc, int *mn)
-{
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
-        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-    }
-}
-
 /* Q4_K: f16 d, dmin; u8 scales[12]; u8 qs[128].
  * Sub-block i (32 elements): 32-byte chunk i/2 of qs, low nibbles for even
  * i, high for odd. x = d * sc[i] * q - dmin * mn[i]. */
@@ -151,7 +137,7 @@ static void deq_q4_k_(const uint8_t *b, float *y)
     float d = f16_(b), dmin = f16_(b + 2);
     const uint8_t *qs = b + 16;
     int sc[8], mn[8];
-    k4_scales_(b + 4, sc, mn);
+    pl_k4_scales(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) {
         float ds = d * (float)sc[i], dm = dmin * (float)mn[i];
         const uint8_t *q = qs + 32 * (i / 2);
@@ -168,7 +154,7 @@ static void deq_q5_k_(const uint8_t *b, float *y)
     float d = f16_(b), dmin = f16_(b + 2);
     const uint8_t *qh = b + 16, *qs = b + 48;
     int sc[8], mn[8];
-    k4_scales_(b + 4, sc, mn);
+    pl_k4_scales(b + 4, sc, mn);
     for (int i = 0; i < 8; i++) {
         float ds = d * (float)sc[i], dm = dmin * (float)mn[i];
         const uint8_t *q = qs + 32 * (i / 2);

@@ -18,4 +18,19 @@
  *  -1 when the type is unsupported or n is not a whole number of blocks. */
 int pl_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n);
 
+/** The eight 6-bit scales and mins of Q4_K / Q5_K, packed in 12 bytes:
+ *  sub-blocks 0..3 use the low 6 bits of bytes 0..3 (scale) and 4..7 (min);
+ *  sub-blocks 4..7 take their low 4 bits from the nibbles of bytes 8..11 and
+ *  their high 2 bits from the top bits of bytes 0..3 (scale) / 4..7 (min).
+ *  Shared by the dequantiser and the CPU dot kernels. */
+static inline void pl_k4_scales(const uint8_t *s, int *sc, int *mn)
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
+        mn[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+    }
+}
+
 #endif
