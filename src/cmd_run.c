@@ -60,7 +60,7 @@ static void run_usage(FILE *f)
                "                 time, conversation by conversation (benchmark baselines)\n"
                "  --kv-eviction E  next-need (default): the job tells the engine how soon\n"
                "                 each conversation needs its cached prefix (finished ones\n"
-               "                 free theirs at once); lru: no hints (a baseline)\n\n"
+               "                 are evicted first); lru: no hints (a baseline)\n\n"
                "model options (apply to every model of the job; the job file's per-model\n"
                "options come first, the command line wins):\n");
     pl_opts_print_help(f, PL_OPT_MODEL);
