@@ -7,6 +7,7 @@ agents must name its models, stream_options needs stream, strings may not
 hold NUL), so a valid-looking request may rightly get 400.
 Bounded: PARLEY_CONTRACT_EXAMPLES (default 10) examples per operation, so
 the whole run stays well under two minutes on 2 cores."""
+import atexit
 import os
 import tempfile
 
@@ -27,6 +28,9 @@ EXAMPLES = int(os.environ.get("PARLEY_CONTRACT_EXAMPLES", "10"))
 _jobs = tempfile.mkdtemp(prefix="parley-contract-")
 _server = Server("--backend", "mock", "--log-level", "warn", "--no-access-log",
                  "--jobs-dir", _jobs, "--max-model-len", "4096")
+# A run that never reaches the module's teardown (pytest --collect-only, an
+# interrupted session) must not leave the server behind.
+atexit.register(_server.stop)
 schema = schemathesis.openapi.from_path(SPEC)
 schema.config.update(base_url=_server.url, request_timeout=30)
 
