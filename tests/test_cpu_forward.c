@@ -18,6 +18,7 @@
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "tests/helpers/forced.h"
 #include "tests/helpers/model_path.h"
 
 #define NEAR_TIE 0.50f           /* reference top-2 gap allowed at a divergence */
@@ -234,58 +235,10 @@ Test(cpu_forward, chat_greedy_batched)
 
 /* Teacher-forced logits of a fixture section ("forced" or "exact"),
  * compared row by row with the reference's top-5. */
-typedef struct forced_stats {
-    int n, agree, agree_or_tie;
-    float max_d;
-} forced_stats;
-
-static forced_stats run_forced(json_t *sec, int gemm_min_rows, int chunk)
+static pl_forced_stats run_forced(json_t *sec, int gemm_min_rows, int chunk)
 {
-    json_t *ids = json_object_get(sec, "ids");
-    int n = (int)json_array_size(ids), mb = (n + BS - 1) / BS, nv = g_model->n_vocab;
-    char err[256];
-    pl_pool *pool = pl_pool_new((int)sysconf(_SC_NPROCESSORS_ONLN));
-    pl_fwd_opts o = {.max_rows = chunk, .max_out = chunk, .max_ctx = mb * BS,
-                     .num_blocks = mb, .block_size = BS, .gemm_min_rows = gemm_min_rows};
-    pl_cpu_fwd *f = pl_cpu_fwd_new(g_model, pool, &o, err, sizeof(err));
-    cr_assert(f, "%s", err);
-    int32_t *tok = malloc(sizeof(int32_t) * chunk * 4), *pos = tok + chunk;
-    int32_t *rs = pos + chunk, *outr = rs + chunk, *bt = malloc(sizeof(int32_t) * mb);
-    float *logits = malloc(sizeof(float) * (size_t)chunk * nv);
-    for (int i = 0; i < mb; i++)
-        bt[i] = mb - 1 - i;      /* blocks out of order on purpose */
-    forced_stats st = {.n = n};
-    for (int base = 0; base < n; base += chunk) {
-        int m = n - base < chunk ? n - base : chunk;
-        for (int i = 0; i < m; i++) {
-            tok[i] = jint(ids, base + i);
-            pos[i] = base + i;
-            rs[i] = 0;
-            outr[i] = i;
-        }
-        pl_fwd_batch b = {.n_rows = m, .tokens = tok, .positions = pos, .row_seq = rs,
-                          .block_table = bt, .max_blocks_per_seq = mb, .n_out = m,
-                          .out_rows = outr};
-        cr_assert_eq(pl_cpu_forward(f, &b, logits), 0);
-        for (int i = 0; i < m; i++) {
-            json_t *ti = json_array_get(json_object_get(sec, "top_ids"), base + i);
-            json_t *tl = json_array_get(json_object_get(sec, "top_logits"), base + i);
-            const float *row = logits + (size_t)i * nv;
-            int best = 0;
-            for (int v = 1; v < nv; v++)
-                best = row[v] > row[best] ? v : best;
-            st.agree += best == jint(ti, 0);
-            st.agree_or_tie += best == jint(ti, 0) ||
-                (best == jint(ti, 1) && jnum(tl, 0) - jnum(tl, 1) < NEAR_TIE);
-            st.max_d = fmaxf(st.max_d, top_delta(row, ti, tl));
-        }
-    }
-    free(tok);
-    free(bt);
-    free(logits);
-    pl_cpu_fwd_free(f);
-    pl_pool_free(pool);
-    return st;
+    return pl_test_run_forced(g_model, sec, BS, gemm_min_rows, chunk,
+                              (int)sysconf(_SC_NPROCESSORS_ONLN), NEAR_TIE);
 }
 
 /* llama.cpp quantises activations to 8 bits (and keeps K/V in f16), which
@@ -299,7 +252,7 @@ Test(cpu_forward, teacher_forced_vs_llama_cpp)
         PL_TEST_MODEL_OR_SKIP();
         cr_skip_test("fixture absent");
     }
-    forced_stats st = run_forced(json_object_get(g_fix, "forced"), 16, 256);
+    pl_forced_stats st = run_forced(json_object_get(g_fix, "forced"), 16, 256);
     double raw = (double)st.agree / st.n, tie = (double)st.agree_or_tie / st.n;
     printf("teacher-forced vs llama.cpp: %d tokens, top-1 agreement %.2f%% "
            "(%.2f%% counting near ties < %.2f), max |dlogit| %.4f\n",
@@ -321,7 +274,7 @@ Test(cpu_forward, teacher_forced_vs_exact)
     json_t *ex = json_object_get(g_fix, "exact");
     if (!ex)
         cr_skip_test("fixture has no exact section");
-    forced_stats f32 = run_forced(ex, 1, 64), q8 = run_forced(ex, 1 << 30, 64);
+    pl_forced_stats f32 = run_forced(ex, 1, 64), q8 = run_forced(ex, 1 << 30, 64);
     printf("vs exact: f32 path top-1 %d/%d max |dlogit| %.5f; q8 path top-1 %d/%d "
            "(%d counting near ties) max |dlogit| %.4f\n", f32.agree, f32.n, f32.max_d,
            q8.agree, q8.n, q8.agree_or_tie, q8.max_d);

@@ -21,6 +21,7 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "tests/helpers/forced.h"
 #include "tests/helpers/model_path.h"
 
 #define NEAR_TIE 0.50f           /* reference top-2 gap allowed at a disagreement */
@@ -74,60 +75,11 @@ static long rss_bytes(void)
     return rss * sysconf(_SC_PAGESIZE);
 }
 
-typedef struct forced_stats {
-    int n, agree, agree_or_tie;
-    float max_d;
-} forced_stats;
-
 /* Teacher-forced top-1 / logit agreement with a fixture section, in chunks
  * of 64 rows through the quantised kernels (the engine's default path). */
-static forced_stats run_forced(const pl_model *m, json_t *sec)
+static pl_forced_stats run_forced(const pl_model *m, json_t *sec)
 {
-    enum { CHUNK = 64 };
-    json_t *ids = json_object_get(sec, "ids");
-    int n = (int)json_array_size(ids), mb = (n + BS - 1) / BS, nv = m->n_vocab;
-    char err[256];
-    pl_pool *pool = pl_pool_new(2);
-    pl_fwd_opts o = {.max_rows = CHUNK, .max_out = CHUNK, .max_ctx = mb * BS,
-                     .num_blocks = mb, .block_size = BS, .gemm_min_rows = 1 << 30};
-    pl_cpu_fwd *f = pl_cpu_fwd_new(m, pool, &o, err, sizeof err);
-    cr_assert(f, "%s", err);
-    int32_t tok[CHUNK], pos[CHUNK], rs[CHUNK], outr[CHUNK], *bt = malloc(sizeof(int32_t) * mb);
-    float *logits = malloc(sizeof(float) * (size_t)CHUNK * nv);
-    for (int i = 0; i < mb; i++)
-        bt[i] = i;
-    forced_stats st = {.n = n};
-    for (int base = 0; base < n; base += CHUNK) {
-        int k = n - base < CHUNK ? n - base : CHUNK;
-        for (int i = 0; i < k; i++) {
-            tok[i] = jint(ids, base + i);
-            pos[i] = base + i;
-            rs[i] = 0;
-            outr[i] = i;
-        }
-        pl_fwd_batch b = {.n_rows = k, .tokens = tok, .positions = pos, .row_seq = rs,
-                          .block_table = bt, .max_blocks_per_seq = mb, .n_out = k,
-                          .out_rows = outr};
-        cr_assert_eq(pl_cpu_forward(f, &b, logits), 0);
-        for (int i = 0; i < k; i++) {
-            json_t *ti = json_array_get(json_object_get(sec, "top_ids"), base + i);
-            json_t *tl = json_array_get(json_object_get(sec, "top_logits"), base + i);
-            const float *row = logits + (size_t)i * nv;
-            int best = 0;
-            for (int v = 1; v < nv; v++)
-                best = row[v] > row[best] ? v : best;
-            st.agree += best == jint(ti, 0);
-            st.agree_or_tie += best == jint(ti, 0) ||
-                (best == jint(ti, 1) && jnum(tl, 0) - jnum(tl, 1) < NEAR_TIE);
-            for (size_t j = 0; j < json_array_size(ti); j++)
-                st.max_d = fmaxf(st.max_d, fabsf(row[jint(ti, j)] - jnum(tl, j)));
-        }
-    }
-    free(bt);
-    free(logits);
-    pl_cpu_fwd_free(f);
-    pl_pool_free(pool);
-    return st;
+    return pl_test_run_forced(m, sec, BS, 1 << 30, 64, 2, NEAR_TIE);
 }
 
 /* Loads as the engine does (batch-invariant: no f32 copies wanted). */
@@ -206,8 +158,8 @@ Test(cpu_kquant, teacher_forced_vs_llama_cpp_and_exact)
         cr_skip_test("Q4_K_M model or fixture absent (tests/fixtures/gen_kquant_fixtures.py)");
     pl_gguf *g;
     pl_model *m = load(&g);
-    forced_stats lc = run_forced(m, json_object_get(g_fix, "forced"));
-    forced_stats ex = run_forced(m, json_object_get(g_fix, "exact"));
+    pl_forced_stats lc = run_forced(m, json_object_get(g_fix, "forced"));
+    pl_forced_stats ex = run_forced(m, json_object_get(g_fix, "exact"));
     printf("Q4_K_M vs llama.cpp: %d tokens, top-1 %.2f%% (%.2f%% with near ties), max "
            "|dlogit| %.4f; vs float64: top-1 %d/%d (%d with ties), max |dlogit| %.4f\n",
            lc.n, 100.0 * lc.agree / lc.n, 100.0 * lc.agree_or_tie / lc.n, lc.max_d,

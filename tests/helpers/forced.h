@@ -1,0 +1,26 @@
+/* forced.h - teacher-forced logits of a fixture section through the CPU
+ * forward pass, compared row by row with a reference's top-k (used by
+ * test_cpu_forward against llama.cpp/float64 and by test_cpu_kquant). */
+#ifndef PL_TEST_FORCED_H
+#define PL_TEST_FORCED_H
+
+#include <jansson.h>
+
+#include "backends/engine/model/model.h"
+
+typedef struct pl_forced_stats {
+    int n;              /* rows compared (every token of "ids") */
+    int agree;          /* our top-1 == the reference's top-1 */
+    int agree_or_tie;   /* ... or its top-2 where its top-2 gap < near_tie */
+    float max_d;        /* max |ours - ref| over the reference's top-k logits */
+} pl_forced_stats;
+
+/* sec: {"ids": [...], "top_ids": [[...]...], "top_logits": [[...]...]}.
+ * Runs chunk rows per forward call on a pool of `threads`, with the blocks
+ * of the sequence out of order on purpose. gemm_min_rows picks the f32 GEMM
+ * path for chunks of at least that many rows (1 << 30: quantised only). */
+pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
+                                   int gemm_min_rows, int chunk, int threads,
+                                   float near_tie);
+
+#endif
