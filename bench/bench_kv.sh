@@ -10,7 +10,12 @@
 # each with the seed and the shared-prefix layout, as
 # "strategy:layout:eviction" words), BENCH_ARGS (extra `parley run` options,
 # e.g. "--kv-cache-mb 160 --max-model-len 512" for KV pressure), BENCH_OUT
-# (default /tmp/parley-kv), BENCH_BACKEND (default cpu), PARLEY_MODEL.
+# (default /tmp/parley-kv), BENCH_BACKEND (default cpu), PARLEY_MODEL,
+# BENCH_JOB_ARGS (make_debate_job.py options; default "--no-validation":
+# every config does the same 12 requests a question; "" keeps the example's
+# constrained validation, so the table's accuracy columns mean something),
+# BENCH_DEFAULT (a finished BENCH_OUT of the same configs at the default
+# cache size: the report adds the prefill tokens recomputed under pressure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-8}"
@@ -23,7 +28,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 for L in seed shared_prefix; do
     bench/make_debate_job.py --questions "$N" --max-tokens "$MAXTOK" --temperature 0 \
-        --no-validation --prompt-layout "$L" --experiment "kv_$L" > "$OUT/job_$L.yaml"
+        ${BENCH_JOB_ARGS---no-validation} --prompt-layout "$L" --experiment "kv_$L" > "$OUT/job_$L.yaml"
 done
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg)" > "$OUT/load.txt"
 for c in $CONFIGS; do
@@ -36,5 +41,5 @@ for c in $CONFIGS; do
     tail -1 "$OUT/$name.log" >&2
     echo "after $name: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/load.txt"
 done
-python3 bench/kv_report.py "$OUT" $CONFIGS | tee "$OUT/report.md"
+python3 bench/kv_report.py ${BENCH_DEFAULT:+--default "$BENCH_DEFAULT"} "$OUT" $CONFIGS | tee "$OUT/report.md"
 cat "$OUT/load.txt"

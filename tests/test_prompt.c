@@ -7,7 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/text/chat_template.h"
+#include "backends/engine/text/tokenizer.h"
 #include "src/jobs/prompt.h"
+#include "tests/helpers/model_path.h"
 
 static pl_job_spec spec(void)
 {
@@ -119,6 +123,13 @@ Test(prompt_shared, layout_option_parsed_and_checked)
     json_decref(r);
 }
 
+/* Where needle starts in hay, or -1. */
+static long at(const char *hay, const char *needle)
+{
+    const char *p = strstr(hay, needle);
+    return p ? p - hay : -1;
+}
+
 Test(prompt_shared, round_prompts_share_one_prefix_and_extend_it)
 {
     pl_job_spec s = debate_spec("shared_prefix");
@@ -127,42 +138,94 @@ Test(prompt_shared, round_prompts_share_one_prefix_and_extend_it)
         msgs p[4];
         for (int a = 0; a < 4; a++)
             p[a] = render(&s, a, round, finals);
-        /* Shared part: preamble, question, 4 quotes per earlier round. */
-        int shared = 2 + 4 * round;
-        cr_assert_eq(p[0].n, shared + 1, "round %d: %d messages", round, p[0].n);
-        cr_assert_str_eq(p[0].m[0].role, "system");
-        cr_assert_null(strstr(p[0].m[0].content, "PERSONA"), "the preamble is common");
-        cr_assert(strstr(p[0].m[1].content, "QTEXT?") && strstr(p[0].m[1].content, "B) y"));
-        cr_assert(strstr(p[0].m[1].content, "Answer: B"), "the answer format is shared");
-        for (int a = 1; a < 4; a++)
+        /* Shared part: roster, question, per finished round the
+         * moderator's turn and its reply. */
+        int shared = 2 + 2 * round;
+        for (int a = 0; a < 4; a++) {
+            cr_assert_eq(p[a].n, shared + 1, "round %d agent %d: %d messages", round, a, p[a].n);
             cr_assert(same_prefix(p[0], p[a], shared), "round %d agent %d shares the prefix",
                       round, a);
-        /* Fixed order: rounds in order, agents in spec order, own ones too. */
-        for (int r = 0; r < round; r++)
-            for (int j = 0; j < 4; j++)
-                cr_assert(strstr(p[0].m[2 + 4 * r + j].content, finals[r * 4 + j]),
-                          "round %d quote %d: %s", r, j, p[0].m[2 + 4 * r + j].content);
-        /* The persona and the instruction come last, only there. */
-        cr_assert(strstr(p[0].m[shared].content, "PERSONA0"));
-        char rr[32];
-        snprintf(rr, sizeof rr, "Round %d of 3.", round + 1);
-        cr_assert(strstr(p[0].m[shared].content, rr), "%s", p[0].m[shared].content);
-        cr_assert(strstr(p[1].m[shared].content, "PERSONA1"));
-        /* The moderator reads this round's participants in order, right
-         * where the next round's prompts quote them. */
-        cr_assert_eq(p[3].n, shared + 4);
+        }
+        cr_assert_str_eq(p[0].m[0].role, "system");
+        const char *roster = p[0].m[0].content;
+        cr_assert(at(roster, "PERSONA0") >= 0 && at(roster, "PERSONA1") > at(roster, "PERSONA0") &&
+                  at(roster, "MODP") > at(roster, "PERSONA1"), "the roster: %s", roster);
+        cr_assert(strstr(p[0].m[1].content, "QTEXT?") && strstr(p[0].m[1].content, "B) y"));
+        cr_assert(strstr(p[0].m[1].content, "Answer: B"), "the answer format is shared");
+        /* Fixed order: rounds in order, agents in spec order, own ones too,
+         * the moderator's part, then its message as the assistant turn. */
+        for (int r = 0; r < round; r++) {
+            const char *u = p[0].m[2 + 2 * r].content;
+            char hdr[32];
+            snprintf(hdr, sizeof hdr, "Round %d:", r + 1);
+            cr_assert_eq(at(u, hdr), 0, "%s", u);
+            long last = 0;
+            for (int j = 0; j < 3; j++) {
+                char q[32];
+                snprintf(q, sizeof q, "p%d: %s", j, finals[r * 4 + j]);
+                long pos = at(u, q);
+                cr_assert_gt(pos, last, "round %d quote %d in order: %s", r, j, u);
+                last = pos;
+            }
+            cr_assert_gt(at(u, "You are mod."), last, "%s", u);
+            cr_assert_str_eq(p[0].m[3 + 2 * r].role, "assistant");
+            cr_assert_str_eq(p[0].m[3 + 2 * r].content, finals[r * 4 + 3]);
+        }
+        /* The agent's part comes last, only there, and is short. */
+        char own[64];
+        snprintf(own, sizeof own, "You are p0. Round %d of 3:", round + 1);
+        cr_assert(strstr(p[0].m[shared].content, own), "%s", p[0].m[shared].content);
+        cr_assert_lt(strlen(p[0].m[shared].content), 100);
+        cr_assert(strstr(p[1].m[shared].content, "You are p1."));
+        /* The moderator reads this round's participants in order in the
+         * very turn round + 1 repeats, followed by its reply. */
         for (int j = 0; j < 3; j++)
-            cr_assert(strstr(p[3].m[shared + j].content, finals[round * 4 + j]));
-        cr_assert(strstr(p[3].m[shared + 3].content, "MODP"));
+            cr_assert(strstr(p[3].m[shared].content, finals[round * 4 + j]));
         if (round < 2) {
             msgs next = render(&s, 1, round + 1, finals);
-            cr_assert(same_prefix(p[3], next, shared + 3),
-                      "round %d+1 extends round %d's prefix and the moderator's", round, round);
+            cr_assert(same_prefix(p[3], next, shared + 1),
+                      "round %d+1 extends the moderator's round-%d prompt", round, round);
+            cr_assert_str_eq(next.m[shared + 1].role, "assistant");
+            cr_assert_str_eq(next.m[shared + 1].content, finals[round * 4 + 3]);
             pl_prompt_messages_free(next.m, next.n);
         }
         for (int a = 0; a < 4; a++)
             pl_prompt_messages_free(p[a].m, p[a].n);
     }
+    pl_job_spec_free(&s);
+}
+
+/* Without an agent that speaks after all others, a finished round is one
+ * user turn of its messages, the same for every agent. */
+Test(prompt_shared, no_closer_one_turn_per_round)
+{
+    json_t *r = json_loads(
+        "{\"experiment\":\"d\",\"models\":{\"m\":{\"backend\":\"mock\"}},"
+        "\"prompt_layout\":\"shared_prefix\",\"num_rounds\":3,\"validation\":{\"enabled\":false},"
+        "\"agents\":[{\"id\":\"x\"},{\"id\":\"y\"},{\"id\":\"z\",\"speak_after_within_round\":[\"x\"]}],"
+        "\"questions\":[{\"id\":\"q\",\"text\":\"T\"}]}", 0, NULL);
+    pl_job_spec s;
+    pl_spec_problems pr = {0};
+    cr_assert_eq(pl_job_spec_parse(r, NULL, &s, &pr), 0, "%s", pr.n ? pr.v[0].message : "");
+    json_decref(r);
+    const char *finals[9] = {"X0", "Y0", "Z0", "X1", "Y1", "Z1"};
+    msgs m[3];
+    for (int a = 0; a < 3; a++) {
+        m[a] = render(&s, a, 2, finals);
+        cr_assert_eq(m[a].n, 5);
+        cr_assert(same_prefix(m[0], m[a], 4));
+    }
+    cr_assert_str_eq(m[0].m[2].content, "Round 1:\n\nx: X0\n\ny: Y0\n\nz: Z0");
+    cr_assert_str_eq(m[0].m[3].role, "user");
+    cr_assert_null(strstr(m[0].m[4].content, "X"), "x's part: %s", m[0].m[4].content);
+    for (int a = 0; a < 3; a++)
+        pl_prompt_messages_free(m[a].m, m[a].n);
+    /* z speaks after x: x's message of this round, then z's part. */
+    finals[6] = "X2";
+    msgs z = render(&s, 2, 2, finals);
+    cr_assert_eq(at(z.m[4].content, "Round 3:\n\nx: X2\n\nYou are z. Round 3 of 3:"), 0, "%s",
+                 z.m[4].content);
+    pl_prompt_messages_free(z.m, z.n);
     pl_job_spec_free(&s);
 }
 
@@ -185,4 +248,130 @@ Test(prompt_shared, visible_to_still_filters)
     cr_assert(secret, "b reads a");
     pl_prompt_messages_free(m.m, m.n);
     pl_job_spec_free(&s);
+}
+
+/* ---- the same, in the engine's tokens (the default model's tokenizer and
+ * chat template, as the engine renders and encodes a request) ---- */
+
+typedef struct real_text {
+    pl_gguf *g;
+    pl_tokenizer *tok;
+    pl_chat_style style;
+    char *bos, *eos;
+} real_text;
+
+static char *tok_text(const pl_tokenizer *t, int32_t id)
+{
+    size_t len = 0;
+    const char *p = id >= 0 ? pl_tokenizer_token_bytes(t, id, &len) : NULL;
+    return p ? strndup(p, len) : strdup("");
+}
+
+static void real_text_open(real_text *rt)
+{
+    char err[256];
+    rt->g = pl_gguf_open(pl_test_model_path(), err, sizeof err);
+    cr_assert_not_null(rt->g, "%s", err);
+    rt->tok = pl_tokenizer_from_gguf(rt->g, err, sizeof err);
+    cr_assert_not_null(rt->tok, "%s", err);
+    pl_gguf_str src;
+    cr_assert_eq(pl_gguf_get_str(rt->g, "tokenizer.chat_template", &src), 0);
+    char *jinja = strndup(src.ptr, (size_t)src.len);
+    cr_assert_eq(pl_chat_style_init(&rt->style, jinja), 0);
+    free(jinja);
+    cr_assert_neq(rt->style.tmpl, PL_CHAT_TMPL_UNKNOWN);
+    rt->bos = tok_text(rt->tok, pl_tokenizer_bos(rt->tok));
+    rt->eos = tok_text(rt->tok, pl_tokenizer_eos(rt->tok));
+}
+
+static void real_text_close(real_text *rt)
+{
+    free(rt->bos);
+    free(rt->eos);
+    pl_chat_style_free(&rt->style);
+    pl_tokenizer_free(rt->tok);
+    pl_gguf_free(rt->g);
+}
+
+typedef struct ids {
+    int32_t *v;
+    int n;
+} ids;
+
+/* What the engine prefills for these messages (generation prompt added). */
+static ids encode_msgs(const real_text *rt, msgs m)
+{
+    char *text = NULL;
+    pl_err err = {0};
+    cr_assert_eq(pl_chat_style_render(&rt->style, m.m, m.n, true, rt->bos, rt->eos, &text,
+                                      &err), 0);
+    ids o;
+    cr_assert_eq(pl_tokenizer_encode(rt->tok, text, strlen(text), false, true, &o.v, &o.n), 0);
+    free(text);
+    return o;
+}
+
+static ids encode_text(const real_text *rt, const char *text)
+{
+    ids o;
+    cr_assert_eq(pl_tokenizer_encode(rt->tok, text, strlen(text), false, false, &o.v, &o.n), 0);
+    return o;
+}
+
+static int common_prefix(ids a, ids b)
+{
+    int i = 0;
+    while (i < a.n && i < b.n && a.v[i] == b.v[i])
+        i++;
+    return i;
+}
+
+/* Round r+1's prompts, every agent's, start with the moderator's round-r
+ * prompt followed by its reply as the model produced it (the tokens its KV
+ * holds); the four prompts of one round share all but the agent's own
+ * part, which is short. */
+Test(prompt_shared, round_prefix_extends_in_engine_tokens)
+{
+    PL_TEST_MODEL_OR_SKIP();
+    real_text rt;
+    real_text_open(&rt);
+    pl_job_spec s = debate_spec("shared_prefix");
+    const char *finals[12] = {
+        "Water boils at 100 degrees at sea level, so the first choice fits.\nAnswer: A",
+        "The obvious answer ignores pressure; still, A is right here.\nAnswer: A",
+        "Simplest: boiling point of water. Answer: A",
+        "All three agree on the boiling point.\nAnswer: A",
+        "I keep my view: (x) matches the definition.\nAnswer: A",
+        "On reflection y is wrong because it confuses units.\nAnswer: A",
+        "Still A.",
+        "The debate converged; the answer is A.\nAnswer: A",
+    };
+    for (int round = 0; round < 2; round++) {
+        msgs mod = render(&s, 3, round, finals);
+        ids pm = encode_msgs(&rt, mod);
+        ids reply = encode_text(&rt, finals[round * 4 + 3]);
+        ids next[4];
+        for (int a = 0; a < 4; a++) {
+            msgs m = render(&s, a, round + 1, finals);
+            next[a] = encode_msgs(&rt, m);
+            pl_prompt_messages_free(m.m, m.n);
+            cr_assert_geq(common_prefix(next[a], pm), pm.n,
+                          "round %d agent %d extends the moderator's prompt", round + 1, a);
+            cr_assert_gt(next[a].n, pm.n + reply.n);
+            cr_assert_eq(memcmp(next[a].v + pm.n, reply.v, (size_t)reply.n * sizeof *reply.v), 0,
+                         "round %d agent %d: the moderator's reply as generated", round + 1, a);
+        }
+        for (int a = 0; a < 3; a++) {
+            int own = next[a].n - common_prefix(next[a], next[(a + 1) % 3]);
+            cr_assert_leq(own, 40, "round %d agent %d: own part %d tokens of %d", round + 1, a,
+                          own, next[a].n);
+        }
+        for (int a = 0; a < 4; a++)
+            free(next[a].v);
+        free(pm.v);
+        free(reply.v);
+        pl_prompt_messages_free(mod.m, mod.n);
+    }
+    pl_job_spec_free(&s);
+    real_text_close(&rt);
 }

@@ -132,21 +132,81 @@ static void ml_push(mlist *l, const char *role, sbuf *b)
     *b = (sbuf){0};
 }
 
-/* One quoted message, alone in its user turn, so that the tokens of a
- * quote never depend on what follows it. */
-static void shared_quote(mlist *l, const pl_job_spec *s, int round, int j,
-                         const char *text)
-{
-    sbuf b = {0};
-    const pl_job_agent *a = &s->agents[j];
-    sb_printf(&b, "[round %d, %s%s%s]: %s", round + 1, a->id, a->role ? ", " : "",
-              a->role ? a->role : "", text);
-    ml_push(l, "user", &b);
-}
-
 static bool reads(const pl_job_spec *s, int agent, int j)
 {
     return j == agent || (s->agents[j].visible_to >> agent & 1);
+}
+
+/* The agent that speaks after every other one in a round (a moderator), or
+ * -1. At most one: two would wait on each other. */
+static int closer(const pl_job_spec *s)
+{
+    uint64_t all = s->n_agents >= 64 ? ~0ull : (1ull << s->n_agents) - 1;
+    for (int c = 0; c < s->n_agents; c++)
+        if (s->agents[c].deps == (all & ~(1ull << c)))
+            return c;
+    return -1;
+}
+
+/* Common to every conversation of the job: the agents and their personas. */
+static void preamble(sbuf *b, const pl_job_spec *s)
+{
+    sb_printf(b, "%d agents debate a question over %d rounds:", s->n_agents, s->num_rounds);
+    for (int j = 0; j < s->n_agents; j++) {
+        const pl_job_agent *a = &s->agents[j];
+        sb_printf(b, "\n- %s%s%s%s%s", a->id, a->role ? " (" : "", a->role ? a->role : "",
+                  a->role ? ")" : "", a->system_prompt ? ": " : "");
+        if (a->system_prompt)
+            sb_printf(b, "%s", a->system_prompt);
+    }
+    sb_printf(b, "\nMessages are quoted as <agent>: <message>.");
+}
+
+/* "Round K:" and the messages of round k that `agent` reads among `who`
+ * (a bit set), agents in spec order. */
+static void round_quotes(sbuf *b, const pl_job_spec *s, int agent, int k,
+                         const char *const *finals, uint64_t who)
+{
+    sb_printf(b, "Round %d:", k + 1);
+    for (int j = 0; j < s->n_agents; j++) {
+        const char *t = finals[k * s->n_agents + j];
+        if ((who >> j & 1) && t && reads(s, agent, j))
+            sb_printf(b, "\n\n%s: %s", s->agents[j].id, t);
+    }
+    sb_printf(b, "\n\n");
+}
+
+/* The agent's own part: who it is, the round, the instruction. */
+static void tail(sbuf *b, const pl_job_spec *s, int agent, int k)
+{
+    sb_printf(b, "You are %s. Round %d of %d: %s", s->agents[agent].id, k + 1,
+              s->num_rounds, k ? "weigh the messages above, then give your answer in "
+                                 "the format asked."
+                               : "give your answer in the format asked.");
+}
+
+/* A finished round k as `agent` reads it. With a closer whose message it
+ * reads: the closer's own turn (the others' messages, its part) and its
+ * reply as the assistant turn, the tokens that closer's KV already holds.
+ * Otherwise: the messages in one user turn. */
+static void past_round(mlist *l, const pl_job_spec *s, int agent, int k,
+                       const char *const *finals, int c)
+{
+    sbuf b = {0};
+    uint64_t all = ~0ull;
+    const char *ct = c >= 0 ? finals[k * s->n_agents + c] : NULL;
+    if (ct && reads(s, agent, c)) {
+        round_quotes(&b, s, agent, k, finals, all & ~(1ull << c));
+        tail(&b, s, c, k);
+        ml_push(l, "user", &b);
+        b.s = strdup(ct);
+        ml_push(l, "assistant", &b);
+        return;
+    }
+    round_quotes(&b, s, agent, k, finals, all);
+    if (b.s && b.len >= 2)  /* no blank line at the turn's end */
+        b.s[b.len -= 2] = 0;
+    ml_push(l, "user", &b);
 }
 
 int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
@@ -155,28 +215,20 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
 {
     mlist l = {0};
     sbuf b = {0};
-    int n = s->n_agents;
+    int c = closer(s);
     const pl_job_agent *me = &s->agents[agent];
-    sb_printf(&b, "%d agents debate the question below over %d rounds. Each message "
-              "is quoted as [round, agent, role].", n, s->num_rounds);
+    preamble(&b, s);
     ml_push(&l, "system", &b);
     question(&b, q);
     instruction(&b, s, q);       /* the same answer format for everyone */
     ml_push(&l, "user", &b);
-    for (int r = 0; r < round; r++)
-        for (int j = 0; j < n; j++)
-            if (finals[r * n + j] && reads(s, agent, j))
-                shared_quote(&l, s, r, j, finals[r * n + j]);
-    for (int j = 0; j < n; j++)
-        if ((me->deps >> j & 1) && finals[round * n + j] && reads(s, agent, j))
-            shared_quote(&l, s, round, j, finals[round * n + j]);
-    sb_printf(&b, "You are %s%s%s.", me->id, me->role ? ", the " : "",
-              me->role ? me->role : "");
-    if (me->system_prompt)
-        sb_printf(&b, " %s", me->system_prompt);
-    sb_printf(&b, "\nRound %d of %d.%s", round + 1, s->num_rounds,
-              round ? " Weigh the messages above, then give your answer in the format asked."
-                    : " Give your answer in the format asked.");
+    for (int k = 0; k < round; k++)
+        past_round(&l, s, agent, k, finals, c);
+    /* This round: the messages of the agents it speaks after (a closer's
+     * turn is the one the next round repeats), then its part. */
+    if (me->deps)
+        round_quotes(&b, s, agent, round, finals, me->deps);
+    tail(&b, s, agent, round);
     ml_push(&l, "user", &b);
     if (l.oom) {
         pl_prompt_messages_free(l.m, l.n);

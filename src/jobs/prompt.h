@@ -39,21 +39,27 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
  * attempt in `round`, rebuilt each round (not append-only per agent), so
  * that every agent's prompt of one round opens with the same tokens:
  *
- *   system     a common preamble (agent count, rounds, the quote format)
+ *   system     the roster, common to every conversation of the job: agent
+ *              count, rounds, each agent's id, role and system prompt (its
+ *              persona), the quote format "<agent>: <message>"
  *   user       the question, its choices and the answer format
- *   user       one per earlier message, rounds in order, agents in spec
- *              order: "[round R, id, role]: text" (the agent's own messages
- *              too; others only when their visible_to names the agent)
- *   user       the same for this round's messages of the agents it speaks
- *              after (a moderator sees them in the order the next round's
- *              prompts will repeat them)
- *   user       the agent's part: "You are <id>, the <role>." its system
- *              prompt, "Round R of N." and a one-line instruction
+ *   per finished round K, in order, agents in spec order (the agent's own
+ *   messages too; others' only when their visible_to names the agent):
+ *     with a closer (the agent that speaks after all others, e.g. a
+ *     moderator) whose message the agent reads:
+ *       user       "Round K:" the others' messages, then the closer's part
+ *       assistant  the closer's message
+ *     (exactly the closer's own turn and reply, so its KV serves them);
+ *     otherwise one user turn "Round K:" and the round's messages
+ *   user       this round: "Round R:" and the messages of the agents it
+ *              speaks after (a closer's turn, repeated by the next round),
+ *              then its part: "You are <id>. Round R of N: <instruction>"
  *
- * Round r+1's shared part extends round r's, so one cached prefix serves a
- * conversation's round and grows with it. Re-prompts append to this list
- * as in the seed layout. Returns 0 with *out (n_out entries; role
- * literals, content malloc'd: free with pl_prompt_messages_free), -1 on
+ * Round r+1's shared part extends the closer's round-r prompt and reply, so
+ * one cached prefix serves a conversation's round and grows with it; an
+ * agent's own part is a few tokens. Re-prompts append to this list as in
+ * the seed layout. Returns 0 with *out (n_out entries; role literals,
+ * content malloc'd: free with pl_prompt_messages_free), -1 on
  * OOM.
  */
 int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
