@@ -180,12 +180,29 @@ static void seq_leave_running_(pl_batch *b, pl_batch_seq *s)
     s->slot = -1;
 }
 
+/* A running sequence that ends keeps its partial last block for partial
+ * reuse: the next round's prompts continue a moderator's reply, whose end
+ * sits in that block. */
+static void keep_tail_(pl_batch *b, pl_batch_seq *s)
+{
+    if (!b->cfg.partial_prefix)
+        return;
+    pl_batch_commit_(b, s);
+    int done = s->num_computed < s->n_tokens ? s->num_computed : s->n_tokens;
+    int n = done - s->n_committed * b->block_size;
+    if (s->n_committed == s->n_blocks - 1 && n > 0 && n < b->block_size)
+        pl_kv_blocks_commit_tail(b->kv, s->blocks[s->n_committed], s->last_hash,
+                                 s->tokens + (size_t)s->n_committed * (size_t)b->block_size, n);
+}
+
 void pl_batch_finish(pl_batch *b, pl_batch_seq *s)
 {
     if (s->state == PL_SEQ_FINISHED)
         return;
-    if (s->state == PL_SEQ_RUNNING)
+    if (s->state == PL_SEQ_RUNNING) {
+        keep_tail_(b, s);
         seq_leave_running_(b, s);
+    }
     else
         queue_remove_(b->waiting, &b->n_waiting, s);
     seq_release_blocks_(b, s);

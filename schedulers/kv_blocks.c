@@ -17,6 +17,9 @@ typedef struct kv_block {
     uint64_t tick;            /* scheduling tick of its commit */
     uint8_t list;             /* LIST_* */
     bool hashed;
+    int32_t n_ids;            /* committed ids: block_size, or fewer for a
+                                 finished sequence's tail (partial reuse only,
+                                 not in the full-block table) */
     int32_t conv;             /* slot in convs of its last user, -1 none,
                                  CONV_DONE: that conversation finished */
     uint64_t hash, parent;
@@ -43,7 +46,7 @@ struct pl_kv_blocks {
     int32_t *buckets;         /* (n_buckets) first block of each chain */
     int32_t *pbuckets;        /* (n_buckets) by parent hash: partial reuse */
     uint64_t tick;
-    uint64_t partial_hits, partial_tokens;
+    uint64_t partial_hits, partial_tokens, tails;
     uint32_t bucket_mask;
     kv_list lists[3];
     int used, cached;
@@ -228,7 +231,7 @@ static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
     for (int32_t id = kv->buckets[h & kv->bucket_mask]; id >= 0;
          id = kv->b[id].hnext) {
         const kv_block *blk = &kv->b[id];
-        if (blk->hash == h && blk->parent == parent &&
+        if (blk->hash == h && blk->parent == parent && blk->n_ids == (int32_t)bs &&
             memcmp(kv->ids + (size_t)id * bs, ids, bs * sizeof *ids) == 0)
             return id;
     }
@@ -489,7 +492,7 @@ int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
             continue;
         const int32_t *ids = kv->ids + (size_t)id * (size_t)bs;
         int k = 0;
-        while (k < max_k && ids[k] == tokens[k])
+        while (k < max_k && k < blk->n_ids && ids[k] == tokens[k])
             k++;
         if (k > best_k) {
             best_k = k;
@@ -521,6 +524,7 @@ uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     blk->hashed = true;
     blk->hash = h;
     blk->parent = parent;
+    blk->n_ids = (int32_t)bs;
     memcpy(kv->ids + (size_t)id * bs, ids, bs * sizeof *ids);
     int32_t *head = &kv->buckets[h & kv->bucket_mask];
     blk->hnext = *head;
@@ -531,6 +535,31 @@ uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     blk->tick = kv->tick;
     kv->cached++;
     return h;
+}
+
+bool pl_kv_blocks_commit_tail(pl_kv_blocks *kv, int32_t id, uint64_t parent,
+                              const int32_t *ids, int n)
+{
+    kv_block *blk = &kv->b[id];
+    if (!kv->prefix_caching || blk->hashed || n < 1 || n >= kv->block_size)
+        return false;
+    int32_t *head = &kv->pbuckets[conv_hash_(parent) & kv->bucket_mask];
+    for (int32_t o = *head; o >= 0; o = kv->b[o].pnext)
+        if (kv->b[o].parent == parent && kv->b[o].n_ids >= n &&
+            memcmp(kv->ids + (size_t)o * (size_t)kv->block_size, ids,
+                   (size_t)n * sizeof *ids) == 0)
+            return false;             /* one already serves these ids */
+    blk->hashed = true;
+    blk->hash = 0;
+    blk->parent = parent;
+    blk->n_ids = n;
+    memcpy(kv->ids + (size_t)id * (size_t)kv->block_size, ids, (size_t)n * sizeof *ids);
+    blk->pnext = *head;
+    *head = id;
+    blk->tick = kv->tick;
+    kv->cached++;
+    kv->tails++;
+    return true;
 }
 
 void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
@@ -548,6 +577,7 @@ void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
     st->need_evictions = kv->need_evictions;
     st->partial_hits = kv->partial_hits;
     st->partial_tokens = kv->partial_tokens;
+    st->tails = kv->tails;
 }
 
 static bool fail_(char *why, int whylen, const char *msg, int32_t id)
@@ -580,6 +610,14 @@ static bool check_list_(const pl_kv_blocks *kv, int which, int *seen,
     return true;
 }
 
+static bool in_parent_bucket_(const pl_kv_blocks *kv, int32_t id)
+{
+    int32_t o = kv->pbuckets[conv_hash_(kv->b[id].parent) & kv->bucket_mask];
+    while (o >= 0 && o != id)
+        o = kv->b[o].pnext;
+    return o == id;
+}
+
 bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
 {
     int *seen = calloc((size_t)kv->num_blocks, sizeof *seen);
@@ -595,10 +633,12 @@ bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
     for (int i = 0; ok && i < kv->num_blocks; i++) {
         if (!seen[i])
             ok = fail_(why, whylen, "block on no list (leaked)", i);
-        else if (kv->b[i].hashed &&
+        else if (kv->b[i].hashed && kv->b[i].n_ids == kv->block_size &&
                  table_find_(kv, kv->b[i].hash, kv->b[i].parent,
                              kv->ids + (size_t)i * (size_t)kv->block_size) != i)
             ok = fail_(why, whylen, "hashed block missing from table", i);
+        else if (kv->b[i].hashed && !in_parent_bucket_(kv, i))
+            ok = fail_(why, whylen, "committed block missing from its parent bucket", i);
     }
     if (ok && kv->cached != kv->lists[LIST_CACHED].n)
         ok = fail_(why, whylen, "cached count mismatch", -1);

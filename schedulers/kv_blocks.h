@@ -42,6 +42,8 @@ typedef struct pl_kv_stats {
                                    for one needed later */
     uint64_t partial_hits;    /**< partial-block matches (copy on write) */
     uint64_t partial_tokens;  /**< tokens they served */
+    uint64_t tails;           /**< finished sequences' partial last blocks
+                                   kept for partial reuse */
 } pl_kv_stats;
 
 /** Seed of the hash chain: the "parent hash" of a sequence's first block. */
@@ -115,6 +117,19 @@ void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit);
  */
 uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
                              const int32_t *ids);
+
+/**
+ * Keep the partial last block of a sequence that ends (block id, in use,
+ * its first n ids computed, 0 < n < block_size, after a block with hash
+ * `parent`) for partial reuse only: pl_kv_blocks_lookup_partial may serve
+ * up to n of its ids from the next tick on; full-block lookups never see
+ * it. When released it waits on the cached-free list like a full committed
+ * block. Returns false (nothing done) when prefix caching is off, the block
+ * is committed already, n is out of range, or a kept block after the same
+ * parent already holds these n ids.
+ */
+bool pl_kv_blocks_commit_tail(pl_kv_blocks *kv, int32_t id, uint64_t parent,
+                              const int32_t *ids, int n);
 
 /* ---- retention by next need (DESIGN.md, "Conversation-aware KV") ----
  *

@@ -193,6 +193,40 @@ Test(engine, partial_block_reuse_copies_on_write)
     event_base_free(base);
 }
 
+/* A finished reply's partial last block serves the next prompt that
+ * continues it (the next round quoting a moderator's reply): every position
+ * the reply computed is reused, not only its full blocks. */
+Test(engine, finished_reply_tail_reused)
+{
+    struct event_base *base = event_base_new();
+    for (int partial = 1; partial >= 0; partial--) {
+        eng_cfg cfg = base_cfg;
+        cfg.no_partial = !partial;
+        pl_backend *b = make_engine(base, cfg);
+        int32_t a[36], c[72];
+        make_prompt(a, 36, 7);
+        collect col[2] = {0};
+        submit_ids(b, a, 36, 10, &col[0]);
+        run_until_done(base, col, 1);
+        int n = col[0].n;
+        cr_assert(n >= 1 && n <= 10);
+        memcpy(c, a, sizeof a);
+        memcpy(c + 36, col[0].toks, (size_t)n * sizeof *c);
+        make_prompt(c + 36 + n, 72 - 36 - n, 8);
+        submit_ids(b, c, 72, 5, &col[1]);
+        run_until_done(base, col + 1, 1);
+        int computed = 36 + n - 1, got = col[1].res.cached_tokens;
+        if (partial)    /* + the last token when a step computed it before the stop */
+            cr_assert(got == computed || got == computed + 1, "cached %d, reply computed %d", got,
+                      computed);
+        else
+            cr_assert_eq(got, computed / 16 * 16, "full blocks only");
+        check_against_reference(c, 72, 5, &col[1]);
+        pl_backend_free(b);
+    }
+    event_base_free(base);
+}
+
 Test(engine, prefix_caching_off_no_hits)
 {
     eng_cfg c = base_cfg;

@@ -209,3 +209,49 @@ Test(kv_partial, longest_match_after_the_tick)
     cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
     pl_kv_blocks_free(kv);
 }
+
+/* A finished sequence's partial last block: served to partial lookups up
+ * to its n kept ids (never beyond, whatever the rest of the block holds),
+ * from the next tick on; never a full-block hit; cached-free once
+ * released; evicted like any cached block. */
+Test(kv_partial, finished_tail_kept_for_partial_reuse)
+{
+    pl_kv_blocks *kv = pl_kv_blocks_new(4, BS, true);
+    pl_kv_blocks_set_tick(kv, 1);
+    uint64_t parent = 777;
+    int32_t tail[BS] = {5, 6, 7, 99};   /* only 3 computed: 99 is not kept */
+    int32_t b = pl_kv_blocks_alloc(kv);
+    cr_assert(pl_kv_blocks_commit_tail(kv, b, parent, tail, 3));
+    int32_t b2 = pl_kv_blocks_alloc(kv);
+    cr_assert_not(pl_kv_blocks_commit_tail(kv, b2, parent, tail, 2), "already served");
+    cr_assert_not(pl_kv_blocks_commit_tail(kv, b2, parent, tail, BS), "a full block commits");
+    cr_assert_not(pl_kv_blocks_commit_tail(kv, b2, parent, tail, 0));
+    pl_kv_blocks_release(kv, b2);
+    pl_kv_blocks_release(kv, b);
+    cr_assert_eq(pl_kv_blocks_num_available(kv), 4);
+    int k = -1;
+    int32_t want[BS] = {5, 6, 7, 99};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), -1, "same tick");
+    pl_kv_blocks_set_tick(kv, 2);
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), b);
+    cr_assert_eq(k, 3, "the kept ids, not the 4th");
+    int32_t want2[2] = {5, 8};
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want2, 2, &k), b);
+    cr_assert_eq(k, 1);
+    int32_t out[1];
+    cr_assert_eq(pl_kv_blocks_lookup(kv, want, BS, 1, out, NULL), 0, "no full hit");
+    char why[128];
+    cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
+    int32_t got[4];
+    for (int i = 0; i < 4; i++)
+        got[i] = pl_kv_blocks_alloc(kv);
+    cr_assert_eq(pl_kv_blocks_lookup_partial(kv, parent, want, 3, &k), -1, "evicted");
+    pl_kv_stats st;
+    pl_kv_blocks_stats(kv, &st);
+    cr_assert_eq(st.tails, 1);
+    cr_assert_eq(st.evictions, 1);
+    for (int i = 0; i < 4; i++)
+        pl_kv_blocks_release(kv, got[i]);
+    cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
+    pl_kv_blocks_free(kv);
+}
