@@ -26,6 +26,8 @@ def main():
                     help="accept every reply: the same work (12 requests a question) for any strategy")
     ap.add_argument("--prompt-layout", choices=["seed", "shared_prefix"], default=None,
                     help="the job's prompt_layout (default: the example's)")
+    ap.add_argument("--max-num-seqs", type=int, default=None,
+                    help="every model's max_num_seqs_upper_bound (default: the example's)")
     ap.add_argument("--experiment", default="debate_scaled")
     ap.add_argument("--example", default=str(pathlib.Path(__file__).resolve().parent.parent
                                              / "examples" / "debate.yaml"))
@@ -48,6 +50,9 @@ def main():
         job["validation"] = {"enabled": False}
     if a.prompt_layout is not None:
         job["prompt_layout"] = a.prompt_layout
+    if a.max_num_seqs is not None:
+        for md in job["model_definitions"].values():
+            md.setdefault("vllm_config", {})["max_num_seqs_upper_bound"] = a.max_num_seqs
     if a.rounds is not None:
         job["num_rounds"] = a.rounds
     if a.max_retries is not None:

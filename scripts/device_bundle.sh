@@ -112,7 +112,8 @@ tar -C "$STAGE" -cf - bin lib | xz -T2 -"${XZ_LEVEL:-6}" >"$D/payload.tar.xz"
 
 # 4. Scripts, tokenizer, reference figures.
 cp scripts/device/run.sh "$D/run.sh"
-cp bench/make_random_gguf.py scripts/device/stream_client.py scripts/device/hf_bench.py "$D/py/"
+cp bench/make_random_gguf.py bench/make_debate_job.py examples/debate.yaml \
+   scripts/device/stream_client.py scripts/device/sdk_client.py scripts/device/hf_bench.py "$D/py/"
 chmod +x "$D/run.sh" "$D"/py/*.py
 "$PY" bench/make_random_gguf.py tokenizer "$MODEL" "$D/models/tokenizer.gguf"
 REF="$BUILD/ref-bf16.gguf"

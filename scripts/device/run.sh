@@ -20,6 +20,10 @@
 #                    eager (1b only), and graphs with the split-KV kernel)
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
 #                    with the same random weights (bf16)
+#   debate [N]       parley run on the debate example at N (1000) questions,
+#                    random 1B model, parley then fcfs: --stats JSON
+# serve also runs the official openai client (usage exact; constrained JSON
+# replies) when SDK_SITE names a folder holding the openai package.
 #   all              env test (the quick ones)
 # OUTDIR defaults to ./device-out. Models are written to $PARLEY_DEVICE_MODELS
 # (default /tmp/parley-models) and kept for later stages of the same machine.
@@ -114,7 +118,7 @@ stage_test() {
         log "test: $ref differs from the model the CPU figures were computed on"
         return 1
     fi
-    export PARLEY_REF_MODEL="$ref"
+    export PARLEY_REF_MODEL="$ref" PARLEY_MODEL="$ref"   # test_cuda_runner: any model
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
@@ -127,11 +131,12 @@ stage_sanitize() {
     local st=0 cs="compute-sanitizer --error-exitcode 99 --target-processes all"
     export PARLEY_REF_FIXTURE="$D/fixtures/cpu_ref.txt"
     PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1
-    export PARLEY_REF_MODEL
+    export PARLEY_REF_MODEL PARLEY_MODEL="$PARLEY_REF_MODEL"
     for tool in memcheck racecheck; do
-        for b in test_cuda_kernels test_cuda_ref test_cuda_constrain; do
+        for b in test_cuda_kernels test_cuda_constrain test_cuda_ref test_cuda_runner; do
             $cs --tool $tool "$D/bin/$b" --jobs 1 >"$OUT/${tool}_$b.log" 2>&1 || st=1
-            log "sanitize $tool $b: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_$b.log" | sort | uniq -c | tr '\n' ' ')"
+            # the kernels named in reports (cuBLAS's own are nvjet*/sm90_*)
+            log "sanitize $tool $b: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_$b.log" | sort | uniq -c | tr '\n' ' ')$(grep -ho 'access at [A-Za-z0-9_]*' "$OUT/${tool}_$b.log" | sort -u | sed 's/access at /; kernel /' | tr '\n' ' ')"
         done
     done
     # A short serving run under memcheck: 8 streaming requests.
@@ -161,6 +166,14 @@ serve_run() {  # model tag n_requests max_tokens [wrapper] [extra parley args...
     "$PY" "$D/py/stream_client.py" --port "$port" --requests "$n" --max-tokens "$maxtok" \
         --out "$OUT/$tag.json" >"$OUT/$tag.client.log" 2>&1
     local rc=$?
+    if [ -n "${SDK_SITE:-}" ]; then   # the official openai client: usage exact, constrained
+        PYTHONPATH="$SDK_SITE" "$PY" "$D/py/sdk_client.py" --port "$port" --requests "$n" \
+            --max-tokens "$maxtok" --out "$OUT/$tag.sdk.json" >>"$OUT/$tag.client.log" 2>&1 || rc=1
+        PYTHONPATH="$SDK_SITE" "$PY" "$D/py/sdk_client.py" --port "$port" --requests "$n" \
+            --max-tokens 64 --constrained --out "$OUT/$tag.sdk_json.json" \
+            >>"$OUT/$tag.client.log" 2>&1 || rc=1
+        log "serve $tag sdk: $(grep -h '"client"' "$OUT/$tag.client.log" | tr '\n' ' ')"
+    fi
     kill -INT $pid 2>/dev/null
     wait $pid 2>/dev/null
     log "serve $tag: client rc=$rc; $(tail -1 "$OUT/$tag.client.log")"
@@ -170,12 +183,39 @@ serve_run() {  # model tag n_requests max_tokens [wrapper] [extra parley args...
 stage_serve() {
     local n="${1:-256}" m st=0
     m="$(make_model llama-3.2-1b bf16)" || { log "serve: model generation FAILED"; return 1; }
-    serve_run "$m" serve_async "$n" 128 "" --async-scheduling true || st=1
-    serve_run "$m" serve_sync "$n" 128 "" --async-scheduling false || st=1
+    serve_run "$m" serve_async "$n" 128 "" --async-scheduling || st=1
+    serve_run "$m" serve_sync "$n" 128 "" --no-async-scheduling || st=1
     "$PY" "$D/py/stream_client.py" --compare "$OUT/serve_async.json" "$OUT/serve_sync.json" \
         >>"$OUT/summary.txt" 2>&1 || st=1
-    tail -1 "$OUT/summary.txt"
+    if [ -n "${SDK_SITE:-}" ]; then
+        "$PY" "$D/py/stream_client.py" --compare "$OUT/serve_async.sdk_json.json" \
+            "$OUT/serve_sync.sdk_json.json" >>"$OUT/summary.txt" 2>&1 || st=1
+    fi
+    tail -2 "$OUT/summary.txt"
     return $st
+}
+
+# The debate example scaled to N questions (3 participants + moderator, 3
+# rounds, constrained answer lines, max_tokens 64) on the random 1B model:
+# makespan, engine busy fraction and prefix-cache share from --stats; then
+# the fcfs baseline on the same job when time allows. --max-model-len 4096:
+# at the model's 131072 the KV cache holds only 16 full-length sequences,
+# and the engine admits no more than that (seen on an H100).
+stage_debate() {
+    local q="${1:-1000}" m strat
+    m="$(make_model llama-3.2-1b bf16)" || { log "debate: model generation FAILED"; return 1; }
+    "$PY" "$D/py/make_debate_job.py" --example "$D/py/debate.yaml" --questions "$q" \
+        --max-tokens 64 --max-num-seqs 256 --experiment "debate_$q" >"$OUT/debate_$q.yaml" \
+        || { log "debate: job generation FAILED"; return 1; }
+    for strat in ${DEBATE_STRATEGIES:-parley fcfs}; do
+        timeout "${DEBATE_TIMEOUT:-300}" "$D/bin/parley" run "$OUT/debate_$q.yaml" \
+            --backend cuda --model "$m" --strategy $strat --max-num-seqs 256 \
+            --max-model-len 4096 \
+            --output "$OUT/debate-$strat" --stats "$OUT/debate_${q}_$strat.json" \
+            --progress-interval 30 >"$OUT/debate_${q}_$strat.log" 2>&1
+        log "debate $q $strat: rc=$?; $(tail -3 "$OUT/debate_${q}_$strat.log" | tr '\n' ' ')"
+        rm -rf "$OUT/debate-$strat"
+    done
 }
 
 shape_name() {  # 1b|8b -> make_random_gguf shape
@@ -223,6 +263,7 @@ case "$STAGE" in
     serve) stage_serve "$@" ;;
     bench) stage_bench "$@" ;;
     hf) stage_hf "$@" ;;
+    debate) stage_debate "$@" ;;
     all) stage_env; stage_test ;;
     *) echo "unknown stage: $STAGE" >&2; exit 2 ;;
 esac

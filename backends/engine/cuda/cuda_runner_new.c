@@ -211,6 +211,10 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
         return NULL;
     }
     r->base.ops = &pl_cuda_runner_ops_;
+    /* Masks and automaton states live on the device (cuda_constrain.c):
+     * checked on an H100 by test_cuda_constrain and the device bundle's
+     * constrained serving run (scripts/device/run.sh serve). */
+    r->base.can_constrain = true;
     if (gpu_mem_util <= 0.0f || gpu_mem_util > 1.0f)
         gpu_mem_util = 0.9f;
     if (fill_geometry(r, m, want) != 0) {
