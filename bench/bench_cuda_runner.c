@@ -126,8 +126,9 @@ int main(int argc, char **argv)
         return 2;
     }
     pl_gguf *g = pl_gguf_open(o.model, err, sizeof err);
-    pl_model_opts mo = {.keep_f32 = strcmp(o.runner, "cpu") == 0,
-                        .keep_packed = pl_op_qdot_supported};
+    bool cpu = strcmp(o.runner, "cpu") == 0;
+    pl_model_opts mo = {.keep_f32 = cpu,
+                        .keep_packed = cpu ? pl_op_qdot_supported : pl_keep_packed_all};
     pl_model *m = g ? pl_model_load(g, &mo, err, sizeof err) : NULL;
     if (!m) {
         fprintf(stderr, "bench: %s\n", err);

@@ -238,6 +238,12 @@ static int load_globals(pl_model *m, const pl_gguf *g, pl_keep_packed_fn packed,
     return load_vec(g, "output_norm.weight", 0, m->n_embd, true, &m->output_norm, err, len);
 }
 
+int pl_keep_packed_all(pl_ggml_type t)
+{
+    (void)t;
+    return 1;
+}
+
 pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, size_t len)
 {
     bool f32 = opts ? opts->keep_f32 : true;

@@ -61,6 +61,10 @@ typedef struct pl_model {
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */
 typedef int (*pl_keep_packed_fn)(pl_ggml_type t);
 
+/** Every type packed: for runners that convert weights themselves (the CUDA
+ *  runner dequantises to bf16 on upload, weights_host.c). */
+int pl_keep_packed_all(pl_ggml_type t);
+
 typedef struct pl_model_opts {
     bool keep_f32;               /**< dequantise matrices to f32 for the GEMM path */
     /** When !keep_f32: nonzero for the types the runner's kernels read
