@@ -149,7 +149,8 @@ static void random_krow(pl_ggml_type t, uint8_t *dst, int n)
     for (int b = 0; b < n / (int)be; b++) {
         uint8_t *p = dst + b * bb;
         uint16_t d = pl_fp32_to_fp16((be == 256 ? 0.002f : 0.01f) + 0.02f * fabsf(frand()));
-        uint16_t m = pl_fp32_to_fp16((t == PL_GGML_TYPE_Q4_K ? 0.01f : 0.2f) * frand());
+        bool k = t == PL_GGML_TYPE_Q4_K || t == PL_GGML_TYPE_Q5_K;
+        uint16_t m = pl_fp32_to_fp16((k ? 0.01f : 0.2f) * frand());
         if (t == PL_GGML_TYPE_Q6_K) {
             memcpy(p + 208, &d, 2);
             continue;
@@ -160,8 +161,8 @@ static void random_krow(pl_ggml_type t, uint8_t *dst, int n)
     }
 }
 
-static const pl_ggml_type KTYPES[4] = {PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
-                                       PL_GGML_TYPE_Q6_K};
+static const pl_ggml_type KTYPES[5] = {PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
+                                       PL_GGML_TYPE_Q5_K, PL_GGML_TYPE_Q6_K};
 
 /* Q5 / K-quant kernels (reference and AVX2) == f64 dot of the operands as
  * model/quant.c dequantises them (itself checked against gguf-py's
@@ -172,7 +173,7 @@ Test(cpu_ops, qdot_k_kernels)
     static uint8_t w[N / 256 * 210];
     float x[N], wf[N];
     pl_q8_act a[N / PL_QK];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         cr_assert(pl_op_qdot_supported(KTYPES[k]));
         for (int rep = 0; rep < 20; rep++) {
             random_krow(KTYPES[k], w, N);
@@ -205,7 +206,7 @@ Test(cpu_ops, qmatmul_rows_k_batch_invariant)
     fill(x, R * N, 1.0f);
     for (int r = 0; r < R; r++)
         pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 5; k++) {
         size_t bb = pl_qdot_k_block_bytes(KTYPES[k]);
         size_t rb = N / (bb > 24 ? 256 : PL_QK) * bb;
         random_krow(KTYPES[k], w, O * N);

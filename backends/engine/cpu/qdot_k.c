@@ -1,4 +1,4 @@
-/* qdot_k.c - dot products of Q5_0, Q5_1, Q4_K and Q6_K weight rows with q8
+/* qdot_k.c - dot products of Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weight rows with q8
  * activations (pl_q8_act, 32-element blocks), so that these weights stay
  * packed in memory instead of being dequantised to f32 at load (a Q4_K_M
  * file is mostly Q4_K and Q6_K, with Q5_0 / Q8_0 where a row's width is not
@@ -10,6 +10,8 @@
  *   Q5_1: fp16 d, fp16 m, u32 qh, 16 bytes; x = d * q + m
  *   Q4_K: 256 elements, fp16 d, dmin, 12 bytes of 6-bit scales/mins, 128
  *         bytes of nibbles; sub-block i (32 elements) x = d*sc*q - dmin*mn
+ *   Q5_K: as Q4_K, then qh[32] before the 128 bytes of nibbles; bit 4 of
+ *         element l of sub-block i is bit i of qh[l]
  *   Q6_K: 256 elements, ql[128], qh[64], int8 scales[16], fp16 d;
  *         x = d * scales[e / 16] * (q - 32)
  * A 32-element K sub-block lines up with one activation block, so with
@@ -34,7 +36,7 @@ static inline float f16(const uint8_t *p) { return pl_fp16_to_fp32(pl_le16(p)); 
 int pl_qdot_k_supported(pl_ggml_type t)
 {
     return t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1 || t == PL_GGML_TYPE_Q4_K ||
-           t == PL_GGML_TYPE_Q6_K;
+           t == PL_GGML_TYPE_Q5_K || t == PL_GGML_TYPE_Q6_K;
 }
 
 size_t pl_qdot_k_block_bytes(pl_ggml_type t)
@@ -43,6 +45,7 @@ size_t pl_qdot_k_block_bytes(pl_ggml_type t)
     case PL_GGML_TYPE_Q5_0: return 22;
     case PL_GGML_TYPE_Q5_1: return 24;
     case PL_GGML_TYPE_Q4_K: return 144;
+    case PL_GGML_TYPE_Q5_K: return 176;
     case PL_GGML_TYPE_Q6_K: return 210;
     default: return 0;
     }
@@ -85,6 +88,25 @@ static float ref_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
     return acc;
 }
 
+static float ref_q5_k(const uint8_t *b, const pl_q8_act *a, int nsb)
+{
+    float acc = 0.0f;
+    for (int s = 0; s < nsb; s++, b += 176, a += 8) {
+        float d = f16(b), dmin = f16(b + 2);
+        const uint8_t *qh = b + 16;
+        int sc[8], mn[8];
+        pl_k4_scales(b + 4, sc, mn);
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *q = b + 48 + 32 * (i / 2);
+            int shift = 4 * (i % 2), isum = 0;
+            for (int l = 0; l < 32; l++)
+                isum += (((q[l] >> shift) & 0xf) | (((qh[l] >> i) & 1) << 4)) * a[i].qs[l];
+            acc += d * (float)sc[i] * a[i].d * (float)isum - dmin * (float)mn[i] * a[i].s;
+        }
+    }
+    return acc;
+}
+
 static float ref_q6_k(const uint8_t *b, const pl_q8_act *a, int nsb)
 {
     float acc = 0.0f;
@@ -111,6 +133,7 @@ float pl_qdot_k_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
     case PL_GGML_TYPE_Q5_0: return ref_q5(w, a, n / PL_QK, 0);
     case PL_GGML_TYPE_Q5_1: return ref_q5(w, a, n / PL_QK, 1);
     case PL_GGML_TYPE_Q4_K: return ref_q4_k(w, a, n / 256);
+    case PL_GGML_TYPE_Q5_K: return ref_q5_k(w, a, n / 256);
     case PL_GGML_TYPE_Q6_K: return ref_q6_k(w, a, n / 256);
     default: return 0.0f;
     }
@@ -182,6 +205,44 @@ AVX2 static float avx2_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
         for (int j = 0; j < 4; j++) {
             __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
             __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
+            const pl_q8_act *a0 = &a[2 * j], *a1 = &a[2 * j + 1];
+            __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
+            __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
+                                  _mm256_cvtepi32_ps(p0), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
+                                  _mm256_cvtepi32_ps(p1), acc);
+            off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+        }
+    }
+    return hsum8(acc) - off;
+}
+
+/* Q5_K's 5-bit values of sub-blocks 2j (lo) and 2j+1 (hi) of block b. */
+AVX2 static inline void q5_k_unpack(const uint8_t *b, __m256i qh, int j, __m256i *lo,
+                                    __m256i *hi)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    __m256i t = _mm256_loadu_si256((const __m256i *)(b + 48 + 32 * j));
+    __m256i h0 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one);
+    __m256i h1 = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one);
+    *lo = _mm256_or_si256(_mm256_and_si256(t, m4), _mm256_slli_epi16(h0, 4));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(t, 4), m4),
+                          _mm256_slli_epi16(h1, 4));
+}
+
+AVX2 static float avx2_q5_k(const uint8_t *b, const pl_q8_act *a, int nsb)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float off = 0.0f;
+    for (int s = 0; s < nsb; s++, b += 176, a += 8) {
+        float d = h2f_hw(b), dmin = h2f_hw(b + 2);
+        int sc[8], mn[8];
+        pl_k4_scales(b + 4, sc, mn);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        for (int j = 0; j < 4; j++) {
+            __m256i lo, hi;
+            q5_k_unpack(b, qh, j, &lo, &hi);
             const pl_q8_act *a0 = &a[2 * j], *a1 = &a[2 * j + 1];
             __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
             __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
@@ -285,6 +346,36 @@ AVX2 static void rows_q4_k(const uint8_t *b, const pl_q8_act *a, size_t as, int 
         out[(size_t)r * os] = hsum8(acc[r]) - off[r];
 }
 
+AVX2 static void rows_q5_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
+                           float *out, size_t os)
+{
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    float off[4] = {0, 0, 0, 0};
+    for (int s = 0; s < nsb; s++, b += 176) {
+        float d = h2f_hw(b), dmin = h2f_hw(b + 2);
+        int sc[8], mn[8];
+        pl_k4_scales(b + 4, sc, mn);
+        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
+        for (int j = 0; j < 4; j++) {
+            __m256i lo, hi;
+            q5_k_unpack(b, qh, j, &lo, &hi);
+            for (int r = 0; r < nr; r++) {
+                const pl_q8_act *a0 = a + (size_t)r * as + 8 * s + 2 * j, *a1 = a0 + 1;
+                __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
+                __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
+                                         _mm256_cvtepi32_ps(p0), acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
+                                         _mm256_cvtepi32_ps(p1), acc[r]);
+                off[r] += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+            }
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = hsum8(acc[r]) - off[r];
+}
+
 AVX2 static void rows_q6_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
                            float *out, size_t os)
 {
@@ -331,6 +422,7 @@ void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_
         case PL_GGML_TYPE_Q5_0: rows_q5(w, a, a_stride, n / PL_QK, 0, nr, out, out_stride); return;
         case PL_GGML_TYPE_Q5_1: rows_q5(w, a, a_stride, n / PL_QK, 1, nr, out, out_stride); return;
         case PL_GGML_TYPE_Q4_K: rows_q4_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q5_K: rows_q5_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
         case PL_GGML_TYPE_Q6_K: rows_q6_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
         default: break;
         }
@@ -346,6 +438,7 @@ float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
         case PL_GGML_TYPE_Q5_0: return avx2_q5(w, a, n / PL_QK, 0);
         case PL_GGML_TYPE_Q5_1: return avx2_q5(w, a, n / PL_QK, 1);
         case PL_GGML_TYPE_Q4_K: return avx2_q4_k(w, a, n / 256);
+        case PL_GGML_TYPE_Q5_K: return avx2_q5_k(w, a, n / 256);
         case PL_GGML_TYPE_Q6_K: return avx2_q6_k(w, a, n / 256);
         default: break;
         }

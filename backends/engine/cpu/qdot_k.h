@@ -1,4 +1,4 @@
-/* qdot_k.h - Q5_0, Q5_1, Q4_K and Q6_K weight rows dotted with q8
+/* qdot_k.h - Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weight rows dotted with q8
  * activations (qdot_k.c); pl_op_qdot / pl_op_qmatmul_rows dispatch here.
  */
 #ifndef PL_CPU_QDOT_K_H
