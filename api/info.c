@@ -1,9 +1,12 @@
-/* info.c - /health, /v1/models, /status, /tokenize, /detokenize. */
+/* info.c - /health, /v1/models, /status, /tokenize, /detokenize,
+ * /tokenizer_info. */
 #include "api/info.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <event2/keyvalq_struct.h>
 
 #include "api/oai_params.h"
 #include "api/respond.h"
@@ -198,6 +201,51 @@ done:
     json_decref(body);
 }
 
+/* The model a GET names with ?model=NAME; the first model without one.
+ * NULL after replying 404 (unknown) or 400 (an unparsable query). */
+static pl_model_entry *query_model(pl_server *s, struct evhttp_request *req)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq kv;
+    if (evhttp_parse_query_str(q ? q : "", &kv) < 0) {
+        pl_reply_errorf(req, 400, "invalid_request_error", NULL, NULL,
+                        "the query string is not valid");
+        return NULL;
+    }
+    const char *name = evhttp_find_header(&kv, "model");
+    pl_model_entry *m = name ? pl_server_find_model(s, name) : pl_server_model(s, 0);
+    if (!m)
+        pl_reply_errorf(req, 404, "invalid_request_error", "model", "model_not_found",
+                        "The model '%s' does not exist", name ? name : "");
+    evhttp_clear_headers(&kv);
+    return m;
+}
+
+/* vLLM's GET /tokenizer_info (lm-evaluation-harness's remote tokenizer
+ * reads eos_token, bos_token and chat_template from it). */
+static void tokenizer_info(pl_server *s, struct evhttp_request *req, const char *path,
+                           void *ud)
+{
+    pl_model_entry *m = query_model(s, req);
+    if (!m)
+        return;   /* replied */
+    pl_backend *b = m->backend;
+    pl_err err;
+    if (!b->ops->tokenizer_info) {
+        pl_err_set(&err, 501, "invalid_request_error", NULL, "not_implemented",
+                   "tokenizer_info is not available for the %s model '%s'%s", b->ops->kind,
+                   m->name, strcmp(b->ops->kind, "remote") ? "" : "; ask its upstream");
+        pl_reply_error(req, &err);
+        return;
+    }
+    json_t *j = b->ops->tokenizer_info(b, &err);
+    if (!j) {
+        pl_reply_error(req, &err);
+        return;
+    }
+    pl_reply_json(req, 200, j);
+}
+
 void pl_info_register(pl_server *s)
 {
     pl_server_add_route(s, "/health", PL_HTTP_GET, health, NULL);
@@ -206,4 +254,5 @@ void pl_info_register(pl_server *s)
     pl_server_add_route(s, "/status", PL_HTTP_GET, status, NULL);
     pl_server_add_route(s, "/tokenize", PL_HTTP_POST, tokenize, NULL);
     pl_server_add_route(s, "/detokenize", PL_HTTP_POST, detokenize, NULL);
+    pl_server_add_route(s, "/tokenizer_info", PL_HTTP_GET, tokenizer_info, NULL);
 }

@@ -1,5 +1,5 @@
 /* info.h - informational endpoints: /health, /v1/models, /status,
- * /tokenize, /detokenize. */
+ * /tokenize, /detokenize, /tokenizer_info. */
 #ifndef PL_API_INFO_H
 #define PL_API_INFO_H
 

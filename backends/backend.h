@@ -246,6 +246,14 @@ typedef struct pl_backend_ops {
                       pl_err *err);
     /** Context length in tokens (max_model_len). */
     int (*max_model_len)(pl_backend *b);
+    /** The tokenizer's configuration, as vLLM's GET /tokenizer_info gives
+     *  it (tokenizer_config.json's fields): tokenizer_class; bos_token,
+     *  eos_token, pad_token, unk_token (their text, or null when the
+     *  vocabulary has none); add_bos_token, add_eos_token; chat_template
+     *  (the model's Jinja text, or null); model_max_length. A new object
+     *  the caller owns, or NULL with *err set. May be NULL: the backend
+     *  has none to give (the API answers 501). */
+    json_t *(*tokenizer_info)(pl_backend *b, pl_err *err);
     /** Stop producing, abort everything, join threads, free. */
     void (*free)(pl_backend *b);
     /** How the model writes tool calls, from its chat-template family:

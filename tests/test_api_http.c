@@ -338,3 +338,36 @@ Test(api, tokenize_detokenize)
     json_decref(j);
     stop_server();
 }
+
+Test(api, tokenizer_info)
+{
+    long st;
+    /* The mock's word tokenizer: no special tokens, no template, the
+     * context length /v1/models gives. */
+    json_t *j = get_json("/tokenizer_info", &st);
+    cr_expect_eq(st, 200);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "tokenizer_class")), "mock");
+    const char *nulls[] = {"bos_token", "eos_token", "pad_token", "unk_token", "chat_template"};
+    for (size_t i = 0; i < sizeof nulls / sizeof *nulls; i++) {
+        json_t *v = json_object_get(j, nulls[i]);
+        cr_expect(v && json_is_null(v), "%s must be present and null", nulls[i]);
+    }
+    cr_expect(json_is_false(json_object_get(j, "add_bos_token")));
+    json_t *m = get_json("/v1/models/mock", &st);
+    cr_expect_eq(json_integer_value(json_object_get(j, "model_max_length")),
+                 json_integer_value(json_object_get(m, "max_model_len")));
+    json_decref(m);
+    json_decref(j);
+    j = get_json("/tokenizer_info?model=mock", &st);
+    cr_expect_eq(st, 200);
+    json_decref(j);
+    j = get_json("/tokenizer_info?model=nope", &st);
+    cr_expect_eq(st, 404);
+    cr_expect_str_eq(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                     "model_not_found");
+    json_decref(j);
+    j = post_json("/tokenizer_info", "{}", &st);
+    cr_expect_eq(st, 405);
+    json_decref(j);
+    stop_server();
+}

@@ -297,6 +297,23 @@ static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
     return 0;
 }
 
+static json_t *eng_tokenizer_info_(pl_backend *b, pl_err *err)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (!e->text.tokenizer_info) {
+        pl_err_set(err, 501, "invalid_request_error", NULL, "not_implemented",
+                   "the model '%s' has no tokenizer configuration to give", b->model);
+        return NULL;
+    }
+    json_t *j = e->text.tokenizer_info(e->text.ud);
+    if (!j || json_object_set_new(j, "model_max_length", json_integer(e->max_len)) < 0) {
+        json_decref(j);
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        return NULL;
+    }
+    return j;
+}
+
 static const char *eng_tool_format_(pl_backend *b)
 {
     pl_engine *e = (pl_engine *)b;
@@ -367,6 +384,7 @@ static const pl_backend_ops engine_ops = {
     .tokenize = eng_tokenize_,
     .detokenize = eng_detokenize_,
     .max_model_len = eng_max_model_len_,
+    .tokenizer_info = eng_tokenizer_info_,
     .free = eng_free_,
     .tool_format = eng_tool_format_,
     .retain = eng_retain_,

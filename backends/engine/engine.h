@@ -45,6 +45,10 @@ typedef struct pl_engine_text {
     const char *(*token_bytes)(void *ud, int32_t id, size_t *len);
     /** Whether id ends generation (EOS, end of turn). */
     bool (*is_eog)(void *ud, int32_t id);
+    /** The tokenizer's configuration (backend.h, tokenizer_info) but
+     *  model_max_length, which the engine adds: a new object, or NULL when
+     *  out of memory. May be NULL (the backend then answers 501). */
+    json_t *(*tokenizer_info)(void *ud);
     /** The tool-call format of the chat template (backend.h,
      *  tool_format); may be NULL. */
     const char *(*tool_format)(void *ud);

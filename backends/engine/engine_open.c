@@ -29,6 +29,8 @@ typedef struct engine_text {
     pl_chat_style style;
     char *bos_text, *eos_text;
     int max_model_len;
+    bool tmpl_forced;            /**< --chat-template, or the ChatML fallback
+                                      for an unknown one, replaced the GGUF's */
 } engine_text;
 
 static void text_free(void *ud)
@@ -96,6 +98,54 @@ static const char *text_tool_format(void *ud)
     return "generic";
 }
 
+/* A special token's text, null when the vocabulary has none (or its text
+ * is not UTF-8, which JSON cannot carry). */
+static json_t *special_json(const pl_tokenizer *tok, int32_t id)
+{
+    size_t len = 0;
+    const char *s = id >= 0 ? pl_tokenizer_token_bytes(tok, id, &len) : NULL;
+    json_t *j = s ? json_stringn(s, len) : NULL;
+    return j ? j : json_null();
+}
+
+static json_t *special_id_json(int32_t id)
+{
+    return id >= 0 ? json_integer(id) : json_null();
+}
+
+/* The GGUF's Jinja chat template, null when it has none or --chat-template
+ * or the fallback chose a built-in family instead (then the Jinja is not
+ * what parley renders). */
+static json_t *template_json(const engine_text *t)
+{
+    pl_gguf_str src = {0};
+    if (t->tmpl_forced || pl_gguf_get_str(t->gguf, "tokenizer.chat_template", &src) < 0)
+        return json_null();
+    json_t *j = json_stringn(src.ptr, (size_t)src.len);
+    return j ? j : json_null();
+}
+
+/* GET /tokenizer_info: tokenizer_config.json's fields, named as
+ * transformers names them for a GGUF vocabulary, plus the ids. */
+static json_t *text_tokenizer_info(void *ud)
+{
+    engine_text *t = ud;
+    pl_tokenizer_specials sp;
+    pl_tokenizer_specials_get(t->tok, &sp);
+    const char *cls = sp.model == PL_TOKENIZER_MODEL_LLAMA ? "LlamaTokenizerFast"
+                                                           : "GPT2TokenizerFast";
+    return json_pack("{s:s, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b, s:b, s:o, s:s, s:i}",
+                     "tokenizer_class", cls, "bos_token", special_json(t->tok, sp.bos),
+                     "eos_token", special_json(t->tok, sp.eos), "pad_token",
+                     special_json(t->tok, sp.pad), "unk_token", special_json(t->tok, sp.unk),
+                     "bos_token_id", special_id_json(sp.bos), "eos_token_id",
+                     special_id_json(sp.eos), "pad_token_id", special_id_json(sp.pad),
+                     "unk_token_id", special_id_json(sp.unk), "add_bos_token", sp.add_bos,
+                     "add_eos_token", sp.add_eos, "chat_template", template_json(t),
+                     "chat_template_family", pl_chat_tmpl_name(t->style.tmpl), "vocab_size",
+                     (int)pl_tokenizer_n_vocab(t->tok));
+}
+
 static char *token_text(const pl_tokenizer *tok, int32_t id)
 {
     size_t len = 0;
@@ -113,6 +163,7 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
             return -1;
         }
         pl_chat_style_from_tmpl(&t->style, k);
+        t->tmpl_forced = true;
         return 0;
     }
     pl_gguf_str src = {0};
@@ -134,6 +185,7 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
     }
     pl_warn("unknown chat template in %s: using ChatML (set --chat-template)", o->model_path);
     pl_chat_style_from_tmpl(&t->style, PL_CHAT_TMPL_CHATML);
+    t->tmpl_forced = true;
     return 0;
 }
 
@@ -267,7 +319,7 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         pl_engine_model_name(o->model_path, name, sizeof name);
     pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,
                             .is_eog = text_is_eog, .tool_format = text_tool_format,
-                            .free = text_free};
+                            .tokenizer_info = text_tokenizer_info, .free = text_free};
     pl_engine_options eo;
     pl_engine_options_defaults(&eo);
     eo.block_size = o->block_size;

@@ -513,6 +513,19 @@ static int mock_max_model_len(pl_backend *b)
     return ((mock_backend *)b)->o.max_model_len;
 }
 
+/* The mock's "tokenizer" hashes whitespace-separated words: no special
+ * tokens, no chat template of its own. */
+static json_t *mock_tokenizer_info(pl_backend *b, pl_err *err)
+{
+    json_t *j = json_pack("{s:s, s:n, s:n, s:n, s:n, s:b, s:b, s:n, s:i}", "tokenizer_class",
+                          "mock", "bos_token", "eos_token", "pad_token", "unk_token",
+                          "add_bos_token", 0, "add_eos_token", 0, "chat_template",
+                          "model_max_length", ((mock_backend *)b)->o.max_model_len);
+    if (!j)
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return j;
+}
+
 static void mock_free(pl_backend *b)
 {
     mock_backend *mb = (mock_backend *)b;
@@ -537,6 +550,7 @@ static const pl_backend_ops mock_ops = {
     .tokenize = mock_tokenize,
     .detokenize = mock_detokenize,
     .max_model_len = mock_max_model_len,
+    .tokenizer_info = mock_tokenizer_info,
     .free = mock_free,
 };
 

@@ -356,6 +356,13 @@ int32_t pl_tokenizer_n_vocab(const pl_tokenizer *t) { return t->n_vocab; }
 int32_t pl_tokenizer_bos(const pl_tokenizer *t) { return t->bos; }
 int32_t pl_tokenizer_eos(const pl_tokenizer *t) { return t->eos; }
 
+void pl_tokenizer_specials_get(const pl_tokenizer *t, pl_tokenizer_specials *out)
+{
+    *out = (pl_tokenizer_specials){.model = t->model, .bos = t->bos, .eos = t->eos,
+                                   .unk = t->unk, .pad = t->pad, .eot = t->eot,
+                                   .add_bos = t->add_bos, .add_eos = t->add_eos};
+}
+
 pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id)
 {
     if (id < 0 || id >= t->n_vocab)

@@ -90,6 +90,16 @@ size_t pl_tokenizer_decode(const pl_tokenizer *t, const int32_t *ids, int n,
                            bool special, char *buf, size_t cap);
 
 int32_t pl_tokenizer_n_vocab(const pl_tokenizer *t);
+
+/** A vocabulary's special tokens and flags (ids are -1 when none). */
+typedef struct pl_tokenizer_specials {
+    pl_tokenizer_model model;
+    int32_t bos, eos, unk, pad, eot;
+    bool add_bos, add_eos;       /**< what encode's add_special adds */
+} pl_tokenizer_specials;
+
+/** Fill *out with t's special tokens and flags. */
+void pl_tokenizer_specials_get(const pl_tokenizer *t, pl_tokenizer_specials *out);
 int32_t pl_tokenizer_bos(const pl_tokenizer *t); /**< -1 when none */
 int32_t pl_tokenizer_eos(const pl_tokenizer *t); /**< -1 when none */
 pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id);
