@@ -1,7 +1,7 @@
 /* test_engine.c - the engine backend with the fake runner on a real
  * event_base: outputs against the fake model's reference, async vs sync,
  * 1 vs 32 concurrent, chunked vs unchunked, preemption, prefix cache hits
- * (full and partial blocks), stop strings. */
+ * (full and partial blocks), stop strings, the tokenizer_info op. */
 #include <criterion/criterion.h>
 
 #include <stdlib.h>
@@ -288,6 +288,47 @@ Test(engine, stop_string_and_text_prompt)
     cr_assert_eq(col.len, cut, "text cut before the stop string");
     cr_assert_eq(strncmp(col.text, text, cut), 0);
     cr_assert_eq(col.res.prompt_tokens, n);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+static json_t *fake_tokenizer_info(void *ud)
+{
+    (void)ud;
+    return json_pack("{s:s, s:s}", "tokenizer_class", "fake", "eos_token", "c");
+}
+
+/* GET /tokenizer_info's op: the text hook's object plus the engine's own
+ * model_max_length (min(runner max_model_len, the KV cache)); without the
+ * hook a 501, never a crash. */
+Test(engine, tokenizer_info_through_the_text_hook)
+{
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, base_cfg);
+    pl_err err = {0};
+    cr_assert_null(b->ops->tokenizer_info(b, &err));
+    cr_expect_eq(err.status, 501);
+    cr_expect_str_eq(err.code, "not_implemented");
+    pl_backend_free(b);
+
+    pl_fake_runner_opts ro = {
+        .info = {.n_vocab = VOCAB, .max_model_len = MAXLEN, .block_size = BS,
+                 .num_blocks = 4, .max_seqs = 4, .max_rows = 64, .eos_id = EOS},
+    };
+    pl_engine_text text = fake_text;
+    text.tokenizer_info = fake_tokenizer_info;
+    pl_engine_options o;
+    pl_engine_options_defaults(&o);
+    b = pl_engine_backend_new(base, "fake-model", pl_fake_runner_new(&ro), &text, &o, &err);
+    cr_assert_not_null(b, "%s", err.message);
+    json_t *j = b->ops->tokenizer_info(b, &err);
+    cr_assert_not_null(j, "%s", err.message);
+    cr_expect_str_eq(json_string_value(json_object_get(j, "eos_token")), "c");
+    /* 4 blocks of 16 tokens hold fewer than the runner's 256. */
+    cr_expect_eq(json_integer_value(json_object_get(j, "model_max_length")), 4 * BS);
+    cr_expect_eq(json_integer_value(json_object_get(j, "model_max_length")),
+                 b->ops->max_model_len(b));
+    json_decref(j);
     pl_backend_free(b);
     event_base_free(base);
 }
