@@ -177,7 +177,7 @@ def tokenization_check(url, model, samples):
     bad = []
     for t in sorted(texts):
         ours = http_json(url + "/tokenize", {"prompt": t, "add_special_tokens": False})
-        peer = llm.tokenize(t.encode(), add_bos=False, special=False)
+        peer = llm.tokenize(t.encode(), add_bos=False, special=True)
         if ours["tokens"] != peer:
             bad.append(t)
     return {"texts": len(texts), "differ": bad}

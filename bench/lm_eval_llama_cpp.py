@@ -13,8 +13,8 @@ only the scoring is llama.cpp's:
                   continuation token is the argmax at its position;
   generate_until  Llama.create_completion on the prompt's token ids,
                   temperature 0, stopped at `until`.
-Tokens come from llama.cpp's tokenizer on the same GGUF, without BOS and
-without parsing special tokens' text, as parley's /tokenize with
+Tokens come from llama.cpp's tokenizer on the same GGUF, without BOS,
+reading special tokens' text as those tokens, as parley's /tokenize with
 add_special_tokens false.
 
 Usage (arguments as lm_eval's):
@@ -45,7 +45,7 @@ class LlamaCppDirect(TemplateLM):
         return self.llm.token_eos()
 
     def tok_encode(self, string, add_special_tokens=None, **kwargs):
-        return self.llm.tokenize(string.encode("utf-8"), add_bos=False, special=False)
+        return self.llm.tokenize(string.encode("utf-8"), add_bos=False, special=True)
 
     def _score(self, ctx, cont):
         toks = (ctx + cont)[-self.max_length:]

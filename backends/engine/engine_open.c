@@ -62,8 +62,13 @@ static int text_encode(void *ud, const pl_gen_request *req, bool add_special, in
         rc = pl_tokenizer_encode(t->tok, rendered, strlen(rendered), false, true, ids, n);
         free(rendered);
     } else {
+        /* A raw prompt's special tokens' text ("<|im_end|>") is read as
+         * those tokens, as vLLM, llama-server and llama-cpp-python read
+         * completion prompts: clients that format ChatML themselves, and
+         * lm-evaluation-harness's remote tokenizer, which finds the EOS id
+         * by tokenizing the eos_token text of /tokenizer_info. */
         const char *p = req->prompt ? req->prompt : "";
-        rc = pl_tokenizer_encode(t->tok, p, strlen(p), add_special, false, ids, n);
+        rc = pl_tokenizer_encode(t->tok, p, strlen(p), add_special, true, ids, n);
     }
     if (rc < 0)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "tokenizer out of memory");

@@ -11,7 +11,8 @@ the local tasks in tests/lm_eval/).
   /tokenizer_info says what llama.cpp reads from the GGUF;
 - tokenization: contexts and whole texts through /tokenize as
   RemoteTokenizer.encode sends them give llama.cpp's ids, and /detokenize
-  (RemoteTokenizer.decode) gives the text back;
+  (RemoteTokenizer.decode) gives the text back; special tokens' text in a
+  prompt is read as those tokens (so encode(eos_token) is the EOS id);
 - loglikelihood: {"model", "prompt": [[ids], ...], "temperature": 0,
   "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": true}, parsed as
   parse_logprobs does (choices sorted by index, the sum of
@@ -88,6 +89,22 @@ def test_remote_tokenizer_encode_decode(model_url, fx):
             assert st == 200 and r["prompt"] == ch["context"] + ch["continuation"]
     for case in fx["gen"]["cases"]:
         assert encode(model_url, case["prompt"]) == case["prompt_ids"]
+
+
+def test_special_tokens_text_reads_as_the_tokens(model_url, fx):
+    """Raw prompts' special tokens' text is read as those tokens, as
+    llama-cpp-python, vLLM and llama-server read completion prompts; so
+    RemoteTokenizer.eos_token_id (encode(eos_token)[0]) is the EOS id, and
+    a ChatML prompt sent as text is the prompt the chat template makes."""
+    for case in fx["special"]:
+        assert encode(model_url, case["text"]) == case["ids"], case["text"]
+    st, info = call(model_url + "/tokenizer_info")
+    assert encode(model_url, info["eos_token"])[0] == info["eos_token_id"]
+    assert encode(model_url, info["bos_token"])[0] == info["bos_token_id"]
+    chatml = fx["special"][1]
+    st, out = call(model_url + "/v1/completions", {"model": MODEL, "prompt": chatml["text"],
+                                                    "max_tokens": 1, "temperature": 0})
+    assert st == 200 and out["usage"]["prompt_tokens"] == len(chatml["ids"])
 
 
 def parse_logprobs(out, ctxlens):
