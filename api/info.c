@@ -233,8 +233,8 @@ static void tokenizer_info(pl_server *s, struct evhttp_request *req, const char 
     pl_err err;
     if (!b->ops->tokenizer_info) {
         pl_err_set(&err, 501, "invalid_request_error", NULL, "not_implemented",
-                   "tokenizer_info is not available for the %s model '%s'%s", b->ops->kind,
-                   m->name, strcmp(b->ops->kind, "remote") ? "" : "; ask its upstream");
+                   "tokenizer_info is not available for the %s model '%s'", b->ops->kind,
+                   m->name);
         pl_reply_error(req, &err);
         return;
     }

@@ -251,8 +251,8 @@ typedef struct pl_backend_ops {
      *  eos_token, pad_token, unk_token (their text, or null when the
      *  vocabulary has none); add_bos_token, add_eos_token; chat_template
      *  (the model's Jinja text, or null); model_max_length. A new object
-     *  the caller owns, or NULL with *err set. May be NULL: the backend
-     *  has none to give (the API answers 501). */
+     *  the caller owns, or NULL with *err set (a remote backend: 501,
+     *  ask the upstream). May be NULL: the API answers 501. */
     json_t *(*tokenizer_info)(pl_backend *b, pl_err *err);
     /** Stop producing, abort everything, join threads, free. */
     void (*free)(pl_backend *b);

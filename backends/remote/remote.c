@@ -188,6 +188,14 @@ static int remote_detokenize(pl_backend *b, const int32_t *ids, int n, char **te
                       "detokenize is not available for the remote model '%s'", b->model);
 }
 
+static json_t *remote_tokenizer_info(pl_backend *b, pl_err *err)
+{
+    pl_err_set(err, 501, "invalid_request_error", NULL, "not_implemented",
+               "tokenizer_info is not available for the remote model '%s'; ask its upstream",
+               b->model);
+    return NULL;
+}
+
 static int remote_max_model_len(pl_backend *b)
 {
     remote_backend *rb = (remote_backend *)b;
@@ -238,6 +246,7 @@ static const pl_backend_ops remote_ops = {
     .stats = remote_stats,
     .tokenize = remote_tokenize,
     .detokenize = remote_detokenize,
+    .tokenizer_info = remote_tokenizer_info,
     .max_model_len = remote_max_model_len,
     .free = remote_free,
 };
