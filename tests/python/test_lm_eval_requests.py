@@ -117,11 +117,13 @@ def parse_logprobs(out, ctxlens):
     return res
 
 
-# Per continuation (1-3 tokens): parley and llama.cpp both run 8-bit
-# activations in prefill and differ from each other by a few hundredths of
-# a nat per token, up to ~0.3 (test_echo.py measures both against a float64
-# forward). A wrong position or a missing softmax moves sums by whole nats.
-LL_TOL = 0.35
+# Per continuation (1-2 tokens): parley and llama.cpp both run 8-bit
+# activations in prefill, so they differ from each other by ~0.1 nats
+# (measured on all 156 choices of parley_mc: max 0.376, mean 0.105, median
+# 0.09; on this fixture's 32: max 0.22, mean 0.073; test_echo.py measures
+# both against a float64 forward). A wrong position or a missing softmax
+# moves sums by whole nats (a one-position shift: 10.9).
+LL_TOL = 0.45
 
 
 def test_loglikelihood_requests_as_lm_eval_sends_them(model_url, fx):
