@@ -52,8 +52,12 @@ def build_bench():
 
 
 def parse(out):
-    d = {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", out)}
-    return d["prefill_tok_s"], d["decode_tok_s"], d["prefill_cpu_s"], d["decode_cpu_s"]
+    d = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", out)}
+    # parley's runner also reports its pool's hand-offs per decode step:
+    # parallel runs, and ms outside arithmetic summed over the threads.
+    return (d["prefill_tok_s"], d["decode_tok_s"], d["prefill_cpu_s"], d["decode_cpu_s"],
+            d.get("decode_runs_per_step", 0.0), d.get("decode_outside_ms_per_step", 0.0),
+            d.get("decode_ms_per_step", 0.0))
 
 
 def run(cmd):
@@ -89,8 +93,9 @@ def main():
         ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads),
                          gemm_min_rows]))
         ref.append(run([sys.executable, "-c", LLAMA_SNIPPET, *args]))
-        print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1]} "
-              "(prefill, decode tok/s; prefill, decode CPU s)", file=sys.stderr)
+        print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1][:4]} "
+              "(prefill, decode tok/s; prefill, decode CPU s; parley: decode runs/step, "
+              "ms outside arithmetic/step, ms/step)", file=sys.stderr)
     load1 = os.getloadavg()[0]
     med = lambda xs, k: statistics.median(x[k] for x in xs)
     pp, pd, lp, ld = med(ours, 0), med(ours, 1), med(ref, 0), med(ref, 1)
@@ -114,6 +119,9 @@ figures are medians of {a.reps} alternating runs; ratios matter more than absolu
 | decode tok/s ({a.decode} tokens, {a.threads} threads) | {pd:.1f} | {ld:.1f} | {pd / ld:.2f}x | >= 0.8x |
 | prefill tok per CPU-second | {cp:.1f} | {lcp:.1f} | {cp / lcp:.2f}x | |
 | decode tok per CPU-second | {cd:.1f} | {lcd:.1f} | {cd / lcd:.2f}x | |
+
+parley decode hand-offs: {med(ours, 4):.1f} pool runs per step; {med(ours, 5):.2f} ms per step
+outside arithmetic, summed over the {a.threads} threads, of a {med(ours, 6):.2f} ms step.
 """
     print(text)
     if a.append:

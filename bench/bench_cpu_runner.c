@@ -78,8 +78,8 @@ int main(int argc, char **argv)
         if (r->ops->wait(r, r->ops->launch(r, &in), &out) != 0)
             return 1;
     double t1 = now_s(), c1 = cpu_s();
-    unsigned long long runs0, wait0, runs1, wait1;
-    pl_cpu_runner_pool_stats(r, &runs0, &wait0);
+    pl_pool_counters k0, k1;
+    pl_cpu_runner_pool_stats(r, &k0);
     in.n_rows = nrows = 1;
     for (int i = 0; i < nd; i++) {   /* plain loop: one step at a time */
         tok[0] = PL_TOKEN_PLACEHOLDER;
@@ -89,17 +89,21 @@ int main(int argc, char **argv)
             return 1;
     }
     double t2 = now_s(), c2 = cpu_s();
-    pl_cpu_runner_pool_stats(r, &runs1, &wait1);
+    pl_cpu_runner_pool_stats(r, &k1);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    /* Decode hand-offs: parallel runs per step, and the ms per step the
-     * runner's thread waited on workers after its own share (time outside
-     * arithmetic), against the step's wall time. */
+    /* Decode hand-offs: parallel runs per step; the ms per step the
+     * runner's thread waited on workers (after its share, and at phase
+     * barriers); and the time outside arithmetic summed over the threads
+     * (pl_pool_stats): threads x wall time less the time spent working. */
+    double ms = nd ? (t2 - t1) * 1e3 / nd : 0.0, d = nd ? nd : 1;
+    double wait_ms = (double)(k1.wait_ns - k0.wait_ns) / 1e6 / d;
+    double wbusy_ms = (double)(k1.worker_busy_ns - k0.worker_busy_ns) / 1e6 / d;
     printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f "
            "max_rss_mb=%.1f decode_runs_per_step=%.1f decode_wait_ms_per_step=%.3f "
-           "decode_ms_per_step=%.3f\n", np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep,
-           c2 - c1, ru.ru_maxrss / 1024.0, nd ? (double)(runs1 - runs0) / nd : 0.0,
-           nd ? (double)(wait1 - wait0) / 1e6 / nd : 0.0, nd ? (t2 - t1) * 1e3 / nd : 0.0);
+           "decode_outside_ms_per_step=%.3f decode_ms_per_step=%.3f\n",
+           np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1, ru.ru_maxrss / 1024.0,
+           (double)(k1.runs - k0.runs) / d, wait_ms, wait_ms + (nt - 1) * ms - wbusy_ms, ms);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

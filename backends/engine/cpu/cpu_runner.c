@@ -342,10 +342,9 @@ void pl_cpu_runner_set_gemm_min_rows(pl_runner *base, int rows)
     pl_cpu_fwd_set_gemm_min_rows(((cpu_runner *)base)->fwd, rows);
 }
 
-void pl_cpu_runner_pool_stats(pl_runner *base, unsigned long long *runs,
-                              unsigned long long *wait_ns)
+void pl_cpu_runner_pool_stats(pl_runner *base, pl_pool_counters *c)
 {
-    pl_pool_stats(((cpu_runner *)base)->pool, runs, wait_ns);
+    pl_pool_stats(((cpu_runner *)base)->pool, c);
 }
 
 static int alloc_buffers(cpu_runner *r)

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+#include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 
@@ -27,9 +28,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
  *  rows). For benchmarks. */
 void pl_cpu_runner_set_gemm_min_rows(pl_runner *r, int rows);
 
-/** The pool's hand-off statistics (pl_pool_stats): parallel runs and the
- *  nanoseconds the runner's thread waited on workers. Between steps. */
-void pl_cpu_runner_pool_stats(pl_runner *r, unsigned long long *runs,
-                              unsigned long long *wait_ns);
+/** The pool's hand-off statistics (pl_pool_stats). Between steps. */
+void pl_cpu_runner_pool_stats(pl_runner *r, pl_pool_counters *c);
 
 #endif

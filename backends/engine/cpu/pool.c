@@ -33,11 +33,21 @@ struct pl_pool {
     atomic_int n_sleeping;
     atomic_int quit;
     atomic_int next_chunk;
+    atomic_int items_done;       /* pl_pool_done() count of the current run */
     pl_pool_fn fn;
     void *arg;
     unsigned long long runs, wait_ns; /* the caller's only */
-    struct worker { pl_pool *p; int ith; } *w;
+    /* A worker writes its counters before it signs off a run (n_exited),
+     * so the caller reads them safely once that run has returned. */
+    struct worker { pl_pool *p; int ith; unsigned long long busy_ns, wait_ns; } *w;
 };
+
+static unsigned long long now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ULL + (unsigned long long)t.tv_nsec;
+}
 
 static unsigned wait_job(pl_pool *p, unsigned seen)
 {
@@ -76,7 +86,9 @@ static void *worker_main(void *arg)
             return NULL;
         if (!join_job(p, seen))
             continue;
+        unsigned long long t0 = now_ns(), waited = w->wait_ns;
         p->fn(p->arg, w->ith, p->n);
+        w->busy_ns += now_ns() - t0 - (w->wait_ns - waited);
         atomic_fetch_add(&p->n_exited, 1);
     }
 }
@@ -128,6 +140,7 @@ int pl_pool_size(const pl_pool *p) { return p->n; }
 void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
 {
     atomic_store(&p->next_chunk, 0);
+    atomic_store(&p->items_done, 0);
     if (p->n == 1) {
         fn(arg, 0, 1);
         return;
@@ -144,8 +157,7 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
         pthread_mutex_unlock(&p->mu);
     }
     fn(arg, 0, p->n);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    unsigned long long t0 = now_ns();
     int joined = (int)(atomic_fetch_or(&p->entry, CLOSED) & (CLOSED - 1));
     for (int i = 0; atomic_load(&p->n_exited) < joined; i++) {
         if (i < CALLER_SPINS)
@@ -153,16 +165,37 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg)
         else
             sched_yield();
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
     p->runs++;
-    p->wait_ns += (unsigned long long)((t1.tv_sec - t0.tv_sec) * 1000000000LL +
-                                       (t1.tv_nsec - t0.tv_nsec));
+    p->wait_ns += now_ns() - t0;
 }
 
-void pl_pool_stats(const pl_pool *p, unsigned long long *runs, unsigned long long *wait_ns)
+void pl_pool_done(pl_pool *p, int n) { atomic_fetch_add(&p->items_done, n); }
+
+void pl_pool_wait_done(pl_pool *p, int ith, int n)
 {
-    *runs = p->runs;
-    *wait_ns = p->wait_ns;
+    if (atomic_load(&p->items_done) >= n)
+        return;
+    unsigned long long t0 = now_ns();
+    for (int i = 0; atomic_load(&p->items_done) < n; i++) {
+        if (i < CALLER_SPINS)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+    unsigned long long dt = now_ns() - t0;
+    if (ith == 0)
+        p->wait_ns += dt;
+    else
+        p->w[ith].wait_ns += dt;
+}
+
+void pl_pool_stats(const pl_pool *p, pl_pool_counters *c)
+{
+    *c = (pl_pool_counters){.runs = p->runs, .wait_ns = p->wait_ns};
+    for (int i = 1; i < p->n; i++) {
+        c->worker_busy_ns += p->w[i].busy_ns;
+        c->worker_wait_ns += p->w[i].wait_ns;
+    }
 }
 
 int pl_pool_take(pl_pool *p) { return atomic_fetch_add(&p->next_chunk, 1); }

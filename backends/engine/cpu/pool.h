@@ -27,11 +27,28 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg);
  *  until they run out balance the load when a core is busy elsewhere. */
 int pl_pool_take(pl_pool *p);
 
-/** Hand-off statistics since the pool was made (read by the caller's
- *  thread, or after its last run): runs (pl_pool_run calls that used the
- *  workers) and the nanoseconds the caller spent waiting, after its own
- *  share of a run, for workers to finish theirs: time outside arithmetic. */
-void pl_pool_stats(const pl_pool *p, unsigned long long *runs, unsigned long long *wait_ns);
+/** Phases inside one run (a barrier that a descheduled thread cannot hold
+ *  up unless it holds an item): every thread calls pl_pool_done(p, 1) after
+ *  each work item it finishes; pl_pool_wait_done(p, ith, n) returns once n
+ *  items of the current run are done (spin, then yield). With items handed
+ *  out by pl_pool_take() in phase order, item t of a phase that starts at
+ *  ticket b waits for b done items: the earlier phases. */
+void pl_pool_done(pl_pool *p, int n);
+void pl_pool_wait_done(pl_pool *p, int ith, int n);
+
+/** Hand-off statistics since the pool was made. */
+typedef struct pl_pool_counters {
+    unsigned long long runs;           /**< pl_pool_run calls that used the workers */
+    unsigned long long wait_ns;        /**< the caller's waits: for workers after its
+                                            share of a run, and in pl_pool_wait_done */
+    unsigned long long worker_busy_ns; /**< workers' time inside runs, less their waits */
+    unsigned long long worker_wait_ns; /**< workers' time in pl_pool_wait_done */
+} pl_pool_counters;
+
+/** Read by the caller's thread between runs. Time outside arithmetic over an
+ *  interval of wall time T on n threads: wait_ns + (n - 1) * T - worker_busy_ns
+ *  (a worker's time outside its work: waking, waiting, idle between runs). */
+void pl_pool_stats(const pl_pool *p, pl_pool_counters *c);
 
 /** Split [0, n) into nth chunks aligned to `align`; chunk ith -> [*b, *e). */
 void pl_pool_split(int n, int align, int ith, int nth, int *b, int *e);
