@@ -1,8 +1,12 @@
 /* forward.c - the llama/qwen2 forward pass over a batch of rows (forward.h).
  *
- * Matmuls run on the thread pool, each thread taking a slice of output
- * features: many rows use single-threaded OpenBLAS sgemm on f32 weights,
- * few rows (decode) use the quantised kernels on q8 activations.
+ * A call is one run of the thread pool: a plan of phases (norms, matmuls,
+ * rope, attention, ...) whose work items the threads take in order, with a
+ * barrier between phases that counts finished items (pool.h). Matmul items
+ * are slices of output features: many rows use single-threaded OpenBLAS
+ * sgemm on f32 weights, few rows (decode) the quantised kernels on q8
+ * activations. Each value is computed by the same code whichever thread
+ * takes it, so results do not depend on threads or timing.
  */
 #include "backends/engine/cpu/forward.h"
 
@@ -25,92 +29,105 @@ struct pl_cpu_fwd {
     float *attn_scr;             /* (n_threads, group * max_ctx) */
     float *xo;                   /* (max_out, n_embd) */
     const pl_fwd_batch *b;       /* the call in progress */
-    int layer;
+    const int32_t *out_rows;     /* rows of x whose logits the call computes */
+    struct phase *ph;            /* (n_layer * PH_PER_LAYER + 4) the call's plan */
+    int n_ph;
     int last_rows;               /* rows of the last pl_cpu_forward, whose
                                     final hidden states x still holds */
 };
 
 #define MM_MAX 3
 
-/* Up to MM_MAX matmuls sharing one input: y[i] = x @ w[i]^T. */
+/* Up to MM_MAX matmuls sharing one input: y[i] = x @ w[i]^T, split into
+ * work items of size[i] output features. */
 typedef struct mm_job {
-    pl_cpu_fwd *f;
-    int n, n_rows;
-    int use_f32[MM_MAX];
+    int n, n_rows, cols, any_q;
+    int use_f32[MM_MAX], size[MM_MAX], chunks[MM_MAX];
     const float *x;
     const pl_weight *w[MM_MAX];
     float *y[MM_MAX];
 } mm_job;
 
+/* A step runs as one pool run: a list of phases, each a set of work items
+ * that depend only on earlier phases (so a thread that takes an item of
+ * phase k waits for every item before k). Row phases do per-row work and
+ * then quantise that row of `next`'s input when its matmul needs q8. */
+typedef enum ph_kind {
+    PH_EMBED,          /* x[r] = embedding of token r */
+    PH_ATTN_IN,        /* (layer > 0: x[r] += tmp[r]) xn[r] = rmsnorm(x[r]) */
+    PH_QKV_FINISH,     /* biases, rope, K/V of row r into its cache slot */
+    PH_ATTN,           /* attention of (row, kv head) */
+    PH_ROW_Q8,         /* only the quantisation of next's input */
+    PH_FFN_IN,         /* x[r] += tmp[r]; xn[r] = rmsnorm(x[r]) */
+    PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
+    PH_FINAL_ADD,      /* x[r] += tmp[r] */
+    PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
+    PH_MM,             /* one chunk of output features of mm */
+} ph_kind;
+
+typedef struct phase {
+    ph_kind kind;
+    int layer, n;                /* n work items */
+    const mm_job *next;          /* row phases: the matmul fed by this row */
+    mm_job mm;                   /* PH_MM */
+} phase;
+
 #define MM_CHUNK_Q 32            /* output features per work item, quantised */
+#define PH_PER_LAYER 10
 
 /* GEMM work items are larger: OpenBLAS packs the whole activation matrix
  * on every call, so a few calls per thread keep that cost small. */
-static int mm_chunk(const mm_job *j, int i, int nth)
+static int mm_chunk(const pl_weight *w, int use_f32, int nth)
 {
-    if (!j->use_f32[i])
+    if (!use_f32)
         return MM_CHUNK_Q;
-    int c = (j->w[i]->rows / (2 * nth) + 15) / 16 * 16;
+    int c = (w->rows / (2 * nth) + 15) / 16 * 16;
     return c < 64 ? 64 : c;
 }
 
-static void mm_worker(void *arg, int ith, int nth)
+static phase *ph_add(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next)
 {
-    mm_job *j = arg;
-    int chunks[MM_MAX], size[MM_MAX], total = 0;
-    for (int i = 0; i < j->n; i++) {
-        size[i] = mm_chunk(j, i, nth);
-        total += chunks[i] = (j->w[i]->rows + size[i] - 1) / size[i];
-    }
-    for (int c = pl_pool_take(j->f->pool); c < total; c = pl_pool_take(j->f->pool)) {
-        int i = 0, k = c;
-        while (k >= chunks[i])
-            k -= chunks[i++];
-        const pl_weight *w = j->w[i];
-        int o0 = k * size[i], o1 = o0 + size[i] < w->rows ? o0 + size[i] : w->rows;
-        if (j->use_f32[i])
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
-                        1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
-                        0.0f, j->y[i] + o0, w->rows);
-        else
-            pl_op_qmatmul_rows(w->type, w->q, w->row_bytes, j->f->xq, w->cols / PL_QK,
-                               j->n_rows, j->y[i], w->rows, o0, o1);
-    }
+    phase *ph = &f->ph[f->n_ph++];
+    *ph = (phase){.kind = kind, .layer = layer, .n = n, .next = next};
+    return ph;
 }
 
-typedef struct q8_job { pl_cpu_fwd *f; const float *x; int n_rows, cols; } q8_job;
-
-static void q8_worker(void *arg, int ith, int nth)
+/* Adds the phase y[i] = x @ w[i]^T (n weights of the same input width);
+ * returns its job, which a row phase before it names as `next`. */
+static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
+                               const pl_weight *const *w, float *const *y)
 {
-    q8_job *j = arg;
-    for (int r = pl_pool_take(j->f->pool); r < j->n_rows; r = pl_pool_take(j->f->pool))
-        pl_op_quantize_row_q8(j->x + (size_t)r * j->cols, j->f->xq + (size_t)r * (j->cols / PL_QK),
-                              j->cols);
-}
-
-/* y[i] = x @ w[i]^T for n weights of the same input width. */
-static void matmul(pl_cpu_fwd *f, const float *x, int n_rows, int n,
-                   const pl_weight *w0, float *y0, const pl_weight *w1, float *y1,
-                   const pl_weight *w2, float *y2)
-{
-    mm_job j = {.f = f, .n = n, .n_rows = n_rows, .x = x,
-                .w = {w0, w1, w2}, .y = {y0, y1, y2}};
-    bool any_q = false;
+    phase *ph = ph_add(f, PH_MM, -1, 0, NULL);
+    mm_job *j = &ph->mm;
+    *j = (mm_job){.n = n, .n_rows = n_rows, .cols = w[0]->cols, .x = x};
+    int nth = pl_pool_size(f->pool);
     for (int i = 0; i < n; i++) {
-        const pl_weight *w = j.w[i];
-        j.use_f32[i] = !pl_op_qdot_supported(w->type) || (w->f32 && n_rows >= f->o.gemm_min_rows);
-        any_q |= !j.use_f32[i];
+        j->w[i] = w[i];
+        j->y[i] = y[i];
+        j->use_f32[i] = !pl_op_qdot_supported(w[i]->type) ||
+                        (w[i]->f32 && n_rows >= f->o.gemm_min_rows);
+        j->any_q |= !j->use_f32[i];
+        j->size[i] = mm_chunk(w[i], j->use_f32[i], nth);
+        j->chunks[i] = (w[i]->rows + j->size[i] - 1) / j->size[i];
+        ph->n += j->chunks[i];
     }
-    if (any_q) {
-        q8_job q = {f, x, n_rows, w0->cols};
-        if (n_rows >= 4)
-            pl_pool_run(f->pool, q8_worker, &q);
-        else
-            for (int r = 0; r < n_rows; r++)
-                pl_op_quantize_row_q8(x + (size_t)r * w0->cols,
-                                      f->xq + (size_t)r * (w0->cols / PL_QK), w0->cols);
-    }
-    pl_pool_run(f->pool, mm_worker, &j);
+    return j;
+}
+
+static void mm_item(const pl_cpu_fwd *f, const mm_job *j, int c)
+{
+    int i = 0;
+    while (c >= j->chunks[i])
+        c -= j->chunks[i++];
+    const pl_weight *w = j->w[i];
+    int o0 = c * j->size[i], o1 = o0 + j->size[i] < w->rows ? o0 + j->size[i] : w->rows;
+    if (j->use_f32[i])
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
+                    1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
+                    0.0f, j->y[i] + o0, w->rows);
+    else
+        pl_op_qmatmul_rows(w->type, w->q, w->row_bytes, f->xq, w->cols / PL_QK,
+                           j->n_rows, j->y[i], w->rows, o0, o1);
 }
 
 static float *kv_at(const pl_cpu_fwd *f, float *cache, int layer, int32_t blk, int slot)
@@ -124,77 +141,165 @@ static const int32_t *row_blocks(const pl_fwd_batch *b, int r)
     return b->block_table + (size_t)b->row_seq[r] * b->max_blocks_per_seq;
 }
 
-/* Rope q/k, add biases, and store k/v rows into their cache slots. */
-static void qkv_finish(pl_cpu_fwd *f, const pl_layer *y)
-{
-    const pl_model *m = f->m;
-    const pl_fwd_batch *b = f->b;
-    for (int r = 0; r < b->n_rows; r++) {
-        float *q = f->q + (size_t)r * f->q_dim, *k = f->k + (size_t)r * f->kv_dim;
-        float *v = f->v + (size_t)r * f->kv_dim;
-        for (int i = 0; y->bq && i < f->q_dim; i++)
-            q[i] += y->bq[i];
-        for (int i = 0; y->bk && i < f->kv_dim; i++) {
-            k[i] += y->bk[i];
-            v[i] += y->bv[i];
-        }
-        int pos = b->positions[r];
-        pl_op_rope(q, m->n_head, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
-        pl_op_rope(k, m->n_head_kv, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
-        int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
-        int slot = pos % f->o.block_size;
-        memcpy(kv_at(f, f->k_cache, f->layer, blk, slot), k, sizeof(float) * f->kv_dim);
-        memcpy(kv_at(f, f->v_cache, f->layer, blk, slot), v, sizeof(float) * f->kv_dim);
-    }
-}
-
-static void attn_worker(void *arg, int ith, int nth)
-{
-    pl_cpu_fwd *f = arg;
-    const pl_model *m = f->m;
-    const pl_fwd_batch *b = f->b;
-    int group = m->n_head / m->n_head_kv, hd = m->head_dim;
-    float *scr = f->attn_scr + (size_t)ith * group * f->o.max_ctx;
-    pl_attn_args a = {.block_size = f->o.block_size,
-                      .block_stride = (size_t)f->o.block_size * f->kv_dim,
-                      .row_stride = (size_t)f->kv_dim, .head_dim = hd,
-                      .scale = 1.0f / sqrtf((float)hd)};
-    int n_items = b->n_rows * m->n_head_kv;
-    for (int it = pl_pool_take(f->pool); it < n_items; it = pl_pool_take(f->pool)) {
-        int r = it / m->n_head_kv, kh = it % m->n_head_kv;
-        a.k_base = kv_at(f, f->k_cache, f->layer, 0, 0) + (size_t)kh * hd;
-        a.v_base = kv_at(f, f->v_cache, f->layer, 0, 0) + (size_t)kh * hd;
-        a.block_table = row_blocks(b, r);
-        size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
-        pl_op_attention(&a, f->q + off, group, b->positions[r] + 1, f->att + off, scr);
-    }
-}
-
-static void add_rows(float *x, const float *d, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        x[i] += d[i];
-}
-
-static void layer_forward(pl_cpu_fwd *f, int l)
+/* Rope q/k of row r, add biases, and store its k/v into their cache slots. */
+static void qkv_finish(pl_cpu_fwd *f, int l, int r)
 {
     const pl_model *m = f->m;
     const pl_layer *y = &m->layers[l];
-    int n = f->b->n_rows, e = m->n_embd;
-    f->layer = l;
-    for (int r = 0; r < n; r++)
-        pl_op_rmsnorm(f->xn + (size_t)r * e, f->x + (size_t)r * e, y->attn_norm, e, m->rms_eps);
-    matmul(f, f->xn, n, 3, &y->wq, f->q, &y->wk, f->k, &y->wv, f->v);
-    qkv_finish(f, y);
-    pl_pool_run(f->pool, attn_worker, f);
-    matmul(f, f->att, n, 1, &y->wo, f->tmp, NULL, NULL, NULL, NULL);
-    add_rows(f->x, f->tmp, (size_t)n * e);
-    for (int r = 0; r < n; r++)
-        pl_op_rmsnorm(f->xn + (size_t)r * e, f->x + (size_t)r * e, y->ffn_norm, e, m->rms_eps);
-    matmul(f, f->xn, n, 2, &y->w_gate, f->gate, &y->w_up, f->up, NULL, NULL);
-    pl_op_swiglu(f->gate, f->up, n * m->n_ff);
-    matmul(f, f->gate, n, 1, &y->w_down, f->tmp, NULL, NULL, NULL, NULL);
-    add_rows(f->x, f->tmp, (size_t)n * e);
+    const pl_fwd_batch *b = f->b;
+    float *q = f->q + (size_t)r * f->q_dim, *k = f->k + (size_t)r * f->kv_dim;
+    float *v = f->v + (size_t)r * f->kv_dim;
+    for (int i = 0; y->bq && i < f->q_dim; i++)
+        q[i] += y->bq[i];
+    for (int i = 0; y->bk && i < f->kv_dim; i++) {
+        k[i] += y->bk[i];
+        v[i] += y->bv[i];
+    }
+    int pos = b->positions[r];
+    pl_op_rope(q, m->n_head, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
+    pl_op_rope(k, m->n_head_kv, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
+    int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
+    int slot = pos % f->o.block_size;
+    memcpy(kv_at(f, f->k_cache, l, blk, slot), k, sizeof(float) * f->kv_dim);
+    memcpy(kv_at(f, f->v_cache, l, blk, slot), v, sizeof(float) * f->kv_dim);
+}
+
+static void attn_item(pl_cpu_fwd *f, int l, int it, int ith)
+{
+    const pl_model *m = f->m;
+    const pl_fwd_batch *b = f->b;
+    int group = m->n_head / m->n_head_kv, hd = m->head_dim;
+    int r = it / m->n_head_kv, kh = it % m->n_head_kv;
+    pl_attn_args a = {.block_size = f->o.block_size,
+                      .block_stride = (size_t)f->o.block_size * f->kv_dim,
+                      .row_stride = (size_t)f->kv_dim, .head_dim = hd,
+                      .scale = 1.0f / sqrtf((float)hd),
+                      .k_base = kv_at(f, f->k_cache, l, 0, 0) + (size_t)kh * hd,
+                      .v_base = kv_at(f, f->v_cache, l, 0, 0) + (size_t)kh * hd,
+                      .block_table = row_blocks(b, r)};
+    size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
+    pl_op_attention(&a, f->q + off, group, b->positions[r] + 1, f->att + off,
+                    f->attn_scr + (size_t)ith * group * f->o.max_ctx);
+}
+
+static void add_row(float *x, const float *d, int n)
+{
+    for (int i = 0; i < n; i++)
+        x[i] += d[i];
+}
+
+static void embed_row(pl_cpu_fwd *f, int r)
+{
+    const pl_weight *te = &f->m->tok_embd;
+    float *dst = f->x + (size_t)r * te->cols;
+    int32_t id = f->b->tokens[r];
+    if (te->f32)
+        memcpy(dst, te->f32 + (size_t)id * te->cols, sizeof(float) * te->cols);
+    else
+        pl_op_dequant_row(te->type, (const uint8_t *)te->q + (size_t)id * te->row_bytes,
+                          dst, te->cols);
+}
+
+/* The row phases' work on row (or output row) r. */
+static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
+{
+    const pl_model *m = f->m;
+    const pl_layer *y = ph->layer >= 0 && ph->layer < m->n_layer ? &m->layers[ph->layer] : NULL;
+    int e = m->n_embd;
+    float *x = f->x + (size_t)r * e, *xn = f->xn + (size_t)r * e, *t = f->tmp + (size_t)r * e;
+    switch (ph->kind) {
+    case PH_EMBED: embed_row(f, r); break;
+    case PH_ATTN_IN:
+        if (ph->layer > 0)
+            add_row(x, t, e);
+        pl_op_rmsnorm(xn, x, y->attn_norm, e, m->rms_eps);
+        break;
+    case PH_QKV_FINISH: qkv_finish(f, ph->layer, r); break;
+    case PH_FFN_IN:
+        add_row(x, t, e);
+        pl_op_rmsnorm(xn, x, y->ffn_norm, e, m->rms_eps);
+        break;
+    case PH_SWIGLU:
+        pl_op_swiglu(f->gate + (size_t)r * m->n_ff, f->up + (size_t)r * m->n_ff, m->n_ff);
+        break;
+    case PH_FINAL_ADD: add_row(x, t, e); break;
+    case PH_OUT_NORM:
+        pl_op_rmsnorm(f->xo + (size_t)r * e, f->x + (size_t)f->out_rows[r] * e,
+                      m->output_norm, e, m->rms_eps);
+        break;
+    default: break;
+    }
+    const mm_job *j = ph->next;
+    if (j && j->any_q)
+        pl_op_quantize_row_q8(j->x + (size_t)r * j->cols, f->xq + (size_t)r * (j->cols / PL_QK),
+                              j->cols);
+}
+
+static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
+{
+    if (ph->kind == PH_MM)
+        mm_item(f, &ph->mm, it);
+    else if (ph->kind == PH_ATTN)
+        attn_item(f, ph->layer, it, ith);
+    else
+        row_item(f, ph, it);
+}
+
+/* Every thread takes items in ticket order. A thread publishes the items it
+ * finished when it moves to a later phase (one atomic per phase, not per
+ * item), then waits until all items before that phase are done. */
+static void plan_worker(void *arg, int ith, int nth)
+{
+    (void)nth;
+    pl_cpu_fwd *f = arg;
+    int k = 0, base = 0, mine = 0;
+    for (int t = pl_pool_take(f->pool);; t = pl_pool_take(f->pool)) {
+        int k0 = k;
+        while (k < f->n_ph && t >= base + f->ph[k].n)
+            base += f->ph[k++].n;
+        if (k != k0 && mine) {
+            pl_pool_done(f->pool, mine);
+            mine = 0;
+        }
+        if (k == f->n_ph)
+            break;
+        pl_pool_wait_done(f->pool, ith, base);
+        run_item(f, &f->ph[k], t - base, ith);
+        mine++;
+    }
+    if (mine)
+        pl_pool_done(f->pool, mine);
+}
+
+/* The output phases: final norm of rows[0..n) of x, then the logits. */
+static void plan_output(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits)
+{
+    const pl_model *m = f->m;
+    const pl_weight *w[] = {&m->output};
+    float *y[] = {logits};
+    f->out_rows = rows;
+    phase *norm = ph_add(f, PH_OUT_NORM, -1, n, NULL);
+    norm->next = ph_add_mm(f, f->xo, n, 1, w, y);
+}
+
+static void plan_layer(pl_cpu_fwd *f, int l, int n)
+{
+    const pl_layer *y = &f->m->layers[l];
+    const pl_weight *wqkv[] = {&y->wq, &y->wk, &y->wv}, *wo[] = {&y->wo};
+    const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
+    float *yqkv[] = {f->q, f->k, f->v}, *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
+    phase *in = ph_add(f, PH_ATTN_IN, l, n, NULL);
+    in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
+    ph_add(f, PH_QKV_FINISH, l, n, NULL);
+    ph_add(f, PH_ATTN, l, n * f->m->n_head_kv, NULL);
+    phase *q8 = ph_add(f, PH_ROW_Q8, l, n, NULL);
+    q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
+    if (!q8->next->any_q)
+        q8->n = 0;
+    phase *ffn = ph_add(f, PH_FFN_IN, l, n, NULL);
+    ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
+    phase *sw = ph_add(f, PH_SWIGLU, l, n, NULL);
+    sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
 }
 
 static int check_batch(const pl_cpu_fwd *f, const pl_fwd_batch *b)
@@ -216,20 +321,6 @@ static int check_batch(const pl_cpu_fwd *f, const pl_fwd_batch *b)
     return 0;
 }
 
-static void embed(pl_cpu_fwd *f)
-{
-    const pl_weight *te = &f->m->tok_embd;
-    for (int r = 0; r < f->b->n_rows; r++) {
-        float *dst = f->x + (size_t)r * te->cols;
-        int32_t id = f->b->tokens[r];
-        if (te->f32)
-            memcpy(dst, te->f32 + (size_t)id * te->cols, sizeof(float) * te->cols);
-        else
-            pl_op_dequant_row(te->type, (const uint8_t *)te->q + (size_t)id * te->row_bytes,
-                              dst, te->cols);
-    }
-}
-
 int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
 {
     const pl_model *m = f->m;
@@ -237,14 +328,15 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
     if (check_batch(f, b) != 0)
         return -1;
     f->b = b;
-    embed(f);
+    f->n_ph = 0;
+    ph_add(f, PH_EMBED, -1, b->n_rows, NULL);
     for (int l = 0; l < m->n_layer; l++)
-        layer_forward(f, l);
-    for (int i = 0; i < b->n_out; i++)
-        pl_op_rmsnorm(f->xo + (size_t)i * m->n_embd, f->x + (size_t)b->out_rows[i] * m->n_embd,
-                      m->output_norm, m->n_embd, m->rms_eps);
+        plan_layer(f, l, b->n_rows);
+    if (m->n_layer > 0)
+        ph_add(f, PH_FINAL_ADD, m->n_layer, b->n_rows, NULL);
     if (b->n_out > 0)
-        matmul(f, f->xo, b->n_out, 1, &m->output, logits, NULL, NULL, NULL, NULL);
+        plan_output(f, b->out_rows, b->n_out, logits);
+    pl_pool_run(f->pool, plan_worker, f);
     f->b = NULL;
     f->last_rows = b->n_rows;
     return 0;
@@ -252,16 +344,14 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
 
 int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits)
 {
-    const pl_model *m = f->m;
     if (n < 1 || n > f->o.max_out)
         return -1;
     for (int i = 0; i < n; i++)
         if (rows[i] < 0 || rows[i] >= f->last_rows)
             return -1;
-    for (int i = 0; i < n; i++)
-        pl_op_rmsnorm(f->xo + (size_t)i * m->n_embd, f->x + (size_t)rows[i] * m->n_embd,
-                      m->output_norm, m->n_embd, m->rms_eps);
-    matmul(f, f->xo, n, 1, &m->output, logits, NULL, NULL, NULL, NULL);
+    f->n_ph = 0;
+    plan_output(f, rows, n, logits);
+    pl_pool_run(f->pool, plan_worker, f);
     return 0;
 }
 
@@ -317,7 +407,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * (m->n_head / m->n_head_kv) * o->max_ctx,
                           &bad);
     f->xq = calloc(R * (f->max_in / PL_QK) + 1, sizeof(pl_q8_act));
-    if (bad || !f->xq)
+    f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + 4, sizeof(*f->ph));
+    if (bad || !f->xq || !f->ph)
         goto fail;
     if (m->n_embd % PL_QK || m->n_ff % PL_QK || f->q_dim % PL_QK) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
@@ -340,5 +431,6 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(f->xq);
+    free(f->ph);
     free(f);
 }
