@@ -95,6 +95,30 @@ Test(cpu_ops, quantize_q8_error_bound)
 
 /* qdot (AVX2 where present) == scalar reference == f32 dot of the
  * dequantised operands, to float rounding. */
+/* The dispatched quantiser (AVX2 here) against the scalar reference, bit
+ * for bit: random rows at several scales, an all-zero block, and halves
+ * that must round to even (amax 127 -> d 1: 2.5 -> 2, 3.5 -> 4). */
+Test(cpu_ops, quantize_q8_matches_reference)
+{
+    enum { N = 32 * 24 };
+    static float x[N];
+    pl_q8_act a[N / PL_QK], b[N / PL_QK];
+    const float scales[] = {1e-6f, 0.01f, 1.0f, 37.0f, 1e4f};
+    for (size_t k = 0; k < sizeof(scales) / sizeof(scales[0]); k++) {
+        fill(x, N, scales[k]);
+        memset(x + 64, 0, sizeof(float) * PL_QK);
+        for (int j = 0; j < PL_QK; j++)
+            x[96 + j] = j == 0 ? 127.0f : (float)((j % 7) - 3) + 0.5f;
+        memset(a, 0x55, sizeof(a));
+        memset(b, 0xaa, sizeof(b));
+        pl_op_quantize_row_q8(x, a, N);
+        pl_op_quantize_row_q8_ref(x, b, N);
+        cr_assert(memcmp(a, b, sizeof(a)) == 0, "scale %g: quantised rows differ", scales[k]);
+    }
+    cr_assert_eq(a[3].qs[1], -2, "-1.5 rounds to even (-2)");
+    cr_assert_eq(a[3].qs[5], 2, "2.5 rounds to even (2)");
+}
+
 Test(cpu_ops, qdot_kernels)
 {
     enum { N = 576 };

@@ -40,8 +40,12 @@ int pl_op_qdot_supported(pl_ggml_type t);
  *  pl_dequant_row (quant.h); -1 when unsupported. */
 int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n);
 
-/** Quantise one row of n floats (n % 32 == 0) into n/32 activation blocks. */
+/** Quantise one row of n floats (n % 32 == 0) into n/32 activation blocks,
+ *  each independent of the others. AVX2 when the CPU has it, bit-identical
+ *  to the scalar reference for finite inputs. */
 void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n);
+/** The scalar reference of pl_op_quantize_row_q8. */
+void pl_op_quantize_row_q8_ref(const float *x, pl_q8_act *dst, int n);
 /** Dot product of one weight row of type t (n elements) with a quantised
  *  activation row. Uses AVX2/FMA when the CPU has it. */
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);

@@ -99,7 +99,7 @@ int pl_op_dequant_row(pl_ggml_type t, const void *src, float *dst, int64_t n)
     }
 }
 
-void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n)
+void pl_op_quantize_row_q8_ref(const float *x, pl_q8_act *dst, int n)
 {
     for (int b = 0; b < n / PL_QK; b++) {
         const float *v = x + b * PL_QK;
@@ -283,8 +283,46 @@ static void axpy_f32_avx2(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+/* The same arithmetic as pl_op_quantize_row_q8_ref: the max of |x| is
+ * exact in any order, v * id is one rounded product, and cvtps rounds half
+ * to even like lrintf in the default rounding mode. */
+__attribute__((target("avx2,fma,f16c")))
+static void quantize_row_q8_avx2(const float *x, pl_q8_act *dst, int n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int b = 0; b < n / PL_QK; b++) {
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + b * PL_QK + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 h = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_max_ss(h, _mm_movehdup_ps(h));
+        float d = _mm_cvtss_f32(h) / 127.0f, id = d > 0.0f ? 1.0f / d : 0.0f;
+        __m256i q[4];
+        for (int k = 0; k < 4; k++)
+            q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], _mm256_set1_ps(id)));
+        __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_extracti128_si256(s8, 1), _mm256_castsi256_si128(s8));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+                                       _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)dst[b].qs, _mm256_permutevar8x32_epi32(p, perm));
+        dst[b].d = d;
+        dst[b].s = d * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
 static int have_avx2(void) { return pl_cpu_has_avx2(); }
 #else
+static void quantize_row_q8_avx2(const float *x, pl_q8_act *dst, int n)
+{
+    pl_op_quantize_row_q8_ref(x, dst, n);
+}
+
 static int have_avx2(void) { return 0; }
 #endif
 
@@ -295,6 +333,14 @@ const char *pl_op_kernel_path(void)
     case PL_VNNI_AVX: return "avxvnni+avx2+fma+f16c";
     default: return have_avx2() ? "avx2+fma+f16c" : "scalar";
     }
+}
+
+void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n)
+{
+    if (have_avx2())
+        quantize_row_q8_avx2(x, dst, n);
+    else
+        pl_op_quantize_row_q8_ref(x, dst, n);
 }
 
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
