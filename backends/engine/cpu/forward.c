@@ -74,6 +74,7 @@ typedef struct phase {
 
 #define MM_CHUNK_Q 32            /* output features per work item, quantised */
 #define PH_PER_LAYER 10
+#define SW_CHUNK 256            /* swiglu elements per work item (a multiple of PL_QK) */
 
 /* GEMM work items are larger: OpenBLAS packs the whole activation matrix
  * on every call, so a few calls per thread keep that cost small. */
@@ -164,7 +165,9 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     memcpy(kv_at(f, f->v_cache, l, blk, slot), v, sizeof(float) * f->kv_dim);
 }
 
-static void attn_item(pl_cpu_fwd *f, int l, int it, int ith)
+/* Attention of (row, kv head) it; with next, also the q8 blocks of the
+ * group*head_dim outputs it wrote (whole blocks: see plan_layer). */
+static void attn_item(pl_cpu_fwd *f, int l, int it, int ith, const mm_job *next)
 {
     const pl_model *m = f->m;
     const pl_fwd_batch *b = f->b;
@@ -180,6 +183,8 @@ static void attn_item(pl_cpu_fwd *f, int l, int it, int ith)
     size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
     pl_op_attention(&a, f->q + off, group, b->positions[r] + 1, f->att + off,
                     f->attn_scr + (size_t)ith * group * f->o.max_ctx);
+    if (next)
+        pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, group * hd);
 }
 
 static void add_row(float *x, const float *d, int n)
@@ -198,6 +203,20 @@ static void embed_row(pl_cpu_fwd *f, int r)
     else
         pl_op_dequant_row(te->type, (const uint8_t *)te->q + (size_t)id * te->row_bytes,
                           dst, te->cols);
+}
+
+/* Item it of the swiglu phase: a SW_CHUNK slice of a row, and its q8
+ * blocks (element-wise and block-wise work: the same values however the
+ * row is cut). */
+static void swiglu_item(pl_cpu_fwd *f, const mm_job *next, int it)
+{
+    int n_ff = f->m->n_ff, per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
+    int r = it / per, c0 = it % per * SW_CHUNK;
+    int len = n_ff - c0 < SW_CHUNK ? n_ff - c0 : SW_CHUNK;
+    size_t off = (size_t)r * n_ff + c0;
+    pl_op_swiglu(f->gate + off, f->up + off, len);
+    if (next->any_q)
+        pl_op_quantize_row_q8(f->gate + off, f->xq + off / PL_QK, len);
 }
 
 /* The row phases' work on row (or output row) r. */
@@ -220,8 +239,8 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
         pl_op_rmsnorm(xn, x, y->ffn_norm, e, m->rms_eps);
         break;
     case PH_SWIGLU:
-        pl_op_swiglu(f->gate + (size_t)r * m->n_ff, f->up + (size_t)r * m->n_ff, m->n_ff);
-        break;
+        swiglu_item(f, ph->next, r);
+        return;
     case PH_FINAL_ADD: add_row(x, t, e); break;
     case PH_OUT_NORM:
         pl_op_rmsnorm(f->xo + (size_t)r * e, f->x + (size_t)f->out_rows[r] * e,
@@ -240,7 +259,7 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
     if (ph->kind == PH_MM)
         mm_item(f, &ph->mm, it);
     else if (ph->kind == PH_ATTN)
-        attn_item(f, ph->layer, it, ith);
+        attn_item(f, ph->layer, it, ith, ph->next);
     else
         row_item(f, ph, it);
 }
@@ -291,14 +310,17 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     phase *in = ph_add(f, PH_ATTN_IN, l, n, NULL);
     in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
     ph_add(f, PH_QKV_FINISH, l, n, NULL);
-    ph_add(f, PH_ATTN, l, n * f->m->n_head_kv, NULL);
+    phase *at = ph_add(f, PH_ATTN, l, n * f->m->n_head_kv, NULL);
     phase *q8 = ph_add(f, PH_ROW_Q8, l, n, NULL);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
-    if (!q8->next->any_q)
+    int span = f->m->n_head / f->m->n_head_kv * f->m->head_dim;
+    if (q8->next->any_q && span % PL_QK == 0)
+        at->next = q8->next;     /* each item's outputs are whole q8 blocks */
+    if (!q8->next->any_q || at->next)
         q8->n = 0;
     phase *ffn = ph_add(f, PH_FFN_IN, l, n, NULL);
     ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
-    phase *sw = ph_add(f, PH_SWIGLU, l, n, NULL);
+    phase *sw = ph_add(f, PH_SWIGLU, l, n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
     sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
 }
 
