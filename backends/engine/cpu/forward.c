@@ -56,7 +56,7 @@ typedef enum ph_kind {
     PH_EMBED,          /* x[r] = embedding of token r */
     PH_ATTN_IN,        /* (layer > 0: x[r] += tmp[r]) xn[r] = rmsnorm(x[r]) */
     PH_QKV_FINISH,     /* biases, rope, K/V of row r into its cache slot */
-    PH_ATTN,           /* attention of (row, kv head) */
+    PH_ATTN,           /* attention of (row, kv head[, query heads]) */
     PH_ROW_Q8,         /* only the quantisation of next's input */
     PH_FFN_IN,         /* x[r] += tmp[r]; xn[r] = rmsnorm(x[r]) */
     PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
@@ -68,6 +68,7 @@ typedef enum ph_kind {
 typedef struct phase {
     ph_kind kind;
     int layer, n;                /* n work items */
+    int split;                   /* PH_ATTN: items per (row, kv head) */
     const mm_job *next;          /* row phases: the matmul fed by this row */
     mm_job mm;                   /* PH_MM */
 } phase;
@@ -165,26 +166,28 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     memcpy(kv_at(f, f->v_cache, l, blk, slot), v, sizeof(float) * f->kv_dim);
 }
 
-/* Attention of (row, kv head) it; with next, also the q8 blocks of the
- * group*head_dim outputs it wrote (whole blocks: see plan_layer). */
-static void attn_item(pl_cpu_fwd *f, int l, int it, int ith, const mm_job *next)
+/* Attention item it: (row, kv head, 1 of ph->split slices of its query
+ * heads). Each query head's scores, softmax and sum are computed alone, so
+ * the slicing does not change a value. With ph->next, also the q8 blocks of
+ * the outputs it wrote (whole blocks: see plan_layer). */
+static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
     const pl_model *m = f->m;
     const pl_fwd_batch *b = f->b;
-    int group = m->n_head / m->n_head_kv, hd = m->head_dim;
-    int r = it / m->n_head_kv, kh = it % m->n_head_kv;
+    int per = m->n_head_kv * ph->split, nq = m->n_head / m->n_head_kv / ph->split;
+    int r = it / per, kh = it % per / ph->split, hd = m->head_dim;
     pl_attn_args a = {.block_size = f->o.block_size,
                       .block_stride = (size_t)f->o.block_size * f->kv_dim,
                       .row_stride = (size_t)f->kv_dim, .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd),
-                      .k_base = kv_at(f, f->k_cache, l, 0, 0) + (size_t)kh * hd,
-                      .v_base = kv_at(f, f->v_cache, l, 0, 0) + (size_t)kh * hd,
+                      .k_base = kv_at(f, f->k_cache, ph->layer, 0, 0) + (size_t)kh * hd,
+                      .v_base = kv_at(f, f->v_cache, ph->layer, 0, 0) + (size_t)kh * hd,
                       .block_table = row_blocks(b, r)};
-    size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
-    pl_op_attention(&a, f->q + off, group, b->positions[r] + 1, f->att + off,
-                    f->attn_scr + (size_t)ith * group * f->o.max_ctx);
-    if (next)
-        pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, group * hd);
+    size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
+    pl_op_attention(&a, f->q + off, nq, b->positions[r] + 1, f->att + off,
+                    f->attn_scr + (size_t)ith * (m->n_head / m->n_head_kv) * f->o.max_ctx);
+    if (ph->next)
+        pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, nq * hd);
 }
 
 static void add_row(float *x, const float *d, int n)
@@ -259,7 +262,7 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
     if (ph->kind == PH_MM)
         mm_item(f, &ph->mm, it);
     else if (ph->kind == PH_ATTN)
-        attn_item(f, ph->layer, it, ith, ph->next);
+        attn_item(f, ph, it, ith);
     else
         row_item(f, ph, it);
 }
@@ -310,11 +313,15 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     phase *in = ph_add(f, PH_ATTN_IN, l, n, NULL);
     in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
     ph_add(f, PH_QKV_FINISH, l, n, NULL);
-    phase *at = ph_add(f, PH_ATTN, l, n * f->m->n_head_kv, NULL);
+    /* Few (row, kv head) items (decode) leave threads idle: then one item
+     * per query head (each reads its K/V rows again, from cache). */
+    int group = f->m->n_head / f->m->n_head_kv, kv_items = n * f->m->n_head_kv;
+    int split = kv_items >= 4 * pl_pool_size(f->pool) ? 1 : group;
+    phase *at = ph_add(f, PH_ATTN, l, kv_items * split, NULL);
+    at->split = split;
     phase *q8 = ph_add(f, PH_ROW_Q8, l, n, NULL);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
-    int span = f->m->n_head / f->m->n_head_kv * f->m->head_dim;
-    if (q8->next->any_q && span % PL_QK == 0)
+    if (q8->next->any_q && group / split * f->m->head_dim % PL_QK == 0)
         at->next = q8->next;     /* each item's outputs are whole q8 blocks */
     if (!q8->next->any_q || at->next)
         q8->n = 0;
