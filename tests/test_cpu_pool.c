@@ -43,6 +43,7 @@ typedef struct chain {
     pl_pool *p;
     int n[N_PH];                 /* items of each phase (0 allowed) */
     long v[N_PH][MAX_ITEMS];
+    atomic_int taken[N_PH];      /* items of each phase handed out */
     long run;                    /* differs per run, so stale values show */
 } chain;
 
@@ -58,28 +59,25 @@ static long chain_in(const chain *c, int k)
     return s;
 }
 
+/* The walk forward.c's plan_worker does: wait for the earlier phases, take
+ * this phase's items, publish them. */
 static void chain_fn(void *arg, int ith, int nth)
 {
     (void)nth;
     chain *c = arg;
-    int k = 0, base = 0, mine = 0;
-    for (int t = pl_pool_take(c->p);; t = pl_pool_take(c->p)) {
-        int k0 = k;
-        while (k < N_PH && t >= base + c->n[k])
-            base += c->n[k++];
-        if (k != k0 && mine) {
-            pl_pool_done(c->p, mine);
-            mine = 0;
-        }
-        if (k == N_PH)
-            break;
+    for (int k = 0, base = 0; k < N_PH; base += c->n[k++]) {
         pl_pool_wait_done(c->p, ith, base);
-        int i = t - base;
-        c->v[k][i] = (chain_in(c, k) * 31 + i + 1) % 1000003;
-        mine++;
+        int mine = 0;
+        for (int i = atomic_fetch_add(&c->taken[k], 1); i < c->n[k];
+             i = atomic_fetch_add(&c->taken[k], 1), mine++) {
+            long v = (chain_in(c, k) * 31 + i + 1) % 1000003;
+            for (volatile int spin = 0; spin < 300; spin++) /* a window for early readers */
+                ;
+            c->v[k][i] = v;
+        }
+        if (mine)
+            pl_pool_done(c->p, mine);
     }
-    if (mine)
-        pl_pool_done(c->p, mine);
 }
 
 Test(cpu_pool, phases_see_every_earlier_item)
@@ -98,6 +96,8 @@ Test(cpu_pool, phases_see_every_earlier_item)
                 for (int i = 0; i < want.n[k]; i++)
                     want.v[k][i] = (chain_in(&want, k) * 31 + i + 1) % 1000003;
             memset(c.v, 0xff, sizeof(c.v));
+            for (int k = 0; k < N_PH; k++)
+                atomic_store(&c.taken[k], 0);
             pl_pool_run(c.p, chain_fn, &c);
             for (int k = 0; k < N_PH; k++)
                 for (int i = 0; i < c.n[k]; i++)

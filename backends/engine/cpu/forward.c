@@ -12,6 +12,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,6 +70,7 @@ typedef struct phase {
     ph_kind kind;
     int layer, n;                /* n work items */
     int split;                   /* PH_ATTN: items per (row, kv head) */
+    atomic_int taken;            /* items handed out so far */
     const mm_job *next;          /* row phases: the matmul fed by this row */
     mm_job mm;                   /* PH_MM */
 } phase;
@@ -267,30 +269,27 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
         row_item(f, ph, it);
 }
 
-/* Every thread takes items in ticket order. A thread publishes the items it
- * finished when it moves to a later phase (one atomic per phase, not per
- * item), then waits until all items before that phase are done. */
+/* Every thread walks the phases in order: it waits until all items of the
+ * earlier phases are done, takes items of this phase until none are left,
+ * and publishes how many it finished (one atomic per thread per phase, not
+ * per item). A thread never holds an item while it waits, so one that is
+ * descheduled at a barrier (a busy shared machine) holds nobody up. */
 static void plan_worker(void *arg, int ith, int nth)
 {
     (void)nth;
     pl_cpu_fwd *f = arg;
-    int k = 0, base = 0, mine = 0;
-    for (int t = pl_pool_take(f->pool);; t = pl_pool_take(f->pool)) {
-        int k0 = k;
-        while (k < f->n_ph && t >= base + f->ph[k].n)
-            base += f->ph[k++].n;
-        if (k != k0 && mine) {
-            pl_pool_done(f->pool, mine);
-            mine = 0;
-        }
-        if (k == f->n_ph)
-            break;
+    for (int k = 0, base = 0; k < f->n_ph; base += f->ph[k++].n) {
+        phase *ph = &f->ph[k];
+        if (ph->n == 0)
+            continue;
         pl_pool_wait_done(f->pool, ith, base);
-        run_item(f, &f->ph[k], t - base, ith);
-        mine++;
+        int mine = 0;
+        for (int it = atomic_fetch_add(&ph->taken, 1); it < ph->n;
+             it = atomic_fetch_add(&ph->taken, 1), mine++)
+            run_item(f, ph, it, ith);
+        if (mine)
+            pl_pool_done(f->pool, mine);
     }
-    if (mine)
-        pl_pool_done(f->pool, mine);
 }
 
 /* The output phases: final norm of rows[0..n) of x, then the logits. */

@@ -27,12 +27,12 @@ void pl_pool_run(pl_pool *p, pl_pool_fn fn, void *arg);
  *  until they run out balance the load when a core is busy elsewhere. */
 int pl_pool_take(pl_pool *p);
 
-/** Phases inside one run (a barrier that a descheduled thread cannot hold
- *  up unless it holds an item): every thread calls pl_pool_done(p, 1) after
- *  each work item it finishes; pl_pool_wait_done(p, ith, n) returns once n
- *  items of the current run are done (spin, then yield). With items handed
- *  out by pl_pool_take() in phase order, item t of a phase that starts at
- *  ticket b waits for b done items: the earlier phases. */
+/** Phases inside one run: every thread calls pl_pool_done(p, k) for the k
+ *  work items it finished; pl_pool_wait_done(p, ith, n) returns once n
+ *  items of the current run are done (spin, then yield). A thread that
+ *  waits for the b items of the phases before its next one, holding no item
+ *  of that phase, cannot hold the others up even when it is descheduled
+ *  (see forward.c's plan_worker). */
 void pl_pool_done(pl_pool *p, int n);
 void pl_pool_wait_done(pl_pool *p, int ith, int n);
 
