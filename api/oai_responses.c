@@ -8,6 +8,12 @@
  * (store: true, the default) keep their object and their conversation
  * (earlier turns + input + output) in a bounded FIFO, for GET and for
  * previous_response_id.
+ *
+ * With function tools the reply is parsed as in chat (oai_tools.c): calls
+ * become function_call output items after the message (which is left out
+ * when nothing but calls came back); a stream holds back text that may be
+ * a call, as the chat stream does, and sends each call's item and its
+ * arguments at the end.
  */
 #include "api/oai_responses.h"
 
@@ -16,6 +22,7 @@
 #include <time.h>
 
 #include "api/access_log.h"
+#include "api/oai_tools.h"
 #include "api/respond.h"
 #include "api/sse.h"
 #include "src/jobs/model_gate.h"
@@ -48,6 +55,9 @@ typedef struct rcall {
     struct evbuffer *text;
     pl_result res;
     pl_err error;
+    int tool_state;              /* stream with tools: 0 undecided, 1 text, 2 held */
+    bool msg_open;               /* stream: the message item was announced */
+    json_t *calls;               /* the reply's tool calls (chat form), or NULL */
 } rcall;
 
 /* ---- the store ---- */
@@ -133,14 +143,45 @@ static json_t *or_null(json_t *v)
     return v ? json_incref(v) : json_null();
 }
 
+/* The message item is in the output unless the reply was calls alone. */
+static bool has_message(const rcall *c)
+{
+    return !c->calls || evbuffer_get_length(c->text) > 0;
+}
+
+/* Output item k + has_message: tool call k as a function_call item. */
+static json_t *call_item(const rcall *c, size_t k, bool done)
+{
+    json_t *tc = json_array_get(c->calls, k), *fn = json_object_get(tc, "function");
+    char id[96];
+    snprintf(id, sizeof id, "fc_%s_%zu", c->msg_id + 4, k);
+    const char *args = json_string_value(json_object_get(fn, "arguments"));
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type", "function_call",
+                     "status", done ? "completed" : "in_progress", "call_id",
+                     json_string_value(json_object_get(tc, "id")), "name",
+                     json_string_value(json_object_get(fn, "name")), "arguments",
+                     done && args ? args : "");
+}
+
+static json_t *request_or(const rcall *c, const char *key, json_t *dflt)
+{
+    json_t *v = json_object_get(c->body, key);
+    if (!v || json_is_null(v))
+        return dflt;
+    json_decref(dflt);
+    return json_incref(v);
+}
+
 /* The response object; done adds the output, usage and final status. */
 static json_t *response_json(const rcall *c, bool done)
 {
     json_t *b = c->body, *o = json_pack(
-        "{s:s, s:s, s:I, s:s, s:s, s:[], s:b, s:s, s:[], s:o, s:o, s:o, s:o, s:o, s:b}",
+        "{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}",
         "id", c->id, "object", "response", "created_at", (json_int_t)c->created,
         "status", status_of(c, done), "model", c->model->name, "output",
-        "parallel_tool_calls", 1, "tool_choice", "auto", "tools",
+        "parallel_tool_calls", request_or(c, "parallel_tool_calls", json_true()),
+        "tool_choice", request_or(c, "tool_choice", json_string("auto")),
+        "tools", request_or(c, "tools", json_array()),
         "instructions", or_null(json_object_get(b, "instructions")),
         "max_output_tokens", or_null(json_object_get(b, "max_output_tokens")),
         "temperature", or_null(json_object_get(b, "temperature")),
@@ -162,7 +203,11 @@ static json_t *response_json(const rcall *c, bool done)
         json_object_set_new(o, "usage", json_null());
         return o;
     }
-    json_array_append_new(json_object_get(o, "output"), message_item(c, true));
+    json_t *out = json_object_get(o, "output");
+    if (has_message(c))
+        json_array_append_new(out, message_item(c, true));
+    for (size_t k = 0; k < json_array_size(c->calls); k++)
+        json_array_append_new(out, call_item(c, k, true));
     json_object_set_new(o, "usage", json_pack(
         "{s:i, s:{s:i, s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->res.prompt_tokens,
         "input_tokens_details", "cached_tokens", c->res.cached_tokens, "cache_write_tokens", 0,
@@ -181,6 +226,7 @@ static void call_free(rcall *c)
         pl_sse_end(c->sse);
     if (c->text)
         evbuffer_free(c->text);
+    json_decref(c->calls);
     pl_oai_params_free(&c->p);
     json_decref(c->body);
     json_decref(c->chat);
@@ -229,11 +275,12 @@ static json_t *at(const rcall *c)
                      "content_index", 0);
 }
 
-static void stream_begin(rcall *c)
+/* The message item's opening events (once). */
+static void message_open(rcall *c)
 {
-    send_event(c, "response.created", json_pack("{s:o}", "response", response_json(c, false)));
-    send_event(c, "response.in_progress",
-               json_pack("{s:o}", "response", response_json(c, false)));
+    if (c->msg_open)
+        return;
+    c->msg_open = true;
     send_event(c, "response.output_item.added",
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, false)));
     json_t *o = at(c);
@@ -241,7 +288,49 @@ static void stream_begin(rcall *c)
     send_event(c, "response.content_part.added", o);
 }
 
-static void stream_finish(rcall *c, json_t *resp)
+static void stream_begin(rcall *c)
+{
+    send_event(c, "response.created", json_pack("{s:o}", "response", response_json(c, false)));
+    send_event(c, "response.in_progress",
+               json_pack("{s:o}", "response", response_json(c, false)));
+    if (!pl_oai_tools_active(&c->p))
+        message_open(c);
+}
+
+static void put_text_delta(rcall *c, const char *t, size_t n)
+{
+    struct evbuffer *b = pl_sse_buf(c->sse);
+    evbuffer_add_printf(b, "event: response.output_text.delta\ndata: "
+                        "{\"type\":\"response.output_text.delta\",\"sequence_number\":%d,"
+                        "\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,"
+                        "\"logprobs\":[],\"delta\":\"", c->seq++, c->msg_id);
+    pl_json_escape(b, t, n);
+    evbuffer_add(b, "\"}\n\n", 4);
+    pl_sse_flush(c->sse);
+}
+
+/* Each call's item, its arguments as one delta, and its closing events. */
+static void stream_calls(rcall *c)
+{
+    int base = has_message(c);
+    for (size_t k = 0; k < json_array_size(c->calls); k++) {
+        int idx = base + (int)k;
+        json_t *done = call_item(c, k, true);
+        json_t *id = json_object_get(done, "id"), *args = json_object_get(done, "arguments");
+        send_event(c, "response.output_item.added",
+                   json_pack("{s:i, s:o}", "output_index", idx, "item", call_item(c, k, false)));
+        send_event(c, "response.function_call_arguments.delta",
+                   json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", idx, "delta",
+                             args));
+        send_event(c, "response.function_call_arguments.done",
+                   json_pack("{s:O, s:i, s:O}", "item_id", id, "output_index", idx,
+                             "arguments", args));
+        send_event(c, "response.output_item.done",
+                   json_pack("{s:i, s:o}", "output_index", idx, "item", done));
+    }
+}
+
+static void stream_finish_message(rcall *c)
 {
     size_t n = evbuffer_get_length(c->text);
     const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
@@ -254,6 +343,19 @@ static void stream_finish(rcall *c, json_t *resp)
     send_event(c, "response.content_part.done", o);
     send_event(c, "response.output_item.done",
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, true)));
+}
+
+static void stream_finish(rcall *c, json_t *resp)
+{
+    if (has_message(c) && !c->msg_open) {   /* held text that was no call */
+        message_open(c);
+        size_t held = evbuffer_get_length(c->text);
+        if (held)
+            put_text_delta(c, (const char *)evbuffer_pullup(c->text, -1), held);
+    }
+    if (c->msg_open)
+        stream_finish_message(c);
+    stream_calls(c);
     const char *ty = c->res.finish == PL_FINISH_LENGTH ? "response.incomplete"
                                                        : "response.completed";
     send_event(c, ty, json_pack("{s:O}", "response", resp));
@@ -274,24 +376,75 @@ static json_t *conversation_json(const rcall *c)
     size_t n = evbuffer_get_length(c->text);
     const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
     json_array_extend(conv, c->input);
-    json_array_append_new(conv, json_pack("{s:s, s:s%}", "role", "assistant", "content", t, n));
+    json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", t, n);
+    if (m && c->calls) {
+        if (!n)
+            json_object_set_new(m, "content", json_null());
+        json_object_set(m, "tool_calls", c->calls);
+    }
+    json_array_append_new(conv, m);
     return conv;
+}
+
+/* Stream with tools: whether the text so far is held back (it may still
+ * be a call); once it cannot be, what was held goes out (tool_state 1). */
+static bool hold_for_tools(rcall *c)
+{
+    if (c->tool_state == 1 || !pl_oai_tools_active(&c->p))
+        return false;
+    if (c->tool_state == 2)
+        return true;
+    size_t all = evbuffer_get_length(c->text), n = all;
+    const char *t0 = (const char *)evbuffer_pullup(c->text, -1), *t = t0;
+    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
+        t++, n--;
+    const char *op = pl_oai_tools_opener(&c->p);
+    size_t on = strlen(op), k = n < on ? n : on;
+    if (c->p.tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on))) {
+        c->tool_state = 2;
+        return true;
+    }
+    if (!memcmp(t, op, k))
+        return true;              /* still undecided */
+    c->tool_state = 1;
+    message_open(c);
+    put_text_delta(c, t0, all);
+    return true;
 }
 
 static void on_delta(void *ud, const pl_delta *d)
 {
     rcall *c = ud;
     evbuffer_add(c->text, d->text, d->len);
-    if (!c->sse || !d->len)
+    if (d->n_tool_calls && pl_oai_merge_tool_deltas(&c->calls, d->tool_calls,
+                                                    d->n_tool_calls) < 0)
+        pl_err_set(&c->error, 500, "server_error", NULL, NULL, "out of memory");
+    if (!c->sse || !d->len || hold_for_tools(c))
         return;
-    struct evbuffer *b = pl_sse_buf(c->sse);
-    evbuffer_add_printf(b, "event: response.output_text.delta\ndata: "
-                        "{\"type\":\"response.output_text.delta\",\"sequence_number\":%d,"
-                        "\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,"
-                        "\"logprobs\":[],\"delta\":\"", c->seq++, c->msg_id);
-    pl_json_escape(b, d->text, d->len);
-    evbuffer_add(b, "\"}\n\n", 4);
-    pl_sse_flush(c->sse);
+    put_text_delta(c, d->text, d->len);
+}
+
+/* The reply's tool calls: the upstream's, or the text parsed for calls
+ * (then c->text keeps only what is outside them). */
+static void settle_calls(rcall *c)
+{
+    size_t i;
+    json_t *tc;
+    json_array_foreach(c->calls, i, tc)
+        json_object_del(tc, "index");
+    if (c->calls || !pl_oai_tools_active(&c->p) || c->res.finish != PL_FINISH_STOP ||
+        c->tool_state == 1)
+        return;
+    size_t n = evbuffer_get_length(c->text);
+    char *content = NULL;
+    c->calls = pl_oai_tools_parse_reply(&c->p, (const char *)evbuffer_pullup(c->text, -1), n,
+                                        &content);
+    if (c->calls) {
+        evbuffer_drain(c->text, n);
+        if (content)
+            evbuffer_add(c->text, content, strlen(content));
+    }
+    free(content);
 }
 
 static void on_done(void *ud, const pl_result *r)
@@ -307,6 +460,8 @@ static void on_done(void *ud, const pl_result *r)
         pl_err_set(&c->error, 503, "server_error", NULL, NULL, "the backend stopped the request");
     if (c->req)
         pl_access_usage(c->req, r->prompt_tokens, r->completion_tokens);
+    if (!failed)
+        settle_calls(c);
     json_t *resp = failed ? NULL : response_json(c, true);
     if (!failed && !resp)
         pl_err_set(&c->error, 500, "server_error", NULL, NULL, "out of memory");
@@ -388,6 +543,10 @@ static int call_prepare(rcall *c, pl_err *e)
     if (!c->model)
         return pl_err_set(e, 404, "invalid_request_error", "model", "model_not_found",
                           "The model '%s' does not exist", c->p.model);
+    if (pl_oai_tools_prepare(&c->p, c->chat, c->model->backend, e) < 0) {
+        pl_responses_rename_param(e);
+        return -1;
+    }
     c->text = evbuffer_new();
     return c->text ? 0 : pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }

@@ -36,4 +36,8 @@ json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl
 /** pl_oai_parse on that body, with errors renamed to Responses fields. */
 int pl_responses_parse(json_t *chat, pl_oai_params *p, pl_err *e);
 
+/** Rename the chat parameter e names to its Responses field
+ *  (max_tokens -> max_output_tokens, tools[0].function.x -> tools[0].x). */
+void pl_responses_rename_param(pl_err *e);
+
 #endif

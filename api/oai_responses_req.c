@@ -1,7 +1,11 @@
 /* oai_responses_req.c - a POST /v1/responses body into the chat-completions
  * body that api/oai_params.c validates, so both endpoints share one set of
  * parameter rules. Errors name the Responses field (input[2].content,
- * max_output_tokens, text.format), not the chat field they became.
+ * max_output_tokens, text.format, tools[0].parameters), not the chat field
+ * they became. Function tools are flat in Responses ({type, name,
+ * parameters}) and nested in chat ({type, function: {name, parameters}});
+ * function_call / function_call_output input items become an assistant
+ * turn with tool_calls and tool messages.
  */
 #include "api/oai_responses.h"
 
@@ -52,6 +56,55 @@ static json_t *content_text(json_t *c, const char *where, pl_err *e)
     return out;
 }
 
+static const char *str_at(json_t *o, const char *key)
+{
+    return json_string_value(json_object_get(o, key));
+}
+
+static int oom(pl_err *e)
+{
+    return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* A function_call item: a tool call of an assistant turn (consecutive
+ * calls share one turn, as parallel calls do in chat). */
+static int add_call_item(json_t *msgs, json_t *it, const char *where, pl_err *e)
+{
+    const char *id = str_at(it, "call_id"), *name = str_at(it, "name");
+    const char *args = str_at(it, "arguments");
+    if (!id || !name || !args)
+        return BAD(e, where, "'%s' (a function_call) needs string 'call_id', 'name' and "
+                   "'arguments'", where);
+    json_t *tc = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
+                           "function", "name", name, "arguments", args);
+    size_t n = json_array_size(msgs);
+    json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+    const char *role = last ? str_at(last, "role") : NULL;
+    json_t *calls = role && !strcmp(role, "assistant") ? json_object_get(last, "tool_calls")
+                                                       : NULL;
+    if (tc && calls)
+        return json_array_append_new(calls, tc) == 0 ? 0 : oom(e);
+    json_t *m = tc ? json_pack("{s:s, s:n, s:[o]}", "role", "assistant", "content",
+                               "tool_calls", tc) : NULL;
+    return m && json_array_append_new(msgs, m) == 0 ? 0 : oom(e);
+}
+
+/* A function_call_output item: the tool message answering call_id. */
+static int add_output_item(json_t *msgs, json_t *it, const char *where, pl_err *e)
+{
+    const char *id = str_at(it, "call_id");
+    if (!id)
+        return BAD(e, where, "'%s' (a function_call_output) needs a string 'call_id'", where);
+    char ow[80];
+    snprintf(ow, sizeof ow, "%s.output", where);
+    json_t *text = content_text(json_object_get(it, "output"), ow, e);
+    if (!text)
+        return -1;
+    json_t *m = json_pack("{s:s, s:s, s:o}", "role", "tool", "tool_call_id", id,
+                          "content", text);
+    return m && json_array_append_new(msgs, m) == 0 ? 0 : oom(e);
+}
+
 /* One input item as a chat message appended to msgs. */
 static int add_item(json_t *msgs, json_t *it, size_t i, pl_err *e)
 {
@@ -60,9 +113,14 @@ static int add_item(json_t *msgs, json_t *it, size_t i, pl_err *e)
     if (!json_is_object(it))
         return BAD(e, where, "'%s' must be an object", where);
     const char *ty = json_string_value(json_object_get(it, "type"));
+    if (ty && !strcmp(ty, "function_call"))
+        return add_call_item(msgs, it, where, e);
+    if (ty && !strcmp(ty, "function_call_output"))
+        return add_output_item(msgs, it, where, e);
     if (ty && strcmp(ty, "message"))
         return pl_err_set(e, 400, "invalid_request_error", where, "unsupported_item",
-                          "'%s.type' '%s' is not supported: only message items are", where, ty);
+                          "'%s.type' '%s' is not supported: only message, function_call and "
+                          "function_call_output items are", where, ty);
     const char *role = json_string_value(json_object_get(it, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
                   strcmp(role, "developer")))
@@ -148,9 +206,67 @@ static int map_text_format(json_t *body, json_t *chat, pl_err *e)
                                json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", js));
 }
 
-/* Rename the chat parameter an error names back to its Responses field. */
-static void rename_param(pl_err *e)
+/* tools, tool_choice and parallel_tool_calls into their chat forms. */
+static int map_tools(json_t *body, json_t *chat, pl_err *e)
 {
+    json_t *tools = json_object_get(body, "tools"), *t, *out;
+    size_t i;
+    char where[48];
+    if (tools && !json_is_null(tools)) {
+        if (!json_is_array(tools))
+            return BAD(e, "tools", "'tools' must be an array of function tools");
+        if (!(out = json_array()) || json_object_set_new(chat, "tools", out) < 0)
+            return oom(e);
+        json_array_foreach(tools, i, t) {
+            snprintf(where, sizeof where, "tools[%zu]", i);
+            const char *ty = json_is_object(t) ? str_at(t, "type") : NULL;
+            if (!ty)
+                return BAD(e, where, "'%s' must be an object with a string 'type'", where);
+            if (strcmp(ty, "function"))
+                return pl_err_set(e, 400, "invalid_request_error", where,
+                                  "unsupported_parameter", "'%s.type' '%s' is not supported: "
+                                  "only function tools are", where, ty);
+            const char *name = str_at(t, "name");
+            json_t *params = json_object_get(t, "parameters");
+            size_t nl = name ? strlen(name) : 0;
+            if (!nl || nl > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                               "0123456789_-") != nl ||
+                (params && !json_is_object(params)))
+                return BAD(e, where, "'%s' must be {\"type\": \"function\", \"name\": "
+                           "[a-zA-Z0-9_-]{1,64}, \"description\", \"parameters\": {...}}",
+                           where);
+            json_t *fn = json_deep_copy(t);
+            json_object_del(fn, "type");
+            if (!fn || json_array_append_new(out, json_pack("{s:s, s:o}", "type", "function",
+                                                            "function", fn)) < 0)
+                return oom(e);
+        }
+    }
+    json_t *tc = json_object_get(body, "tool_choice");
+    if (json_is_object(tc)) {
+        const char *name = str_at(tc, "name");
+        if (!str_at(tc, "type") || strcmp(str_at(tc, "type"), "function") || !name)
+            return BAD(e, "tool_choice", "'tool_choice' must be none, auto, required or "
+                       "{\"type\": \"function\", \"name\": ...}");
+        tc = json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name);
+    } else if (tc && !json_is_null(tc)) {
+        json_incref(tc);
+    } else {
+        tc = NULL;
+    }
+    if (tc && json_object_set_new(chat, "tool_choice", tc) < 0)
+        return oom(e);
+    json_t *ptc = json_object_get(body, "parallel_tool_calls");
+    return ptc && !json_is_null(ptc) && json_object_set(chat, "parallel_tool_calls", ptc) < 0
+               ? oom(e) : 0;
+}
+
+/* Rename the chat parameter an error names back to its Responses field. */
+void pl_responses_rename_param(pl_err *e)
+{
+    char *f = strncmp(e->param, "tools[", 6) ? NULL : strstr(e->param, "].function");
+    if (f)   /* tools[i].function.x -> tools[i].x */
+        memmove(f + 1, f + 10, strlen(f + 10) + 1);
     static const char *const map[][2] = {
         {"max_tokens", "max_output_tokens"}, {"max_completion_tokens", "max_output_tokens"},
         {"messages", "input"}, {"response_format", "text.format"},
@@ -183,12 +299,7 @@ static void copy_shared(json_t *body, json_t *chat)
 
 json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl_err *e)
 {
-    json_t *tools = json_object_get(body, "tools");
     *input = NULL;
-    if (json_is_array(tools) && json_array_size(tools) > 0)
-        return pl_err_set(e, 400, "invalid_request_error", "tools", "unsupported_parameter",
-                          "tools are not supported on /v1/responses yet; use "
-                          "/v1/chat/completions with tools"), NULL;
     json_t *in = input_messages(body, e);
     json_t *msgs = in ? chat_messages(body, history, in, e) : NULL;
     json_t *chat = msgs ? json_object() : NULL;
@@ -199,7 +310,7 @@ json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl
     copy_shared(body, chat);
     json_object_set_new(chat, "messages", msgs);
     msgs = NULL;
-    if (map_text_format(body, chat, e) < 0)
+    if (map_text_format(body, chat, e) < 0 || map_tools(body, chat, e) < 0)
         goto fail;
     *input = in;
     return chat;
@@ -213,7 +324,7 @@ fail:
 int pl_responses_parse(json_t *chat, pl_oai_params *p, pl_err *e)
 {
     if (pl_oai_parse(chat, true, p, e) < 0) {
-        rename_param(e);
+        pl_responses_rename_param(e);
         return -1;
     }
     if (p->n != 1) {
