@@ -5,8 +5,10 @@
  * tokens/s, wall and device milliseconds.
  *
  * usage: bench_cuda_runner MODEL.gguf [--runner cuda|cpu] [--seqs N]
- *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--split-kv]
+ *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--split-kv] [--sync]
  * --split-kv: the split-KV, GQA-grouped decode attention kernel.
+ * --sync: each decode step is waited for before the next is launched (the
+ * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
  */
 #include <stdio.h>
@@ -24,7 +26,7 @@
 typedef struct bench_opts {
     const char *model, *runner;
     int seqs, prompt, gen, max_rows;
-    bool graphs;
+    bool graphs, sync;
 } bench_opts;
 
 typedef struct batch {
@@ -90,6 +92,7 @@ static int parse(bench_opts *o, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-graphs")) o->graphs = false;
+        else if (!strcmp(a, "--sync")) o->sync = true;
         else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
@@ -166,7 +169,11 @@ int main(int argc, char **argv)
     int ticket[2];
     const pl_step_output *out;
     t0 = now_ms();
-    for (int k = 0; k <= o.gen; k++) {
+    for (int k = 0; o.sync && k < o.gen; k++)
+        if (run_step(r, fill(&b[k % 2], 0, o.seqs, o.prompt + k, 1, bt, mb, &seed, m->n_vocab),
+                     &dec_dev))
+            goto fail;
+    for (int k = 0; !o.sync && k <= o.gen; k++) {
         if (k < o.gen) {
             ticket[k % 2] = r->ops->launch(r, fill(&b[k % 2], 0, o.seqs, o.prompt + k, 1, bt,
                                                    mb, &seed, m->n_vocab));
@@ -180,12 +187,13 @@ int main(int argc, char **argv)
         }
     }
     double t_dec = now_ms() - t0;
-    printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"seqs\":%d,\"prompt\":%d,"
+    printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
            "\"gen\":%d,\"split_kv\":%s,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
            "\"decode_idle_gap_ms\":%.3f}\n",
-           o.runner, o.model, o.graphs ? "true" : "false", o.seqs, o.prompt, o.gen,
+           o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
+           o.prompt, o.gen,
            getenv("PARLEY_CUDA_DECODE_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,

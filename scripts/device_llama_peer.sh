@@ -12,7 +12,8 @@
 #        .device-llama/run.sh SHAPE OUTDIR       on the GPU machine (needs .device
 #                                                 too, for the model writer)
 #   SHAPE: 1b or 8b. Writes llama_SHAPE.txt (batched-bench at 1/64/256
-#   parallel sequences, prompt 128, 128 generated). Statically linked, the
+#   parallel sequences, prompt $PROMPT (512), $GEN (256) generated, as
+#   .device/run.sh bench). Statically linked, the
 #   binary is 42 MB; llama-bench would be another 41 MB, so it stays out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,9 @@ mkdir -p "$(dirname "$M")"
 for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-"$L/bin/llama-batched-bench" -m "$M" -ngl 99 -c 70000 -b 2048 -ub 512 -npp 128 -ntg 128 \
+P="${PROMPT:-512}"; G="${GEN:-256}"
+"$L/bin/llama-batched-bench" -m "$M" -ngl 99 -c $((256 * (P + G) + 256)) -b 2048 -ub 512 \
+    -npp "$P" -ntg "$G" \
     -npl 1,64,256 >"$OUT/llama_$SHAPE.txt" 2>"$OUT/llama_$SHAPE.err"
 tail -20 "$OUT/llama_$SHAPE.txt"
 EOF

@@ -15,9 +15,10 @@
 #   serve [N]        parley serve --backend cuda on a random 1B-shaped model;
 #                    N (256) concurrent streaming chat requests (stdlib
 #                    client), async then sync scheduling; outputs compared
-#   bench SHAPE      1b or 8b: bench_cuda_runner at 1/64/256 sequences
-#                    (prefill and decode tok/s, step time, idle gap; graphs,
-#                    eager (1b only), and graphs with the split-KV kernel)
+#   bench SHAPE      1b or 8b: bench_cuda_runner at 1/64/256 sequences,
+#                    prompt $PROMPT (512) / output $GEN (256): prefill and
+#                    decode tok/s, step time, idle gap; graphs, the split-KV
+#                    kernel, sync scheduling, and eager (1b only)
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
 #                    with the same random weights (bf16)
 #   debate [N]       parley run on the debate example at N (1000) questions,
@@ -33,6 +34,8 @@ STAGE="${1:?usage: $0 unpack|env|test|sanitize|serve|bench|hf|all [OUTDIR] [ARGS
 OUT="${2:-device-out}"
 shift $(( $# >= 2 ? 2 : $# ))
 MODELS="${PARLEY_DEVICE_MODELS:-/tmp/parley-models}"
+PROMPT="${PROMPT:-512}"   # the issue's shape: prompt 512, output 256
+GEN="${GEN:-256}"
 PY="${PYTHON:-python3}"
 
 log() { echo "== $*" | tee -a "$OUT/summary.txt"; }
@@ -230,11 +233,11 @@ stage_bench() {
     local shape="${1:-1b}" full m seqs g variants
     full="$(shape_name "$shape")" || return 2
     m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
-    variants=("" --no-graphs --split-kv)
-    [ "$shape" = 8b ] && variants=("" --split-kv)   # each run loads 16 GB: fit 10 min
+    variants=("" --split-kv --sync --no-graphs)
+    [ "$shape" = 8b ] && variants=("" --split-kv --sync)   # each run loads 16 GB: fit 10 min
     for seqs in 1 64 256; do
         for g in "${variants[@]}"; do
-            "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt 128 --gen 128 $g \
+            "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" $g \
                 --max-rows 8192 >>"$OUT/bench_$shape.jsonl" 2>>"$OUT/bench_$shape.err" \
                 || log "bench $shape seqs $seqs $g: FAILED (see bench_$shape.err)"
         done
@@ -245,7 +248,7 @@ stage_bench() {
 stage_hf() {
     local shape="${1:-1b}" full
     full="$(shape_name "$shape")" || return 2
-    "$PY" "$D/py/hf_bench.py" "$full" --batches 1,64,256 --prompt 128 --gen 128 \
+    "$PY" "$D/py/hf_bench.py" "$full" --batches 1,64,256 --prompt "$PROMPT" --gen "$GEN" \
         --tokenizer "$D/models/tokenizer.gguf" >>"$OUT/hf_$shape.jsonl" 2>"$OUT/hf_$shape.err" \
         || log "hf $shape: FAILED (see hf_$shape.err)"
     log "hf $shape: $(wc -l <"$OUT/hf_$shape.jsonl" 2>/dev/null) results in hf_$shape.jsonl"
