@@ -120,6 +120,11 @@ typedef struct pl_gen_request {
      *  requests with one key share a prompt prefix (in jobs under the seed
      *  layout, one agent's thread of a conversation). 0 = conversation_key. */
     uint64_t affinity_key;
+    /** A retention hint: no later request reuses this one's reply (only
+     *  quotes it, or the conversation ends), so when it ends the blocks from
+     *  the one holding its last prompt position on are evicted first (they
+     *  stay reusable until then). Jobs set it when they send hints. */
+    bool reply_private;
     /** Completions echo: the deltas start with one prompt delta
      *  (pl_delta.prompt) holding the prompt's tokens, their text and, when
      *  sampling.logprobs, their logprobs (the first token's is NaN: it has

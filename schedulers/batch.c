@@ -200,11 +200,21 @@ void pl_batch_finish(pl_batch *b, pl_batch_seq *s)
     if (s->state == PL_SEQ_FINISHED)
         return;
     if (s->state == PL_SEQ_RUNNING) {
-        keep_tail_(b, s);
+        if (!s->reply_private)
+            keep_tail_(b, s);
         seq_leave_running_(b, s);
     }
     else
         queue_remove_(b->waiting, &b->n_waiting, s);
+    if (s->reply_private && s->n_prompt > 0) {
+        /* Each goes to the front of eviction: the reply's end goes
+         * before its start. */
+        int first = (s->n_prompt - 1) / b->block_size;
+        for (int i = first; i < s->n_blocks; i++)
+            pl_kv_blocks_release_front(b->kv, s->blocks[i]);
+        if (s->n_blocks > first)
+            s->n_blocks = first;
+    }
     seq_release_blocks_(b, s);
     s->state = PL_SEQ_FINISHED;
     s->ud = NULL;

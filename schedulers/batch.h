@@ -81,6 +81,10 @@ typedef struct pl_batch_seq {
     pl_seq_sampling sampling; /**< copied into each step (step updated) */
     uint64_t conv_key;        /**< conversation key (0: none): tags the
                                    blocks it releases (kv_blocks.h) */
+    bool reply_private;       /**< no later sequence reuses its reply: when
+                                   it finishes, its blocks from the one
+                                   holding its last prompt position on go
+                                   to the front of eviction */
     bool prompt_logprobs;     /**< each prompt row asks for the next prompt
                                    id's logprob (pl_step_input.row_next);
                                    such a sequence never reuses cached

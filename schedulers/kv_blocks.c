@@ -441,6 +441,18 @@ void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key)
     }
 }
 
+void pl_kv_blocks_release_front(pl_kv_blocks *kv, int32_t id)
+{
+    pl_kv_blocks_release(kv, id);
+    kv_block *blk = &kv->b[id];
+    if (blk->ref == 0 && blk->hashed) {
+        list_remove_(kv, id);
+        list_push_head_(kv, LIST_CACHED, id);
+        blk->conv = CONV_DONE;
+        kv->done_released++;
+    }
+}
+
 int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
 {
     return kv->b[id].ref;

@@ -37,7 +37,9 @@ typedef struct pl_kv_stats {
     uint64_t hits;            /**< of those, tokens served from the cache */
     uint64_t evictions;       /**< cached blocks evicted for reuse */
     uint64_t done_released;   /**< cached blocks released for eviction
-                                   first when their conversation finished */
+                                   first: their conversation finished, or
+                                   no later request reuses them
+                                   (pl_kv_blocks_release_front) */
     uint64_t need_evictions;  /**< evictions that skipped the LRU block
                                    for one needed later */
     uint64_t partial_hits;    /**< partial-block matches (copy on write) */
@@ -71,6 +73,11 @@ void pl_kv_blocks_ref(pl_kv_blocks *kv, int32_t id);
 /** Drop a reference; at zero the block goes to the tail of the cached-free
  *  LRU when it has a hash, else to the free list. */
 void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id);
+
+/** pl_kv_blocks_release, but a block that becomes cached-free goes to the
+ *  front of eviction (marked as of a finished conversation, counted in
+ *  done_released): its contents stay reusable until it is evicted. */
+void pl_kv_blocks_release_front(pl_kv_blocks *kv, int32_t id);
 
 int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id);
 

@@ -404,3 +404,42 @@ Test(batch, prefix_reuse_on_admission)
     assert_idle(&h);
     h_free(&h);
 }
+
+/* A sequence whose reply no later one reuses (reply_private) sends the
+ * blocks from its last prompt position on to the front of eviction when it
+ * finishes: they go before any other cached block, its prompt's blocks
+ * before them stay. */
+Test(batch, private_reply_blocks_evicted_first)
+{
+    harness h;
+    h_init(&h, 16, 4, 64, 64);
+    pl_batch_seq *a = add(&h, 1, 8, 6, 0);
+    a->reply_private = true;
+    add(&h, 2, 8, 6, 0);
+    int done[4] = {0};
+    h_run(&h, false, done, 4);
+    pl_kv_stats st;
+    pl_kv_blocks_stats(h.kv, &st);
+    cr_assert_eq(st.done_released, 2, "a's blocks 1 and 2 (block 3 is partial)");
+    int n_free = pl_kv_blocks_num_available(h.kv) - st.cached_free;
+    int32_t got[16];
+    for (int i = 0; i < n_free + 2; i++)
+        got[i] = pl_kv_blocks_alloc(h.kv);
+    int32_t pa[8], pb[8], out[2];
+    for (int i = 0; i < 8; i++) {
+        pa[i] = 1000 + i;
+        pb[i] = 2000 + i;
+    }
+    int hit = pl_kv_blocks_lookup(h.kv, pa, 8, 2, out, NULL);
+    cr_assert_eq(hit, 1, "a's first prompt block stays, its second held the prompt's end");
+    for (int i = 0; i < hit; i++)
+        pl_kv_blocks_release(h.kv, out[i]);
+    hit = pl_kv_blocks_lookup(h.kv, pb, 8, 2, out, NULL);
+    cr_assert_eq(hit, 2, "b's blocks stay");
+    for (int i = 0; i < hit; i++)
+        pl_kv_blocks_release(h.kv, out[i]);
+    for (int i = 0; i < n_free + 2; i++)
+        pl_kv_blocks_release(h.kv, got[i]);
+    assert_idle(&h);
+    h_free(&h);
+}

@@ -199,6 +199,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                                               : e->max_len - n;
     r->priority = req->priority;
     r->conv_key = req->conversation_key;
+    r->reply_private = req->reply_private;
     if (echo_setup_(e, req, r, err) < 0)
         goto fail;
     r->t_submit = pl_engine_now_ms_();

@@ -22,6 +22,7 @@ typedef struct eng_req {
     int max_new;
     int priority;
     uint64_t conv_key;            /* the request's conversation key */
+    bool reply_private;           /* backend.h pl_gen_request */
     pl_sampling sp;               /* owned copy (stop strings, bias) */
     const pl_token_fsm *fsm;      /* constraint automaton (a reference) */
     double t_submit, t_sched, t_first;   /* ms, monotonic */

@@ -102,8 +102,10 @@ static void on_submit_(pl_engine *e, eng_req *r)
     pl_seq_sampling ss = seq_sampling_(r);
     r->seq = pl_batch_add(e->batch, r->id, r->prompt, r->n_prompt, r->max_new,
                           r->priority, &ss, r);
-    if (r->seq)
+    if (r->seq) {
         r->seq->conv_key = r->conv_key;
+        r->seq->reply_private = r->reply_private;
+    }
     free(r->prompt);
     r->prompt = NULL;
     if (r->seq)

@@ -281,6 +281,20 @@ static uint64_t job_affinity_key(const pl_job *j, const pl_conv_req *cr)
            ((uint64_t)(cr->conversation + 1) << 32) ^ (uint64_t)(cr->agent + 1);
 }
 
+/* A retention hint: no later request of the conversation reuses this
+ * reply's KV. In the last round none does (the conversation's end releases
+ * the rest); under shared_prefix only the closer's reply is reused (the
+ * next round continues its turn), the others' are quoted, so prefilled
+ * anew. Only sent with hints on (--kv-eviction next-need). */
+static bool job_reply_private(const pl_job *j, const pl_conv_req *cr)
+{
+    if (j->no_hints)
+        return false;
+    if (cr->round == j->spec.num_rounds - 1)
+        return true;
+    return j->spec.shared_prefix && cr->agent != pl_prompt_closer(&j->spec);
+}
+
 /* Submit jr's request: the agent's history, its sampling, the conversation
  * (the engine's retention hints) and the routing key. */
 static int send_req(pl_job *j, job_req *jr, pl_err *err)
@@ -297,6 +311,7 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err)
         .sampling = ag->sampling, .priority = prio,
         .conversation_key = job_conv_key(j, cr->conversation),
         .affinity_key = job_affinity_key(j, cr),
+        .reply_private = job_reply_private(j, cr),
     };
     int nc = j->spec.questions[cr->conversation].n_choices;
     if (j->spec.constrained && j->spec.validation && ag->validate && nc > 0) {

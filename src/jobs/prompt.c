@@ -137,9 +137,8 @@ static bool reads(const pl_job_spec *s, int agent, int j)
     return j == agent || (s->agents[j].visible_to >> agent & 1);
 }
 
-/* The agent that speaks after every other one in a round (a moderator), or
- * -1. At most one: two would wait on each other. */
-static int closer(const pl_job_spec *s)
+/* At most one: two would wait on each other. */
+int pl_prompt_closer(const pl_job_spec *s)
 {
     uint64_t all = s->n_agents >= 64 ? ~0ull : (1ull << s->n_agents) - 1;
     for (int c = 0; c < s->n_agents; c++)
@@ -215,7 +214,7 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
 {
     mlist l = {0};
     sbuf b = {0};
-    int c = closer(s);
+    int c = pl_prompt_closer(s);
     const pl_job_agent *me = &s->agents[agent];
     preamble(&b, s);
     ml_push(&l, "system", &b);

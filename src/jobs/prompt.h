@@ -67,6 +67,10 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
                      int *n_out);
 void pl_prompt_messages_free(pl_chat_message *m, int n);
 
+/** The agent that speaks after every other one in a round (a moderator:
+ *  the shared_prefix layout's closer), or -1. */
+int pl_prompt_closer(const pl_job_spec *s);
+
 /** The user message sent after a reply that failed validation. */
 char *pl_prompt_correction(const pl_job_spec *s, const pl_job_question *q);
 
