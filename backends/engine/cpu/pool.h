@@ -3,11 +3,13 @@
  * pl_pool_run() runs fn(arg, ith, nth) on the caller (ith 0) and on each
  * worker (ith 1..nth-1) that wakes before the caller has finished its own
  * call, and returns when all of those are done. Work must therefore be
- * handed out with pl_pool_take(), never split statically by ith: a worker
- * that wakes late runs nothing, and the caller has done its share. Workers spin briefly
- * between jobs (decode issues hundreds of short jobs per token), then sleep;
- * the caller yields while it waits, so a machine shared with other
- * processes does not stall on a descheduled worker.
+ * handed out dynamically (pl_pool_take(), or counters of the caller's own),
+ * never split statically by ith: a worker that wakes late runs nothing, and
+ * the caller has done its share. A forward step is one run of phases
+ * (pl_pool_wait_done below); workers spin briefly after a run (the next
+ * step usually follows at once), then sleep, so an idle engine uses no CPU;
+ * waiting threads yield, so a machine shared with other processes does not
+ * stall on a descheduled worker.
  * One caller at a time.
  */
 #ifndef PL_CPU_POOL_H
