@@ -31,7 +31,7 @@ def main():
         if default and os.path.exists(os.path.join(default, c.replace(":", "_") + ".stats.json")):
             rec = "%d" % (st["backends"][0]["prefill_rows"] - load(default, c)["backends"][0]["prefill_rows"])
         rows.append((c, st, rec))
-    print("| config (strategy:layout:eviction) | makespan (s) | round>=2 prompt tokens from cache | round>=2 uncached | prefill tokens computed | recomputed (vs default cache) | KV evictions | evictions by need | finished blocks to eviction front | engine steps | rows/step | preemptions | busy | correct/answered | re-prompts | succeeded/failed |")
+    print("| config (strategy:layout:eviction) | makespan (s) | round>=2 prompt tokens from cache | round>=2 uncached | prefill tokens computed | recomputed (vs default cache) | KV evictions | evictions by need | blocks sent to the eviction front (finished conversations, private replies) | engine steps | rows/step | preemptions | busy | correct/answered | re-prompts | succeeded/failed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for c, st, rec in rows:
         e, ca, b = st["engine"], st["cache"], st["backends"][0]
