@@ -209,24 +209,15 @@ fail:
  * cannot, it goes out as content (tool_state 1). */
 static bool hold_for_tools(oai_call *c, oai_choice *ch, const pl_delta *d)
 {
-    if (ch->tool_state == 1 || !pl_oai_tools_active(&c->p))
+    if (ch->tool_state == PL_TOOLS_TEXT || !pl_oai_tools_active(&c->p))
         return false;
     evbuffer_add(ch->held, d->text, d->len);
-    if (ch->tool_state == 2)
+    if (ch->tool_state == PL_TOOLS_HOLD)
         return true;
-    size_t n = evbuffer_get_length(ch->held);
-    const char *t = (const char *)evbuffer_pullup(ch->held, -1);
-    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
-        t++, n--;
-    const char *op = pl_oai_tools_opener(&c->p);
-    size_t on = strlen(op), k = n < on ? n : on;
-    if (c->p.tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on))) {
-        ch->tool_state = 2;
-        return true;
-    }
-    if (!memcmp(t, op, k))
-        return true;              /* still undecided */
-    ch->tool_state = 1;
+    ch->tool_state = pl_oai_tools_classify(&c->p, (const char *)evbuffer_pullup(ch->held, -1),
+                                           evbuffer_get_length(ch->held));
+    if (ch->tool_state != PL_TOOLS_TEXT)
+        return true;              /* a call, or still undecided */
     size_t all = evbuffer_get_length(ch->held);
     pl_delta flush = {.text = (const char *)evbuffer_pullup(ch->held, -1), .len = all};
     pl_oai_put_delta_chunk(pl_sse_buf(c->sse), c->prefix, true, ch->index, &flush,
@@ -240,7 +231,7 @@ static bool hold_for_tools(oai_call *c, oai_choice *ch, const pl_delta *d)
 static bool finish_held(oai_call *c, oai_choice *ch)
 {
     size_t n = ch->held ? evbuffer_get_length(ch->held) : 0;
-    if (!pl_oai_tools_active(&c->p) || ch->tool_state == 1 || !n)
+    if (!pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT || !n)
         return false;
     const char *t = (const char *)evbuffer_pullup(ch->held, -1);
     char *content = NULL;

@@ -390,25 +390,17 @@ static json_t *conversation_json(const rcall *c)
  * be a call); once it cannot be, what was held goes out (tool_state 1). */
 static bool hold_for_tools(rcall *c)
 {
-    if (c->tool_state == 1 || !pl_oai_tools_active(&c->p))
+    if (c->tool_state == PL_TOOLS_TEXT || !pl_oai_tools_active(&c->p))
         return false;
-    if (c->tool_state == 2)
+    if (c->tool_state == PL_TOOLS_HOLD)
         return true;
-    size_t all = evbuffer_get_length(c->text), n = all;
-    const char *t0 = (const char *)evbuffer_pullup(c->text, -1), *t = t0;
-    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
-        t++, n--;
-    const char *op = pl_oai_tools_opener(&c->p);
-    size_t on = strlen(op), k = n < on ? n : on;
-    if (c->p.tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on))) {
-        c->tool_state = 2;
-        return true;
-    }
-    if (!memcmp(t, op, k))
-        return true;              /* still undecided */
-    c->tool_state = 1;
+    size_t all = evbuffer_get_length(c->text);
+    const char *t = (const char *)evbuffer_pullup(c->text, -1);
+    c->tool_state = pl_oai_tools_classify(&c->p, t, all);
+    if (c->tool_state != PL_TOOLS_TEXT)
+        return true;              /* a call, or still undecided */
     message_open(c);
-    put_text_delta(c, t0, all);
+    put_text_delta(c, t, all);
     return true;
 }
 
@@ -433,7 +425,7 @@ static void settle_calls(rcall *c)
     json_array_foreach(c->calls, i, tc)
         json_object_del(tc, "index");
     if (c->calls || !pl_oai_tools_active(&c->p) || c->res.finish != PL_FINISH_STOP ||
-        c->tool_state == 1)
+        c->tool_state == PL_TOOLS_TEXT)
         return;
     size_t n = evbuffer_get_length(c->text);
     char *content = NULL;

@@ -422,6 +422,17 @@ const char *pl_oai_tools_opener(const pl_oai_params *p)
     return fmt_is_(p, "llama3") ? "{" : fmt_is_(p, "mistral") ? "[TOOL_CALLS]" : "<tool_call>";
 }
 
+int pl_oai_tools_classify(const pl_oai_params *p, const char *t, size_t n)
+{
+    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
+        t++, n--;
+    const char *op = pl_oai_tools_opener(p);
+    size_t on = strlen(op), k = n < on ? n : on;
+    if (p->tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on)))
+        return PL_TOOLS_HOLD;
+    return memcmp(t, op, k) ? PL_TOOLS_TEXT : PL_TOOLS_UNDECIDED;
+}
+
 static bool known_tool_(const pl_oai_params *p, const char *name)
 {
     size_t i;

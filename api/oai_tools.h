@@ -38,6 +38,13 @@ json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_
 /** The text a call starts with in p's format ("<tool_call>", "{", ...). */
 const char *pl_oai_tools_opener(const pl_oai_params *p);
 
+/** A stream with tools holds its text back while it may be a call. */
+enum { PL_TOOLS_UNDECIDED = 0, PL_TOOLS_TEXT = 1, PL_TOOLS_HOLD = 2 };
+/** For the reply's first n bytes t (after leading white space): HOLD when
+ *  it is a call (or a call is required), TEXT when it cannot be one, else
+ *  UNDECIDED. */
+int pl_oai_tools_classify(const pl_oai_params *p, const char *t, size_t n);
+
 /** Stream chunks for calls of choice index: for each call its id, type and
  *  name with empty arguments, then argument fragments; then the finish
  *  chunk with "tool_calls". */

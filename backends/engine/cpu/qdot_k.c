@@ -193,6 +193,23 @@ AVX2 static float avx2_q5(const uint8_t *b, const pl_q8_act *a, int nb, int has_
     return hsum8(acc) + off;
 }
 
+/* Sub-blocks 2j and 2j+1 of a Q4_K / Q5_K block (values lo, hi) against
+ * activation blocks a0 and a0 + 1: one row's step, in the one order the
+ * single- and multi-row kernels share (batch invariance). */
+AVX2 static inline void k_pair_acc(__m256i lo, __m256i hi, const pl_q8_act *a0, float d,
+                                   float dmin, const int *sc, const int *mn, int j,
+                                   __m256 *acc, float *off)
+{
+    const pl_q8_act *a1 = a0 + 1;
+    __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
+    __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
+                           _mm256_cvtepi32_ps(p0), *acc);
+    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
+                           _mm256_cvtepi32_ps(p1), *acc);
+    *off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+}
+
 AVX2 static float avx2_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -205,14 +222,7 @@ AVX2 static float avx2_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
         for (int j = 0; j < 4; j++) {
             __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
             __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-            const pl_q8_act *a0 = &a[2 * j], *a1 = &a[2 * j + 1];
-            __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
-            __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
-                                  _mm256_cvtepi32_ps(p0), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
-                                  _mm256_cvtepi32_ps(p1), acc);
-            off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+            k_pair_acc(lo, hi, &a[2 * j], d, dmin, sc, mn, j, &acc, &off);
         }
     }
     return hsum8(acc) - off;
@@ -243,14 +253,7 @@ AVX2 static float avx2_q5_k(const uint8_t *b, const pl_q8_act *a, int nsb)
         for (int j = 0; j < 4; j++) {
             __m256i lo, hi;
             q5_k_unpack(b, qh, j, &lo, &hi);
-            const pl_q8_act *a0 = &a[2 * j], *a1 = &a[2 * j + 1];
-            __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
-            __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
-                                  _mm256_cvtepi32_ps(p0), acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
-                                  _mm256_cvtepi32_ps(p1), acc);
-            off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
+            k_pair_acc(lo, hi, &a[2 * j], d, dmin, sc, mn, j, &acc, &off);
         }
     }
     return hsum8(acc) - off;
@@ -330,16 +333,9 @@ AVX2 static void rows_q4_k(const uint8_t *b, const pl_q8_act *a, size_t as, int 
         for (int j = 0; j < 4; j++) {
             __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
             __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-            for (int r = 0; r < nr; r++) {
-                const pl_q8_act *a0 = a + (size_t)r * as + 8 * s + 2 * j, *a1 = a0 + 1;
-                __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
-                __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
-                                         _mm256_cvtepi32_ps(p0), acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
-                                         _mm256_cvtepi32_ps(p1), acc[r]);
-                off[r] += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
-            }
+            for (int r = 0; r < nr; r++)
+                k_pair_acc(lo, hi, a + (size_t)r * as + 8 * s + 2 * j, d, dmin, sc, mn, j,
+                           &acc[r], &off[r]);
         }
     }
     for (int r = 0; r < nr; r++)
@@ -360,16 +356,9 @@ AVX2 static void rows_q5_k(const uint8_t *b, const pl_q8_act *a, size_t as, int 
         for (int j = 0; j < 4; j++) {
             __m256i lo, hi;
             q5_k_unpack(b, qh, j, &lo, &hi);
-            for (int r = 0; r < nr; r++) {
-                const pl_q8_act *a0 = a + (size_t)r * as + 8 * s + 2 * j, *a1 = a0 + 1;
-                __m256i p0 = dot_u8s8_i32(lo, _mm256_loadu_si256((const __m256i *)a0->qs));
-                __m256i p1 = dot_u8s8_i32(hi, _mm256_loadu_si256((const __m256i *)a1->qs));
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),
-                                         _mm256_cvtepi32_ps(p0), acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),
-                                         _mm256_cvtepi32_ps(p1), acc[r]);
-                off[r] += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
-            }
+            for (int r = 0; r < nr; r++)
+                k_pair_acc(lo, hi, a + (size_t)r * as + 8 * s + 2 * j, d, dmin, sc, mn, j,
+                           &acc[r], &off[r]);
         }
     }
     for (int r = 0; r < nr; r++)
