@@ -210,24 +210,6 @@ AVX2 static inline void k_pair_acc(__m256i lo, __m256i hi, const pl_q8_act *a0, 
     *off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;
 }
 
-AVX2 static float avx2_q4_k(const uint8_t *b, const pl_q8_act *a, int nsb)
-{
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0.0f;
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int s = 0; s < nsb; s++, b += 144, a += 8) {
-        float d = h2f_hw(b), dmin = h2f_hw(b + 2);
-        int sc[8], mn[8];
-        pl_k4_scales(b + 4, sc, mn);
-        for (int j = 0; j < 4; j++) {
-            __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
-            __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-            k_pair_acc(lo, hi, &a[2 * j], d, dmin, sc, mn, j, &acc, &off);
-        }
-    }
-    return hsum8(acc) - off;
-}
-
 /* Q5_K's 5-bit values of sub-blocks 2j (lo) and 2j+1 (hi) of block b. */
 AVX2 static inline void q5_k_unpack(const uint8_t *b, __m256i qh, int j, __m256i *lo,
                                     __m256i *hi)
@@ -241,18 +223,31 @@ AVX2 static inline void q5_k_unpack(const uint8_t *b, __m256i qh, int j, __m256i
                           _mm256_slli_epi16(h1, 4));
 }
 
-AVX2 static float avx2_q5_k(const uint8_t *b, const pl_q8_act *a, int nsb)
+/* Q4_K (five = 0) or Q5_K (five = 1): the values of sub-blocks 2j and
+ * 2j+1 of block b. */
+AVX2 static inline void k45_unpack(const uint8_t *b, int five, int j, __m256i *lo, __m256i *hi)
+{
+    if (five) {
+        q5_k_unpack(b, _mm256_loadu_si256((const __m256i *)(b + 16)), j, lo, hi);
+        return;
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
+    *lo = _mm256_and_si256(t, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
+}
+
+AVX2 static float avx2_k45(const uint8_t *b, int five, const pl_q8_act *a, int nsb)
 {
     __m256 acc = _mm256_setzero_ps();
     float off = 0.0f;
-    for (int s = 0; s < nsb; s++, b += 176, a += 8) {
+    for (int s = 0; s < nsb; s++, b += five ? 176 : 144, a += 8) {
         float d = h2f_hw(b), dmin = h2f_hw(b + 2);
         int sc[8], mn[8];
         pl_k4_scales(b + 4, sc, mn);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
         for (int j = 0; j < 4; j++) {
             __m256i lo, hi;
-            q5_k_unpack(b, qh, j, &lo, &hi);
+            k45_unpack(b, five, j, &lo, &hi);
             k_pair_acc(lo, hi, &a[2 * j], d, dmin, sc, mn, j, &acc, &off);
         }
     }
@@ -319,43 +314,19 @@ AVX2 static void rows_q5(const uint8_t *b, const pl_q8_act *a, size_t as, int nb
         out[(size_t)r * os] = hsum8(acc[r]) + off[r];
 }
 
-AVX2 static void rows_q4_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
-                           float *out, size_t os)
+AVX2 static void rows_k45(const uint8_t *b, int five, const pl_q8_act *a, size_t as, int nsb,
+                          int nr, float *out, size_t os)
 {
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                      _mm256_setzero_ps()};
     float off[4] = {0, 0, 0, 0};
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
-    for (int s = 0; s < nsb; s++, b += 144) {
+    for (int s = 0; s < nsb; s++, b += five ? 176 : 144) {
         float d = h2f_hw(b), dmin = h2f_hw(b + 2);
         int sc[8], mn[8];
         pl_k4_scales(b + 4, sc, mn);
-        for (int j = 0; j < 4; j++) {
-            __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));
-            __m256i lo = _mm256_and_si256(t, m4), hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);
-            for (int r = 0; r < nr; r++)
-                k_pair_acc(lo, hi, a + (size_t)r * as + 8 * s + 2 * j, d, dmin, sc, mn, j,
-                           &acc[r], &off[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        out[(size_t)r * os] = hsum8(acc[r]) - off[r];
-}
-
-AVX2 static void rows_q5_k(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb, int nr,
-                           float *out, size_t os)
-{
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    float off[4] = {0, 0, 0, 0};
-    for (int s = 0; s < nsb; s++, b += 176) {
-        float d = h2f_hw(b), dmin = h2f_hw(b + 2);
-        int sc[8], mn[8];
-        pl_k4_scales(b + 4, sc, mn);
-        __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 16));
         for (int j = 0; j < 4; j++) {
             __m256i lo, hi;
-            q5_k_unpack(b, qh, j, &lo, &hi);
+            k45_unpack(b, five, j, &lo, &hi);
             for (int r = 0; r < nr; r++)
                 k_pair_acc(lo, hi, a + (size_t)r * as + 8 * s + 2 * j, d, dmin, sc, mn, j,
                            &acc[r], &off[r]);
@@ -410,8 +381,8 @@ void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_
         switch (t) {
         case PL_GGML_TYPE_Q5_0: rows_q5(w, a, a_stride, n / PL_QK, 0, nr, out, out_stride); return;
         case PL_GGML_TYPE_Q5_1: rows_q5(w, a, a_stride, n / PL_QK, 1, nr, out, out_stride); return;
-        case PL_GGML_TYPE_Q4_K: rows_q4_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
-        case PL_GGML_TYPE_Q5_K: rows_q5_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q4_K: rows_k45(w, 0, a, a_stride, n / 256, nr, out, out_stride); return;
+        case PL_GGML_TYPE_Q5_K: rows_k45(w, 1, a, a_stride, n / 256, nr, out, out_stride); return;
         case PL_GGML_TYPE_Q6_K: rows_q6_k(w, a, a_stride, n / 256, nr, out, out_stride); return;
         default: break;
         }
@@ -426,8 +397,8 @@ float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
         switch (t) {
         case PL_GGML_TYPE_Q5_0: return avx2_q5(w, a, n / PL_QK, 0);
         case PL_GGML_TYPE_Q5_1: return avx2_q5(w, a, n / PL_QK, 1);
-        case PL_GGML_TYPE_Q4_K: return avx2_q4_k(w, a, n / 256);
-        case PL_GGML_TYPE_Q5_K: return avx2_q5_k(w, a, n / 256);
+        case PL_GGML_TYPE_Q4_K: return avx2_k45(w, 0, a, n / 256);
+        case PL_GGML_TYPE_Q5_K: return avx2_k45(w, 1, a, n / 256);
         case PL_GGML_TYPE_Q6_K: return avx2_q6_k(w, a, n / 256);
         default: break;
         }
