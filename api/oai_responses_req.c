@@ -11,6 +11,8 @@
 
 #include <string.h>
 
+#include "api/oai_tools.h"
+
 #define BAD(e, param, ...) \
     pl_err_set(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
 
@@ -228,10 +230,7 @@ static int map_tools(json_t *body, json_t *chat, pl_err *e)
                                   "only function tools are", where, ty);
             const char *name = str_at(t, "name");
             json_t *params = json_object_get(t, "parameters");
-            size_t nl = name ? strlen(name) : 0;
-            if (!nl || nl > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                               "0123456789_-") != nl ||
-                (params && !json_is_object(params)))
+            if (!name || !pl_oai_tool_name_valid(name) || (params && !json_is_object(params)))
                 return BAD(e, where, "'%s' must be {\"type\": \"function\", \"name\": "
                            "[a-zA-Z0-9_-]{1,64}, \"description\", \"parameters\": {...}}",
                            where);

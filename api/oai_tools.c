@@ -31,7 +31,7 @@ static const char LLAMA3_PRE[] =
 
 /* ---- request validation (called from oai_params.c) ---- */
 
-static bool valid_name_(const char *s)
+bool pl_oai_tool_name_valid(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 64)
@@ -124,7 +124,7 @@ int pl_oai_parse_tools(json_t *body, pl_oai_params *p, pl_err *err)
             const char *name = json_string_value(json_object_get(fn, "name"));
             json_t *params = json_object_get(fn, "parameters");
             if (!type || strcmp(type, "function") || !json_is_object(fn) || !name ||
-                !valid_name_(name) || (params && !json_is_object(params)))
+                !pl_oai_tool_name_valid(name) || (params && !json_is_object(params)))
                 return INVALID(param, "'%s' must be {\"type\": \"function\", \"function\": "
                                       "{\"name\": [a-zA-Z0-9_-]{1,64}, \"description\", "
                                       "\"parameters\": {...}}}", param);

@@ -23,6 +23,9 @@
  *  *err (400 naming the parameter that cannot be compiled). */
 int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *err);
 
+/** A function name OpenAI accepts: [a-zA-Z0-9_-]{1,64}. */
+bool pl_oai_tool_name_valid(const char *s);
+
 /** Whether replies of p are parsed for tool calls. */
 static inline bool pl_oai_tools_active(const pl_oai_params *p)
 {

@@ -132,12 +132,13 @@ void run_until_done(struct event_base *base, collect *c, int n)
         cr_assert(c[i].done, "request %d finished", i);
 }
 
-uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n,
-                           int max_tokens, collect *c)
+static uint64_t submit_(pl_backend *b, const int32_t *ids, int n, int max_tokens,
+                        bool ignore_eos, collect *c)
 {
     pl_gen_request req = {0};
     pl_sampling_defaults(&req.sampling);
     req.sampling.temperature = 0;
+    req.sampling.ignore_eos = ignore_eos;
     req.sampling.max_tokens = max_tokens;
     req.prompt_tokens = ids;
     req.n_prompt_tokens = n;
@@ -146,6 +147,17 @@ uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n,
     pl_err err;
     cr_assert_eq(pl_backend_submit(b, &req, sink, &id, &err), 0, "%s", err.message);
     return id;
+}
+
+uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n, int max_tokens, collect *c)
+{
+    return submit_(b, ids, n, max_tokens, false, c);
+}
+
+uint64_t submit_ids_no_eos(pl_backend *b, const int32_t *ids, int n, int max_tokens,
+                           collect *c)
+{
+    return submit_(b, ids, n, max_tokens, true, c);
 }
 
 /* The fake model's greedy continuation (EOS ends it, not included). */

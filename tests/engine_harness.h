@@ -49,8 +49,12 @@ void on_done(void *ud, const pl_result *r);
 pl_backend *make_engine(struct event_base *base, eng_cfg c);
 /** Run the loop until all n collectors are done (or 30 s pass). */
 void run_until_done(struct event_base *base, collect *c, int n);
+/** Submit a greedy request of ids; asserts it is accepted. */
 uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n, int max_tokens,
                     collect *c);
+/** The same with ignore_eos: exactly max_tokens come back. */
+uint64_t submit_ids_no_eos(pl_backend *b, const int32_t *ids, int n, int max_tokens,
+                           collect *c);
 /** The fake model's greedy continuation (EOS ends it, not included). */
 int reference(const int32_t *prompt, int n, int max_tokens, int32_t *out, bool *eos);
 void make_prompt(int32_t *p, int n, int seed);

@@ -17,18 +17,8 @@ Test(engine, abort_frees_blocks_within_one_step)
     pl_backend *b = make_engine(base, c);
     int32_t p[40];
     make_prompt(p, 40, 3);
-    pl_gen_request req = {0};
-    pl_sampling_defaults(&req.sampling);
-    req.sampling.temperature = 0;
-    req.sampling.ignore_eos = true;
-    req.sampling.max_tokens = 200;
-    req.prompt_tokens = p;
-    req.n_prompt_tokens = 40;
     collect col = {0};
-    uint64_t id;
-    pl_err err;
-    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col},
-                                   &id, &err), 0);
+    uint64_t id = submit_ids_no_eos(b, p, 40, 200, &col);
     while (col.n < 5)
         event_base_loop(base, EVLOOP_ONCE);
     json_t *s = stats(b);
@@ -168,18 +158,8 @@ Test(engine, paused_request_stops_and_resumes)
     pl_backend *b = make_engine(base, c);
     int32_t p[20];
     make_prompt(p, 20, 4);
-    pl_gen_request req = {0};
-    pl_sampling_defaults(&req.sampling);
-    req.sampling.temperature = 0;
-    req.sampling.ignore_eos = true;
-    req.sampling.max_tokens = 60;
-    req.prompt_tokens = p;
-    req.n_prompt_tokens = 20;
     collect col = {0};
-    uint64_t id;
-    pl_err err;
-    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col},
-                                   &id, &err), 0);
+    uint64_t id = submit_ids_no_eos(b, p, 20, 60, &col);
     while (col.n < 3)
         event_base_loop(base, EVLOOP_ONCE);
     b->ops->set_paused(b, id, true);
