@@ -5,8 +5,9 @@
  * tokens/s, wall and device milliseconds.
  *
  * usage: bench_cuda_runner MODEL.gguf [--runner cuda|cpu] [--seqs N]
- *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--split-kv] [--sync]
- * --split-kv: the split-KV, GQA-grouped decode attention kernel.
+ *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]
+ * --rows-attn: the one-block-per-row decode attention kernel instead of the
+ * split-KV, GQA-grouped one (the default; --split-kv is accepted).
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
@@ -94,6 +95,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         if (!strcmp(a, "--no-graphs")) o->graphs = false;
         else if (!strcmp(a, "--sync")) o->sync = true;
         else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
+        else if (!strcmp(a, "--rows-attn")) setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -121,7 +123,7 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R] [--split-kv]\n", argv[0]);
+                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]\n", argv[0]);
         return 2;
     }
     if (!strcmp(o.runner, "cuda") && !pl_cuda_available(err, sizeof err)) {
@@ -187,6 +189,8 @@ int main(int argc, char **argv)
         }
     }
     double t_dec = now_ms() - t0;
+    const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
+    bool rows_attn = attn && !strcmp(attn, "rows");
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
            "\"gen\":%d,\"split_kv\":%s,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
@@ -194,7 +198,7 @@ int main(int argc, char **argv)
            "\"decode_idle_gap_ms\":%.3f}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
-           getenv("PARLEY_CUDA_DECODE_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
+           rows_attn ? "false" : "true", r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
            (t_dec - dec_dev) / o.gen);

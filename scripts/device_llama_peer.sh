@@ -65,7 +65,7 @@ tarfile.open(sys.argv[1] + "/payload.tar.xz", "r:xz").extractall(sys.argv[1])' "
 case "$SHAPE" in 1b) full=llama-3.2-1b ;; 8b) full=llama-3-8b ;; *) exit 2 ;; esac
 M="${PARLEY_DEVICE_MODELS:-/tmp/parley-models}/random-$full-bf16.gguf"
 mkdir -p "$(dirname "$M")"
-[ -f "$M" ] || python3 "$DEV/py/make_random_gguf.py" model "$full" "$M" \
+[ -f "$M" ] || python3 "$DEV/py/make_random_gguf.py" model "$full" "$M" --type bf16 \
     --tokenizer "$DEV/models/tokenizer.gguf" || exit 1
 for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

@@ -12,13 +12,15 @@
 #                    graph-capture fallback, NaN guard, ... -> tests.log
 #   sanitize         compute-sanitizer memcheck + racecheck on the kernel and
 #                    runner tests, memcheck on a short serving run
-#   serve [N]        parley serve --backend cuda on a random 1B-shaped model;
+#   serve [N] [SHAPE] parley serve --backend cuda on a random 1B (or 8B) model;
 #                    N (256) concurrent streaming chat requests (stdlib
 #                    client), async then sync scheduling; outputs compared
 #   bench SHAPE      1b or 8b: bench_cuda_runner at 1/64/256 sequences,
 #                    prompt $PROMPT (512) / output $GEN (256): prefill and
-#                    decode tok/s, step time, idle gap; graphs, the split-KV
-#                    kernel, sync scheduling, and eager (1b only)
+#                    decode tok/s, step time, idle gap; the defaults (graphs,
+#                    async, split-KV attention), the row attention kernel,
+#                    sync scheduling, and eager (1b only). BENCH_SEQS and
+#                    BENCH_VARIANTS narrow it.
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
 #                    with the same random weights (bf16)
 #   debate [N]       parley run on the debate example at N (1000) questions,
@@ -125,6 +127,12 @@ stage_test() {
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
+    # The runner again with the one-block-per-row decode attention kernel
+    # (split-KV is the default).
+    for b in test_cuda_ref test_cuda_runner; do
+        PARLEY_CUDA_DECODE_ATTN=rows "$D/bin/$b" --verbose >"$OUT/${b}_rows.log" 2>&1 || st=1
+        log "test $b (rows attention): $(grep -o 'Tested: .*' "$OUT/${b}_rows.log" | tail -1)"
+    done
     # Skipped tests are counted by Criterion as passing; list them.
     log "test: $(cat "$OUT"/test_cuda_*.log | grep -c '\[SKIP\]') tests skipped (no GPU or no fixture)"
     return $st
@@ -183,9 +191,10 @@ serve_run() {  # model tag n_requests max_tokens [wrapper] [extra parley args...
     return $rc
 }
 
-stage_serve() {
-    local n="${1:-256}" m st=0
-    m="$(make_model llama-3.2-1b bf16)" || { log "serve: model generation FAILED"; return 1; }
+stage_serve() {  # [N] [SHAPE: 1b (default) or 8b]
+    local n="${1:-256}" full m st=0
+    full="$(shape_name "${2:-1b}")" || return 2
+    m="$(make_model "$full" bf16)" || { log "serve: model generation FAILED"; return 1; }
     serve_run "$m" serve_async "$n" 128 "" --async-scheduling || st=1
     serve_run "$m" serve_sync "$n" 128 "" --no-async-scheduling || st=1
     "$PY" "$D/py/stream_client.py" --compare "$OUT/serve_async.json" "$OUT/serve_sync.json" \
@@ -233,9 +242,10 @@ stage_bench() {
     local shape="${1:-1b}" full m seqs g variants
     full="$(shape_name "$shape")" || return 2
     m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
-    variants=("" --split-kv --sync --no-graphs)
-    [ "$shape" = 8b ] && variants=("" --split-kv --sync)   # each run loads 16 GB: fit 10 min
-    for seqs in 1 64 256; do
+    # "" = graphs, async, split-KV decode attention (the defaults)
+    variants=(${BENCH_VARIANTS:-"" --rows-attn --sync --no-graphs})
+    [ "$shape" = 8b ] && [ -z "${BENCH_VARIANTS:-}" ] && variants=("" --rows-attn --sync)
+    for seqs in ${BENCH_SEQS:-1 64 256}; do
         for g in "${variants[@]}"; do
             "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" $g \
                 --max-rows 8192 >>"$OUT/bench_$shape.jsonl" 2>>"$OUT/bench_$shape.err" \

@@ -100,7 +100,7 @@ typedef struct cuda_runner {
     int bucket_warm[CR_MAX_BUCKETS];
     int bucket_eager[CR_MAX_BUCKETS];  /* capture failed: eager for good */
     bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
-    bool split_kv;               /* PARLEY_CUDA_DECODE_ATTN=split */
+    bool split_kv;               /* unless PARLEY_CUDA_DECODE_ATTN=rows */
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */
     pl_cuda_graph_stats graph_stats;
