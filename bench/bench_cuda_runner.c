@@ -11,6 +11,9 @@
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
+ * PARLEY_CUDA_PROFILE=1 with --no-graphs adds prefill_phases_ms and
+ * decode_phases_ms: device time per phase of the forward pass (each step
+ * then waits for itself, so the throughput figures of that run are lower).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +110,21 @@ static int parse(bench_opts *o, int argc, char **argv)
     return o->model && o->seqs > 0 && o->prompt > 0 && o->gen > 0 ? 0 : -1;
 }
 
+/* PARLEY_CUDA_PROFILE=1 with --no-graphs: the device ms per phase since the
+ * last call, as a JSON object into buf (empty when not recorded). */
+static void phases_json(pl_runner *r, bool cuda, char *buf, size_t n)
+{
+    const char *const *names;
+    double ms[32];
+    int k = cuda ? pl_cuda_runner_profile(r, &names, ms, 32, true) : 0;
+    size_t w = 0;
+    buf[0] = 0;
+    for (int i = 0; i < k && w < n; i++)
+        w += (size_t)snprintf(buf + w, n - w, "%s\"%s\":%.2f", i ? "," : "{", names[i], ms[i]);
+    if (k > 0 && w < n)
+        snprintf(buf + w, n - w, "}");
+}
+
 static int run_step(pl_runner *r, const pl_step_input *in, double *dev_ms)
 {
     const pl_step_output *out;
@@ -168,6 +186,8 @@ int main(int argc, char **argv)
             goto fail;
     }
     double t_pf = now_ms() - t0;
+    char pf_phases[1024], dec_phases[1024];
+    phases_json(r, !cpu, pf_phases, sizeof pf_phases);
     int ticket[2];
     const pl_step_output *out;
     t0 = now_ms();
@@ -189,19 +209,21 @@ int main(int argc, char **argv)
         }
     }
     double t_dec = now_ms() - t0;
+    phases_json(r, !cpu, dec_phases, sizeof dec_phases);
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     bool rows_attn = attn && !strcmp(attn, "rows");
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
            "\"gen\":%d,\"split_kv\":%s,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
-           "\"decode_idle_gap_ms\":%.3f}\n",
+           "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
            rows_attn ? "false" : "true", r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
-           (t_dec - dec_dev) / o.gen);
+           (t_dec - dec_dev) / o.gen, *pf_phases ? ",\"prefill_phases_ms\":" : "",
+           pf_phases, *dec_phases ? ",\"decode_phases_ms\":" : "", dec_phases);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

@@ -71,9 +71,11 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64; do
     [ -d "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 P="${PROMPT:-512}"; G="${GEN:-256}"
-"$L/bin/llama-batched-bench" -m "$M" -ngl 99 -c $((256 * (P + G) + 256)) -b 2048 -ub 512 \
+# This llama.cpp holds at most 64 sequences in one context (LLAMA_MAX_SEQ):
+# 64 parallel is its best at 256 concurrent requests.
+"$L/bin/llama-batched-bench" -m "$M" -ngl 99 -c $((64 * (P + G) + 256)) -b 2048 -ub 512 \
     -npp "$P" -ntg "$G" \
-    -npl 1,64,256 >"$OUT/llama_$SHAPE.txt" 2>"$OUT/llama_$SHAPE.err"
+    -npl "${NPL:-1,64}" >"$OUT/llama_$SHAPE.txt" 2>"$OUT/llama_$SHAPE.err"
 tail -20 "$OUT/llama_$SHAPE.txt"
 EOF
 chmod +x "$D/run.sh"

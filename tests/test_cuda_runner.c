@@ -3,8 +3,11 @@
  * greedy decode steps (both runners fed the CPU's tokens) with >= 98%
  * agreement; and the CUDA runner's own pipeline (two steps in flight,
  * placeholder rows, CUDA graphs) giving the same tokens as a plain
- * sequential loop. Skipped without a GPU or without the model. */
+ * sequential loop; and the phase profiler (PARLEY_CUDA_PROFILE). Skipped
+ * without a GPU or without the model. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "tests/cuda_test_util.h"
@@ -293,5 +296,52 @@ Test(cuda_runner, copy_block_gives_a_cached_prefix)
      * CPU/GPU bound. */
     cr_assert_leq(d, MAX_DLOGIT / 4, "cached-prefix logits differ by %.4f", d);
     free(full);
+    r->ops->free(r);
+}
+
+/* PARLEY_CUDA_PROFILE=1 with graphs off: every step adds device time to
+ * its phases, and the tokens are those of the plain loop (profiling only
+ * waits, it does not change the work). Without the variable: no sums. */
+Test(cuda_runner, phase_profile_sums_device_time)
+{
+    SKIP_WITHOUT_MODEL();
+    const char *const *names;
+    double ms[32];
+    pl_runner *r = cuda_new(false);
+    cr_assert_eq(pl_cuda_runner_profile(r, &names, ms, 32, false), 0);
+    r->ops->free(r);
+
+    static int32_t a[NGEN + 1][NS];
+    run_plain(a);
+    setenv("PARLEY_CUDA_PROFILE", "1", 1);
+    r = cuda_new(false);
+    unsetenv("PARLEY_CUDA_PROFILE");
+    static tstep t;
+    int32_t prev[NS];
+    double prefill_attn = 0, decode_attn = 0, total = 0;
+    for (int step = 0; step <= 4; step++) {
+        const pl_step_output *o = step_sync(r, build(&t, step, step ? prev : NULL));
+        memcpy(prev, o->sampled, sizeof prev);
+        for (int s = 0; s < NS; s++)
+            cr_assert_eq(prev[s], a[step][s], "step %d seq %d", step, s);
+        int k = pl_cuda_runner_profile(r, &names, ms, 32, true);
+        cr_assert_gt(k, 8);
+        double sum = 0;
+        for (int i = 0; i < k; i++) {
+            cr_assert_geq(ms[i], 0.0, "%s", names[i]);
+            sum += ms[i];
+            if (!strcmp(names[i], "attn_prefill")) prefill_attn = ms[i];
+            if (!strcmp(names[i], "attn_decode")) decode_attn = ms[i];
+            if (!strcmp(names[i], "gemm_qkv"))
+                cr_assert_gt(ms[i], 0.0, "step %d: no QKV GEMM time", step);
+        }
+        cr_assert_gt(sum, 0.0);
+        total += sum;
+        if (step == 0)  /* the prompts: prefill attention only */
+            cr_assert(prefill_attn > 0 && decode_attn == 0, "%f %f", prefill_attn, decode_attn);
+        else
+            cr_assert(decode_attn > 0 && prefill_attn == 0, "%f %f", prefill_attn, decode_attn);
+    }
+    cr_log_info("profile: %.3f ms over 5 steps", total);
     r->ops->free(r);
 }

@@ -40,42 +40,56 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
     if (pl_cuda_kv_write(r->qkv, r->qkv_dim, r->q_dim, r->q_dim + r->kv_dim, d->positions,
                          d->row_seq, d->bt, r->geom, kc, vc, st->n_rows, r->cs) != 0)
         return -1;
+    pl_cuda_prof_mark(r, CR_PH_KV_WRITE);
     float scale = 1.0f / sqrtf((float)r->head_dim);
-    if (st->max_seq_rows <= 1)
-        return decode_attn(r, kc, vc, NULL, st->n_rows, scale);
-    if (st->n_dec == 0)
-        return pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row,
-                                    d->n_rows, d->bt, r->geom, kc, vc, r->att, st->n_seqs,
-                                    st->max_seq_rows, r->n_head, scale, r->cs);
+    int rc;
+    if (st->max_seq_rows <= 1) {
+        rc = decode_attn(r, kc, vc, NULL, st->n_rows, scale);
+        pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
+        return rc;
+    }
+    if (st->n_dec == 0) {
+        rc = pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row,
+                                  d->n_rows, d->bt, r->geom, kc, vc, r->att, st->n_seqs,
+                                  st->max_seq_rows, r->n_head, scale, r->cs);
+        pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
+        return rc;
+    }
     /* Mixed: decode rows through the decode kernel, the rest in tiles. */
     if (decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
         return -1;
-    return pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, d->pf_seqs,
-                                     d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
-                                     st->n_pf, st->pf_max_rows, r->n_head, scale, r->cs);
+    pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
+    rc = pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, d->pf_seqs,
+                                   d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
+                                   st->n_pf, st->pf_max_rows, r->n_head, scale, r->cs);
+    pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
+    return rc;
 }
+
+/* One call, then the phase mark (a no-op unless profiling). */
+#define PH(call, ph) do { if ((call) != 0) return -1; pl_cuda_prof_mark(r, ph); } while (0)
 
 static int layer(cuda_runner *r, int l, const cr_step *st)
 {
     const pl_cuda_layer *L = &r->w.layers[l];
     int n = st->n_rows, E = r->n_embd;
-    int rc = l == 0
-        ? pl_cuda_rmsnorm(r->x, NULL, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs)
-        : pl_cuda_add_rmsnorm(r->x, r->y, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs);
-    if (rc != 0 || pl_cuda_gemm_bf16(r->gemm, r->xb, L->wqkv, r->qkv, n, r->qkv_dim, E) != 0)
+    PH(l == 0 ? pl_cuda_rmsnorm(r->x, NULL, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs)
+              : pl_cuda_add_rmsnorm(r->x, r->y, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs),
+       CR_PH_NORM);
+    if (pl_cuda_gemm_bf16(r->gemm, r->xb, L->wqkv, r->qkv, n, r->qkv_dim, E) != 0)
         return -1;
-    if (L->bqkv && pl_cuda_add_bias(r->qkv, L->bqkv, n, r->qkv_dim, r->cs) != 0)
+    PH(L->bqkv ? pl_cuda_add_bias(r->qkv, L->bqkv, n, r->qkv_dim, r->cs) : 0, CR_PH_QKV);
+    PH(pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
+                    r->head_dim, r->n_rot, r->w.rope_inv_freq,
+                    r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs), CR_PH_ROPE);
+    if (attention(r, l, st) != 0)
         return -1;
-    if (pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
-                     r->head_dim, r->n_rot, r->w.rope_inv_freq,
-                     r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs) != 0
-        || attention(r, l, st) != 0
-        || pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim) != 0
-        || pl_cuda_add_rmsnorm(r->x, r->y, L->ffn_norm, r->xb, n, E, r->rms_eps, r->cs) != 0
-        || pl_cuda_gemm_bf16(r->gemm, r->xb, L->w_gu, r->gu, n, 2 * r->n_ff, E) != 0
-        || pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs) != 0
-        || pl_cuda_gemm_bf16(r->gemm, r->act, L->w_down, r->y, n, E, r->n_ff) != 0)
-        return -1;
+    PH(pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim), CR_PH_O);
+    PH(pl_cuda_add_rmsnorm(r->x, r->y, L->ffn_norm, r->xb, n, E, r->rms_eps, r->cs),
+       CR_PH_NORM);
+    PH(pl_cuda_gemm_bf16(r->gemm, r->xb, L->w_gu, r->gu, n, 2 * r->n_ff, E), CR_PH_GATE_UP);
+    PH(pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs), CR_PH_SWIGLU);
+    PH(pl_cuda_gemm_bf16(r->gemm, r->act, L->w_down, r->y, n, E, r->n_ff), CR_PH_DOWN);
     return 0;
 }
 
@@ -83,32 +97,37 @@ static int head_and_sample(cuda_runner *r, const cr_step *st)
 {
     const cr_io *d = &r->dio;
     int E = r->n_embd;
-    if (pl_cuda_add(r->x, r->y, (size_t)st->n_rows * E, r->cs) != 0
-        || pl_cuda_rmsnorm(r->x, d->last_row, r->w.output_norm, r->xl, st->n_seqs, E,
-                           r->rms_eps, r->cs) != 0
-        || pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, st->n_seqs, r->n_vocab,
-                             E) != 0
-        || pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
-                             d->tokens, st->n_seqs, r->n_vocab, r->base.info.eos_id,
-                             r->cs) != 0
+    if (pl_cuda_add(r->x, r->y, (size_t)st->n_rows * E, r->cs) != 0)
+        return -1;
+    PH(pl_cuda_rmsnorm(r->x, d->last_row, r->w.output_norm, r->xl, st->n_seqs, E,
+                       r->rms_eps, r->cs), CR_PH_NORM);
+    PH(pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, st->n_seqs, r->n_vocab, E),
+       CR_PH_HEAD);
+    if (pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
+                          d->tokens, st->n_seqs, r->n_vocab, r->base.info.eos_id,
+                          r->cs) != 0
         || pl_cuda_constrain(r->pen, d->samp, d->tokens, NULL, st->n_seqs, r->n_vocab,
                              r->base.info.eos_id, r->cs) != 0
         || pl_cuda_sample(r->logits, r->pen, d->samp, r->sout, st->n_seqs, r->n_vocab,
                           r->cs) != 0)
         return -1;
+    pl_cuda_prof_mark(r, CR_PH_SAMPLE);
     return 0;
 }
 
 int pl_cuda_forward(cuda_runner *r, const cr_step *st)
 {
     const cr_io *d = &r->dio;
+    pl_cuda_prof_mark(r, CR_PH_START);
     if (pl_cuda_feedback(d->tokens, d->row_seq, d->seq_slot, r->slot_tok, r->max_seqs,
-                         st->n_rows, PL_TOKEN_PLACEHOLDER, r->cs) != 0
-        || pl_cuda_embed(r->w.tok_embd, d->tokens, r->x, st->n_rows, r->n_embd, r->n_vocab,
-                         r->cs) != 0)
+                         st->n_rows, PL_TOKEN_PLACEHOLDER, r->cs) != 0)
         return -1;
+    PH(pl_cuda_embed(r->w.tok_embd, d->tokens, r->x, st->n_rows, r->n_embd, r->n_vocab,
+                     r->cs), CR_PH_EMBED);
     for (int l = 0; l < r->n_layer; l++)
         if (layer(r, l, st) != 0)
             return -1;
-    return head_and_sample(r, st);
+    int rc = head_and_sample(r, st);
+    pl_cuda_prof_step_end(r);
+    return rc;
 }

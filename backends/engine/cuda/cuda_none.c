@@ -25,3 +25,11 @@ void pl_cuda_runner_graph_stats(const pl_runner *r, pl_cuda_graph_stats *out)
     (void)r;
     *out = (pl_cuda_graph_stats){0};
 }
+
+int pl_cuda_runner_profile(pl_runner *r, const char *const **names, double *ms, int cap,
+                           bool reset)
+{
+    (void)r; (void)ms; (void)cap; (void)reset;
+    *names = NULL;
+    return 0;
+}

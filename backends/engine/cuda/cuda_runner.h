@@ -46,4 +46,16 @@ typedef struct pl_cuda_graph_stats {
  *  made, every graph capture fails. */
 void pl_cuda_runner_graph_stats(const pl_runner *r, pl_cuda_graph_stats *out);
 
+/**
+ * Device milliseconds per phase of the forward pass (embedding, norms, each
+ * GEMM, RoPE, KV write, decode and prefill attention, SwiGLU, LM head,
+ * sampling), summed over the steps so far, for tuning. Recorded only when
+ * PARLEY_CUDA_PROFILE=1 was set as the runner was made with cuda_graphs
+ * off; each step then waits for itself. Sets *names to the phase names and
+ * fills up to cap sums; returns how many (0 when not recording). reset:
+ * start the sums again.
+ */
+int pl_cuda_runner_profile(pl_runner *r, const char *const **names, double *ms, int cap,
+                           bool reset);
+
 #endif

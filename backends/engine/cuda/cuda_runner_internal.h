@@ -15,6 +15,20 @@
 #define CR_HIST_PER_SEQ 4096     /* penalty history per sequence, at least ... */
 #define CR_HIST_IDS (8 << 20)    /* ... or this many ids shared out, up to max_model_len */
 #define CR_FSM_CACHE 8           /* constraints kept on the device */
+#define CR_PROF_EVENTS 2048      /* phase marks per step (PARLEY_CUDA_PROFILE) */
+
+/* Phases of the forward pass timed by cuda_profile.c. */
+enum { CR_PH_START = 0, CR_PH_EMBED = 0, CR_PH_NORM, CR_PH_QKV, CR_PH_ROPE, CR_PH_KV_WRITE,
+       CR_PH_ATTN_DEC, CR_PH_ATTN_PF, CR_PH_O, CR_PH_GATE_UP, CR_PH_SWIGLU, CR_PH_DOWN,
+       CR_PH_HEAD, CR_PH_SAMPLE, CR_PH_COUNT };
+
+typedef struct cr_prof {
+    cudaEvent_t ev[CR_PROF_EVENTS];
+    int phase[CR_PROF_EVENTS];  /* what ran between mark i-1 and mark i */
+    int n;
+    long steps;
+    double ms[CR_PH_COUNT];
+} cr_prof;
 
 /** A constraint's device tables (cuda_constrain.c). */
 typedef struct cr_fsm {
@@ -111,6 +125,7 @@ typedef struct cuda_runner {
     const void *fsm_vocab_key;
     pl_fsm_vocab fsm_vocab;
     cudaGraphExec_t graph[CR_MAX_BUCKETS];
+    cr_prof *prof;               /* PARLEY_CUDA_PROFILE=1, graphs off; else NULL */
 } cuda_runner;
 
 /** Map the cr_io arrays onto base (host staging or device); returns bytes. */
@@ -127,6 +142,14 @@ int pl_cuda_io_upload(cuda_runner *r, cr_slot *s, const cr_step *st);
 int pl_cuda_fsm_attach(cuda_runner *r, const pl_step_input *in, int s, pl_cuda_samp *o);
 /** Free every constraint's device tables and the vocabulary's. */
 void pl_cuda_fsm_free(cuda_runner *r);
+
+/** Phase timing (cuda_profile.c): set up when PARLEY_CUDA_PROFILE is set
+ *  and graphs are off; mark after each phase; the step's end waits for it
+ *  and sums the intervals. All are no-ops when r->prof is NULL. */
+int pl_cuda_prof_init(cuda_runner *r, bool graphs);
+void pl_cuda_prof_free(cuda_runner *r);
+void pl_cuda_prof_mark(cuda_runner *r, int phase);
+void pl_cuda_prof_step_end(cuda_runner *r);
 
 /** Enqueue the forward pass and sampling of a packed step on r->cs. */
 int pl_cuda_forward(cuda_runner *r, const cr_step *st);

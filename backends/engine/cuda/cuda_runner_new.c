@@ -232,6 +232,10 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
     init_buckets(r, cuda_graphs);
+    if (pl_cuda_prof_init(r, cuda_graphs) != 0) {
+        snprintf(err, errlen, "PARLEY_CUDA_PROFILE: cannot create events");
+        goto fail;
+    }
     return &r->base;
 fail:
     pl_cuda_runner_destroy_(r);
@@ -256,6 +260,7 @@ void pl_cuda_runner_destroy_(cuda_runner *r)
         return;
     if (r->cs)
         cudaStreamSynchronize(r->cs);
+    pl_cuda_prof_free(r);
     if (r->xs)
         cudaStreamSynchronize(r->xs);
     for (int b = 0; b < CR_MAX_BUCKETS; b++)
