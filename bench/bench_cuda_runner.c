@@ -7,7 +7,8 @@
  * usage: bench_cuda_runner MODEL.gguf [--runner cuda|cpu] [--seqs N]
  *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]
  * --rows-attn: the one-block-per-row decode attention kernel instead of the
- * split-KV, GQA-grouped one (the default; --split-kv is accepted).
+ * split-KV, GQA-grouped one (the default; --split-kv is accepted);
+ * --split16: the split-KV kernel with 16 lanes per key.
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
@@ -99,6 +100,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         else if (!strcmp(a, "--sync")) o->sync = true;
         else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
         else if (!strcmp(a, "--rows-attn")) setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
+        else if (!strcmp(a, "--split16")) setenv("PARLEY_CUDA_DECODE_ATTN", "split16", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -141,7 +143,8 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]\n", argv[0]);
+                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16] [--sync]\n",
+                argv[0]);
         return 2;
     }
     if (!strcmp(o.runner, "cuda") && !pl_cuda_available(err, sizeof err)) {
@@ -212,14 +215,17 @@ int main(int argc, char **argv)
     phases_json(r, !cpu, dec_phases, sizeof dec_phases);
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     bool rows_attn = attn && !strcmp(attn, "rows");
+    const char *attn_kind = rows_attn ? "rows" : attn && !strcmp(attn, "split16") ? "split16"
+                                                                                  : "split";
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
-           "\"gen\":%d,\"split_kv\":%s,\"kv_blocks\":%d,\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
+           "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"kv_blocks\":%d,"
+           "\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
            "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
-           rows_attn ? "false" : "true", r->info.num_blocks, t_load,
+           rows_attn ? "false" : "true", attn_kind, r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
            (t_dec - dec_dev) / o.gen, *pf_phases ? ",\"prefill_phases_ms\":" : "",

@@ -43,6 +43,14 @@ int pl_cuda_attn_decode_split(const float *q, int q_stride, const int32_t *posit
                               pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
                               pl_bf16 *out, int n_rows, int n_heads, float scale,
                               int n_splits, float *ws, cudaStream_t st);
+/** The same with 16 lanes per key (two key streams per warp): fewer
+ *  shuffles and exponentials per key; PARLEY_CUDA_DECODE_ATTN=split16. */
+int pl_cuda_attn_decode_split16(const float *q, int q_stride, const int32_t *positions,
+                                const int32_t *rows, const int32_t *row_seq,
+                                const int32_t *block_table,
+                                pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                int n_splits, float *ws, cudaStream_t st);
 /** Splits that give about 2 blocks per SM for n_rows rows (1..32). */
 int pl_cuda_attn_split_count(int n_rows, int n_kv_heads, int n_sm);
 /** Workspace floats for pl_cuda_attn_decode_split (0 for one split). */

@@ -44,6 +44,41 @@ static __device__ __forceinline__ void online_update(const float2 (&qv)[G][NP],
     }
 }
 
+/* Merge the NV partial softmax states of one block (shared memory) per
+ * query head of the group: the output when the block has the row's only
+ * split, else (max, sum, accumulator) into the workspace. */
+template <int NV, int G, int HD>
+static __device__ __forceinline__ void merge_partials(const float (&sm_m)[NV][G],
+                                                      const float (&sm_l)[NV][G],
+                                                      const float (&sm_acc)[NV][G][HD], int r,
+                                                      int kvh, int sp, int ns,
+                                                      __nv_bfloat16 *out, float *ws,
+                                                      int n_heads)
+{
+    for (int i = threadIdx.x; i < G * HD; i += blockDim.x) {
+        int j = i / HD, d = i % HD, h = kvh * G + j;
+        float gm = -INFINITY, gl = 0.0f, a = 0.0f;
+        for (int x = 0; x < NV; x++)
+            gm = fmaxf(gm, sm_m[x][j]);
+        for (int x = 0; x < NV; x++) {
+            float f = sm_m[x][j] == -INFINITY ? 0.0f : expf(sm_m[x][j] - gm);
+            gl += sm_l[x][j] * f;
+            a += sm_acc[x][j][d] * f;
+        }
+        if (ns == 1) {
+            out[(size_t)r * n_heads * HD + (size_t)h * HD + d] =
+                __float2bfloat16(gl > 0.0f ? a / gl : 0.0f);
+            continue;
+        }
+        float *o = ws + (((size_t)blockIdx.x * n_heads + h) * ns + sp) * (HD + 2);
+        if (d == 0) {
+            o[0] = gm;
+            o[1] = gl;
+        }
+        o[2 + d] = a;
+    }
+}
+
 template <int NP, int G> /* NP: bf16 pairs per lane (head_dim / 64); G: group size */
 static __global__ void attn_split_kernel(const float *q, int q_stride,
                                          const int32_t *positions, const int32_t *rows,
@@ -105,28 +140,109 @@ static __global__ void attn_split_kernel(const float *q, int q_stride,
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        int j = i / hd, d = i % hd, h = kvh * G + j;
-        float gm = -INFINITY, gl = 0.0f, a = 0.0f;
-        for (int x = 0; x < SP_WARPS; x++)
-            gm = fmaxf(gm, sm_m[x][j]);
-        for (int x = 0; x < SP_WARPS; x++) {
-            float f = sm_m[x][j] == -INFINITY ? 0.0f : expf(sm_m[x][j] - gm);
-            gl += sm_l[x][j] * f;
-            a += sm_acc[x][j][d] * f;
+    merge_partials<SP_WARPS, G, NP * 64>(sm_m, sm_l, sm_acc, r, kvh, sp, ns, out, ws, n_heads);
+}
+
+/* DPL contiguous bf16 of a K or V row, as one load (split16 kernel). */
+template <int DPL> struct kv_load;
+template <> struct kv_load<4> { typedef uint2 t; };
+template <> struct kv_load<8> { typedef uint4 t; };
+
+/* The split16 variant: a warp is two half-warps of 16 lanes, each with a
+ * key stream and an online softmax of its own, and a lane holds DPL =
+ * head_dim / 16 contiguous dims (one 8- or 16-byte load per key). Against
+ * the 32-lane kernel a key costs 4 shuffle levels per query head instead
+ * of 5, shared by two keys, and half the exponentials per key. The
+ * 2 x SP_WARPS partial states are merged as the warps' are. Up to 4
+ * query heads per group, the registers are capped for 5 blocks per SM
+ * (96; a few bytes spill). The loop
+ * bound is the same for every lane of a warp (full-mask shuffles); the
+ * half-warp whose key is past the split's end skips the update. */
+template <int DPL, int G>
+static __global__ void __launch_bounds__(32 * SP_WARPS, G >= 8 ? 1 : 5)
+attn_split16_kernel(const float *q, int q_stride,
+                                           const int32_t *positions, const int32_t *rows,
+                                           const int32_t *row_seq, const int32_t *bt,
+                                           pl_kv_geom g, const __nv_bfloat16 *kc,
+                                           const __nv_bfloat16 *vc, __nv_bfloat16 *out,
+                                           float *ws, int n_heads, float scale)
+{
+    typedef typename kv_load<DPL>::t vec;
+    enum { HD = 16 * DPL, NV = 2 * SP_WARPS };
+    __shared__ float sm_m[NV][G], sm_l[NV][G];
+    __shared__ float sm_acc[NV][G][HD];
+    const int ns = gridDim.z;
+    int r = rows ? rows[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+    int lane = threadIdx.x & 31, vw = threadIdx.x >> 4, sl = lane & 15;
+    int n_keys = positions[r] + 1;
+    int chunk = (n_keys + ns - 1) / ns, t0 = sp * chunk;
+    int t1 = min(n_keys, t0 + chunk);
+    const int32_t *tab = bt + (size_t)row_seq[r] * g.max_blocks_per_seq;
+    float qv[G][DPL], acc[G][DPL], m[G], l[G];
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        const float *qr = q + (size_t)r * q_stride + (size_t)(kvh * G + j) * HD + sl * DPL;
+#pragma unroll
+        for (int d = 0; d < DPL; d++) {
+            qv[j][d] = qr[d] * scale;
+            acc[j][d] = 0.0f;
         }
-        if (ns == 1) {
-            out[(size_t)r * n_heads * hd + (size_t)h * hd + d] =
-                __float2bfloat16(gl > 0.0f ? a / gl : 0.0f);
-            continue;
-        }
-        float *o = ws + (((size_t)blockIdx.x * n_heads + h) * ns + sp) * (hd + 2);
-        if (d == 0) {
-            o[0] = gm;
-            o[1] = gl;
-        }
-        o[2 + d] = a;
+        m[j] = -INFINITY;
+        l[j] = 0.0f;
     }
+    for (int base = t0; base < t1; base += NV) {
+        int t = base + vw, blk = t < t1 ? tab[t / g.block_size] : -1;
+        bool ok = blk >= 0 && blk < g.n_blocks;
+        size_t off = ok ? (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
+                           + kvh) * HD + sl * DPL : 0;
+        vec kr = ok ? *(const vec *)(kc + off) : vec(), vr = ok ? *(const vec *)(vc + off) : vec();
+        float k[DPL], v[DPL], s[G];
+#pragma unroll
+        for (int d = 0; d < DPL / 2; d++) {
+            float2 kf = __bfloat1622float2(((const __nv_bfloat162 *)&kr)[d]);
+            float2 vf = __bfloat1622float2(((const __nv_bfloat162 *)&vr)[d]);
+            k[2 * d] = kf.x;
+            k[2 * d + 1] = kf.y;
+            v[2 * d] = vf.x;
+            v[2 * d + 1] = vf.y;
+        }
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            s[j] = 0.0f;
+#pragma unroll
+            for (int d = 0; d < DPL; d++)
+                s[j] += qv[j][d] * k[d];
+        }
+#pragma unroll
+        for (int o = 8; o > 0; o >>= 1)
+#pragma unroll
+            for (int j = 0; j < G; j++)
+                s[j] += __shfl_xor_sync(0xffffffffu, s[j], o);
+        if (!ok)
+            continue;
+#pragma unroll
+        for (int j = 0; j < G; j++) {
+            float mn = fmaxf(m[j], s[j]);
+            float corr = expf(m[j] - mn), pw = expf(s[j] - mn);
+            l[j] = l[j] * corr + pw;
+#pragma unroll
+            for (int d = 0; d < DPL; d++)
+                acc[j][d] = acc[j][d] * corr + pw * v[d];
+            m[j] = mn;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < G; j++) {
+        if (sl == 0) {
+            sm_m[vw][j] = m[j];
+            sm_l[vw][j] = l[j];
+        }
+#pragma unroll
+        for (int d = 0; d < DPL; d++)
+            sm_acc[vw][j][sl * DPL + d] = acc[j][d];
+    }
+    __syncthreads();
+    merge_partials<NV, G, HD>(sm_m, sm_l, sm_acc, r, kvh, sp, ns, out, ws, n_heads);
 }
 
 /* Merge the splits of (row, head): grid (n_rows, n_heads), head_dim threads. */
@@ -170,24 +286,27 @@ extern "C" int pl_cuda_attn_split_supported(int n_heads, int n_kv_heads, int hea
 }
 
 template <int NP, int G>
-static void launch_split(dim3 grid, cudaStream_t st, const float *q, int q_stride,
+static void launch_split(dim3 grid, cudaStream_t st, bool half, const float *q, int q_stride,
                          const int32_t *pos, const int32_t *rows, const int32_t *rs,
                          const int32_t *bt,
                          pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc, pl_bf16 *out,
                          float *ws, int n_heads, float scale)
 {
-    attn_split_kernel<NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs, bt, g,
-        (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out, ws,
-        n_heads, scale);
+    if (half)
+        attn_split16_kernel<4 * NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows,
+            rs, bt, g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
+            (__nv_bfloat16 *)out, ws, n_heads, scale);
+    else
+        attn_split_kernel<NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs,
+            bt, g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out,
+            ws, n_heads, scale);
 }
 
-extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
-                                         const int32_t *positions, const int32_t *rows,
-                                         const int32_t *row_seq,
-                                         const int32_t *block_table, pl_kv_geom g,
-                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                         pl_bf16 *out, int n_rows, int n_heads, float scale,
-                                         int n_splits, float *ws, cudaStream_t st)
+static int decode_split(const float *q, int q_stride, const int32_t *positions,
+                        const int32_t *rows, const int32_t *row_seq,
+                        const int32_t *block_table, pl_kv_geom g, const pl_bf16 *k_cache,
+                        const pl_bf16 *v_cache, pl_bf16 *out, int n_rows, int n_heads,
+                        float scale, int n_splits, float *ws, bool half, cudaStream_t st)
 {
     PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
     PL_CUDA_ARG(pl_cuda_attn_split_supported(n_heads, g.n_kv_heads, g.head_dim));
@@ -197,7 +316,7 @@ extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
         return 0;
     dim3 grid(n_rows, g.n_kv_heads, n_splits);
     int key = (g.head_dim / 64) * 16 + n_heads / g.n_kv_heads;
-#define SP_CASE(NP, G) case NP * 16 + G: launch_split<NP, G>(grid, st, q, q_stride, \
+#define SP_CASE(NP, G) case NP * 16 + G: launch_split<NP, G>(grid, st, half, q, q_stride, \
         positions, rows, row_seq, block_table, g, k_cache, v_cache, out, ws, n_heads, scale); \
         break
     switch (key) {
@@ -213,4 +332,28 @@ extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
         PL_CUDA_LAUNCHED();
     }
     return 0;
+}
+
+extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
+                                         const int32_t *positions, const int32_t *rows,
+                                         const int32_t *row_seq,
+                                         const int32_t *block_table, pl_kv_geom g,
+                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                         pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                         int n_splits, float *ws, cudaStream_t st)
+{
+    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
+                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, false, st);
+}
+
+extern "C" int pl_cuda_attn_decode_split16(const float *q, int q_stride,
+                                           const int32_t *positions, const int32_t *rows,
+                                           const int32_t *row_seq,
+                                           const int32_t *block_table, pl_kv_geom g,
+                                           const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                           pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                           int n_splits, float *ws, cudaStream_t st)
+{
+    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
+                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, true, st);
 }

@@ -115,6 +115,7 @@ typedef struct cuda_runner {
     int bucket_eager[CR_MAX_BUCKETS];  /* capture failed: eager for good */
     bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
     bool split_kv;               /* unless PARLEY_CUDA_DECODE_ATTN=rows */
+    bool split16;                /* PARLEY_CUDA_DECODE_ATTN=split16: 16 lanes per key */
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */
     pl_cuda_graph_stats graph_stats;

@@ -226,9 +226,11 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     /* Split-KV decode attention is the default where the shape has a
      * kernel (+38 % at 256 sequences on an H100); PARLEY_CUDA_DECODE_ATTN=rows
-     * selects the one-block-per-row kernel. */
+     * selects the one-block-per-row kernel, =split16 the split-KV kernel
+     * with 16 lanes per key (a tuning candidate). */
     r->split_kv = !(attn && !strcmp(attn, "rows"))
                   && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
+    r->split16 = r->split_kv && attn && !strcmp(attn, "split16");
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
     init_buckets(r, cuda_graphs);
