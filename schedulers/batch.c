@@ -335,6 +335,7 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
         s->n_cached = s->num_computed;
+    s->n_deferred = 0;
     queue_remove_(b->waiting, &b->n_waiting, s);
     s->slot = b->free_slots[--b->n_free_slots];
     s->state = PL_SEQ_RUNNING;

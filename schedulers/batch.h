@@ -26,7 +26,11 @@
  *
  * The waiting head is never overtaken: when it cannot be admitted (no
  * blocks), nothing younger is admitted that step. Paused sequences
- * (backpressure) are skipped but keep their blocks.
+ * (backpressure) are skipped but keep their blocks. So is, for at most
+ * defer_steps steps, one whose next prompt positions a sequence already in
+ * the step computes (same ids from the start): it starts a step later and
+ * reads them from the cache (partial reuse of that block) instead of
+ * computing them again beside it.
  *
  * Steps must execute in launch order on the device: blocks released while
  * a step is in flight may be handed to a sequence of a later step.
@@ -77,6 +81,8 @@ typedef struct pl_batch_seq {
                                    admission, -1 before it */
     int32_t cow_dst;          /**< block copied into at this admission, -1 */
     int n_preempted;
+    int n_deferred;           /**< steps deferred before this admission
+                                   (pl_batch_config.defer_steps) */
     uint64_t last_step;       /**< last step number it was scheduled in */
     pl_seq_sampling sampling; /**< copied into each step (step updated) */
     uint64_t conv_key;        /**< conversation key (0: none): tags the
@@ -101,6 +107,12 @@ typedef struct pl_batch_config {
      *  longest run of a cached block's leading ids is copied into a fresh
      *  block (copy on write, pl_batch_step.copy_*). */
     bool partial_prefix;
+    /** Shared-prefix deferral: a waiting sequence whose next prompt
+     *  positions a sequence of the step being scheduled computes (same ids
+     *  from the start) waits for that step, then reads them from the cache
+     *  instead of computing them a second time; at most this many steps
+     *  per admission (0: off). Tokens are unchanged; only when it starts. */
+    int defer_steps;
 } pl_batch_config;
 
 /**
@@ -114,6 +126,7 @@ typedef struct pl_batch_step {
     int n_decode_rows;        /**< rows of sequences in decode */
     int n_prefill_rows;       /**< rows of prompt (or recompute) chunks */
     int n_preempted;          /**< sequences preempted while scheduling */
+    int n_deferred;           /**< admissions deferred (defer_steps) */
     /** KV block copies (partial-block reuse) the runner must make before
      *  this step: copy_src[i] -> copy_dst[i], all layers. */
     int n_copies;

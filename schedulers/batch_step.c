@@ -181,9 +181,61 @@ static void schedule_running_(pl_batch *b, pl_batch_step *st, bool decode_pass)
     }
 }
 
+/* Leading ids s and r share, at most n. */
+static int common_prefix_(const pl_batch_seq *s, const pl_batch_seq *r, int n)
+{
+    int i = 0;
+    while (i < n && s->tokens[i] == r->tokens[i])
+        i++;
+    return i;
+}
+
+/* Prompt positions of s that r, scheduled in this step from position
+ * `start` to `end`, computes for both of them and that s could read from
+ * the cache next step but not now: full blocks r commits in this step are
+ * readable at once (same-step reads), the ids of the block where the two
+ * part (partial reuse) or r's blocks of later chunks only afterwards. */
+static int share_gain_(const pl_batch *b, const pl_batch_seq *s,
+                       const pl_batch_seq *r, int start, int end)
+{
+    int bs = b->block_size;
+    int n = s->n_tokens - 1 < r->n_tokens ? s->n_tokens - 1 : r->n_tokens;
+    if (n <= start || s->tokens[start] != r->tokens[start])
+        return 0;
+    int shared = common_prefix_(s, r, n);
+    if (shared <= start)
+        return 0;
+    int done = end < r->n_tokens ? end : r->n_tokens;
+    int upto = shared < done ? shared : done;
+    int now = upto / bs * bs;
+    if (shared > done)          /* r computes the rest in later chunks */
+        return shared - now;
+    bool full = (shared / bs + 1) * bs <= done;
+    return b->cfg.partial_prefix && full ? shared - now : 0;
+}
+
+/* Whether waiting s should wait a step for what a sequence already in
+ * this step computes (pl_batch_config.defer_steps). */
+static bool defer_for_share_(const pl_batch *b, const pl_batch_step *st,
+                             const pl_batch_seq *s)
+{
+    if (s->n_deferred >= b->cfg.defer_steps || s->prompt_logprobs)
+        return false;
+    const pl_step_input *in = &st->in;
+    for (int k = 0; k < in->n_seqs; k++) {
+        const pl_batch_seq *r = st->seqs[k];
+        int end = in->seq_ctx_len[k];
+        int start = end - in->seq_n_rows[k];
+        if (!r->prompt_logprobs && share_gain_(b, s, r, start, end) > 0)
+            return true;
+    }
+    return false;
+}
+
 /* Admit waiting sequences in order while seats, budget and blocks last.
  * The first one that does not get its blocks stops admission, so nothing
- * younger overtakes it. */
+ * younger overtakes it. One deferred for a shared prefix is passed over
+ * this step (at most defer_steps times). */
 static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
 {
     int i = 0;
@@ -196,6 +248,12 @@ static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
         }
         if (b->n_running >= b->cfg.max_num_seqs || budget <= 0)
             return;
+        if (defer_for_share_(b, st, s)) {
+            s->n_deferred++;
+            st->n_deferred++;
+            i++;
+            continue;
+        }
         pl_batch_admit_(b, s);
         int left = s->n_tokens - s->num_computed;
         int n = left < budget ? left : budget;
@@ -217,6 +275,7 @@ int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
     st->in.n_seqs = 0;
     st->in.n_row_next = 0;
     st->n_decode_rows = st->n_prefill_rows = st->n_preempted = 0;
+    st->n_deferred = 0;
     pl_batch_sort_running_(b);
     schedule_running_(b, st, true);
     schedule_running_(b, st, false);

@@ -295,7 +295,7 @@ static json_int_t geti(json_t *o, const char *a, const char *b)
  * makespan. null when no backend is an engine. */
 static json_t *engine_summary(json_t *backends, double makespan_ms)
 {
-    json_int_t steps = 0, rows = 0, ev = 0, pre = 0, done = 0, needev = 0;
+    json_int_t steps = 0, rows = 0, ev = 0, pre = 0, done = 0, needev = 0, defer = 0;
     double exec = 0;
     bool any = false;
     size_t i;
@@ -310,13 +310,15 @@ static json_t *engine_summary(json_t *backends, double makespan_ms)
         ev += geti(b, "kv", "evictions");
         done += geti(b, "kv", "done_released");
         needev += geti(b, "kv", "need_evictions");
+        defer += geti(b, "kv", "share_deferrals");
         exec += json_number_value(json_object_get(json_object_get(b, "timing"), "execute_ms"));
     }
     if (!any)
         return json_null();
-    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I, s:f}", "steps", steps, "rows_per_step",
+    return json_pack("{s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:f}", "steps", steps, "rows_per_step",
                      steps ? (double)rows / (double)steps : 0.0, "evictions", ev,
                      "preemptions", pre, "done_released", done, "need_evictions", needev,
+                     "share_deferrals", defer,
                      "busy_fraction", makespan_ms > 0 ? exec / makespan_ms : 0.0);
 }
 

@@ -1,6 +1,6 @@
 /* test_batch.c - the continuous-batching scheduler: token budget, chunked
  * prefill, placeholders, preemption under a tiny KV cache, priority order,
- * no starvation, pause and abort. The "device" here samples a token that
+ * no starvation, pause and abort, shared-prefix deferral. The "device" here samples a token that
  * depends only on the sequence id and position. */
 #include <criterion/criterion.h>
 
@@ -19,16 +19,21 @@ typedef struct harness {
     int n_preempted;
 } harness;
 
-static void h_init(harness *h, int num_blocks, int max_seqs, int budget,
-                   int max_len)
+static void h_init_cfg(harness *h, int num_blocks, pl_batch_config cfg)
 {
-    h->cfg = (pl_batch_config){max_seqs, budget, max_len};
+    h->cfg = cfg;
     h->n_preempted = 0;
     h->kv = pl_kv_blocks_new(num_blocks, BS, true);
     h->b = pl_batch_new(&h->cfg, h->kv);
     cr_assert_not_null(h->b);
     for (int i = 0; i < 2; i++)
         cr_assert_eq(pl_batch_step_init(&h->st[i], &h->cfg, BS), 0);
+}
+
+static void h_init(harness *h, int num_blocks, int max_seqs, int budget,
+                   int max_len)
+{
+    h_init_cfg(h, num_blocks, (pl_batch_config){max_seqs, budget, max_len});
 }
 
 static void h_free(harness *h)
@@ -442,4 +447,104 @@ Test(batch, private_reply_blocks_evicted_first)
         pl_kv_blocks_release(h.kv, got[i]);
     assert_idle(&h);
     h_free(&h);
+}
+
+/* A prompt of n ids: the first `shared` from a common run (500 + i), the
+ * rest the sequence's own. Shares `with_prev` more ids with `prev`. */
+static pl_batch_seq *add_shared(harness *h, uint64_t id, int n, int shared,
+                                const pl_batch_seq *prev, int with_prev, int prio)
+{
+    int32_t p[64];
+    cr_assert_leq(n, 64);
+    for (int i = 0; i < n; i++)
+        p[i] = i < shared ? 500 + i : (int32_t)(id * 1000) + i;
+    for (int i = shared; prev && i < shared + with_prev; i++)
+        p[i] = prev->tokens[i];
+    pl_batch_seq *s = pl_batch_add(h->b, id, p, n, 2, prio, NULL, NULL);
+    cr_assert_not_null(s);
+    return s;
+}
+
+static bool in_step(const pl_batch_step *st, const pl_batch_seq *s)
+{
+    for (int k = 0; k < st->in.n_seqs; k++)
+        if (st->seqs[k] == s)
+            return true;
+    return false;
+}
+
+static void step_sync(harness *h, int *done)
+{
+    pl_batch_schedule(h->b, &h->st[0]);
+    h_process(h, &h->st[0], done, 8);
+}
+
+/* Three prompts sharing 18 ids (4 full blocks of 4 and 2 ids of the
+ * fifth) submitted together: with deferral the 2nd and 3rd wait one step
+ * for the 1st's fifth block and reuse its first 2 ids (18 cached); without
+ * it all three start at once and compute those ids three times. */
+static void three_together(int defer_steps, int want_cached)
+{
+    harness h;
+    h_init_cfg(&h, 64, (pl_batch_config){4, 64, 128, true, defer_steps});
+    pl_batch_seq *s[3];
+    for (int i = 0; i < 3; i++)
+        s[i] = add_shared(&h, (uint64_t)i + 1, 24, 18, NULL, 0, 0);
+    int done[8] = {0};
+    pl_batch_schedule(h.b, &h.st[0]);
+    cr_assert_eq(h.st[0].in.n_seqs, defer_steps ? 1 : 3);
+    cr_assert_eq(h.st[0].n_deferred, defer_steps ? 2 : 0);
+    cr_assert_eq(s[0]->n_cached, 0);
+    h_process(&h, &h.st[0], done, 8);
+    pl_batch_schedule(h.b, &h.st[0]);   /* read before they finish */
+    for (int i = 1; i < 3; i++)
+        cr_assert_eq(s[i]->n_cached, want_cached, "seq %d: %d cached", i + 1, s[i]->n_cached);
+    h_process(&h, &h.st[0], done, 8);
+    h_run(&h, false, done, 8);
+    for (int i = 1; i <= 3; i++)
+        cr_assert_eq(done[i], 1);
+    assert_idle(&h);
+    h_free(&h);
+}
+
+Test(batch, shared_prefix_deferral_reuses_same_step_blocks)
+{
+    three_together(2, 18);
+    three_together(0, 16);
+}
+
+/* The deferral is bounded: s (priority 1) shares 18 ids with a and 22
+ * with d (priority 0, queued after step 1, so admitted before s in step 2).
+ * With defer_steps 1 s waits for a only and starts in step 2 beside d (20
+ * cached: d's fifth block, committed in that step, is read at once; ids
+ * 20 and 21 computed again); with 2 it also waits for d (22 cached). */
+static void bounded(int defer_steps, int want_cached, uint64_t want_step)
+{
+    harness h;
+    h_init_cfg(&h, 64, (pl_batch_config){4, 64, 128, true, defer_steps});
+    add_shared(&h, 1, 24, 18, NULL, 0, 0);
+    pl_batch_seq *s = add_shared(&h, 2, 24, 18, NULL, 0, 1);
+    int done[8] = {0};
+    step_sync(&h, done);
+    cr_assert_eq(s->n_deferred, 1);
+    add_shared(&h, 3, 28, 18, s, 4, 0);
+    uint64_t started = 0;
+    for (uint64_t no = 2; no <= 4 && !started; no++) {
+        pl_batch_schedule(h.b, &h.st[0]);
+        if (in_step(&h.st[0], s))
+            started = no;
+        h_process(&h, &h.st[0], done, 8);
+    }
+    cr_assert_eq(started, want_step, "s started in step %d", (int)started);
+    cr_assert_eq(s->n_cached, want_cached, "defer %d: %d cached", defer_steps, s->n_cached);
+    cr_assert_eq(s->n_deferred, 0, "reset at admission");
+    h_run(&h, false, done, 8);
+    assert_idle(&h);
+    h_free(&h);
+}
+
+Test(batch, shared_prefix_deferral_is_bounded)
+{
+    bounded(1, 20, 2);
+    bounded(2, 22, 3);
 }

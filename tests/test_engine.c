@@ -227,6 +227,40 @@ Test(engine, finished_reply_tail_reused)
     event_base_free(base);
 }
 
+/* Three prompts sharing 50 ids (3 full blocks + 2 ids) that arrive
+ * together: the 2nd and 3rd wait a step for the 1st's fourth block, then
+ * reuse its first 2 ids as well (50 cached, not 48); outputs unchanged. A
+ * slow step in flight makes them arrive in one scheduling pass. */
+Test(engine, same_step_shared_prefix_deferred)
+{
+    eng_cfg cfg = base_cfg;
+    cfg.sleep_us = 20000;
+    struct event_base *base = event_base_new();
+    pl_backend *b = make_engine(base, cfg);
+    int32_t p[4][80];
+    for (int k = 0; k < 4; k++) {
+        make_prompt(p[k], 80, 20);
+        for (int i = 50; i < 80; i++)
+            p[k][i] = 3 + (p[k][i] + 7 * (k + 1)) % (VOCAB - 3);
+    }
+    make_prompt(p[0], 80, 21);   /* a blocker: keeps a step in flight */
+    collect col[4] = {0};
+    submit_ids_no_eos(b, p[0], 80, 6, &col[0]);
+    for (int k = 1; k < 4; k++)
+        submit_ids(b, p[k], 80, 6, &col[k]);
+    run_until_done(base, col, 4);
+    for (int k = 1; k < 4; k++)
+        check_against_reference(p[k], 80, 6, &col[k]);
+    int c1 = col[1].res.cached_tokens, c2 = col[2].res.cached_tokens,
+        c3 = col[3].res.cached_tokens;
+    cr_assert(c1 == 0 && c2 == 50 && c3 == 50, "cached %d %d %d", c1, c2, c3);
+    json_t *s = stats(b);
+    cr_assert_eq(stat_int(s, "kv", "share_deferrals"), 2);
+    json_decref(s);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
 Test(engine, prefix_caching_off_no_hits)
 {
     eng_cfg c = base_cfg;

@@ -429,7 +429,8 @@ static int init_core_(pl_engine *e, pl_err *err)
     pl_batch_config bc = {e->opt.max_num_seqs, e->opt.max_num_batched_tokens,
                           e->max_model_len,
                           e->opt.prefix_caching && !e->opt.no_partial_prefix &&
-                              e->runner->ops->copy_block != NULL};
+                              e->runner->ops->copy_block != NULL,
+                          e->opt.prefix_caching ? PL_ENGINE_DEFER_STEPS : 0};
     e->kv = pl_kv_blocks_new(e->opt.num_blocks, e->opt.block_size,
                              e->opt.prefix_caching);
     e->t_open = pl_engine_now_ms_();

@@ -13,6 +13,10 @@
 
 struct event;
 
+/* Steps a request may wait, at most, for the shared prompt positions a
+ * request of the step being scheduled computes (batch.h defer_steps). */
+#define PL_ENGINE_DEFER_STEPS 2
+
 /* A request as the engine thread sees it. Created on the main thread,
  * owned by the engine thread once in the inbox. */
 typedef struct eng_req {
@@ -87,6 +91,7 @@ typedef struct eng_stats {
     uint64_t steps;               /* steps launched */
     uint64_t steps_done;          /* steps whose outputs were processed */
     uint64_t rows, decode_rows, prefill_rows, preemptions;
+    uint64_t deferrals;           /* admissions deferred for a shared prefix */
     uint64_t tokens_out;          /* sampled tokens appended */
     uint64_t aborted;             /* requests aborted by the caller */
     uint64_t pause_msgs;          /* pause and resume requests applied */

@@ -246,6 +246,7 @@ static bool launch_next_(pl_engine *e)
     s->decode_rows += (uint64_t)st->n_decode_rows;
     s->prefill_rows += (uint64_t)st->n_prefill_rows;
     s->preemptions += (uint64_t)st->n_preempted;
+    s->deferrals += (uint64_t)st->n_deferred;
     return true;
 }
 

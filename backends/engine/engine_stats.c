@@ -78,6 +78,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(kv, "need_evictions", json_integer((json_int_t)s.kv.need_evictions));
         json_object_set_new(kv, "partial_hits", json_integer((json_int_t)s.kv.partial_hits));
         json_object_set_new(kv, "partial_tokens", json_integer((json_int_t)s.kv.partial_tokens));
+        json_object_set_new(kv, "share_deferrals", json_integer((json_int_t)s.deferrals));
         json_object_set_new(o, "kv", kv);
         if (!strcmp(e->ops.kind, "cpu"))
             json_object_set_new(o, "cpu_kernels", json_string(pl_op_kernel_path()));
