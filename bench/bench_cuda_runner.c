@@ -8,7 +8,8 @@
  *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]
  * --rows-attn: the one-block-per-row decode attention kernel instead of the
  * split-KV, GQA-grouped one (the default; --split-kv is accepted);
- * --split16: the split-KV kernel with 16 lanes per key.
+ * --split16: the split-KV kernel with 16 lanes per key; --prefill-mma: the
+ * tensor-core prefill attention kernel.
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
@@ -101,6 +102,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
         else if (!strcmp(a, "--rows-attn")) setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
         else if (!strcmp(a, "--split16")) setenv("PARLEY_CUDA_DECODE_ATTN", "split16", 1);
+        else if (!strcmp(a, "--prefill-mma")) setenv("PARLEY_CUDA_PREFILL_ATTN", "mma", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -143,7 +145,8 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16] [--sync]\n",
+                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16] [--prefill-mma]"
+                " [--sync]\n",
                 argv[0]);
         return 2;
     }
@@ -218,14 +221,15 @@ int main(int argc, char **argv)
     const char *attn_kind = rows_attn ? "rows" : attn && !strcmp(attn, "split16") ? "split16"
                                                                                   : "split";
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
-           "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"kv_blocks\":%d,"
+           "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"prefill_mma\":%s,\"kv_blocks\":%d,"
            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
            "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
-           rows_attn ? "false" : "true", attn_kind, r->info.num_blocks, t_load,
+           rows_attn ? "false" : "true", attn_kind,
+           getenv("PARLEY_CUDA_PREFILL_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
            (t_dec - dec_dev) / o.gen, *pf_phases ? ",\"prefill_phases_ms\":" : "",

@@ -137,6 +137,20 @@ static void reference(const attn_fix *f, float *out)
 
 enum { MODE_DECODE, MODE_PREFILL, MODE_SPLIT, MODE_ROWS, MODE_SPLIT16 };
 
+/* Prefill launches (MODE_PREFILL, MODE_ROWS' sequence lists) go through the
+ * tensor-core kernel when set (one Criterion test process each). */
+static bool g_prefill_mma;
+
+static int prefill_seqs(const float *q, int q_stride, const int32_t *positions,
+                        const int32_t *seqs, const int32_t *first, const int32_t *nrows,
+                        const int32_t *bt, pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc,
+                        pl_bf16 *out, int n_seqs, int max_rows, int n_heads, float scale)
+{
+    return (g_prefill_mma ? pl_cuda_attn_prefill_mma_seqs : pl_cuda_attn_prefill_seqs)(
+        q, q_stride, positions, seqs, first, nrows, bt, g, kc, vc, out, n_seqs, max_rows,
+        n_heads, scale, 0);
+}
+
 /* MODE_SPLIT (MODE_SPLIT16): the split-KV grouped kernel (with 16 lanes per
  * key) with n_splits (0: the heuristic for 132 SMs); MODE_ROWS: decode over
  * every other row only (a row list), prefill over every other sequence (a
@@ -174,8 +188,8 @@ static void launch_mode(attn_fix *f, int mode, int n_splits, pl_bf16 *dout, floa
         mx = c->new_rows[s] > mx ? c->new_rows[s] : mx;
     }
     int32_t *dl = tu_dev(list, sizeof(int32_t) * n);
-    OK(pl_cuda_attn_prefill_seqs(f->dqkv, f->qkv_dim, f->dpos, dl, f->dfirst, f->dnrows, f->dbt,
-                                 g, f->dk, f->dv, dout, n, mx, c->n_head, scale, 0));
+    OK(prefill_seqs(f->dqkv, f->qkv_dim, f->dpos, dl, f->dfirst, f->dnrows, f->dbt, g, f->dk,
+                    f->dv, dout, n, mx, c->n_head, scale));
     CU(cudaDeviceSynchronize());
     cudaFree(dl);
 }
@@ -216,8 +230,8 @@ static void run_case_mode(attn_case c, int mode, int n_splits)
         int mx = 0;
         for (int s = 0; s < c.n_seqs; s++)
             mx = c.new_rows[s] > mx ? c.new_rows[s] : mx;
-        OK(pl_cuda_attn_prefill(f.dqkv, f.qkv_dim, f.dpos, f.dfirst, f.dnrows, f.dbt, g, f.dk,
-                                f.dv, dout, c.n_seqs, mx, c.n_head, scale, 0));
+        OK(prefill_seqs(f.dqkv, f.qkv_dim, f.dpos, NULL, f.dfirst, f.dnrows, f.dbt, g, f.dk,
+                        f.dv, dout, c.n_seqs, mx, c.n_head, scale));
     } else {
         OK(pl_cuda_attn_decode(f.dqkv, f.qkv_dim, f.dpos, f.drs, f.dbt, g, f.dk, f.dv, dout,
                                f.n_rows, c.n_head, scale, 0));
@@ -295,6 +309,24 @@ Test(cuda_attn, split16_decode_matches_reference)
         run_case_mode((attn_case){64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}}, MODE_SPLIT16,
                       splits[i]);
     }
+}
+
+/* The tensor-core prefill kernel on the prefill cases: cached prefixes,
+ * groups of 3 and 4 query heads, MQA, more than 64 rows and keys (two row
+ * and key tiles), a full 128-row prompt at head_dim 128, and a sequence
+ * list (a mixed step's prefill part). */
+Test(cuda_attn, prefill_mma_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(22);
+    g_prefill_mma = true;
+    run_case((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, 1);
+    run_case((attn_case){32, 8, 128, 2, {100, 37}, {64, 37}}, 1);
+    run_case((attn_case){8, 1, 64, 1, {33}, {33}}, 1);
+    run_case((attn_case){32, 8, 128, 1, {128}, {128}}, 1);
+    run_case((attn_case){16, 4, 128, 3, {1, 65, 127}, {1, 65, 3}}, 1);
+    run_case_mode((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, MODE_ROWS, 0);
+    g_prefill_mma = false;
 }
 
 /* A mixed step's lists: decode over a row list, prefill over a sequence list. */

@@ -19,6 +19,7 @@
 #                    prompt $PROMPT (512) / output $GEN (256): prefill and
 #                    decode tok/s, step time, idle gap; the defaults (graphs,
 #                    async, split-KV attention), split16 and row attention,
+#                    tensor-core prefill attention (--prefill-mma),
 #                    sync scheduling, and eager (1b only). BENCH_SEQS and
 #                    BENCH_VARIANTS narrow it.
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
@@ -127,13 +128,14 @@ stage_test() {
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
-    # The runner again with the other decode attention kernels (split-KV is
-    # the default): one block per row, and split-KV with 16 lanes per key.
-    for a in rows split16; do
+    # The runner again with the other attention kernels (split-KV decode and
+    # SIMT prefill are the defaults): decode one block per row, decode with
+    # 16 lanes per key, prefill on tensor cores.
+    for a in PARLEY_CUDA_DECODE_ATTN=rows PARLEY_CUDA_DECODE_ATTN=split16 \
+             PARLEY_CUDA_PREFILL_ATTN=mma; do
         for b in test_cuda_ref test_cuda_runner; do
-            PARLEY_CUDA_DECODE_ATTN=$a "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_$a.log" 2>&1 \
-                || st=1
-            log "test $b ($a attention): $(grep -o 'Tested: .*' "$OUT/${b}_$a.log" | tail -1)"
+            env "$a" "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_${a#*=}.log" 2>&1 || st=1
+            log "test $b ($a): $(grep -o 'Tested: .*' "$OUT/${b}_${a#*=}.log" | tail -1)"
         done
     done
     # Skipped tests are counted by Criterion as passing; list them.
@@ -246,8 +248,9 @@ stage_bench() {
     full="$(shape_name "$shape")" || return 2
     m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
     # "" = graphs, async, split-KV decode attention (the defaults)
-    variants=(${BENCH_VARIANTS:-"" --split16 --rows-attn --sync --no-graphs})
-    [ "$shape" = 8b ] && [ -z "${BENCH_VARIANTS:-}" ] && variants=("" --split16 --sync)
+    variants=(${BENCH_VARIANTS:-"" --split16 --prefill-mma --rows-attn --sync --no-graphs})
+    [ "$shape" = 8b ] && [ -z "${BENCH_VARIANTS:-}" ] \
+        && variants=("" --split16 --prefill-mma --sync)
     for seqs in ${BENCH_SEQS:-1 64 256}; do
         for g in "${variants[@]}"; do
             "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" $g \

@@ -34,6 +34,19 @@ int pl_cuda_attn_prefill_seqs(const float *q, int q_stride, const int32_t *posit
                               pl_bf16 *out, int n_seqs, int max_seq_rows, int n_heads,
                               float scale, cudaStream_t st);
 
+/** The same as pl_cuda_attn_prefill_seqs on tensor cores (bf16 MMA, fp32
+ *  accumulation; Q and the probabilities rounded to bf16): 64 query rows x
+ *  64 keys per tile. head_dim 64 or 128 (pl_cuda_attn_prefill_mma_supported),
+ *  sm_80 and up. PARLEY_CUDA_PREFILL_ATTN=mma in the runner. */
+int pl_cuda_attn_prefill_mma_seqs(const float *q, int q_stride, const int32_t *positions,
+                                  const int32_t *seqs, const int32_t *seq_first_row,
+                                  const int32_t *seq_n_rows, const int32_t *block_table,
+                                  pl_kv_geom g, const pl_bf16 *k_cache,
+                                  const pl_bf16 *v_cache, pl_bf16 *out, int n_seqs,
+                                  int max_seq_rows, int n_heads, float scale,
+                                  cudaStream_t st);
+int pl_cuda_attn_prefill_mma_supported(int head_dim);
+
 #ifdef __cplusplus
 }
 #endif

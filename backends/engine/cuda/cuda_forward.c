@@ -48,20 +48,16 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
         pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
         return rc;
     }
-    if (st->n_dec == 0) {
-        rc = pl_cuda_attn_prefill(r->qkv, r->qkv_dim, d->positions, d->first_row,
-                                  d->n_rows, d->bt, r->geom, kc, vc, r->att, st->n_seqs,
-                                  st->max_seq_rows, r->n_head, scale, r->cs);
-        pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
-        return rc;
-    }
     /* Mixed: decode rows through the decode kernel, the rest in tiles. */
-    if (decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
+    bool mixed = st->n_dec > 0;
+    if (mixed && decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
         return -1;
-    pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
-    rc = pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, d->pf_seqs,
-                                   d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
-                                   st->n_pf, st->pf_max_rows, r->n_head, scale, r->cs);
+    if (mixed)
+        pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
+    rc = (r->prefill_mma ? pl_cuda_attn_prefill_mma_seqs : pl_cuda_attn_prefill_seqs)(
+        r->qkv, r->qkv_dim, d->positions, mixed ? d->pf_seqs : NULL, d->first_row, d->n_rows,
+        d->bt, r->geom, kc, vc, r->att, mixed ? st->n_pf : st->n_seqs,
+        mixed ? st->pf_max_rows : st->max_seq_rows, r->n_head, scale, r->cs);
     pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
     return rc;
 }

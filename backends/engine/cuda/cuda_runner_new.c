@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/attn_prefill.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
 
 extern const pl_runner_ops pl_cuda_runner_ops_;
@@ -231,6 +232,8 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
     r->split_kv = !(attn && !strcmp(attn, "rows"))
                   && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
     r->split16 = r->split_kv && attn && !strcmp(attn, "split16");
+    const char *pf = getenv("PARLEY_CUDA_PREFILL_ATTN");  /* a tuning candidate */
+    r->prefill_mma = pf && !strcmp(pf, "mma") && pl_cuda_attn_prefill_mma_supported(r->head_dim);
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
     init_buckets(r, cuda_graphs);
