@@ -8,8 +8,8 @@
  *        [--prompt P] [--gen G] [--no-graphs] [--max-rows R] [--rows-attn] [--sync]
  * --rows-attn: the one-block-per-row decode attention kernel instead of the
  * split-KV, GQA-grouped one (the default; --split-kv is accepted);
- * --split16: the split-KV kernel with 16 lanes per key; --prefill-mma: the
- * tensor-core prefill attention kernel.
+ * --split16: the split-KV kernel with 16 lanes per key; --decode-mma and
+ * --prefill-mma: the tensor-core decode and prefill attention kernels.
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
@@ -102,6 +102,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
         else if (!strcmp(a, "--rows-attn")) setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
         else if (!strcmp(a, "--split16")) setenv("PARLEY_CUDA_DECODE_ATTN", "split16", 1);
+        else if (!strcmp(a, "--decode-mma")) setenv("PARLEY_CUDA_DECODE_ATTN", "mma", 1);
         else if (!strcmp(a, "--prefill-mma")) setenv("PARLEY_CUDA_PREFILL_ATTN", "mma", 1);
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
@@ -145,7 +146,8 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16] [--prefill-mma]"
+                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16|--decode-mma]"
+                " [--prefill-mma]"
                 " [--sync]\n",
                 argv[0]);
         return 2;
@@ -218,8 +220,7 @@ int main(int argc, char **argv)
     phases_json(r, !cpu, dec_phases, sizeof dec_phases);
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     bool rows_attn = attn && !strcmp(attn, "rows");
-    const char *attn_kind = rows_attn ? "rows" : attn && !strcmp(attn, "split16") ? "split16"
-                                                                                  : "split";
+    const char *attn_kind = rows_attn ? "rows" : attn ? attn : "split";
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
            "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"prefill_mma\":%s,\"kv_blocks\":%d,"
            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,"

@@ -135,7 +135,7 @@ static void reference(const attn_fix *f, float *out)
     free(scratch);
 }
 
-enum { MODE_DECODE, MODE_PREFILL, MODE_SPLIT, MODE_ROWS, MODE_SPLIT16 };
+enum { MODE_DECODE, MODE_PREFILL, MODE_SPLIT, MODE_ROWS, MODE_SPLIT16, MODE_MMA };
 
 /* Prefill launches (MODE_PREFILL, MODE_ROWS' sequence lists) go through the
  * tensor-core kernel when set (one Criterion test process each). */
@@ -151,19 +151,20 @@ static int prefill_seqs(const float *q, int q_stride, const int32_t *positions,
         n_heads, scale, 0);
 }
 
-/* MODE_SPLIT (MODE_SPLIT16): the split-KV grouped kernel (with 16 lanes per
- * key) with n_splits (0: the heuristic for 132 SMs); MODE_ROWS: decode over
- * every other row only (a row list), prefill over every other sequence (a
- * sequence list); the others stay 0. */
+/* MODE_SPLIT (MODE_SPLIT16, MODE_MMA): the split-KV grouped kernel (with 16
+ * lanes per key, on tensor cores) with n_splits (0: the heuristic for 132
+ * SMs); MODE_ROWS: decode over every other row only (a row list), prefill
+ * over every other sequence (a sequence list); the others stay 0. */
 static void launch_mode(attn_fix *f, int mode, int n_splits, pl_bf16 *dout, float scale)
 {
     const attn_case *c = &f->c;
     pl_kv_geom g = fix_geom(f);
-    if (mode == MODE_SPLIT || mode == MODE_SPLIT16) {
+    if (mode == MODE_SPLIT || mode == MODE_SPLIT16 || mode == MODE_MMA) {
         int ns = n_splits ? n_splits : pl_cuda_attn_split_count(f->n_rows, c->n_kv, 132);
         size_t wsn = pl_cuda_attn_split_ws(f->n_rows, c->n_head, c->hd, ns);
         float *ws = wsn ? tu_dev(NULL, wsn * sizeof(float)) : NULL;
-        OK((mode == MODE_SPLIT ? pl_cuda_attn_decode_split : pl_cuda_attn_decode_split16)(
+        OK((mode == MODE_SPLIT ? pl_cuda_attn_decode_split
+            : mode == MODE_MMA ? pl_cuda_attn_decode_mma : pl_cuda_attn_decode_split16)(
             f->dqkv, f->qkv_dim, f->dpos, NULL, f->drs, f->dbt, g, f->dk, f->dv, dout,
             f->n_rows, c->n_head, scale, ns, ws, 0));
         CU(cudaDeviceSynchronize());
@@ -224,7 +225,7 @@ static void run_case_mode(attn_case c, int mode, int n_splits)
     pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * on);
     float scale = 1.0f / sqrtf((float)c.hd);
     int prefill = mode == MODE_PREFILL;
-    if (mode == MODE_SPLIT || mode == MODE_SPLIT16 || mode == MODE_ROWS) {
+    if (mode == MODE_SPLIT || mode == MODE_SPLIT16 || mode == MODE_MMA || mode == MODE_ROWS) {
         launch_mode(&f, mode, n_splits, dout, scale);
     } else if (prefill) {
         int mx = 0;
@@ -293,22 +294,33 @@ Test(cuda_attn, split_kv_decode_matches_reference)
     }
 }
 
-/* The same cases through the 16-lanes-per-key variant, plus odd key counts
- * against the two key streams of a warp (1, 2, 3, 9, 31 keys per split). */
+/* The same cases through the 16-lanes-per-key and the tensor-core
+ * variants, plus odd key counts against the two key streams of a warp and
+ * the 32-key tiles (1, 2, 3, 9, 31 keys per split). */
+static void split_variant_cases(int mode)
+{
+    int splits[] = {1, 3, 8, 0};
+    for (int i = 0; i < 4; i++) {
+        run_case_mode((attn_case){8, 2, 64, 3, {1, 17, 100}, {1, 1, 1}}, mode, splits[i]);
+        run_case_mode((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, mode, splits[i]);
+        run_case_mode((attn_case){8, 1, 64, 1, {128}, {1}}, mode, splits[i]);
+        run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, mode, splits[i]);
+        run_case_mode((attn_case){64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}}, mode, splits[i]);
+    }
+}
+
 Test(cuda_attn, split16_decode_matches_reference)
 {
     SKIP_WITHOUT_GPU();
     tu_seed(21);
-    int splits[] = {1, 3, 8, 0};
-    for (int i = 0; i < 4; i++) {
-        run_case_mode((attn_case){8, 2, 64, 3, {1, 17, 100}, {1, 1, 1}}, MODE_SPLIT16,
-                      splits[i]);
-        run_case_mode((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, MODE_SPLIT16, splits[i]);
-        run_case_mode((attn_case){8, 1, 64, 1, {128}, {1}}, MODE_SPLIT16, splits[i]);
-        run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, MODE_SPLIT16, splits[i]);
-        run_case_mode((attn_case){64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}}, MODE_SPLIT16,
-                      splits[i]);
-    }
+    split_variant_cases(MODE_SPLIT16);
+}
+
+Test(cuda_attn, mma_decode_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(23);
+    split_variant_cases(MODE_MMA);
 }
 
 /* The tensor-core prefill kernel on the prefill cases: cached prefixes,

@@ -19,7 +19,8 @@
 #                    prompt $PROMPT (512) / output $GEN (256): prefill and
 #                    decode tok/s, step time, idle gap; the defaults (graphs,
 #                    async, split-KV attention), split16 and row attention,
-#                    tensor-core prefill attention (--prefill-mma),
+#                    tensor-core decode and prefill attention (--decode-mma,
+#                    --prefill-mma),
 #                    sync scheduling, and eager (1b only). BENCH_SEQS and
 #                    BENCH_VARIANTS narrow it.
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
@@ -132,10 +133,11 @@ stage_test() {
     # SIMT prefill are the defaults): decode one block per row, decode with
     # 16 lanes per key, prefill on tensor cores.
     for a in PARLEY_CUDA_DECODE_ATTN=rows PARLEY_CUDA_DECODE_ATTN=split16 \
-             PARLEY_CUDA_PREFILL_ATTN=mma; do
+             PARLEY_CUDA_DECODE_ATTN=mma PARLEY_CUDA_PREFILL_ATTN=mma; do
         for b in test_cuda_ref test_cuda_runner; do
-            env "$a" "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_${a#*=}.log" 2>&1 || st=1
-            log "test $b ($a): $(grep -o 'Tested: .*' "$OUT/${b}_${a#*=}.log" | tail -1)"
+            local tag="${a#PARLEY_CUDA_}"
+            env "$a" "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_$tag.log" 2>&1 || st=1
+            log "test $b ($a): $(grep -o 'Tested: .*' "$OUT/${b}_$tag.log" | tail -1)"
         done
     done
     # Skipped tests are counted by Criterion as passing; list them.
@@ -248,9 +250,10 @@ stage_bench() {
     full="$(shape_name "$shape")" || return 2
     m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
     # "" = graphs, async, split-KV decode attention (the defaults)
-    variants=(${BENCH_VARIANTS:-"" --split16 --prefill-mma --rows-attn --sync --no-graphs})
+    variants=(${BENCH_VARIANTS:-"" --split16 --decode-mma --prefill-mma --rows-attn --sync
+               --no-graphs})
     [ "$shape" = 8b ] && [ -z "${BENCH_VARIANTS:-}" ] \
-        && variants=("" --split16 --prefill-mma --sync)
+        && variants=("" --split16 --decode-mma --prefill-mma --sync)
     for seqs in ${BENCH_SEQS:-1 64 256}; do
         for g in "${variants[@]}"; do
             "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" $g \

@@ -51,6 +51,15 @@ int pl_cuda_attn_decode_split16(const float *q, int q_stride, const int32_t *pos
                                 pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
                                 pl_bf16 *out, int n_rows, int n_heads, float scale,
                                 int n_splits, float *ws, cudaStream_t st);
+/** The same on tensor cores: the group's query heads as rows of a 16-row
+ *  MMA tile, bf16 scores and probabilities with fp32 accumulation;
+ *  PARLEY_CUDA_DECODE_ATTN=mma. sm_80 and up. */
+int pl_cuda_attn_decode_mma(const float *q, int q_stride, const int32_t *positions,
+                            const int32_t *rows, const int32_t *row_seq,
+                            const int32_t *block_table,
+                            pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                            pl_bf16 *out, int n_rows, int n_heads, float scale,
+                            int n_splits, float *ws, cudaStream_t st);
 /** Splits that give about 2 blocks per SM for n_rows rows (1..32). */
 int pl_cuda_attn_split_count(int n_rows, int n_kv_heads, int n_sm);
 /** Workspace floats for pl_cuda_attn_decode_split (0 for one split). */

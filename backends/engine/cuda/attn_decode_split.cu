@@ -9,7 +9,8 @@
  * otherwise it writes (max, sum, unnormalised accumulator) per query head
  * to the workspace and a second kernel merges the splits. The split count
  * comes from the batch (fixed for a CUDA graph's bucket): enough blocks
- * to fill the GPU at batch 1. */
+ * to fill the GPU at batch 1. Two variants share the launch and the
+ * merge: split16 (16 lanes per key) and mma (tensor cores). */
 #include <math.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
@@ -245,6 +246,183 @@ attn_split16_kernel(const float *q, int q_stride,
     merge_partials<NV, G, HD>(sm_m, sm_l, sm_acc, r, kvh, sp, ns, out, ws, n_heads);
 }
 
+/* ---- the mma variant: scores and P.V on tensor cores ---- */
+
+#define MM_BK 32                 /* keys per warp tile */
+#define MM_PAD 8                 /* bf16 of padding per transposed V row */
+
+static __device__ __forceinline__ void mm_mma(float (&d)[4], uint32_t a0, uint32_t a1,
+                                              uint32_t a2, uint32_t a3, uint32_t b0,
+                                              uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t mm_pack(float lo, float hi)
+{
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* A warp's tile of MM_BK keys from t: the KV offsets of the keys this lane
+ * reads K for (key n*8 + lane/4 of the tile; -1: masked), and V copied
+ * transposed into the warp's sv[dim][key]. */
+template <int HD>
+static __device__ __forceinline__ void mm_tile_load(long (&koff)[MM_BK / 8],
+                                                    __nv_bfloat16 *sv, int t, int t1,
+                                                    const int32_t *tab, pl_kv_geom g, int kvh,
+                                                    const __nv_bfloat16 *vc, int lane)
+{
+#pragma unroll
+    for (int n = 0; n < MM_BK / 8; n++) {
+        int tt = t + n * 8 + (lane >> 2), blk = tt < t1 ? tab[tt / g.block_size] : -1;
+        koff[n] = blk >= 0 && blk < g.n_blocks
+            ? (((long)blk * g.block_size + tt % g.block_size) * g.n_kv_heads + kvh) * HD : -1;
+    }
+    __syncwarp();
+    for (int i = lane; i < MM_BK * HD / 8; i += 32) {
+        int j = i / (HD / 8), c = i % (HD / 8), tt = t + j;
+        uint4 vv = make_uint4(0, 0, 0, 0);
+        int blk = tt < t1 ? tab[tt / g.block_size] : -1;
+        if (blk >= 0 && blk < g.n_blocks)
+            vv = *(const uint4 *)(vc + (((size_t)blk * g.block_size + tt % g.block_size)
+                                        * g.n_kv_heads + kvh) * HD + 8 * c);
+        const __nv_bfloat16 *ve = (const __nv_bfloat16 *)&vv;
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            sv[(8 * c + e) * (MM_BK + MM_PAD) + j] = ve[e];
+    }
+    __syncwarp();
+}
+
+/* grid (n_rows, n_kv_heads, n_splits), 4 warps. The G query heads of the
+ * group are rows 0..G-1 of a 16-row MMA tile (the rest zero); warp w takes
+ * every 4th tile of 32 keys of the split: scores (16 x 32) by MMA with K
+ * read from the cache as B operands, the online softmax of row lane/4 in
+ * registers, P.V by MMA with V staged transposed in shared memory. Masked
+ * keys (past the split, unmapped blocks) score -inf. The 4 warps' states
+ * are merged as the split kernel's. */
+template <int HD, int G>
+static __global__ void __launch_bounds__(32 * SP_WARPS)
+attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const int32_t *rows,
+                const int32_t *row_seq, const int32_t *bt, pl_kv_geom g,
+                const __nv_bfloat16 *kc, const __nv_bfloat16 *vc, __nv_bfloat16 *out,
+                float *ws, int n_heads, float scale)
+{
+    enum { STAGE = SP_WARPS * HD * (MM_BK + MM_PAD) * 2,
+           MERGE = SP_WARPS * G * (HD + 2) * 4 };
+    __shared__ __align__(16) unsigned char smem[STAGE > MERGE ? STAGE : MERGE];
+    const int ns = gridDim.z;
+    int r = rows ? rows[blockIdx.x] : blockIdx.x, kvh = blockIdx.y, sp = blockIdx.z;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gq = lane >> 2, c2 = 2 * (lane & 3);
+    int n_keys = positions[r] + 1;
+    int chunk = (n_keys + ns - 1) / ns, t0 = sp * chunk;
+    int t1 = min(n_keys, t0 + chunk);
+    const int32_t *tab = bt + (size_t)row_seq[r] * g.max_blocks_per_seq;
+    __nv_bfloat16 *sv = (__nv_bfloat16 *)smem + w * HD * (MM_BK + MM_PAD);
+    /* Q of head gq (rows >= G are zero), scaled for exp2. */
+    const float qs = scale * 1.4426950408889634f;
+    uint32_t qa[HD / 16][2];
+#pragma unroll
+    for (int k = 0; k < HD / 16; k++) {
+        const float *qr = q + (size_t)r * q_stride + (size_t)(kvh * G + gq) * HD + 16 * k + c2;
+        qa[k][0] = gq < G ? mm_pack(qr[0] * qs, qr[1] * qs) : 0u;
+        qa[k][1] = gq < G ? mm_pack(qr[8] * qs, qr[9] * qs) : 0u;
+    }
+    float o[HD / 8][4], m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++)
+        o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    for (int t = t0 + w * MM_BK; t < t1; t += SP_WARPS * MM_BK) {
+        long koff[MM_BK / 8];
+        mm_tile_load<HD>(koff, sv, t, t1, tab, g, kvh, vc, lane);
+        float s[MM_BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < MM_BK / 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+            const __nv_bfloat16 *kr = kc + (koff[n] < 0 ? 0 : koff[n]) + c2;
+#pragma unroll
+            for (int k = 0; k < HD / 16; k++)
+                mm_mma(s[n], qa[k][0], 0u, qa[k][1], 0u, *(const uint32_t *)(kr + 16 * k),
+                       *(const uint32_t *)(kr + 16 * k + 8));
+        }
+        /* Column c2 (+1) of tile n is key t + n*8 + c2 (+1); its K offset
+         * was read by lane 4*(c2 (+1)) + ... : take the mask from there. */
+        float mt = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < MM_BK / 8; n++) {
+#pragma unroll
+            for (int x = 0; x < 2; x++) {
+                long ko = __shfl_sync(0xffffffffu, koff[n], 4 * (c2 + x));
+                if (ko < 0)
+                    s[n][x] = -INFINITY;
+                mt = fmaxf(mt, s[n][x]);
+            }
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        float mn = fmaxf(m, mt), base = mn == -INFINITY ? 0.0f : mn;
+        float corr = exp2f(m - base), sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < MM_BK / 8; n++) {
+            s[n][0] = exp2f(s[n][0] - base);
+            s[n][1] = exp2f(s[n][1] - base);
+            sum += s[n][0] + s[n][1];
+        }
+        l = l * corr + sum;
+        m = mn;
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            o[d][0] *= corr;
+            o[d][1] *= corr;
+        }
+#pragma unroll
+        for (int k = 0; k < MM_BK / 16; k++) {
+            uint32_t a0 = mm_pack(s[2 * k][0], s[2 * k][1]);
+            uint32_t a2 = mm_pack(s[2 * k + 1][0], s[2 * k + 1][1]);
+#pragma unroll
+            for (int d = 0; d < HD / 8; d++) {
+                const __nv_bfloat16 *vr = sv + (d * 8 + gq) * (MM_BK + MM_PAD) + 16 * k + c2;
+                mm_mma(o[d], a0, 0u, a2, 0u, *(const uint32_t *)vr,
+                       *(const uint32_t *)(vr + 8));
+            }
+        }
+        __syncwarp();   /* sv is rewritten by the next tile */
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    __syncthreads();    /* the staging area becomes the merge area */
+    float (&sm_m)[SP_WARPS][G] = *reinterpret_cast<float (*)[SP_WARPS][G]>(smem);
+    float (&sm_l)[SP_WARPS][G] =
+        *reinterpret_cast<float (*)[SP_WARPS][G]>(smem + sizeof(float) * SP_WARPS * G);
+    float (&sm_acc)[SP_WARPS][G][HD] = *reinterpret_cast<float (*)[SP_WARPS][G][HD]>(
+        smem + 2 * sizeof(float) * SP_WARPS * G);
+    if (gq < G) {
+        if ((lane & 3) == 0) {
+            sm_m[w][gq] = m;   /* in log2 units: merge_partials' exp is rescaled below */
+            sm_l[w][gq] = l;
+        }
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            sm_acc[w][gq][d * 8 + c2] = o[d][0];
+            sm_acc[w][gq][d * 8 + c2 + 1] = o[d][1];
+        }
+    }
+    __syncthreads();
+    /* merge_partials and the split merge combine with expf(m - m'): the
+     * maxima are kept in natural-log units there. */
+    if (threadIdx.x < SP_WARPS * G) {
+        float *mm = &sm_m[threadIdx.x / G][threadIdx.x % G];
+        if (*mm != -INFINITY)
+            *mm *= 0.6931471805599453f;  /* ln(2): log2 -> natural units */
+    }
+    __syncthreads();
+    merge_partials<SP_WARPS, G, HD>(sm_m, sm_l, sm_acc, r, kvh, sp, ns, out, ws, n_heads);
+}
+
 /* Merge the splits of (row, head): grid (n_rows, n_heads), head_dim threads. */
 static __global__ void attn_split_merge(const float *ws, const int32_t *rows,
                                         __nv_bfloat16 *out, int n_heads, int hd, int ns)
@@ -285,28 +463,33 @@ extern "C" int pl_cuda_attn_split_supported(int n_heads, int n_kv_heads, int hea
            && n_heads == G * n_kv_heads;
 }
 
+enum { KIND_SPLIT, KIND_SPLIT16, KIND_MMA };
+
 template <int NP, int G>
-static void launch_split(dim3 grid, cudaStream_t st, bool half, const float *q, int q_stride,
+static void launch_split(dim3 grid, cudaStream_t st, int kind, const float *q, int q_stride,
                          const int32_t *pos, const int32_t *rows, const int32_t *rs,
                          const int32_t *bt,
                          pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc, pl_bf16 *out,
                          float *ws, int n_heads, float scale)
 {
-    if (half)
+    const __nv_bfloat16 *k = (const __nv_bfloat16 *)kc, *v = (const __nv_bfloat16 *)vc;
+    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
+    if (kind == KIND_SPLIT16)
         attn_split16_kernel<4 * NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows,
-            rs, bt, g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc,
-            (__nv_bfloat16 *)out, ws, n_heads, scale);
+            rs, bt, g, k, v, o, ws, n_heads, scale);
+    else if (kind == KIND_MMA)
+        attn_mma_kernel<64 * NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs,
+            bt, g, k, v, o, ws, n_heads, scale);
     else
         attn_split_kernel<NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs,
-            bt, g, (const __nv_bfloat16 *)kc, (const __nv_bfloat16 *)vc, (__nv_bfloat16 *)out,
-            ws, n_heads, scale);
+            bt, g, k, v, o, ws, n_heads, scale);
 }
 
 static int decode_split(const float *q, int q_stride, const int32_t *positions,
                         const int32_t *rows, const int32_t *row_seq,
                         const int32_t *block_table, pl_kv_geom g, const pl_bf16 *k_cache,
                         const pl_bf16 *v_cache, pl_bf16 *out, int n_rows, int n_heads,
-                        float scale, int n_splits, float *ws, bool half, cudaStream_t st)
+                        float scale, int n_splits, float *ws, int kind, cudaStream_t st)
 {
     PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
     PL_CUDA_ARG(pl_cuda_attn_split_supported(n_heads, g.n_kv_heads, g.head_dim));
@@ -316,7 +499,7 @@ static int decode_split(const float *q, int q_stride, const int32_t *positions,
         return 0;
     dim3 grid(n_rows, g.n_kv_heads, n_splits);
     int key = (g.head_dim / 64) * 16 + n_heads / g.n_kv_heads;
-#define SP_CASE(NP, G) case NP * 16 + G: launch_split<NP, G>(grid, st, half, q, q_stride, \
+#define SP_CASE(NP, G) case NP * 16 + G: launch_split<NP, G>(grid, st, kind, q, q_stride, \
         positions, rows, row_seq, block_table, g, k_cache, v_cache, out, ws, n_heads, scale); \
         break
     switch (key) {
@@ -343,7 +526,7 @@ extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
                                          int n_splits, float *ws, cudaStream_t st)
 {
     return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
-                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, false, st);
+                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_SPLIT, st);
 }
 
 extern "C" int pl_cuda_attn_decode_split16(const float *q, int q_stride,
@@ -355,5 +538,16 @@ extern "C" int pl_cuda_attn_decode_split16(const float *q, int q_stride,
                                            int n_splits, float *ws, cudaStream_t st)
 {
     return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
-                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, true, st);
+                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_SPLIT16, st);
+}
+
+extern "C" int pl_cuda_attn_decode_mma(const float *q, int q_stride, const int32_t *positions,
+                                       const int32_t *rows, const int32_t *row_seq,
+                                       const int32_t *block_table, pl_kv_geom g,
+                                       const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                       pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                       int n_splits, float *ws, cudaStream_t st)
+{
+    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
+                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_MMA, st);
 }

@@ -24,7 +24,8 @@ static int decode_attn(cuda_runner *r, const pl_bf16 *kc, const pl_bf16 *vc,
     const cr_io *d = &r->dio;
     if (r->split_kv) {
         int ns = pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm);
-        return (r->split16 ? pl_cuda_attn_decode_split16 : pl_cuda_attn_decode_split)(
+        return (r->split16 ? pl_cuda_attn_decode_split16
+                : r->decode_mma ? pl_cuda_attn_decode_mma : pl_cuda_attn_decode_split)(
             r->qkv, r->qkv_dim, d->positions, rows, d->row_seq, d->bt, r->geom, kc, vc, r->att,
             n, r->n_head, scale, ns, r->split_ws, r->cs);
     }

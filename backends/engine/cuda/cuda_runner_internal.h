@@ -116,6 +116,7 @@ typedef struct cuda_runner {
     bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
     bool split_kv;               /* unless PARLEY_CUDA_DECODE_ATTN=rows */
     bool split16;                /* PARLEY_CUDA_DECODE_ATTN=split16: 16 lanes per key */
+    bool decode_mma;             /* PARLEY_CUDA_DECODE_ATTN=mma: on tensor cores */
     bool prefill_mma;            /* PARLEY_CUDA_PREFILL_ATTN=mma: tensor-core prefill */
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */

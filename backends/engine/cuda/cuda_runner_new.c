@@ -227,11 +227,12 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     /* Split-KV decode attention is the default where the shape has a
      * kernel (+38 % at 256 sequences on an H100); PARLEY_CUDA_DECODE_ATTN=rows
-     * selects the one-block-per-row kernel, =split16 the split-KV kernel
-     * with 16 lanes per key (a tuning candidate). */
+     * selects the one-block-per-row kernel; =split16 (16 lanes per key) and
+     * =mma (tensor cores) are split-KV tuning candidates. */
     r->split_kv = !(attn && !strcmp(attn, "rows"))
                   && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
     r->split16 = r->split_kv && attn && !strcmp(attn, "split16");
+    r->decode_mma = r->split_kv && attn && !strcmp(attn, "mma");
     const char *pf = getenv("PARLEY_CUDA_PREFILL_ATTN");  /* a tuning candidate */
     r->prefill_mma = pf && !strcmp(pf, "mma") && pl_cuda_attn_prefill_mma_supported(r->head_dim);
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
