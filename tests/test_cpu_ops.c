@@ -397,48 +397,67 @@ Test(cpu_ops, rope_modes)
         }
 }
 
-/* Paged attention (AVX2 and reference) against a direct computation on
- * contiguous K/V, with the sequence's blocks scattered in the pool. */
-Test(cpu_ops, paged_attention)
+/* Paged attention (AVX2 and reference) against a direct computation in
+ * double on contiguous K/V, with the sequence's blocks scattered in the
+ * pool: group sizes 1 (decode items) and 3, head dims 40 (a partial
+ * register chunk), 64 and 128 (two chunks), contexts with and without a
+ * tail of fewer than 8 positions, short and longer than the prefetch
+ * distance. */
+static void check_attention(int hd, int g, int bs, int ctx)
 {
-    enum { HD = 64, NKV = 2, G = 3, BS = 4, NB = 8, CTX = 27 };
-    int kvd = NKV * HD;
-    static float kc[NB * BS * NKV * HD], vc[NB * BS * NKV * HD];
-    float K[CTX][HD], V[CTX][HD], q[G * HD], out[G * HD], out2[G * HD], scr[G * CTX];
-    int32_t bt[NB] = {5, 2, 7, 0, 3, 6, 1, 4};
-    int kh = 1;
-    fill(kc, NB * BS * kvd, 1.0f);
-    fill(vc, NB * BS * kvd, 1.0f);
-    fill(q, G * HD, 1.0f);
-    for (int t = 0; t < CTX; t++) {
-        size_t off = ((size_t)bt[t / BS] * BS + t % BS) * kvd + kh * HD;
-        memcpy(K[t], kc + off, sizeof(K[t]));
-        memcpy(V[t], vc + off, sizeof(V[t]));
-    }
-    pl_attn_args a = {.k_base = kc + kh * HD, .v_base = vc + kh * HD, .block_table = bt,
-                      .block_size = BS, .block_stride = (size_t)BS * kvd, .row_stride = kvd,
-                      .head_dim = HD, .scale = 0.125f};
-    pl_op_attention(&a, q, G, CTX, out, scr);
-    pl_op_attention_ref(&a, q, G, CTX, out2, scr);
-    for (int h = 0; h < G; h++) {
-        double s[CTX], mx = -1e30, z = 0;
-        for (int t = 0; t < CTX; t++) {
+    enum { NKV = 2, NB = 64 };
+    int kvd = NKV * hd, kh = 1;
+    size_t pool = (size_t)NB * bs * kvd;
+    float *kc = malloc(sizeof(float) * pool), *vc = malloc(sizeof(float) * pool);
+    float *q = malloc(sizeof(float) * g * hd), *out = malloc(sizeof(float) * g * hd);
+    float *out2 = malloc(sizeof(float) * g * hd), *scr = malloc(sizeof(float) * g * ctx);
+    double *s = malloc(sizeof(double) * ctx);
+    int32_t bt[NB];
+    cr_assert(ctx <= NB * bs);
+    for (int i = 0; i < NB; i++)
+        bt[i] = (i * 37 + 11) % NB;     /* a permutation: blocks scattered */
+    fill(kc, (int)pool, 1.0f);
+    fill(vc, (int)pool, 1.0f);
+    fill(q, g * hd, 1.0f);
+    pl_attn_args a = {.k_base = kc + kh * hd, .v_base = vc + kh * hd, .block_table = bt,
+                      .block_size = bs, .block_stride = (size_t)bs * kvd, .row_stride = kvd,
+                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+    pl_op_attention(&a, q, g, ctx, out, scr);
+    pl_op_attention_ref(&a, q, g, ctx, out2, scr);
+    for (int h = 0; h < g; h++) {
+        double mx = -1e30, z = 0;
+        for (int t = 0; t < ctx; t++) {
+            const float *k = kc + ((size_t)bt[t / bs] * bs + t % bs) * kvd + kh * hd;
             s[t] = 0;
-            for (int i = 0; i < HD; i++)
-                s[t] += (double)q[h * HD + i] * K[t][i];
-            s[t] *= 0.125;
+            for (int i = 0; i < hd; i++)
+                s[t] += (double)q[h * hd + i] * k[i];
+            s[t] *= 1.0 / sqrt((double)hd);
             mx = fmax(mx, s[t]);
         }
-        for (int t = 0; t < CTX; t++)
+        for (int t = 0; t < ctx; t++)
             z += s[t] = exp(s[t] - mx);
-        for (int i = 0; i < HD; i++) {
+        for (int i = 0; i < hd; i++) {
             double o = 0;
-            for (int t = 0; t < CTX; t++)
-                o += s[t] / z * V[t][i];
-            cr_assert_float_eq(out[h * HD + i], o, 1e-5);
-            cr_assert_float_eq(out2[h * HD + i], o, 1e-5);
+            for (int t = 0; t < ctx; t++)
+                o += s[t] / z * vc[((size_t)bt[t / bs] * bs + t % bs) * kvd + kh * hd + i];
+            cr_assert_float_eq(out[h * hd + i], o, 1e-5, "hd %d g %d ctx %d h %d i %d: %g vs %g",
+                               hd, g, ctx, h, i, out[h * hd + i], o);
+            cr_assert_float_eq(out2[h * hd + i], o, 1e-5);
         }
     }
+    free(kc), free(vc), free(q), free(out), free(out2), free(scr), free(s);
+}
+
+Test(cpu_ops, paged_attention)
+{
+    static const int ctxs[] = {1, 7, 8, 27, 64, 301};
+    for (size_t c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]); c++) {
+        check_attention(64, 3, 8, ctxs[c]);
+        check_attention(64, 1, 16, ctxs[c]);
+        check_attention(40, 1, 16, ctxs[c]);
+        check_attention(128, 3, 16, ctxs[c]);
+    }
+    check_attention(64, 2, 1, 50);      /* a block per position */
 }
 
 typedef struct take_job { pl_pool *p; atomic_int hits[1000]; atomic_int calls; } take_job;

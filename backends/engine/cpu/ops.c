@@ -89,38 +89,155 @@ void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_c
 }
 
 #ifdef PL_HAVE_X86
-/* The same computation with the head loop inlined: one K/V row load serves
- * the whole GQA group, and no call per (position, head). head_dim % 8 == 0. */
+/* The horizontal sums of four vectors, lane r of the result from c[r], each
+ * added in the order of the one-vector sum (lo + hi, then lanes 0+2 and 1+3,
+ * then those two), so a score does not depend on its neighbours. */
+__attribute__((target("avx2,fma")))
+static inline __m128 hsum8x4(__m256 c0, __m256 c1, __m256 c2, __m256 c3)
+{
+    __m128 x0 = _mm_add_ps(_mm256_castps256_ps128(c0), _mm256_extractf128_ps(c0, 1));
+    __m128 x1 = _mm_add_ps(_mm256_castps256_ps128(c1), _mm256_extractf128_ps(c1, 1));
+    __m128 x2 = _mm_add_ps(_mm256_castps256_ps128(c2), _mm256_extractf128_ps(c2, 1));
+    __m128 x3 = _mm_add_ps(_mm256_castps256_ps128(c3), _mm256_extractf128_ps(c3, 1));
+    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);   /* x_j = lane j of the four */
+    return _mm_add_ps(_mm_add_ps(x0, x2), _mm_add_ps(x1, x3));
+}
+
+__attribute__((target("avx2,fma")))
+static inline float hsum8_att(__m256 c)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* A walk over positions' K or V rows in order, with no division per row. */
+typedef struct kv_walk {
+    const float *base;
+    const int32_t *bt;
+    size_t block_stride, row_stride;
+    int block_size, blk, slot;
+} kv_walk;
+
+static inline kv_walk kv_walk_at(const pl_attn_args *a, const float *base, int t)
+{
+    return (kv_walk){.base = base, .bt = a->block_table, .block_stride = a->block_stride,
+                     .row_stride = a->row_stride, .block_size = a->block_size,
+                     .blk = t / a->block_size, .slot = t % a->block_size};
+}
+
+static inline const float *kv_walk_next(kv_walk *w)
+{
+    const float *r = w->base + (size_t)w->bt[w->blk] * w->block_stride +
+                     (size_t)w->slot * w->row_stride;
+    if (++w->slot == w->block_size) {
+        w->slot = 0;
+        w->blk++;
+    }
+    return r;
+}
+
+/* Rows this far ahead are fetched early: a head's K/V rows are strided
+ * (the other heads' rows lie between them), which the hardware prefetchers
+ * here follow poorly. */
+#define ATT_AHEAD 16
+
+__attribute__((target("avx2,fma")))
+static inline void prefetch_row(const float *r, int n)
+{
+    for (int i = 0; i < n; i += 16)
+        _mm_prefetch((const char *)(r + i), _MM_HINT_T0);
+}
+
+/* scores[t0..t0+8) of head q: eight independent FMA chains (each over the
+ * head dim in order, as for one position alone) share each q load. */
+__attribute__((target("avx2,fma")))
+static inline void att_scores8(const float *const *k, const float *q, int hd, __m128 sc4,
+                               float *s)
+{
+    __m256 c[8];
+    for (int j = 0; j < 8; j++)
+        c[j] = _mm256_setzero_ps();
+    for (int i = 0; i < hd; i += 8) {
+        __m256 qv = _mm256_loadu_ps(q + i);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            c[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), c[j]);
+    }
+    _mm_storeu_ps(s, _mm_mul_ps(hsum8x4(c[0], c[1], c[2], c[3]), sc4));
+    _mm_storeu_ps(s + 4, _mm_mul_ps(hsum8x4(c[4], c[5], c[6], c[7]), sc4));
+}
+
+/* scratch[h][t] = scale * q_h . k_t. */
+__attribute__((target("avx2,fma")))
+static void att_scores_avx2(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                            float *scratch)
+{
+    int hd = a->head_dim, t = 0;
+    __m128 sc4 = _mm_set1_ps(a->scale);
+    kv_walk w = kv_walk_at(a, a->k_base, 0), ahead = kv_walk_at(a, a->k_base, ATT_AHEAD);
+    for (; t + 8 <= n_ctx; t += 8) {
+        const float *k[8];
+        for (int j = 0; j < 8; j++) {
+            k[j] = kv_walk_next(&w);
+            if (t + ATT_AHEAD + j < n_ctx)
+                prefetch_row(kv_walk_next(&ahead), hd);
+        }
+        for (int h = 0; h < n_q; h++)
+            att_scores8(k, q + (size_t)h * hd, hd, sc4, scratch + (size_t)h * n_ctx + t);
+    }
+    for (; t < n_ctx; t++) {
+        const float *k = kv_walk_next(&w);
+        for (int h = 0; h < n_q; h++) {
+            __m256 c = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8)
+                c = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i),
+                                    _mm256_loadu_ps(k + i), c);
+            scratch[(size_t)h * n_ctx + t] = hsum8_att(c) * a->scale;
+        }
+    }
+}
+
+/* out_h = sum over t (in order) of p[h][t] * v_t, 64 dims of one head at a
+ * time held in registers (the output is not reloaded per position). */
+__attribute__((target("avx2,fma")))
+static void att_values_avx2(const pl_attn_args *a, const float *p, int n_ctx, float *out)
+{
+    int hd = a->head_dim;
+    for (int i0 = 0; i0 < hd; i0 += 64) {
+        int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
+        __m256 acc[8];
+        for (int j = 0; j < 8; j++)
+            acc[j] = _mm256_setzero_ps();
+        kv_walk w = kv_walk_at(a, a->v_base, 0), ahead = kv_walk_at(a, a->v_base, ATT_AHEAD);
+        for (int t = 0; t < n_ctx; t++) {
+            const float *v = kv_walk_next(&w) + i0;
+            if (t + ATT_AHEAD < n_ctx)
+                prefetch_row(kv_walk_next(&ahead) + i0, nv * 8);
+            __m256 pt = _mm256_set1_ps(p[t]);
+            if (nv == 8) {       /* unrolled: the accumulators stay in registers */
+                for (int j = 0; j < 8; j++)
+                    acc[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * j), acc[j]);
+            } else {
+                for (int j = 0; j < nv; j++)
+                    acc[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * j), acc[j]);
+            }
+        }
+        for (int j = 0; j < nv; j++)
+            _mm256_storeu_ps(out + i0 + 8 * j, acc[j]);
+    }
+}
+
+/* The reference's computation, head dim a multiple of 8. */
 __attribute__((target("avx2,fma")))
 static void attention_avx2(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                            float *out, float *scratch)
 {
-    int hd = a->head_dim;
-    for (int t = 0; t < n_ctx; t++) {
-        const float *k = kv_row(a, a->k_base, t);
-        for (int h = 0; h < n_q; h++) {
-            const float *qh = q + (size_t)h * hd;
-            __m256 acc = _mm256_setzero_ps();
-            for (int i = 0; i < hd; i += 8)
-                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + i), _mm256_loadu_ps(k + i), acc);
-            __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-            s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            s = _mm_add_ss(s, _mm_movehdup_ps(s));
-            scratch[(size_t)h * n_ctx + t] = _mm_cvtss_f32(s) * a->scale;
-        }
-    }
-    for (int h = 0; h < n_q; h++)
+    att_scores_avx2(a, q, n_q, n_ctx, scratch);
+    for (int h = 0; h < n_q; h++) {
         pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
-    memset(out, 0, sizeof(float) * (size_t)n_q * hd);
-    for (int t = 0; t < n_ctx; t++) {
-        const float *v = kv_row(a, a->v_base, t);
-        for (int h = 0; h < n_q; h++) {
-            float *oh = out + (size_t)h * hd;
-            __m256 p = _mm256_set1_ps(scratch[(size_t)h * n_ctx + t]);
-            for (int i = 0; i < hd; i += 8)
-                _mm256_storeu_ps(oh + i, _mm256_fmadd_ps(p, _mm256_loadu_ps(v + i),
-                                                         _mm256_loadu_ps(oh + i)));
-        }
+        att_values_avx2(a, scratch + (size_t)h * n_ctx, n_ctx, out + (size_t)h * a->head_dim);
     }
 }
 #endif
