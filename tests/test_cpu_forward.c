@@ -234,11 +234,12 @@ Test(cpu_forward, chat_greedy_batched)
 }
 
 /* Teacher-forced logits of a fixture section ("forced" or "exact"),
- * compared row by row with the reference's top-5. */
-static pl_forced_stats run_forced(json_t *sec, int gemm_min_rows, int chunk)
+ * compared row by row with the reference's top-5; kv_f16: K/V cache in
+ * halves (the engine's default), else floats. */
+static pl_forced_stats run_forced(json_t *sec, int gemm_min_rows, int chunk, int kv_f16)
 {
     return pl_test_run_forced(g_model, sec, BS, gemm_min_rows, chunk,
-                              (int)sysconf(_SC_NPROCESSORS_ONLN), NEAR_TIE);
+                              (int)sysconf(_SC_NPROCESSORS_ONLN), kv_f16, NEAR_TIE);
 }
 
 /* llama.cpp quantises activations to 8 bits (and keeps K/V in f16), which
@@ -252,19 +253,22 @@ Test(cpu_forward, teacher_forced_vs_llama_cpp)
         PL_TEST_MODEL_OR_SKIP();
         cr_skip_test("fixture absent");
     }
-    pl_forced_stats st = run_forced(json_object_get(g_fix, "forced"), 16, 256);
-    double raw = (double)st.agree / st.n, tie = (double)st.agree_or_tie / st.n;
-    printf("teacher-forced vs llama.cpp: %d tokens, top-1 agreement %.2f%% "
-           "(%.2f%% counting near ties < %.2f), max |dlogit| %.4f\n",
-           st.n, 100.0 * raw, 100.0 * tie, NEAR_TIE, st.max_d);
-    cr_expect_geq(tie, 0.99);
-    cr_expect_geq(raw, 0.95);
-    cr_expect_leq(st.max_d, MAX_DLOGIT);
+    for (int f16 = 0; f16 < 2; f16++) {  /* K/V in floats, then halves (the default) */
+        pl_forced_stats st = run_forced(json_object_get(g_fix, "forced"), 16, 256, f16);
+        double raw = (double)st.agree / st.n, tie = (double)st.agree_or_tie / st.n;
+        printf("teacher-forced vs llama.cpp (K/V %s): %d tokens, top-1 agreement %.2f%% "
+               "(%.2f%% counting near ties < %.2f), max |dlogit| %.4f\n", f16 ? "f16" : "f32",
+               st.n, 100.0 * raw, 100.0 * tie, NEAR_TIE, st.max_d);
+        cr_expect_geq(tie, 0.99);
+        cr_expect_geq(raw, 0.95);
+        cr_expect_leq(st.max_d, MAX_DLOGIT);
+    }
 }
 
 /* Against a float64 numpy forward on gguf-dequantised weights: the f32 GEMM
- * path must match tightly; the quantised (q8 activation) path within the
- * noise of 8-bit activations. */
+ * path with an f32 K/V cache must match tightly; the quantised (q8
+ * activation) path with f16 K/V (what the engine serves) within the noise of
+ * 8-bit activations. */
 Test(cpu_forward, teacher_forced_vs_exact)
 {
     if (!g_model) {
@@ -274,7 +278,7 @@ Test(cpu_forward, teacher_forced_vs_exact)
     json_t *ex = json_object_get(g_fix, "exact");
     if (!ex)
         cr_skip_test("fixture has no exact section");
-    pl_forced_stats f32 = run_forced(ex, 1, 64), q8 = run_forced(ex, 1 << 30, 64);
+    pl_forced_stats f32 = run_forced(ex, 1, 64, 0), q8 = run_forced(ex, 1 << 30, 64, 1);
     printf("vs exact: f32 path top-1 %d/%d max |dlogit| %.5f; q8 path top-1 %d/%d "
            "(%d counting near ties) max |dlogit| %.4f\n", f32.agree, f32.n, f32.max_d,
            q8.agree, q8.n, q8.agree_or_tie, q8.max_d);

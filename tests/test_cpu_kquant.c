@@ -76,10 +76,11 @@ static long rss_bytes(void)
 }
 
 /* Teacher-forced top-1 / logit agreement with a fixture section, in chunks
- * of 64 rows through the quantised kernels (the engine's default path). */
-static pl_forced_stats run_forced(const pl_model *m, json_t *sec)
+ * of 64 rows through the quantised kernels (the engine's path), the K/V
+ * cache in halves (kv_f16, the default) or floats. */
+static pl_forced_stats run_forced(const pl_model *m, json_t *sec, int kv_f16)
 {
-    return pl_test_run_forced(m, sec, BS, 1 << 30, 64, 2, NEAR_TIE);
+    return pl_test_run_forced(m, sec, BS, 1 << 30, 64, 2, kv_f16, NEAR_TIE);
 }
 
 /* Loads as the engine does (batch-invariant: no f32 copies wanted). */
@@ -120,7 +121,7 @@ Test(cpu_kquant, packed_and_resident_within_1_2x_file)
         }
     cr_assert_gt(n_k, 0, "the file has no Q4_K / Q6_K matrices");
     json_t *sec = json_object_get(g_fix, "exact");
-    run_forced(m, sec);      /* touches every weight page */
+    run_forced(m, sec, 1);   /* touches every weight page */
     double grown = (double)(rss_bytes() - rss0);
     printf("Q4_K_M: file %.1f MB, process grew %.1f MB (%.2fx) loading and running it\n",
            sb.st_size / 1e6, grown / 1e6, grown / (double)sb.st_size);
@@ -158,20 +159,24 @@ Test(cpu_kquant, teacher_forced_vs_llama_cpp_and_exact)
         cr_skip_test("Q4_K_M model or fixture absent (tests/fixtures/gen_kquant_fixtures.py)");
     pl_gguf *g;
     pl_model *m = load(&g);
-    pl_forced_stats lc = run_forced(m, json_object_get(g_fix, "forced"));
-    pl_forced_stats ex = run_forced(m, json_object_get(g_fix, "exact"));
-    printf("Q4_K_M vs llama.cpp: %d tokens, top-1 %.2f%% (%.2f%% with near ties), max "
-           "|dlogit| %.4f; vs float64: top-1 %d/%d (%d with ties), max |dlogit| %.4f\n",
-           lc.n, 100.0 * lc.agree / lc.n, 100.0 * lc.agree_or_tie / lc.n, lc.max_d,
-           ex.agree, ex.n, ex.agree_or_tie, ex.max_d);
     float ref_d = llama_vs_exact();
     printf("llama.cpp itself vs float64: max |dlogit| %.4f\n", ref_d);
-    cr_expect_geq(lc.agree_or_tie * 100, lc.n * 99);
-    cr_expect_geq(lc.agree * 100, lc.n * 95);
-    cr_expect_leq(lc.max_d, MAX_DLOGIT);
-    cr_expect_geq(ex.agree_or_tie, ex.n - ex.n / 50);
-    cr_expect_leq(ex.max_d, Q8_TOL);
-    cr_expect_leq(ex.max_d, ref_d + 0.25f, "further from float64 than llama.cpp is");
+    for (int f16 = 0; f16 < 2; f16++) {
+        pl_forced_stats lc = run_forced(m, json_object_get(g_fix, "forced"), f16);
+        pl_forced_stats ex = run_forced(m, json_object_get(g_fix, "exact"), f16);
+        printf("Q4_K_M (K/V %s) vs llama.cpp: %d tokens, top-1 %.2f%% (%.2f%% with near "
+               "ties), max |dlogit| %.4f; vs float64: top-1 %d/%d (%d with ties), max "
+               "|dlogit| %.4f\n", f16 ? "f16" : "f32", lc.n, 100.0 * lc.agree / lc.n,
+               100.0 * lc.agree_or_tie / lc.n, lc.max_d, ex.agree, ex.n, ex.agree_or_tie,
+               ex.max_d);
+        cr_expect_geq(lc.agree_or_tie * 100, lc.n * 99);
+        /* Raw top-1 flips only at near ties (measured 95.3% f32, 94.5% f16). */
+        cr_expect_geq(lc.agree * 100, lc.n * (f16 ? 94 : 95));
+        cr_expect_leq(lc.max_d, MAX_DLOGIT);
+        cr_expect_geq(ex.agree_or_tie, ex.n - ex.n / 50);
+        cr_expect_leq(ex.max_d, Q8_TOL);
+        cr_expect_leq(ex.max_d, ref_d + 0.25f, "further from float64 than llama.cpp is");
+    }
     pl_model_free(m);
     pl_gguf_free(g);
 }

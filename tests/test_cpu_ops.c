@@ -14,6 +14,7 @@
 #include "backends/engine/cpu/qdot_vnni.h"
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
+#include "src/base/half.h"
 
 static uint64_t rng_state = 88172645463325252ULL;
 
@@ -403,7 +404,7 @@ Test(cpu_ops, rope_modes)
  * register chunk), 64 and 128 (two chunks), contexts with and without a
  * tail of fewer than 8 positions, short and longer than the prefetch
  * distance. */
-static void check_attention(int hd, int g, int bs, int ctx)
+static void check_attention(int hd, int g, int bs, int ctx, int f16)
 {
     enum { NKV = 2, NB = 64 };
     int kvd = NKV * hd, kh = 1;
@@ -416,10 +417,19 @@ static void check_attention(int hd, int g, int bs, int ctx)
     cr_assert(ctx <= NB * bs);
     for (int i = 0; i < NB; i++)
         bt[i] = (i * 37 + 11) % NB;     /* a permutation: blocks scattered */
+    uint16_t *kh16 = malloc(2 * pool), *vh16 = malloc(2 * pool);
     fill(kc, (int)pool, 1.0f);
     fill(vc, (int)pool, 1.0f);
     fill(q, g * hd, 1.0f);
-    pl_attn_args a = {.k_base = kc + kh * hd, .v_base = vc + kh * hd, .block_table = bt,
+    pl_op_f32_to_f16_row(kh16, kc, (int)pool);
+    pl_op_f32_to_f16_row(vh16, vc, (int)pool);
+    for (size_t i = 0; f16 && i < pool; i++) {  /* the reference sees the halves */
+        kc[i] = pl_op_fp16_to_f32(kh16[i]);
+        vc[i] = pl_op_fp16_to_f32(vh16[i]);
+    }
+    pl_attn_args a = {.k_base = f16 ? (void *)(kh16 + kh * hd) : (void *)(kc + kh * hd),
+                      .v_base = f16 ? (void *)(vh16 + kh * hd) : (void *)(vc + kh * hd),
+                      .kv_f16 = f16, .block_table = bt,
                       .block_size = bs, .block_stride = (size_t)bs * kvd, .row_stride = kvd,
                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
     pl_op_attention(&a, q, g, ctx, out, scr);
@@ -440,24 +450,51 @@ static void check_attention(int hd, int g, int bs, int ctx)
             double o = 0;
             for (int t = 0; t < ctx; t++)
                 o += s[t] / z * vc[((size_t)bt[t / bs] * bs + t % bs) * kvd + kh * hd + i];
-            cr_assert_float_eq(out[h * hd + i], o, 1e-5, "hd %d g %d ctx %d h %d i %d: %g vs %g",
-                               hd, g, ctx, h, i, out[h * hd + i], o);
+            cr_assert_float_eq(out[h * hd + i], o, 1e-5, "f16 %d hd %d g %d ctx %d h %d i %d: "
+                               "%g vs %g", f16, hd, g, ctx, h, i, out[h * hd + i], o);
             cr_assert_float_eq(out2[h * hd + i], o, 1e-5);
         }
     }
-    free(kc), free(vc), free(q), free(out), free(out2), free(scr), free(s);
+    free(kc), free(vc), free(kh16), free(vh16), free(q), free(out), free(out2), free(scr);
+    free(s);
 }
 
 Test(cpu_ops, paged_attention)
 {
     static const int ctxs[] = {1, 7, 8, 27, 64, 301};
-    for (size_t c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]); c++) {
-        check_attention(64, 3, 8, ctxs[c]);
-        check_attention(64, 1, 16, ctxs[c]);
-        check_attention(40, 1, 16, ctxs[c]);
-        check_attention(128, 3, 16, ctxs[c]);
+    for (int f16 = 0; f16 < 2; f16++) {
+        for (size_t c = 0; c < sizeof(ctxs) / sizeof(ctxs[0]); c++) {
+            check_attention(64, 3, 8, ctxs[c], f16);
+            check_attention(64, 1, 16, ctxs[c], f16);
+            check_attention(40, 1, 16, ctxs[c], f16);
+            check_attention(128, 3, 16, ctxs[c], f16);
+        }
+        check_attention(64, 2, 1, 50, f16);  /* a block per position */
     }
-    check_attention(64, 2, 1, 50);      /* a block per position */
+}
+
+/* The F16C row conversion equals the portable one (round to nearest even)
+ * on random values of every magnitude, ties, subnormals, overflow and
+ * specials, and both equal numpy's float16 on a few spot values. */
+Test(cpu_ops, f32_to_f16_row)
+{
+    enum { N = 4099 };
+    static float x[N];
+    static uint16_t h[N];
+    for (int i = 0; i < N; i++)
+        x[i] = ldexpf(frand(), (int)(frand() * 40.0f));
+    const float spots[] = {0.0f, -0.0f, 1.0f, 65504.0f, 65520.0f, 1e-8f, 6e-8f, 1.0f + 0x1p-11f,
+                           1.0f + 0x3p-11f, INFINITY, -INFINITY, NAN, 0x1p-24f, 0x1.8p-24f};
+    const uint16_t want[] = {0x0000, 0x8000, 0x3c00, 0x7bff, 0x7c00, 0x0000, 0x0001, 0x3c00,
+                             0x3c02, 0x7c00, 0xfc00, 0x7e00, 0x0001, 0x0002};
+    int ns = (int)(sizeof(spots) / sizeof(spots[0]));
+    memcpy(x, spots, sizeof(spots));
+    pl_op_f32_to_f16_row(h, x, N);
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(h[i], pl_fp32_to_fp16(x[i]), "x %a: %04x vs %04x", x[i], h[i],
+                     pl_fp32_to_fp16(x[i]));
+    for (int i = 0; i < ns; i++)
+        cr_assert_eq(h[i], want[i], "x %a: %04x, numpy %04x", x[i], h[i], want[i]);
 }
 
 typedef struct take_job { pl_pool *p; atomic_int hits[1000]; atomic_int calls; } take_job;

@@ -27,7 +27,7 @@ static void compare_row(pl_forced_stats *st, const float *row, int nv, json_t *t
 
 pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
                                    int gemm_min_rows, int chunk, int threads,
-                                   float near_tie)
+                                   int kv_f16, float near_tie)
 {
     json_t *ids = json_object_get(sec, "ids");
     int n = (int)json_array_size(ids), mb = (n + block_size - 1) / block_size;
@@ -36,7 +36,7 @@ pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_siz
     pl_pool *pool = pl_pool_new(threads);
     pl_fwd_opts o = {.max_rows = chunk, .max_out = chunk, .max_ctx = mb * block_size,
                      .num_blocks = mb, .block_size = block_size,
-                     .gemm_min_rows = gemm_min_rows};
+                     .gemm_min_rows = gemm_min_rows, .kv_f16 = kv_f16};
     pl_cpu_fwd *f = pl_cpu_fwd_new(m, pool, &o, err, sizeof err);
     cr_assert(f, "%s", err);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)chunk * 4), *pos = tok + chunk;

@@ -18,9 +18,10 @@ typedef struct pl_forced_stats {
 /* sec: {"ids": [...], "top_ids": [[...]...], "top_logits": [[...]...]}.
  * Runs chunk rows per forward call on a pool of `threads`, with the blocks
  * of the sequence out of order on purpose. gemm_min_rows picks the f32 GEMM
- * path for chunks of at least that many rows (1 << 30: quantised only). */
+ * path for chunks of at least that many rows (1 << 30: quantised only);
+ * kv_f16 keeps the K/V cache in halves (the engine's default). */
 pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
                                    int gemm_min_rows, int chunk, int threads,
-                                   float near_tie);
+                                   int kv_f16, float near_tie);
 
 #endif

@@ -393,6 +393,12 @@ static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_inf
 pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
                              char *err, size_t errlen)
 {
+    return pl_cpu_runner_new_kv(m, want, n_threads, 1, err, errlen);
+}
+
+pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,
+                                int kv_f16, char *err, size_t errlen)
+{
     cpu_runner *r = calloc(1, sizeof(*r));
     if (!r) {
         snprintf(err, errlen, "out of memory");
@@ -414,7 +420,7 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
     const pl_runner_info *inf = &r->base.info;
     pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
                       .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
-                      .block_size = inf->block_size, .gemm_min_rows = 20};
+                      .block_size = inf->block_size, .gemm_min_rows = 20, .kv_f16 = kv_f16};
     r->pool = pl_pool_new(n_threads);
     r->sampler = pl_sampler_new(inf->n_vocab);
     if (!r->pool || !r->sampler)

@@ -23,6 +23,11 @@
 pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
                              char *err, size_t errlen);
 
+/** pl_cpu_runner_new with the K/V cache in IEEE halves (kv_f16, the
+ *  default of pl_cpu_runner_new) or floats. */
+pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,
+                                int kv_f16, char *err, size_t errlen);
+
 /** Rows from which matmuls use the f32 GEMM path instead of the quantised
  *  kernels (default 20: measured crossover on AVX2, between 16 and 24
  *  rows). For benchmarks. */

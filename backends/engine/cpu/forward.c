@@ -23,7 +23,9 @@ struct pl_cpu_fwd {
     pl_pool *pool;
     pl_fwd_opts o;
     int q_dim, kv_dim, max_in;
-    float *k_cache, *v_cache;    /* (n_layer, num_blocks, block_size, kv_dim) */
+    void *k_cache, *v_cache;     /* (n_layer, num_blocks, block_size, kv_dim) of
+                                    halves when o.kv_f16, else floats */
+    size_t kv_esz;               /* 2 or 4 */
     float *x, *xn, *q, *k, *v, *att, *tmp; /* (max_rows, width) */
     float *gate, *up;            /* (max_rows, n_ff) */
     pl_q8_act *xq;               /* (max_rows, max_in / 32) */
@@ -134,10 +136,20 @@ static void mm_item(const pl_cpu_fwd *f, const mm_job *j, int c)
                            j->n_rows, j->y[i], w->rows, o0, o1);
 }
 
-static float *kv_at(const pl_cpu_fwd *f, float *cache, int layer, int32_t blk, int slot)
+static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk, int slot)
 {
     size_t bs = (size_t)f->o.block_size;
-    return cache + (((size_t)layer * f->o.num_blocks + blk) * bs + slot) * f->kv_dim;
+    return (char *)cache +
+           (((size_t)layer * f->o.num_blocks + blk) * bs + slot) * f->kv_dim * f->kv_esz;
+}
+
+/* Stores a K or V row into its cache slot (rounded to half when f16). */
+static void kv_store(const pl_cpu_fwd *f, char *dst, const float *src)
+{
+    if (f->o.kv_f16)
+        pl_op_f32_to_f16_row((uint16_t *)(void *)dst, src, f->kv_dim);
+    else
+        memcpy(dst, src, sizeof(float) * f->kv_dim);
 }
 
 static const int32_t *row_blocks(const pl_fwd_batch *b, int r)
@@ -164,8 +176,8 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     pl_op_rope(k, m->n_head_kv, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
     int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
-    memcpy(kv_at(f, f->k_cache, l, blk, slot), k, sizeof(float) * f->kv_dim);
-    memcpy(kv_at(f, f->v_cache, l, blk, slot), v, sizeof(float) * f->kv_dim);
+    kv_store(f, kv_at(f, f->k_cache, l, blk, slot), k);
+    kv_store(f, kv_at(f, f->v_cache, l, blk, slot), v);
 }
 
 /* Attention item it: (row, kv head, 1 of ph->split slices of its query
@@ -182,8 +194,9 @@ static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
                       .block_stride = (size_t)f->o.block_size * f->kv_dim,
                       .row_stride = (size_t)f->kv_dim, .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd),
-                      .k_base = kv_at(f, f->k_cache, ph->layer, 0, 0) + (size_t)kh * hd,
-                      .v_base = kv_at(f, f->v_cache, ph->layer, 0, 0) + (size_t)kh * hd,
+                      .k_base = kv_at(f, f->k_cache, ph->layer, 0, 0) + f->kv_esz * kh * hd,
+                      .v_base = kv_at(f, f->v_cache, ph->layer, 0, 0) + f->kv_esz * kh * hd,
+                      .kv_f16 = f->o.kv_f16,
                       .block_table = row_blocks(b, r)};
     size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
     pl_op_attention(&a, f->q + off, nq, b->positions[r] + 1, f->att + off,
@@ -387,7 +400,7 @@ void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
 {
     if (src < 0 || dst < 0 || src >= f->o.num_blocks || dst >= f->o.num_blocks || src == dst)
         return;
-    size_t n = sizeof(float) * (size_t)f->o.block_size * f->kv_dim;
+    size_t n = f->kv_esz * (size_t)f->o.block_size * f->kv_dim;
     for (int l = 0; l < f->m->n_layer; l++) {
         memcpy(kv_at(f, f->k_cache, l, dst, 0), kv_at(f, f->k_cache, l, src, 0), n);
         memcpy(kv_at(f, f->v_cache, l, dst, 0), kv_at(f, f->v_cache, l, src, 0), n);
@@ -420,8 +433,10 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     size_t R = (size_t)o->max_rows;
     size_t kv = (size_t)m->n_layer * o->num_blocks * o->block_size * f->kv_dim;
-    f->k_cache = alloc_f(kv, &bad);
-    f->v_cache = alloc_f(kv, &bad);
+    f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
+    f->kv_esz = f->o.kv_f16 ? 2 : 4;
+    f->k_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
+    f->v_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
     f->x = alloc_f(R * m->n_embd, &bad);
     f->xn = alloc_f(R * m->n_embd, &bad);
     f->tmp = alloc_f(R * m->n_embd, &bad);

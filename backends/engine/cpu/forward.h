@@ -20,6 +20,9 @@ typedef struct pl_fwd_opts {
     int num_blocks, block_size;  /**< paged KV pool geometry */
     int gemm_min_rows;           /**< f32 GEMM (BLAS) from this many rows;
                                       fewer use the quantised kernels */
+    int kv_f16;                  /**< K/V cache in IEEE halves (as llama.cpp
+                                      by default): half the bytes attention
+                                      reads per step; 0: floats */
 } pl_fwd_opts;
 
 /** One call's batch. tokens are resolved ids (no placeholders). */

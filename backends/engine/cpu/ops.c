@@ -3,6 +3,7 @@
 #include "backends/engine/cpu/ops.h"
 
 #include "src/base/cpu_features.h"
+#include "src/base/half.h"
 
 #include <math.h>
 #include <string.h>
@@ -10,6 +11,19 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define PL_HAVE_X86 1
+#endif
+
+#ifdef PL_HAVE_X86
+/* Rounds to nearest even, as pl_fp32_to_fp16; returns the elements done. */
+__attribute__((target("avx2,f16c")))
+static int f32_to_f16_f16c(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+    return i;
+}
 #endif
 
 void pl_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
@@ -63,18 +77,35 @@ float pl_op_softmax(float *x, int n)
     return (float)log(sum) + mx;
 }
 
-static inline const float *kv_row(const pl_attn_args *a, const float *base, int t)
+static inline const char *kv_row(const pl_attn_args *a, const void *base, int t)
 {
     int32_t blk = a->block_table[t / a->block_size];
-    return base + (size_t)blk * a->block_stride + (size_t)(t % a->block_size) * a->row_stride;
+    size_t esz = a->kv_f16 ? 2 : 4;
+    return (const char *)base + esz * ((size_t)blk * a->block_stride +
+                                       (size_t)(t % a->block_size) * a->row_stride);
+}
+
+/* Row t of K or V as floats: in place (f32), or widened into buf (f16). */
+static const float *kv_row_f32(const pl_attn_args *a, const void *base, int t, float *buf)
+{
+    const char *r = kv_row(a, base, t);
+    if (!a->kv_f16)
+        return (const float *)(const void *)r;
+    for (int i = 0; i < a->head_dim; i++) {
+        uint16_t h;
+        memcpy(&h, r + 2 * i, 2);
+        buf[i] = pl_fp16_to_fp32(h);
+    }
+    return buf;
 }
 
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch)
 {
     int hd = a->head_dim;
+    float buf[PL_ATTN_MAX_F16_HEAD_DIM];
     for (int t = 0; t < n_ctx; t++) {
-        const float *k = kv_row(a, a->k_base, t);
+        const float *k = kv_row_f32(a, a->k_base, t, buf);
         for (int h = 0; h < n_q; h++)
             scratch[(size_t)h * n_ctx + t] = pl_op_dot_f32(q + (size_t)h * hd, k, hd) * a->scale;
     }
@@ -82,10 +113,21 @@ void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_c
         pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
     memset(out, 0, sizeof(float) * (size_t)n_q * hd);
     for (int t = 0; t < n_ctx; t++) {
-        const float *v = kv_row(a, a->v_base, t);
+        const float *v = kv_row_f32(a, a->v_base, t, buf);
         for (int h = 0; h < n_q; h++)
             pl_op_axpy_f32(out + (size_t)h * hd, scratch[(size_t)h * n_ctx + t], v, hd);
     }
+}
+
+void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n)
+{
+    int i = 0;
+#ifdef PL_HAVE_X86
+    if (pl_cpu_features()->f16c)
+        i = f32_to_f16_f16c(dst, src, n);
+#endif
+    for (; i < n; i++)
+        dst[i] = pl_fp32_to_fp16(src[i]);
 }
 
 #ifdef PL_HAVE_X86
@@ -112,25 +154,27 @@ static inline float hsum8_att(__m256 c)
     return _mm_cvtss_f32(s);
 }
 
-/* A walk over positions' K or V rows in order, with no division per row. */
+/* A walk over positions' K or V rows in order, with no division per row
+ * (strides in bytes). */
 typedef struct kv_walk {
-    const float *base;
+    const char *base;
     const int32_t *bt;
     size_t block_stride, row_stride;
     int block_size, blk, slot;
 } kv_walk;
 
-static inline kv_walk kv_walk_at(const pl_attn_args *a, const float *base, int t)
+static inline kv_walk kv_walk_at(const pl_attn_args *a, const void *base, int t)
 {
-    return (kv_walk){.base = base, .bt = a->block_table, .block_stride = a->block_stride,
-                     .row_stride = a->row_stride, .block_size = a->block_size,
+    size_t esz = a->kv_f16 ? 2 : 4;
+    return (kv_walk){.base = base, .bt = a->block_table, .block_stride = esz * a->block_stride,
+                     .row_stride = esz * a->row_stride, .block_size = a->block_size,
                      .blk = t / a->block_size, .slot = t % a->block_size};
 }
 
-static inline const float *kv_walk_next(kv_walk *w)
+static inline const char *kv_walk_next(kv_walk *w)
 {
-    const float *r = w->base + (size_t)w->bt[w->blk] * w->block_stride +
-                     (size_t)w->slot * w->row_stride;
+    const char *r = w->base + (size_t)w->bt[w->blk] * w->block_stride +
+                    (size_t)w->slot * w->row_stride;
     if (++w->slot == w->block_size) {
         w->slot = 0;
         w->blk++;
@@ -138,23 +182,32 @@ static inline const float *kv_walk_next(kv_walk *w)
     return r;
 }
 
+/* Eight K/V elements from i of row r, widened from f16 when f16 (a
+ * constant in each instantiation below). */
+__attribute__((target("avx2,fma,f16c")))
+static inline __m256 kv_load8(const char *r, int i, int f16)
+{
+    if (f16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(r + 2 * i)));
+    return _mm256_loadu_ps((const float *)(const void *)r + i);
+}
+
 /* Rows this far ahead are fetched early: a head's K/V rows are strided
- * (the other heads' rows lie between them), which the hardware prefetchers
- * here follow poorly. */
+ * (the other heads' rows lie between them). */
 #define ATT_AHEAD 16
 
 __attribute__((target("avx2,fma")))
-static inline void prefetch_row(const float *r, int n)
+static inline void prefetch_row(const char *r, int bytes)
 {
-    for (int i = 0; i < n; i += 16)
-        _mm_prefetch((const char *)(r + i), _MM_HINT_T0);
+    for (int i = 0; i < bytes; i += 64)
+        _mm_prefetch(r + i, _MM_HINT_T0);
 }
 
 /* scores[t0..t0+8) of head q: eight independent FMA chains (each over the
  * head dim in order, as for one position alone) share each q load. */
-__attribute__((target("avx2,fma")))
-static inline void att_scores8(const float *const *k, const float *q, int hd, __m128 sc4,
-                               float *s)
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void att_scores8(const char *const *k, const float *q, int hd, __m128 sc4,
+                               float *s, int f16)
 {
     __m256 c[8];
     for (int j = 0; j < 8; j++)
@@ -163,37 +216,37 @@ static inline void att_scores8(const float *const *k, const float *q, int hd, __
         __m256 qv = _mm256_loadu_ps(q + i);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
-            c[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k[j] + i), c[j]);
+            c[j] = _mm256_fmadd_ps(qv, kv_load8(k[j], i, f16), c[j]);
     }
     _mm_storeu_ps(s, _mm_mul_ps(hsum8x4(c[0], c[1], c[2], c[3]), sc4));
     _mm_storeu_ps(s + 4, _mm_mul_ps(hsum8x4(c[4], c[5], c[6], c[7]), sc4));
 }
 
 /* scratch[h][t] = scale * q_h . k_t. */
-__attribute__((target("avx2,fma")))
-static void att_scores_avx2(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
-                            float *scratch)
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void att_scores(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                              float *scratch, int f16)
 {
-    int hd = a->head_dim, t = 0;
+    int hd = a->head_dim, t = 0, row_bytes = hd * (f16 ? 2 : 4);
     __m128 sc4 = _mm_set1_ps(a->scale);
     kv_walk w = kv_walk_at(a, a->k_base, 0), ahead = kv_walk_at(a, a->k_base, ATT_AHEAD);
     for (; t + 8 <= n_ctx; t += 8) {
-        const float *k[8];
+        const char *k[8];
         for (int j = 0; j < 8; j++) {
             k[j] = kv_walk_next(&w);
             if (t + ATT_AHEAD + j < n_ctx)
-                prefetch_row(kv_walk_next(&ahead), hd);
+                prefetch_row(kv_walk_next(&ahead), row_bytes);
         }
         for (int h = 0; h < n_q; h++)
-            att_scores8(k, q + (size_t)h * hd, hd, sc4, scratch + (size_t)h * n_ctx + t);
+            att_scores8(k, q + (size_t)h * hd, hd, sc4, scratch + (size_t)h * n_ctx + t, f16);
     }
     for (; t < n_ctx; t++) {
-        const float *k = kv_walk_next(&w);
+        const char *k = kv_walk_next(&w);
         for (int h = 0; h < n_q; h++) {
             __m256 c = _mm256_setzero_ps();
             for (int i = 0; i < hd; i += 8)
                 c = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i),
-                                    _mm256_loadu_ps(k + i), c);
+                                    kv_load8(k, i, f16), c);
             scratch[(size_t)h * n_ctx + t] = hsum8_att(c) * a->scale;
         }
     }
@@ -201,10 +254,11 @@ static void att_scores_avx2(const pl_attn_args *a, const float *q, int n_q, int 
 
 /* out_h = sum over t (in order) of p[h][t] * v_t, 64 dims of one head at a
  * time held in registers (the output is not reloaded per position). */
-__attribute__((target("avx2,fma")))
-static void att_values_avx2(const pl_attn_args *a, const float *p, int n_ctx, float *out)
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void att_values(const pl_attn_args *a, const float *p, int n_ctx, float *out,
+                              int f16)
 {
-    int hd = a->head_dim;
+    int hd = a->head_dim, esz = f16 ? 2 : 4;
     for (int i0 = 0; i0 < hd; i0 += 64) {
         int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
         __m256 acc[8];
@@ -212,16 +266,16 @@ static void att_values_avx2(const pl_attn_args *a, const float *p, int n_ctx, fl
             acc[j] = _mm256_setzero_ps();
         kv_walk w = kv_walk_at(a, a->v_base, 0), ahead = kv_walk_at(a, a->v_base, ATT_AHEAD);
         for (int t = 0; t < n_ctx; t++) {
-            const float *v = kv_walk_next(&w) + i0;
+            const char *v = kv_walk_next(&w) + esz * i0;
             if (t + ATT_AHEAD < n_ctx)
-                prefetch_row(kv_walk_next(&ahead) + i0, nv * 8);
+                prefetch_row(kv_walk_next(&ahead) + esz * i0, nv * 8 * esz);
             __m256 pt = _mm256_set1_ps(p[t]);
             if (nv == 8) {       /* unrolled: the accumulators stay in registers */
                 for (int j = 0; j < 8; j++)
-                    acc[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * j), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(pt, kv_load8(v, 8 * j, f16), acc[j]);
             } else {
                 for (int j = 0; j < nv; j++)
-                    acc[j] = _mm256_fmadd_ps(pt, _mm256_loadu_ps(v + 8 * j), acc[j]);
+                    acc[j] = _mm256_fmadd_ps(pt, kv_load8(v, 8 * j, f16), acc[j]);
             }
         }
         for (int j = 0; j < nv; j++)
@@ -229,15 +283,23 @@ static void att_values_avx2(const pl_attn_args *a, const float *p, int n_ctx, fl
     }
 }
 
-/* The reference's computation, head dim a multiple of 8. */
-__attribute__((target("avx2,fma")))
+/* The reference's computation, head dim a multiple of 8; the f32 and f16
+ * caches get one instantiation each. */
+__attribute__((target("avx2,fma,f16c")))
 static void attention_avx2(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                            float *out, float *scratch)
 {
-    att_scores_avx2(a, q, n_q, n_ctx, scratch);
+    if (a->kv_f16)
+        att_scores(a, q, n_q, n_ctx, scratch, 1);
+    else
+        att_scores(a, q, n_q, n_ctx, scratch, 0);
     for (int h = 0; h < n_q; h++) {
-        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
-        att_values_avx2(a, scratch + (size_t)h * n_ctx, n_ctx, out + (size_t)h * a->head_dim);
+        float *p = scratch + (size_t)h * n_ctx, *o = out + (size_t)h * a->head_dim;
+        pl_op_softmax(p, n_ctx);
+        if (a->kv_f16)
+            att_values(a, p, n_ctx, o, 1);
+        else
+            att_values(a, p, n_ctx, o, 0);
     }
 }
 #endif
@@ -247,7 +309,7 @@ void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
 {
 #ifdef PL_HAVE_X86
     const pl_cpu_feature_set *cpu = pl_cpu_features();
-    if (cpu->avx2 && cpu->fma && a->head_dim % 8 == 0) {
+    if (cpu->avx2 && cpu->fma && cpu->f16c && a->head_dim % 8 == 0) {
         attention_avx2(a, q, n_q, n_ctx, out, scratch);
         return;
     }

@@ -83,11 +83,13 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n);
  * Attention of one query row for the n_q query heads sharing one KV head
  * (GQA group), over n_ctx cached positions. k_rows(t)/v_rows(t) are found
  * through the block table: token t lives in block bt[t / bs], row t % bs,
- * at kv_base + block * block_stride + (t % bs) * row_stride floats.
+ * at kv_base + block * block_stride + (t % bs) * row_stride elements, which
+ * are floats, or IEEE halves when kv_f16 (head_dim <= PL_ATTN_MAX_F16_HEAD_DIM).
  * q: (n_q, hd); out: (n_q, hd); scratch: n_ctx floats per query head.
  */
 typedef struct pl_attn_args {
-    const float *k_base, *v_base; /**< this layer's pools, offset to the head */
+    const void *k_base, *v_base; /**< this layer's pools, offset to the head */
+    int kv_f16;                  /**< elements are halves (else floats) */
     const int32_t *block_table;
     int block_size;
     size_t block_stride;         /**< floats between blocks */
@@ -96,10 +98,16 @@ typedef struct pl_attn_args {
     float scale;
 } pl_attn_args;
 
+#define PL_ATTN_MAX_F16_HEAD_DIM 512
+
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch);
 /** The scalar-dispatch reference of pl_op_attention. */
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch);
+
+/** dst[i] = src[i] as an IEEE half, rounded to nearest even (F16C when
+ * the CPU has it; the same values either way). */
+void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n);
 
 #endif
