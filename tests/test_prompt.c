@@ -171,12 +171,16 @@ Test(prompt_shared, round_prompts_share_one_prefix_and_extend_it)
             cr_assert_str_eq(p[0].m[3 + 2 * r].role, "assistant");
             cr_assert_str_eq(p[0].m[3 + 2 * r].content, finals[r * 4 + 3]);
         }
-        /* The agent's part comes last, only there, and is short. */
+        /* The round's instruction, then the agent's part, last and only
+         * there: the participants' turns differ in the id alone. */
         char own[64];
-        snprintf(own, sizeof own, "You are p0. Round %d of 3:", round + 1);
-        cr_assert(strstr(p[0].m[shared].content, own), "%s", p[0].m[shared].content);
-        cr_assert_lt(strlen(p[0].m[shared].content), 100);
-        cr_assert(strstr(p[1].m[shared].content, "You are p1."));
+        snprintf(own, sizeof own, "Round %d of 3:", round + 1);
+        const char *t0 = p[0].m[shared].content, *t1 = p[1].m[shared].content;
+        cr_assert(strstr(t0, own), "%s", t0);
+        cr_assert_lt(strlen(t0), 100);
+        cr_assert_eq(at(t0, "You are p0."), (long)strlen(t0) - 11, "%s", t0);
+        cr_assert_eq(at(t1, "You are p1."), (long)strlen(t1) - 11, "%s", t1);
+        cr_assert_eq(strncmp(t0, t1, strlen(t0) - 2), 0);
         /* The moderator reads this round's participants in order in the
          * very turn round + 1 repeats, followed by its reply. */
         for (int j = 0; j < 3; j++)
@@ -223,8 +227,10 @@ Test(prompt_shared, no_closer_one_turn_per_round)
     /* z speaks after x: x's message of this round, then z's part. */
     finals[6] = "X2";
     msgs z = render(&s, 2, 2, finals);
-    cr_assert_eq(at(z.m[4].content, "Round 3:\n\nx: X2\n\nYou are z. Round 3 of 3:"), 0, "%s",
+    cr_assert_eq(at(z.m[4].content, "Round 3:\n\nx: X2\n\nRound 3 of 3:"), 0, "%s",
                  z.m[4].content);
+    cr_assert(strstr(z.m[4].content, "asked. You are z.") &&
+              at(z.m[4].content, "You are z.") == (long)strlen(z.m[4].content) - 10);
     pl_prompt_messages_free(z.m, z.n);
     pl_job_spec_free(&s);
 }
@@ -363,7 +369,7 @@ Test(prompt_shared, round_prefix_extends_in_engine_tokens)
         }
         for (int a = 0; a < 3; a++) {
             int own = next[a].n - common_prefix(next[a], next[(a + 1) % 3]);
-            cr_assert_leq(own, 40, "round %d agent %d: own part %d tokens of %d", round + 1, a,
+            cr_assert_leq(own, 8, "round %d agent %d: own part %d tokens of %d", round + 1, a,
                           own, next[a].n);
         }
         for (int a = 0; a < 4; a++)

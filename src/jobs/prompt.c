@@ -175,13 +175,14 @@ static void round_quotes(sbuf *b, const pl_job_spec *s, int agent, int k,
     sb_printf(b, "\n\n");
 }
 
-/* The agent's own part: who it is, the round, the instruction. */
+/* The round's instruction, the same for every agent, then who the agent
+ * is: the only part the agents of one round do not share. */
 static void tail(sbuf *b, const pl_job_spec *s, int agent, int k)
 {
-    sb_printf(b, "You are %s. Round %d of %d: %s", s->agents[agent].id, k + 1,
-              s->num_rounds, k ? "weigh the messages above, then give your answer in "
-                                 "the format asked."
-                               : "give your answer in the format asked.");
+    sb_printf(b, "Round %d of %d: %s You are %s.", k + 1, s->num_rounds,
+              k ? "weigh the messages above, then give your answer in the format asked."
+                : "give your answer in the format asked.",
+              s->agents[agent].id);
 }
 
 /* A finished round k as `agent` reads it. With a closer whose message it

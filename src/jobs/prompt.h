@@ -53,7 +53,8 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
  *     otherwise one user turn "Round K:" and the round's messages
  *   user       this round: "Round R:" and the messages of the agents it
  *              speaks after (a closer's turn, repeated by the next round),
- *              then its part: "You are <id>. Round R of N: <instruction>"
+ *              then "Round R of N: <instruction>" (the same for every
+ *              agent) and its part: "You are <id>."
  *
  * Round r+1's shared part extends the closer's round-r prompt and reply, so
  * one cached prefix serves a conversation's round and grows with it; an
