@@ -386,6 +386,29 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n)
         y[i] += a * x[i];
 }
 
+#ifdef PL_HAVE_X86
+/* y[o0..o1) for one activation row: the AVX2 Q4/Q8 kernels called
+ * directly (the dispatch of pl_op_qdot, once per call instead of per
+ * output row: it cost ~4% of a decode step); other types and VNNI CPUs
+ * through pl_op_qdot. */
+static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
+                         const pl_q8_act *x, int n, float *y, int o0, int o1)
+{
+    int direct = pl_qdot_vnni_level() == PL_VNNI_NONE && !pl_qdot_k_supported(t);
+    if (direct && t == PL_GGML_TYPE_Q8_0) {
+        for (int o = o0; o < o1; o++)
+            y[o] = qdot_q8_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK);
+    } else if (direct) {
+        int has_m = t == PL_GGML_TYPE_Q4_1;
+        for (int o = o0; o < o1; o++)
+            y[o] = qdot_q4_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK, has_m);
+    } else {
+        for (int o = o0; o < o1; o++)
+            y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
+    }
+}
+#endif
+
 void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                         const pl_q8_act *x, int n_blk, int n_rows,
                         float *y, int ldy, int o0, int o1)
@@ -396,8 +419,7 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
     if (have_avx2()) {
         pthread_once(&fp16_once, fp16_init);
         if (n_rows == 1) {       /* decode: the single-row kernels */
-            for (int o = o0; o < o1; o++)
-                y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
+            qmatmul_row1(t, wb, row_bytes, x, n, y, o0, o1);
             return;
         }
         if (pl_qdot_k_supported(t)) {
