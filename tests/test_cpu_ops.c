@@ -404,7 +404,7 @@ Test(cpu_ops, rope_modes)
  * register chunk), 64 and 128 (two chunks), contexts with and without a
  * tail of fewer than 8 positions, short and longer than the prefetch
  * distance. */
-static void check_attention(int hd, int g, int bs, int ctx, int f16)
+static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qscale)
 {
     enum { NKV = 2, NB = 64 };
     int kvd = NKV * hd, kh = 1;
@@ -420,7 +420,7 @@ static void check_attention(int hd, int g, int bs, int ctx, int f16)
     uint16_t *kh16 = malloc(2 * pool), *vh16 = malloc(2 * pool);
     fill(kc, (int)pool, 1.0f);
     fill(vc, (int)pool, 1.0f);
-    fill(q, g * hd, 1.0f);
+    fill(q, g * hd, qscale);
     pl_op_f32_to_f16_row(kh16, kc, (int)pool);
     pl_op_f32_to_f16_row(vh16, vc, (int)pool);
     for (size_t i = 0; f16 && i < pool; i++) {  /* the reference sees the halves */
@@ -459,6 +459,11 @@ static void check_attention(int hd, int g, int bs, int ctx, int f16)
     free(s);
 }
 
+static void check_attention(int hd, int g, int bs, int ctx, int f16)
+{
+    check_attention_q(hd, g, bs, ctx, f16, 1.0f);
+}
+
 Test(cpu_ops, paged_attention)
 {
     static const int ctxs[] = {1, 7, 8, 27, 64, 301};
@@ -470,6 +475,9 @@ Test(cpu_ops, paged_attention)
             check_attention(128, 3, 16, ctxs[c], f16);
         }
         check_attention(64, 2, 1, 50, f16);  /* a block per position */
+        /* Scores spread over ~100: exponentials down to underflow. */
+        check_attention_q(64, 3, 16, 301, f16, 60.0f);
+        check_attention_q(64, 1, 16, 64, f16, 20.0f);
     }
 }
 
