@@ -47,7 +47,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .async_scheduling = o->async_scheduling,
         .prefix_caching = o->prefix_caching,
         .batch_invariant = o->batch_invariant,
-        .kv_f32 = !o->kv_cache_f16,
+        .kv_f16 = o->kv_cache_f16,
         .gpu_memory_utilization = o->gpu_memory_utilization,
         .cuda_graphs = o->cuda_graphs,
     };

@@ -77,7 +77,7 @@ static long rss_bytes(void)
 
 /* Teacher-forced top-1 / logit agreement with a fixture section, in chunks
  * of 64 rows through the quantised kernels (the engine's path), the K/V
- * cache in halves (kv_f16, the default) or floats. */
+ * cache in floats (the default) or halves (kv_f16, --kv-cache-f16). */
 static pl_forced_stats run_forced(const pl_model *m, json_t *sec, int kv_f16)
 {
     return pl_test_run_forced(m, sec, BS, 1 << 30, 64, 2, kv_f16, NEAR_TIE);

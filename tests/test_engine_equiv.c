@@ -235,8 +235,8 @@ Test(engine_equiv, not_invariant_diverges_only_at_near_ties)
     expect_equivalent("not invariant, 1 vs 8", a, b, 8);
 }
 
-/* A KV cache too small for the batch: 8 blocks of 16 tokens (3 MiB at
- * ~0.35 MiB a block of halves) for 8 sequences of ~60 tokens (4 blocks each), so the
+/* A KV cache too small for the batch: 8 blocks of 16 tokens (6 MiB at
+ * ~0.7 MiB a block) for 8 sequences of ~60 tokens (4 blocks each), so the
  * engine preempts running sequences, recomputes them, and evicts cached
  * prefix blocks to make room. Tokens must equal the unpressured run's. */
 Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
@@ -246,7 +246,7 @@ Test(engine_equiv, preemption_and_eviction_with_a_tiny_cache)
     const int n = getenv("PARLEY_SANITIZED") ? 4 : 8;
     json_t *st = NULL;
     cfg cb = {.async = true, .batched_tokens = 2048, .concurrent = 8};
-    cfg ct = {.async = true, .batched_tokens = 2048, .concurrent = 8, .kv_mb = 3,
+    cfg ct = {.async = true, .batched_tokens = 2048, .concurrent = 8, .kv_mb = 6,
               .max_len = 128, .stats = &st};
     run(&cb, n, big);
     run(&ct, n, tiny);

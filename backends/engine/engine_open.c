@@ -263,7 +263,7 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
     }
     /* KV bytes per block: K and V, halves (or floats), every layer. */
     size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
-                       (size_t)o->block_size * (o->kv_f32 ? sizeof(float) : sizeof(uint16_t));
+                       (size_t)o->block_size * (o->kv_f16 ? sizeof(uint16_t) : sizeof(float));
     want.num_blocks = (int)(((size_t)o->kv_cache_mb << 20) / per_block);
     int min_blocks = (want.max_model_len + o->block_size - 1) / o->block_size;
     if (want.num_blocks < min_blocks) {
@@ -272,7 +272,7 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         return NULL;
     }
     t->max_model_len = want.max_model_len;
-    pl_runner *r = pl_cpu_runner_new_kv(m, &want, o->threads, !o->kv_f32, err, n);
+    pl_runner *r = pl_cpu_runner_new_kv(m, &want, o->threads, o->kv_f16, err, n);
     /* Batch invariance: each row's matmuls use the same quantised kernels
      * whatever the row count, so outputs never depend on the batch mix. */
     if (r && o->batch_invariant)

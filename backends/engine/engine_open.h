@@ -27,7 +27,7 @@ typedef struct pl_engine_open_opts {
     bool prefix_caching;
     bool no_partial_prefix;      /**< full-block prefix reuse only */
     bool batch_invariant;        /**< CPU: quantised kernels at every row count */
-    bool kv_f32;                 /**< CPU: K/V cache in floats (default: halves) */
+    bool kv_f16;                 /**< CPU: K/V cache in halves (default: floats) */
     double gpu_memory_utilization;
     bool cuda_graphs;
 } pl_engine_open_opts;

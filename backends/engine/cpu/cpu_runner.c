@@ -393,7 +393,7 @@ static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_inf
 pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
                              char *err, size_t errlen)
 {
-    return pl_cpu_runner_new_kv(m, want, n_threads, 1, err, errlen);
+    return pl_cpu_runner_new_kv(m, want, n_threads, 0, err, errlen);
 }
 
 pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,

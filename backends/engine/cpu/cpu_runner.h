@@ -23,8 +23,8 @@
 pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int n_threads,
                              char *err, size_t errlen);
 
-/** pl_cpu_runner_new with the K/V cache in IEEE halves (kv_f16, the
- *  default of pl_cpu_runner_new) or floats. */
+/** pl_cpu_runner_new (whose K/V cache holds floats) with the K/V cache in
+ *  IEEE halves when kv_f16. */
 pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,
                                 int kv_f16, char *err, size_t errlen);
 
