@@ -23,8 +23,10 @@ struct pl_cpu_fwd {
     pl_pool *pool;
     pl_fwd_opts o;
     int q_dim, kv_dim, max_in;
-    void *k_cache, *v_cache;     /* (n_layer, num_blocks, block_size, kv_dim) of
-                                    halves when o.kv_f16, else floats */
+    void *k_cache, *v_cache;     /* (n_layer, num_blocks, n_head_kv, block_size,
+                                    head_dim) of halves when o.kv_f16, else
+                                    floats: a head's rows of a block are
+                                    contiguous, so attention streams them */
     size_t kv_esz;               /* 2 or 4 */
     float *x, *xn, *q, *k, *v, *att, *tmp; /* (max_rows, width) */
     float *gate, *up;            /* (max_rows, n_ff) */
@@ -136,20 +138,25 @@ static void mm_item(const pl_cpu_fwd *f, const mm_job *j, int c)
                            j->n_rows, j->y[i], w->rows, o0, o1);
 }
 
-static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk, int slot)
+/* The start of block blk of a layer (all its heads). */
+static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk)
 {
     size_t bs = (size_t)f->o.block_size;
-    return (char *)cache +
-           (((size_t)layer * f->o.num_blocks + blk) * bs + slot) * f->kv_dim * f->kv_esz;
+    return (char *)cache + ((size_t)layer * f->o.num_blocks + blk) * bs * f->kv_dim * f->kv_esz;
 }
 
-/* Stores a K or V row into its cache slot (rounded to half when f16). */
-static void kv_store(const pl_cpu_fwd *f, char *dst, const float *src)
+/* Stores a K or V row (all heads) into slot `slot` of block `blk`, each
+ * head's part into that head's rows (rounded to half when f16). */
+static void kv_store(const pl_cpu_fwd *f, char *blk, int slot, const float *src)
 {
-    if (f->o.kv_f16)
-        pl_op_f32_to_f16_row((uint16_t *)(void *)dst, src, f->kv_dim);
-    else
-        memcpy(dst, src, sizeof(float) * f->kv_dim);
+    int hd = f->m->head_dim;
+    for (int h = 0; h < f->m->n_head_kv; h++) {
+        char *dst = blk + ((size_t)h * f->o.block_size + slot) * hd * f->kv_esz;
+        if (f->o.kv_f16)
+            pl_op_f32_to_f16_row((uint16_t *)(void *)dst, src + (size_t)h * hd, hd);
+        else
+            memcpy(dst, src + (size_t)h * hd, sizeof(float) * hd);
+    }
 }
 
 static const int32_t *row_blocks(const pl_fwd_batch *b, int r)
@@ -176,8 +183,8 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     pl_op_rope(k, m->n_head_kv, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
     int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
-    kv_store(f, kv_at(f, f->k_cache, l, blk, slot), k);
-    kv_store(f, kv_at(f, f->v_cache, l, blk, slot), v);
+    kv_store(f, kv_at(f, f->k_cache, l, blk), slot, k);
+    kv_store(f, kv_at(f, f->v_cache, l, blk), slot, v);
 }
 
 /* Attention item it: (row, kv head, 1 of ph->split slices of its query
@@ -192,10 +199,12 @@ static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
     int r = it / per, kh = it % per / ph->split, hd = m->head_dim;
     pl_attn_args a = {.block_size = f->o.block_size,
                       .block_stride = (size_t)f->o.block_size * f->kv_dim,
-                      .row_stride = (size_t)f->kv_dim, .head_dim = hd,
+                      .row_stride = (size_t)hd, .head_dim = hd,
                       .scale = 1.0f / sqrtf((float)hd),
-                      .k_base = kv_at(f, f->k_cache, ph->layer, 0, 0) + f->kv_esz * kh * hd,
-                      .v_base = kv_at(f, f->v_cache, ph->layer, 0, 0) + f->kv_esz * kh * hd,
+                      .k_base = kv_at(f, f->k_cache, ph->layer, 0) +
+                                f->kv_esz * kh * f->o.block_size * hd,
+                      .v_base = kv_at(f, f->v_cache, ph->layer, 0) +
+                                f->kv_esz * kh * f->o.block_size * hd,
                       .kv_f16 = f->o.kv_f16,
                       .block_table = row_blocks(b, r)};
     size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
@@ -402,8 +411,8 @@ void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
         return;
     size_t n = f->kv_esz * (size_t)f->o.block_size * f->kv_dim;
     for (int l = 0; l < f->m->n_layer; l++) {
-        memcpy(kv_at(f, f->k_cache, l, dst, 0), kv_at(f, f->k_cache, l, src, 0), n);
-        memcpy(kv_at(f, f->v_cache, l, dst, 0), kv_at(f, f->v_cache, l, src, 0), n);
+        memcpy(kv_at(f, f->k_cache, l, dst), kv_at(f, f->k_cache, l, src), n);
+        memcpy(kv_at(f, f->v_cache, l, dst), kv_at(f, f->v_cache, l, src), n);
     }
 }
 
