@@ -192,8 +192,8 @@ static inline __m256 kv_load8(const char *r, int i, int f16)
     return _mm256_loadu_ps((const float *)(const void *)r + i);
 }
 
-/* Rows this far ahead are fetched early: a head's K/V rows are strided
- * (the other heads' rows lie between them). */
+/* Rows this far ahead are fetched early: a head's rows are contiguous only
+ * within a block, and the blocks of a sequence lie anywhere in the pool. */
 #define ATT_AHEAD 16
 
 __attribute__((target("avx2,fma")))
