@@ -298,6 +298,79 @@ static __device__ __forceinline__ void mm_tile_load(long (&koff)[MM_BK / 8],
     __syncwarp();
 }
 
+/* The tile's scores of row lane/4 (K read from the cache as B operands;
+ * keys with koff < 0 masked), then its online softmax: new max m, l and O
+ * rescaled, the scores replaced by their exp2 probabilities. */
+template <int HD>
+static __device__ __forceinline__ void mm_scores_softmax(float (&s)[MM_BK / 8][4],
+                                                         const uint32_t (&qa)[HD / 16][2],
+                                                         const __nv_bfloat16 *kc,
+                                                         const long (&koff)[MM_BK / 8],
+                                                         int lane, float &m, float &l,
+                                                         float (&o)[HD / 8][4])
+{
+    int c2 = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < MM_BK / 8; n++) {
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        const __nv_bfloat16 *kr = kc + (koff[n] < 0 ? 0 : koff[n]) + c2;
+#pragma unroll
+        for (int k = 0; k < HD / 16; k++)
+            mm_mma(s[n], qa[k][0], 0u, qa[k][1], 0u, *(const uint32_t *)(kr + 16 * k),
+                   *(const uint32_t *)(kr + 16 * k + 8));
+    }
+    /* Column c2 (+1) of tile n is key n*8 + c2 (+1): its offset is lane
+     * 4*(c2 (+1))'s. */
+    float mt = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < MM_BK / 8; n++) {
+#pragma unroll
+        for (int x = 0; x < 2; x++) {
+            long ko = __shfl_sync(0xffffffffu, koff[n], 4 * (c2 + x));
+            if (ko < 0)
+                s[n][x] = -INFINITY;
+            mt = fmaxf(mt, s[n][x]);
+        }
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    float mn = fmaxf(m, mt), base = mn == -INFINITY ? 0.0f : mn;
+    float corr = exp2f(m - base), sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < MM_BK / 8; n++) {
+        s[n][0] = exp2f(s[n][0] - base);
+        s[n][1] = exp2f(s[n][1] - base);
+        sum += s[n][0] + s[n][1];
+    }
+    l = l * corr + sum;
+    m = mn;
+#pragma unroll
+    for (int d = 0; d < HD / 8; d++) {
+        o[d][0] *= corr;
+        o[d][1] *= corr;
+    }
+}
+
+/* O += P.V for row lane/4: the probabilities of 16 keys are the A operand
+ * (rows 8-15 zero), V comes from the warp's transposed staging. */
+template <int HD>
+static __device__ __forceinline__ void mm_pv(float (&o)[HD / 8][4],
+                                             const float (&s)[MM_BK / 8][4],
+                                             const __nv_bfloat16 *sv, int lane)
+{
+    int gq = lane >> 2, c2 = 2 * (lane & 3);
+#pragma unroll
+    for (int k = 0; k < MM_BK / 16; k++) {
+        uint32_t a0 = mm_pack(s[2 * k][0], s[2 * k][1]);
+        uint32_t a2 = mm_pack(s[2 * k + 1][0], s[2 * k + 1][1]);
+#pragma unroll
+        for (int d = 0; d < HD / 8; d++) {
+            const __nv_bfloat16 *vr = sv + (d * 8 + gq) * (MM_BK + MM_PAD) + 16 * k + c2;
+            mm_mma(o[d], a0, 0u, a2, 0u, *(const uint32_t *)vr, *(const uint32_t *)(vr + 8));
+        }
+    }
+}
+
 /* grid (n_rows, n_kv_heads, n_splits), 4 warps. The G query heads of the
  * group are rows 0..G-1 of a 16-row MMA tile (the rest zero); warp w takes
  * every 4th tile of 32 keys of the split: scores (16 x 32) by MMA with K
@@ -340,56 +413,8 @@ attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const in
         long koff[MM_BK / 8];
         mm_tile_load<HD>(koff, sv, t, t1, tab, g, kvh, vc, lane);
         float s[MM_BK / 8][4];
-#pragma unroll
-        for (int n = 0; n < MM_BK / 8; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            const __nv_bfloat16 *kr = kc + (koff[n] < 0 ? 0 : koff[n]) + c2;
-#pragma unroll
-            for (int k = 0; k < HD / 16; k++)
-                mm_mma(s[n], qa[k][0], 0u, qa[k][1], 0u, *(const uint32_t *)(kr + 16 * k),
-                       *(const uint32_t *)(kr + 16 * k + 8));
-        }
-        /* Column c2 (+1) of tile n is key t + n*8 + c2 (+1); its K offset
-         * was read by lane 4*(c2 (+1)) + ... : take the mask from there. */
-        float mt = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < MM_BK / 8; n++) {
-#pragma unroll
-            for (int x = 0; x < 2; x++) {
-                long ko = __shfl_sync(0xffffffffu, koff[n], 4 * (c2 + x));
-                if (ko < 0)
-                    s[n][x] = -INFINITY;
-                mt = fmaxf(mt, s[n][x]);
-            }
-        }
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-        float mn = fmaxf(m, mt), base = mn == -INFINITY ? 0.0f : mn;
-        float corr = exp2f(m - base), sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < MM_BK / 8; n++) {
-            s[n][0] = exp2f(s[n][0] - base);
-            s[n][1] = exp2f(s[n][1] - base);
-            sum += s[n][0] + s[n][1];
-        }
-        l = l * corr + sum;
-        m = mn;
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            o[d][0] *= corr;
-            o[d][1] *= corr;
-        }
-#pragma unroll
-        for (int k = 0; k < MM_BK / 16; k++) {
-            uint32_t a0 = mm_pack(s[2 * k][0], s[2 * k][1]);
-            uint32_t a2 = mm_pack(s[2 * k + 1][0], s[2 * k + 1][1]);
-#pragma unroll
-            for (int d = 0; d < HD / 8; d++) {
-                const __nv_bfloat16 *vr = sv + (d * 8 + gq) * (MM_BK + MM_PAD) + 16 * k + c2;
-                mm_mma(o[d], a0, 0u, a2, 0u, *(const uint32_t *)vr,
-                       *(const uint32_t *)(vr + 8));
-            }
-        }
+        mm_scores_softmax<HD>(s, qa, kc, koff, lane, m, l, o);
+        mm_pv<HD>(o, s, sv, lane);
         __syncwarp();   /* sv is rewritten by the next tile */
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -402,7 +427,9 @@ attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const in
         smem + 2 * sizeof(float) * SP_WARPS * G);
     if (gq < G) {
         if ((lane & 3) == 0) {
-            sm_m[w][gq] = m;   /* in log2 units: merge_partials' exp is rescaled below */
+            /* merge_partials and the split merge take maxima in natural-log
+             * units (expf); m is in log2 units (ln 2 = 0.693...). */
+            sm_m[w][gq] = m == -INFINITY ? m : m * 0.6931471805599453f;
             sm_l[w][gq] = l;
         }
 #pragma unroll
@@ -410,14 +437,6 @@ attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const in
             sm_acc[w][gq][d * 8 + c2] = o[d][0];
             sm_acc[w][gq][d * 8 + c2 + 1] = o[d][1];
         }
-    }
-    __syncthreads();
-    /* merge_partials and the split merge combine with expf(m - m'): the
-     * maxima are kept in natural-log units there. */
-    if (threadIdx.x < SP_WARPS * G) {
-        float *mm = &sm_m[threadIdx.x / G][threadIdx.x % G];
-        if (*mm != -INFINITY)
-            *mm *= 0.6931471805599453f;  /* ln(2): log2 -> natural units */
     }
     __syncthreads();
     merge_partials<SP_WARPS, G, HD>(sm_m, sm_l, sm_acc, r, kvh, sp, ns, out, ws, n_heads);
