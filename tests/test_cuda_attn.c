@@ -146,9 +146,8 @@ static int prefill_seqs(const float *q, int q_stride, const int32_t *positions,
                         const int32_t *bt, pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc,
                         pl_bf16 *out, int n_seqs, int max_rows, int n_heads, float scale)
 {
-    return (g_prefill_mma ? pl_cuda_attn_prefill_mma_seqs : pl_cuda_attn_prefill_seqs)(
-        q, q_stride, positions, seqs, first, nrows, bt, g, kc, vc, out, n_seqs, max_rows,
-        n_heads, scale, 0);
+    return pl_cuda_attn_prefill_seqs(q, q_stride, positions, seqs, first, nrows, bt, g, kc, vc,
+                                     out, n_seqs, max_rows, n_heads, scale, g_prefill_mma, 0);
 }
 
 /* MODE_SPLIT (MODE_SPLIT16, MODE_MMA): the split-KV grouped kernel (with 16
@@ -163,10 +162,11 @@ static void launch_mode(attn_fix *f, int mode, int n_splits, pl_bf16 *dout, floa
         int ns = n_splits ? n_splits : pl_cuda_attn_split_count(f->n_rows, c->n_kv, 132);
         size_t wsn = pl_cuda_attn_split_ws(f->n_rows, c->n_head, c->hd, ns);
         float *ws = wsn ? tu_dev(NULL, wsn * sizeof(float)) : NULL;
-        OK((mode == MODE_SPLIT ? pl_cuda_attn_decode_split
-            : mode == MODE_MMA ? pl_cuda_attn_decode_mma : pl_cuda_attn_decode_split16)(
-            f->dqkv, f->qkv_dim, f->dpos, NULL, f->drs, f->dbt, g, f->dk, f->dv, dout,
-            f->n_rows, c->n_head, scale, ns, ws, 0));
+        pl_split_kind kind = mode == MODE_SPLIT ? PL_SPLIT_WARP
+                             : mode == MODE_MMA ? PL_SPLIT_MMA : PL_SPLIT_HALF;
+        OK(pl_cuda_attn_decode_split(f->dqkv, f->qkv_dim, f->dpos, NULL, f->drs, f->dbt, g,
+                                     f->dk, f->dv, dout, f->n_rows, c->n_head, scale, ns, ws,
+                                     kind, 0));
         CU(cudaDeviceSynchronize());
         cudaFree(ws);
         return;

@@ -31,35 +31,26 @@ int pl_cuda_attn_decode_rows(const float *q, int q_stride, const int32_t *positi
                              const pl_bf16 *k_cache, const pl_bf16 *v_cache, pl_bf16 *out,
                              int n_rows, int n_heads, float scale, cudaStream_t st);
 
+/** Kernels of the split-KV decode attention: 32 lanes per key (the
+ *  default), 16 lanes per key (two key streams per warp: fewer shuffles and
+ *  exponentials per key), and tensor cores (the group's query heads as rows
+ *  of a 16-row MMA tile, bf16 scores and probabilities, fp32 accumulation;
+ *  sm_80 and up). */
+typedef enum pl_split_kind { PL_SPLIT_WARP, PL_SPLIT_HALF, PL_SPLIT_MMA } pl_split_kind;
+
 /**
- * The same result (rows as pl_cuda_attn_decode_rows) from the split-KV, GQA-grouped kernel (one block per
- * (row, kv head, split), K/V read once per group): n_splits from
- * pl_cuda_attn_split_count; ws (device, pl_cuda_attn_split_ws floats) is
- * needed when n_splits > 1. Shapes: pl_cuda_attn_split_supported.
+ * The same result (rows as pl_cuda_attn_decode_rows) from the split-KV,
+ * GQA-grouped kernel of the given kind (one block per (row, kv head, split),
+ * K/V read once per group): n_splits from pl_cuda_attn_split_count; ws
+ * (device, pl_cuda_attn_split_ws floats) is needed when n_splits > 1.
+ * Shapes: pl_cuda_attn_split_supported.
  */
 int pl_cuda_attn_decode_split(const float *q, int q_stride, const int32_t *positions,
                               const int32_t *rows, const int32_t *row_seq,
                               const int32_t *block_table,
                               pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
                               pl_bf16 *out, int n_rows, int n_heads, float scale,
-                              int n_splits, float *ws, cudaStream_t st);
-/** The same with 16 lanes per key (two key streams per warp): fewer
- *  shuffles and exponentials per key; PARLEY_CUDA_DECODE_ATTN=split16. */
-int pl_cuda_attn_decode_split16(const float *q, int q_stride, const int32_t *positions,
-                                const int32_t *rows, const int32_t *row_seq,
-                                const int32_t *block_table,
-                                pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                pl_bf16 *out, int n_rows, int n_heads, float scale,
-                                int n_splits, float *ws, cudaStream_t st);
-/** The same on tensor cores: the group's query heads as rows of a 16-row
- *  MMA tile, bf16 scores and probabilities with fp32 accumulation;
- *  PARLEY_CUDA_DECODE_ATTN=mma. sm_80 and up. */
-int pl_cuda_attn_decode_mma(const float *q, int q_stride, const int32_t *positions,
-                            const int32_t *rows, const int32_t *row_seq,
-                            const int32_t *block_table,
-                            pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                            pl_bf16 *out, int n_rows, int n_heads, float scale,
-                            int n_splits, float *ws, cudaStream_t st);
+                              int n_splits, float *ws, pl_split_kind kind, cudaStream_t st);
 /** Splits that give about 2 blocks per SM for n_rows rows (1..32). */
 int pl_cuda_attn_split_count(int n_rows, int n_kv_heads, int n_sm);
 /** Workspace floats for pl_cuda_attn_decode_split (0 for one split). */

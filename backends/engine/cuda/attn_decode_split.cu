@@ -482,10 +482,9 @@ extern "C" int pl_cuda_attn_split_supported(int n_heads, int n_kv_heads, int hea
            && n_heads == G * n_kv_heads;
 }
 
-enum { KIND_SPLIT, KIND_SPLIT16, KIND_MMA };
-
 template <int NP, int G>
-static void launch_split(dim3 grid, cudaStream_t st, int kind, const float *q, int q_stride,
+static void launch_split(dim3 grid, cudaStream_t st, pl_split_kind kind, const float *q,
+                         int q_stride,
                          const int32_t *pos, const int32_t *rows, const int32_t *rs,
                          const int32_t *bt,
                          pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc, pl_bf16 *out,
@@ -493,10 +492,10 @@ static void launch_split(dim3 grid, cudaStream_t st, int kind, const float *q, i
 {
     const __nv_bfloat16 *k = (const __nv_bfloat16 *)kc, *v = (const __nv_bfloat16 *)vc;
     __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-    if (kind == KIND_SPLIT16)
+    if (kind == PL_SPLIT_HALF)
         attn_split16_kernel<4 * NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows,
             rs, bt, g, k, v, o, ws, n_heads, scale);
-    else if (kind == KIND_MMA)
+    else if (kind == PL_SPLIT_MMA)
         attn_mma_kernel<64 * NP, G><<<grid, 32 * SP_WARPS, 0, st>>>(q, q_stride, pos, rows, rs,
             bt, g, k, v, o, ws, n_heads, scale);
     else
@@ -504,16 +503,20 @@ static void launch_split(dim3 grid, cudaStream_t st, int kind, const float *q, i
             bt, g, k, v, o, ws, n_heads, scale);
 }
 
-static int decode_split(const float *q, int q_stride, const int32_t *positions,
-                        const int32_t *rows, const int32_t *row_seq,
-                        const int32_t *block_table, pl_kv_geom g, const pl_bf16 *k_cache,
-                        const pl_bf16 *v_cache, pl_bf16 *out, int n_rows, int n_heads,
-                        float scale, int n_splits, float *ws, int kind, cudaStream_t st)
+extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
+                                         const int32_t *positions, const int32_t *rows,
+                                         const int32_t *row_seq,
+                                         const int32_t *block_table, pl_kv_geom g,
+                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                         pl_bf16 *out, int n_rows, int n_heads, float scale,
+                                         int n_splits, float *ws, pl_split_kind kind,
+                                         cudaStream_t st)
 {
     PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
     PL_CUDA_ARG(pl_cuda_attn_split_supported(n_heads, g.n_kv_heads, g.head_dim));
     PL_CUDA_ARG(g.block_size > 0 && q_stride >= n_heads * g.head_dim && n_rows >= 0);
     PL_CUDA_ARG(n_splits >= 1 && n_splits <= SP_MAX_SPLITS && (n_splits == 1 || ws));
+    PL_CUDA_ARG(kind == PL_SPLIT_WARP || kind == PL_SPLIT_HALF || kind == PL_SPLIT_MMA);
     if (n_rows == 0)
         return 0;
     dim3 grid(n_rows, g.n_kv_heads, n_splits);
@@ -534,39 +537,4 @@ static int decode_split(const float *q, int q_stride, const int32_t *positions,
         PL_CUDA_LAUNCHED();
     }
     return 0;
-}
-
-extern "C" int pl_cuda_attn_decode_split(const float *q, int q_stride,
-                                         const int32_t *positions, const int32_t *rows,
-                                         const int32_t *row_seq,
-                                         const int32_t *block_table, pl_kv_geom g,
-                                         const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                         pl_bf16 *out, int n_rows, int n_heads, float scale,
-                                         int n_splits, float *ws, cudaStream_t st)
-{
-    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
-                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_SPLIT, st);
-}
-
-extern "C" int pl_cuda_attn_decode_split16(const float *q, int q_stride,
-                                           const int32_t *positions, const int32_t *rows,
-                                           const int32_t *row_seq,
-                                           const int32_t *block_table, pl_kv_geom g,
-                                           const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                           pl_bf16 *out, int n_rows, int n_heads, float scale,
-                                           int n_splits, float *ws, cudaStream_t st)
-{
-    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
-                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_SPLIT16, st);
-}
-
-extern "C" int pl_cuda_attn_decode_mma(const float *q, int q_stride, const int32_t *positions,
-                                       const int32_t *rows, const int32_t *row_seq,
-                                       const int32_t *block_table, pl_kv_geom g,
-                                       const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                       pl_bf16 *out, int n_rows, int n_heads, float scale,
-                                       int n_splits, float *ws, cudaStream_t st)
-{
-    return decode_split(q, q_stride, positions, rows, row_seq, block_table, g, k_cache,
-                        v_cache, out, n_rows, n_heads, scale, n_splits, ws, KIND_MMA, st);
 }

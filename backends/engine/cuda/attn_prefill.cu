@@ -155,7 +155,7 @@ extern "C" int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t 
 {
     return pl_cuda_attn_prefill_seqs(q, q_stride, positions, NULL, seq_first_row, seq_n_rows,
                                      block_table, g, k_cache, v_cache, out, n_seqs,
-                                     max_seq_rows, n_heads, scale, st);
+                                     max_seq_rows, n_heads, scale, false, st);
 }
 
 extern "C" int pl_cuda_attn_prefill_seqs(const float *q, int q_stride,
@@ -165,13 +165,14 @@ extern "C" int pl_cuda_attn_prefill_seqs(const float *q, int q_stride,
                                          const int32_t *block_table, pl_kv_geom g,
                                          const pl_bf16 *k_cache, const pl_bf16 *v_cache,
                                          pl_bf16 *out, int n_seqs, int max_seq_rows,
-                                         int n_heads, float scale, cudaStream_t st)
+                                         int n_heads, float scale, bool mma, cudaStream_t st)
 {
     PL_CUDA_ARG(q && positions && seq_first_row && seq_n_rows && block_table);
     PL_CUDA_ARG(k_cache && v_cache && out && n_seqs >= 0 && max_seq_rows >= 0);
     PL_CUDA_ARG(g.head_dim % 32 == 0 && g.head_dim <= 256 && g.block_size > 0);
     PL_CUDA_ARG(n_heads > 0 && g.n_kv_heads > 0 && n_heads % g.n_kv_heads == 0);
     PL_CUDA_ARG(q_stride >= n_heads * g.head_dim);
+    PL_CUDA_ARG(!mma || (pl_cuda_attn_prefill_mma_supported(g.head_dim) && q_stride % 2 == 0));
     if (n_seqs == 0 || max_seq_rows == 0)
         return 0;
     if (g.head_dim / 32 < 1 || g.head_dim / 32 > 8)
@@ -180,9 +181,14 @@ extern "C" int pl_cuda_attn_prefill_seqs(const float *q, int q_stride,
     for (int s0 = 0; s0 < n_seqs; s0 += PF_MAX_Z) {
         int n = n_seqs - s0 < PF_MAX_Z ? n_seqs - s0 : PF_MAX_Z, rc = 0;
         dim3 grid((max_seq_rows + PF_BQ - 1) / PF_BQ, n_heads, n);
+        if (mma)
+            rc = pl_cuda_attn_prefill_mma_tile_(q, q_stride, positions, seqs, s0, n,
+                                                seq_first_row, seq_n_rows, block_table, g,
+                                                k_cache, v_cache, out, max_seq_rows, n_heads,
+                                                scale, st);
 #define PF_CASE(E) case E: rc = launch_prefill<E>(grid, st, q, q_stride, positions, seqs, s0, \
         seq_first_row, seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale); break
-        switch (g.head_dim / 32) {
+        else switch (g.head_dim / 32) {
         PF_CASE(1); PF_CASE(2); PF_CASE(3); PF_CASE(4);
         PF_CASE(5); PF_CASE(6); PF_CASE(7); PF_CASE(8);
         }

@@ -3,6 +3,8 @@
 #ifndef PL_CUDA_ATTN_PREFILL_CUH
 #define PL_CUDA_ATTN_PREFILL_CUH
 
+#include <stdbool.h>
+
 #include "backends/engine/cuda/kv_write.cuh"
 
 #ifdef __cplusplus
@@ -26,26 +28,27 @@ int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t *positions,
 
 /** The same for the sequences seqs[0..n_seqs) only (the prefill sequences of
  *  a mixed step; block_table and the per-sequence arrays are indexed by
- *  those ids); seqs NULL: 0..n_seqs. Any n_seqs (the grid is tiled). */
+ *  those ids); seqs NULL: 0..n_seqs. Any n_seqs (the grid is tiled). mma:
+ *  on tensor cores (bf16 MMA, fp32 accumulation; Q and the probabilities
+ *  rounded to bf16; 64 query rows x 64 keys per tile; head_dim 64 or 128,
+ *  pl_cuda_attn_prefill_mma_supported; sm_80 and up;
+ *  PARLEY_CUDA_PREFILL_ATTN=mma in the runner). */
 int pl_cuda_attn_prefill_seqs(const float *q, int q_stride, const int32_t *positions,
                               const int32_t *seqs, const int32_t *seq_first_row,
                               const int32_t *seq_n_rows, const int32_t *block_table,
                               pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
                               pl_bf16 *out, int n_seqs, int max_seq_rows, int n_heads,
-                              float scale, cudaStream_t st);
+                              float scale, bool mma, cudaStream_t st);
 
-/** The same as pl_cuda_attn_prefill_seqs on tensor cores (bf16 MMA, fp32
- *  accumulation; Q and the probabilities rounded to bf16): 64 query rows x
- *  64 keys per tile. head_dim 64 or 128 (pl_cuda_attn_prefill_mma_supported),
- *  sm_80 and up. PARLEY_CUDA_PREFILL_ATTN=mma in the runner. */
-int pl_cuda_attn_prefill_mma_seqs(const float *q, int q_stride, const int32_t *positions,
-                                  const int32_t *seqs, const int32_t *seq_first_row,
-                                  const int32_t *seq_n_rows, const int32_t *block_table,
-                                  pl_kv_geom g, const pl_bf16 *k_cache,
-                                  const pl_bf16 *v_cache, pl_bf16 *out, int n_seqs,
-                                  int max_seq_rows, int n_heads, float scale,
-                                  cudaStream_t st);
 int pl_cuda_attn_prefill_mma_supported(int head_dim);
+/* attn_prefill_mma.cu's launch of one grid tile (<= 65535 sequences). */
+int pl_cuda_attn_prefill_mma_tile_(const float *q, int q_stride, const int32_t *positions,
+                                   const int32_t *seqs, int s0, int n,
+                                   const int32_t *seq_first_row, const int32_t *seq_n_rows,
+                                   const int32_t *block_table, pl_kv_geom g,
+                                   const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                   pl_bf16 *out, int max_seq_rows, int n_heads, float scale,
+                                   cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -24,7 +24,6 @@
 #define PM_BQ 64                 /* query rows per block, 16 per warp */
 #define PM_BK 64                 /* keys per tile */
 #define PM_PAD 8                 /* bf16 of padding per shared row (banks) */
-#define PM_MAX_Z 65535
 
 static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
                                                 uint32_t b0, uint32_t b1)
@@ -254,33 +253,21 @@ extern "C" int pl_cuda_attn_prefill_mma_supported(int head_dim)
     return head_dim == 64 || head_dim == 128;
 }
 
-extern "C" int pl_cuda_attn_prefill_mma_seqs(const float *q, int q_stride,
-                                             const int32_t *positions, const int32_t *seqs,
-                                             const int32_t *seq_first_row,
-                                             const int32_t *seq_n_rows,
-                                             const int32_t *block_table, pl_kv_geom g,
-                                             const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                             pl_bf16 *out, int n_seqs, int max_seq_rows,
-                                             int n_heads, float scale, cudaStream_t st)
+/* One launch over sequences s0 .. s0 + n (n <= 65535), arguments checked
+ * by pl_cuda_attn_prefill_seqs (attn_prefill.cu). */
+extern "C" int pl_cuda_attn_prefill_mma_tile_(const float *q, int q_stride,
+                                              const int32_t *positions, const int32_t *seqs,
+                                              int s0, int n, const int32_t *seq_first_row,
+                                              const int32_t *seq_n_rows,
+                                              const int32_t *block_table, pl_kv_geom g,
+                                              const pl_bf16 *k_cache, const pl_bf16 *v_cache,
+                                              pl_bf16 *out, int max_seq_rows, int n_heads,
+                                              float scale, cudaStream_t st)
 {
-    PL_CUDA_ARG(q && positions && seq_first_row && seq_n_rows && block_table);
-    PL_CUDA_ARG(k_cache && v_cache && out && n_seqs >= 0 && max_seq_rows >= 0);
-    PL_CUDA_ARG(pl_cuda_attn_prefill_mma_supported(g.head_dim) && g.block_size > 0);
-    PL_CUDA_ARG(n_heads > 0 && g.n_kv_heads > 0 && n_heads % g.n_kv_heads == 0);
-    PL_CUDA_ARG(q_stride >= n_heads * g.head_dim && q_stride % 2 == 0);
-    if (n_seqs == 0 || max_seq_rows == 0)
-        return 0;
-    for (int s0 = 0; s0 < n_seqs; s0 += PM_MAX_Z) {
-        int n = n_seqs - s0 < PM_MAX_Z ? n_seqs - s0 : PM_MAX_Z;
-        dim3 grid((max_seq_rows + PM_BQ - 1) / PM_BQ, n_heads, n);
-        int rc = g.head_dim == 64
-            ? launch_mma<64>(grid, st, q, q_stride, positions, seqs, s0, seq_first_row,
-                             seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale)
-            : launch_mma<128>(grid, st, q, q_stride, positions, seqs, s0, seq_first_row,
-                              seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads,
-                              scale);
-        if (rc != 0)
-            return rc;
-    }
-    return 0;
+    dim3 grid((max_seq_rows + PM_BQ - 1) / PM_BQ, n_heads, n);
+    return g.head_dim == 64
+        ? launch_mma<64>(grid, st, q, q_stride, positions, seqs, s0, seq_first_row,
+                         seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale)
+        : launch_mma<128>(grid, st, q, q_stride, positions, seqs, s0, seq_first_row,
+                          seq_n_rows, block_table, g, k_cache, v_cache, out, n_heads, scale);
 }

@@ -24,10 +24,9 @@ static int decode_attn(cuda_runner *r, const pl_bf16 *kc, const pl_bf16 *vc,
     const cr_io *d = &r->dio;
     if (r->split_kv) {
         int ns = pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm);
-        return (r->split16 ? pl_cuda_attn_decode_split16
-                : r->decode_mma ? pl_cuda_attn_decode_mma : pl_cuda_attn_decode_split)(
-            r->qkv, r->qkv_dim, d->positions, rows, d->row_seq, d->bt, r->geom, kc, vc, r->att,
-            n, r->n_head, scale, ns, r->split_ws, r->cs);
+        return pl_cuda_attn_decode_split(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq,
+                                         d->bt, r->geom, kc, vc, r->att, n, r->n_head, scale,
+                                         ns, r->split_ws, r->split_kind, r->cs);
     }
     return pl_cuda_attn_decode_rows(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq, d->bt,
                                     r->geom, kc, vc, r->att, n, r->n_head, scale, r->cs);
@@ -55,10 +54,11 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
         return -1;
     if (mixed)
         pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
-    rc = (r->prefill_mma ? pl_cuda_attn_prefill_mma_seqs : pl_cuda_attn_prefill_seqs)(
-        r->qkv, r->qkv_dim, d->positions, mixed ? d->pf_seqs : NULL, d->first_row, d->n_rows,
-        d->bt, r->geom, kc, vc, r->att, mixed ? st->n_pf : st->n_seqs,
-        mixed ? st->pf_max_rows : st->max_seq_rows, r->n_head, scale, r->cs);
+    rc = pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, mixed ? d->pf_seqs : NULL,
+                                   d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
+                                   mixed ? st->n_pf : st->n_seqs,
+                                   mixed ? st->pf_max_rows : st->max_seq_rows, r->n_head,
+                                   scale, r->prefill_mma, r->cs);
     pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
     return rc;
 }

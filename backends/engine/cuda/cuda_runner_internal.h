@@ -4,6 +4,7 @@
 #ifndef PL_CUDA_RUNNER_INTERNAL_H
 #define PL_CUDA_RUNNER_INTERNAL_H
 
+#include "backends/engine/cuda/attn_decode.cuh"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/cuda/gemm.h"
 #include "backends/engine/cuda/kv_write.cuh"
@@ -115,8 +116,7 @@ typedef struct cuda_runner {
     int bucket_eager[CR_MAX_BUCKETS];  /* capture failed: eager for good */
     bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
     bool split_kv;               /* unless PARLEY_CUDA_DECODE_ATTN=rows */
-    bool split16;                /* PARLEY_CUDA_DECODE_ATTN=split16: 16 lanes per key */
-    bool decode_mma;             /* PARLEY_CUDA_DECODE_ATTN=mma: on tensor cores */
+    pl_split_kind split_kind;    /* PARLEY_CUDA_DECODE_ATTN=split16|mma: the variants */
     bool prefill_mma;            /* PARLEY_CUDA_PREFILL_ATTN=mma: tensor-core prefill */
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */

@@ -231,8 +231,8 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
      * =mma (tensor cores) are split-KV tuning candidates. */
     r->split_kv = !(attn && !strcmp(attn, "rows"))
                   && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
-    r->split16 = r->split_kv && attn && !strcmp(attn, "split16");
-    r->decode_mma = r->split_kv && attn && !strcmp(attn, "mma");
+    r->split_kind = !attn ? PL_SPLIT_WARP : !strcmp(attn, "split16") ? PL_SPLIT_HALF
+                  : !strcmp(attn, "mma") ? PL_SPLIT_MMA : PL_SPLIT_WARP;
     const char *pf = getenv("PARLEY_CUDA_PREFILL_ATTN");  /* a tuning candidate */
     r->prefill_mma = pf && !strcmp(pf, "mma") && pl_cuda_attn_prefill_mma_supported(r->head_dim);
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
