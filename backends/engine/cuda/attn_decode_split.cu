@@ -14,6 +14,7 @@
 #include <math.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/mma.cuh"
 
 #define SP_WARPS 4
 #define SP_MAX_SPLITS 32
@@ -251,22 +252,6 @@ attn_split16_kernel(const float *q, int q_stride,
 #define MM_BK 32                 /* keys per warp tile */
 #define MM_PAD 8                 /* bf16 of padding per transposed V row */
 
-static __device__ __forceinline__ void mm_mma(float (&d)[4], uint32_t a0, uint32_t a1,
-                                              uint32_t a2, uint32_t a3, uint32_t b0,
-                                              uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint32_t mm_pack(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
-
 /* A warp's tile of MM_BK keys from t: the KV offsets of the keys this lane
  * reads K for (key n*8 + lane/4 of the tile; -1: masked), and V copied
  * transposed into the warp's sv[dim][key]. */
@@ -303,7 +288,7 @@ static __device__ __forceinline__ void mm_tile_load(long (&koff)[MM_BK / 8],
  * rescaled, the scores replaced by their exp2 probabilities. */
 template <int HD>
 static __device__ __forceinline__ void mm_scores_softmax(float (&s)[MM_BK / 8][4],
-                                                         const uint32_t (&qa)[HD / 16][2],
+                                                         const uint32_t (&qa)[HD / 16][4],
                                                          const __nv_bfloat16 *kc,
                                                          const long (&koff)[MM_BK / 8],
                                                          int lane, float &m, float &l,
@@ -316,8 +301,8 @@ static __device__ __forceinline__ void mm_scores_softmax(float (&s)[MM_BK / 8][4
         const __nv_bfloat16 *kr = kc + (koff[n] < 0 ? 0 : koff[n]) + c2;
 #pragma unroll
         for (int k = 0; k < HD / 16; k++)
-            mm_mma(s[n], qa[k][0], 0u, qa[k][1], 0u, *(const uint32_t *)(kr + 16 * k),
-                   *(const uint32_t *)(kr + 16 * k + 8));
+            pl_mma16816(s[n], qa[k], *(const uint32_t *)(kr + 16 * k),
+                        *(const uint32_t *)(kr + 16 * k + 8));
     }
     /* Column c2 (+1) of tile n is key n*8 + c2 (+1): its offset is lane
      * 4*(c2 (+1))'s. */
@@ -351,26 +336,6 @@ static __device__ __forceinline__ void mm_scores_softmax(float (&s)[MM_BK / 8][4
     }
 }
 
-/* O += P.V for row lane/4: the probabilities of 16 keys are the A operand
- * (rows 8-15 zero), V comes from the warp's transposed staging. */
-template <int HD>
-static __device__ __forceinline__ void mm_pv(float (&o)[HD / 8][4],
-                                             const float (&s)[MM_BK / 8][4],
-                                             const __nv_bfloat16 *sv, int lane)
-{
-    int gq = lane >> 2, c2 = 2 * (lane & 3);
-#pragma unroll
-    for (int k = 0; k < MM_BK / 16; k++) {
-        uint32_t a0 = mm_pack(s[2 * k][0], s[2 * k][1]);
-        uint32_t a2 = mm_pack(s[2 * k + 1][0], s[2 * k + 1][1]);
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            const __nv_bfloat16 *vr = sv + (d * 8 + gq) * (MM_BK + MM_PAD) + 16 * k + c2;
-            mm_mma(o[d], a0, 0u, a2, 0u, *(const uint32_t *)vr, *(const uint32_t *)(vr + 8));
-        }
-    }
-}
-
 /* grid (n_rows, n_kv_heads, n_splits), 4 warps. The G query heads of the
  * group are rows 0..G-1 of a 16-row MMA tile (the rest zero); warp w takes
  * every 4th tile of 32 keys of the split: scores (16 x 32) by MMA with K
@@ -396,14 +361,16 @@ attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const in
     int t1 = min(n_keys, t0 + chunk);
     const int32_t *tab = bt + (size_t)row_seq[r] * g.max_blocks_per_seq;
     __nv_bfloat16 *sv = (__nv_bfloat16 *)smem + w * HD * (MM_BK + MM_PAD);
-    /* Q of head gq (rows >= G are zero), scaled for exp2. */
-    const float qs = scale * 1.4426950408889634f;
-    uint32_t qa[HD / 16][2];
+    /* Q of head gq as the A operand (rows >= G and 8-15 zero), scaled for
+     * exp2. */
+    const float qs = scale * PL_LOG2E;
+    uint32_t qa[HD / 16][4];
 #pragma unroll
     for (int k = 0; k < HD / 16; k++) {
         const float *qr = q + (size_t)r * q_stride + (size_t)(kvh * G + gq) * HD + 16 * k + c2;
-        qa[k][0] = gq < G ? mm_pack(qr[0] * qs, qr[1] * qs) : 0u;
-        qa[k][1] = gq < G ? mm_pack(qr[8] * qs, qr[9] * qs) : 0u;
+        qa[k][0] = gq < G ? pl_pack_bf16(qr[0] * qs, qr[1] * qs) : 0u;
+        qa[k][2] = gq < G ? pl_pack_bf16(qr[8] * qs, qr[9] * qs) : 0u;
+        qa[k][1] = qa[k][3] = 0u;
     }
     float o[HD / 8][4], m = -INFINITY, l = 0.0f;
 #pragma unroll
@@ -414,7 +381,9 @@ attn_mma_kernel(const float *q, int q_stride, const int32_t *positions, const in
         mm_tile_load<HD>(koff, sv, t, t1, tab, g, kvh, vc, lane);
         float s[MM_BK / 8][4];
         mm_scores_softmax<HD>(s, qa, kc, koff, lane, m, l, o);
-        mm_pv<HD>(o, s, sv, lane);
+        /* P rows 8-15 are scores of zero query rows: they only reach O rows
+         * 8-15, which are never read. */
+        pl_mma_pv<HD, MM_BK, MM_BK + MM_PAD>(o, s, sv, lane);
         __syncwarp();   /* sv is rewritten by the next tile */
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);

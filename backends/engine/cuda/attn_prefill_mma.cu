@@ -19,26 +19,12 @@
 #include <stdint.h>
 
 #include "backends/engine/cuda/attn_prefill.cuh"
+#include "backends/engine/cuda/mma.cuh"
 
 #define PM_WARPS 4
 #define PM_BQ 64                 /* query rows per block, 16 per warp */
 #define PM_BK 64                 /* keys per tile */
 #define PM_PAD 8                 /* bf16 of padding per shared row (banks) */
-
-static __device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4],
-                                                uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
-{
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
 
 /* Keys t0 .. t0 + PM_BK - 1 of KV head kvh: K as sk[key][dim], V as
  * sv[dim][key] (the B operand of P.V wants a key pair per register). Keys
@@ -83,7 +69,7 @@ static __device__ __forceinline__ void tile_scores(float (&s)[PM_BK / 8][4],
         const __nv_bfloat16 *kr = sk + (n * 8 + gq) * (HD + PM_PAD) + c2;
 #pragma unroll
         for (int k = 0; k < HD / 16; k++)
-            mma16816(s[n], qa[k], *(const uint32_t *)(kr + 16 * k),
+            pl_mma16816(s[n], qa[k], *(const uint32_t *)(kr + 16 * k),
                      *(const uint32_t *)(kr + 16 * k + 8));
         int t = t0 + n * 8 + c2;
         if (t > pos_lo) s[n][0] = -INFINITY;
@@ -128,28 +114,6 @@ static __device__ __forceinline__ void tile_softmax(float (&s)[PM_BK / 8][4], fl
     }
 }
 
-/* O += P.V: the probabilities of 16 keys are the A operand (the
- * accumulator layout of two 8-key score tiles is the A layout). */
-template <int HD>
-static __device__ __forceinline__ void tile_pv(float (&o)[HD / 8][4],
-                                               const float (&p)[PM_BK / 8][4],
-                                               const __nv_bfloat16 *sv, int lane)
-{
-    int gq = lane >> 2, c2 = 2 * (lane & 3);
-#pragma unroll
-    for (int k = 0; k < PM_BK / 16; k++) {
-        uint32_t a[4] = {pack_bf16(p[2 * k][0], p[2 * k][1]),
-                         pack_bf16(p[2 * k][2], p[2 * k][3]),
-                         pack_bf16(p[2 * k + 1][0], p[2 * k + 1][1]),
-                         pack_bf16(p[2 * k + 1][2], p[2 * k + 1][3])};
-#pragma unroll
-        for (int d = 0; d < HD / 8; d++) {
-            const __nv_bfloat16 *vr = sv + (d * 8 + gq) * (PM_BK + PM_PAD) + 16 * k + c2;
-            mma16816(o[d], a, *(const uint32_t *)vr, *(const uint32_t *)(vr + 8));
-        }
-    }
-}
-
 template <int HD>
 static __global__ void __launch_bounds__(32 * PM_WARPS)
 attn_prefill_mma_kernel(const float *q, int q_stride, const int32_t *positions,
@@ -170,12 +134,12 @@ attn_prefill_mma_kernel(const float *q, int q_stride, const int32_t *positions,
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, gq = lane >> 2, c2 = 2 * (lane & 3);
     int kvh = h / (n_heads / g.n_kv_heads);
     const int32_t *tab = bt + (size_t)s * g.max_blocks_per_seq;
-    const float qs = scale * 1.4426950408889634f;  /* log2(e): the softmax in exp2 */
+    const float qs = scale * PL_LOG2E;
     for (int i = threadIdx.x; i < PM_BQ * HD / 2; i += blockDim.x) {
         int rr = i / (HD / 2), d = 2 * (i % (HD / 2));
         const float *qr = q + (size_t)(row0 + rr) * q_stride + (size_t)h * HD + d;
         *(uint32_t *)(sq + rr * (HD + PM_PAD) + d) =
-            rr < rows ? pack_bf16(qr[0] * qs, qr[1] * qs) : 0u;
+            rr < rows ? pl_pack_bf16(qr[0] * qs, qr[1] * qs) : 0u;
     }
     int lo = w * 16 + gq, hi = lo + 8;   /* the lane's two rows in the block */
     int pos_lo = lo < rows ? positions[row0 + lo] : -1;
@@ -209,7 +173,7 @@ attn_prefill_mma_kernel(const float *q, int q_stride, const int32_t *positions,
         float sc[PM_BK / 8][4];
         tile_scores<HD>(sc, qa, sk, lane, t0, pos_lo, pos_hi);
         tile_softmax<HD>(sc, m, l, o);
-        tile_pv<HD>(o, sc, sv, lane);
+        pl_mma_pv<HD, PM_BK, PM_BK + PM_PAD>(o, sc, sv, lane);
     }
 #pragma unroll
     for (int x = 0; x < 2; x++) {
