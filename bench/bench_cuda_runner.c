@@ -220,7 +220,6 @@ int main(int argc, char **argv)
     phases_json(r, !cpu, dec_phases, sizeof dec_phases);
     const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
     bool rows_attn = attn && !strcmp(attn, "rows");
-    const char *attn_kind = rows_attn ? "rows" : attn ? attn : "split";
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
            "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"prefill_mma\":%s,\"kv_blocks\":%d,"
            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
@@ -229,7 +228,7 @@ int main(int argc, char **argv)
            "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
            o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
-           rows_attn ? "false" : "true", attn_kind,
+           rows_attn ? "false" : "true", attn ? attn : "split",
            getenv("PARLEY_CUDA_PREFILL_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,

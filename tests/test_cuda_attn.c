@@ -278,25 +278,11 @@ Test(cuda_attn, prefill_matches_reference_with_cached_prefix)
     run_case((attn_case){8, 1, 64, 1, {33}, {33}}, 1);                 /* MQA */
 }
 
-/* The split-KV, GQA-grouped decode kernel against the same C reference
- * (pl_op_attention), one split and several (the merge), groups of 1, 4
- * and 8 query heads, head_dim 64 and 128; contexts shorter than the splits. */
-Test(cuda_attn, split_kv_decode_matches_reference)
-{
-    SKIP_WITHOUT_GPU();
-    tu_seed(17);
-    int splits[] = {1, 3, 8, 0};
-    for (int i = 0; i < 4; i++) {
-        run_case_mode((attn_case){8, 2, 64, 3, {1, 17, 100}, {1, 1, 1}}, MODE_SPLIT, splits[i]);
-        run_case_mode((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, MODE_SPLIT, splits[i]);
-        run_case_mode((attn_case){8, 1, 64, 1, {128}, {1}}, MODE_SPLIT, splits[i]);
-        run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, MODE_SPLIT, splits[i]);
-    }
-}
-
-/* The same cases through the 16-lanes-per-key and the tensor-core
- * variants, plus odd key counts against the two key streams of a warp and
- * the 32-key tiles (1, 2, 3, 9, 31 keys per split). */
+/* A split-KV decode kernel against the same C reference (pl_op_attention),
+ * one split and several (the merge), groups of 1, 4 and 8 query heads,
+ * head_dim 64 and 128; contexts shorter than the splits, and odd key
+ * counts against the two key streams of a split16 warp and the 32-key
+ * tiles of the mma kernel (1, 2, 3, 9, 31 keys per split). */
 static void split_variant_cases(int mode)
 {
     int splits[] = {1, 3, 8, 0};
@@ -307,6 +293,13 @@ static void split_variant_cases(int mode)
         run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, mode, splits[i]);
         run_case_mode((attn_case){64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}}, mode, splits[i]);
     }
+}
+
+Test(cuda_attn, split_kv_decode_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(17);
+    split_variant_cases(MODE_SPLIT);
 }
 
 Test(cuda_attn, split16_decode_matches_reference)

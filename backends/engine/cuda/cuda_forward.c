@@ -50,10 +50,11 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
     }
     /* Mixed: decode rows through the decode kernel, the rest in tiles. */
     bool mixed = st->n_dec > 0;
-    if (mixed && decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
-        return -1;
-    if (mixed)
+    if (mixed) {
+        if (decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
+            return -1;
         pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
+    }
     rc = pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, mixed ? d->pf_seqs : NULL,
                                    d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
                                    mixed ? st->n_pf : st->n_seqs,

@@ -58,7 +58,6 @@ void pl_cuda_prof_step_end(cuda_runner *r)
         if (cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]) == cudaSuccess)
             p->ms[p->phase[i]] += ms;
     }
-    p->steps++;
     p->n = 0;
 }
 

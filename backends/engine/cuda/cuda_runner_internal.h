@@ -27,7 +27,6 @@ typedef struct cr_prof {
     cudaEvent_t ev[CR_PROF_EVENTS];
     int phase[CR_PROF_EVENTS];  /* what ran between mark i-1 and mark i */
     int n;
-    long steps;
     double ms[CR_PH_COUNT];
 } cr_prof;
 
