@@ -10,6 +10,7 @@
 
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
+#include "backends/engine/cpu/qdot_avx512.h"
 #include "backends/engine/cpu/qdot_k.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 #include "backends/engine/model/quant.h"
@@ -277,6 +278,10 @@ static void check_vnni(pl_vnni_level lv)
             cr_assert_leq(fabs(v - ref), 2e-5 * mag + 1e-6, "type %d", types[k]);
             cr_assert_eq(memcmp(&v, &(float){pl_op_qdot(types[k], w, a, N)}, 4), 0,
                          "dispatch picks this level");
+            float avx2 = 0.0f;
+            cr_assert(pl_op_qdot_avx2(types[k], w, a, N, &avx2));
+            cr_assert_eq(memcmp(&v, &avx2, 4), 0, "type %d: bit-identical to AVX2 (%g vs %g)",
+                         types[k], v, avx2);
         }
 }
 
@@ -287,8 +292,6 @@ Test(cpu_ops, qdot_vnni_bodies_emulated)
 {
     if (!pl_cpu_has_avx2())
         cr_skip_test("no AVX2");
-    if (pl_qdot_vnni_level() != PL_VNNI_NONE)
-        cr_skip_test("VNNI present: pl_op_qdot is the VNNI path (checked below)");
     enum { N = 1536 };
     static uint8_t w[N / PL_QK * 34];
     float x[N];
@@ -304,7 +307,8 @@ Test(cpu_ops, qdot_vnni_bodies_emulated)
                 random_krow(types[k], w, N);
             fill(x, N, 2.0f);
             pl_op_quantize_row_q8(x, a, N);
-            float v = 0.0f, avx2 = pl_op_qdot(types[k], w, a, N);
+            float v = 0.0f, avx2 = 0.0f;
+            cr_assert(pl_op_qdot_avx2(types[k], w, a, N, &avx2));
             cr_assert(pl_qdot_vnni_emulated(types[k], w, a, N, &v));
             cr_assert_eq(memcmp(&v, &avx2, 4), 0, "type %d: %g vs %g", types[k], v, avx2);
         }
@@ -323,10 +327,49 @@ Test(cpu_ops, qdot_avx_vnni)
     const pl_cpu_feature_set *f = pl_cpu_features();
     if (!pl_cpu_has_avx2() || !f->avxvnni)
         cr_skip_test("this CPU has no AVX-VNNI: path not validated here");
-    if (pl_qdot_vnni_level() == PL_VNNI_AVX)
-        check_vnni(PL_VNNI_AVX);
-    else
-        cr_skip_test("AVX-512 VNNI is preferred here (qdot_avx512_vnni)");
+    check_vnni(PL_VNNI_AVX); /* also where AVX-512 VNNI is preferred */
+}
+
+/* The 512-bit kernels (Q4_0, Q4_1, Q8_0; decode and up to 4 rows) give
+ * the AVX2 kernel's result bit for bit, for even and odd block counts. */
+Test(cpu_ops, qdot_avx512_rows)
+{
+    if (!pl_qdot512_available())
+        cr_skip_test("this CPU has no AVX-512 VNNI+VL+BW: path not validated here");
+    enum { NMAX = 1536, O = 6, R = 4 };
+    static uint8_t w[O * NMAX / PL_QK * 34];
+    float x[R * NMAX], y[O], yr[R * 8];
+    pl_q8_act a[R * NMAX / PL_QK];
+    const int ns[5] = {32, 64, 576, 1504, 1536};
+    for (int k = 0; k < 3; k++) {
+        cr_assert(pl_qdot512_supported(QTYPES[k]));
+        for (int ni = 0; ni < 5; ni++)
+            for (int rep = 0; rep < 4; rep++) {
+                int n = ns[ni], nb = n / PL_QK;
+                size_t rb = (size_t)nb * (QTYPES[k] == PL_GGML_TYPE_Q8_0  ? 34
+                                          : QTYPES[k] == PL_GGML_TYPE_Q4_1 ? 20
+                                                                           : 18);
+                random_qrow(QTYPES[k], w, O * n);
+                fill(x, R * n, 2.0f);
+                for (int r = 0; r < R; r++)
+                    pl_op_quantize_row_q8(x + r * n, a + r * nb, n);
+                pl_qdot512_row1(QTYPES[k], w, rb, a, nb, y, 1, O);
+                for (int o = 1; o < O; o++) {
+                    float ref = 0.0f;
+                    cr_assert(pl_op_qdot_avx2(QTYPES[k], w + o * rb, a, n, &ref));
+                    cr_assert_eq(memcmp(&y[o], &ref, 4), 0, "type %d n %d o %d: %g vs %g",
+                                 QTYPES[k], n, o, y[o], ref);
+                    for (int nr = 1; nr <= R; nr++) {
+                        pl_qdot512_rows(QTYPES[k], w + o * rb, a, (size_t)nb, nb, nr, yr, 8);
+                        for (int r = 0; r < nr; r++) {
+                            cr_assert(pl_op_qdot_avx2(QTYPES[k], w + o * rb, a + r * nb, n, &ref));
+                            cr_assert_eq(memcmp(&yr[r * 8], &ref, 4), 0,
+                                         "type %d n %d rows %d row %d", QTYPES[k], n, nr, r);
+                        }
+                    }
+                }
+            }
+    }
 }
 
 Test(cpu_ops, kernel_path_named)

@@ -51,6 +51,10 @@ void pl_op_quantize_row_q8_ref(const float *x, pl_q8_act *dst, int n);
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
 /** The scalar reference of pl_op_qdot. */
 float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+/** The AVX2 kernel of pl_op_qdot, whatever else the CPU has: the VNNI and
+ *  512-bit kernels are tested against it bit for bit. 0 (nothing written)
+ *  without AVX2 or for a type with no AVX2 kernel. */
+int pl_op_qdot_avx2(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out);
 
 /** y[r, o] = sum_i w[o, i] * x[r, i] for weight rows [o0, o1) of a quantised
  *  weight (row stride row_bytes) and n_rows activation rows (n_blk blocks

@@ -9,6 +9,7 @@
  * Nibble j (low) is element j, nibble j (high) is element j + 16.
  */
 #include "backends/engine/cpu/ops.h"
+#include "backends/engine/cpu/qdot_avx512.h"
 #include "backends/engine/cpu/qdot_k.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 
@@ -362,6 +363,26 @@ float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
     return pl_op_qdot_ref(t, w, a, n);
 }
 
+int pl_op_qdot_avx2(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out)
+{
+#ifdef PL_HAVE_X86
+    if (!have_avx2() || !pl_op_qdot_supported(t))
+        return 0;
+    if (pl_qdot_k_supported(t))
+        *out = pl_qdot_k(t, w, a, n);
+    else if (t == PL_GGML_TYPE_Q8_0)
+        *out = qdot_q8_avx2(w, a, n / PL_QK);
+    else if (t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1)
+        *out = qdot_q4_avx2(w, a, n / PL_QK, t == PL_GGML_TYPE_Q4_1);
+    else
+        return 0;
+    return 1;
+#else
+    (void)t, (void)w, (void)a, (void)n, (void)out;
+    return 0;
+#endif
+}
+
 float pl_op_dot_f32(const float *a, const float *b, int n)
 {
 #ifdef PL_HAVE_X86
@@ -387,14 +408,25 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n)
 }
 
 #ifdef PL_HAVE_X86
-/* y[o0..o1) for one activation row: the AVX2 Q4/Q8 kernels called
- * directly (the dispatch of pl_op_qdot, once per call instead of per
- * output row: it cost ~4% of a decode step); other types and VNNI CPUs
- * through pl_op_qdot. */
+/* y[o0..o1) for one activation row, the kernel chosen once per call
+ * instead of per output row (pl_op_qdot's dispatch cost ~4% of a decode
+ * step): the 512-bit kernels, else the VNNI ones, else AVX2 (Q4/Q8
+ * directly, K-quants through pl_op_qdot). */
 static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
                          const pl_q8_act *x, int n, float *y, int o0, int o1)
 {
-    int direct = pl_qdot_vnni_level() == PL_VNNI_NONE && !pl_qdot_k_supported(t);
+    if (pl_qdot512_available() && pl_qdot512_supported(t)) {
+        pl_qdot512_row1(t, wb, row_bytes, x, n / PL_QK, y, o0, o1);
+        return;
+    }
+    pl_vnni_level lv = pl_qdot_vnni_level();
+    if (o0 < o1 && lv != PL_VNNI_NONE &&
+        pl_qdot_vnni(lv, t, wb + (size_t)o0 * row_bytes, x, n, &y[o0])) {
+        for (int o = o0 + 1; o < o1; o++)
+            pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
+        return;
+    }
+    int direct = !pl_qdot_k_supported(t);
     if (direct && t == PL_GGML_TYPE_Q8_0) {
         for (int o = o0; o < o1; o++)
             y[o] = qdot_q8_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK);
@@ -420,6 +452,14 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
         pthread_once(&fp16_once, fp16_init);
         if (n_rows == 1) {       /* decode: the single-row kernels */
             qmatmul_row1(t, wb, row_bytes, x, n, y, o0, o1);
+            return;
+        }
+        if (pl_qdot512_available() && pl_qdot512_supported(t)) {
+            for (int o = o0; o < o1; o++)
+                for (int r = 0; r < n_rows; r += 4)
+                    pl_qdot512_rows(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
+                                    (size_t)n_blk, n_blk, n_rows - r < 4 ? n_rows - r : 4,
+                                    y + (size_t)r * ldy + o, (size_t)ldy);
             return;
         }
         if (pl_qdot_k_supported(t)) {

@@ -1,0 +1,211 @@
+/* qdot_avx512.c - the Q4_0, Q4_1 and Q8_0 kernels of qdot.c on 512-bit
+ * registers: two quant blocks per instruction, with VPDPBUSD for the int8
+ * products (AVX-512 VNNI, e.g. Ice Lake and later Xeons, AMD Zen 4/5).
+ *
+ * Bit-identical to the AVX2 kernels, by construction:
+ * - Q4: the AVX2 kernel sums even blocks in one 8-lane chain and odd blocks
+ *   in another; here block 2k goes to the low half of one 16-lane chain and
+ *   block 2k+1 to the high half, so each half is the AVX2 chain, lane for
+ *   lane, and the two are added and reduced as there.
+ * - Q8: one chain of block sums in order; two blocks' products come from
+ *   one VPDPBUSD, then are added to the 8-lane chain one after the other.
+ * VPDPBUSD sums the same four u8 x s8 products per lane as VPMADDUBSW +
+ * VPMADDWD (no int16 saturation is reachable, see qdot_vnni.c), and the
+ * scales are the same scalar products, so every float operation is the
+ * AVX2 kernel's, in its order. test_cpu_ops checks this on CPUs that have
+ * AVX-512 VNNI and skips elsewhere.
+ */
+#include "backends/engine/cpu/qdot_avx512.h"
+
+#include "src/base/cpu_features.h"
+
+#include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define T512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+bool pl_qdot512_available(void)
+{
+    const pl_cpu_feature_set *f = pl_cpu_features();
+    return pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+}
+
+T512 static inline float h2f(const uint8_t *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+T512 static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+T512 static inline __m256 hi8(__m512 v)
+{
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+/* Two Q4 blocks' 16 quant bytes (q0, q1) as 64 u8 values in the order of
+ * two activation blocks: q0's low nibbles, q0's high, q1's low, q1's high. */
+T512 static inline __m512i q4_pair(const uint8_t *q0, const uint8_t *q1)
+{
+    __m256i t = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)q0)),
+        _mm_loadu_si128((const __m128i *)q1), 1);
+    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(t), _mm256_srli_epi16(t, 4), 1);
+    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+}
+
+/* Activation blocks a[0] and a[1]'s 32 int8 values each. */
+T512 static inline __m512i act_pair(const pl_q8_act *a)
+{
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)a[0].qs)),
+                              _mm256_loadu_si256((const __m256i *)a[1].qs), 1);
+}
+
+/* s0 in the low eight lanes, s1 in the high eight. */
+T512 static inline __m512 scale_pair(float s0, float s1)
+{
+    return _mm512_mask_mov_ps(_mm512_set1_ps(s0), 0xff00, _mm512_set1_ps(s1));
+}
+
+T512 static inline __m512 dot_pair(__m512i u, __m512i s)
+{
+    return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s));
+}
+
+T512 static inline __m256i q4_one(const uint8_t *q)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)q), m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(t, 4), m), _mm_and_si128(t, m));
+}
+
+/* Up to 4 activation rows against one Q4_0/Q4_1 weight row (nr = 1 is the
+ * decode kernel): as qdot_q4_avx2 / qdot_rows_avx2, lane for lane. */
+T512 static void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
+                         float *out, size_t out_stride, int has_m)
+{
+    __m512 acc[4];
+    float off0[4] = {0, 0, 0, 0}, off1[4] = {0, 0, 0, 0};
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm512_setzero_ps();
+    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2, b += 2 * bb) {
+        const uint8_t *c = b + bb;
+        float d0 = h2f(b), d1 = h2f(c);
+        float m0 = has_m ? h2f(b + 2) : -8.0f * d0, m1 = has_m ? h2f(c + 2) : -8.0f * d1;
+        __m512i w = q4_pair(b + qo, c + qo);
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            acc[r] = _mm512_fmadd_ps(scale_pair(d0 * ar[0].d, d1 * ar[1].d),
+                                     dot_pair(w, act_pair(ar)), acc[r]);
+            off0[r] += m0 * ar[0].s;
+            off1[r] += m1 * ar[1].s;
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        __m256 lo = _mm512_castps512_ps256(acc[r]);
+        if (i < nb) {            /* odd count: the last block joins the even chain */
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            float d = h2f(b);
+            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_one(b + qo),
+                                            _mm256_loadu_si256((const __m256i *)ar->qs));
+            lo = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), _mm256_cvtepi32_ps(p), lo);
+            off0[r] += (has_m ? h2f(b + 2) : -8.0f * d) * ar->s;
+        }
+        out[(size_t)r * out_stride] = hsum8(_mm256_add_ps(lo, hi8(acc[r]))) + off0[r] + off1[r];
+    }
+}
+
+/* Up to 4 activation rows against one Q8_0 weight row: one chain per row,
+ * blocks added in order (as qdot_q8_avx2). */
+T512 static void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
+                         float *out, size_t out_stride)
+{
+    __m256 acc[4];
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 2 <= nb; i += 2, b += 68) {
+        __m512i w = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2))),
+            _mm256_loadu_si256((const __m256i *)(b + 36)), 1);
+        __m512i wa = _mm512_abs_epi8(w);
+        __mmask64 neg = _mm512_movepi8_mask(w);
+        float d0 = h2f(b), d1 = h2f(b + 34);
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m512i s = act_pair(ar);
+            /* sign(a, w): a negated where w < 0 (where w == 0, |w| is 0) */
+            s = _mm512_mask_sub_epi8(s, neg, _mm512_setzero_si512(), s);
+            __m512 p = dot_pair(wa, s);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * ar[0].d), _mm512_castps512_ps256(p),
+                                     acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * ar[1].d), hi8(p), acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++) {
+        if (i < nb) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
+            __m256i p = _mm256_dpbusd_epi32(
+                _mm256_setzero_si256(), _mm256_abs_epi8(wq),
+                _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)ar->qs), wq));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b) * ar->d), _mm256_cvtepi32_ps(p),
+                                     acc[r]);
+        }
+        out[(size_t)r * out_stride] = hsum8(acc[r]);
+    }
+}
+
+bool pl_qdot512_supported(pl_ggml_type t)
+{
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0;
+}
+
+void pl_qdot512_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x,
+                     int nb, float *y, int o0, int o1)
+{
+    if (t == PL_GGML_TYPE_Q8_0) {
+        for (int o = o0; o < o1; o++)
+            q8_rows(w + (size_t)o * row_bytes, x, 0, nb, 1, &y[o], 0);
+        return;
+    }
+    int has_m = t == PL_GGML_TYPE_Q4_1;
+    for (int o = o0; o < o1; o++)
+        q4_rows(w + (size_t)o * row_bytes, x, 0, nb, 1, &y[o], 0, has_m);
+}
+
+void pl_qdot512_rows(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t a_stride,
+                     int nb, int nr, float *out, size_t out_stride)
+{
+    if (t == PL_GGML_TYPE_Q8_0)
+        q8_rows(w, a, a_stride, nb, nr, out, out_stride);
+    else
+        q4_rows(w, a, a_stride, nb, nr, out, out_stride, t == PL_GGML_TYPE_Q4_1);
+}
+#else
+bool pl_qdot512_available(void) { return false; }
+bool pl_qdot512_supported(pl_ggml_type t) { (void)t; return false; }
+
+void pl_qdot512_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x,
+                     int nb, float *y, int o0, int o1)
+{
+    (void)t, (void)w, (void)row_bytes, (void)x, (void)nb, (void)y, (void)o0, (void)o1;
+}
+
+void pl_qdot512_rows(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t a_stride,
+                     int nb, int nr, float *out, size_t out_stride)
+{
+    (void)t, (void)w, (void)a, (void)a_stride, (void)nb, (void)nr, (void)out, (void)out_stride;
+}
+#endif
