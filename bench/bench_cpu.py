@@ -51,6 +51,11 @@ def build_bench():
     return exe
 
 
+def kernel_path(out):
+    m = re.search(r"kernel_path=(\S+)", out)
+    return m.group(1) if m else "unknown"
+
+
 def parse(out):
     d = {k: float(v) for k, v in re.findall(r"(\w+)=(-?[\d.]+)", out)}
     # parley's runner also reports its pool's hand-offs per decode step:
@@ -65,10 +70,19 @@ def run(cmd):
 
 
 def cpu_model():
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name:"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cpuinfo
+    return cpuinfo.describe()
+
+
+def llama_info():
+    """The SIMD features llama.cpp's CPU backend was built with."""
+    out = subprocess.run([sys.executable, "-c", "import llama_cpp; "
+                          "print(llama_cpp.llama_print_system_info().decode())"],
+                         capture_output=True, text=True).stdout
+    feats = [k.strip() for k, _, v in (p.partition("=") for p in out.split("|"))
+             if v.strip() == "1"]
+    return "built with " + (" ".join(feats) if feats else "(unknown features)")
 
 
 def main():
@@ -102,6 +116,8 @@ def main():
               "(prefill, decode tok/s; prefill, decode CPU s; parley: decode runs/step, "
               "ms outside arithmetic/step, ms/step)", file=sys.stderr)
     load1 = os.getloadavg()[0]
+    path = kernel_path(subprocess.run([exe, a.model, "32", "1", "1"], capture_output=True,
+                                      text=True).stdout)
     med = lambda xs, k: statistics.median(x[k] for x in xs)
     pp, pd, lp, ld = med(ours, 0), med(ours, 1), med(ref, 0), med(ref, 1)
     # Throughput per CPU second: steadier than wall time when other jobs
@@ -115,9 +131,9 @@ def main():
     text = f"""
 ### CPU runner vs llama-cpp-python ({datetime.date.today()})
 
-Command: `{cmd}`. Model: {os.path.basename(a.model)}. Machine: {cpu_model()},
-{os.cpu_count()} cores, shared with other jobs (load average {load0:.1f} -> {load1:.1f}):
-figures are medians of {a.reps} alternating runs; ratios matter more than absolutes.
+Command: `{cmd}`. Model: {os.path.basename(a.model)}. Machine: {cpu_model()}
+(load average {load0:.1f} -> {load1:.1f}). parley's kernel path: {path}. llama.cpp: {llama_info()}.
+Figures are medians of {a.reps} alternating runs; ratios matter more than absolutes.
 
 | measure | parley | llama.cpp | ratio | target |
 |---|---|---|---|---|

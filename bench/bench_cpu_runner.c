@@ -103,9 +103,10 @@ int main(int argc, char **argv)
     double wbusy_ms = (double)(k1.worker_busy_ns - k0.worker_busy_ns) / 1e6 / d;
     printf("prefill_tok_s=%.1f decode_tok_s=%.1f prefill_cpu_s=%.3f decode_cpu_s=%.3f "
            "max_rss_mb=%.1f decode_runs_per_step=%.1f decode_wait_ms_per_step=%.3f "
-           "decode_outside_ms_per_step=%.3f decode_ms_per_step=%.3f\n",
+           "decode_outside_ms_per_step=%.3f decode_ms_per_step=%.3f kernel_path=%s\n",
            np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1, ru.ru_maxrss / 1024.0,
-           (double)(k1.runs - k0.runs) / d, wait_ms, wait_ms + (nt - 1) * ms - wbusy_ms, ms);
+           (double)(k1.runs - k0.runs) / d, wait_ms, wait_ms + (nt - 1) * ms - wbusy_ms, ms,
+           pl_op_kernel_path());
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

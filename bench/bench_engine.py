@@ -415,17 +415,10 @@ def med_step(deltas, key):
 
 
 def machine():
-    name = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cpuinfo
     load = os.getloadavg()[0]
-    return f"{name}, {os.cpu_count()} cores (load average {load:.1f} at the end)"
+    return f"{cpuinfo.describe()} (load average {load:.1f} at the end)"
 
 
 def report(args, thr, steps, py, multi, asy, elapsed, interrupted):

@@ -2,6 +2,8 @@
 #include "src/base/cpu_features.h"
 
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 pl_cpu_feature_set pl_cpu_features_table_;
 atomic_int pl_cpu_features_ready_;
@@ -23,6 +25,18 @@ static void probe(void)
     f->avx512vnni = __builtin_cpu_supports("avx512vnni");
     f->avx512bf16 = __builtin_cpu_supports("avx512bf16");
     f->avxvnni = __builtin_cpu_supports("avxvnni");
+    /* PARLEY_CPU_ISA caps what the kernels may use, to run and measure a
+     * lesser CPU's path on this one: "avxvnni" (no AVX-512), "avx2" (no
+     * VNNI either), "scalar" (no SIMD kernels). Anything else: no cap. */
+    const char *cap = getenv("PARLEY_CPU_ISA");
+    int lvl = !cap ? 3 : !strcmp(cap, "avxvnni") ? 2 : !strcmp(cap, "avx2") ? 1
+                 : !strcmp(cap, "scalar") ? 0 : 3;
+    if (lvl < 3)
+        f->avx512f = f->avx512bw = f->avx512vl = f->avx512vnni = f->avx512bf16 = false;
+    if (lvl < 2)
+        f->avxvnni = false;
+    if (lvl < 1)
+        f->avx2 = f->fma = f->f16c = false;
 #endif
     atomic_store_explicit(&pl_cpu_features_ready_, 1, memory_order_release);
 }

@@ -5,6 +5,8 @@
  * static int each). Kernels choose their variant from it; more fields
  * (e.g. AMX with its Linux permission request) belong here, next to the
  * others, so that every dispatch reads the same answer.
+ * The environment variable PARLEY_CPU_ISA=avxvnni|avx2|scalar caps the
+ * table at that level (to run a lesser CPU's kernels on this one).
  */
 #ifndef PL_BASE_CPU_FEATURES_H
 #define PL_BASE_CPU_FEATURES_H
