@@ -418,7 +418,9 @@ def machine():
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import cpuinfo
     load = os.getloadavg()[0]
-    return f"{cpuinfo.describe()} (load average {load:.1f} at the end)"
+    cap = os.environ.get("PARLEY_CPU_ISA")
+    return (f"{cpuinfo.describe()} (load average {load:.1f} at the end)"
+            + (f"; parley's kernels capped with PARLEY_CPU_ISA={cap}" if cap else ""))
 
 
 def report(args, thr, steps, py, multi, asy, elapsed, interrupted):

@@ -11,7 +11,8 @@
 #
 #   bench/bench_kv_pair.sh QUESTIONS OUT [CONFIG...]
 # Env: PARLEY_BIN (default build/parley: copy it first to freeze it),
-# BENCH_PRESS_MB (default 192).
+# BENCH_PRESS_MB (default 192), BENCH_SIZES ("press" or "default": only
+# that cache size; the default-cache report then has no rows).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 N=$1; OUT=$2; shift 2
@@ -27,6 +28,7 @@ for c in $CONFIGS; do
     IFS=: read -r strat layout ev <<< "$c"
     name="${strat}_${layout}_${ev}"
     if [ $((i % 2)) = 0 ]; then sizes="press default"; else sizes="default press"; fi
+    [ -n "${BENCH_SIZES:-}" ] && sizes=$BENCH_SIZES
     i=$((i + 1))
     for size in $sizes; do
         extra="--max-model-len 1024"
@@ -38,6 +40,12 @@ for c in $CONFIGS; do
         echo "$(date -u +%T) end   $size/$name rc $? load $(cut -d' ' -f1-3 /proc/loadavg) :: $(tail -1 "$OUT/$size/$name.log")" >> "$OUT/load.txt"
     done
 done
-python3 bench/kv_report.py --default "$OUT/default" "$OUT/press" $CONFIGS > "$OUT/report_press.md"
-python3 bench/kv_report.py "$OUT/default" $CONFIGS > "$OUT/report_default.md"
-cat "$OUT/report_press.md" "$OUT/report_default.md"
+case "${BENCH_SIZES:-press default}" in
+press) python3 bench/kv_report.py "$OUT/press" $CONFIGS > "$OUT/report_press.md"
+       cat "$OUT/report_press.md" ;;
+default) python3 bench/kv_report.py "$OUT/default" $CONFIGS > "$OUT/report_default.md"
+         cat "$OUT/report_default.md" ;;
+*) python3 bench/kv_report.py --default "$OUT/default" "$OUT/press" $CONFIGS > "$OUT/report_press.md"
+   python3 bench/kv_report.py "$OUT/default" $CONFIGS > "$OUT/report_default.md"
+   cat "$OUT/report_press.md" "$OUT/report_default.md" ;;
+esac

@@ -410,8 +410,7 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n)
 #ifdef PL_HAVE_X86
 /* y[o0..o1) for one activation row, the kernel chosen once per call
  * instead of per output row (pl_op_qdot's dispatch cost ~4% of a decode
- * step): the 512-bit kernels, else the VNNI ones, else AVX2 (Q4/Q8
- * directly, K-quants through pl_op_qdot). */
+ * step): the 512-bit kernels, else the VNNI ones, else AVX2. */
 static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
                          const pl_q8_act *x, int n, float *y, int o0, int o1)
 {
@@ -426,20 +425,22 @@ static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
             pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
         return;
     }
-    int direct = !pl_qdot_k_supported(t);
-    if (direct && t == PL_GGML_TYPE_Q8_0) {
+    if (pl_qdot_k_supported(t)) {
+        pl_qdot_k_row1(t, wb, row_bytes, x, n, y, o0, o1);
+        return;
+    }
+    if (t == PL_GGML_TYPE_Q8_0) {
         for (int o = o0; o < o1; o++)
             y[o] = qdot_q8_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK);
-    } else if (direct) {
+    } else {
         int has_m = t == PL_GGML_TYPE_Q4_1;
         for (int o = o0; o < o1; o++)
             y[o] = qdot_q4_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK, has_m);
-    } else {
-        for (int o = o0; o < o1; o++)
-            y[o] = pl_op_qdot(t, wb + (size_t)o * row_bytes, x, n);
     }
 }
 #endif
+
+#define ROW_TILE_BYTES (24 * 1024)
 
 void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                         const pl_q8_act *x, int n_blk, int n_rows,
@@ -454,27 +455,32 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
             qmatmul_row1(t, wb, row_bytes, x, n, y, o0, o1);
             return;
         }
-        if (pl_qdot512_available() && pl_qdot512_supported(t)) {
-            for (int o = o0; o < o1; o++)
-                for (int r = 0; r < n_rows; r += 4)
-                    pl_qdot512_rows(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
-                                    (size_t)n_blk, n_blk, n_rows - r < 4 ? n_rows - r : 4,
-                                    y + (size_t)r * ldy + o, (size_t)ldy);
-            return;
+        int k = pl_qdot512_available() && pl_qdot512_supported(t) ? 2
+                : pl_qdot_k_supported(t)                           ? 1
+                                                                   : 0;
+        /* Activation rows in tiles of ~24 KB, which stay in L1 while every
+         * weight row of the slice passes over them (row by row, the whole
+         * activation matrix came from L2 once per weight row). */
+        int tile = (int)(ROW_TILE_BYTES / ((size_t)n_blk * sizeof(pl_q8_act))) & ~3;
+        if (tile < 4)
+            tile = 4;
+        for (int r0 = 0; r0 < n_rows; r0 += tile) {
+            int r1 = r0 + tile < n_rows ? r0 + tile : n_rows;
+            for (int o = o0; o < o1; o++) {
+                const uint8_t *wr = wb + (size_t)o * row_bytes;
+                for (int r = r0; r < r1; r += 4) {
+                    const pl_q8_act *xr = x + (size_t)r * n_blk;
+                    int nr = r1 - r < 4 ? r1 - r : 4;
+                    float *yr = y + (size_t)r * ldy + o;
+                    if (k == 2)
+                        pl_qdot512_rows(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
+                    else if (k == 1)
+                        pl_qdot_k_rows(t, wr, xr, (size_t)n_blk, n, nr, yr, (size_t)ldy);
+                    else
+                        qdot_rows_avx2(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
+                }
+            }
         }
-        if (pl_qdot_k_supported(t)) {
-            for (int o = o0; o < o1; o++)
-                for (int r = 0; r < n_rows; r += 4)
-                    pl_qdot_k_rows(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
-                                   (size_t)n_blk, n, n_rows - r < 4 ? n_rows - r : 4,
-                                   y + (size_t)r * ldy + o, (size_t)ldy);
-            return;
-        }
-        for (int o = o0; o < o1; o++)
-            for (int r = 0; r < n_rows; r += 4)
-                qdot_rows_avx2(t, wb + (size_t)o * row_bytes, x + (size_t)r * n_blk,
-                               (size_t)n_blk, n_blk, n_rows - r < 4 ? n_rows - r : 4,
-                               y + (size_t)r * ldy + o, (size_t)ldy);
         return;
     }
 #endif

@@ -391,6 +391,33 @@ void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_
         out[(size_t)r * out_stride] = pl_qdot_k_ref(t, w, a + (size_t)r * a_stride, n);
 }
 
+void pl_qdot_k_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *a,
+                    int n, float *y, int o0, int o1)
+{
+    if (pl_cpu_has_avx2()) {
+        int five = t == PL_GGML_TYPE_Q5_K, has_m = t == PL_GGML_TYPE_Q5_1;
+        switch (t) {
+        case PL_GGML_TYPE_Q5_0:
+        case PL_GGML_TYPE_Q5_1:
+            for (int o = o0; o < o1; o++)
+                y[o] = avx2_q5(w + (size_t)o * row_bytes, a, n / PL_QK, has_m);
+            return;
+        case PL_GGML_TYPE_Q4_K:
+        case PL_GGML_TYPE_Q5_K:
+            for (int o = o0; o < o1; o++)
+                y[o] = avx2_k45(w + (size_t)o * row_bytes, five, a, n / 256);
+            return;
+        case PL_GGML_TYPE_Q6_K:
+            for (int o = o0; o < o1; o++)
+                y[o] = avx2_q6_k(w + (size_t)o * row_bytes, a, n / 256);
+            return;
+        default: break;
+        }
+    }
+    for (int o = o0; o < o1; o++)
+        y[o] = pl_qdot_k_ref(t, w + (size_t)o * row_bytes, a, n);
+}
+
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     if (pl_cpu_has_avx2()) {
@@ -409,6 +436,13 @@ float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     return pl_qdot_k_ref(t, w, a, n);
+}
+
+void pl_qdot_k_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *a,
+                    int n, float *y, int o0, int o1)
+{
+    for (int o = o0; o < o1; o++)
+        y[o] = pl_qdot_k_ref(t, w + (size_t)o * row_bytes, a, n);
 }
 
 void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_stride, int n,

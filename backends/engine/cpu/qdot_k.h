@@ -5,6 +5,7 @@
 #define PL_CPU_QDOT_K_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backends/engine/cpu/ops.h"
 
@@ -16,6 +17,11 @@ size_t pl_qdot_k_block_bytes(pl_ggml_type t);
 float pl_qdot_k_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
 /** AVX2 when the CPU has it, else the reference. */
 float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
+
+/** y[o] = pl_qdot_k(t, row o of w, a, n) for o in [o0, o1), rows row_bytes
+ *  apart: the decode loop, its kernel chosen once per call. */
+void pl_qdot_k_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *a,
+                    int n, float *y, int o0, int o1);
 
 /** One weight row against nr <= 4 activation rows (a_stride blocks apart):
  *  out[r * out_stride] = pl_qdot_k(t, w, a + r * a_stride, n), bit for bit. */
