@@ -220,39 +220,86 @@ static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
 
 /* One weight row against nr <= 4 activation rows (stride a_stride blocks):
  * each weight block is unpacked once for all rows. Each row's sum is
- * accumulated in exactly the order of the single-row kernels (Q4: blocks
- * alternate between two chains; Q8: one chain), so a row's result does not
- * depend on how many rows share the call: the runner is batch-invariant. */
+ * accumulated in exactly the order of the single-row kernels (Q4: even
+ * blocks in one chain, odd blocks in another; Q8: one chain), so a row's
+ * result does not depend on how many rows share the call: the runner is
+ * batch-invariant. Written out per chain, with nr a constant where it is 4,
+ * so that the accumulators stay in registers (indexed by block parity they
+ * lived on the stack, one load and store per FMA). */
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+rows_q4_avx2(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
+             size_t out_stride, int has_m)
+{
+    __m256 acc0[4], acc1[4];
+    float off0[4] = {0, 0, 0, 0}, off1[4] = {0, 0, 0, 0};
+    for (int r = 0; r < nr; r++)
+        acc0[r] = acc1[r] = _mm256_setzero_ps();
+    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2, b += 2 * bb) {
+        const uint8_t *c = b + bb;
+        float d0 = h2f_hw(b), d1 = h2f_hw(c);
+        float m0 = has_m ? h2f_hw(b + 2) : -8.0f * d0, m1 = has_m ? h2f_hw(c + 2) : -8.0f * d1;
+        __m256i w0 = unpack_nibbles(b + qo), w1 = unpack_nibbles(c + qo);
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256 p0 = dot_u8s8(w0, _mm256_loadu_si256((const __m256i *)ar[0].qs));
+            __m256 p1 = dot_u8s8(w1, _mm256_loadu_si256((const __m256i *)ar[1].qs));
+            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * ar[0].d), p0, acc0[r]);
+            acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * ar[1].d), p1, acc1[r]);
+            off0[r] += m0 * ar[0].s;
+            off1[r] += m1 * ar[1].s;
+        }
+    }
+    if (i < nb) {                /* odd count: the last block joins the even chain */
+        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -8.0f * d;
+        __m256i w = unpack_nibbles(b + qo);
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256 p = dot_u8s8(w, _mm256_loadu_si256((const __m256i *)ar->qs));
+            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc0[r]);
+            off0[r] += m * ar->s;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + off0[r] + off1[r];
+}
+
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
+rows_q8_avx2(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
+             size_t out_stride)
+{
+    __m256 acc[4];
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++, b += 34) {
+        float d = h2f_hw(b);
+        __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
+        __m256i wa = _mm256_abs_epi8(wq);
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
+            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d),
+                                     dot_u8s8(wa, _mm256_sign_epi8(aq, wq)), acc[r]);
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * out_stride] = hsum8(acc[r]);
+}
+
 __attribute__((target("avx2,fma,f16c")))
 static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
                            size_t a_stride, int nb, int nr, float *out, size_t out_stride)
 {
-    __m256 acc[2][4];
-    float off[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    for (int c = 0; c < 2; c++)
-        for (int r = 0; r < 4; r++)
-            acc[c][r] = _mm256_setzero_ps();
-    int q8 = t == PL_GGML_TYPE_Q8_0, has_m = t == PL_GGML_TYPE_Q4_1;
-    size_t bb = q8 ? 34 : has_m ? 20 : 18;
-    for (int i = 0; i < nb; i++, b += bb) {
-        int c = q8 ? 0 : i & 1;
-        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -8.0f * d;
-        __m256i wq = q8 ? _mm256_loadu_si256((const __m256i *)(b + 2))
-                        : unpack_nibbles(b + (has_m ? 4 : 2));
-        __m256i wa = q8 ? _mm256_abs_epi8(wq) : wq;
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
-            __m256 p = dot_u8s8(wa, q8 ? _mm256_sign_epi8(aq, wq) : aq);
-            acc[c][r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc[c][r]);
-            if (!q8)
-                off[c][r] += m * ar->s;
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        out[(size_t)r * out_stride] = q8 ? hsum8(acc[0][r])
-                                         : hsum8(_mm256_add_ps(acc[0][r], acc[1][r])) +
-                                               off[0][r] + off[1][r];
+    int has_m = t == PL_GGML_TYPE_Q4_1;
+    if (t == PL_GGML_TYPE_Q8_0 && nr == 4)
+        rows_q8_avx2(b, a, a_stride, nb, 4, out, out_stride);
+    else if (t == PL_GGML_TYPE_Q8_0)
+        rows_q8_avx2(b, a, a_stride, nb, nr, out, out_stride);
+    else if (nr == 4)
+        rows_q4_avx2(b, a, a_stride, nb, 4, out, out_stride, has_m);
+    else
+        rows_q4_avx2(b, a, a_stride, nb, nr, out, out_stride, has_m);
 }
 
 __attribute__((target("avx2,fma,f16c")))
