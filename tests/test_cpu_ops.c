@@ -330,6 +330,52 @@ Test(cpu_ops, qdot_avx_vnni)
     check_vnni(PL_VNNI_AVX); /* also where AVX-512 VNNI is preferred */
 }
 
+/* The VNNI multi-row kernels (Q5_0, Q5_1, Q4_K, Q6_K), hardware where the
+ * CPU has them and the emulated bodies on any AVX2 CPU: each row's result
+ * is the AVX2 single-row kernel's, bit for bit, for 1 to 4 rows. */
+Test(cpu_ops, qdot_vnni_rows)
+{
+    if (!pl_cpu_has_avx2())
+        cr_skip_test("no AVX2");
+    enum { N = 512, R = 4 };
+    static uint8_t w[N / 256 * 210];
+    float x[R * N], out[R * 8];
+    pl_q8_act a[R * N / PL_QK];
+    const pl_ggml_type types[4] = {PL_GGML_TYPE_Q5_0, PL_GGML_TYPE_Q5_1, PL_GGML_TYPE_Q4_K,
+                                   PL_GGML_TYPE_Q6_K};
+    const pl_cpu_feature_set *f = pl_cpu_features();
+    int levels[3] = {-1, f->avxvnni ? PL_VNNI_AVX : 0,
+                     pl_qdot_vnni_level() == PL_VNNI_AVX512 ? PL_VNNI_AVX512 : 0};
+    int checked = 0;
+    for (int k = 0; k < 4; k++)
+        for (int rep = 0; rep < 10; rep++) {
+            random_krow(types[k], w, N);
+            fill(x, R * N, 2.0f);
+            for (int r = 0; r < R; r++)
+                pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
+            for (int li = 0; li < 3; li++)
+                for (int nr = 1; nr <= R; nr++) {
+                    if (levels[li] == 0)
+                        continue;
+                    int ok = levels[li] < 0
+                                 ? pl_qdot_vnni_rows_emulated(types[k], w, a, N / PL_QK, N, nr,
+                                                              out, 8)
+                                 : pl_qdot_vnni_rows((pl_vnni_level)levels[li], types[k], w, a,
+                                                     N / PL_QK, N, nr, out, 8);
+                    cr_assert(ok, "type %d level %d", types[k], levels[li]);
+                    for (int r = 0; r < nr; r++) {
+                        float ref = 0.0f;
+                        cr_assert(pl_op_qdot_avx2(types[k], w, a + r * (N / PL_QK), N, &ref));
+                        cr_assert_eq(memcmp(&out[r * 8], &ref, 4), 0,
+                                     "type %d level %d rows %d row %d: %g vs %g", types[k],
+                                     levels[li], nr, r, out[r * 8], ref);
+                        checked++;
+                    }
+                }
+        }
+    cr_assert_gt(checked, 0);
+}
+
 /* The 512-bit kernels (Q4_0, Q4_1, Q8_0; decode and up to 4 rows) give
  * the AVX2 kernel's result bit for bit, for even and odd block counts. */
 Test(cpu_ops, qdot_avx512_rows)

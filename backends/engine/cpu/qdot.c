@@ -508,6 +508,7 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
         /* Activation rows in tiles of ~24 KB, which stay in L1 while every
          * weight row of the slice passes over them (row by row, the whole
          * activation matrix came from L2 once per weight row). */
+        pl_vnni_level lv = pl_qdot_vnni_level();
         int tile = (int)(ROW_TILE_BYTES / ((size_t)n_blk * sizeof(pl_q8_act))) & ~3;
         if (tile < 4)
             tile = 4;
@@ -521,8 +522,12 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                     float *yr = y + (size_t)r * ldy + o;
                     if (k == 2)
                         pl_qdot512_rows(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
-                    else if (k == 1)
-                        pl_qdot_k_rows(t, wr, xr, (size_t)n_blk, n, nr, yr, (size_t)ldy);
+                    else if (k == 1) {
+                        if (lv == PL_VNNI_NONE ||
+                            !pl_qdot_vnni_rows(lv, t, wr, xr, (size_t)n_blk, n, nr, yr,
+                                               (size_t)ldy))
+                            pl_qdot_k_rows(t, wr, xr, (size_t)n_blk, n, nr, yr, (size_t)ldy);
+                    }
                     else
                         qdot_rows_avx2(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
                 }

@@ -22,6 +22,16 @@ pl_vnni_level pl_qdot_vnni_level(void);
 int pl_qdot_vnni(pl_vnni_level lv, pl_ggml_type t, const void *w, const pl_q8_act *a, int n,
                  float *out);
 
+/** One weight row of type t (n elements) against nr <= 4 activation rows
+ *  (a_stride blocks apart): out[r * out_stride], each row bit-identical to
+ *  the single-row kernel (batch invariance). Q5_0, Q5_1, Q4_K and Q6_K;
+ *  returns 0 (nothing written) for other types or lv NONE. */
+int pl_qdot_vnni_rows(pl_vnni_level lv, pl_ggml_type t, const void *w, const pl_q8_act *a,
+                      size_t a_stride, int n, int nr, float *out, size_t out_stride);
+/** pl_qdot_vnni_rows' code with VPDPBUSD emulated by AVX2 (for tests). */
+int pl_qdot_vnni_rows_emulated(pl_ggml_type t, const void *w, const pl_q8_act *a,
+                               size_t a_stride, int n, int nr, float *out, size_t out_stride);
+
 /** For tests on CPUs without VNNI: the VNNI kernels' code with VPDPBUSD
  *  emulated by AVX2 instructions; 0 without AVX2 or for other types. */
 int pl_qdot_vnni_emulated(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out);
