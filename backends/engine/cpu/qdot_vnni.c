@@ -87,85 +87,11 @@
         }                                                                                        \
         return hsum8_##SFX(acc);                                                                 \
     }                                                                                            \
-    TARGET static float q5_##SFX(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)        \
-    {                                                                                            \
-        __m256 acc = _mm256_setzero_ps();                                                        \
-        float off = 0.0f;                                                                        \
-        size_t bb = has_m ? 24 : 22, qo = has_m ? 4 : 2;                                         \
-        const __m256i sh = _mm256_set_epi64x(0x0303030303030303LL, 0x0202020202020202LL,         \
-                                             0x0101010101010101LL, 0);                           \
-        const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ULL);                \
-        for (int i = 0; i < nb; i++, b += bb) {                                                  \
-            __m256i h = _mm256_shuffle_epi8(_mm256_set1_epi32((int)pl_le32(b + qo)), sh);         \
-            h = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit), bit),              \
-                                 _mm256_set1_epi8(0x10));                                        \
-            __m256i q = _mm256_or_si256(nib_##SFX(b + qo + 4), h);                               \
-            __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);                           \
-            float d = h2f_##SFX(b);                                                              \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d),                                    \
-                                  _mm256_cvtepi32_ps(dot_##SFX(q, aq)), acc);                    \
-            off += (has_m ? h2f_##SFX(b + 2) : -16.0f * d) * a[i].s;                             \
-        }                                                                                        \
-        return hsum8_##SFX(acc) + off;                                                           \
-    }                                                                                            \
-    TARGET static float q4k_##SFX(const uint8_t *b, const pl_q8_act *a, int nsb)                 \
-    {                                                                                            \
-        __m256 acc = _mm256_setzero_ps();                                                        \
-        float off = 0.0f;                                                                        \
-        const __m256i m4 = _mm256_set1_epi8(0x0f);                                               \
-        for (int s = 0; s < nsb; s++, b += 144, a += 8) {                                        \
-            float d = h2f_##SFX(b), dmin = h2f_##SFX(b + 2);                                     \
-            int sc[8], mn[8];                                                                    \
-            pl_k4_scales(b + 4, sc, mn);                                                         \
-            for (int j = 0; j < 4; j++) {                                                        \
-                __m256i t = _mm256_loadu_si256((const __m256i *)(b + 16 + 32 * j));              \
-                __m256i lo = _mm256_and_si256(t, m4);                                            \
-                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m4);                      \
-                const pl_q8_act *a0 = &a[2 * j], *a1 = &a[2 * j + 1];                            \
-                __m256i p0 = dot_##SFX(lo, _mm256_loadu_si256((const __m256i *)a0->qs));         \
-                __m256i p1 = dot_##SFX(hi, _mm256_loadu_si256((const __m256i *)a1->qs));         \
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j] * a0->d),              \
-                                      _mm256_cvtepi32_ps(p0), acc);                              \
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * j + 1] * a1->d),          \
-                                      _mm256_cvtepi32_ps(p1), acc);                              \
-                off += dmin * (float)mn[2 * j] * a0->s + dmin * (float)mn[2 * j + 1] * a1->s;    \
-            }                                                                                    \
-        }                                                                                        \
-        return hsum8_##SFX(acc) - off;                                                           \
-    }                                                                                            \
-    TARGET static float q6k_##SFX(const uint8_t *b, const pl_q8_act *a, int nsb)                 \
-    {                                                                                            \
-        __m256 acc = _mm256_setzero_ps();                                                        \
-        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);                     \
-        const __m256i k32 = _mm256_set1_epi8(32);                                                \
-        for (int s = 0; s < nsb; s++, b += 210, a += 8) {                                        \
-            const int8_t *sc = (const int8_t *)(b + 192);                                        \
-            float d = h2f_##SFX(b + 208);                                                        \
-            for (int h = 0; h < 2; h++) {                                                        \
-                __m256i l0 = _mm256_loadu_si256((const __m256i *)(b + 64 * h));                  \
-                __m256i l1 = _mm256_loadu_si256((const __m256i *)(b + 64 * h + 32));             \
-                __m256i qh = _mm256_loadu_si256((const __m256i *)(b + 128 + 32 * h));            \
-                for (int t = 0; t < 4; t++) {                                                    \
-                    int j = 4 * h + t;                                                           \
-                    __m256i lq = t % 2 ? l1 : l0;                                                \
-                    __m256i lo = _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lq, 4) : lq, m4);   \
-                    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * t), m2);             \
-                    __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));                   \
-                    __m256i aq = _mm256_loadu_si256((const __m256i *)a[j].qs);                   \
-                    __m256i scv = _mm256_set_m128i(_mm_set1_epi32(sc[2 * j + 1]),                \
-                                                   _mm_set1_epi32(sc[2 * j]));                   \
-                    __m256i p = _mm256_sub_epi32(dot_##SFX(q, aq), dot_##SFX(k32, aq));          \
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a[j].d),                            \
-                                          _mm256_cvtepi32_ps(_mm256_mullo_epi32(p, scv)), acc);  \
-                }                                                                                \
-            }                                                                                    \
-        }                                                                                        \
-        return hsum8_##SFX(acc);                                                                 \
-    }                                                                                            \
     /* Up to 4 activation rows (as blocks apart) against one weight row, each   \
      * row in its single-row kernel's order (as qdot_k.c's rows_* on AVX2). */ \
-    TARGET static void rows_q5_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nb,   \
-                                     int has_m, int nr, float *out, size_t os)                  \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    rows_q5_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nb,                       \
+                  int has_m, int nr, float *out, size_t os)                                      \
     {                                                                                            \
         __m256 acc[4];                                                                           \
         float off[4] = {0, 0, 0, 0};                                                             \
@@ -192,8 +118,9 @@
         for (int r = 0; r < nr; r++)                                                             \
             out[(size_t)r * os] = hsum8_##SFX(acc[r]) + off[r];                                  \
     }                                                                                            \
-    TARGET static void rows_q4k_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb,  \
-                                      int nr, float *out, size_t os)                            \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    rows_q4k_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb,                     \
+                   int nr, float *out, size_t os)                                                \
     {                                                                                            \
         __m256 acc[4];                                                                           \
         float off[4] = {0, 0, 0, 0};                                                             \
@@ -224,8 +151,9 @@
         for (int r = 0; r < nr; r++)                                                             \
             out[(size_t)r * os] = hsum8_##SFX(acc[r]) - off[r];                                  \
     }                                                                                            \
-    TARGET static void rows_q6k_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb,  \
-                                      int nr, float *out, size_t os)                            \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    rows_q6k_##SFX(const uint8_t *b, const pl_q8_act *a, size_t as, int nsb,                     \
+                   int nr, float *out, size_t os)                                                \
     {                                                                                            \
         __m256 acc[4];                                                                           \
         for (int r = 0; r < nr; r++)                                                             \
@@ -261,14 +189,53 @@
         for (int r = 0; r < nr; r++)                                                             \
             out[(size_t)r * os] = hsum8_##SFX(acc[r]);                                           \
     }                                                                                            \
-    static int rows_##SFX(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t as, int n,   \
-                          int nr, float *out, size_t os)                                         \
+    /* The single-row kernels: the bodies above with one row (inlined, so    \
+     * the row loops vanish); the multi-row ones with nr a constant where it   \
+     * is 4, so the accumulators stay in registers. */                         \
+    TARGET static float q5_##SFX(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)        \
     {                                                                                            \
+        float r;                                                                                 \
+        rows_q5_##SFX(b, a, 0, nb, has_m, 1, &r, 0);                                             \
+        return r;                                                                                \
+    }                                                                                            \
+    TARGET static float q4k_##SFX(const uint8_t *b, const pl_q8_act *a, int nsb)                 \
+    {                                                                                            \
+        float r;                                                                                 \
+        rows_q4k_##SFX(b, a, 0, nsb, 1, &r, 0);                                                  \
+        return r;                                                                                \
+    }                                                                                            \
+    TARGET static float q6k_##SFX(const uint8_t *b, const pl_q8_act *a, int nsb)                 \
+    {                                                                                            \
+        float r;                                                                                 \
+        rows_q6k_##SFX(b, a, 0, nsb, 1, &r, 0);                                                  \
+        return r;                                                                                \
+    }                                                                                            \
+    TARGET static int rows_##SFX(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t as,   \
+                                 int n, int nr, float *out, size_t os)                           \
+    {                                                                                            \
+        int four = nr == 4;                                                                      \
         switch (t) {                                                                             \
-        case PL_GGML_TYPE_Q5_0: rows_q5_##SFX(w, a, as, n / PL_QK, 0, nr, out, os); return 1;    \
-        case PL_GGML_TYPE_Q5_1: rows_q5_##SFX(w, a, as, n / PL_QK, 1, nr, out, os); return 1;    \
-        case PL_GGML_TYPE_Q4_K: rows_q4k_##SFX(w, a, as, n / 256, nr, out, os); return 1;        \
-        case PL_GGML_TYPE_Q6_K: rows_q6k_##SFX(w, a, as, n / 256, nr, out, os); return 1;        \
+        case PL_GGML_TYPE_Q5_0:                                                                  \
+        case PL_GGML_TYPE_Q5_1: {                                                                \
+            int m = t == PL_GGML_TYPE_Q5_1;                                                      \
+            if (four)                                                                            \
+                rows_q5_##SFX(w, a, as, n / PL_QK, m, 4, out, os);                               \
+            else                                                                                 \
+                rows_q5_##SFX(w, a, as, n / PL_QK, m, nr, out, os);                              \
+            return 1;                                                                            \
+        }                                                                                        \
+        case PL_GGML_TYPE_Q4_K:                                                                  \
+            if (four)                                                                            \
+                rows_q4k_##SFX(w, a, as, n / 256, 4, out, os);                                   \
+            else                                                                                 \
+                rows_q4k_##SFX(w, a, as, n / 256, nr, out, os);                                  \
+            return 1;                                                                            \
+        case PL_GGML_TYPE_Q6_K:                                                                  \
+            if (four)                                                                            \
+                rows_q6k_##SFX(w, a, as, n / 256, 4, out, os);                                   \
+            else                                                                                 \
+                rows_q6k_##SFX(w, a, as, n / 256, nr, out, os);                                  \
+            return 1;                                                                            \
         default: return 0;                                                                       \
         }                                                                                        \
     }                                                                                            \
