@@ -24,27 +24,14 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/engine/cpu/simd_x86.h"
+
 #define T512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
 
 bool pl_qdot512_available(void)
 {
     const pl_cpu_feature_set *f = pl_cpu_features();
     return pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
-}
-
-T512 static inline float h2f(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-T512 static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 T512 static inline __m256 hi8(__m512 v)
@@ -101,8 +88,8 @@ T512 static void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
     int i = 0;
     for (; i + 2 <= nb; i += 2, b += 2 * bb) {
         const uint8_t *c = b + bb;
-        float d0 = h2f(b), d1 = h2f(c);
-        float m0 = has_m ? h2f(b + 2) : -8.0f * d0, m1 = has_m ? h2f(c + 2) : -8.0f * d1;
+        float d0 = h2f_hw(b), d1 = h2f_hw(c);
+        float m0 = has_m ? h2f_hw(b + 2) : -8.0f * d0, m1 = has_m ? h2f_hw(c + 2) : -8.0f * d1;
         __m512i w = q4_pair(b + qo, c + qo);
         for (int r = 0; r < nr; r++) {
             const pl_q8_act *ar = a + (size_t)r * a_stride + i;
@@ -116,11 +103,11 @@ T512 static void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
         __m256 lo = _mm512_castps512_ps256(acc[r]);
         if (i < nb) {            /* odd count: the last block joins the even chain */
             const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            float d = h2f(b);
+            float d = h2f_hw(b);
             __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_one(b + qo),
                                             _mm256_loadu_si256((const __m256i *)ar->qs));
             lo = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), _mm256_cvtepi32_ps(p), lo);
-            off0[r] += (has_m ? h2f(b + 2) : -8.0f * d) * ar->s;
+            off0[r] += (has_m ? h2f_hw(b + 2) : -8.0f * d) * ar->s;
         }
         out[(size_t)r * out_stride] = hsum8(_mm256_add_ps(lo, hi8(acc[r]))) + off0[r] + off1[r];
     }
@@ -141,7 +128,7 @@ T512 static void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
             _mm256_loadu_si256((const __m256i *)(b + 36)), 1);
         __m512i wa = _mm512_abs_epi8(w);
         __mmask64 neg = _mm512_movepi8_mask(w);
-        float d0 = h2f(b), d1 = h2f(b + 34);
+        float d0 = h2f_hw(b), d1 = h2f_hw(b + 34);
         for (int r = 0; r < nr; r++) {
             const pl_q8_act *ar = a + (size_t)r * a_stride + i;
             __m512i s = act_pair(ar);
@@ -160,7 +147,7 @@ T512 static void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
             __m256i p = _mm256_dpbusd_epi32(
                 _mm256_setzero_si256(), _mm256_abs_epi8(wq),
                 _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)ar->qs), wq));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(b) * ar->d), _mm256_cvtepi32_ps(p),
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f_hw(b) * ar->d), _mm256_cvtepi32_ps(p),
                                      acc[r]);
         }
         out[(size_t)r * out_stride] = hsum8(acc[r]);

@@ -28,6 +28,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "backends/engine/cpu/simd_x86.h"
 #define PL_HAVE_X86 1
 #endif
 
@@ -141,21 +143,6 @@ float pl_qdot_k_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 
 #ifdef PL_HAVE_X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-AVX2 static inline float h2f_hw(const uint8_t *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
-AVX2 static inline float hsum8(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* u8 x s8 products summed to 8 int32 lanes. */
 AVX2 static inline __m256i dot_u8s8_i32(__m256i u, __m256i s)
