@@ -66,7 +66,7 @@ def parse(out):
 
 
 def run(cmd):
-    return parse(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
 def cpu_model():
@@ -109,15 +109,14 @@ def main():
     load0 = os.getloadavg()[0]
     for i in range(a.reps):
         gemm_min_rows = "20" if a.no_batch_invariant else "1000000000"
-        ours.append(run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads),
-                         gemm_min_rows]))
-        ref.append(run([sys.executable, "-c", LLAMA_SNIPPET, *args]))
+        out = run([exe, a.model, str(a.prompt), str(a.decode), str(a.threads), gemm_min_rows])
+        ours.append(parse(out))
+        path = kernel_path(out)
+        ref.append(parse(run([sys.executable, "-c", LLAMA_SNIPPET, *args])))
         print(f"run {i}: parley {ours[-1]}  llama.cpp {ref[-1][:4]} "
               "(prefill, decode tok/s; prefill, decode CPU s; parley: decode runs/step, "
               "ms outside arithmetic/step, ms/step)", file=sys.stderr)
     load1 = os.getloadavg()[0]
-    path = kernel_path(subprocess.run([exe, a.model, "32", "1", "1"], capture_output=True,
-                                      text=True).stdout)
     med = lambda xs, k: statistics.median(x[k] for x in xs)
     pp, pd, lp, ld = med(ours, 0), med(ours, 1), med(ref, 0), med(ref, 1)
     # Throughput per CPU second: steadier than wall time when other jobs

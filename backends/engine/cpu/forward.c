@@ -89,8 +89,9 @@ typedef struct phase {
  * each thread's run of contiguous slices, the faster: 16, 32, 64, 128 KB
  * gave 126, 166, 204, 223 tok/s at context 16). Each thread's weight stream
  * broke every 11 KB; presumably the hardware prefetchers, running past the
- * end of a slice into the other thread's, fetched lines twice. The items are still taken dynamically, so a thread that
- * starts late takes none and the others do its share.
+ * end of a slice into the other thread's, fetched lines twice. The items
+ * are still taken dynamically, so a thread that starts late takes none and
+ * the others do its share.
  * GEMM work items are larger too: OpenBLAS packs the whole activation
  * matrix on every call, so a few calls per thread keep that cost small. */
 static int mm_chunk(const pl_weight *w, int use_f32, int nth)

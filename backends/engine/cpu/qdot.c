@@ -148,7 +148,6 @@ float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 }
 
 #ifdef PL_HAVE_X86
-
 __attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_nibbles(const uint8_t *qs)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
@@ -399,7 +398,7 @@ float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 int pl_op_qdot_avx2(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out)
 {
 #ifdef PL_HAVE_X86
-    if (!have_avx2() || !pl_op_qdot_supported(t))
+    if (!have_avx2())
         return 0;
     if (pl_qdot_k_supported(t))
         *out = pl_qdot_k(t, w, a, n);

@@ -405,25 +405,7 @@ void pl_qdot_k_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl
         y[o] = pl_qdot_k_ref(t, w + (size_t)o * row_bytes, a, n);
 }
 
-float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
-{
-    if (pl_cpu_has_avx2()) {
-        switch (t) {
-        case PL_GGML_TYPE_Q5_0: return avx2_q5(w, a, n / PL_QK, 0);
-        case PL_GGML_TYPE_Q5_1: return avx2_q5(w, a, n / PL_QK, 1);
-        case PL_GGML_TYPE_Q4_K: return avx2_k45(w, 0, a, n / 256);
-        case PL_GGML_TYPE_Q5_K: return avx2_k45(w, 1, a, n / 256);
-        case PL_GGML_TYPE_Q6_K: return avx2_q6_k(w, a, n / 256);
-        default: break;
-        }
-    }
-    return pl_qdot_k_ref(t, w, a, n);
-}
 #else
-float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
-{
-    return pl_qdot_k_ref(t, w, a, n);
-}
 
 void pl_qdot_k_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *a,
                     int n, float *y, int o0, int o1)
@@ -439,3 +421,11 @@ void pl_qdot_k_rows(pl_ggml_type t, const void *w, const pl_q8_act *a, size_t a_
         out[(size_t)r * out_stride] = pl_qdot_k_ref(t, w, a + (size_t)r * a_stride, n);
 }
 #endif
+
+/* One row: the decode loop's dispatch, so the two cannot disagree. */
+float pl_qdot_k(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
+{
+    float y;
+    pl_qdot_k_row1(t, w, 0, a, n, &y, 0, 1);
+    return y;
+}
