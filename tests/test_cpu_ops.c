@@ -314,6 +314,25 @@ Test(cpu_ops, qdot_vnni_bodies_emulated)
         }
 }
 
+/* pl_qdot_vnni_supported names exactly the types the kernels take (the
+ * decode matmul dispatches on it). */
+Test(cpu_ops, qdot_vnni_supported_matches_kernels)
+{
+    if (!pl_cpu_has_avx2())
+        cr_skip_test("no AVX2");
+    enum { N = 256 };
+    static uint8_t w[N / PL_QK * 34];
+    pl_q8_act a[N / PL_QK];
+    memset(a, 0, sizeof a);
+    for (int t = 0; t <= PL_GGML_TYPE_BF16; t++) {
+        float v;
+        int ran = pl_qdot_vnni_emulated((pl_ggml_type)t, w, a, N, &v);
+        cr_assert_eq(pl_qdot_vnni_supported((pl_ggml_type)t), ran, "type %d", t);
+    }
+    cr_assert(pl_qdot_vnni_supported(PL_GGML_TYPE_Q4_K));
+    cr_assert(!pl_qdot_vnni_supported(PL_GGML_TYPE_Q5_K));
+}
+
 Test(cpu_ops, qdot_avx512_vnni)
 {
     if (pl_qdot_vnni_level() < PL_VNNI_AVX512)

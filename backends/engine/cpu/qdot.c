@@ -451,9 +451,8 @@ static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
         return;
     }
     pl_vnni_level lv = pl_qdot_vnni_level();
-    if (o0 < o1 && lv != PL_VNNI_NONE &&
-        pl_qdot_vnni(lv, t, wb + (size_t)o0 * row_bytes, x, n, &y[o0])) {
-        for (int o = o0 + 1; o < o1; o++)
+    if (lv != PL_VNNI_NONE && pl_qdot_vnni_supported(t)) {
+        for (int o = o0; o < o1; o++)
             pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
         return;
     }

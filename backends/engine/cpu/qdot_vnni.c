@@ -21,6 +21,13 @@
 
 #include <string.h>
 
+int pl_qdot_vnni_supported(pl_ggml_type t)
+{
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
+           t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1 || t == PL_GGML_TYPE_Q4_K ||
+           t == PL_GGML_TYPE_Q6_K;
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 

@@ -16,6 +16,10 @@ typedef enum pl_vnni_level {
 /** The best level this CPU runs (needs the AVX2 path's AVX2+FMA+F16C too). */
 pl_vnni_level pl_qdot_vnni_level(void);
 
+/** Whether pl_qdot_vnni has a kernel for type t (Q4_0, Q4_1, Q8_0, Q5_0,
+ *  Q5_1, Q4_K, Q6_K), whatever the CPU. */
+int pl_qdot_vnni_supported(pl_ggml_type t);
+
 /** *out = the dot of weight row w (type t, n elements) with a, through
  *  level lv's kernel; returns 0 (nothing written) when lv is NONE or t has
  *  no VNNI kernel. The caller must only pass a level the CPU has. */
