@@ -1,14 +1,17 @@
-/* qdot_avx512.c - the Q4_0, Q4_1 and Q8_0 kernels of qdot.c on 512-bit
- * registers: two quant blocks per instruction, with VPDPBUSD for the int8
- * products (AVX-512 VNNI, e.g. Ice Lake and later Xeons, AMD Zen 4/5).
+/* qdot_avx512.c - the Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 kernels of qdot.c and
+ * qdot_k.c on 512-bit registers: two quant blocks per instruction, with
+ * VPDPBUSD for the int8 products (AVX-512 VNNI, e.g. Ice Lake and later
+ * Xeons, AMD Zen 4/5). Q4_K and Q6_K stay on the 256-bit VNNI kernels,
+ * which ran faster on Zen 4 (0.78-0.97x here with 512-bit versions).
  *
  * Bit-identical to the AVX2 kernels, by construction:
  * - Q4: the AVX2 kernel sums even blocks in one 8-lane chain and odd blocks
  *   in another; here block 2k goes to the low half of one 16-lane chain and
  *   block 2k+1 to the high half, so each half is the AVX2 chain, lane for
  *   lane, and the two are added and reduced as there.
- * - Q8: one chain of block sums in order; two blocks' products come from
- *   one VPDPBUSD, then are added to the 8-lane chain one after the other.
+ * - Q8, Q5: one chain of block sums in order; two blocks' products come
+ *   from one VPDPBUSD, then are added to the 8-lane chain one after the
+ *   other. Q5's fifth bits come from the qh words as a byte mask.
  * VPDPBUSD sums the same four u8 x s8 products per lane as VPMADDUBSW +
  * VPMADDWD (no int16 saturation is reachable, see qdot_vnni.c), and the
  * scales are the same scalar products, so every float operation is the
@@ -18,6 +21,7 @@
 #include "backends/engine/cpu/qdot_avx512.h"
 
 #include "src/base/cpu_features.h"
+#include "src/base/le.h"
 
 #include <string.h>
 
@@ -77,7 +81,7 @@ T512 static inline __m256i q4_one(const uint8_t *q)
 
 /* Up to 4 activation rows against one Q4_0/Q4_1 weight row (nr = 1 is the
  * decode kernel): as qdot_q4_avx2 / qdot_rows_avx2, lane for lane. */
-T512 static void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
+T512 static inline __attribute__((always_inline)) void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
                          float *out, size_t out_stride, int has_m)
 {
     __m512 acc[4];
@@ -115,7 +119,7 @@ T512 static void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
 
 /* Up to 4 activation rows against one Q8_0 weight row: one chain per row,
  * blocks added in order (as qdot_q8_avx2). */
-T512 static void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
+T512 static inline __attribute__((always_inline)) void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
                          float *out, size_t out_stride)
 {
     __m256 acc[4];
@@ -154,31 +158,94 @@ T512 static void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, 
     }
 }
 
+/* Two Q5 blocks' quants (nibbles, bit 4 from qh) as 64 u8 values in the
+ * order of two activation blocks: qh's bit j is lane j, so the two qh words
+ * are the byte mask of the 0x10s. */
+T512 static inline __m512i q5_pair(const uint8_t *b, const uint8_t *c, size_t qo)
+{
+    __mmask64 h = (__mmask64)pl_le32(b + qo) | (__mmask64)pl_le32(c + qo) << 32;
+    return _mm512_or_si512(q4_pair(b + qo + 4, c + qo + 4),
+                           _mm512_maskz_mov_epi8(h, _mm512_set1_epi8(0x10)));
+}
+
+/* Up to 4 activation rows against one Q5_0/Q5_1 weight row: as the VNNI
+ * rows_q5 (one chain per row, blocks in order), two blocks per VPDPBUSD. */
+T512 static inline __attribute__((always_inline)) void q5_rows(const uint8_t *b, const pl_q8_act *a, size_t as, int nb, int nr,
+                         float *out, size_t os, int has_m)
+{
+    __m256 acc[4];
+    float off[4] = {0, 0, 0, 0};
+    for (int r = 0; r < nr; r++)
+        acc[r] = _mm256_setzero_ps();
+    size_t bb = has_m ? 24 : 22, qo = has_m ? 4 : 2;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2, b += 2 * bb) {
+        const uint8_t *c = b + bb;
+        __m512i q = q5_pair(b, c, qo);
+        float d0 = h2f_hw(b), d1 = h2f_hw(c);
+        float m0 = has_m ? h2f_hw(b + 2) : -16.0f * d0, m1 = has_m ? h2f_hw(c + 2) : -16.0f * d1;
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * as + i;
+            __m512 p = dot_pair(q, act_pair(ar));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * ar[0].d), _mm512_castps512_ps256(p),
+                                     acc[r]);
+            off[r] += m0 * ar[0].s;
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * ar[1].d), hi8(p), acc[r]);
+            off[r] += m1 * ar[1].s;
+        }
+    }
+    if (i < nb) {
+        __m256i q = _mm256_or_si256(
+            q4_one(b + qo + 4),
+            _mm256_maskz_mov_epi8((__mmask32)pl_le32(b + qo), _mm256_set1_epi8(0x10)));
+        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -16.0f * d;
+        for (int r = 0; r < nr; r++) {
+            const pl_q8_act *ar = a + (size_t)r * as + i;
+            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q,
+                                            _mm256_loadu_si256((const __m256i *)ar->qs));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), _mm256_cvtepi32_ps(p), acc[r]);
+            off[r] += m * ar->s;
+        }
+    }
+    for (int r = 0; r < nr; r++)
+        out[(size_t)r * os] = hsum8(acc[r]) + off[r];
+}
+
 bool pl_qdot512_supported(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0;
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
+           t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1;
 }
 
-void pl_qdot512_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x,
-                     int nb, float *y, int o0, int o1)
+/* The kernels are inlined here with nr a constant where it is 4 or 1, so
+ * their accumulators stay in registers (indexed by a variable nr, they
+ * live on the stack). */
+T512 static inline __attribute__((always_inline)) void
+rows_nr(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t as, int nb, int nr,
+        float *out, size_t os)
 {
-    if (t == PL_GGML_TYPE_Q8_0) {
-        for (int o = o0; o < o1; o++)
-            q8_rows(w + (size_t)o * row_bytes, x, 0, nb, 1, &y[o], 0);
-        return;
+    switch (t) {
+    case PL_GGML_TYPE_Q8_0: q8_rows(w, a, as, nb, nr, out, os); break;
+    case PL_GGML_TYPE_Q5_0:
+    case PL_GGML_TYPE_Q5_1: q5_rows(w, a, as, nb, nr, out, os, t == PL_GGML_TYPE_Q5_1); break;
+    default: q4_rows(w, a, as, nb, nr, out, os, t == PL_GGML_TYPE_Q4_1); break;
     }
-    int has_m = t == PL_GGML_TYPE_Q4_1;
-    for (int o = o0; o < o1; o++)
-        q4_rows(w + (size_t)o * row_bytes, x, 0, nb, 1, &y[o], 0, has_m);
 }
 
-void pl_qdot512_rows(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t a_stride,
-                     int nb, int nr, float *out, size_t out_stride)
+T512 void pl_qdot512_rows(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t a_stride,
+                          int nb, int nr, float *out, size_t out_stride)
 {
-    if (t == PL_GGML_TYPE_Q8_0)
-        q8_rows(w, a, a_stride, nb, nr, out, out_stride);
+    if (nr == 4)
+        rows_nr(t, w, a, a_stride, nb, 4, out, out_stride);
     else
-        q4_rows(w, a, a_stride, nb, nr, out, out_stride, t == PL_GGML_TYPE_Q4_1);
+        rows_nr(t, w, a, a_stride, nb, nr, out, out_stride);
+}
+
+T512 void pl_qdot512_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                          const pl_q8_act *x, int nb, float *y, int o0, int o1)
+{
+    for (int o = o0; o < o1; o++)
+        rows_nr(t, w + (size_t)o * row_bytes, x, 0, nb, 1, &y[o], 0);
 }
 #else
 bool pl_qdot512_available(void) { return false; }
