@@ -10,6 +10,7 @@
  */
 #include "backends/engine/cpu/forward.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -37,20 +38,32 @@ struct pl_cpu_fwd {
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
     struct phase *ph;            /* (n_layer * PH_PER_LAYER + 4) the call's plan */
     int n_ph;
+    struct span *spans;          /* (max_spans) the plan's matmul slices */
+    int n_spans, max_spans;
     int last_rows;               /* rows of the last pl_cpu_forward, whose
                                     final hidden states x still holds */
 };
 
 #define MM_MAX 3
+#define MM_PER_LAYER 7           /* weights in plan_layer's matmuls */
+#define UNIT_BYTES (16 * 1024)   /* quantised weight bytes per unit, about */
+
+/* The units of a slice not yet taken, [front, back) in one word: the
+ * thread that took the slice claims units from the front, any other from
+ * the back, each with one CAS. A cache line each: owners claim often. */
+typedef struct span {
+    _Alignas(64) _Atomic uint64_t fb;
+} span;
 
 /* Up to MM_MAX matmuls sharing one input: y[i] = x @ w[i]^T, split into
- * work items of size[i] output features. */
+ * slices of size[i] output features, and slices into units of unit[i]. */
 typedef struct mm_job {
-    int n, n_rows, cols, any_q;
-    int use_f32[MM_MAX], size[MM_MAX], chunks[MM_MAX];
+    int n, n_rows, cols, any_q, n_slices;
+    int use_f32[MM_MAX], size[MM_MAX], chunks[MM_MAX], unit[MM_MAX];
     const float *x;
     const pl_weight *w[MM_MAX];
     float *y[MM_MAX];
+    span *spans;                 /* (n_slices) */
 } mm_job;
 
 /* A step runs as one pool run: a list of phases, each a set of work items
@@ -82,16 +95,18 @@ typedef struct phase {
 #define PH_PER_LAYER 10
 #define SW_CHUNK 256            /* swiglu elements per work item (a multiple of PL_QK) */
 
-/* Quantised matmul items are one contiguous slice of output features per
+/* Quantised matmuls are one contiguous slice of output features per
  * thread. With 32-feature slices handed out alternately, two threads
  * decoded slower than one (AMD EPYC Zen 5, SmolLM2 Q4_1: 95 vs 105-112
  * tok/s at context 512; 2 threads with halves: 157-169; the longer
  * each thread's run of contiguous slices, the faster: 16, 32, 64, 128 KB
  * gave 126, 166, 204, 223 tok/s at context 16). Each thread's weight stream
  * broke every 11 KB; presumably the hardware prefetchers, running past the
- * end of a slice into the other thread's, fetched lines twice. The items
- * are still taken dynamically, so a thread that starts late takes none and
- * the others do its share.
+ * end of a slice into the other thread's, fetched lines twice. Slices are
+ * still taken dynamically, so a thread that starts late takes none and the
+ * others do its share; and a thread that finishes its slice takes units
+ * (~16 KB of weights) from the far end of the others', so one descheduled
+ * mid-slice (a busy shared machine) stalls the step by at most a unit.
  * GEMM work items are larger too: OpenBLAS packs the whole activation
  * matrix on every call, so a few calls per thread keep that cost small. */
 static int mm_chunk(const pl_weight *w, int use_f32, int nth)
@@ -100,6 +115,22 @@ static int mm_chunk(const pl_weight *w, int use_f32, int nth)
         return ((w->rows + nth - 1) / nth + 15) / 16 * 16;
     int c = (w->rows / (2 * nth) + 15) / 16 * 16;
     return c < 64 ? 64 : c;
+}
+
+/* Output features per unit: ~UNIT_BYTES of quantised weights (a multiple
+ * of 16), or the whole chunk for OpenBLAS. */
+static int mm_unit_rows(const pl_weight *w, int use_f32, int size)
+{
+    if (use_f32)
+        return size;
+    int u = (int)(UNIT_BYTES / w->row_bytes + 15) / 16 * 16;
+    return u < size ? u : size;
+}
+
+/* Slices per weight: at most 2 * nth + 1, whichever mm_chunk branch. */
+static int max_spans(const pl_model *m, int nth)
+{
+    return (m->n_layer * MM_PER_LAYER + 1) * (2 * nth + 1);
 }
 
 static phase *ph_add(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next)
@@ -116,7 +147,8 @@ static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
 {
     phase *ph = ph_add(f, PH_MM, -1, 0, NULL);
     mm_job *j = &ph->mm;
-    *j = (mm_job){.n = n, .n_rows = n_rows, .cols = w[0]->cols, .x = x};
+    *j = (mm_job){.n = n, .n_rows = n_rows, .cols = w[0]->cols, .x = x,
+                  .spans = f->spans + f->n_spans};
     int nth = pl_pool_size(f->pool);
     for (int i = 0; i < n; i++) {
         j->w[i] = w[i];
@@ -126,18 +158,46 @@ static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
         j->any_q |= !j->use_f32[i];
         j->size[i] = mm_chunk(w[i], j->use_f32[i], nth);
         j->chunks[i] = (w[i]->rows + j->size[i] - 1) / j->size[i];
-        ph->n += j->chunks[i];
+        j->unit[i] = mm_unit_rows(w[i], j->use_f32[i], j->size[i]);
+        for (int c = 0; c < j->chunks[i]; c++) {
+            int rows = w[i]->rows - c * j->size[i];
+            rows = rows < j->size[i] ? rows : j->size[i];
+            int units = (rows + j->unit[i] - 1) / j->unit[i];
+            atomic_store_explicit(&j->spans[j->n_slices++].fb, (uint64_t)units,
+                                  memory_order_relaxed);
+            ph->n += units;          /* the barrier counts units */
+        }
     }
+    f->n_spans += j->n_slices;
+    assert(f->n_spans <= f->max_spans);
     return j;
 }
 
-static void mm_item(const pl_cpu_fwd *f, const mm_job *j, int c)
+/* Claims a unit of span sp, from its front (its owner) or its back (any
+ * other thread); -1 when none is left. */
+static int span_take(span *sp, int from_back)
+{
+    uint64_t v = atomic_load_explicit(&sp->fb, memory_order_relaxed);
+    for (;;) {
+        uint32_t front = (uint32_t)(v >> 32), back = (uint32_t)v;
+        if (front >= back)
+            return -1;
+        uint64_t nv = from_back ? v - 1 : v + (1ULL << 32);
+        if (atomic_compare_exchange_weak(&sp->fb, &v, nv))
+            return from_back ? (int)back - 1 : (int)front;
+    }
+}
+
+/* Unit u of slice s: output features [o0, o1) of one weight. */
+static void mm_unit(const pl_cpu_fwd *f, const mm_job *j, int s, int u)
 {
     int i = 0;
-    while (c >= j->chunks[i])
-        c -= j->chunks[i++];
+    while (s >= j->chunks[i])
+        s -= j->chunks[i++];
     const pl_weight *w = j->w[i];
-    int o0 = c * j->size[i], o1 = o0 + j->size[i] < w->rows ? o0 + j->size[i] : w->rows;
+    int end = (s + 1) * j->size[i] < w->rows ? (s + 1) * j->size[i] : w->rows;
+    int o0 = s * j->size[i] + u * j->unit[i];
+    int o1 = o0 + j->unit[i] < end ? o0 + j->unit[i] : end;
     if (j->use_f32[i])
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
                     1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
@@ -290,11 +350,28 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
                               j->cols);
 }
 
+/* A thread's part of a matmul phase: the slices it takes, front to back,
+ * then what is left of the others', from their backs. Returns the units
+ * it computed. */
+static int mm_phase(pl_cpu_fwd *f, phase *ph, int ith)
+{
+    const mm_job *j = &ph->mm;
+    int done = 0;
+    for (int s = atomic_fetch_add(&ph->taken, 1); s < j->n_slices;
+         s = atomic_fetch_add(&ph->taken, 1))
+        for (int u; (u = span_take(&j->spans[s], 0)) >= 0; done++)
+            mm_unit(f, j, s, u);
+    for (int k = 0; k < j->n_slices; k++) {
+        int s = (k + ith) % j->n_slices;
+        for (int u; (u = span_take(&j->spans[s], 1)) >= 0; done++)
+            mm_unit(f, j, s, u);
+    }
+    return done;
+}
+
 static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
-    if (ph->kind == PH_MM)
-        mm_item(f, &ph->mm, it);
-    else if (ph->kind == PH_ATTN)
+    if (ph->kind == PH_ATTN)
         attn_item(f, ph, it, ith);
     else
         row_item(f, ph, it);
@@ -315,9 +392,12 @@ static void plan_worker(void *arg, int ith, int nth)
             continue;
         pl_pool_wait_done(f->pool, ith, base);
         int mine = 0;
-        for (int it = atomic_fetch_add(&ph->taken, 1); it < ph->n;
-             it = atomic_fetch_add(&ph->taken, 1), mine++)
-            run_item(f, ph, it, ith);
+        if (ph->kind == PH_MM)
+            mine = mm_phase(f, ph, ith);
+        else
+            for (int it = atomic_fetch_add(&ph->taken, 1); it < ph->n;
+                 it = atomic_fetch_add(&ph->taken, 1), mine++)
+                run_item(f, ph, it, ith);
         if (mine)
             pl_pool_done(f->pool, mine);
     }
@@ -388,6 +468,7 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
         return -1;
     f->b = b;
     f->n_ph = 0;
+    f->n_spans = 0;
     ph_add(f, PH_EMBED, -1, b->n_rows, NULL);
     for (int l = 0; l < m->n_layer; l++)
         plan_layer(f, l, b->n_rows);
@@ -409,6 +490,7 @@ int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logi
         if (rows[i] < 0 || rows[i] >= f->last_rows)
             return -1;
     f->n_ph = 0;
+    f->n_spans = 0;
     plan_output(f, rows, n, logits);
     pl_pool_run(f->pool, plan_worker, f);
     return 0;
@@ -469,7 +551,9 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
                           &bad);
     f->xq = calloc(R * (f->max_in / PL_QK) + 1, sizeof(pl_q8_act));
     f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + 4, sizeof(*f->ph));
-    if (bad || !f->xq || !f->ph)
+    f->max_spans = max_spans(m, pl_pool_size(pool));
+    f->spans = aligned_alloc(64, (size_t)f->max_spans * sizeof(span));
+    if (bad || !f->xq || !f->ph || !f->spans)
         goto fail;
     if (m->n_embd % PL_QK || m->n_ff % PL_QK || f->q_dim % PL_QK) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
@@ -493,5 +577,6 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
         free(bufs[i]);
     free(f->xq);
     free(f->ph);
+    free(f->spans);
     free(f);
 }
