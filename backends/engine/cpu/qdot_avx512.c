@@ -81,8 +81,9 @@ T512 static inline __m256i q4_one(const uint8_t *q)
 
 /* Up to 4 activation rows against one Q4_0/Q4_1 weight row (nr = 1 is the
  * decode kernel): as qdot_q4_avx2 / qdot_rows_avx2, lane for lane. */
-T512 static inline __attribute__((always_inline)) void q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
-                         float *out, size_t out_stride, int has_m)
+T512 static inline __attribute__((always_inline)) void
+q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
+        size_t out_stride, int has_m)
 {
     __m512 acc[4];
     float off0[4] = {0, 0, 0, 0}, off1[4] = {0, 0, 0, 0};
@@ -119,8 +120,9 @@ T512 static inline __attribute__((always_inline)) void q4_rows(const uint8_t *b,
 
 /* Up to 4 activation rows against one Q8_0 weight row: one chain per row,
  * blocks added in order (as qdot_q8_avx2). */
-T512 static inline __attribute__((always_inline)) void q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr,
-                         float *out, size_t out_stride)
+T512 static inline __attribute__((always_inline)) void
+q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
+        size_t out_stride)
 {
     __m256 acc[4];
     for (int r = 0; r < nr; r++)
@@ -170,8 +172,9 @@ T512 static inline __m512i q5_pair(const uint8_t *b, const uint8_t *c, size_t qo
 
 /* Up to 4 activation rows against one Q5_0/Q5_1 weight row: as the VNNI
  * rows_q5 (one chain per row, blocks in order), two blocks per VPDPBUSD. */
-T512 static inline __attribute__((always_inline)) void q5_rows(const uint8_t *b, const pl_q8_act *a, size_t as, int nb, int nr,
-                         float *out, size_t os, int has_m)
+T512 static inline __attribute__((always_inline)) void
+q5_rows(const uint8_t *b, const pl_q8_act *a, size_t as, int nb, int nr, float *out, size_t os,
+        int has_m)
 {
     __m256 acc[4];
     float off[4] = {0, 0, 0, 0};
