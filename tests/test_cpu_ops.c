@@ -516,6 +516,37 @@ Test(cpu_ops, rope_modes)
         }
 }
 
+/* pl_op_attention in the parts the forward pass splits it into for long
+ * contexts (scores of position ranges, values of dim ranges, each head
+ * alone or the group together) gives pl_op_attention's outputs bit for
+ * bit: the AVX2 path, or the reference under PARLEY_CPU_ISA=scalar (the
+ * suite's capped runs). */
+static void check_attention_parts(const pl_attn_args *a, const float *q, int g, int ctx,
+                                  const float *want)
+{
+    int hd = a->head_dim;
+    size_t stride = (size_t)ctx + 5;
+    float *sc = malloc(sizeof(float) * g * stride), *out = malloc(sizeof(float) * g * hd);
+    for (int t0 = 0; t0 < ctx; t0 += 13)       /* ranges not aligned to 8 */
+        pl_op_attn_scores(a, q, g, t0, t0 + 13 < ctx ? t0 + 13 : ctx, sc, stride);
+    for (int h = 0; h < g; h++)
+        pl_op_softmax(sc + (size_t)h * stride, ctx);
+    for (int d0 = 0; d0 < hd; d0 += 8)        /* each head alone, 8 or 16 dims at a time */
+        for (int h = 0; h < g; h++) {
+            int d1 = d0 + (h % 2 ? 8 : 16) < hd ? d0 + (h % 2 ? 8 : 16) : hd;
+            if (h % 2 == 0 && d0 % 16)
+                continue;
+            pl_op_attn_values(a, sc + (size_t)h * stride, stride, 1, ctx, d0, d1,
+                              out + (size_t)h * hd);
+        }
+    cr_assert(memcmp(out, want, sizeof(float) * g * hd) == 0, "hd %d g %d ctx %d: parts differ",
+              hd, g, ctx);
+    memset(out, 0, sizeof(float) * g * hd);
+    pl_op_attn_values(a, sc, stride, g, ctx, 0, hd, out);
+    cr_assert(memcmp(out, want, sizeof(float) * g * hd) == 0, "hd %d g %d ctx %d", hd, g, ctx);
+    free(sc), free(out);
+}
+
 /* Paged attention (AVX2 and reference) against a direct computation in
  * double on contiguous K/V, with the sequence's blocks scattered in the
  * pool: group sizes 1 (decode items) and 3, head dims 40 (a partial
@@ -550,8 +581,9 @@ static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qsc
                       .kv_f16 = f16, .block_table = bt,
                       .block_size = bs, .block_stride = (size_t)bs * kvd, .row_stride = kvd,
                       .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
-    pl_op_attention(&a, q, g, ctx, out, scr);
     pl_op_attention_ref(&a, q, g, ctx, out2, scr);
+    pl_op_attention(&a, q, g, ctx, out, scr);
+    check_attention_parts(&a, q, g, ctx, out);
     for (int h = 0; h < g; h++) {
         double mx = -1e30, z = 0;
         for (int t = 0; t < ctx; t++) {

@@ -99,24 +99,41 @@ static const float *kv_row_f32(const pl_attn_args *a, const void *base, int t, f
     return buf;
 }
 
-void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
-                         float *out, float *scratch)
+static void attn_scores_ref(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                            float *scores, size_t stride)
 {
     int hd = a->head_dim;
     float buf[PL_ATTN_MAX_F16_HEAD_DIM];
-    for (int t = 0; t < n_ctx; t++) {
+    for (int t = t0; t < t1; t++) {
         const float *k = kv_row_f32(a, a->k_base, t, buf);
         for (int h = 0; h < n_q; h++)
-            scratch[(size_t)h * n_ctx + t] = pl_op_dot_f32(q + (size_t)h * hd, k, hd) * a->scale;
+            scores[(size_t)h * stride + t] = pl_op_dot_f32(q + (size_t)h * hd, k, hd) * a->scale;
     }
+}
+
+/* Dims [d0, d1) (d0 a multiple of 8, so pl_op_axpy_f32's vector and tail
+ * elements are those of the whole row). */
+static void attn_values_ref(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                            int n_ctx, int d0, int d1, float *out)
+{
+    int hd = a->head_dim;
+    float buf[PL_ATTN_MAX_F16_HEAD_DIM];
     for (int h = 0; h < n_q; h++)
-        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
-    memset(out, 0, sizeof(float) * (size_t)n_q * hd);
+        memset(out + (size_t)h * hd + d0, 0, sizeof(float) * (size_t)(d1 - d0));
     for (int t = 0; t < n_ctx; t++) {
         const float *v = kv_row_f32(a, a->v_base, t, buf);
         for (int h = 0; h < n_q; h++)
-            pl_op_axpy_f32(out + (size_t)h * hd, scratch[(size_t)h * n_ctx + t], v, hd);
+            pl_op_axpy_f32(out + (size_t)h * hd + d0, p[(size_t)h * stride + t], v + d0, d1 - d0);
     }
+}
+
+void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                         float *out, float *scratch)
+{
+    attn_scores_ref(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
+    for (int h = 0; h < n_q; h++)
+        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
+    attn_values_ref(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
 }
 
 void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n)
@@ -222,97 +239,156 @@ static inline void att_scores8(const char *const *k, const float *q, int hd, __m
     _mm_storeu_ps(s + 4, _mm_mul_ps(hsum8x4(c[4], c[5], c[6], c[7]), sc4));
 }
 
-/* scratch[h][t] = scale * q_h . k_t. */
+/* scores[h * stride + t] = scale * q_h . k_t for t in [t0, t1). */
 __attribute__((target("avx2,fma,f16c"), always_inline))
-static inline void att_scores(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
-                              float *scratch, int f16)
+static inline void att_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                              float *scores, size_t stride, int f16)
 {
-    int hd = a->head_dim, t = 0, row_bytes = hd * (f16 ? 2 : 4);
+    int hd = a->head_dim, t = t0, row_bytes = hd * (f16 ? 2 : 4);
     __m128 sc4 = _mm_set1_ps(a->scale);
-    kv_walk w = kv_walk_at(a, a->k_base, 0), ahead = kv_walk_at(a, a->k_base, ATT_AHEAD);
-    for (; t + 8 <= n_ctx; t += 8) {
+    kv_walk w = kv_walk_at(a, a->k_base, t0), ahead = kv_walk_at(a, a->k_base, t0 + ATT_AHEAD);
+    for (; t + 8 <= t1; t += 8) {
         const char *k[8];
         for (int j = 0; j < 8; j++) {
             k[j] = kv_walk_next(&w);
-            if (t + ATT_AHEAD + j < n_ctx)
+            if (t + ATT_AHEAD + j < t1)
                 prefetch_row(kv_walk_next(&ahead), row_bytes);
         }
         for (int h = 0; h < n_q; h++)
-            att_scores8(k, q + (size_t)h * hd, hd, sc4, scratch + (size_t)h * n_ctx + t, f16);
+            att_scores8(k, q + (size_t)h * hd, hd, sc4, scores + (size_t)h * stride + t, f16);
     }
-    for (; t < n_ctx; t++) {
+    for (; t < t1; t++) {
         const char *k = kv_walk_next(&w);
         for (int h = 0; h < n_q; h++) {
             __m256 c = _mm256_setzero_ps();
             for (int i = 0; i < hd; i += 8)
                 c = _mm256_fmadd_ps(_mm256_loadu_ps(q + (size_t)h * hd + i),
                                     kv_load8(k, i, f16), c);
-            scratch[(size_t)h * n_ctx + t] = hsum8_att(c) * a->scale;
+            scores[(size_t)h * stride + t] = hsum8_att(c) * a->scale;
         }
     }
 }
 
-/* out_h = sum over t (in order) of p[h][t] * v_t, 64 dims of one head at a
- * time held in registers (the output is not reloaded per position). */
+#define ATT_VH 3                 /* heads per pass over V */
+#define ATT_VD 32                /* dims per pass over V */
+
+/* Dims [i0, i0 + 8 * nv) of heads [h0, h0 + nh) (nv <= 4, nh <= ATT_VH):
+ * out_h = sum over t (in order) of p[h][t] * v_t, each V row's slice read
+ * once for all nh heads, the sums held in registers. A lane's sum is the
+ * same whatever the slicing. */
 __attribute__((target("avx2,fma,f16c"), always_inline))
-static inline void att_values(const pl_attn_args *a, const float *p, int n_ctx, float *out,
-                              int f16)
+static inline void att_values_pass(const pl_attn_args *a, const float *p, size_t stride,
+                                   int h0, int nh, int n_ctx, int i0, int nv, float *out,
+                                   int f16)
 {
     int hd = a->head_dim, esz = f16 ? 2 : 4;
-    for (int i0 = 0; i0 < hd; i0 += 64) {
-        int nv = (hd - i0 < 64 ? hd - i0 : 64) / 8;
-        __m256 acc[8];
-        for (int j = 0; j < 8; j++)
-            acc[j] = _mm256_setzero_ps();
-        kv_walk w = kv_walk_at(a, a->v_base, 0), ahead = kv_walk_at(a, a->v_base, ATT_AHEAD);
-        for (int t = 0; t < n_ctx; t++) {
-            const char *v = kv_walk_next(&w) + esz * i0;
-            if (t + ATT_AHEAD < n_ctx)
-                prefetch_row(kv_walk_next(&ahead) + esz * i0, nv * 8 * esz);
-            __m256 pt = _mm256_set1_ps(p[t]);
-            if (nv == 8) {       /* unrolled: the accumulators stay in registers */
-                for (int j = 0; j < 8; j++)
-                    acc[j] = _mm256_fmadd_ps(pt, kv_load8(v, 8 * j, f16), acc[j]);
-            } else {
+    __m256 acc[ATT_VH][4];
+    for (int h = 0; h < ATT_VH; h++)
+        for (int j = 0; j < 4; j++)
+            acc[h][j] = _mm256_setzero_ps();
+    const float *ph = p + (size_t)h0 * stride;
+    kv_walk w = kv_walk_at(a, a->v_base, 0), ahead = kv_walk_at(a, a->v_base, ATT_AHEAD);
+    for (int t = 0; t < n_ctx; t++) {
+        const char *v = kv_walk_next(&w) + esz * i0;
+        if (t + ATT_AHEAD < n_ctx)
+            prefetch_row(kv_walk_next(&ahead) + esz * i0, nv * 8 * esz);
+        if (nv == 4 && nh == ATT_VH) {   /* unrolled: accumulators in registers */
+            __m256 v0 = kv_load8(v, 0, f16), v1 = kv_load8(v, 8, f16);
+            __m256 v2 = kv_load8(v, 16, f16), v3 = kv_load8(v, 24, f16);
+            for (int h = 0; h < ATT_VH; h++) {
+                __m256 pt = _mm256_set1_ps(ph[(size_t)h * stride + t]);
+                acc[h][0] = _mm256_fmadd_ps(pt, v0, acc[h][0]);
+                acc[h][1] = _mm256_fmadd_ps(pt, v1, acc[h][1]);
+                acc[h][2] = _mm256_fmadd_ps(pt, v2, acc[h][2]);
+                acc[h][3] = _mm256_fmadd_ps(pt, v3, acc[h][3]);
+            }
+        } else {
+            for (int h = 0; h < nh; h++) {
+                __m256 pt = _mm256_set1_ps(ph[(size_t)h * stride + t]);
                 for (int j = 0; j < nv; j++)
-                    acc[j] = _mm256_fmadd_ps(pt, kv_load8(v, 8 * j, f16), acc[j]);
+                    acc[h][j] = _mm256_fmadd_ps(pt, kv_load8(v, 8 * j, f16), acc[h][j]);
             }
         }
+    }
+    for (int h = 0; h < nh; h++)
         for (int j = 0; j < nv; j++)
-            _mm256_storeu_ps(out + i0 + 8 * j, acc[j]);
+            _mm256_storeu_ps(out + (size_t)(h0 + h) * hd + i0 + 8 * j, acc[h][j]);
+}
+
+/* Dims [d0, d1) (multiples of 8) of the n_q heads' outputs. */
+__attribute__((target("avx2,fma,f16c"), always_inline))
+static inline void att_values(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                              int n_ctx, int d0, int d1, float *out, int f16)
+{
+    for (int i0 = d0; i0 < d1; i0 += ATT_VD) {
+        int nv = (d1 - i0 < ATT_VD ? d1 - i0 : ATT_VD) / 8;
+        for (int h0 = 0; h0 < n_q; h0 += ATT_VH)
+            att_values_pass(a, p, stride, h0, n_q - h0 < ATT_VH ? n_q - h0 : ATT_VH, n_ctx,
+                            i0, nv, out, f16);
     }
 }
 
-/* The reference's computation, head dim a multiple of 8; the f32 and f16
- * caches get one instantiation each. */
 __attribute__((target("avx2,fma,f16c")))
-static void attention_avx2(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
-                           float *out, float *scratch)
+static void attn_scores_avx2(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                             float *scores, size_t stride)
 {
     if (a->kv_f16)
-        att_scores(a, q, n_q, n_ctx, scratch, 1);
+        att_scores(a, q, n_q, t0, t1, scores, stride, 1);
     else
-        att_scores(a, q, n_q, n_ctx, scratch, 0);
-    for (int h = 0; h < n_q; h++) {
-        float *p = scratch + (size_t)h * n_ctx, *o = out + (size_t)h * a->head_dim;
-        pl_op_softmax(p, n_ctx);
-        if (a->kv_f16)
-            att_values(a, p, n_ctx, o, 1);
-        else
-            att_values(a, p, n_ctx, o, 0);
-    }
+        att_scores(a, q, n_q, t0, t1, scores, stride, 0);
+}
+
+__attribute__((target("avx2,fma,f16c")))
+static void attn_values_avx2(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                             int n_ctx, int d0, int d1, float *out)
+{
+    if (a->kv_f16)
+        att_values(a, p, stride, n_q, n_ctx, d0, d1, out, 1);
+    else
+        att_values(a, p, stride, n_q, n_ctx, d0, d1, out, 0);
 }
 #endif
+
+static int attn_avx2(const pl_attn_args *a)
+{
+#ifdef PL_HAVE_X86
+    const pl_cpu_feature_set *cpu = pl_cpu_features();
+    return cpu->avx2 && cpu->fma && cpu->f16c && a->head_dim % 8 == 0;
+#else
+    (void)a;
+    return 0;
+#endif
+}
+
+void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                       float *scores, size_t stride)
+{
+#ifdef PL_HAVE_X86
+    if (attn_avx2(a)) {
+        attn_scores_avx2(a, q, n_q, t0, t1, scores, stride);
+        return;
+    }
+#endif
+    attn_scores_ref(a, q, n_q, t0, t1, scores, stride);
+}
+
+void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                       int n_ctx, int d0, int d1, float *out)
+{
+#ifdef PL_HAVE_X86
+    if (attn_avx2(a)) {
+        attn_values_avx2(a, p, stride, n_q, n_ctx, d0, d1, out);
+        return;
+    }
+#endif
+    attn_values_ref(a, p, stride, n_q, n_ctx, d0, d1, out);
+}
 
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch)
 {
-#ifdef PL_HAVE_X86
-    const pl_cpu_feature_set *cpu = pl_cpu_features();
-    if (cpu->avx2 && cpu->fma && cpu->f16c && a->head_dim % 8 == 0) {
-        attention_avx2(a, q, n_q, n_ctx, out, scratch);
-        return;
-    }
-#endif
-    pl_op_attention_ref(a, q, n_q, n_ctx, out, scratch);
+    pl_op_attn_scores(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
+    for (int h = 0; h < n_q; h++)
+        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
+    pl_op_attn_values(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
 }

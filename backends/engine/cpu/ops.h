@@ -106,6 +106,15 @@ typedef struct pl_attn_args {
 
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch);
+/** pl_op_attention in parts, to split one query row's group over threads
+ *  with every output value unchanged: the scaled scores of positions
+ *  [t0, t1) into scores[h * stride + t]; then, after pl_op_softmax of each
+ *  head's n_ctx scores, dims [d0, d1) of out (d0 a multiple of 8) from the
+ *  probabilities p[h * stride + t]. */
+void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                       float *scores, size_t stride);
+void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                       int n_ctx, int d0, int d1, float *out);
 /** The scalar-dispatch reference of pl_op_attention. */
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch);
