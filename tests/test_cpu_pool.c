@@ -221,16 +221,18 @@ Test(cpu_pool, free_while_spinning_or_asleep_returns)
 }
 
 /* The forward pass on a model: rows tokens at positions 0.., then `steps`
- * decode steps; returns all logits (caller frees) and the pool runs used. */
+ * decode steps; returns all logits (caller frees) and the pool runs used.
+ * split_ctx: pl_fwd_opts.attn_split_ctx. */
 static float *forward_steps(const pl_model *m, int threads, int rows, int steps,
-                            int gemm_min_rows, unsigned long long *runs)
+                            int gemm_min_rows, int split_ctx, unsigned long long *runs)
 {
     enum { BS = 16 };
     int ctx = rows + steps, mb = (ctx + BS - 1) / BS, nv = m->n_vocab;
     char err[256];
     pl_pool *pool = pl_pool_new(threads);
     pl_fwd_opts o = {.max_rows = rows, .max_out = rows, .max_ctx = mb * BS,
-                     .num_blocks = mb, .block_size = BS, .gemm_min_rows = gemm_min_rows};
+                     .num_blocks = mb, .block_size = BS, .gemm_min_rows = gemm_min_rows,
+                     .attn_split_ctx = split_ctx};
     pl_cpu_fwd *f = pl_cpu_fwd_new(m, pool, &o, err, sizeof(err));
     cr_assert(f, "%s", err);
     int32_t tok[64], pos[64], rs[64] = {0}, outr[64], bt[64];
@@ -270,16 +272,20 @@ static float *forward_steps(const pl_model *m, int threads, int rows, int steps,
  * 2-core machine are descheduled mid-slice, so the others take their
  * units). Bit for bit on the quantised kernels; within tol on f32 BLAS,
  * whose column slices are sized by the thread count (different sgemm edge
- * kernels). */
+ * kernels). Each thread count runs twice: decode steps with the default
+ * attention plan (one item per (row, kv head) at these short contexts),
+ * and split over the threads by positions, heads and dims (forced from
+ * context 1), which must not change a bit either. */
 static void check_model(const pl_model *m, int rows, int steps, int gemm_min_rows, float tol)
 {
     size_t n = (size_t)m->n_vocab * (rows + steps + 1);
     unsigned long long runs;
-    float *one = forward_steps(m, 1, rows, steps, gemm_min_rows, &runs);
-    const int counts[3] = {2, 3, 7};
-    for (int ci = 0; ci < 3; ci++) {
+    float *one = forward_steps(m, 1, rows, steps, gemm_min_rows, 0, &runs);
+    const int counts[6] = {2, 3, 7, 2, 3, 7};
+    for (int ci = 0; ci < 6; ci++) {
         int threads = counts[ci];
-        float *many = forward_steps(m, threads, rows, steps, gemm_min_rows, &runs);
+        float *many = forward_steps(m, threads, rows, steps, gemm_min_rows, ci < 3 ? -1 : 1,
+                                    &runs);
         cr_assert_eq(runs, (unsigned long long)steps + 2, "%d threads: %llu pool runs for %d "
                      "forward calls", threads, runs, steps + 2);
         if (tol == 0.0f)

@@ -33,6 +33,8 @@ struct pl_cpu_fwd {
     float *gate, *up;            /* (max_rows, n_ff) */
     pl_q8_act *xq;               /* (max_rows, max_in / 32) */
     float *attn_scr;             /* (n_threads, group * max_ctx) */
+    float *att_sc;               /* (ATT_SPLIT_ROWS, n_head, max_ctx) split
+                                    attention's scores, then probabilities */
     float *xo;                   /* (max_out, n_embd) */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
@@ -75,6 +77,9 @@ typedef enum ph_kind {
     PH_ATTN_IN,        /* (layer > 0: x[r] += tmp[r]) xn[r] = rmsnorm(x[r]) */
     PH_QKV_FINISH,     /* biases, rope, K/V of row r into its cache slot */
     PH_ATTN,           /* attention of (row, kv head[, query heads]) */
+    PH_ATT_SCORES,     /* split attention: scores of (row, kv head, positions) */
+    PH_ATT_SOFTMAX,    /* split attention: softmax of (row, query head) */
+    PH_ATT_VALUES,     /* split attention: (row, kv head, dims) of the outputs */
     PH_ROW_Q8,         /* only the quantisation of next's input */
     PH_FFN_IN,         /* x[r] += tmp[r]; xn[r] = rmsnorm(x[r]) */
     PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
@@ -86,13 +91,19 @@ typedef enum ph_kind {
 typedef struct phase {
     ph_kind kind;
     int layer, n;                /* n work items */
-    int split;                   /* PH_ATTN: items per (row, kv head) */
+    int split;                   /* items per (row, kv head): PH_ATTN's query
+                                    head slices, PH_ATT_SCORES' position
+                                    chunks, PH_ATT_VALUES' dim chunks */
     atomic_int taken;            /* items handed out so far */
     const mm_job *next;          /* row phases: the matmul fed by this row */
     mm_job mm;                   /* PH_MM */
 } phase;
 
-#define PH_PER_LAYER 10
+#define PH_PER_LAYER 12
+#define ATT_SPLIT_ROWS 2         /* most rows for the split attention */
+#define ATT_SPLIT_CTX 256        /* its default least context (attn_split_ctx) */
+#define ATT_CHUNK 128            /* positions per scores item */
+#define ATT_DIMS 32              /* output dims per values item (one q8 block) */
 #define SW_CHUNK 256            /* swiglu elements per work item (a multiple of PL_QK) */
 
 /* Quantised matmuls are one contiguous slice of output features per
@@ -256,6 +267,22 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     kv_store(f, kv_at(f, f->v_cache, l, blk), slot, v);
 }
 
+/* The attention arguments of row r's kv head kh in layer l. */
+static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
+{
+    int hd = f->m->head_dim;
+    return (pl_attn_args){.block_size = f->o.block_size,
+                          .block_stride = (size_t)f->o.block_size * f->kv_dim,
+                          .row_stride = (size_t)hd, .head_dim = hd,
+                          .scale = 1.0f / sqrtf((float)hd),
+                          .k_base = kv_at(f, f->k_cache, l, 0) +
+                                    f->kv_esz * kh * f->o.block_size * hd,
+                          .v_base = kv_at(f, f->v_cache, l, 0) +
+                                    f->kv_esz * kh * f->o.block_size * hd,
+                          .kv_f16 = f->o.kv_f16,
+                          .block_table = row_blocks(f->b, r)};
+}
+
 /* Attention item it: (row, kv head, 1 of ph->split slices of its query
  * heads). Each query head's scores, softmax and sum are computed alone, so
  * the slicing does not change a value. With ph->next, also the q8 blocks of
@@ -263,24 +290,48 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
 static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
     const pl_model *m = f->m;
-    const pl_fwd_batch *b = f->b;
     int per = m->n_head_kv * ph->split, nq = m->n_head / m->n_head_kv / ph->split;
     int r = it / per, kh = it % per / ph->split, hd = m->head_dim;
-    pl_attn_args a = {.block_size = f->o.block_size,
-                      .block_stride = (size_t)f->o.block_size * f->kv_dim,
-                      .row_stride = (size_t)hd, .head_dim = hd,
-                      .scale = 1.0f / sqrtf((float)hd),
-                      .k_base = kv_at(f, f->k_cache, ph->layer, 0) +
-                                f->kv_esz * kh * f->o.block_size * hd,
-                      .v_base = kv_at(f, f->v_cache, ph->layer, 0) +
-                                f->kv_esz * kh * f->o.block_size * hd,
-                      .kv_f16 = f->o.kv_f16,
-                      .block_table = row_blocks(b, r)};
+    pl_attn_args a = attn_args(f, ph->layer, r, kh);
     size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
-    pl_op_attention(&a, f->q + off, nq, b->positions[r] + 1, f->att + off,
+    pl_op_attention(&a, f->q + off, nq, f->b->positions[r] + 1, f->att + off,
                     f->attn_scr + (size_t)ith * (m->n_head / m->n_head_kv) * f->o.max_ctx);
     if (ph->next)
         pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, nq * hd);
+}
+
+/* The split attention of a few long rows: pl_op_attention cut into three
+ * phases whose items are position chunks, query heads and dim chunks, so
+ * that every thread has work when there are fewer (row, kv head) pairs
+ * than threads, and each K/V row is still read once per step. The parts
+ * give the whole's values bit for bit (ops.h), so a row's outputs do not
+ * depend on which plan ran. */
+static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
+{
+    const pl_model *m = f->m;
+    int group = m->n_head / m->n_head_kv, hd = m->head_dim;
+    size_t ctx = (size_t)f->o.max_ctx;
+    if (ph->kind == PH_ATT_SOFTMAX) {
+        int r = it / m->n_head;
+        pl_op_softmax(f->att_sc + (size_t)it * ctx, f->b->positions[r] + 1);
+        return;
+    }
+    int per = m->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
+    int c = it % ph->split, n_ctx = f->b->positions[r] + 1;
+    pl_attn_args a = attn_args(f, ph->layer, r, kh);
+    float *sc = f->att_sc + ((size_t)r * m->n_head + (size_t)kh * group) * ctx;
+    size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
+    if (ph->kind == PH_ATT_SCORES) {
+        int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < n_ctx ? t0 + ATT_CHUNK : n_ctx;
+        if (t0 < t1)
+            pl_op_attn_scores(&a, f->q + off, group, t0, t1, sc, ctx);
+        return;
+    }
+    int d0 = c * ATT_DIMS, d1 = d0 + ATT_DIMS < hd ? d0 + ATT_DIMS : hd;
+    pl_op_attn_values(&a, sc, ctx, group, n_ctx, d0, d1, f->att + off);
+    for (int h = 0; ph->next && h < group; h++)   /* one whole q8 block each */
+        pl_op_quantize_row_q8(f->att + off + (size_t)h * hd + d0,
+                              f->xq + (off + (size_t)h * hd + d0) / PL_QK, ATT_DIMS);
 }
 
 static void add_row(float *x, const float *d, int n)
@@ -373,6 +424,8 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
     if (ph->kind == PH_ATTN)
         attn_item(f, ph, it, ith);
+    else if (ph->kind >= PH_ATT_SCORES && ph->kind <= PH_ATT_VALUES)
+        att_split_item(f, ph, it);
     else
         row_item(f, ph, it);
 }
@@ -433,6 +486,32 @@ static int attn_split(int group, int kv_items, int nth)
     return s;
 }
 
+/* The attention phases of layer l, then an (empty) PH_ROW_Q8 phase,
+ * which it returns: one PH_ATTN phase, or the split attention when there
+ * are at most ATT_SPLIT_ROWS rows, more than one thread and a context of
+ * at least attn_split_ctx positions. */
+static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
+{
+    const pl_model *m = f->m;
+    int group = m->n_head / m->n_head_kv, kv_items = n * m->n_head_kv, max_ctx = 0;
+    int nth = pl_pool_size(f->pool), min_ctx = f->o.attn_split_ctx;
+    for (int r = 0; r < n; r++)
+        max_ctx = f->b->positions[r] + 1 > max_ctx ? f->b->positions[r] + 1 : max_ctx;
+    if (min_ctx == 0)
+        min_ctx = ATT_SPLIT_CTX;
+    if (n <= ATT_SPLIT_ROWS && nth > 1 && min_ctx > 0 && max_ctx >= min_ctx) {
+        int nc = (max_ctx + ATT_CHUNK - 1) / ATT_CHUNK;
+        int nd = (m->head_dim + ATT_DIMS - 1) / ATT_DIMS;
+        ph_add(f, PH_ATT_SCORES, l, kv_items * nc, NULL)->split = nc;
+        ph_add(f, PH_ATT_SOFTMAX, l, n * m->n_head, NULL);
+        ph_add(f, PH_ATT_VALUES, l, kv_items * nd, NULL)->split = nd;
+    } else {
+        int split = attn_split(group, kv_items, nth);
+        ph_add(f, PH_ATTN, l, kv_items * split, NULL)->split = split;
+    }
+    return ph_add(f, PH_ROW_Q8, l, n, NULL);
+}
+
 static void plan_layer(pl_cpu_fwd *f, int l, int n)
 {
     const pl_layer *y = &f->m->layers[l];
@@ -442,13 +521,12 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     phase *in = ph_add(f, PH_ATTN_IN, l, n, NULL);
     in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
     ph_add(f, PH_QKV_FINISH, l, n, NULL);
-    int group = f->m->n_head / f->m->n_head_kv, kv_items = n * f->m->n_head_kv;
-    int split = attn_split(group, kv_items, pl_pool_size(f->pool));
-    phase *at = ph_add(f, PH_ATTN, l, kv_items * split, NULL);
-    at->split = split;
-    phase *q8 = ph_add(f, PH_ROW_Q8, l, n, NULL);
+    phase *q8 = plan_attention(f, l, n);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
-    if (q8->next->any_q && group / split * f->m->head_dim % PL_QK == 0)
+    phase *at = q8 - 1;          /* the attention phase whose items write att */
+    int whole = at->kind == PH_ATTN ? f->m->n_head / f->m->n_head_kv / at->split * f->m->head_dim
+                                    : f->m->head_dim % ATT_DIMS ? 1 : ATT_DIMS;
+    if (q8->next->any_q && whole % PL_QK == 0)
         at->next = q8->next;     /* each item's outputs are whole q8 blocks */
     if (!q8->next->any_q || at->next)
         q8->n = 0;
@@ -566,6 +644,7 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
     f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * (m->n_head / m->n_head_kv) * o->max_ctx,
                           &bad);
+    f->att_sc = alloc_f((size_t)ATT_SPLIT_ROWS * m->n_head * o->max_ctx, &bad);
     f->xq = calloc(R * (f->max_in / PL_QK) + 1, sizeof(pl_q8_act));
     f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + 4, sizeof(*f->ph));
     f->max_spans = max_spans(m, pl_pool_size(pool));
@@ -589,7 +668,7 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
     if (!f)
         return;
     float *bufs[] = {f->k_cache, f->v_cache, f->x, f->xn, f->tmp, f->q, f->att, f->k,
-                     f->v, f->gate, f->up, f->xo, f->attn_scr};
+                     f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(f->xq);

@@ -23,6 +23,10 @@ typedef struct pl_fwd_opts {
     int kv_f16;                  /**< K/V cache in IEEE halves (as llama.cpp
                                       by default): half the bytes attention
                                       reads per step; 0: floats */
+    int attn_split_ctx;          /**< split one or two rows' attention over
+                                      the threads from this context on (0:
+                                      256; < 0: never); the values are the
+                                      same either way */
 } pl_fwd_opts;
 
 /** One call's batch. tokens are resolved ids (no placeholders). */
