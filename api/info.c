@@ -190,7 +190,7 @@ static void detokenize(pl_server *s, struct evhttp_request *req, const char *pat
         goto fail;
     if (m->backend->ops->detokenize(m->backend, ids, n, &text, &err) < 0)
         goto fail;
-    json_t *js = json_string(text);
+    json_t *js = pl_json_string_lossy(text, text ? strlen(text) : 0);   /* a byte token alone */
     pl_reply_json(req, 200, json_pack("{s:o}", "prompt", js ? js : json_string("")));
     goto done;
 fail:

@@ -114,7 +114,7 @@ static json_t *event_json(pl_job *job, const pl_job_event *ev)
         rc |= json_object_set_new(o, "attempt", json_integer(ev->attempt));
     }
     if (ev->kind == PL_JOB_EV_MESSAGE_COMPLETED) {
-        rc |= json_object_set_new(o, "content", json_stringn(ev->text ? ev->text : "", ev->len));
+        rc |= json_object_set_new(o, "content", pl_json_string_lossy(ev->text, ev->len));
         rc |= json_object_set_new(o, "valid", json_boolean(ev->valid));
     }
     if (ev->answer >= 0)

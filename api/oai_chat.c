@@ -153,7 +153,8 @@ static json_t *choice_json(oai_call *c, oai_choice *ch)
     json_t *o = pl_oai_choice_json(c->p.chat, ch->index, text, len, lp, ch->finish);
     if (o && calls) {              /* the reply was a call: content is what is left */
         json_t *msg = json_object_get(o, "message");
-        json_object_set_new(msg, "content", content ? json_string(content) : json_null());
+        json_object_set_new(msg, "content",
+                            content ? pl_json_string_lossy(content, strlen(content)) : json_null());
         json_object_set_new(msg, "tool_calls", calls);
         json_object_set_new(o, "finish_reason", json_string("tool_calls"));
         calls = NULL;

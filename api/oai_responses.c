@@ -335,7 +335,7 @@ static void stream_finish_message(rcall *c)
     size_t n = evbuffer_get_length(c->text);
     const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
     json_t *o = at(c);
-    json_object_set_new(o, "text", json_stringn(t, n));
+    json_object_set_new(o, "text", pl_json_string_lossy(t, n));
     json_object_set_new(o, "logprobs", json_array());
     send_event(c, "response.output_text.done", o);
     o = at(c);

@@ -234,9 +234,9 @@ json_t *pl_oai_usage_json(const pl_oai_usage *u)
 json_t *pl_oai_choice_json(bool chat, int index, const char *text, size_t len, json_t *lp,
                            pl_finish finish)
 {
-    json_t *t = json_stringn(text ? text : "", text ? len : 0);
-    if (!t)
-        t = json_string("");   /* not UTF-8 (cannot happen: deltas are escaped) */
+    /* Text cut inside a character (max_tokens, a byte-level token) is not
+     * UTF-8: its broken sequences become U+FFFD, as the stream sends them. */
+    json_t *t = pl_json_string_lossy(text, text ? len : 0);
     if (!lp)
         lp = json_null();
     const char *fr = pl_finish_name(finish);

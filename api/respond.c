@@ -189,6 +189,58 @@ static size_t utf8_seq_len(const unsigned char *s, size_t n)
     return need;
 }
 
+/* Bytes of the ill-formed sequence at s (max n) that one U+FFFD replaces:
+ * the longest start of a valid sequence, at least 1 (Unicode's "maximal
+ * subpart", as Python's and browsers' decoders replace). */
+static size_t utf8_bad_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
+    size_t k = 1;
+    for (; k < need && k < n; k++) {
+        unsigned lo = 0x80, hi = 0xBF;
+        if (k == 1 && c == 0xE0)
+            lo = 0xA0;                 /* no overlongs */
+        else if (k == 1 && c == 0xED)
+            hi = 0x9F;                 /* no surrogates */
+        else if (k == 1 && c == 0xF0)
+            lo = 0x90;
+        else if (k == 1 && c == 0xF4)
+            hi = 0x8F;                 /* up to U+10FFFF */
+        if (s[k] < lo || s[k] > hi)
+            break;
+    }
+    return k;
+}
+
+json_t *pl_json_string_lossy(const char *s, size_t len)
+{
+    json_t *j = json_stringn(s ? s : "", s ? len : 0);
+    if (j || !s)
+        return j;
+    char *t = malloc(3 * len + 1);
+    if (!t)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = 0;
+    for (size_t i = 0; i < len;) {
+        size_t k = p[i] < 0x80 ? 1 : utf8_seq_len(p + i, len - i);
+        if (k) {
+            memcpy(t + n, p + i, k);
+            n += k;
+            i += k;
+        } else {
+            memcpy(t + n, "\xEF\xBF\xBD", 3);
+            n += 3;
+            i += utf8_bad_len(p + i, len - i);
+        }
+    }
+    j = json_stringn_nocheck(t, n);
+    free(t);
+    return j;
+}
+
 void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
@@ -222,9 +274,9 @@ void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
         case '\r': esc[1] = 'r'; break;
         case '\t': esc[1] = 't'; break;
         default:
-            if (c >= 0x80) {          /* invalid UTF-8 byte */
+            if (c >= 0x80) {          /* invalid UTF-8 */
                 evbuffer_add(b, "\xEF\xBF\xBD", 3);
-                i++;
+                i += utf8_bad_len(p + i, len - i);
                 continue;
             }
             memcpy(esc, "\\u00", 4);

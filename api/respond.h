@@ -36,8 +36,14 @@ json_t *pl_err_to_json(const pl_err *e);
 json_t *pl_read_json_body(struct evhttp_request *req, long max_bytes);
 
 /** Append s[0..len) to b as the inside of a JSON string (no quotes).
- *  Invalid UTF-8 bytes become U+FFFD. */
+ *  Each ill-formed UTF-8 sequence (its longest valid start, or one byte)
+ *  becomes U+FFFD, as Python's errors="replace" decodes it. */
 void pl_json_escape(struct evbuffer *b, const char *s, size_t len);
+
+/** A JSON string of s[0..len) with ill-formed UTF-8 replaced as by
+ *  pl_json_escape (text cut inside a character by max_tokens, say). NULL
+ *  only when out of memory. */
+json_t *pl_json_string_lossy(const char *s, size_t len);
 
 /** Reason phrase for a status code. */
 const char *pl_http_reason(int status);

@@ -49,6 +49,42 @@ Test(respond, invalid_utf8_becomes_replacement)
     free(e);
 }
 
+/* Ill-formed UTF-8 as Python's bytes.decode("utf-8", "replace") reads it
+ * (one U+FFFD per maximal subpart: the longest start of a valid sequence,
+ * or one byte), in the stream (pl_json_escape) and in whole replies
+ * (pl_json_string_lossy): expected texts made with
+ *   python3 -c 'print(b"...".decode("utf-8", "replace").encode())'. */
+Test(respond, ill_formed_utf8_is_replaced_as_python_decodes_it)
+{
+#define R "\xEF\xBF\xBD"
+    static const struct { const char *in; size_t n; const char *want; } cases[] = {
+        {"ok", 2, "ok"},
+        {"\xD7\x96\xD7\xB4\xD7", 5, "\xD7\x96\xD7\xB4" R},  /* cut by max_tokens */
+        {"a\xE2\x82", 3, "a" R},
+        {"\xED\xA0\x80x", 4, R R R "x"},                     /* a surrogate */
+        {"\xC0\x80", 2, R R},                                 /* overlong */
+        {"\xF4\x90\x80\x80", 4, R R R R},                      /* past U+10FFFF */
+        {"\xE0\x80\xAF", 3, R R R},
+        {"\xF0\x9F\x98", 3, R},
+        {"\xF0\x9F\x98\x80", 4, "\xF0\x9F\x98\x80"},
+        {"\xFF\xFE", 2, R R},
+        {"\x80\x80" "a", 3, R R "a"},
+    };
+#undef R
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        json_t *j = pl_json_string_lossy(cases[i].in, cases[i].n);
+        cr_assert_not_null(j, "case %zu", i);
+        cr_expect_str_eq(json_string_value(j), cases[i].want, "case %zu", i);
+        json_decref(j);
+        char *e = escape(cases[i].in, cases[i].n);
+        j = json_loads(e, JSON_DECODE_ANY, NULL);
+        cr_assert_not_null(j, "case %zu: %s", i, e);
+        cr_expect_str_eq(json_string_value(j), cases[i].want, "stream, case %zu", i);
+        json_decref(j);
+        free(e);
+    }
+}
+
 /* A server whose handler replies with a NULL body, as a request path does
  * when json_pack fails for lack of memory, and a client on the same loop. */
 typedef struct reply_probe {
