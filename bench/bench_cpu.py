@@ -93,17 +93,16 @@ def main():
     ap.add_argument("--decode", type=int, default=128)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--append", action="store_true")
-    ap.add_argument("--kv-f16", action="store_true",
-                    help="parley's K/V cache in halves (parley serve --kv-cache-f16), as "
-                         "llama.cpp keeps its own")
+    ap.add_argument("--kv-f32", action="store_true",
+                    help="parley's K/V cache in floats (parley serve --no-kv-cache-f16); "
+                         "the default is halves, as parley serve and llama.cpp keep it")
     ap.add_argument("--no-batch-invariant", action="store_true",
                     help="f32 GEMM from 20 rows (parley serve --no-batch-invariant); the "
                          "default measures what parley serves: quantised kernels at every "
                          "row count")
     a = ap.parse_args()
     exe = build_bench()
-    if a.kv_f16:
-        os.environ["BENCH_KV_F16"] = "1"
+    os.environ["BENCH_KV_F16"] = "0" if a.kv_f32 else "1"
     ours, ref = [], []
     args = [a.model, str(a.threads), str(a.prompt), str(a.decode)]
     load0 = os.getloadavg()[0]
@@ -126,7 +125,7 @@ def main():
     cmd = (f"python3 bench/bench_cpu.py --threads {a.threads} --prompt {a.prompt} "
            f"--decode {a.decode} --reps {a.reps}"
            + (" --no-batch-invariant" if a.no_batch_invariant else "")
-           + (" --kv-f16" if a.kv_f16 else ""))
+           + (" --kv-f32" if a.kv_f32 else ""))
     text = f"""
 ### CPU runner vs llama-cpp-python ({datetime.date.today()})
 

@@ -48,7 +48,8 @@ int main(int argc, char **argv)
     int bs = 16, mb = (np + nd + bs) / bs;
     pl_runner_info want = {.block_size = bs, .num_blocks = mb, .max_seqs = 1,
                            .max_rows = np, .max_model_len = mb * bs};
-    /* BENCH_KV_F16=1: the K/V cache in halves (parley serve --kv-cache-f16). */
+    /* BENCH_KV_F16=1: the K/V cache in halves, parley serve's default (bench_cpu.py sets
+     * it unless --kv-f32); else floats (parley serve --no-kv-cache-f16). */
     const char *kv16 = getenv("BENCH_KV_F16");
     pl_runner *r = pl_cpu_runner_new_kv(m, &want, nt, kv16 && atoi(kv16), err, sizeof(err));
     if (!r) {

@@ -64,10 +64,9 @@ const pl_option pl_options[] = {
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
     OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, prefix_caching, M,
         "reuse cached KV blocks of shared prompt prefixes"),
-    OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, kv_cache_f16, M,
-        "CPU: K/V cache in IEEE halves, as llama.cpp keeps it (half the memory, and half the "
-        "bytes attention reads per token: faster decode; logits move within the noise of "
-        "8-bit activations); default floats"),
+    OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, kv_cache_f16, M,
+        "CPU: K/V cache in IEEE halves, as llama.cpp keeps it: twice the tokens per MiB, and "
+        "half the bytes attention reads per token (--no-kv-cache-f16: floats)"),
     OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, batch_invariant, M,
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),

@@ -43,7 +43,7 @@ typedef struct pl_opts {
     bool async_scheduling;
     bool prefix_caching;
     bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
-    bool kv_cache_f16;           /**< CPU: K/V cache in halves (else floats) */
+    bool kv_cache_f16;           /**< CPU: K/V cache in halves (default; else floats) */
     double gpu_memory_utilization;
     bool cuda_graphs;
     int interactive_reserve;     /**< -1: 10% of each model's capacity */

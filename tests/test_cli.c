@@ -314,18 +314,18 @@ Test(cli, chat_template_option_overrides_the_model, .timeout = 60)
 Test(cli, kv_cache_too_small_exits_2, .timeout = 60)
 {
     char err[2048];
-    /* 2 layers x K,V x 2 heads x 16 dims x 4 bytes = 512 B per token: 1 MiB
-     * holds 2048 tokens, fewer than one 4096-token sequence; with halves
-     * (--kv-cache-f16) 4096, fewer than one of 8192. */
+    /* 2 layers x K,V x 2 heads x 16 dims x 2 bytes (halves, the default) =
+     * 256 B per token: 1 MiB holds 4096 tokens, fewer than one 8192-token
+     * sequence; with floats (--no-kv-cache-f16) 2048, fewer than one of 4096. */
     const char *args[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
-                          "--kv-cache-mb", "1", "--max-model-len", "4096", NULL};
+                          "--kv-cache-mb", "1", "--max-model-len", "8192", NULL};
     cr_expect_eq(run_parley(args, err, sizeof err), 2);
-    cr_expect(strstr(err, "--kv-cache-mb 1 holds 128 blocks; one 4096-token sequence needs 256"),
-              "%s", err);
-    const char *f16[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
-                         "--kv-cache-mb", "1", "--max-model-len", "8192", "--kv-cache-f16",
-                         NULL};
-    cr_expect_eq(run_parley(f16, err, sizeof err), 2);
     cr_expect(strstr(err, "--kv-cache-mb 1 holds 256 blocks; one 8192-token sequence needs 512"),
+              "%s", err);
+    const char *f32[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                         "--kv-cache-mb", "1", "--max-model-len", "4096", "--no-kv-cache-f16",
+                         NULL};
+    cr_expect_eq(run_parley(f32, err, sizeof err), 2);
+    cr_expect(strstr(err, "--kv-cache-mb 1 holds 128 blocks; one 4096-token sequence needs 256"),
               "%s", err);
 }

@@ -27,7 +27,7 @@ typedef struct pl_engine_open_opts {
     bool prefix_caching;
     bool no_partial_prefix;      /**< full-block prefix reuse only */
     bool batch_invariant;        /**< CPU: quantised kernels at every row count */
-    bool kv_f16;                 /**< CPU: K/V cache in halves (default: floats) */
+    bool kv_f16;                 /**< CPU: K/V cache in halves (parley serve's default) */
     double gpu_memory_utilization;
     bool cuda_graphs;
 } pl_engine_open_opts;
