@@ -261,9 +261,11 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         snprintf(err, n, "unknown device '%s'", o->device);
         return NULL;
     }
-    /* KV bytes per block: K and V, halves (or floats), every layer. */
+    /* KV bytes per block: K and V, halves (or floats), every layer. The
+     * runner keeps floats for heads too wide for its f16 attention. */
+    bool f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
     size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
-                       (size_t)o->block_size * (o->kv_f16 ? sizeof(uint16_t) : sizeof(float));
+                       (size_t)o->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
     want.num_blocks = (int)(((size_t)o->kv_cache_mb << 20) / per_block);
     int min_blocks = (want.max_model_len + o->block_size - 1) / o->block_size;
     if (want.num_blocks < min_blocks) {
@@ -272,7 +274,7 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         return NULL;
     }
     t->max_model_len = want.max_model_len;
-    pl_runner *r = pl_cpu_runner_new_kv(m, &want, o->threads, o->kv_f16, err, n);
+    pl_runner *r = pl_cpu_runner_new_kv(m, &want, o->threads, f16, err, n);
     /* Batch invariance: each row's matmuls use the same quantised kernels
      * whatever the row count, so outputs never depend on the batch mix. */
     if (r && o->batch_invariant)
@@ -281,7 +283,7 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         pl_log(PL_LOG_INFO, "cpu engine %s: %d threads, kernels %s, K/V cache %s "
                "(%d blocks of %d tokens)", o->model_path,
                o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-               pl_op_kernel_path(), o->kv_f16 ? "f16" : "f32", want.num_blocks, o->block_size);
+               pl_op_kernel_path(), f16 ? "f16" : "f32", want.num_blocks, o->block_size);
     return r;
 }
 
