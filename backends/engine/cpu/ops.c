@@ -347,18 +347,13 @@ static void attn_values_avx2(const pl_attn_args *a, const float *p, size_t strid
     else
         att_values(a, p, stride, n_q, n_ctx, d0, d1, out, 0);
 }
-#endif
 
 static int attn_avx2(const pl_attn_args *a)
 {
-#ifdef PL_HAVE_X86
     const pl_cpu_feature_set *cpu = pl_cpu_features();
     return cpu->avx2 && cpu->fma && cpu->f16c && a->head_dim % 8 == 0;
-#else
-    (void)a;
-    return 0;
-#endif
 }
+#endif
 
 void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
                        float *scores, size_t stride)
