@@ -4,10 +4,32 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 pl_cpu_feature_set pl_cpu_features_table_;
 atomic_int pl_cpu_features_ready_;
 static pthread_once_t probe_once = PTHREAD_ONCE_INIT;
+
+/* AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25), and Linux's
+ * leave to use the tile data state: since Linux 5.16 a process asks once
+ * with arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); a kernel or
+ * CPU without it refuses, and tile instructions would then fault. */
+static bool probe_amx(void)
+{
+#if defined(__linux__) && defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25)))
+        return false;
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
+}
 
 static void probe(void)
 {
@@ -31,6 +53,7 @@ static void probe(void)
     const char *cap = getenv("PARLEY_CPU_ISA");
     int lvl = !cap ? 3 : !strcmp(cap, "avxvnni") ? 2 : !strcmp(cap, "avx2") ? 1
                  : !strcmp(cap, "scalar") ? 0 : 3;
+    f->amx_int8 = lvl == 3 && f->avx512f && f->avx512bw && f->avx512vl && probe_amx();
     if (lvl < 3)
         f->avx512f = f->avx512bw = f->avx512vl = f->avx512vnni = f->avx512bf16 = false;
     if (lvl < 2)

@@ -3,10 +3,11 @@
  * One pthread_once probe fills a read-only table, so any thread may ask at
  * any time without a race (the kernels used to cache the answer in a plain
  * static int each). Kernels choose their variant from it; more fields
- * (e.g. AMX with its Linux permission request) belong here, next to the
- * others, so that every dispatch reads the same answer.
+ * (AMX with its Linux permission request) live here, next to the others,
+ * so that every dispatch reads the same answer.
  * The environment variable PARLEY_CPU_ISA=avxvnni|avx2|scalar caps the
- * table at that level (to run a lesser CPU's kernels on this one).
+ * table at that level (to run a lesser CPU's kernels on this one); any cap
+ * turns AMX off.
  */
 #ifndef PL_BASE_CPU_FEATURES_H
 #define PL_BASE_CPU_FEATURES_H
@@ -24,6 +25,9 @@ typedef struct pl_cpu_feature_set {
     bool avx512vnni;             /**< AVX-512 VNNI (int8 dot products) */
     bool avx512bf16;             /**< AVX-512 BF16 */
     bool avxvnni;                /**< AVX-VNNI (VEX int8 dot products) */
+    bool amx_int8;               /**< AMX tiles with int8 dot products, and
+                                      Linux's leave to use them (the probe
+                                      asks for it with arch_prctl) */
 } pl_cpu_feature_set;
 
 /* Internals of the inline fast path below: the table, published by a
