@@ -8,6 +8,7 @@
 
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/pool.h"
+#include "backends/engine/cpu/qdot_amx.h"
 
 static int jint(json_t *a, size_t i) { return (int)json_integer_value(json_array_get(a, i)); }
 static float jnum(json_t *a, size_t i) { return (float)json_number_value(json_array_get(a, i)); }
@@ -27,7 +28,7 @@ static void compare_row(pl_forced_stats *st, const float *row, int nv, json_t *t
 
 pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
                                    int gemm_min_rows, int chunk, int threads,
-                                   int kv_f16, float near_tie)
+                                   int flags, float near_tie)
 {
     json_t *ids = json_object_get(sec, "ids");
     int n = (int)json_array_size(ids), mb = (n + block_size - 1) / block_size;
@@ -36,7 +37,8 @@ pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_siz
     pl_pool *pool = pl_pool_new(threads);
     pl_fwd_opts o = {.max_rows = chunk, .max_out = chunk, .max_ctx = mb * block_size,
                      .num_blocks = mb, .block_size = block_size,
-                     .gemm_min_rows = gemm_min_rows, .kv_f16 = kv_f16};
+                     .gemm_min_rows = gemm_min_rows, .kv_f16 = flags & PL_FORCED_KV_F16,
+                     .amx = flags & PL_FORCED_AMX_EMULATED ? PL_AMX_EMULATED : PL_AMX_OFF};
     pl_cpu_fwd *f = pl_cpu_fwd_new(m, pool, &o, err, sizeof err);
     cr_assert(f, "%s", err);
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)chunk * 4), *pos = tok + chunk;

@@ -19,9 +19,12 @@ typedef struct pl_forced_stats {
  * Runs chunk rows per forward call on a pool of `threads`, with the blocks
  * of the sequence out of order on purpose. gemm_min_rows picks the f32 GEMM
  * path for chunks of at least that many rows (1 << 30: quantised only);
- * kv_f16 keeps the K/V cache in halves (--kv-cache-f16). */
+ * flags: PL_FORCED_KV_F16 keeps the K/V cache in halves (--kv-cache-f16),
+ * PL_FORCED_AMX_EMULATED runs the AMX mode on the model of the tiles. */
+#define PL_FORCED_KV_F16 1
+#define PL_FORCED_AMX_EMULATED 2
 pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
                                    int gemm_min_rows, int chunk, int threads,
-                                   int kv_f16, float near_tie);
+                                   int flags, float near_tie);
 
 #endif

@@ -9,6 +9,7 @@
  * takes it, so results do not depend on threads or timing.
  */
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/cpu/qdot_amx.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -213,6 +214,9 @@ static void mm_unit(const pl_cpu_fwd *f, const mm_job *j, int s, int u)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
                     1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
                     0.0f, j->y[i] + o0, w->rows);
+    else if (f->o.amx && pl_amx_supported(w->type))
+        pl_amx_qmatmul((pl_amx_mode)f->o.amx, w->type, w->q, w->row_bytes, f->xq,
+                       w->cols / PL_QK, j->n_rows, j->y[i], w->rows, o0, o1);
     else
         pl_op_qmatmul_rows(w->type, w->q, w->row_bytes, f->xq, w->cols / PL_QK,
                            j->n_rows, j->y[i], w->rows, o0, o1);
@@ -603,6 +607,8 @@ void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
 }
 
 void pl_cpu_fwd_set_gemm_min_rows(pl_cpu_fwd *f, int rows) { f->o.gemm_min_rows = rows; }
+
+void pl_cpu_fwd_set_amx(pl_cpu_fwd *f, int amx) { f->o.amx = amx; }
 
 static void *alloc_f(size_t n, int *bad)
 {

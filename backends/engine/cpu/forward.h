@@ -27,6 +27,9 @@ typedef struct pl_fwd_opts {
                                       the threads from this context on (0:
                                       256; < 0: never); the values are the
                                       same either way */
+    int amx;                     /**< pl_amx_mode: Q4_0, Q4_1 and Q8_0
+                                      matmuls in block order, on AMX tiles
+                                      from 16 rows (qdot_amx.h); 0: off */
 } pl_fwd_opts;
 
 /** One call's batch. tokens are resolved ids (no placeholders). */
@@ -63,5 +66,8 @@ void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);
 
 /** Set the GEMM threshold (rows) at run time (benchmarks). */
 void pl_cpu_fwd_set_gemm_min_rows(pl_cpu_fwd *f, int rows);
+
+/** Set the AMX mode (pl_amx_mode) before the next call. */
+void pl_cpu_fwd_set_amx(pl_cpu_fwd *f, int amx);
 
 #endif

@@ -1,0 +1,167 @@
+/* qdot_block_order.c - block-order dot kernels, 8 weight rows at a time
+ * (see qdot_block_order.h).
+ *
+ * The default kernels (qdot.c) keep 8 float lanes of partial sums per row,
+ * which the tiles of the AMX mode cannot reproduce: a tile sums a whole
+ * block into one int32. These kernels give those block sums instead: each
+ * of 8 weight rows is dotted with the activation block into 8 int32
+ * partials, the 8 x 8 partials are reduced to one int32 per row (integer
+ * sums: exact in any order), and the reference's float steps then run
+ * lane-wise, one lane per weight row, in block order. Per block the 8
+ * rows' scales come in one gather (d and, for Q4_1, m are the block's
+ * first 4 bytes). A 512-bit version (two blocks per register, VPDPBUSD)
+ * ran no faster on Zen 4, in cache or from memory, and was dropped.
+ */
+#include "backends/engine/cpu/qdot_block_order.h"
+
+#include "src/base/cpu_features.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define PL_HAVE_X86 1
+#endif
+
+static size_t block_bytes(pl_ggml_type t)
+{
+    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+}
+
+#ifdef PL_HAVE_X86
+#define T2 __attribute__((target("avx2,fma,f16c")))
+
+/* Eight rows read side by side are eight interleaved streams, which the
+ * hardware prefetchers follow badly once the weights come from memory
+ * (Q8_0 ran at a third of the row-by-row speed on a 30 MB matrix). The
+ * next 8-row group is one contiguous span: step it asks for in order, a
+ * slice per block of this group. */
+typedef struct prefetch_span {
+    const char *p, *end;
+    size_t step;
+} prefetch_span;
+
+static inline prefetch_span prefetch_init(const uint8_t *w, size_t row_bytes, int n_it)
+{
+    size_t span = 8 * row_bytes, step = (span / (size_t)n_it + 64) & ~(size_t)63;
+    const char *p = (const char *)(w + span);
+    return (prefetch_span){p, p + span, step};
+}
+
+static inline void prefetch_step(prefetch_span *ps)
+{
+    const char *e = ps->p + ps->step < ps->end ? ps->p + ps->step : ps->end;
+    for (; ps->p < e; ps->p += 64)
+        _mm_prefetch(ps->p, _MM_HINT_T0);
+}
+
+/* The 8 int32 partial sums of one block's quants qs against aq. */
+T2 static inline __m256i block_isum8(int q8, const uint8_t *qs, __m256i aq)
+{
+    __m256i p;
+    if (q8) {
+        __m256i wq = _mm256_loadu_si256((const __m256i *)qs);
+        p = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
+    } else {
+        __m128i v = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
+        __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+        p = _mm256_maddubs_epi16(u, aq);
+    }
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Lane r: the total of s[r]'s 8 lanes. */
+T2 static inline __m256i hsum8x8(const __m256i *s)
+{
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(s[4], s[5]), _mm256_hadd_epi32(s[6], s[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* The halves at the start of one block of 8 rows (idx: the rows' byte
+ * offsets): d, and the next half (Q4_1's m), as floats. */
+T2 static inline void gather_scales(const uint8_t *blk0, __m256i idx, __m256 *d, __m256 *m)
+{
+    __m256i dm = _mm256_i32gather_epi32((const int *)(const void *)blk0, idx, 1);
+    __m256i p = _mm256_packus_epi32(_mm256_and_si256(dm, _mm256_set1_epi32(0xffff)),
+                                    _mm256_srli_epi32(dm, 16));
+    p = _mm256_permute4x64_epi64(p, 0xd8);       /* d0..d7 | m0..m7 */
+    *d = _mm256_cvtph_ps(_mm256_castsi256_si128(p));
+    *m = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
+}
+
+/* One block's contribution for 8 rows, the reference's float steps:
+ * d * d_a * isum (+ m * s_a), m = -8 d for Q4_0. */
+T2 static inline __m256 block_value(pl_ggml_type t, __m256 d, __m256 m, __m256i isum,
+                                    const pl_q8_act *a)
+{
+    __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(isum));
+    if (t == PL_GGML_TYPE_Q8_0)
+        return v;
+    if (t == PL_GGML_TYPE_Q4_0)
+        m = _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
+    return _mm256_add_ps(v, _mm256_mul_ps(m, _mm256_set1_ps(a->s)));
+}
+
+T2 static inline __m256i row_offsets(size_t row_bytes)
+{
+    return _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                              _mm256_set1_epi32((int)row_bytes));
+}
+
+/* Block b of 8 rows from w into acc. */
+T2 static inline __m256 block8_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                                    __m256i idx, const pl_q8_act *a, int b, __m256 acc)
+{
+    int q8 = t == PL_GGML_TYPE_Q8_0;
+    size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
+    const uint8_t *blk0 = w + (size_t)b * bb;
+    __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];
+    for (int r = 0; r < 8; r++)
+        s[r] = block_isum8(q8, blk0 + (size_t)r * row_bytes + qo, aq);
+    __m256 d, m;
+    gather_scales(blk0, idx, &d, &m);
+    return _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a + b));
+}
+
+T2 static void rows8_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                          const pl_q8_act *a, int n_blk, float *y)
+{
+    __m256i idx = row_offsets(row_bytes);
+    __m256 acc = _mm256_setzero_ps();
+    prefetch_span ps = prefetch_init(w, row_bytes, n_blk);
+    for (int b = 0; b < n_blk; b++) {
+        prefetch_step(&ps);
+        acc = block8_avx2(t, w, row_bytes, idx, a, b, acc);
+    }
+    _mm256_storeu_ps(y, acc);
+}
+
+#endif
+
+static void tail_ref(pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *a,
+                     int n_blk, float *y, int o, int o1)
+{
+    for (; o < o1; o++)
+        y[o] = pl_op_qdot_ref(t, w + (size_t)o * row_bytes, a, n_blk * PL_QK);
+}
+
+void pl_qdot_block_order_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                              const pl_q8_act *a, int n_blk, float *y, int o0, int o1)
+{
+    int o = o0;
+#ifdef PL_HAVE_X86
+    if (pl_cpu_has_avx2())
+        for (; o + 8 <= o1; o += 8)
+            rows8_avx2(t, w + (size_t)o * row_bytes, row_bytes, a, n_blk, y + o);
+#endif
+    tail_ref(t, w, row_bytes, a, n_blk, y, o, o1);
+}
+
+int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                                  const pl_q8_act *a, int n_blk, float *y, int o0, int o1)
+{
+    if (!pl_cpu_has_avx2())
+        return 0;
+    pl_qdot_block_order_row1(t, w, row_bytes, a, n_blk, y, o0, o1);
+    return 1;
+}

@@ -1,0 +1,26 @@
+/* qdot_block_order.h - Q4_0, Q4_1 and Q8_0 weight rows against one q8
+ * activation row in block order (qdot_block_order.c): each output is
+ * pl_op_qdot_ref's sum bit for bit, the per-block integer dot then
+ * acc += d_w * d_a * isum (+ m_w * s_a), block after block. The rows of
+ * the AMX mode that the tiles do not take (qdot_amx.h).
+ */
+#ifndef PL_CPU_QDOT_BLOCK_ORDER_H
+#define PL_CPU_QDOT_BLOCK_ORDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/engine/cpu/ops.h"
+
+/** y[o] = pl_op_qdot_ref(t, row o of w, a, n_blk * 32) for o in [o0, o1),
+ *  rows row_bytes apart; t is Q4_0, Q4_1 or Q8_0. 8 weight rows at a time
+ *  on AVX2, the rest (and CPUs without AVX2) through the reference. */
+void pl_qdot_block_order_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                              const pl_q8_act *a, int n_blk, float *y, int o0, int o1);
+
+/** The same, for tests: 0 (nothing written) without AVX2, so that a test
+ *  can tell the kernel from the reference. */
+int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                                  const pl_q8_act *a, int n_blk, float *y, int o0, int o1);
+
+#endif
