@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <sys/resource.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
@@ -58,6 +59,17 @@ int main(int argc, char **argv)
     }
     if (argc > 5)
         pl_cpu_runner_set_gemm_min_rows(r, atoi(argv[5]));
+    /* BENCH_AMX=tiles|emulated: the block-order AMX mode (parley serve
+     * --cpu-amx); emulated times the model of the tiles, which says nothing
+     * of the tiles' speed, but decode (one row) runs no tile: its AVX2
+     * block-order kernel is the one --cpu-amx uses. */
+    const char *amx = getenv("BENCH_AMX");
+    if (amx && *amx &&
+        pl_cpu_runner_set_amx(r, !strcmp(amx, "tiles") ? PL_AMX_TILES : PL_AMX_EMULATED, err,
+                              sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
     int rep = argc > 6 ? atoi(argv[6]) : 1;
     int32_t *tok = malloc(sizeof(int32_t) * np * 3), *pos = tok + np, *rs = pos + np;
     int32_t *bt = malloc(sizeof(int32_t) * mb), slot = 0, first = 0, nrows = np, ctx = np;
@@ -107,7 +119,7 @@ int main(int argc, char **argv)
            "decode_outside_ms_per_step=%.3f decode_ms_per_step=%.3f kernel_path=%s\n",
            np * rep / (t1 - t0), nd / (t2 - t1), (c1 - c0) / rep, c2 - c1, ru.ru_maxrss / 1024.0,
            (double)(k1.runs - k0.runs) / d, wait_ms, wait_ms + (nt - 1) * ms - wbusy_ms, ms,
-           pl_op_kernel_path());
+           r->kernels);
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);

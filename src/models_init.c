@@ -48,6 +48,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .prefix_caching = o->prefix_caching,
         .batch_invariant = o->batch_invariant,
         .kv_f16 = o->kv_cache_f16,
+        .cpu_amx = o->cpu_amx,
         .gpu_memory_utilization = o->gpu_memory_utilization,
         .cuda_graphs = o->cuda_graphs,
     };

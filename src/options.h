@@ -44,6 +44,7 @@ typedef struct pl_opts {
     bool prefix_caching;
     bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
     bool kv_cache_f16;           /**< CPU: K/V cache in halves (default; else floats) */
+    bool cpu_amx;                /**< CPU: AMX-INT8 tiles, block-order sums */
     double gpu_memory_utilization;
     bool cuda_graphs;
     int interactive_reserve;     /**< -1: 10% of each model's capacity */

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "src/base/cpu_features.h"
 #include "tests/helpers/server_proc.h"
 
 /* Run parley with args; returns the exit status, stderr in err. */
@@ -328,4 +329,17 @@ Test(cli, kv_cache_too_small_exits_2, .timeout = 60)
     cr_expect_eq(run_parley(f32, err, sizeof err), 2);
     cr_expect(strstr(err, "--kv-cache-mb 1 holds 128 blocks; one 4096-token sequence needs 256"),
               "%s", err);
+}
+
+/* --cpu-amx on a CPU without AMX-INT8 (or without Linux's leave): a clear
+ * error at start, not a fault at the first tile instruction. */
+Test(cli, cpu_amx_without_amx_exits_2, .timeout = 60)
+{
+    if (pl_cpu_features()->amx_int8)
+        cr_skip_test("this CPU has AMX-INT8 (test_cpu_amx covers it)");
+    char err[2048];
+    const char *args[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                          "--cpu-amx", NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "--cpu-amx: this CPU has no AMX-INT8"), "%s", err);
 }

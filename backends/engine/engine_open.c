@@ -279,11 +279,15 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
      * whatever the row count, so outputs never depend on the batch mix. */
     if (r && o->batch_invariant)
         pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
+    if (r && o->cpu_amx && pl_cpu_runner_set_amx(r, PL_AMX_TILES, err, n) != 0) {
+        r->ops->free(r);
+        return NULL;
+    }
     if (r)
         pl_log(PL_LOG_INFO, "cpu engine %s: %d threads, kernels %s, K/V cache %s "
                "(%d blocks of %d tokens)", o->model_path,
                o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-               pl_op_kernel_path(), f16 ? "f16" : "f32", want.num_blocks, o->block_size);
+               r->kernels, f16 ? "f16" : "f32", want.num_blocks, o->block_size);
     return r;
 }
 

@@ -28,6 +28,7 @@ typedef struct pl_engine_open_opts {
     bool no_partial_prefix;      /**< full-block prefix reuse only */
     bool batch_invariant;        /**< CPU: quantised kernels at every row count */
     bool kv_f16;                 /**< CPU: K/V cache in halves (parley serve's default) */
+    bool cpu_amx;                /**< CPU: AMX tiles in block order (qdot_amx.h) */
     double gpu_memory_utilization;
     bool cuda_graphs;
 } pl_engine_open_opts;

@@ -84,6 +84,7 @@ struct pl_runner {
     bool keep_logits;            /**< tests: return full logits */
     bool can_constrain;          /**< applies pl_seq_sampling.fsm */
     bool can_prompt_logprobs;    /**< fills row_lp for pl_step_input.row_next */
+    char kernels[96];            /**< CPU: the kernel path, for the log and /status */
 };
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/cpu/qdot_amx.h"
 #include "backends/engine/constrain/token_fsm.h"
 #include "backends/engine/sampler.h"
 
@@ -337,6 +338,20 @@ static const pl_runner_ops cpu_ops = {
     .free = cpu_free,
 };
 
+int pl_cpu_runner_set_amx(pl_runner *base, pl_amx_mode mode, char *err, size_t errlen)
+{
+    cpu_runner *r = (cpu_runner *)base;
+    char why[200];
+    if (mode == PL_AMX_TILES && pl_amx_self_check(why, sizeof why) != 0) {
+        snprintf(err, errlen, "--cpu-amx: %s", why);
+        return -1;
+    }
+    pl_cpu_fwd_set_amx(r->fwd, mode);
+    snprintf(base->kernels, sizeof base->kernels, "%s%s", pl_op_kernel_path(),
+             mode == PL_AMX_TILES ? "+amx-int8" : mode ? "+amx-int8-emulated" : "");
+    return 0;
+}
+
 void pl_cpu_runner_set_gemm_min_rows(pl_runner *base, int rows)
 {
     pl_cpu_fwd_set_gemm_min_rows(((cpu_runner *)base)->fwd, rows);
@@ -409,6 +424,7 @@ pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, i
     r->base.ops = &cpu_ops;
     r->base.can_constrain = true;
     r->base.can_prompt_logprobs = true;
+    snprintf(r->base.kernels, sizeof r->base.kernels, "%s", pl_op_kernel_path());
     r->m = m;
     if (fill_info(&r->base.info, m, want) != 0) {
         snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive");

@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "backends/engine/cpu/pool.h"
+#include "backends/engine/cpu/qdot_amx.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 
@@ -27,6 +28,13 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
  *  IEEE halves when kv_f16. */
 pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,
                                 int kv_f16, char *err, size_t errlen);
+
+/** --cpu-amx (mode PL_AMX_TILES): Q4_0, Q4_1 and Q8_0 matmuls in block
+ *  order, on the CPU's AMX tiles from 16 rows (qdot_amx.h), set before the
+ *  first step. 0, or -1 with a message when the CPU has no AMX-INT8 or its
+ *  tiles fail the self-check. PL_AMX_EMULATED (tests, benchmarks) runs
+ *  the model of the tiles; PL_AMX_OFF the default kernels. */
+int pl_cpu_runner_set_amx(pl_runner *r, pl_amx_mode mode, char *err, size_t errlen);
 
 /** Rows from which matmuls use the f32 GEMM path instead of the quantised
  *  kernels (default 20: measured crossover on AVX2, between 16 and 24
