@@ -68,9 +68,8 @@ const pl_option pl_options[] = {
         "CPU: K/V cache in IEEE halves, as llama.cpp keeps it: twice the tokens per MiB, and "
         "half the bytes attention reads per token (--no-kv-cache-f16: floats)"),
     OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, cpu_amx, M,
-        "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, every row summed "
-        "block by block as the scalar reference does (still batch-invariant); needs an "
-        "AMX CPU, checked at start"),
+        "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
+        "outputs as without; needs an AMX CPU, checked at start"),
     OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, batch_invariant, M,
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),

@@ -170,8 +170,11 @@ Test(cpu_kquant, teacher_forced_vs_llama_cpp_and_exact)
                100.0 * lc.agree_or_tie / lc.n, lc.max_d, ex.agree, ex.n, ex.agree_or_tie,
                ex.max_d);
         cr_expect_geq(lc.agree_or_tie * 100, lc.n * 99);
-        /* Raw top-1 flips only at near ties (measured 95.3% f32, 94.5% f16). */
-        cr_expect_geq(lc.agree * 100, lc.n * (f16 ? 94 : 95));
+        /* Raw top-1 flips only at near ties. Measured 95.3% (f32) and 94.5%
+         * (f16) when Q8_0 kept llama.cpp's lane-wise sums; 94.0% and 94.3% in
+         * block order, which the float64 reference prefers (top-1 63/64 for
+         * both caches, was 61 and 60). */
+        cr_expect_geq(lc.agree * 100, lc.n * 94);
         cr_expect_leq(lc.max_d, MAX_DLOGIT);
         cr_expect_geq(ex.agree_or_tie, ex.n - ex.n / 50);
         cr_expect_leq(ex.max_d, Q8_TOL);

@@ -47,13 +47,16 @@ void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n);
 /** The scalar reference of pl_op_quantize_row_q8. */
 void pl_op_quantize_row_q8_ref(const float *x, pl_q8_act *dst, int n);
 /** Dot product of one weight row of type t (n elements) with a quantised
- *  activation row. Uses AVX2/FMA when the CPU has it. */
+ *  activation row: the value pl_op_qmatmul_rows gives. Q4_0, Q4_1 and Q8_0
+ *  sum in block order (pl_op_qdot_ref's value, bit for bit); the other
+ *  types through their AVX2/VNNI kernels when the CPU has them. */
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
 /** The scalar reference of pl_op_qdot. */
 float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n);
-/** The AVX2 kernel of pl_op_qdot, whatever else the CPU has: the VNNI and
- *  512-bit kernels are tested against it bit for bit. 0 (nothing written)
- *  without AVX2 or for a type with no AVX2 kernel. */
+/** The AVX2 kernel of pl_op_qdot for the Q5 and K-quant types, whatever
+ *  else the CPU has: their VNNI and 512-bit kernels are tested against it
+ *  bit for bit. 0 (nothing written) without AVX2 or for another type (Q4_0,
+ *  Q4_1 and Q8_0 equal pl_op_qdot_ref on every path). */
 int pl_op_qdot_avx2(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out);
 
 /** y[r, o] = sum_i w[o, i] * x[r, i] for weight rows [o0, o1) of a quantised

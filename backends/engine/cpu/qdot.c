@@ -1,6 +1,10 @@
-/* qdot.c - quantised weight x q8 activation dot products (Q4_0, Q4_1, Q8_0),
- * a scalar reference and AVX2/FMA versions chosen at run time, plus the
- * dequantisation of the types the CPU runner keeps.
+/* qdot.c - quantised weight x q8 activation dot products: the scalar
+ * reference of every type, the dispatch of pl_op_qdot / pl_op_qmatmul_rows
+ * to the kernels of this CPU, and the dequantisation of the types the CPU
+ * runner keeps. Q4_0, Q4_1 and Q8_0 sum in block order, as the reference
+ * does (qdot_block_order.c); the Q5 and K-quant kernels (qdot_k.c,
+ * qdot_vnni.c, qdot_avx512.c) keep 8 lanes of partial sums, their AVX2
+ * order.
  *
  * Block layouts are those of the GGUF format (ggml):
  *   Q4_0: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
@@ -10,6 +14,7 @@
  */
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/qdot_avx512.h"
+#include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/qdot_k.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 
@@ -148,145 +153,6 @@ float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 }
 
 #ifdef PL_HAVE_X86
-__attribute__((target("avx2,fma,f16c"))) static inline __m256i unpack_nibbles(const uint8_t *qs)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
-    __m128i lo = _mm_and_si128(t, m), hi = _mm_and_si128(_mm_srli_epi16(t, 4), m);
-    return _mm256_set_m128i(hi, lo);
-}
-
-/* u8 x s8 products summed to 8 int32 lanes, as floats. */
-__attribute__((target("avx2,fma,f16c"))) static inline __m256 dot_u8s8(__m256i u, __m256i s)
-{
-    __m256i p16 = _mm256_maddubs_epi16(u, s);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-__attribute__((target("avx2,fma,f16c")))
-static float qdot_q4_avx2(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)
-{
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    float off0 = 0.0f, off1 = 0.0f;
-    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
-    int i = 0;
-    for (; i + 2 <= nb; i += 2, b += 2 * bb) {  /* two independent chains */
-        const uint8_t *c = b + bb;
-        float d0 = h2f_hw(b), d1 = h2f_hw(c);
-        __m256 p0 = dot_u8s8(unpack_nibbles(b + qo), _mm256_loadu_si256((const __m256i *)a[i].qs));
-        __m256 p1 = dot_u8s8(unpack_nibbles(c + qo),
-                             _mm256_loadu_si256((const __m256i *)a[i + 1].qs));
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * a[i].d), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * a[i + 1].d), p1, acc1);
-        off0 += (has_m ? h2f_hw(b + 2) : -8.0f * d0) * a[i].s;
-        off1 += (has_m ? h2f_hw(c + 2) : -8.0f * d1) * a[i + 1].s;
-    }
-    for (; i < nb; i++, b += bb) {
-        float d = h2f_hw(b);
-        __m256i wq = unpack_nibbles(b + qo);
-        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), dot_u8s8(wq, aq), acc0);
-        off0 += (has_m ? h2f_hw(b + 2) : -8.0f * d) * a[i].s;
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1)) + off0 + off1;
-}
-
-__attribute__((target("avx2,fma,f16c")))
-static float qdot_q8_avx2(const uint8_t *b, const pl_q8_act *a, int nb)
-{
-    __m256 acc = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++, b += 34) {
-        __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
-        __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);
-        __m256 p = dot_u8s8(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f_hw(b) * a[i].d), p, acc);
-    }
-    return hsum8(acc);
-}
-
-/* One weight row against nr <= 4 activation rows (stride a_stride blocks):
- * each weight block is unpacked once for all rows. Each row's sum is
- * accumulated in exactly the order of the single-row kernels (Q4: even
- * blocks in one chain, odd blocks in another; Q8: one chain), so a row's
- * result does not depend on how many rows share the call: the runner is
- * batch-invariant. Written out per chain, with nr a constant where it is 4,
- * so that the accumulators stay in registers (indexed by block parity they
- * lived on the stack, one load and store per FMA). */
-__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-rows_q4_avx2(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
-             size_t out_stride, int has_m)
-{
-    __m256 acc0[4], acc1[4];
-    float off0[4] = {0, 0, 0, 0}, off1[4] = {0, 0, 0, 0};
-    for (int r = 0; r < nr; r++)
-        acc0[r] = acc1[r] = _mm256_setzero_ps();
-    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
-    int i = 0;
-    for (; i + 2 <= nb; i += 2, b += 2 * bb) {
-        const uint8_t *c = b + bb;
-        float d0 = h2f_hw(b), d1 = h2f_hw(c);
-        float m0 = has_m ? h2f_hw(b + 2) : -8.0f * d0, m1 = has_m ? h2f_hw(c + 2) : -8.0f * d1;
-        __m256i w0 = unpack_nibbles(b + qo), w1 = unpack_nibbles(c + qo);
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m256 p0 = dot_u8s8(w0, _mm256_loadu_si256((const __m256i *)ar[0].qs));
-            __m256 p1 = dot_u8s8(w1, _mm256_loadu_si256((const __m256i *)ar[1].qs));
-            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * ar[0].d), p0, acc0[r]);
-            acc1[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * ar[1].d), p1, acc1[r]);
-            off0[r] += m0 * ar[0].s;
-            off1[r] += m1 * ar[1].s;
-        }
-    }
-    if (i < nb) {                /* odd count: the last block joins the even chain */
-        float d = h2f_hw(b), m = has_m ? h2f_hw(b + 2) : -8.0f * d;
-        __m256i w = unpack_nibbles(b + qo);
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m256 p = dot_u8s8(w, _mm256_loadu_si256((const __m256i *)ar->qs));
-            acc0[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), p, acc0[r]);
-            off0[r] += m * ar->s;
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        out[(size_t)r * out_stride] = hsum8(_mm256_add_ps(acc0[r], acc1[r])) + off0[r] + off1[r];
-}
-
-__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-rows_q8_avx2(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
-             size_t out_stride)
-{
-    __m256 acc[4];
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++, b += 34) {
-        float d = h2f_hw(b);
-        __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
-        __m256i wa = _mm256_abs_epi8(wq);
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m256i aq = _mm256_loadu_si256((const __m256i *)ar->qs);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d),
-                                     dot_u8s8(wa, _mm256_sign_epi8(aq, wq)), acc[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++)
-        out[(size_t)r * out_stride] = hsum8(acc[r]);
-}
-
-__attribute__((target("avx2,fma,f16c")))
-static void qdot_rows_avx2(pl_ggml_type t, const uint8_t *b, const pl_q8_act *a,
-                           size_t a_stride, int nb, int nr, float *out, size_t out_stride)
-{
-    int has_m = t == PL_GGML_TYPE_Q4_1;
-    if (t == PL_GGML_TYPE_Q8_0 && nr == 4)
-        rows_q8_avx2(b, a, a_stride, nb, 4, out, out_stride);
-    else if (t == PL_GGML_TYPE_Q8_0)
-        rows_q8_avx2(b, a, a_stride, nb, nr, out, out_stride);
-    else if (nr == 4)
-        rows_q4_avx2(b, a, a_stride, nb, 4, out, out_stride, has_m);
-    else
-        rows_q4_avx2(b, a, a_stride, nb, nr, out, out_stride, has_m);
-}
-
 __attribute__((target("avx2,fma,f16c")))
 static float dot_f32_avx2(const float *a, const float *b, int n)
 {
@@ -378,36 +244,21 @@ void pl_op_quantize_row_q8(const float *x, pl_q8_act *dst, int n)
 
 float pl_op_qdot(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
+    if (pl_qdot_block_order_type(t))
+        return pl_op_qdot_ref(t, w, a, n);  /* what every kernel of these types sums */
     pl_vnni_level lv = pl_qdot_vnni_level();
     float r;
     if (lv != PL_VNNI_NONE && pl_qdot_vnni(lv, t, w, a, n, &r))
         return r;                /* bit-identical to the AVX2 kernels */
-    if (pl_qdot_k_supported(t))
-        return pl_qdot_k(t, w, a, n);
-#ifdef PL_HAVE_X86
-    if (have_avx2()) {
-        pthread_once(&fp16_once, fp16_init);
-        if (t == PL_GGML_TYPE_Q8_0)
-            return qdot_q8_avx2(w, a, n / PL_QK);
-        return qdot_q4_avx2(w, a, n / PL_QK, t == PL_GGML_TYPE_Q4_1);
-    }
-#endif
-    return pl_op_qdot_ref(t, w, a, n);
+    return pl_qdot_k(t, w, a, n);
 }
 
 int pl_op_qdot_avx2(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out)
 {
 #ifdef PL_HAVE_X86
-    if (!have_avx2())
+    if (!have_avx2() || !pl_qdot_k_supported(t))
         return 0;
-    if (pl_qdot_k_supported(t))
-        *out = pl_qdot_k(t, w, a, n);
-    else if (t == PL_GGML_TYPE_Q8_0)
-        *out = qdot_q8_avx2(w, a, n / PL_QK);
-    else if (t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1)
-        *out = qdot_q4_avx2(w, a, n / PL_QK, t == PL_GGML_TYPE_Q4_1);
-    else
-        return 0;
+    *out = pl_qdot_k(t, w, a, n);
     return 1;
 #else
     (void)t, (void)w, (void)a, (void)n, (void)out;
@@ -456,18 +307,7 @@ static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
             pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
         return;
     }
-    if (pl_qdot_k_supported(t)) {
-        pl_qdot_k_row1(t, wb, row_bytes, x, n, y, o0, o1);
-        return;
-    }
-    if (t == PL_GGML_TYPE_Q8_0) {
-        for (int o = o0; o < o1; o++)
-            y[o] = qdot_q8_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK);
-    } else {
-        int has_m = t == PL_GGML_TYPE_Q4_1;
-        for (int o = o0; o < o1; o++)
-            y[o] = qdot_q4_avx2(wb + (size_t)o * row_bytes, x, n / PL_QK, has_m);
-    }
+    pl_qdot_k_row1(t, wb, row_bytes, x, n, y, o0, o1);
 }
 #endif
 
@@ -480,15 +320,20 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
     const uint8_t *wb = w;
     int n = n_blk * PL_QK;
 #ifdef PL_HAVE_X86
+    if (have_avx2() && pl_qdot_block_order_type(t)) {
+        if (n_rows == 1)
+            pl_qdot_block_order_row1(t, wb, row_bytes, x, n_blk, y, o0, o1);
+        else
+            pl_qdot_block_order_rows(t, wb, row_bytes, x, n_blk, n_rows, y, ldy, o0, o1);
+        return;
+    }
     if (have_avx2()) {
         pthread_once(&fp16_once, fp16_init);
         if (n_rows == 1) {       /* decode: the single-row kernels */
             qmatmul_row1(t, wb, row_bytes, x, n, y, o0, o1);
             return;
         }
-        int k = pl_qdot512_available() && pl_qdot512_supported(t) ? 2
-                : pl_qdot_k_supported(t)                           ? 1
-                                                                   : 0;
+        int k = pl_qdot512_available() && pl_qdot512_supported(t) ? 2 : 1;
         /* Activation rows in tiles of ~24 KB, which stay in L1 while every
          * weight row of the slice passes over them (row by row, the whole
          * activation matrix came from L2 once per weight row). */
@@ -506,14 +351,10 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                     float *yr = y + (size_t)r * ldy + o;
                     if (k == 2)
                         pl_qdot512_rows(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
-                    else if (k == 1) {
-                        if (lv == PL_VNNI_NONE ||
-                            !pl_qdot_vnni_rows(lv, t, wr, xr, (size_t)n_blk, n, nr, yr,
-                                               (size_t)ldy))
-                            pl_qdot_k_rows(t, wr, xr, (size_t)n_blk, n, nr, yr, (size_t)ldy);
-                    }
-                    else
-                        qdot_rows_avx2(t, wr, xr, (size_t)n_blk, n_blk, nr, yr, (size_t)ldy);
+                    else if (lv == PL_VNNI_NONE ||
+                             !pl_qdot_vnni_rows(lv, t, wr, xr, (size_t)n_blk, n, nr, yr,
+                                                (size_t)ldy))
+                        pl_qdot_k_rows(t, wr, xr, (size_t)n_blk, n, nr, yr, (size_t)ldy);
                 }
             }
         }

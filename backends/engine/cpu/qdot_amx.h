@@ -1,16 +1,15 @@
 /* qdot_amx.h - matmuls of Q4_0, Q4_1 and Q8_0 weights in block order, with
  * AMX tiles from 16 activation rows (qdot_amx.c).
  *
- * Every output is pl_op_qdot_ref's sum bit for bit: per 32-element block
- * the integer dot, then acc += d_w * d_a * isum (+ m_w * s_a), block after
- * block. That order suits the tiles, which sum a whole block in one int32,
- * where the AVX2/VNNI kernels keep 8 lanes of partial sums; and since every
- * row count gets the same sums, the AMX mode stays batch-invariant:
+ * Every output is pl_op_qdot_ref's sum bit for bit, as on every other path
+ * of these types (qdot_block_order.h): per 32-element block the integer
+ * dot, then acc += d_w * d_a * isum (+ m_w * s_a), block after block. The
+ * tiles sum a whole block in one int32, so the AMX mode changes no output:
  *  - from 16 rows, 16 at a time, the integer dots run on the tiles
  *    (TDPBSSD: 16 activation rows x 16 weight rows x one block), and an
  *    AVX-512 epilogue scales and adds them in block order;
- *  - fewer rows, and those past the last 16, take an AVX2 kernel that dots
- *    8 weight rows at a time and adds their block sums in the same order.
+ *  - fewer rows, and those past the last 16, take the block-order AVX2
+ *    kernels (qdot_block_order.h).
  * PL_AMX_EMULATED runs the same kernel on a C model of the tiles (with the
  * shape checks the CPU makes), so CPUs without AMX test it too.
  */
@@ -23,7 +22,7 @@
 #include "backends/engine/cpu/ops.h"
 
 typedef enum pl_amx_mode {
-    PL_AMX_OFF = 0,              /**< the default kernels (qdot.c) */
+    PL_AMX_OFF = 0,              /**< the block-order AVX2 kernels only */
     PL_AMX_TILES,                /**< the CPU's tiles (cpu_features amx_int8) */
     PL_AMX_EMULATED,             /**< the tile kernel on a C model of the tiles */
 } pl_amx_mode;
@@ -35,7 +34,7 @@ bool pl_amx_supported(pl_ggml_type t);
  *  activation rows of n_blk blocks (y row stride ldy), each equal to
  *  pl_op_qdot_ref bit for bit. mode PL_AMX_TILES needs the CPU's AMX-INT8
  *  (pl_cpu_features()->amx_int8); PL_AMX_OFF takes the AVX2 block-order
- *  kernel (or the reference) for every row. t must be supported. */
+ *  kernels (or the reference) for every row. t must be supported. */
 void pl_amx_qmatmul(pl_amx_mode mode, pl_ggml_type t, const void *w, size_t row_bytes,
                     const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy, int o0,
                     int o1);

@@ -1,22 +1,19 @@
-/* qdot_avx512.c - the Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 kernels of qdot.c and
- * qdot_k.c on 512-bit registers: two quant blocks per instruction, with
- * VPDPBUSD for the int8 products (AVX-512 VNNI, e.g. Ice Lake and later
- * Xeons, AMD Zen 4/5). Q4_K and Q6_K stay on the 256-bit VNNI kernels,
- * which ran faster on Zen 4 (0.78-0.97x here with 512-bit versions).
+/* qdot_avx512.c - the Q5_0 and Q5_1 kernels of qdot_k.c on 512-bit
+ * registers: two quant blocks per instruction, with VPDPBUSD for the int8
+ * products (AVX-512 VNNI, e.g. Ice Lake and later Xeons, AMD Zen 4/5).
+ * Q4_K and Q6_K stay on the 256-bit VNNI kernels, which ran faster on Zen 4
+ * (0.78-0.97x here with 512-bit versions); Q4_0, Q4_1 and Q8_0 sum in block
+ * order (qdot_block_order.c), which ran faster than their 512-bit kernels
+ * here (prefill 1.3x), and those were dropped.
  *
- * Bit-identical to the AVX2 kernels, by construction:
- * - Q4: the AVX2 kernel sums even blocks in one 8-lane chain and odd blocks
- *   in another; here block 2k goes to the low half of one 16-lane chain and
- *   block 2k+1 to the high half, so each half is the AVX2 chain, lane for
- *   lane, and the two are added and reduced as there.
- * - Q8, Q5: one chain of block sums in order; two blocks' products come
- *   from one VPDPBUSD, then are added to the 8-lane chain one after the
- *   other. Q5's fifth bits come from the qh words as a byte mask.
- * VPDPBUSD sums the same four u8 x s8 products per lane as VPMADDUBSW +
- * VPMADDWD (no int16 saturation is reachable, see qdot_vnni.c), and the
- * scales are the same scalar products, so every float operation is the
- * AVX2 kernel's, in its order. test_cpu_ops checks this on CPUs that have
- * AVX-512 VNNI and skips elsewhere.
+ * Bit-identical to the AVX2 kernels, by construction: one chain of block
+ * sums in order; two blocks' products come from one VPDPBUSD, then are
+ * added to the 8-lane chain one after the other. The fifth bits come from
+ * the qh words as a byte mask. VPDPBUSD sums the same four u8 x s8
+ * products per lane as VPMADDUBSW + VPMADDWD (no int16 saturation is
+ * reachable, see qdot_vnni.c), and the scales are the same scalar products,
+ * so every float operation is the AVX2 kernel's, in its order. test_cpu_ops
+ * checks this on CPUs that have AVX-512 VNNI and skips elsewhere.
  */
 #include "backends/engine/cpu/qdot_avx512.h"
 
@@ -62,12 +59,6 @@ T512 static inline __m512i act_pair(const pl_q8_act *a)
                               _mm256_loadu_si256((const __m256i *)a[1].qs), 1);
 }
 
-/* s0 in the low eight lanes, s1 in the high eight. */
-T512 static inline __m512 scale_pair(float s0, float s1)
-{
-    return _mm512_mask_mov_ps(_mm512_set1_ps(s0), 0xff00, _mm512_set1_ps(s1));
-}
-
 T512 static inline __m512 dot_pair(__m512i u, __m512i s)
 {
     return _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s));
@@ -77,87 +68,6 @@ T512 static inline __m256i q4_one(const uint8_t *q)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)q), m = _mm_set1_epi8(0x0f);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(t, 4), m), _mm_and_si128(t, m));
-}
-
-/* Up to 4 activation rows against one Q4_0/Q4_1 weight row (nr = 1 is the
- * decode kernel): as qdot_q4_avx2 / qdot_rows_avx2, lane for lane. */
-T512 static inline __attribute__((always_inline)) void
-q4_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
-        size_t out_stride, int has_m)
-{
-    __m512 acc[4];
-    float off0[4] = {0, 0, 0, 0}, off1[4] = {0, 0, 0, 0};
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm512_setzero_ps();
-    size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;
-    int i = 0;
-    for (; i + 2 <= nb; i += 2, b += 2 * bb) {
-        const uint8_t *c = b + bb;
-        float d0 = h2f_hw(b), d1 = h2f_hw(c);
-        float m0 = has_m ? h2f_hw(b + 2) : -8.0f * d0, m1 = has_m ? h2f_hw(c + 2) : -8.0f * d1;
-        __m512i w = q4_pair(b + qo, c + qo);
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            acc[r] = _mm512_fmadd_ps(scale_pair(d0 * ar[0].d, d1 * ar[1].d),
-                                     dot_pair(w, act_pair(ar)), acc[r]);
-            off0[r] += m0 * ar[0].s;
-            off1[r] += m1 * ar[1].s;
-        }
-    }
-    for (int r = 0; r < nr; r++) {
-        __m256 lo = _mm512_castps512_ps256(acc[r]);
-        if (i < nb) {            /* odd count: the last block joins the even chain */
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            float d = h2f_hw(b);
-            __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4_one(b + qo),
-                                            _mm256_loadu_si256((const __m256i *)ar->qs));
-            lo = _mm256_fmadd_ps(_mm256_set1_ps(d * ar->d), _mm256_cvtepi32_ps(p), lo);
-            off0[r] += (has_m ? h2f_hw(b + 2) : -8.0f * d) * ar->s;
-        }
-        out[(size_t)r * out_stride] = hsum8(_mm256_add_ps(lo, hi8(acc[r]))) + off0[r] + off1[r];
-    }
-}
-
-/* Up to 4 activation rows against one Q8_0 weight row: one chain per row,
- * blocks added in order (as qdot_q8_avx2). */
-T512 static inline __attribute__((always_inline)) void
-q8_rows(const uint8_t *b, const pl_q8_act *a, size_t a_stride, int nb, int nr, float *out,
-        size_t out_stride)
-{
-    __m256 acc[4];
-    for (int r = 0; r < nr; r++)
-        acc[r] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 2 <= nb; i += 2, b += 68) {
-        __m512i w = _mm512_inserti64x4(
-            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b + 2))),
-            _mm256_loadu_si256((const __m256i *)(b + 36)), 1);
-        __m512i wa = _mm512_abs_epi8(w);
-        __mmask64 neg = _mm512_movepi8_mask(w);
-        float d0 = h2f_hw(b), d1 = h2f_hw(b + 34);
-        for (int r = 0; r < nr; r++) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m512i s = act_pair(ar);
-            /* sign(a, w): a negated where w < 0 (where w == 0, |w| is 0) */
-            s = _mm512_mask_sub_epi8(s, neg, _mm512_setzero_si512(), s);
-            __m512 p = dot_pair(wa, s);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d0 * ar[0].d), _mm512_castps512_ps256(p),
-                                     acc[r]);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d1 * ar[1].d), hi8(p), acc[r]);
-        }
-    }
-    for (int r = 0; r < nr; r++) {
-        if (i < nb) {
-            const pl_q8_act *ar = a + (size_t)r * a_stride + i;
-            __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));
-            __m256i p = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(), _mm256_abs_epi8(wq),
-                _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)ar->qs), wq));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(h2f_hw(b) * ar->d), _mm256_cvtepi32_ps(p),
-                                     acc[r]);
-        }
-        out[(size_t)r * out_stride] = hsum8(acc[r]);
-    }
 }
 
 /* Two Q5 blocks' quants (nibbles, bit 4 from qh) as 64 u8 values in the
@@ -216,8 +126,7 @@ q5_rows(const uint8_t *b, const pl_q8_act *a, size_t as, int nb, int nr, float *
 
 bool pl_qdot512_supported(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
-           t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1;
+    return t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1;
 }
 
 /* The kernels are inlined here with nr a constant where it is 4 or 1, so
@@ -227,12 +136,7 @@ T512 static inline __attribute__((always_inline)) void
 rows_nr(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t as, int nb, int nr,
         float *out, size_t os)
 {
-    switch (t) {
-    case PL_GGML_TYPE_Q8_0: q8_rows(w, a, as, nb, nr, out, os); break;
-    case PL_GGML_TYPE_Q5_0:
-    case PL_GGML_TYPE_Q5_1: q5_rows(w, a, as, nb, nr, out, os, t == PL_GGML_TYPE_Q5_1); break;
-    default: q4_rows(w, a, as, nb, nr, out, os, t == PL_GGML_TYPE_Q4_1); break;
-    }
+    q5_rows(w, a, as, nb, nr, out, os, t == PL_GGML_TYPE_Q5_1);
 }
 
 T512 void pl_qdot512_rows(pl_ggml_type t, const uint8_t *w, const pl_q8_act *a, size_t a_stride,

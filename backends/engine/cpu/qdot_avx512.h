@@ -1,6 +1,5 @@
-/* qdot_avx512.h - Q4_0, Q4_1, Q8_0, Q5_0 and Q5_1 dot kernels on 512-bit
- * registers (AVX-512 F/BW/VL + VNNI), bit-identical to the AVX2 ones
- * (qdot.c, qdot_k.c).
+/* qdot_avx512.h - Q5_0 and Q5_1 dot kernels on 512-bit registers (AVX-512
+ * F/BW/VL + VNNI), bit-identical to the AVX2 ones (qdot_k.c).
  * pl_op_qmatmul_rows dispatches here when the CPU has them.
  */
 #ifndef PL_CPU_QDOT_AVX512_H

@@ -165,3 +165,69 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
     pl_qdot_block_order_row1(t, w, row_bytes, a, n_blk, y, o0, o1);
     return 1;
 }
+
+#define ROW_CHUNK 256
+
+#ifdef PL_HAVE_X86
+/* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
+ * block: each block's 8 weight rows are unpacked once for all activation
+ * rows, whose 8 running sums live in y (ldy apart). */
+T2 static void rows8_multi_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                                const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy)
+{
+    int q8 = t == PL_GGML_TYPE_Q8_0;
+    size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
+    __m256i idx = row_offsets(row_bytes);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    for (int b = 0; b < n_blk; b++) {
+        const uint8_t *blk0 = w + (size_t)b * bb;
+        __m256i wq[8], ws[8];
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = blk0 + (size_t)j * row_bytes + qo;
+            if (q8) {
+                __m256i v = _mm256_loadu_si256((const __m256i *)q);
+                wq[j] = _mm256_abs_epi8(v);
+                ws[j] = v;
+            } else {
+                __m128i v = _mm_loadu_si128((const __m128i *)q);
+                wq[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
+                                         _mm_and_si128(v, m4));
+            }
+        }
+        __m256 d, m;
+        gather_scales(blk0, idx, &d, &m);
+        for (int r = 0; r < n_rows; r++) {
+            const pl_q8_act *a = x + (size_t)r * n_blk + b;
+            __m256i aq = _mm256_loadu_si256((const __m256i *)a->qs), s[8];
+            for (int j = 0; j < 8; j++)
+                s[j] = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(wq[j], q8 ? _mm256_sign_epi8(aq, ws[j]) : aq),
+                    _mm256_set1_epi16(1));
+            float *yr = y + (size_t)r * ldy;
+            __m256 acc = b ? _mm256_loadu_ps(yr) : _mm256_setzero_ps();
+            _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a)));
+        }
+    }
+}
+#endif
+
+void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                              const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy,
+                              int o0, int o1)
+{
+    int o = o0;
+#ifdef PL_HAVE_X86
+    /* Activation rows in chunks whose running sums (32 bytes a row) stay in
+     * L1 while the chunk passes every block of 8 weight rows. */
+    if (pl_cpu_has_avx2())
+        for (int r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
+            int nr = n_rows - r0 < ROW_CHUNK ? n_rows - r0 : ROW_CHUNK;
+            for (o = o0; o + 8 <= o1; o += 8)
+                rows8_multi_avx2(t, w + (size_t)o * row_bytes, row_bytes,
+                                 x + (size_t)r0 * n_blk, n_blk, nr, y + (size_t)r0 * ldy + o,
+                                 ldy);
+        }
+#endif
+    for (int r = 0; r < n_rows; r++)
+        tail_ref(t, w, row_bytes, x + (size_t)r * n_blk, n_blk, y + (size_t)r * ldy, o, o1);
+}

@@ -1,5 +1,5 @@
-/* qdot_vnni.c - the single-row (decode) dot kernels of qdot.c / qdot_k.c
- * with the int8 dot product instruction VPDPBUSD: AVX-VNNI (VEX, e.g.
+/* qdot_vnni.c - the dot kernels of qdot_k.c (Q5_0, Q5_1, Q4_K, Q6_K) with
+ * the int8 dot product instruction VPDPBUSD: AVX-VNNI (VEX, e.g.
  * Alder Lake and later) and AVX-512 VNNI on 256-bit registers (AVX512-VL,
  * e.g. Cascade Lake and later Xeons). Compiled with target attributes and
  * chosen at run time from the one cpuid probe (src/base/cpu_features.h).
@@ -23,8 +23,7 @@
 
 int pl_qdot_vnni_supported(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
-           t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1 || t == PL_GGML_TYPE_Q4_K ||
+    return t == PL_GGML_TYPE_Q5_0 || t == PL_GGML_TYPE_Q5_1 || t == PL_GGML_TYPE_Q4_K ||
            t == PL_GGML_TYPE_Q6_K;
 }
 
@@ -53,46 +52,6 @@ int pl_qdot_vnni_supported(pl_ggml_type t)
     {                                                                                            \
         __m128i t = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);              \
         return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(t, 4), m), _mm_and_si128(t, m));    \
-    }                                                                                            \
-    /* As qdot_q4_avx2: blocks alternate between two chains. */                                 \
-    TARGET static float q4_##SFX(const uint8_t *b, const pl_q8_act *a, int nb, int has_m)        \
-    {                                                                                            \
-        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();                          \
-        float off0 = 0.0f, off1 = 0.0f;                                                          \
-        size_t bb = has_m ? 20 : 18, qo = has_m ? 4 : 2;                                         \
-        int i = 0;                                                                               \
-        for (; i + 2 <= nb; i += 2, b += 2 * bb) {                                               \
-            const uint8_t *c = b + bb;                                                           \
-            float d0 = h2f_##SFX(b), d1 = h2f_##SFX(c);                                          \
-            __m256 p0 = _mm256_cvtepi32_ps(                                                      \
-                dot_##SFX(nib_##SFX(b + qo), _mm256_loadu_si256((const __m256i *)a[i].qs)));     \
-            __m256 p1 = _mm256_cvtepi32_ps(dot_##SFX(                                            \
-                nib_##SFX(c + qo), _mm256_loadu_si256((const __m256i *)a[i + 1].qs)));           \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0 * a[i].d), p0, acc0);                       \
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1 * a[i + 1].d), p1, acc1);                   \
-            off0 += (has_m ? h2f_##SFX(b + 2) : -8.0f * d0) * a[i].s;                            \
-            off1 += (has_m ? h2f_##SFX(c + 2) : -8.0f * d1) * a[i + 1].s;                        \
-        }                                                                                        \
-        for (; i < nb; i++, b += bb) {                                                           \
-            float d = h2f_##SFX(b);                                                              \
-            __m256 p = _mm256_cvtepi32_ps(                                                       \
-                dot_##SFX(nib_##SFX(b + qo), _mm256_loadu_si256((const __m256i *)a[i].qs)));     \
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * a[i].d), p, acc0);                         \
-            off0 += (has_m ? h2f_##SFX(b + 2) : -8.0f * d) * a[i].s;                             \
-        }                                                                                        \
-        return hsum8_##SFX(_mm256_add_ps(acc0, acc1)) + off0 + off1;                             \
-    }                                                                                            \
-    TARGET static float q8_##SFX(const uint8_t *b, const pl_q8_act *a, int nb)                   \
-    {                                                                                            \
-        __m256 acc = _mm256_setzero_ps();                                                        \
-        for (int i = 0; i < nb; i++, b += 34) {                                                  \
-            __m256i wq = _mm256_loadu_si256((const __m256i *)(b + 2));                           \
-            __m256i aq = _mm256_loadu_si256((const __m256i *)a[i].qs);                           \
-            __m256 p = _mm256_cvtepi32_ps(                                                       \
-                dot_##SFX(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq)));                       \
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f_##SFX(b) * a[i].d), p, acc);                \
-        }                                                                                        \
-        return hsum8_##SFX(acc);                                                                 \
     }                                                                                            \
     /* Up to 4 activation rows (as blocks apart) against one weight row, each   \
      * row in its single-row kernel's order (as qdot_k.c's rows_* on AVX2). */ \
@@ -249,9 +208,6 @@ int pl_qdot_vnni_supported(pl_ggml_type t)
     static int kernel_##SFX(pl_ggml_type t, const void *w, const pl_q8_act *a, int n, float *out)\
     {                                                                                            \
         switch (t) {                                                                             \
-        case PL_GGML_TYPE_Q4_0: *out = q4_##SFX(w, a, n / PL_QK, 0); return 1;                   \
-        case PL_GGML_TYPE_Q4_1: *out = q4_##SFX(w, a, n / PL_QK, 1); return 1;                   \
-        case PL_GGML_TYPE_Q8_0: *out = q8_##SFX(w, a, n / PL_QK); return 1;                      \
         case PL_GGML_TYPE_Q5_0: *out = q5_##SFX(w, a, n / PL_QK, 0); return 1;                   \
         case PL_GGML_TYPE_Q5_1: *out = q5_##SFX(w, a, n / PL_QK, 1); return 1;                   \
         case PL_GGML_TYPE_Q4_K: *out = q4k_##SFX(w, a, n / 256); return 1;                       \

@@ -16,8 +16,8 @@ typedef enum pl_vnni_level {
 /** The best level this CPU runs (needs the AVX2 path's AVX2+FMA+F16C too). */
 pl_vnni_level pl_qdot_vnni_level(void);
 
-/** Whether pl_qdot_vnni has a kernel for type t (Q4_0, Q4_1, Q8_0, Q5_0,
- *  Q5_1, Q4_K, Q6_K), whatever the CPU. */
+/** Whether pl_qdot_vnni has a kernel for type t (Q5_0, Q5_1, Q4_K, Q6_K),
+ *  whatever the CPU. */
 int pl_qdot_vnni_supported(pl_ggml_type t);
 
 /** *out = the dot of weight row w (type t, n elements) with a, through
