@@ -5,11 +5,6 @@ alternately (median of N runs each), optionally appended to BENCHMARKS.md.
 
 usage: python3 bench/bench_cpu.py [--model M] [--threads 2] [--prompt 512]
                                   [--decode 128] [--reps 3] [--append]
-                                  [--block-order]
---block-order: decode only, three ways: parley's default kernels, parley's
-block-order kernel (the rows --cpu-amx does not put on tiles; run with
-BENCH_AMX=emulated, whose prompt goes through the C model of the tiles, so
-keep --prompt short) and llama.cpp.
 Needs a configured build/ (ninja -C build); compiles bench/bench_cpu_runner.c.
 """
 import argparse
@@ -105,13 +100,8 @@ def main():
                     help="f32 GEMM from 20 rows (parley serve --no-batch-invariant); the "
                          "default measures what parley serves: quantised kernels at every "
                          "row count")
-    ap.add_argument("--block-order", action="store_true",
-                    help="decode only: parley's default kernels, its block-order kernel "
-                         "(--cpu-amx below 16 rows) and llama.cpp, side by side")
     a = ap.parse_args()
     exe = build_bench()
-    if a.block_order:
-        return block_order(a, exe)
     os.environ["BENCH_KV_F16"] = "0" if a.kv_f32 else "1"
     ours, ref = [], []
     args = [a.model, str(a.threads), str(a.prompt), str(a.decode)]
@@ -152,50 +142,6 @@ Figures are medians of {a.reps} alternating runs; ratios matter more than absolu
 
 parley decode hand-offs: {med(ours, 4):.1f} pool runs per step; {med(ours, 5):.2f} ms per step
 outside arithmetic, summed over the {a.threads} threads, of a {med(ours, 6):.2f} ms step.
-"""
-    print(text)
-    if a.append:
-        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
-            f.write(text)
-
-
-def block_order(a, exe):
-    os.environ["BENCH_KV_F16"] = "0" if a.kv_f32 else "1"
-    ours, blk, ref = [], [], []
-    load0 = os.getloadavg()[0]
-    pargs = [exe, a.model, str(a.prompt), str(a.decode), str(a.threads), "1000000000"]
-    for i in range(a.reps):
-        out = run(pargs)
-        ours.append(parse(out))
-        path = kernel_path(out)
-        os.environ["BENCH_AMX"] = "emulated"
-        blk.append(parse(run(pargs)))
-        del os.environ["BENCH_AMX"]
-        ref.append(parse(run([sys.executable, "-c", LLAMA_SNIPPET, a.model, str(a.threads),
-                              str(a.prompt), str(a.decode)])))
-        print(f"run {i}: decode tok/s default {ours[-1][1]} block order {blk[-1][1]} "
-              f"llama.cpp {ref[-1][1]}", file=sys.stderr)
-    load1 = os.getloadavg()[0]
-    med = lambda xs, k: statistics.median(x[k] for x in xs)
-    d, b, l = med(ours, 1), med(blk, 1), med(ref, 1)
-    pair = statistics.median(y[1] / x[1] for x, y in zip(ours, blk))
-    cmd = (f"python3 bench/bench_cpu.py --block-order --threads {a.threads} --prompt {a.prompt} "
-           f"--decode {a.decode} --reps {a.reps}" + (" --kv-f32" if a.kv_f32 else ""))
-    text = f"""
-### CPU decode: default vs block-order kernels vs llama-cpp-python ({datetime.date.today()})
-
-Command: `{cmd}`. Model: {os.path.basename(a.model)}. Machine: {cpu_model()}
-(load average {load0:.1f} -> {load1:.1f}). parley's default kernel path: {path}; block order:
-the AVX2 8-row kernel that `--cpu-amx` uses below 16 rows. llama.cpp: {llama_info()}.
-Figures are medians of {a.reps} alternating runs ({a.prompt}-token prompt, {a.decode} tokens,
-{a.threads} threads).
-
-| decode tok/s | parley default | parley block order | llama.cpp |
-|---|---|---|---|
-| median | {d:.1f} | {b:.1f} | {l:.1f} |
-| ratio to llama.cpp | {d / l:.2f}x | {b / l:.2f}x | 1.00x |
-
-Block order / default: {b / d:.2f}x (ratio of medians), {pair:.2f}x (median of the paired runs).
 """
     print(text)
     if a.append:

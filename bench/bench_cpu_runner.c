@@ -59,10 +59,9 @@ int main(int argc, char **argv)
     }
     if (argc > 5)
         pl_cpu_runner_set_gemm_min_rows(r, atoi(argv[5]));
-    /* BENCH_AMX=tiles|emulated: the block-order AMX mode (parley serve
-     * --cpu-amx); emulated times the model of the tiles, which says nothing
-     * of the tiles' speed, but decode (one row) runs no tile: its AVX2
-     * block-order kernel is the one --cpu-amx uses. */
+    /* BENCH_AMX=tiles|emulated: parley serve --cpu-amx (same outputs);
+     * emulated runs the C model of the tiles, whose time says nothing of
+     * the tiles' speed. */
     const char *amx = getenv("BENCH_AMX");
     if (amx && *amx &&
         pl_cpu_runner_set_amx(r, !strcmp(amx, "tiles") ? PL_AMX_TILES : PL_AMX_EMULATED, err,
