@@ -1,16 +1,18 @@
-/* qdot_block_order.c - block-order dot kernels, 8 weight rows at a time
- * (see qdot_block_order.h).
+/* qdot_block_order.c - the Q4_0, Q4_1 and Q8_0 kernels, 8 weight rows at
+ * a time (see qdot_block_order.h).
  *
- * The default kernels (qdot.c) keep 8 float lanes of partial sums per row,
- * which the tiles of the AMX mode cannot reproduce: a tile sums a whole
- * block into one int32. These kernels give those block sums instead: each
- * of 8 weight rows is dotted with the activation block into 8 int32
- * partials, the 8 x 8 partials are reduced to one int32 per row (integer
- * sums: exact in any order), and the reference's float steps then run
- * lane-wise, one lane per weight row, in block order. Per block the 8
- * rows' scales come in one gather (d and, for Q4_1, m are the block's
- * first 4 bytes). A 512-bit version (two blocks per register, VPDPBUSD)
- * ran no faster on Zen 4, in cache or from memory, and was dropped.
+ * They sum as the scalar reference does, block after block: each of 8
+ * weight rows is dotted with an activation block into 8 int32 partials, the
+ * 8 x 8 partials are reduced to one int32 per row (integer sums: exact in
+ * any order), and the reference's float steps then run lane-wise, one lane
+ * per weight row. So every path of these types agrees with the reference
+ * bit for bit, AMX tiles included (a tile sums a whole block into one
+ * int32), and the float work is shared by 8 rows: these replaced lane-wise
+ * kernels (8 float partial sums per row, as llama.cpp keeps) that ran
+ * prefill at 0.7-0.8x their speed on Zen 4. Per block the 8 rows' scales
+ * come in one gather (d and, for Q4_1, m are the block's first 4 bytes).
+ * A 512-bit version (two blocks per register, VPDPBUSD) ran no faster on
+ * Zen 4, in cache or from memory, and was dropped.
  */
 #include "backends/engine/cpu/qdot_block_order.h"
 
