@@ -11,10 +11,13 @@
  * kernels (8 float partial sums per row, as llama.cpp keeps) that ran
  * prefill at 0.7-0.8x their speed on Zen 4. Per block the 8 rows' scales
  * come in one gather (d and, for Q4_1, m are the block's first 4 bytes).
- * A 512-bit version (two blocks per register, VPDPBUSD) ran no faster on
- * Zen 4, in cache or from memory, and was dropped.
+ * The multi-row kernel takes VPDPBUSD where the CPU has it (AVX-512 VNNI
+ * or AVX-VNNI; prefill 1.13x on Zen 4). A 512-bit decode version (two
+ * blocks per register) ran no faster on Zen 4, in cache or from memory, and
+ * was dropped.
  */
 #include "backends/engine/cpu/qdot_block_order.h"
+#include "backends/engine/cpu/qdot_vnni.h"
 
 #include "src/base/cpu_features.h"
 
@@ -173,44 +176,65 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
 #ifdef PL_HAVE_X86
 /* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
  * block: each block's 8 weight rows are unpacked once for all activation
- * rows, whose 8 running sums live in y (ldy apart). */
-T2 static void rows8_multi_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
-                                const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy)
-{
-    int q8 = t == PL_GGML_TYPE_Q8_0;
-    size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
-    __m256i idx = row_offsets(row_bytes);
-    const __m128i m4 = _mm_set1_epi8(0x0f);
-    for (int b = 0; b < n_blk; b++) {
-        const uint8_t *blk0 = w + (size_t)b * bb;
-        __m256i wq[8], ws[8];
-        for (int j = 0; j < 8; j++) {
-            const uint8_t *q = blk0 + (size_t)j * row_bytes + qo;
-            if (q8) {
-                __m256i v = _mm256_loadu_si256((const __m256i *)q);
-                wq[j] = _mm256_abs_epi8(v);
-                ws[j] = v;
-            } else {
-                __m128i v = _mm_loadu_si128((const __m128i *)q);
-                wq[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),
-                                         _mm_and_si128(v, m4));
-            }
-        }
-        __m256 d, m;
-        gather_scales(blk0, idx, &d, &m);
-        for (int r = 0; r < n_rows; r++) {
-            const pl_q8_act *a = x + (size_t)r * n_blk + b;
-            __m256i aq = _mm256_loadu_si256((const __m256i *)a->qs), s[8];
-            for (int j = 0; j < 8; j++)
-                s[j] = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(wq[j], q8 ? _mm256_sign_epi8(aq, ws[j]) : aq),
-                    _mm256_set1_epi16(1));
-            float *yr = y + (size_t)r * ldy;
-            __m256 acc = b ? _mm256_loadu_ps(yr) : _mm256_setzero_ps();
-            _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a)));
-        }
+ * rows, whose 8 running sums live in y (ldy apart). Written once and
+ * instantiated per int8 dot instruction: AVX2's VPMADDUBSW + VPMADDWD, or
+ * VPDPBUSD (the same integer sums: no int16 saturation is reachable). */
+#define ROWS8_MULTI(SFX, TARGET, DOT)                                                            \
+    TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
+                                         const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
+                                         int ldy)                                                \
+    {                                                                                            \
+        int q8 = t == PL_GGML_TYPE_Q8_0;                                                         \
+        size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;                         \
+        __m256i idx = row_offsets(row_bytes);                                                    \
+        const __m128i m4 = _mm_set1_epi8(0x0f);                                                  \
+        for (int b = 0; b < n_blk; b++) {                                                        \
+            const uint8_t *blk0 = w + (size_t)b * bb;                                            \
+            __m256i wq[8], ws[8];                                                                \
+            for (int j = 0; j < 8; j++) {                                                        \
+                const uint8_t *q = blk0 + (size_t)j * row_bytes + qo;                            \
+                if (q8) {                                                                        \
+                    __m256i v = _mm256_loadu_si256((const __m256i *)q);                          \
+                    wq[j] = _mm256_abs_epi8(v);                                                  \
+                    ws[j] = v;                                                                   \
+                } else {                                                                         \
+                    __m128i v = _mm_loadu_si128((const __m128i *)q);                             \
+                    wq[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),            \
+                                             _mm_and_si128(v, m4));                              \
+                }                                                                                \
+            }                                                                                    \
+            __m256 d, m;                                                                         \
+            gather_scales(blk0, idx, &d, &m);                                                    \
+            for (int r = 0; r < n_rows; r++) {                                                   \
+                const pl_q8_act *a = x + (size_t)r * n_blk + b;                                  \
+                __m256i aq = _mm256_loadu_si256((const __m256i *)a->qs), s[8];                   \
+                for (int j = 0; j < 8; j++)                                                      \
+                    s[j] = DOT(wq[j], q8 ? _mm256_sign_epi8(aq, ws[j]) : aq);                    \
+                float *yr = y + (size_t)r * ldy;                                                 \
+                __m256 acc = b ? _mm256_loadu_ps(yr) : _mm256_setzero_ps();                      \
+                _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a)));   \
+            }                                                                                    \
+        }                                                                                        \
     }
+
+T2 static inline __m256i dot_avx2(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
+#define TV512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+TV512 static inline __m256i dot_vnni512(__m256i u, __m256i s)
+{
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+}
+#define TAVXV __attribute__((target("avx2,fma,f16c,avxvnni")))
+TAVXV static inline __m256i dot_avxvnni(__m256i u, __m256i s)
+{
+    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+}
+
+ROWS8_MULTI(avx2, T2, dot_avx2)
+ROWS8_MULTI(vnni512, TV512, dot_vnni512)
+ROWS8_MULTI(avxvnni, TAVXV, dot_avxvnni)
 #endif
 
 void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
@@ -221,13 +245,21 @@ void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes
 #ifdef PL_HAVE_X86
     /* Activation rows in chunks whose running sums (32 bytes a row) stay in
      * L1 while the chunk passes every block of 8 weight rows. */
+    pl_vnni_level lv = pl_qdot_vnni_level();
     if (pl_cpu_has_avx2())
         for (int r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
             int nr = n_rows - r0 < ROW_CHUNK ? n_rows - r0 : ROW_CHUNK;
-            for (o = o0; o + 8 <= o1; o += 8)
-                rows8_multi_avx2(t, w + (size_t)o * row_bytes, row_bytes,
-                                 x + (size_t)r0 * n_blk, n_blk, nr, y + (size_t)r0 * ldy + o,
-                                 ldy);
+            for (o = o0; o + 8 <= o1; o += 8) {
+                const uint8_t *wo = w + (size_t)o * row_bytes;
+                const pl_q8_act *xr = x + (size_t)r0 * n_blk;
+                float *yr = y + (size_t)r0 * ldy + o;
+                if (lv == PL_VNNI_AVX512)
+                    rows8_multi_vnni512(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+                else if (lv == PL_VNNI_AVX)
+                    rows8_multi_avxvnni(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+                else
+                    rows8_multi_avx2(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+            }
         }
 #endif
     for (int r = 0; r < n_rows; r++)
