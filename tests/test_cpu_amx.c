@@ -32,7 +32,9 @@ static const pl_ggml_type types[] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1, PL_GG
 
 static size_t bbytes(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+    size_t bb = 0;
+    cr_assert(pl_ggml_type_block(t, NULL, &bb));
+    return bb;
 }
 
 /* Random weights (n_out rows of n_blk blocks) with finite scales, some zero

@@ -16,6 +16,7 @@
 
 #include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/tile_emu.h"
+#include "backends/engine/model/gguf.h"
 #include "src/base/cpu_features.h"
 #include "src/base/half.h"
 #include "src/base/le.h"
@@ -38,7 +39,9 @@ bool pl_amx_supported(pl_ggml_type t)
 
 static size_t block_bytes(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+    size_t bb = 0;
+    pl_ggml_type_block(t, NULL, &bb);
+    return bb;
 }
 
 /* Weight rows [o, o + n_out) (n_out <= 32) of blocks [k0, k0 + nk), as two

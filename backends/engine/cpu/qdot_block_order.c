@@ -19,6 +19,7 @@
 #include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 
+#include "backends/engine/model/gguf.h"
 #include "src/base/cpu_features.h"
 
 #if defined(__x86_64__)
@@ -28,7 +29,9 @@
 
 static size_t block_bytes(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+    size_t bb = 0;
+    pl_ggml_type_block(t, NULL, &bb);
+    return bb;
 }
 
 #ifdef PL_HAVE_X86
@@ -113,12 +116,13 @@ T2 static inline __m256i row_offsets(size_t row_bytes)
                               _mm256_set1_epi32((int)row_bytes));
 }
 
-/* Block b of 8 rows from w into acc. */
-T2 static inline __m256 block8_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
-                                    __m256i idx, const pl_q8_act *a, int b, __m256 acc)
+/* Block b (bb bytes) of 8 rows from w into acc. */
+T2 static inline __m256 block8_avx2(pl_ggml_type t, size_t bb, const uint8_t *w,
+                                    size_t row_bytes, __m256i idx, const pl_q8_act *a, int b,
+                                    __m256 acc)
 {
     int q8 = t == PL_GGML_TYPE_Q8_0;
-    size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
+    size_t qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
     const uint8_t *blk0 = w + (size_t)b * bb;
     __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];
     for (int r = 0; r < 8; r++)
@@ -133,10 +137,11 @@ T2 static void rows8_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
 {
     __m256i idx = row_offsets(row_bytes);
     __m256 acc = _mm256_setzero_ps();
+    size_t bb = block_bytes(t);
     prefetch_span ps = prefetch_init(w, row_bytes, n_blk);
     for (int b = 0; b < n_blk; b++) {
         prefetch_step(&ps);
-        acc = block8_avx2(t, w, row_bytes, idx, a, b, acc);
+        acc = block8_avx2(t, bb, w, row_bytes, idx, a, b, acc);
     }
     _mm256_storeu_ps(y, acc);
 }
