@@ -4,8 +4,6 @@
 
 #include <string.h>
 
-#include "backends/engine/cpu/ops.h"
-
 static double per_(double total, uint64_t n)
 {
     return n ? total / (double)n : 0.0;
@@ -81,8 +79,7 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(kv, "share_deferrals", json_integer((json_int_t)s.deferrals));
         json_object_set_new(o, "kv", kv);
         if (!strcmp(e->ops.kind, "cpu"))
-            json_object_set_new(o, "cpu_kernels", json_string(e->runner->kernels[0] ? e->runner->kernels
-                                                                        : pl_op_kernel_path()));
+            json_object_set_new(o, "cpu_kernels", json_string(e->runner->kernels));
     }
     return o;
 }

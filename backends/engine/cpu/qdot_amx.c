@@ -14,7 +14,6 @@
  */
 #include "backends/engine/cpu/qdot_amx.h"
 
-#include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/tile_emu.h"
 #include "backends/engine/model/gguf.h"
 #include "src/base/cpu_features.h"
@@ -271,12 +270,9 @@ void pl_amx_qmatmul(pl_amx_mode mode, pl_ggml_type t, const void *w, size_t row_
     if (n16 > 0)
         pl_amx_qmatmul_tiles(mode, mode == PL_AMX_TILES, t, w, row_bytes, x, n_blk, n16, y,
                              ldy, o0, o1);
-    if (n_rows - n16 == 1)
-        pl_qdot_block_order_row1(t, w, row_bytes, x + (size_t)n16 * n_blk, n_blk,
-                                 y + (size_t)n16 * ldy, o0, o1);
-    else if (n_rows > n16)
-        pl_qdot_block_order_rows(t, w, row_bytes, x + (size_t)n16 * n_blk, n_blk, n_rows - n16,
-                                 y + (size_t)n16 * ldy, ldy, o0, o1);
+    if (n_rows > n16)            /* the default kernels: the same sums */
+        pl_op_qmatmul_rows(t, w, row_bytes, x + (size_t)n16 * n_blk, n_blk, n_rows - n16,
+                           y + (size_t)n16 * ldy, ldy, o0, o1);
 }
 
 /* The self-check's problem: 40 weight rows of 3 blocks (two 32-row groups,

@@ -8,8 +8,8 @@
  *  - from 16 rows, 16 at a time, the integer dots run on the tiles
  *    (TDPBSSD: 16 activation rows x 16 weight rows x one block), and an
  *    AVX-512 epilogue scales and adds them in block order;
- *  - fewer rows, and those past the last 16, take the block-order AVX2
- *    kernels (qdot_block_order.h).
+ *  - fewer rows, and those past the last 16, take the default kernels
+ *    (pl_op_qmatmul_rows), which sum the same way.
  * PL_AMX_EMULATED runs the same kernel on a C model of the tiles (with the
  * shape checks the CPU makes), so CPUs without AMX test it too.
  */
@@ -22,7 +22,7 @@
 #include "backends/engine/cpu/ops.h"
 
 typedef enum pl_amx_mode {
-    PL_AMX_OFF = 0,              /**< the block-order AVX2 kernels only */
+    PL_AMX_OFF = 0,              /**< the default kernels only */
     PL_AMX_TILES,                /**< the CPU's tiles (cpu_features amx_int8) */
     PL_AMX_EMULATED,             /**< the tile kernel on a C model of the tiles */
 } pl_amx_mode;
@@ -33,8 +33,8 @@ bool pl_amx_supported(pl_ggml_type t);
 /** y[r, o] for weight rows [o0, o1) (row stride row_bytes) and n_rows
  *  activation rows of n_blk blocks (y row stride ldy), each equal to
  *  pl_op_qdot_ref bit for bit. mode PL_AMX_TILES needs the CPU's AMX-INT8
- *  (pl_cpu_features()->amx_int8); PL_AMX_OFF takes the AVX2 block-order
- *  kernels (or the reference) for every row. t must be supported. */
+ *  (pl_cpu_features()->amx_int8); PL_AMX_OFF takes pl_op_qmatmul_rows for
+ *  every row. t must be supported. */
 void pl_amx_qmatmul(pl_amx_mode mode, pl_ggml_type t, const void *w, size_t row_bytes,
                     const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy, int o0,
                     int o1);
