@@ -127,13 +127,28 @@ static void attn_values_ref(const pl_attn_args *a, const float *p, size_t stride
     }
 }
 
+typedef void attn_scores_fn(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
+                            float *scores, size_t stride);
+typedef void attn_values_fn(const pl_attn_args *a, const float *p, size_t stride, int n_q,
+                            int n_ctx, int d0, int d1, float *out);
+
+/* The whole attention from its parts: the scores of every position, a
+ * softmax per query head, then every dim of the values (pl_op_attention
+ * and its reference, from their own parts). */
+static void attention_from(attn_scores_fn *scores, attn_values_fn *values,
+                           const pl_attn_args *a, const float *q, int n_q, int n_ctx,
+                           float *out, float *scratch)
+{
+    scores(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
+    for (int h = 0; h < n_q; h++)
+        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
+    values(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
+}
+
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch)
 {
-    attn_scores_ref(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
-    for (int h = 0; h < n_q; h++)
-        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
-    attn_values_ref(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
+    attention_from(attn_scores_ref, attn_values_ref, a, q, n_q, n_ctx, out, scratch);
 }
 
 void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n)
@@ -382,8 +397,5 @@ void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch)
 {
-    pl_op_attn_scores(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
-    for (int h = 0; h < n_q; h++)
-        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
-    pl_op_attn_values(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
+    attention_from(pl_op_attn_scores, pl_op_attn_values, a, q, n_q, n_ctx, out, scratch);
 }
