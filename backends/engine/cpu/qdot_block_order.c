@@ -43,22 +43,22 @@ static size_t block_bytes(pl_ggml_type t)
  * next 8-row group is one contiguous span: step it asks for in order, a
  * slice per block of this group. */
 typedef struct prefetch_span {
-    const char *p, *end;
-    size_t step;
-} prefetch_span;
+    uintptr_t p, end;            /* addresses as integers: the last group's */
+    size_t step;                 /* span lies past the matrix (prefetches of */
+} prefetch_span;                 /* it are harmless; pointers there are not) */
 
 static inline prefetch_span prefetch_init(const uint8_t *w, size_t row_bytes, int n_it)
 {
     size_t span = 8 * row_bytes, step = (span / (size_t)n_it + 64) & ~(size_t)63;
-    const char *p = (const char *)(w + span);
+    uintptr_t p = (uintptr_t)w + span;
     return (prefetch_span){p, p + span, step};
 }
 
 static inline void prefetch_step(prefetch_span *ps)
 {
-    const char *e = ps->p + ps->step < ps->end ? ps->p + ps->step : ps->end;
+    uintptr_t e = ps->p + ps->step < ps->end ? ps->p + ps->step : ps->end;
     for (; ps->p < e; ps->p += 64)
-        _mm_prefetch(ps->p, _MM_HINT_T0);
+        _mm_prefetch((const char *)ps->p, _MM_HINT_T0);
 }
 
 /* The 8 int32 partial sums of one block's quants qs against aq. */
