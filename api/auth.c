@@ -8,6 +8,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include <arpa/inet.h>
 #include <event2/http.h>
 
 typedef struct bucket {
@@ -24,7 +25,8 @@ struct pl_auth {
     key_state *keys;
     int n_keys;                  /* >= 1: index 0 stands for "no key" when none set */
     bool need_key;
-    char *origins;
+    char *origins, *hosts;
+    char *bound;                 /* the address listened on */
     int rpm, tpm;
 };
 
@@ -54,7 +56,8 @@ pl_auth *pl_auth_new(const pl_auth_opts *o)
         a->keys[i].req = (bucket){o->rpm, t};
         a->keys[i].tok = (bucket){o->tpm, t};
     }
-    if (!(a->origins = strdup(o->origins ? o->origins : "")))
+    if (!(a->origins = strdup(o->origins ? o->origins : "")) ||
+        !(a->hosts = strdup(o->hosts ? o->hosts : "")) || !(a->bound = strdup("")))
         goto fail;
     return a;
 fail:
@@ -70,6 +73,8 @@ void pl_auth_free(pl_auth *a)
         free(a->keys[i].key);
     free(a->keys);
     free(a->origins);
+    free(a->hosts);
+    free(a->bound);
     free(a);
 }
 
@@ -111,24 +116,112 @@ int pl_auth_check_key(const pl_auth *a, const char *authorization)
     return found;
 }
 
+/* Is s[0..n) in the comma-separated list? "*" matches anything; with
+ * domains, an entry ".d.example" matches d.example and its subdomains.
+ * Case matters for origins only. */
+static bool list_has(const char *list, const char *s, size_t n, bool domains)
+{
+    for (const char *p = list; *p;) {
+        const char *comma = strchr(p, ',');
+        size_t k = comma ? (size_t)(comma - p) : strlen(p);
+        while (k && *p == ' ')
+            p++, k--;
+        while (k && p[k - 1] == ' ')
+            k--;
+        if (k == 1 && *p == '*')
+            return true;
+        if (!domains && k == n && !strncmp(p, s, n))
+            return true;
+        if (domains && k == n && !strncasecmp(p, s, n))
+            return true;
+        if (domains && k > 1 && *p == '.' && (k - 1 == n || (n > k && s[n - k] == '.')) &&
+            !strncasecmp(p + 1, s + n - (k - 1), k - 1))
+            return true;
+        p = comma ? comma + 1 : p + k;
+    }
+    return false;
+}
+
 bool pl_auth_origin_allowed(const pl_auth *a, const char *origin, const char *host)
 {
-    size_t ol = strlen(origin);
     /* Same origin: the page came from this server. */
     if (host && !strncmp(origin, "http://", 7) && !strcmp(origin + 7, host))
         return true;
-    for (const char *p = a->origins; *p;) {
-        const char *comma = strchr(p, ',');
-        size_t n = comma ? (size_t)(comma - p) : strlen(p);
-        while (n && *p == ' ')
-            p++, n--;
-        while (n && p[n - 1] == ' ')
-            n--;
-        if ((n == 1 && *p == '*') || (n == ol && !strncmp(p, origin, n)))
-            return true;
-        p = comma ? comma + 1 : p + n;
+    return list_has(a->origins, origin, strlen(origin), false);
+}
+
+void pl_auth_set_bound(pl_auth *a, const char *bound_host)
+{
+    char *b = strdup(bound_host ? bound_host : "");
+    if (b) {
+        free(a->bound);
+        a->bound = b;
     }
-    return false;
+}
+
+/* The name part of a Host value ("name", "name:port", "[v6]:port") into
+ * out; false when malformed. */
+static bool host_name(const char *host, char *out, size_t n)
+{
+    const char *end;
+    if (*host == '[') {
+        end = strchr(host, ']');
+        if (!end || (end[1] && end[1] != ':'))
+            return false;
+        host++;
+    } else {
+        end = strchr(host, ':');
+        end = end ? end : host + strlen(host);
+    }
+    size_t k = (size_t)(end - host);
+    if (k == 0 || k >= n)
+        return false;
+    memcpy(out, host, k);
+    out[k] = '\0';
+    return true;
+}
+
+/* Parse an IP literal; *family is AF_INET or AF_INET6, 0 when not one. */
+static bool ip_is(const char *name, struct in6_addr *v6, struct in_addr *v4, int *family)
+{
+    *family = inet_pton(AF_INET, name, v4) == 1    ? AF_INET
+            : inet_pton(AF_INET6, name, v6) == 1 ? AF_INET6
+                                                 : 0;
+    return *family != 0;
+}
+
+/* An IP literal that is loopback, the bound address, or any address when
+ * the server listens on all of them. */
+static bool ip_allowed(const pl_auth *a, const char *name)
+{
+    struct in6_addr h6, b6;
+    struct in_addr h4, b4;
+    int hf, bf;
+    if (!ip_is(name, &h6, &h4, &hf))
+        return false;
+    if ((hf == AF_INET && (ntohl(h4.s_addr) >> 24) == 127) ||
+        (hf == AF_INET6 && IN6_IS_ADDR_LOOPBACK(&h6)))
+        return true;
+    if (!ip_is(a->bound, &b6, &b4, &bf))
+        return false;
+    if ((bf == AF_INET && b4.s_addr == INADDR_ANY) ||
+        (bf == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&b6)))
+        return true;
+    return hf == bf && (hf == AF_INET ? h4.s_addr == b4.s_addr : !memcmp(&h6, &b6, sizeof h6));
+}
+
+bool pl_auth_host_allowed(const pl_auth *a, const char *host)
+{
+    char name[256];
+    if (a->need_key || !host)
+        return true;
+    if (!host_name(host, name, sizeof name))
+        return false;
+    size_t n = strlen(name);
+    if (!strcasecmp(name, "localhost") ||
+        (n > 10 && !strcasecmp(name + n - 10, ".localhost")) || !strcasecmp(name, a->bound))
+        return true;
+    return ip_allowed(a, name) || list_has(a->hosts, name, n, true);
 }
 
 static void refill(bucket *b, int per_min, double t)

@@ -19,6 +19,8 @@ typedef struct pl_auth_opts {
     const char *const *keys;     /**< API keys (copied); none: no authentication */
     int n_keys;
     const char *origins;         /**< allowed browser origins, comma-separated ("*": any) */
+    const char *hosts;           /**< Host names allowed without keys, comma-separated
+                                      (".d.example": d.example and its subdomains; "*": any) */
     int rpm, tpm;                /**< per-key limits; 0: none */
 } pl_auth_opts;
 
@@ -32,6 +34,17 @@ bool pl_auth_needs_key(const pl_auth *a);
 int pl_auth_check_key(const pl_auth *a, const char *authorization);
 /** May a page from origin call us? host: the request's Host header. */
 bool pl_auth_origin_allowed(const pl_auth *a, const char *origin, const char *host);
+
+/** The address the server listens on (copied), for pl_auth_host_allowed. */
+void pl_auth_set_bound(pl_auth *a, const char *bound_host);
+/**
+ * DNS rebinding: without API keys, a page on another site could reach us
+ * through a name that resolves to our address, and read the replies as its
+ * own origin. So then a request's Host (host may be NULL: HTTP/1.0) must
+ * name localhost, a loopback address, the bound address (any IP address
+ * when bound to all), or one of the allowed hosts. With keys: always true.
+ */
+bool pl_auth_host_allowed(const pl_auth *a, const char *host);
 
 /**
  * Admit one request of key (from pl_auth_check_key) now. Adds OpenAI's

@@ -306,14 +306,16 @@ static bool frame_chunk_size(conn *c, struct evbuffer *in)
                        *end == ';' ? "chunk extensions are not supported" : "malformed chunk size");
         return false;
     }
-    c->body_total += sz;
-    if (c->body_total > c->t->o.max_upload_bytes) {
+    /* body_total never passes the limit, so this cannot overflow (a size
+     * near LLONG_MAX after a first chunk used to). */
+    if (sz > c->t->o.max_upload_bytes - c->body_total) {
         char m[160];
         snprintf(m, sizeof m, "request body exceeds the limit of %ld bytes",
                  c->t->o.max_upload_bytes);
         reject_in_body(c, 413, "request_too_large", m);
         return false;
     }
+    c->body_total += sz;
     move(c, in, (size_t)lf + 1);
     c->scanned = 0;
     c->remaining = sz;

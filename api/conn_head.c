@@ -140,6 +140,10 @@ int pl_head_header_line(const char *l, size_t n, pl_head_info *hi, bool trailer)
             return fail(hi, 501, "not_implemented",
                         "Transfer-Encoding other than a single 'chunked' is not supported");
         hi->chunked = true;
+    } else if (name_is(l, nl, "host")) {
+        if (hi->has_host)
+            return fail(hi, 400, "bad_request", "more than one Host header");
+        hi->has_host = true;
     } else if (name_is(l, nl, "expect")) {
         if (vl != 12 || strncasecmp(v, "100-continue", 12))
             return fail(hi, 417, "expectation_failed", "only 'Expect: 100-continue' is supported");
@@ -172,6 +176,8 @@ int pl_head_parse(const char *h, size_t n, long max_upload, pl_head_info *hi)
     if (hi->chunked && hi->has_length)
         return fail(hi, 400, "bad_request",
                     "Content-Length together with Transfer-Encoding is not accepted");
+    if (!hi->http10 && !hi->has_host)
+        return fail(hi, 400, "bad_request", "an HTTP/1.1 request needs a Host header (RFC 9112)");
     if (hi->chunked && hi->http10)
         return fail(hi, 400, "bad_request", "Transfer-Encoding needs HTTP/1.1");
     if (hi->is_head && (hi->chunked || hi->length > 0))

@@ -7,7 +7,7 @@
 
 /** What a request head says, or why it is refused. */
 typedef struct pl_head_info {
-    bool http10, is_head, chunked, has_length;
+    bool http10, is_head, chunked, has_length, has_host;
     long long length;            /**< Content-Length when has_length */
     int status;                  /**< refusal: HTTP status (0: accepted) */
     const char *code;            /**< refusal: OpenAI error code */

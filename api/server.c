@@ -175,6 +175,21 @@ static bool check_origin(pl_server *s, struct evhttp_request *req)
     return true;
 }
 
+/* Without API keys, a request must name us in its Host (auth.h: DNS
+ * rebinding); /health tells nothing and load balancers probe it by any
+ * name. Returns true when the request was answered. */
+static bool check_host(pl_server *s, struct evhttp_request *req, const char *path)
+{
+    const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
+    if (!strcmp(path, "/health") || pl_auth_host_allowed(s->auth, host))
+        return false;
+    pl_reply_errorf(req, 403, "invalid_request_error", NULL, "host_not_allowed",
+                    "Host '%.200s' is not allowed: without an API key parley answers only "
+                    "requests for localhost or the address it listens on (see --allowed-hosts, "
+                    "--api-key)", host);
+    return true;
+}
+
 /* API key and rate limit; everything but /health and the dashboard page
  * (static HTML that holds no data: it asks for the key and sends it with
  * each GET /status). */
@@ -265,7 +280,7 @@ static void server_dispatch(struct evhttp_request *req, void *arg)
         free(path);
         return;
     }
-    if (!check_origin(s, req) && !check_key(s, req, path))
+    if (!check_host(s, req, path) && !check_origin(s, req) && !check_key(s, req, path))
         route(s, req, path);     /* the content type is checked once a route takes it */
     free(path);
 }
@@ -335,7 +350,8 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
     fill_defaults(&s->o);
     s->o.api_keys = NULL;        /* borrowed only for the call */
     pl_auth_opts ao = {.keys = o->api_keys, .n_keys = o->n_api_keys,
-                         .origins = o->allowed_origins, .rpm = o->rate_limit_rpm,
+                         .origins = o->allowed_origins, .hosts = o->allowed_hosts,
+                         .rpm = o->rate_limit_rpm,
                          .tpm = o->rate_limit_tpm};
     s->auth = pl_auth_new(&ao);
     s->http = evhttp_new(base);
@@ -349,6 +365,7 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
     if (!s->auth || !s->http || !(s->conns = pl_conns_new(s->http, base, &co)))
         goto fail;
     s->o.allowed_origins = NULL;
+    s->o.allowed_hosts = NULL;
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST |
                                             EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
                                             EVHTTP_REQ_PUT | EVHTTP_REQ_OPTIONS |
@@ -476,6 +493,7 @@ int pl_server_listen(pl_server *s, const char *host, int *port_io)
     if (!sock)
         return -1;
     s->sock = sock;
+    pl_auth_set_bound(s->auth, host);
     evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
     /* Accepted sockets inherit TCP_NODELAY on Linux. Without it a stream's
      * small SSE writes wait for the client's delayed ACK (~40 ms each time

@@ -62,6 +62,8 @@ typedef struct pl_server_opts {
     const char *const *api_keys; /**< borrowed during pl_server_new; none: no auth */
     int n_api_keys;
     const char *allowed_origins; /**< comma-separated; NULL: none */
+    const char *allowed_hosts;   /**< Host names allowed without API keys, besides
+                                      localhost and the bound address (auth.h) */
     int rate_limit_rpm, rate_limit_tpm;  /**< per key; 0: none */
 } pl_server_opts;
 

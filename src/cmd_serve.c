@@ -212,6 +212,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
                          .api_keys = (const char *const *)keys.v,
                          .n_api_keys = keys.n,
                          .allowed_origins = o->allowed_origins,
+                         .allowed_hosts = o->allowed_hosts,
                          .rate_limit_rpm = o->rate_limit_rpm,
                          .rate_limit_tpm = o->rate_limit_tpm};
     pl_server *srv = pl_server_new(base, &so);

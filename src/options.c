@@ -111,6 +111,10 @@ const pl_option pl_options[] = {
         "file of API keys, one per line ('#' starts a comment)"),
     OPT("allowed-origins", PL_OPT_STRING, 0, 0, "", NULL, NULL, allowed_origins, S,
         "browser origins allowed to call (comma-separated, '*' for any; others get 403)"),
+    OPT("allowed-hosts", PL_OPT_STRING, 0, 0, "", NULL, NULL, allowed_hosts, S,
+        "without --api-key: Host names requests may use besides localhost and the address "
+        "listened on (comma-separated, '.example.com' for a domain and its subdomains, '*' "
+        "for any; others get 403, which stops DNS rebinding)"),
     OPT("rate-limit-rpm", PL_OPT_INT, 0, 100000000, "0", NULL, NULL, rate_limit_rpm, S,
         "requests per minute per API key (0 = no limit; 429 above)"),
     OPT("rate-limit-tpm", PL_OPT_INT, 0, 2000000000, "0", NULL, NULL, rate_limit_tpm, S,

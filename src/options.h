@@ -68,6 +68,7 @@ typedef struct pl_opts {
     char *api_key;               /**< keys, '\n'-separated (repeatable option) */
     char *api_key_file;          /**< one key per line */
     char *allowed_origins;       /**< comma-separated */
+    char *allowed_hosts;         /**< comma-separated; checked without API keys */
     int rate_limit_rpm, rate_limit_tpm;
     long max_header_bytes;
     int idle_timeout, header_timeout, body_timeout;

@@ -53,7 +53,7 @@ static int raw_post(const char *path, const char *body, int rcvbuf)
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     char req[4096];
     int n = snprintf(req, sizeof req,
-                     "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "POST %s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s", path, strlen(body), body);
     cr_assert_eq(write(fd, req, (size_t)n), n);
     return fd;

@@ -362,7 +362,7 @@ Test(engine_http, client_disconnect_aborts_and_frees_blocks)
                        "\"ignore_eos\":true,\"messages\":[{\"role\":\"user\","
                        "\"content\":\"Count to a thousand.\"}]}";
     char req[1024], buf[8192] = "";
-    int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
     cr_assert_eq(write(fd, req, (size_t)n), n);

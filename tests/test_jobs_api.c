@@ -371,7 +371,7 @@ Test(jobs_api, events_client_disconnect, .init = start_slow, .fini = stop, .time
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
     cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
     char req[512], buf[16384] = "";
-    int n = snprintf(req, sizeof req, "GET /v1/jobs/%s/events?tokens=1 HTTP/1.1\r\nHost: x\r\n\r\n",
+    int n = snprintf(req, sizeof req, "GET /v1/jobs/%s/events?tokens=1 HTTP/1.1\r\nHost: localhost\r\n\r\n",
                      id);
     cr_assert_eq(write(fd, req, (size_t)n), n);
     size_t len = 0;

@@ -167,7 +167,7 @@ Test(gateway, client_disconnect_aborts_the_upstream_request)
     const char *body = "{\"model\":\"mock\",\"messages\":[{\"role\":\"user\",\"content\":"
                        "\"go\"}],\"max_tokens\":1000,\"stream\":true}";
     char req[512];
-    int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    int n = snprintf(req, sizeof req, "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
                      "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
                      strlen(body), body);
     cr_assert_eq(write(fd, req, (size_t)n), n);

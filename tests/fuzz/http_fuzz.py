@@ -17,15 +17,15 @@ import sys
 import time
 
 VALID = [
-    b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"HEAD /status HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"DELETE /v1/jobs/job-x HTTP/1.1\r\nHost: x\r\n\r\n",
-    b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://e.example\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"HEAD /status HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"DELETE /v1/jobs/job-x HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nOrigin: http://e.example\r\n\r\n",
 ]
 BODY = json.dumps({"model": "mock", "max_tokens": 3,
                    "messages": [{"role": "user", "content": "hi"}]}).encode()
-POST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+POST = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
 VALID.append(POST)
 JUNK = [b"\x00", b"\r", b"\n", b"\r\n", b" ", b"\t", b":", b"%00", b"%", b"\xff", b"\x7f",
@@ -78,7 +78,7 @@ def mutate(rng, data):
             size = b"%x" % n if rng.random() > 0.1 else rng.choice([b"zz", b"-1", b"", b"1;x=y"])
             parts.append(size + b"\r\n" + body[i:i + n] + rng.choice([b"\r\n", b"\r\n", b"\n", b""]))
             i += n
-        d = bytearray(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        d = bytearray(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                       b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n" +
                       b"".join(parts) + rng.choice([b"0\r\n\r\n", b"0\r\n", b""]))
     return kind, bytes(d)
@@ -113,7 +113,7 @@ def exchange(port, data, rng):
 def health(port):
     c = socket.create_connection(("127.0.0.1", port))
     c.settimeout(10)
-    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     out = b""
     while True:
         b = c.recv(4096)

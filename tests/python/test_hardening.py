@@ -215,8 +215,8 @@ def test_origins_and_preflight(make_server):
 
 def test_head_has_no_body_and_pipelines(make_server):
     s = make_server()
-    out = raw(s, b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n"
-                 b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    out = raw(s, b"HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                 b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
     head, rest = out.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 200")
     assert b"Content-Length: 16" in head
@@ -235,9 +235,9 @@ def test_head_has_no_body_and_pipelines(make_server):
 ])
 def test_ambiguous_framing_is_400(make_server, hdrs):
     s = make_server()
-    out = raw(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+    out = raw(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
                  b"Content-Type: application/json\r\n" + hdrs +
-                 b"\r\n{}\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                 b"\r\n{}\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
     rs = parse_responses(out)
     assert len(rs) == 1, out          # nothing smuggled behind it
     st, h, b = rs[0]
@@ -249,13 +249,13 @@ def test_header_limits_431(make_server):
     s = make_server("--max-header-bytes", "4096")
     for extra in [b"X-Big: " + b"a" * 5000 + b"\r\n",
                   b"".join(b"X-%d: 1\r\n" % i for i in range(1000))]:
-        out = raw(s, b"GET /health HTTP/1.1\r\nHost: x\r\n" + extra + b"\r\n")
+        out = raw(s, b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + extra + b"\r\n")
         st, _, b = parse_responses(out)[0]
         assert_openai_error(st, b, 431)
     st, _, _ = request(s, "GET", "/health", None, {"X-Ok": "a" * 3000})
     assert st == 200
     s2 = make_server()                 # default 64 KiB
-    out = raw(s2, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
+    out = raw(s2, b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n")
     assert parse_responses(out)[0][0] == 431
     # a 10 MB header line is refused early, not buffered
     c = socket.create_connection((s2.host, s2.port))
@@ -276,25 +276,25 @@ def test_header_limits_431(make_server):
 
 
 @pytest.mark.parametrize("req,status", [
-    (b"FOO / HTTP/1.1\r\nHost: x\r\n\r\n", 405),
-    (b"TRACE /health HTTP/1.1\r\nHost: x\r\n\r\n", 405),
-    (b"CONNECT example.com:443 HTTP/1.1\r\nHost: x\r\n\r\n", 405),
-    (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n", 400),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\n continued\r\n\r\n", 400),
-    (b"GET /he alth HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nExpect: 200-ok\r\n\r\n", 417),
-    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999\r\n\r\n", 413),
-    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
-    (b"QUERY /health HTTP/1.1\r\nHost: x\r\n\r\n", 405),
-    (b"HEAD /health HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 400),
-    (b"GET /health%00.json HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-    (b"GET /%ff%fe HTTP/1.1\r\nHost: x\r\n\r\n", 404),
-    (b"GET /health HTTP/1.1\r\nHost: x\r\nOrigin: http://e\xb4x\r\n\r\n", 403),
-    (b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: a\xfd/json\r\n"
+    (b"FOO / HTTP/1.1\r\nHost: localhost\r\n\r\n", 405),
+    (b"TRACE /health HTTP/1.1\r\nHost: localhost\r\n\r\n", 405),
+    (b"CONNECT example.com:443 HTTP/1.1\r\nHost: localhost\r\n\r\n", 405),
+    (b"GET / HTTP/2.0\r\nHost: localhost\r\n\r\n", 505),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header: 1\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\n continued\r\n\r\n", 400),
+    (b"GET /he alth HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\nExpect: 200-ok\r\n\r\n", 417),
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Length: 99999999999\r\n\r\n", 413),
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+    (b"QUERY /health HTTP/1.1\r\nHost: localhost\r\n\r\n", 405),
+    (b"HEAD /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\n\r\nabc", 400),
+    (b"GET /health%00.json HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+    (b"GET /%ff%fe HTTP/1.1\r\nHost: localhost\r\n\r\n", 404),
+    (b"GET /health HTTP/1.1\r\nHost: localhost\r\nOrigin: http://e\xb4x\r\n\r\n", 403),
+    (b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: a\xfd/json\r\n"
      b"Content-Length: 2\r\n\r\n{}", 415),
-    (b"GET /v1/models/mock%00x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
-    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    (b"GET /v1/models/mock%00x HTTP/1.1\r\nHost: localhost\r\n\r\n", 400),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
      b"Transfer-Encoding: chunked\r\n\r\nZZ\r\n", 400),
 ])
 def test_errors_are_json(make_server, req, status):
@@ -310,9 +310,9 @@ def test_chunked_request_body_is_framed(make_server):
     body = json.dumps(CHAT).encode()
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7])
                       for i in range(0, len(body), 7))
-    out = raw(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    out = raw(s, b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
                  b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks +
-                 b"0\r\nX-Trailer: 1\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n"
+                 b"0\r\nX-Trailer: 1\r\n\r\nGET /health HTTP/1.1\r\nHost: localhost\r\n"
                  b"Connection: close\r\n\r\n")
     rs = parse_responses(out)
     assert [r[0] for r in rs] == [200, 200]
@@ -358,7 +358,7 @@ def test_idle_header_body_timeouts(make_server):
     assert time.time() - t0 < 5
     assert got.startswith(b"HTTP/1.1 408"), got
     # a body that never completes
-    out = raw(s, b"POST /v1/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    out = raw(s, b"POST /v1/jobs HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                  b"Content-Length: 100\r\n\r\n{\"a\"", wait=6)
     st, _, b = parse_responses(out)[0]
     assert_openai_error(st, b, 408)
@@ -372,7 +372,7 @@ def test_max_connections_503(make_server):
     a = socket.create_connection((s.host, s.port))
     b = socket.create_connection((s.host, s.port))
     time.sleep(0.3)
-    st, _, body = parse_responses(raw(s, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))[0]
+    st, _, body = parse_responses(raw(s, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"))[0]
     assert_openai_error(st, body, 503)
     a.close()
     b.close()
@@ -387,7 +387,7 @@ def open_stalled_stream(s, max_tokens):
     c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     c.connect((s.host, s.port))
     body = json.dumps(dict(CHAT, max_tokens=max_tokens, stream=True)).encode()
-    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
               b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
     return c
 
@@ -448,7 +448,7 @@ def test_accepted_sockets_have_tcp_nodelay(make_server):
     accepted socket has TCP_NODELAY (the SDK timings are in the note)."""
     s = make_server()
     c = socket.create_connection((s.host, s.port))
-    c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert c.recv(4096).startswith(b"HTTP/1.1 200")
     srv = server_socket_for(s.proc.pid, c)
     if srv is None:
