@@ -58,7 +58,8 @@ typedef struct pl_server_opts {
     int header_timeout_s;        /**< a request head must arrive within (default 20) */
     int body_timeout_s;          /**< a request body must arrive within (default 60) */
     int max_connections;         /**< 503 past it (default 1000) */
-    int stream_stall_timeout_s;  /**< a stream paused this long is aborted (default 60) */
+    int stream_stall_timeout_s;  /**< a stream whose client reads nothing this long is
+                                      aborted (sse.h; default 60) */
     const char *const *api_keys; /**< borrowed during pl_server_new; none: no auth */
     int n_api_keys;
     const char *allowed_origins; /**< comma-separated; NULL: none */

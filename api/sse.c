@@ -1,11 +1,18 @@
-/* sse.c - the SSE writer: chunked replies, backpressure, close watching. */
+/* sse.c - the SSE writer: chunked replies, backpressure, stall detection,
+ * close watching. */
 #include "api/sse.h"
 
 #include "api/access_log.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <linux/sockios.h>
+#include <linux/tcp.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 
 #include <event2/bufferevent.h>
@@ -13,6 +20,7 @@
 #include <event2/http.h>
 
 #include "api/conn.h"
+#include "src/base/log.h"
 
 struct pl_sse {
     struct evhttp_request *req;
@@ -23,7 +31,18 @@ struct pl_sse {
     pl_sse_cbs cbs;
     pl_server *srv;
     struct event *stall;         /* armed while paused */
+    /* The reader's progress, from the kernel: while bytes are outstanding
+     * (ours or the socket's), check every STALL_CHECK_MS that the peer
+     * acknowledges some; none for the stall timeout means it stopped
+     * reading, however slowly tokens come. */
+    struct event *check;
+    evutil_socket_t fd;
+    uint64_t acked;              /* tcpi_bytes_acked at the last progress */
+    double since;                /* monotonic s: last progress (or arming) */
+    bool measured;               /* acked holds a reading for this episode */
 };
+
+#define STALL_CHECK_MS 250
 
 struct pl_close_watch {
     struct evhttp_request *req;  /* the access log's key; the guard finds the connection by it */
@@ -129,6 +148,7 @@ static void sse_closed(void *arg)
 {
     pl_sse *s = arg;
     evtimer_del(s->stall);
+    evtimer_del(s->check);
     s->req = NULL;
     s->watch = NULL;
     s->cbs.on_close(s->cbs.ud);
@@ -155,16 +175,76 @@ static void sse_drained(struct evhttp_connection *conn, void *arg)
     }
 }
 
-/* Paused for the whole stall timeout: the client is not reading. Close
- * the connection; the close watch tells the owner, which aborts its work
- * and so frees its slot. */
+/* The client is not reading: close the connection; the close watch tells
+ * the owner, which aborts its work and so frees its slot. */
+static void sse_abort_stalled(pl_sse *s, const char *why)
+{
+    pl_server_count_stall(s->srv);
+    pl_info("stream aborted: %s for %d s", why,
+            pl_server_get_opts(s->srv)->stream_stall_timeout_s);
+    evhttp_connection_free(evhttp_request_get_connection(s->req));
+}
+
+/* Paused for the whole stall timeout (our buffer never drained). */
 static void sse_stalled(evutil_socket_t fd, short what, void *arg)
 {
     pl_sse *s = arg;
     if (!s->req || !s->paused)
         return;
-    pl_server_count_stall(s->srv);
-    evhttp_connection_free(evhttp_request_get_connection(s->req));
+    sse_abort_stalled(s, "the client read nothing while delivery was paused");
+}
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Bytes the peer has acknowledged so far, and bytes the socket holds that
+ * it has not (sent or not). False where the socket is no TCP socket. */
+static bool tcp_progress(evutil_socket_t fd, uint64_t *acked, size_t *unacked)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    int q = 0;
+    if (fd < 0 || getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0 ||
+        len < offsetof(struct tcp_info, tcpi_bytes_acked) + sizeof ti.tcpi_bytes_acked ||
+        ioctl(fd, SIOCOUTQ, &q) < 0)
+        return false;
+    *acked = ti.tcpi_bytes_acked;
+    *unacked = q > 0 ? (size_t)q : 0;
+    return true;
+}
+
+static void sse_check_arm(pl_sse *s)
+{
+    static const struct timeval tv = {0, STALL_CHECK_MS * 1000};
+    evtimer_add(s->check, &tv);
+}
+
+static void sse_check(evutil_socket_t unused, short what, void *arg)
+{
+    pl_sse *s = arg;
+    uint64_t acked;
+    size_t unacked;
+    if (!s->req || !tcp_progress(s->fd, &acked, &unacked))
+        return;
+    if (unacked + pl_sse_pending(s) == 0) {
+        s->measured = false;     /* all delivered: stop until the next write */
+        return;
+    }
+    double now = mono_s();
+    if (!s->measured || acked != s->acked) {
+        if (s->measured)
+            s->since = now;
+        s->acked = acked;
+        s->measured = true;
+    } else if (now - s->since >= pl_server_get_opts(s->srv)->stream_stall_timeout_s) {
+        sse_abort_stalled(s, "the client acknowledged nothing sent to it");
+        return;
+    }
+    sse_check_arm(s);
 }
 
 pl_sse *pl_sse_start(pl_server *srv, struct evhttp_request *req, long cap, pl_sse_cbs cbs)
@@ -178,12 +258,15 @@ pl_sse *pl_sse_start(pl_server *srv, struct evhttp_request *req, long cap, pl_ss
     s->srv = srv;
     s->buf = evbuffer_new();
     s->stall = evtimer_new(pl_server_base(srv), sse_stalled, s);
-    if (!s->buf || !s->stall)
+    s->check = evtimer_new(pl_server_base(srv), sse_check, s);
+    if (!s->buf || !s->stall || !s->check)
         goto fail;
     /* Without the watch a client close would leave s->req dangling. */
     s->watch = pl_watch_close(req, sse_closed, s);
     if (!s->watch)
         goto fail;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(evhttp_request_get_connection(req));
+    s->fd = bev ? bufferevent_getfd(bev) : -1;
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", "text/event-stream");
     evhttp_add_header(h, "Cache-Control", "no-cache");
@@ -195,6 +278,8 @@ fail:
         evbuffer_free(s->buf);
     if (s && s->stall)
         event_free(s->stall);
+    if (s && s->check)
+        event_free(s->check);
     free(s);
     return NULL;
 }
@@ -211,6 +296,10 @@ void pl_sse_flush(pl_sse *s)
         return;
     }
     evhttp_send_reply_chunk_with_cb(s->req, s->buf, sse_drained, s);
+    if (!evtimer_pending(s->check, NULL)) {
+        s->since = mono_s();
+        sse_check_arm(s);
+    }
     if (!s->paused && (long)pl_sse_pending(s) > s->cap) {
         s->paused = true;
         struct timeval tv = {pl_server_get_opts(s->srv)->stream_stall_timeout_s, 0};
@@ -236,6 +325,7 @@ void pl_sse_end(pl_sse *s)
         evhttp_send_reply_end(s->req);
     }
     event_free(s->stall);
+    event_free(s->check);
     evbuffer_free(s->buf);
     free(s);
 }
@@ -243,6 +333,7 @@ void pl_sse_end(pl_sse *s)
 void pl_sse_free_closed(pl_sse *s)
 {
     event_free(s->stall);
+    event_free(s->check);
     evbuffer_free(s->buf);
     free(s);
 }

@@ -37,8 +37,10 @@ pl_close_watch *pl_watch_close(struct evhttp_request *req, void (*fn)(void *), v
 void pl_unwatch_close(struct evhttp_request *req, pl_close_watch *w);
 
 /** Send the 200 headers (text/event-stream) and start the chunked reply.
- *  cap: the most bytes left pending before on_pause(true). A stream paused
- *  for srv's stream_stall_timeout_s is closed (on_close runs) and counted.
+ *  cap: the most bytes left pending before on_pause(true). A stream whose
+ *  client reads nothing for srv's stream_stall_timeout_s (the kernel sees
+ *  none of the bytes sent to it acknowledged, or delivery stays paused) is
+ *  closed (on_close runs) and counted.
  *  Returns NULL on out-of-memory, with nothing sent: the caller still owns
  *  the reply. */
 pl_sse *pl_sse_start(pl_server *srv, struct evhttp_request *req, long cap, pl_sse_cbs cbs);

@@ -130,8 +130,8 @@ const pl_option pl_options[] = {
     OPT("max-connections", PL_OPT_INT, 1, 1000000, "1000", NULL, NULL, max_connections, S,
         "open connections served at once (503 beyond)"),
     OPT("stream-stall-timeout", PL_OPT_INT, 1, 86400, "60", NULL, NULL, stream_stall_timeout,
-        S, "seconds a stream may stay paused by a client that does not read before it is "
-        "aborted"),
+        S, "seconds a stream's client may go without reading (acknowledging nothing sent "
+        "to it, or leaving delivery paused) before the stream is aborted"),
     OPT("job-retention", PL_OPT_INT, 0, 31536000, "3600", NULL, NULL, job_retention, S,
         "seconds a finished job stays listed (its files stay on disk)"),
     OPT("max-job-questions", PL_OPT_INT, 1, 100000000, "100000", NULL, NULL,

@@ -138,6 +138,35 @@ def json_error(data):
     return int(lines[0].split()[1]), hdrs.get("content-type"), json.loads(body[:n])["error"]
 
 
+# ---- item 3: a reader that stops reading ----
+
+def test_a_reader_that_stops_reading_is_aborted_within_the_timeout(make_server):
+    # 500 tokens/s into a client that never reads: its small receive buffer
+    # fills at once, and no byte is acknowledged after that. The kernel's
+    # send buffer (megabytes) would take the stream ~45 s to fill before
+    # parley's own buffer passed its cap and its pause timer started.
+    s = make_server("--backend", "mock", "--mock-capacity", "1", "--mock-token-delay-ms", "2",
+                    "--stream-stall-timeout", "2", "--max-model-len", "1000000")
+    c = socket.socket()
+    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    c.connect((s.host, s.port))
+    body = json.dumps(dict(CHAT, max_tokens=900000, stream=True)).encode()
+    c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: "
+              b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    line = s.wait_for(r" access POST /v1/chat/completions 499 ", timeout=90)
+    assert line, s.text()[-2000:]
+    ms = float(re.search(r" 499 ([0-9.]+)ms", line).group(1))
+    assert ms <= 3000, "aborted %.0f ms after the request, past the 2 s timeout + 1 s" % ms
+    assert s.wait_for(r"stream aborted: the client acknowledged nothing", timeout=5)
+    st, _, b = request(s, "POST", "/v1/chat/completions", CHAT, timeout=30)
+    assert st == 200, b                      # the only slot is free again
+    st, _, b = request(s, "GET", "/status")
+    status = json.loads(b)
+    assert status["http"]["streams_stalled_aborted"] == 1
+    assert status["models"]["mock"]["in_flight"] == 0
+    c.close()
+
+
 # ---- item 8: DNS rebinding ----
 
 def test_keyless_server_answers_only_its_own_host_names(make_server):
