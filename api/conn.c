@@ -578,6 +578,14 @@ static conn *find_conn(pl_conns *t, struct evhttp_request *req)
     return NULL;
 }
 
+bool pl_conns_output_pending(const pl_conns *t)
+{
+    for (const conn *c = t->list; c; c = c->next)
+        if (c->evcon && evbuffer_get_length(bufferevent_get_output(c->bev)))
+            return true;
+    return false;
+}
+
 bool pl_conn_take_reject(pl_conns *t, struct evhttp_request *req, int *status,
                          const char **code, char *msg, size_t msglen)
 {

@@ -47,6 +47,8 @@ pl_conns *pl_conns_new(struct evhttp *http, struct event_base *base,
 /** Free the table; call after evhttp_free (which closes every connection). */
 void pl_conns_free(pl_conns *t);
 pl_conns_stats pl_conns_get_stats(const pl_conns *t);
+/** Does any connection hold reply bytes not yet written to its socket? */
+bool pl_conns_output_pending(const pl_conns *t);
 
 /** The path of the synthetic request that carries a refusal. */
 #define PL_CONN_REJECT_PATH "/.parley-rejected-request"

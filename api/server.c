@@ -533,6 +533,11 @@ int pl_server_n_calls(const pl_server *s)
     return s->n_calls;
 }
 
+bool pl_server_output_pending(const pl_server *s)
+{
+    return pl_conns_output_pending(s->conns);
+}
+
 struct event_base *pl_server_base(pl_server *s)
 {
     return s->base;

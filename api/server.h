@@ -102,6 +102,9 @@ void pl_server_stop_accepting(pl_server *s);
 void pl_server_call_begin(pl_server *s);
 void pl_server_call_end(pl_server *s);
 int pl_server_n_calls(const pl_server *s);
+/** Are replies still being written out? A shutdown waits for this too:
+ *  a reply is complete for its request before the loop has written it. */
+bool pl_server_output_pending(const pl_server *s);
 
 
 struct event_base *pl_server_base(pl_server *s);

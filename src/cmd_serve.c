@@ -38,7 +38,9 @@ static void on_drain_tick(evutil_socket_t fd, short what, void *arg)
     shutdown_ctx *d = arg;
     int n = pl_server_n_calls(d->srv);
     d->waited_ms += 20;
-    if (n > 0 && d->waited_ms < d->timeout_s * 1000)
+    /* Requests that have ended may still have reply bytes in the loop's
+     * buffers: leaving now would cut them off (a client got nothing). */
+    if ((n > 0 || pl_server_output_pending(d->srv)) && d->waited_ms < d->timeout_s * 1000)
         return;
     if (n > 0)
         pl_warn("shutdown: %d requests still running after %d s: closing them", n,

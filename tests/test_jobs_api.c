@@ -472,8 +472,10 @@ static void sigterm_and_wait(void)
 }
 
 /* SIGTERM while a chat completion and a stream are running: both clients
- * get whole replies (the server stops accepting, lets them finish, then
- * exits 0). */
+ * get whole replies (the server stops accepting, lets them finish, writes
+ * their replies out, then exits 0). Both end on the same mock tick; the
+ * server used to leave as soon as they had ended, before the loop wrote
+ * the last reply, so about one run in three a client got nothing. */
 Test(jobs_api, sigterm_with_requests_in_flight, .init = start_random_slow, .fini = stop,
      .timeout = 120)
 {
@@ -488,20 +490,22 @@ Test(jobs_api, sigterm_with_requests_in_flight, .init = start_random_slow, .fini
     snprintf(body, sizeof body, "{\"model\":\"smol\",\"max_tokens\":200,\"stream\":true,\"messages\":[{\"role\":"
              "\"user\",\"content\":\"%s\"}]}", words);
     pid_t c2 = post_in_child("/v1/chat/completions", body, out2);
-    /* Both requests and a conversation are running (the mock's count). */
+    /* SIGTERM only once the mock runs both requests (its in_flight). */
     long st;
-    for (int i = 0; i < 2000; i++) {
+    json_int_t active = 0;
+    for (int i = 0; i < 3000 && active < 2; i++) {
         json_t *s = http_json("GET", "/status", NULL, &st);
-        json_int_t active = json_integer_value(json_object_get(
+        active = json_integer_value(json_object_get(
             json_object_get(json_object_get(s, "models"), "smol"), "in_flight"));
         json_decref(s);
-        if (active >= 2)
-            break;
-        usleep(10000);
+        if (active < 2)
+            usleep(10000);
     }
+    cr_assert_eq(active, 2, "both requests were admitted before SIGTERM");
     sigterm_and_wait();
     char *b;
-    cr_expect_eq(read_child(c1, out1, &b), 200);
+    long st1 = read_child(c1, out1, &b);
+    cr_expect_eq(st1, 200, "the plain request got HTTP %ld (-1: no reply at all)", st1);
     json_t *j = json_loads(b, 0, NULL);
     cr_assert_not_null(j, "a whole JSON reply: %s", b);
     json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
