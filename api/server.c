@@ -3,6 +3,7 @@
  * content type), routing, 404/405. */
 #include "api/server.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,7 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
 
 #include "api/access_log.h"
 #include "api/metrics.h"
@@ -56,7 +58,24 @@ struct pl_server {
     uint64_t stalled_streams;
     struct evhttp_bound_socket *sock; /* the listening socket */
     int n_calls;                 /* generation requests not yet ended */
+    struct event *accept_resume; /* accepting paused for want of descriptors */
+    uint64_t accept_pauses;      /* since the last warning about them */
+    time_t accept_warned;
+    pl_server *next_listening;
 };
+
+/* Servers listening now: a listener's error callback gets evhttp's
+ * argument, not ours, so it finds its server here. */
+static pl_server *listening;
+
+static void listening_remove(pl_server *s)
+{
+    for (pl_server **pp = &listening; *pp; pp = &(*pp)->next_listening)
+        if (*pp == s) {
+            *pp = s->next_listening;
+            return;
+        }
+}
 
 static unsigned method_bit(enum evhttp_cmd_type t)
 {
@@ -322,6 +341,40 @@ static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
     }
 }
 
+static void accept_resume(evutil_socket_t fd, short what, void *arg)
+{
+    pl_server *s = arg;
+    if (s->sock)
+        evconnlistener_enable(evhttp_bound_socket_get_listener(s->sock));
+}
+
+/* accept() failed for want of descriptors or memory: the connection stays
+ * queued and the socket readable, so libevent would retry at once, forever,
+ * logging each failure. Pause accepting briefly instead (the queue waits in
+ * the kernel), and warn at most once a minute. */
+static void accept_error(struct evconnlistener *lev, void *unused)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    pl_server *s = listening;
+    while (s && (!s->sock || evhttp_bound_socket_get_listener(s->sock) != lev))
+        s = s->next_listening;
+    if (!s)
+        return;
+    static const struct timeval pause = {0, 100000};
+    evconnlistener_disable(lev);
+    evtimer_add(s->accept_resume, &pause);
+    s->accept_pauses++;
+    time_t now = time(NULL);
+    if (now - s->accept_warned >= 60) {
+        pl_warn("accept: %s: not accepting connections for 100 ms at a time until "
+                "descriptors free up (%llu pauses since the last warning; see ulimit -n "
+                "and --max-connections)", evutil_socket_error_to_string(err),
+                (unsigned long long)s->accept_pauses);
+        s->accept_warned = now;
+        s->accept_pauses = 0;
+    }
+}
+
 static void fill_defaults(pl_server_opts *o)
 {
     if (o->max_header_bytes <= 0)
@@ -362,7 +415,9 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
                         .body_timeout_s = s->o.body_timeout_s,
                         .write_timeout_s = s->o.stream_stall_timeout_s + s->o.idle_timeout_s,
                         .max_connections = s->o.max_connections};
-    if (!s->auth || !s->http || !(s->conns = pl_conns_new(s->http, base, &co)))
+    s->accept_resume = evtimer_new(base, accept_resume, s);
+    if (!s->auth || !s->http || !s->accept_resume ||
+        !(s->conns = pl_conns_new(s->http, base, &co)))
         goto fail;
     s->o.allowed_origins = NULL;
     s->o.allowed_hosts = NULL;
@@ -376,6 +431,8 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o)
     pl_server_add_metrics_hook(s, metrics_hook, NULL);
     return s;
 fail:
+    if (s->accept_resume)
+        event_free(s->accept_resume);
     if (s->http)
         evhttp_free(s->http);
     pl_auth_free(s->auth);
@@ -387,7 +444,9 @@ void pl_server_free(pl_server *s)
 {
     if (!s)
         return;
+    listening_remove(s);
     evhttp_free(s->http);
+    event_free(s->accept_resume);
     pl_conns_free(s->conns);
     pl_auth_free(s->auth);
     for (int i = 0; i < s->n_models; i++) {
@@ -494,6 +553,9 @@ int pl_server_listen(pl_server *s, const char *host, int *port_io)
         return -1;
     s->sock = sock;
     pl_auth_set_bound(s->auth, host);
+    evconnlistener_set_error_cb(evhttp_bound_socket_get_listener(sock), accept_error);
+    s->next_listening = listening;
+    listening = s;
     evutil_socket_t fd = evhttp_bound_socket_get_fd(sock);
     /* Accepted sockets inherit TCP_NODELAY on Linux. Without it a stream's
      * small SSE writes wait for the client's delayed ACK (~40 ms each time
@@ -516,6 +578,7 @@ void pl_server_stop_accepting(pl_server *s)
     if (s->sock)
         evhttp_del_accept_socket(s->http, s->sock);
     s->sock = NULL;
+    listening_remove(s);
 }
 
 void pl_server_call_begin(pl_server *s)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/resource.h>
+
 #include <event2/event.h>
 #include <event2/thread.h>
 
@@ -63,6 +65,41 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     struct timeval tv = {0, 20000};
     if (!d->tick || event_add(d->tick, &tv) < 0)
         event_base_loopexit(d->base, NULL);
+}
+
+/* Every connection takes a descriptor, and another when a remote backend
+ * carries it upstream: raise the soft RLIMIT_NOFILE to the hard limit, and
+ * keep --max-connections within what that leaves after the process's own
+ * files (a reserve). Accepting also pauses when descriptors run out
+ * (server.c); this keeps that rare. */
+static void fit_descriptors(pl_opts *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+        return;
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit want = {rl.rlim_max, rl.rlim_max};
+        if (want.rlim_cur == RLIM_INFINITY || want.rlim_cur > (1u << 20))
+            want.rlim_cur = 1u << 20;    /* Linux's default nr_open */
+        if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+            rl = want;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY)
+        return;
+    long lim = (long)rl.rlim_cur, reserve = lim < 256 ? lim / 4 : 64;
+    long fit = (lim - reserve) / 2;
+    if (o->max_connections > fit) {
+        pl_warn("--max-connections %d lowered to %ld: the open-files limit is %ld (ulimit -n), "
+                "and each connection may hold two", o->max_connections, fit < 1 ? 1 : fit, lim);
+        o->max_connections = fit < 1 ? 1 : (int)fit;
+    }
+}
+
+/* libevent's own messages, through parley's log (its format and level). */
+static void libevent_log(int severity, const char *msg)
+{
+    pl_log(severity >= EVENT_LOG_ERR ? PL_LOG_ERROR
+           : severity == EVENT_LOG_WARN ? PL_LOG_WARN : PL_LOG_DEBUG, "libevent: %s", msg);
 }
 
 /* --upstream: every model the upstreams list, their URLs as replicas. */
@@ -191,6 +228,8 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
 {
     int rc = 1;
     signal(SIGPIPE, SIG_IGN);
+    event_set_log_callback(libevent_log);
+    fit_descriptors(o);
     evthread_use_pthreads();
     struct event_base *base = event_base_new();
     key_list keys = {0};

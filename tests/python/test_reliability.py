@@ -167,6 +167,42 @@ def test_a_reader_that_stops_reading_is_aborted_within_the_timeout(make_server):
     c.close()
 
 
+# ---- item 6: file descriptors ----
+
+def open_files_limit(pid):
+    with open("/proc/%d/limits" % pid) as f:
+        for ln in f:
+            if ln.startswith("Max open files"):
+                return [int(x) for x in ln.split()[3:5]]
+
+
+def test_soft_open_files_limit_is_raised_to_the_hard_one(make_server):
+    s = make_server("--backend", "mock", limits=(256, 4096))
+    assert open_files_limit(s.proc.pid) == [4096, 4096]
+    assert not s.wait_for(r"max-connections", timeout=0.1)   # 1000 fits in 4096
+
+
+def test_descriptors_running_out_pause_accepting_and_log_once(make_server):
+    s = make_server("--backend", "mock", "--log-level", "warn", limits=(64, 64))
+    line = s.wait_for(r"--max-connections 1000 lowered to 24", timeout=10)
+    assert line and "open-files limit is 64" in line, s.text()
+    socks = []
+    try:
+        for _ in range(80):                      # more than the process may open
+            socks.append(socket.create_connection((s.host, s.port), timeout=5))
+        assert s.wait_for(r"Too many open files", timeout=30), s.text()[-2000:]
+        t0 = time.time()
+        with s.cv:                               # a window of a second: no flood
+            s.cv.wait_for(lambda: len(s.lines) > 1000, 1.0)
+        n = sum("Too many open files" in ln for ln in s.lines if ln)
+        assert n == 1, "%d lines in %.1f s: %s" % (n, time.time() - t0, s.text()[-1000:])
+    finally:
+        for c in socks:
+            c.close()
+    st, _, _ = request(s, "GET", "/health", timeout=30)     # accepting again
+    assert st == 200
+
+
 # ---- item 8: DNS rebinding ----
 
 def test_keyless_server_answers_only_its_own_host_names(make_server):
