@@ -10,6 +10,7 @@
 #include "backends/mock/mock.h"
 #include "backends/remote/remote.h"
 #include "src/base/log.h"
+#include "src/base/redact.h"
 
 #define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -208,22 +209,26 @@ int pl_upstreams_discover(const pl_opts *o, pl_upstream_model **out, int *n, cha
         goto fail;
     int nu = split_urls(list, u, 64);
     for (int i = 0; i < nu; i++) {
-        char **ids, e[400];
-        int k;
+        char **ids, e[400], shown[1024];
+        int k, used = 0;
+        pl_redact_url(u[i], shown, sizeof shown);
         if (pl_remote_list_models(u[i], key, o->upstream_connect_timeout_ms + 5000, &ids, &k,
                                   e, sizeof e) < 0) {
-            snprintf(err, errlen, "--upstream %s: cannot list its models: %s", u[i], e);
+            snprintf(err, errlen, "--upstream %s: cannot list its models: %s", shown, e);
             goto fail;
         }
         int rc = 0;
         for (int j = 0; j < k; j++) {
-            if (rc == 0)
-                rc = group_add(out, n, ids[j], u[i]);
+            const char *why = pl_remote_model_id_problem(ids[j]);
+            if (why)
+                pl_warn("--upstream %s: not serving the model id '%s': %s", shown, ids[j], why);
+            else if (rc == 0 && (rc = group_add(out, n, ids[j], u[i])) == 0)
+                used++;
             free(ids[j]);
         }
         free(ids);
-        if (k == 0) {
-            snprintf(err, errlen, "--upstream %s lists no models", u[i]);
+        if (used == 0) {
+            snprintf(err, errlen, "--upstream %s lists no models parley can serve", shown);
             goto fail;
         }
     }

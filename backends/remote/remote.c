@@ -7,6 +7,7 @@
 
 #include "backends/remote/remote_req.h"
 #include "src/base/log.h"
+#include "src/base/redact.h"
 
 static const char *kind_names[] = {"auto", "openai", "vllm", "sglang", "llamacpp", "ollama",
                                    "parley"};
@@ -22,6 +23,26 @@ int pl_remote_kind_parse(const char *s)
 const char *pl_remote_kind_name(pl_remote_kind k)
 {
     return (unsigned)k < sizeof kind_names / sizeof *kind_names ? kind_names[k] : "?";
+}
+
+const char *pl_remote_model_id_problem(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0)
+        return "it is empty";
+    if (n > 256)
+        return "it is longer than 256 bytes";
+    if (id[0] == '/' || strchr(id, '\\'))
+        return "it starts with '/' or has a backslash";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)id[i];
+        if (c < 0x20 || c == 0x7f || (c == 0xc2 && (unsigned char)id[i + 1] < 0xa0))
+            return "it has a control character";
+        if (c == '.' && id[i + 1] == '.' && (i == 0 || id[i - 1] == '/') &&
+            (id[i + 2] == '/' || id[i + 2] == '\0'))
+            return "it has a '..' path segment";
+    }
+    return NULL;
 }
 
 /* ---- request ids: O(1) lookup that stays safe after a request is freed ---- */
@@ -223,6 +244,7 @@ static void remote_free(pl_backend *b)
     for (int i = 0; i < rb->n_reps; i++) {
         free(rb->reps[i].base_url);
         free(rb->reps[i].root_url);
+        free(rb->reps[i].shown_url);
     }
     free(rb->reps);
     curl_slist_free_all(rb->headers);
@@ -259,8 +281,10 @@ static int init_replica(remote_backend *rb, int i, const char *url, char *err, s
     rep->rb = rb;
     rep->index = i;
     rep->kind = rb->o.kind;
+    char shown[2048];
+    pl_redact_url(url, shown, sizeof shown);
     if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0) {
-        snprintf(err, errlen, "base_url '%s' must start with http:// or https://", url);
+        snprintf(err, errlen, "base_url '%s' must start with http:// or https://", shown);
         return -1;
     }
     size_t n = strlen(url);
@@ -269,7 +293,9 @@ static int init_replica(remote_backend *rb, int i, const char *url, char *err, s
     rep->base_url = strndup(url, n);
     size_t rn = n >= 3 && !strncmp(url + n - 3, "/v1", 3) ? n - 3 : n;
     rep->root_url = strndup(url, rn);
-    return rep->base_url && rep->root_url ? 0 : -1;
+    pl_redact_url(rep->base_url ? rep->base_url : "", shown, sizeof shown);
+    rep->shown_url = strdup(shown);
+    return rep->base_url && rep->root_url && rep->shown_url ? 0 : -1;
 }
 
 /* Which upstream model this backend asks for, from a replica's listing. */
@@ -281,6 +307,12 @@ static int pick_upstream_model(remote_backend *rb, const char *body, size_t len,
     char *only = NULL;
     if (pl_remote_parse_models(body, len, rb->base.model, &found, &ml, &cap, &only, NULL) < 0)
         return 0;
+    if (!found && only && pl_remote_model_id_problem(only)) {
+        snprintf(err, errlen, "the only model the upstream lists has an id parley will not "
+                 "use (%s); set upstream_model", pl_remote_model_id_problem(only));
+        free(only);
+        return -1;
+    }
     if (!found && only) {
         rb->upstream_model = only;
         return 0;
@@ -311,9 +343,9 @@ static int probe_replica(remote_replica *rep, char *err, size_t errlen)
         goto done;
     if (st != 200 || pl_remote_apply_models(rep, body, len) < 0) {
         if (st > 0)
-            snprintf(why, sizeof why, "GET %s: HTTP %ld", url, st);
+            snprintf(why, sizeof why, "GET %s/models: HTTP %ld", rep->shown_url, st);
         pl_warn("upstream %s is not answering (%s): ejected until a health check passes",
-                rep->base_url, why);
+                rep->shown_url, why);
         snprintf(rep->last_error, sizeof rep->last_error, "%s", why);
         rep->healthy = false;
         goto done;
@@ -389,7 +421,7 @@ pl_backend *pl_remote_new(struct event_base *base, const pl_remote_opts *o, char
     pl_remote_health_start(rb);
     for (int i = 0; i < rb->n_reps; i++)
         pl_info("model '%s': upstream %s (%s, %s model '%s', capacity %d)", rb->base.model,
-                rb->reps[i].base_url, pl_remote_kind_name(rb->reps[i].kind),
+                rb->reps[i].shown_url, pl_remote_kind_name(rb->reps[i].kind),
                 rb->reps[i].healthy ? "healthy" : "down", rb->upstream_model,
                 pl_remote_replica_capacity(&rb->reps[i]));
     return &rb->base;

@@ -58,6 +58,15 @@ pl_backend *pl_remote_new(struct event_base *base, const pl_remote_opts *o, char
                           size_t errlen);
 
 /**
+ * May a model id an upstream lists be served under its own name? Ids come
+ * from outside, so they are held to what a client may send: 1 to 256
+ * bytes of (valid UTF-8) text with no control characters, no backslash, no
+ * leading '/' and no ".." path segment (HF-style "org/name" and Ollama's
+ * "name:tag" pass). Returns NULL when it may, else why not.
+ */
+const char *pl_remote_model_id_problem(const char *id);
+
+/**
  * List the model ids an upstream serves (GET base_url/models), blocking;
  * for start-up (`parley serve --upstream URL`). Returns 0 and a malloc'd
  * array of malloc'd strings, or -1 with err.

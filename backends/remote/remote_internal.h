@@ -21,6 +21,8 @@ typedef struct remote_replica {
     int index;
     char *base_url;              /**< with /v1, no trailing '/' */
     char *root_url;              /**< base_url without its /v1 */
+    char *shown_url;             /**< base_url without its userinfo: what logs,
+                                      /status and /metrics show */
     pl_remote_kind kind;         /**< resolved when probed */
     bool healthy;
     int outstanding;             /**< requests on it now */

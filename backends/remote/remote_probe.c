@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/remote/remote_internal.h"
+#include "src/base/redact.h"
 
 static pl_remote_kind kind_of_owner(const char *owner)
 {
@@ -181,10 +182,12 @@ long pl_remote_get_blocking(const char *url, const char *api_key, int timeout_ms
     curl_easy_setopt(e, CURLOPT_WRITEDATA, out);
     CURLcode rc = curl_easy_perform(e);
     long status = -1;
+    char shown[2048];
+    pl_redact_url(url, shown, sizeof shown);
     if (rc == CURLE_OK)
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     else
-        snprintf(err, errlen, "%s: %s", url, curl_easy_strerror(rc));
+        snprintf(err, errlen, "%s: %s", shown, curl_easy_strerror(rc));
     curl_slist_free_all(h);
     curl_easy_cleanup(e);
     return status;
@@ -193,8 +196,9 @@ long pl_remote_get_blocking(const char *url, const char *api_key, int timeout_ms
 int pl_remote_list_models(const char *base_url, const char *api_key, int timeout_ms,
                           char ***ids, int *n, char *err, size_t errlen)
 {
-    char url[2048];
+    char url[2048], shown[2048];
     snprintf(url, sizeof url, "%s/models", base_url);
+    pl_redact_url(url, shown, sizeof shown);
     struct evbuffer *b = evbuffer_new();
     long st = pl_remote_get_blocking(url, api_key, timeout_ms, b, err, errlen);
     json_t *root = NULL, *data;
@@ -202,13 +206,13 @@ int pl_remote_list_models(const char *base_url, const char *api_key, int timeout
     *n = 0;
     if (st != 200) {
         if (st > 0)
-            snprintf(err, errlen, "%s: HTTP %ld", url, st);
+            snprintf(err, errlen, "%s: HTTP %ld", shown, st);
         goto fail;
     }
     root = json_loadb((const char *)evbuffer_pullup(b, -1), evbuffer_get_length(b), 0, NULL);
     data = json_object_get(root, "data");
     if (!json_is_array(data)) {
-        snprintf(err, errlen, "%s: not an OpenAI model list", url);
+        snprintf(err, errlen, "%s: not an OpenAI model list", shown);
         goto fail;
     }
     *ids = calloc(json_array_size(data) + 1, sizeof **ids);

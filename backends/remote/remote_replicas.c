@@ -127,10 +127,10 @@ static void set_health(remote_replica *rep, bool ok, const char *why)
         return;
     rep->healthy = ok;
     if (ok) {
-        pl_info("upstream %s: healthy again", rep->base_url);
+        pl_info("upstream %s: healthy again", rep->shown_url);
     } else {
         rep->ejections++;
-        pl_warn("upstream %s: ejected (%s)", rep->base_url, why);
+        pl_warn("upstream %s: ejected (%s)", rep->shown_url, why);
     }
 }
 
@@ -153,7 +153,7 @@ json_t *pl_remote_replicas_json(remote_backend *rb)
     for (int i = 0; i < rb->n_reps; i++) {
         remote_replica *r = &rb->reps[i];
         json_array_append_new(a, json_pack(
-            "{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s}", "url", r->base_url,
+            "{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s}", "url", r->shown_url,
             "kind", pl_remote_kind_name(r->kind), "healthy", r->healthy, "outstanding",
             r->outstanding, "capacity", pl_remote_replica_capacity(r), "reported_capacity",
             r->reported_cap, "max_model_len", r->max_model_len, "requests",

@@ -1,7 +1,10 @@
 /* remote_req.c - one request's attempts: start a streaming transfer on a
  * replica, end it, and decide between success, a retry before the first
  * token (connection refused, 5xx, 429, timeouts: on another replica, with
- * backoff or the upstream's Retry-After) and a clean error. */
+ * backoff or the upstream's Retry-After) and a clean error.
+ *
+ * Errors sent to clients name the model and the replica's number, never
+ * its URL (which may carry credentials, and is internal anyway). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,21 +117,30 @@ static void retry_or_fail(remote_req *r, long delay_ms, const pl_err *e)
     pl_remote_req_arm(r, (int)delay_ms);
 }
 
+/* "model 'm', upstream replica 2 of 3" into out, for messages to clients. */
+static const char *who(const remote_req *r, char *out, size_t n)
+{
+    snprintf(out, n, "model '%s', upstream replica %d of %d", r->rb->base.model,
+             r->rep->index + 1, r->rb->n_reps);
+    return out;
+}
+
 static void attempt_failed_transport(remote_req *r, CURLcode rc, const char *why)
 {
     bool refused = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
                    rc == CURLE_OPERATION_TIMEDOUT;
     pl_remote_replica_failed(r->rep, refused && !r->got_token, why);
     pl_err e;
+    char w[160];
     int st = rc == CURLE_OPERATION_TIMEDOUT ? 504 : 502;
     if (r->got_token) {
         pl_err_set(&e, st, "server_error", NULL, "upstream_stream_broken",
-                   "upstream %s failed mid-stream: %s", r->rep->base_url, why);
+                   "%s failed mid-stream: %s", who(r, w, sizeof w), why);
         finish(r, PL_FINISH_ERROR, &e);
         return;
     }
-    pl_err_set(&e, st, "server_error", NULL, "upstream_unavailable",
-               "upstream %s: %s", r->rep->base_url, why);
+    pl_err_set(&e, st, "server_error", NULL, "upstream_unavailable", "%s: %s",
+               who(r, w, sizeof w), why);
     retry_or_fail(r, -1, &e);
 }
 
@@ -161,8 +173,9 @@ static void on_transfer_done(pl_curl_xfer *x, CURLcode rc)
     } else if (r->fail == RREQ_MALFORMED) {
         pl_remote_replica_failed(r->rep, false, "malformed stream");
         pl_err e;
+        char w[160];
         pl_err_set(&e, 502, "server_error", NULL, "upstream_bad_response",
-                   "upstream %s sent a malformed event stream", r->rep->base_url);
+                   "%s sent a malformed event stream", who(r, w, sizeof w));
         if (r->got_token)
             finish(r, PL_FINISH_ERROR, &e);
         else

@@ -66,6 +66,29 @@ void pl_log_json_escape(char *out, size_t n, const char *s)
     out[o < n ? o : n - 1] = '\0';
 }
 
+void pl_log_text_escape(char *out, size_t n, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (; s && *s && o + 5 < n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != 0x7f) {
+            out[o++] = (char)c;
+            continue;
+        }
+        out[o++] = '\\';
+        if (c == '\n' || c == '\r' || c == '\t') {
+            out[o++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            out[o++] = 'x';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    if (n)
+        out[o < n ? o : n - 1] = '\0';
+}
+
 static void log_init_from_env(void)
 {
     static const char *names[] = {"debug", "info", "warn", "error", "quiet"};
@@ -109,6 +132,8 @@ void pl_log(pl_log_level lvl, const char *fmt, ...)
                  tags[lvl], esc);
         pl_log_write(line);
     } else {
-        fprintf(stderr, "%s %-5s %s\n", ts, tags[lvl], msg);
+        char esc[4096];
+        pl_log_text_escape(esc, sizeof esc, msg);
+        fprintf(stderr, "%s %-5s %s\n", ts, tags[lvl], esc);
     }
 }

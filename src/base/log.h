@@ -30,6 +30,10 @@ void pl_log_timestamp(char *out, size_t n);
 void pl_log_write(const char *line);
 /** Escape s as the inside of a JSON string into out (truncates). */
 void pl_log_json_escape(char *out, size_t n, const char *s);
+/** Copy s into out with control bytes written as \n, \r, \t or \xNN, so
+ *  that text from outside (an upstream's model id, say) cannot split or
+ *  forge a log line (truncates). pl_log applies it to every message. */
+void pl_log_text_escape(char *out, size_t n, const char *s);
 
 #define pl_debug(...) pl_log(PL_LOG_DEBUG, __VA_ARGS__)
 #define pl_info(...) pl_log(PL_LOG_INFO, __VA_ARGS__)

@@ -203,6 +203,111 @@ def test_descriptors_running_out_pause_accepting_and_log_once(make_server):
     assert st == 200
 
 
+# ---- items 7, 9, 13: an upstream stand-in ----
+
+class Upstream(BaseHTTPRequestHandler):
+    """A stand-in OpenAI upstream: the test sets what it lists and streams."""
+    models = ["m"]
+    auth = None                  # required "Basic ..." value, or None
+    content = '"hello"'          # the delta's content, as JSON text
+    drop = False                 # close the connection instead of answering POSTs
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def authorized(self):
+        if self.auth is None or self.headers.get("Authorization") == self.auth:
+            return True
+        self.reply(401, {"error": {"message": "bad credentials"}})
+        return False
+
+    def do_GET(self):
+        if self.authorized():
+            self.reply(200, {"object": "list",
+                             "data": [{"id": m, "object": "model"} for m in self.models]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if not self.authorized():
+            return
+        if self.drop:
+            self.close_connection = True
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for ev in ['{"choices":[{"index":0,"delta":{"content":%s},"finish_reason":null}]}'
+                   % self.content,
+                   '{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}', "[DONE]"]:
+            self.wfile.write(b"data: " + ev.encode() + b"\n\n")
+        self.close_connection = True
+
+
+@pytest.fixture
+def upstream():
+    class U(Upstream):
+        pass
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), U)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    U.port = srv.server_address[1]
+    yield U
+    srv.shutdown()
+    srv.server_close()
+
+
+# ---- item 7: upstream credentials ----
+
+def test_upstream_credentials_are_never_shown(make_server, upstream):
+    import base64
+    upstream.auth = "Basic " + base64.b64encode(b"user:s3cret").decode()
+    url = "http://user:s3cret@127.0.0.1:%d/v1" % upstream.port
+    s = make_server("--upstream", url, "--log-level", "info")
+    st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, model="m"))
+    assert st == 200 and json.loads(b)["choices"][0]["message"]["content"] == "hello"
+    upstream.drop = True                     # the client's error must not name the URL
+    st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, model="m"))
+    err = json.loads(b)["error"]
+    assert st == 502 and "model 'm'" in err["message"], b
+    assert "127.0.0.1" not in err["message"] and "s3cret" not in err["message"]
+    shown = "http://***@127.0.0.1:%d/v1" % upstream.port
+    _, _, status = request(s, "GET", "/status")
+    _, _, metrics = request(s, "GET", "/metrics")
+    assert shown in status.decode() and shown in metrics.decode()
+    assert s.wait_for(re.escape("upstream " + shown), timeout=5)    # the startup log
+    for where in [status.decode(), metrics.decode(), s.text()]:
+        assert "s3cret" not in where
+    # a start-up failure does not print them either
+    dead = LogServer("--upstream", "http://user:s3cret@127.0.0.1:1/v1", check_start=False)
+    assert dead.stop() != 0
+    assert "***@127.0.0.1:1" in dead.text() and "s3cret" not in dead.text()
+
+
+# ---- item 9: hostile upstream model ids ----
+
+def test_hostile_upstream_model_ids_are_not_served(make_server, upstream):
+    upstream.models = ["good", "", "../../etc/passwd", "a\nb", "x" * 300, "/abs", "ok/name:tag"]
+    s = make_server("--upstream", "http://127.0.0.1:%d/v1" % upstream.port,
+                    "--log-level", "info")
+    st, _, b = request(s, "GET", "/v1/models")
+    assert sorted(m["id"] for m in json.loads(b)["data"]) == ["good", "ok/name:tag"]
+    assert s.wait_for(r"not serving the model id 'a\\nb': it has a control character", 10)
+    assert s.wait_for(r"not serving the model id '\.\./\.\./etc/passwd'", 10)
+    st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, model="good"))
+    assert st == 200
+    # every line is one log line: "HH:MM:SS.mmm level ..."
+    lines = [ln for ln in s.lines if ln]
+    bad = [ln for ln in lines if not re.match(r"\d\d:\d\d:\d\d\.\d{3} \w+ ", ln)]
+    assert not bad, bad
+
+
 # ---- item 8: DNS rebinding ----
 
 def test_keyless_server_answers_only_its_own_host_names(make_server):
