@@ -116,6 +116,11 @@ json_t *pl_err_to_json(const pl_err *e)
 
 void pl_reply_error(struct evhttp_request *req, const pl_err *e)
 {
+    if (e->retry_after_s > 0) {
+        char v[16];
+        snprintf(v, sizeof v, "%d", e->retry_after_s);
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", v);
+    }
     pl_reply_json(req, e->status, pl_err_to_json(e));
 }
 

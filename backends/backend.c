@@ -25,6 +25,7 @@ int pl_err_set(pl_err *e, int status, const char *type, const char *param,
     if (!e)
         return -1;
     e->status = status;
+    e->retry_after_s = 0;
     snprintf(e->type, sizeof e->type, "%s", type ? type : "invalid_request_error");
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     snprintf(e->code, sizeof e->code, "%s", code ? code : "");

@@ -41,6 +41,7 @@ typedef struct pl_err {
     char param[64];      /**< offending parameter, "" when none */
     char code[48];       /**< "model_not_found", ... "" when none */
     char message[512];
+    int retry_after_s;   /**< > 0: the client should wait this long (Retry-After) */
 } pl_err;
 
 /** Fill *e (which may be NULL) and return -1, for `return pl_err_set(...)`. */

@@ -7,65 +7,19 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backends/remote/remote.h"
+#include "tests/helpers/backend_sink.h"
 #include "tests/helpers/fake_upstream.h"
 
-typedef struct got {
-    char text[16384];
-    size_t len;
-    int deltas, done, n_lp;
-    pl_result res;
-    pl_err err;
-} got;
+typedef pl_test_got got;
 
 static struct event_base *base;
 
-static void on_delta(void *ud, const pl_delta *d)
-{
-    got *g = ud;
-    cr_assert_lt(g->len + d->len, sizeof g->text);
-    memcpy(g->text + g->len, d->text, d->len);
-    g->len += d->len;
-    g->text[g->len] = '\0';
-    g->deltas++;
-    g->n_lp += d->logprobs ? d->n_tokens : 0;
-}
-
-static void on_done(void *ud, const pl_result *r)
-{
-    got *g = ud;
-    cr_assert_eq(g->done, 0, "on_done called twice");
-    g->done++;
-    g->res = *r;
-    if (r->error)
-        g->err = *r->error;
-    g->res.error = r->error ? &g->err : NULL;
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-/* Run the loop until cond() or the deadline. */
 static void run_until(int (*cond)(void *), void *arg, int ms)
 {
-    double end = now_ms() + ms;
-    while (!cond(arg) && now_ms() < end) {
-        struct timeval tv = {0, 20000};
-        event_base_loopexit(base, &tv);
-        event_base_dispatch(base);
-    }
-}
-
-static int is_done(void *g)
-{
-    return ((got *)g)->done;
+    pl_test_run_until(base, cond, arg, ms);
 }
 
 static pl_remote_opts opts(const char **urls, int n)
@@ -97,7 +51,7 @@ static uint64_t submit(pl_backend *b, got *g, json_t *body)
     r.sampling.max_tokens = 16;
     uint64_t id;
     pl_err e;
-    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, g}, &id, &e), 0);
+    cr_assert_eq(pl_backend_submit(b, &r, pl_test_got_sink(g), &id, &e), 0);
     return id;
 }
 
@@ -137,7 +91,7 @@ Test(remote, streams_text_usage_and_passes_fields_through)
                              "prompt_cache_key", "conv-1");
     got g = {0};
     submit(b, &g, body);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.done, 1);
     cr_assert_str_eq(g.text, "tok1 tok2 tok3 tok4 ");
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH);
@@ -178,8 +132,8 @@ Test(remote, job_request_is_built_from_sampling)
     got g = {0};
     uint64_t id;
     pl_err e;
-    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, &g}, &id, &e), 0);
-    run_until(is_done, &g, 10000);
+    cr_assert_eq(pl_backend_submit(b, &r, pl_test_got_sink(&g), &id, &e), 0);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH);
     char *sent = pl_fake_last_body(f);
     json_t *j = json_loads(sent, 0, NULL);
@@ -205,7 +159,7 @@ Test(remote, upstream_4xx_comes_back_with_its_status_and_message)
     pl_backend *b = open_one(f, 3);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 400);
     cr_assert(strstr(g.err.message, "max_tokens is too large"), "%s", g.err.message);
@@ -222,7 +176,7 @@ Test(remote, retries_a_500_then_succeeds)
     pl_backend *b = open_one(f, 3);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "%s", g.err.message);
     cr_assert_eq(pl_fake_requests(f), 2);
     json_t *r = stat_of(b, 0, "retries");
@@ -240,7 +194,7 @@ Test(remote, gives_up_after_max_attempts_with_the_upstream_error)
     pl_backend *b = open_one(f, 3);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 15000);
+    run_until(pl_test_got_done, &g, 15000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 503);
     cr_assert(strstr(g.err.message, "overloaded"));
@@ -256,10 +210,10 @@ Test(remote, honours_retry_after_on_429)
                                     .body = "{\"error\":{\"message\":\"slow down\"}}"});
     pl_backend *b = open_one(f, 2);
     got g = {0};
-    double t0 = now_ms();
+    double t0 = pl_test_now_ms();
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
-    double dt = now_ms() - t0;
+    run_until(pl_test_got_done, &g, 10000);
+    double dt = pl_test_now_ms() - t0;
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH);
     cr_assert_geq(dt, 950, "retried after %.0f ms, before Retry-After", dt);
     cr_assert_eq(pl_fake_requests(f), 2);
@@ -277,7 +231,7 @@ Test(remote, drop_mid_stream_is_a_clean_error)
     pl_backend *b = open_one(f, 3);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 502);
     cr_assert_str_eq(g.err.code, "upstream_stream_broken");
@@ -294,7 +248,7 @@ Test(remote, in_stream_error_event_is_passed_on)
     pl_backend *b = open_one(f, 3);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 500);
     cr_assert(strstr(g.err.message, "engine died"), "%s", g.err.message);
@@ -310,7 +264,7 @@ Test(remote, malformed_sse_is_retried_then_fails_cleanly)
     pl_backend *b = open_one(f, 2);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 502);
     cr_assert_str_eq(g.err.code, "upstream_bad_response");
@@ -326,7 +280,7 @@ Test(remote, stream_without_end_is_an_error)
     pl_backend *b = open_one(f, 1);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_str_eq(g.err.code, "upstream_stream_broken");
     cr_assert_str_eq(g.text, "tok1 tok2 ");
@@ -345,7 +299,7 @@ Test(remote, slow_headers_hit_the_first_token_timeout_then_retry)
     pl_backend *b = pl_remote_new(base, &o, err, sizeof err);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "%s", g.err.message);
     cr_assert_eq(pl_fake_requests(f), 2);
     pl_backend_free(b);
@@ -364,7 +318,7 @@ Test(remote, stalled_stream_hits_the_inter_token_timeout)
     pl_backend *b = pl_remote_new(base, &o, err, sizeof err);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 504);
     cr_assert_str_eq(g.text, "tok1 ");
@@ -384,8 +338,8 @@ Test(remote, abort_closes_a_never_ending_stream)
     pl_backend *b = open_one(f, 1);
     got g = {0};
     uint64_t id = submit(b, &g, NULL);
-    double t0 = now_ms();
-    while (g.deltas < 3 && now_ms() - t0 < 10000) {
+    double t0 = pl_test_now_ms();
+    while (g.deltas < 3 && pl_test_now_ms() - t0 < 10000) {
         struct timeval tv = {0, 10000};
         event_base_loopexit(base, &tv);
         event_base_dispatch(base);
@@ -423,7 +377,9 @@ Test(remote, abort_from_inside_a_delta_is_safe)
     pl_sampling_defaults(&r.sampling);
     uint64_t id;
     pl_err e;
-    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){abort_in_delta, on_done, &g}, &id, &e), 0);
+    pl_sink sink = pl_test_got_sink(&g);
+    sink.on_delta = abort_in_delta;
+    cr_assert_eq(pl_backend_submit(b, &r, sink, &id, &e), 0);
     ((pl_backend **)g.text)[0] = b;
     ((uint64_t *)g.text)[1] = id;
     run_until(closed_once, f, 5000);
@@ -450,7 +406,7 @@ Test(remote, down_upstream_fails_and_is_ejected)
     json_decref(h);
     got g = {0};
     submit(b, &g, NULL);
-    run_until(is_done, &g, 10000);
+    run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 502);
     cr_assert_str_eq(g.err.code, "upstream_unavailable");
@@ -471,7 +427,7 @@ Test(remote, fails_over_to_the_healthy_replica_and_readmits)
     for (int i = 0; i < 6; i++) {
         got g = {0};
         submit(b, &g, NULL);
-        run_until(is_done, &g, 10000);
+        run_until(pl_test_got_done, &g, 10000);
         cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "request %d: %s", i, g.err.message);
     }
     json_t *h = stat_of(b, 0, "healthy");
@@ -498,7 +454,7 @@ Test(remote, routes_by_least_outstanding_and_keeps_affinity)
     for (int i = 0; i < 4; i++)
         submit(b, &g[i], NULL);  /* no key: spread by outstanding */
     for (int i = 0; i < 4; i++)
-        run_until(is_done, &g[i], 10000);
+        run_until(pl_test_got_done, &g[i], 10000);
     cr_assert_eq(pl_fake_requests(a), 2);
     cr_assert_eq(pl_fake_requests(c), 2);
     /* one conversation key, one after the other: always the same replica */
@@ -509,8 +465,8 @@ Test(remote, routes_by_least_outstanding_and_keeps_affinity)
         pl_sampling_defaults(&r.sampling);
         uint64_t id;
         pl_err e;
-        cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, &k}, &id, &e), 0);
-        run_until(is_done, &k, 10000);
+        cr_assert_eq(pl_backend_submit(b, &r, pl_test_got_sink(&k), &id, &e), 0);
+        run_until(pl_test_got_done, &k, 10000);
     }
     int da = pl_fake_requests(a) - ra, dc = pl_fake_requests(c) - 2;
     cr_assert((da == 4 && dc == 0) || (da == 0 && dc == 4), "a=%d c=%d", da, dc);
@@ -525,7 +481,7 @@ static uint64_t submit_key(pl_backend *b, got *g, uint64_t key)
     pl_sampling_defaults(&r.sampling);
     uint64_t id;
     pl_err e;
-    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, g}, &id, &e), 0);
+    cr_assert_eq(pl_backend_submit(b, &r, pl_test_got_sink(g), &id, &e), 0);
     return id;
 }
 
@@ -557,7 +513,7 @@ Test(remote, keeps_a_key_home_when_every_replica_is_full)
     for (int i = 2; i < 5; i++)
         submit_key(b, &g[i], 777);
     for (int i = 0; i < 5; i++)
-        run_until(is_done, &g[i], 10000);
+        run_until(pl_test_got_done, &g[i], 10000);
     int n0 = pl_fake_requests(f[0]), n1 = pl_fake_requests(f[1]);
     cr_assert((n0 == 4 && n1 == 1) || (n0 == 1 && n1 == 4), "%d/%d", n0, n1);
     cr_assert_eq(backend_stat(b, "affinity_hits"), 3);
@@ -567,7 +523,7 @@ Test(remote, keeps_a_key_home_when_every_replica_is_full)
     submit_key(b, &h[0], 777);
     submit_key(b, &h[1], 777);
     for (int i = 0; i < 2; i++)
-        run_until(is_done, &h[i], 10000);
+        run_until(pl_test_got_done, &h[i], 10000);
     cr_assert_eq(pl_fake_requests(f[0]) + pl_fake_requests(f[1]), 7);
     cr_assert_eq(pl_fake_requests(n0 == 4 ? f[1] : f[0]), 2, "the second one moved");
     cr_assert_eq(backend_stat(b, "affinity_moves"), 1);

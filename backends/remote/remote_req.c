@@ -144,6 +144,28 @@ static void attempt_failed_transport(remote_req *r, CURLcode rc, const char *why
     retry_or_fail(r, -1, &e);
 }
 
+/* Is there a healthy replica besides r's? */
+static bool other_replica(const remote_req *r)
+{
+    for (int i = 0; i < r->rb->n_reps; i++)
+        if (&r->rb->reps[i] != r->rep && r->rb->reps[i].healthy)
+            return true;
+    return false;
+}
+
+/* The longest Retry-After worth waiting for now: what is left of the
+ * request's first-token budget, and no more than RETRY_AFTER_MAX_MS. */
+static long retry_budget_ms(const remote_req *r)
+{
+    long left = RETRY_AFTER_MAX_MS;
+    int ftt = r->rb->o.first_token_timeout_ms;
+    if (ftt > 0) {
+        long rest = ftt - (long)(pl_remote_now_ms() - r->t_submit);
+        left = rest < left ? rest : left;
+    }
+    return left;
+}
+
 static void attempt_http_error(remote_req *r)
 {
     pl_err e;
@@ -152,11 +174,21 @@ static void attempt_http_error(remote_req *r)
     bool retryable = r->status == 429 || r->status >= 500;
     if (r->status >= 500)
         pl_remote_replica_failed(r->rep, false, e.message);
+    long wait = r->retry_after_ms;
+    if (wait > 0)                /* passed on if the client gets this error */
+        e.retry_after_s = (int)((wait + 999) / 1000);
+    if (retryable && wait > retry_budget_ms(r)) {
+        /* Waiting that long would outlast the request: try another replica
+         * at once, or hand the client the upstream's answer and its wait. */
+        if (!other_replica(r))
+            retryable = false;
+        wait = -1;
+    }
     if (!retryable) {
         finish(r, PL_FINISH_ERROR, &e);
         return;
     }
-    retry_or_fail(r, r->retry_after_ms, &e);
+    retry_or_fail(r, wait, &e);
 }
 
 static void on_transfer_done(pl_curl_xfer *x, CURLcode rc)
@@ -268,12 +300,13 @@ void pl_remote_req_on_timer(evutil_socket_t fd, short what, void *arg)
     pl_remote_req_stop_transfer(r);
     bool first = !r->got_token;
     int ms = first ? r->rb->o.first_token_timeout_ms : r->rb->o.token_timeout_ms;
-    r->rep->errors++;
-    snprintf(r->rep->last_error, sizeof r->rep->last_error, "%s timeout",
-             first ? "first-token" : "inter-token");
-    pl_err_set(&e, 504, "server_error", NULL, "upstream_timeout",
-               "upstream %s: no %s token within %d ms", r->rep->base_url,
-               first ? "first" : "next", ms);
+    char why[64], w[160];
+    snprintf(why, sizeof why, "no %s token within %d ms", first ? "first" : "next", ms);
+    /* A replica that stops answering is ejected like one that refuses
+     * connections, until a health check passes. */
+    pl_remote_replica_failed(r->rep, true, why);
+    pl_err_set(&e, 504, "server_error", NULL, "upstream_timeout", "%s: %s",
+               who(r, w, sizeof w), why);
     if (first)
         retry_or_fail(r, -1, &e);
     else

@@ -282,8 +282,8 @@ size_t pl_remote_on_header(char *p, size_t sz, size_t n, void *ud)
             v++;
         char *end;
         double s = strtod(v, &end);
-        if (end > v && s >= 0)
-            r->retry_after_ms = (long)(s * 1000.0);
+        if (end > v && s >= 0)   /* at most a year: the product stays a long */
+            r->retry_after_ms = (long)((s < 31536000 ? s : 31536000) * 1000.0);
     }
     return len;
 }
