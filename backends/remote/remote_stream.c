@@ -211,7 +211,8 @@ static int on_event(void *ud, const char *event, const char *data, size_t len)
         }
         return 0;
     }
-    json_t *chunk = json_loadb(data, len, 0, NULL);
+    /* "\u0000" is valid JSON text: deltas carry lengths, so it passes. */
+    json_t *chunk = json_loadb(data, len, JSON_ALLOW_NUL, NULL);
     if (!json_is_object(chunk)) {
         json_decref(chunk);
         r->fail = RREQ_MALFORMED;
@@ -292,7 +293,7 @@ size_t pl_remote_on_header(char *p, size_t sz, size_t n, void *ud)
  * (older vLLM), {"detail":..} (FastAPI), {"error":"text"} (Ollama), text. */
 void pl_remote_error_from_body(pl_err *e, long status, const char *body, size_t len)
 {
-    json_t *root = json_loadb(body, len, 0, NULL);
+    json_t *root = json_loadb(body, len, JSON_ALLOW_NUL, NULL);
     json_t *eo = json_object_get(root, "error");
     json_t *src = json_is_object(eo) ? eo : root;
     const char *msg = json_string_value(json_object_get(src, "message"));

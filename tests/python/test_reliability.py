@@ -308,6 +308,24 @@ def test_hostile_upstream_model_ids_are_not_served(make_server, upstream):
     assert not bad, bad
 
 
+# ---- item 13: NUL in upstream content ----
+
+def test_escaped_nul_in_upstream_content_passes_through(make_server, upstream):
+    upstream.content = json.dumps("a\u0000b")
+    s = make_server("--upstream", "http://127.0.0.1:%d/v1" % upstream.port)
+    st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, model="m"))
+    assert st == 200, b
+    assert json.loads(b)["choices"][0]["message"]["content"] == "a\u0000b"
+    st, _, b = request(s, "POST", "/v1/chat/completions", dict(CHAT, model="m", stream=True))
+    assert st == 200
+    text = ""
+    for ev in b.decode().split("\n\n"):
+        if ev.startswith("data: {"):
+            for ch in json.loads(ev[6:])["choices"]:
+                text += ch.get("delta", {}).get("content") or ""
+    assert text == "a\u0000b"
+
+
 # ---- item 8: DNS rebinding ----
 
 def test_keyless_server_answers_only_its_own_host_names(make_server):
