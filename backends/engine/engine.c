@@ -99,16 +99,26 @@ void pl_engine_sub_remove_(pl_engine *e, uint64_t id)
 
 /* ---- backend operations ---- */
 
+/* Token ids from a client name tokens of this vocabulary: 400 otherwise,
+ * as OpenAI and vLLM answer (never ignored). */
+static int check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
+                      pl_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->n_vocab)
+            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
+                              "%s: token id %d is out of range [0, %d) for this model", param,
+                              (int)ids[i], e->n_vocab);
+    return 0;
+}
+
 /* The prompt's ids: copied from prompt_tokens or encoded by the hook. */
 static int prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids,
                        int *n, pl_err *err)
 {
     if (req->prompt_tokens) {
-        for (int i = 0; i < req->n_prompt_tokens; i++)
-            if (req->prompt_tokens[i] < 0 || req->prompt_tokens[i] >= e->n_vocab)
-                return pl_err_set(err, 400, "invalid_request_error", "prompt",
-                                  NULL, "token id %d out of range [0, %d)",
-                                  (int)req->prompt_tokens[i], e->n_vocab);
+        if (check_ids_(e, req->prompt_tokens, req->n_prompt_tokens, "prompt", err) < 0)
+            return -1;
         *n = req->n_prompt_tokens;
         *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
         if (!*ids)
@@ -120,6 +130,14 @@ static int prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids,
         return pl_err_set(err, 400, "invalid_request_error", "prompt", NULL,
                           "this engine accepts token ids only");
     return e->text.encode(e->text.ud, req, true, ids, n, err);
+}
+
+static int check_bias_(pl_engine *e, const pl_sampling *sp, pl_err *err)
+{
+    for (int i = 0; i < sp->n_logit_bias; i++)
+        if (check_ids_(e, &sp->logit_bias[i].token, 1, "logit_bias", err) < 0)
+            return -1;
+    return 0;
 }
 
 /* The request's constraint as an automaton reference (NULL: none). */
@@ -175,7 +193,7 @@ static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
     eng_req *r = NULL;
     eng_msg *m = NULL;
     const pl_token_fsm *fsm = NULL;
-    if (constraint_of_(e, &req->sampling, &fsm, err) < 0)
+    if (check_bias_(e, &req->sampling, err) < 0 || constraint_of_(e, &req->sampling, &fsm, err) < 0)
         return -1;
     if (prompt_ids_(e, req, &ids, &n, err) < 0) {
         pl_token_fsm_release(fsm);
@@ -279,6 +297,8 @@ static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
 {
     pl_engine *e = (pl_engine *)b;
     size_t total = 0, len;
+    if (check_ids_(e, ids, n, "tokens", err) < 0)
+        return -1;
     for (int i = 0; i < n; i++)
         if (e->text.token_bytes(e->text.ud, ids[i], &len))
             total += len;

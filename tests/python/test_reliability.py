@@ -372,3 +372,28 @@ def test_http11_needs_exactly_one_host(make_server):
         assert (st, ctype) == (400, "application/json") and "Host" in err["message"], req
     out = raw(s, b"GET /health HTTP/1.0\r\n\r\n")            # HTTP/1.0 has no Host
     assert out.startswith(b"HTTP/1.1 200") or out.startswith(b"HTTP/1.0 200"), out
+
+
+# ---- item 12: token ids past the vocabulary ----
+
+def test_out_of_range_token_ids_are_400(model_url):
+    u = urllib.parse.urlparse(model_url)
+    s = type("S", (), {"host": u.hostname, "port": u.port})
+    _, _, b = request(s, "GET", "/v1/models")
+    model = json.loads(b)["data"][0]["id"]
+    st, _, b = request(s, "POST", "/tokenize", {"model": model, "prompt": "hello"})
+    assert st == 200
+    n_vocab = 49152                                            # SmolLM2's vocabulary
+    chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    for bias in [{str(n_vocab): 5}, {"1000000": -100}]:
+        st, _, b = request(s, "POST", "/v1/chat/completions", dict(chat, logit_bias=bias))
+        err = json.loads(b)["error"]
+        assert st == 400 and err["param"] == "logit_bias", b
+    st, _, b = request(s, "POST", "/v1/chat/completions",
+                       dict(chat, logit_bias={str(n_vocab - 1): 1}))
+    assert st == 200, b
+    st, _, b = request(s, "POST", "/detokenize", {"model": model, "tokens": [1, n_vocab]})
+    err = json.loads(b)["error"]
+    assert st == 400 and err["param"] == "tokens" and str(n_vocab) in err["message"], b
+    st, _, b = request(s, "POST", "/detokenize", {"model": model, "tokens": [1, n_vocab - 1]})
+    assert st == 200, b
