@@ -5,7 +5,6 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backends/engine/constrain/constraint.h"
 #include "backends/engine/constrain/json_schema.h"
@@ -13,6 +12,7 @@
 #include "backends/engine/constrain/token_fsm.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/text/tokenizer.h"
+#include "tests/helpers/model_path.h"
 
 static pl_dfa *compile(const char *re)
 {
@@ -334,11 +334,8 @@ static bool tok_eog_real(void *ud, int32_t id)
 
 Test(token_fsm, masks_match_brute_force_smollm2, .timeout = 240)
 {
-    const char *path = getenv("PARLEY_MODEL");
-    if (!path || !*path)
-        path = "/root/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (access(path, R_OK) != 0)
-        cr_skip_test("model not found: %s", path);
+    PL_TEST_MODEL_OR_SKIP();
+    const char *path = pl_test_model_path();
     char err[256];
     pl_gguf *g = pl_gguf_open(path, err, sizeof err);
     cr_assert_not_null(g, "%s", err);
