@@ -55,15 +55,6 @@ static uint64_t submit(pl_backend *b, got *g, json_t *body)
     return id;
 }
 
-static json_t *stat_of(pl_backend *b, int replica, const char *key)
-{
-    json_t *s = b->ops->stats(b);
-    json_t *v = json_deep_copy(json_object_get(
-        json_array_get(json_object_get(s, "replicas"), (size_t)replica), key));
-    json_decref(s);
-    return v;
-}
-
 static void setup(void)
 {
     base = event_base_new();
@@ -179,7 +170,7 @@ Test(remote, retries_a_500_then_succeeds)
     run_until(pl_test_got_done, &g, 10000);
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "%s", g.err.message);
     cr_assert_eq(pl_fake_requests(f), 2);
-    json_t *r = stat_of(b, 0, "retries");
+    json_t *r = pl_test_replica_stat(b, 0, "retries");
     cr_assert_eq(json_integer_value(r), 1);
     json_decref(r);
     pl_backend_free(b);
@@ -217,7 +208,7 @@ Test(remote, honours_retry_after_on_429)
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH);
     cr_assert_geq(dt, 950, "retried after %.0f ms, before Retry-After", dt);
     cr_assert_eq(pl_fake_requests(f), 2);
-    json_t *h = stat_of(b, 0, "healthy");
+    json_t *h = pl_test_replica_stat(b, 0, "healthy");
     cr_assert(json_is_true(h), "a 429 does not eject");
     json_decref(h);
     pl_backend_free(b);
@@ -401,7 +392,7 @@ Test(remote, down_upstream_fails_and_is_ejected)
     char err[256];
     pl_backend *b = pl_remote_new(base, &o, err, sizeof err);
     cr_assert_not_null(b, "a down replica is not a start-up error: %s", err);
-    json_t *h = stat_of(b, 0, "healthy");
+    json_t *h = pl_test_replica_stat(b, 0, "healthy");
     cr_assert(json_is_false(h));
     json_decref(h);
     got g = {0};
@@ -430,7 +421,7 @@ Test(remote, fails_over_to_the_healthy_replica_and_readmits)
         run_until(pl_test_got_done, &g, 10000);
         cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "request %d: %s", i, g.err.message);
     }
-    json_t *h = stat_of(b, 0, "healthy");
+    json_t *h = pl_test_replica_stat(b, 0, "healthy");
     cr_assert(json_is_false(h), "the dead replica was ejected");
     json_decref(h);
     cr_assert_eq(pl_fake_requests(up), 6);

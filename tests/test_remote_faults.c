@@ -57,18 +57,9 @@ static void run_one(pl_backend *b, pl_test_got *g, int ms)
     cr_assert_eq(g->done, 1, "the request ended within %d ms", ms);
 }
 
-static json_t *replica_stat(pl_backend *b, int i, const char *key)
-{
-    json_t *s = b->ops->stats(b);
-    json_t *v = json_deep_copy(json_object_get(
-        json_array_get(json_object_get(s, "replicas"), (size_t)i), key));
-    json_decref(s);
-    return v;
-}
-
 static bool replica_healthy(pl_backend *b, int i)
 {
-    json_t *h = replica_stat(b, i, "healthy");
+    json_t *h = pl_test_replica_stat(b, i, "healthy");
     bool ok = json_is_true(h);
     json_decref(h);
     return ok;
@@ -97,7 +88,7 @@ Test(remote_faults, silent_replica_is_ejected_by_the_first_token_timeout)
     }
     cr_assert_eq(pl_fake_requests(f[0]), 1, "the ejected replica got no more requests");
     cr_assert_eq(pl_fake_requests(f[1]), 4);
-    json_t *why = replica_stat(b, 0, "last_error");
+    json_t *why = pl_test_replica_stat(b, 0, "last_error");
     cr_assert(strstr(json_string_value(why), "first token"), "%s", json_string_value(why));
     json_decref(why);
     /* Its GET /models still answers: the next health check re-admits it. */
@@ -124,25 +115,33 @@ Test(remote_faults, token_timeout_ejects_the_replica)
     pl_fake_stop(f[0]);
 }
 
-/* Retry-After: 3600 from the only replica: the 429 and its wait go back
- * to the client at once (it used to be held 30 s per attempt). */
+/* One request to n replicas, the first of which answers 429 with
+ * Retry-After: 3600. Returns how long it took, in ms. */
+static double after_a_long_retry_after(pl_fake_upstream **f, int n, pl_test_got *g)
+{
+    pl_fake_push(f[0], &(pl_fake_step){.status = 429, .retry_after_s = 3600,
+                                       .body = "{\"error\":{\"message\":\"quota\"}}"});
+    pl_backend *b = open_replicas(f, n, 300000, 60000, 60000);
+    double t0 = pl_test_now_ms();
+    run_one(b, g, 10000);
+    double dt = pl_test_now_ms() - t0;
+    pl_backend_free(b);
+    return dt;
+}
+
+/* The only replica: the 429 and its wait go back to the client at once
+ * (it used to be held 30 s per attempt). */
 Test(remote_faults, long_retry_after_is_passed_back_at_once)
 {
     pl_fake_upstream *f[1] = {pl_fake_start("fake")};
-    pl_fake_push(f[0], &(pl_fake_step){.status = 429, .retry_after_s = 3600,
-                                       .body = "{\"error\":{\"message\":\"quota\"}}"});
-    pl_backend *b = open_replicas(f, 1, 300000, 60000, 60000);
     pl_test_got g = {0};
-    double t0 = pl_test_now_ms();
-    run_one(b, &g, 10000);
-    double dt = pl_test_now_ms() - t0;
+    double dt = after_a_long_retry_after(f, 1, &g);
     cr_assert_eq(g.res.finish, PL_FINISH_ERROR);
     cr_assert_eq(g.err.status, 429);
     cr_assert_eq(g.err.retry_after_s, 3600, "the client learns the upstream's wait");
     cr_assert(strstr(g.err.message, "quota"), "%s", g.err.message);
     cr_assert_lt(dt, 2000, "answered in %.0f ms", dt);
     cr_assert_eq(pl_fake_requests(f[0]), 1);
-    pl_backend_free(b);
     pl_fake_stop(f[0]);
 }
 
@@ -150,18 +149,12 @@ Test(remote_faults, long_retry_after_is_passed_back_at_once)
 Test(remote_faults, long_retry_after_moves_to_another_replica)
 {
     pl_fake_upstream *f[2] = {pl_fake_start("fake"), pl_fake_start("fake")};
-    pl_fake_push(f[0], &(pl_fake_step){.status = 429, .retry_after_s = 3600,
-                                       .body = "{\"error\":{\"message\":\"quota\"}}"});
-    pl_backend *b = open_replicas(f, 2, 300000, 60000, 60000);
     pl_test_got g = {0};
-    double t0 = pl_test_now_ms();
-    run_one(b, &g, 10000);
-    double dt = pl_test_now_ms() - t0;
+    double dt = after_a_long_retry_after(f, 2, &g);
     cr_assert_eq(g.res.finish, PL_FINISH_LENGTH, "%s", g.err.message);
     cr_assert_lt(dt, 2000, "answered in %.0f ms", dt);
     cr_assert_eq(pl_fake_requests(f[0]), 1);
     cr_assert_eq(pl_fake_requests(f[1]), 1);
-    pl_backend_free(b);
     pl_fake_stop(f[0]);
     pl_fake_stop(f[1]);
 }

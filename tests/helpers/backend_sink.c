@@ -44,6 +44,15 @@ double pl_test_now_ms(void)
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
+json_t *pl_test_replica_stat(pl_backend *b, int i, const char *key)
+{
+    json_t *s = b->ops->stats(b);
+    json_t *v = json_deep_copy(json_object_get(
+        json_array_get(json_object_get(s, "replicas"), (size_t)i), key));
+    json_decref(s);
+    return v;
+}
+
 void pl_test_run_until(struct event_base *base, int (*cond)(void *), void *arg, int ms)
 {
     double end = pl_test_now_ms() + ms;

@@ -24,5 +24,7 @@ int pl_test_got_done(void *g);
 double pl_test_now_ms(void);
 /** Run base's loop until cond(arg) holds or ms pass (checked every 20 ms). */
 void pl_test_run_until(struct event_base *base, int (*cond)(void *), void *arg, int ms);
+/** A remote backend's stats: field key of replicas[i] (a new reference). */
+json_t *pl_test_replica_stat(pl_backend *b, int i, const char *key);
 
 #endif

@@ -1,8 +1,12 @@
 """Fixtures: a parley server on 127.0.0.1 port 0, stopped by its pid."""
+import http.client
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -65,3 +69,52 @@ def model_server():
 @pytest.fixture
 def model_url(model_server):
     return model_server.url
+
+
+# ---- helpers for tests that talk HTTP to a server s (s.host, s.port) ----
+
+def request(s, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection(s.host, s.port, timeout=timeout)
+    hdrs = dict(headers or {})
+    data = None
+    if body is not None:
+        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
+        hdrs.setdefault("Content-Type", "application/json")
+    c.request(method, path, body=data, headers=hdrs)
+    r = c.getresponse()
+    payload = r.read()
+    c.close()
+    return r.status, {k.lower(): v for k, v in r.getheaders()}, payload
+
+
+def raw(s, data, wait=2.0):
+    """Send bytes on a fresh connection; return all bytes until close or wait."""
+    c = socket.create_connection((s.host, s.port))
+    c.sendall(data)
+    c.settimeout(wait)
+    out = b""
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b:
+                break
+            out += b
+    except (socket.timeout, ConnectionResetError):
+        pass
+    c.close()
+    return out
+
+
+class QuietJSONHandler(BaseHTTPRequestHandler):
+    """A stand-in upstream's base: no request log, JSON replies."""
+
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)

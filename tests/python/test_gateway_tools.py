@@ -6,11 +6,11 @@ with the standard library, streaming tool calls the way vLLM does (id and
 name first, then argument fragments)."""
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
-from conftest import Server
+from conftest import QuietJSONHandler, Server
 
 openai = pytest.importorskip("openai")
 
@@ -43,19 +43,8 @@ def fragments():
             yield {"index": i, "function": {"arguments": a[k:k + 5]}}
 
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(QuietJSONHandler):
     bodies = []
-
-    def log_message(self, *a):
-        pass
-
-    def reply(self, status, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def do_GET(self):
         if self.path == "/v1/models":

@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import Server
+from conftest import Server, raw, request
 
 CHAT = {"model": "mock", "messages": [{"role": "user", "content": "hi there"}],
         "max_tokens": 4}
@@ -36,24 +36,6 @@ def make_server():
         assert s.stop() == 0
 
 
-def raw(s, data, wait=2.0, rcvbuf=None):
-    """Send bytes on a fresh connection; return all bytes until close or wait."""
-    c = socket.create_connection((s.host, s.port))
-    c.sendall(data)
-    c.settimeout(wait)
-    out = b""
-    try:
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            out += b
-    except (socket.timeout, ConnectionResetError):
-        pass
-    c.close()
-    return out
-
-
 def parse_responses(data):
     """Split a byte stream into (status, headers, body) by Content-Length."""
     out = []
@@ -70,20 +52,6 @@ def parse_responses(data):
         out.append((status, h, rest[:n]))
         data = rest[n:]
     return out
-
-
-def request(s, method, path, body=None, headers=None, timeout=60):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=timeout)
-    hdrs = dict(headers or {})
-    data = None
-    if body is not None:
-        data = json.dumps(body).encode() if not isinstance(body, bytes) else body
-        hdrs.setdefault("Content-Type", "application/json")
-    c.request(method, path, body=data, headers=hdrs)
-    r = c.getresponse()
-    payload = r.read()
-    c.close()
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, payload
 
 
 def assert_openai_error(status, body, want_status):

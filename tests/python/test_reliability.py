@@ -6,7 +6,6 @@ test names the item of the issue it covers.
 
 Waits are event-driven: the server's stderr is read line by line, and a
 test waits for the line it expects (with a generous deadline)."""
-import http.client
 import json
 import os
 import re
@@ -16,11 +15,11 @@ import subprocess
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
-from conftest import parley_bin
+from conftest import QuietJSONHandler, parley_bin, raw, request
 
 CHAT = {"model": "mock", "messages": [{"role": "user", "content": "hi there"}],
         "max_tokens": 4}
@@ -96,37 +95,6 @@ def make_server():
     yield make
     for s in servers:
         assert s.stop() == 0, s.text()[-3000:]
-
-
-def request(s, method, path, body=None, headers=None, timeout=60):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=timeout)
-    data = json.dumps(body).encode() if body is not None else None
-    hdrs = dict(headers or {})
-    if data is not None:
-        hdrs.setdefault("Content-Type", "application/json")
-    c.request(method, path, body=data, headers=hdrs)
-    r = c.getresponse()
-    payload = r.read()
-    c.close()
-    return r.status, {k.lower(): v for k, v in r.getheaders()}, payload
-
-
-def raw(s, data, wait=5.0):
-    """Send bytes on a fresh connection; return what comes back until close."""
-    c = socket.create_connection((s.host, s.port))
-    c.sendall(data)
-    c.settimeout(wait)
-    out = b""
-    try:
-        while True:
-            b = c.recv(65536)
-            if not b:
-                break
-            out += b
-    except (socket.timeout, ConnectionResetError):
-        pass
-    c.close()
-    return out
 
 
 def json_error(data):
@@ -205,23 +173,12 @@ def test_descriptors_running_out_pause_accepting_and_log_once(make_server):
 
 # ---- items 7, 9, 13: an upstream stand-in ----
 
-class Upstream(BaseHTTPRequestHandler):
+class Upstream(QuietJSONHandler):
     """A stand-in OpenAI upstream: the test sets what it lists and streams."""
     models = ["m"]
     auth = None                  # required "Basic ..." value, or None
     content = '"hello"'          # the delta's content, as JSON text
     drop = False                 # close the connection instead of answering POSTs
-
-    def log_message(self, *a):
-        pass
-
-    def reply(self, status, obj):
-        data = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
 
     def authorized(self):
         if self.auth is None or self.headers.get("Authorization") == self.auth:
