@@ -78,7 +78,7 @@ Test(remote_faults, silent_replica_is_ejected_by_the_first_token_timeout)
 {
     pl_fake_upstream *f[2] = {pl_fake_start("fake"), pl_fake_start("fake")};
     pl_fake_push(f[0], &(pl_fake_step){.header_delay_ms = 3000});
-    pl_backend *b = open_replicas(f, 2, 300, 5000, 3000);
+    pl_backend *b = open_replicas(f, 2, 300, 5000, 5000);
     for (int i = 0; i < 4; i++) {
         pl_test_got g = {0};
         run_one(b, &g, 15000);
@@ -92,7 +92,7 @@ Test(remote_faults, silent_replica_is_ejected_by_the_first_token_timeout)
     cr_assert(strstr(json_string_value(why), "first token"), "%s", json_string_value(why));
     json_decref(why);
     /* Its GET /models still answers: the next health check re-admits it. */
-    pl_test_run_until(base, healthy_again, b, 10000);
+    pl_test_run_until(base, healthy_again, b, 15000);
     cr_assert(replica_healthy(b, 0), "re-admitted by a health check");
     pl_backend_free(b);
     pl_fake_stop(f[0]);
