@@ -9,6 +9,7 @@
 
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
+#include "schedulers/dispatch.h"
 #include "src/base/log.h"
 #include "src/jobs/persist.h"
 
@@ -32,38 +33,22 @@ static void reply_problems(struct evhttp_request *req, const pl_spec_problems *p
     pl_reply_json(req, 400, json_pack("{s:o}", "error", err));
 }
 
-/* The served model's gate, shared by every job on it (made on first use
- * for a model added after the API). NULL on OOM. */
-static pl_model_gate *gate_of(pl_jobs_api *a, pl_model_entry *e)
-{
-    if (e->gate)
-        return e->gate;
-    pl_model_gate **v = realloc(a->gates, (size_t)(a->n_gates + 1) * sizeof *v);
-    if (!v)
-        return NULL;
-    a->gates = v;
-    e->gate = pl_model_gate_new(e->backend, pl_server_get_opts(a->srv)->interactive_reserve);
-    if (e->gate)
-        a->gates[a->n_gates++] = e->gate;
-    return e->gate;
-}
-
-/* Map the spec's models onto served models and their gates; reports
+/* Map the spec's models onto served models and their dispatches; reports
  * unknown names. */
 static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
-                          pl_model_gate **gs, pl_spec_problems *p)
+                          pl_dispatch **ds, pl_spec_problems *p)
 {
     for (int m = 0; m < s->n_models; m++) {
         pl_model_entry *e = pl_server_find_model(a->srv, s->models[m].name);
         char path[160];
         snprintf(path, sizeof path, "models.%s", s->models[m].name);
-        if (!e)
+        if (!e) {
             pl_spec_problems_add(p, path, "model '%s' is not served here (see GET /v1/models)",
                                  s->models[m].name);
-        else if (!(gs[m] = gate_of(a, e)))
-            pl_spec_problems_add(p, path, "out of memory");
-        else
-            bs[m] = e->backend;
+            continue;
+        }
+        bs[m] = e->backend;
+        ds[m] = e->dispatch;
     }
     return p->n ? -1 : 0;
 }
@@ -197,9 +182,9 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
 {
     pl_spec_problems p = {0};
     pl_backend **bs = calloc((size_t)spec->n_models, sizeof *bs);
-    pl_model_gate **gs = calloc((size_t)spec->n_models, sizeof *gs);
+    pl_dispatch **ds = calloc((size_t)spec->n_models, sizeof *ds);
     pl_job *j = NULL;
-    if (!bs || !gs || resolve_models(a, spec, bs, gs, &p) < 0) {
+    if (!bs || !ds || resolve_models(a, spec, bs, ds, &p) < 0) {
         if (p.n)
             reply_problems(req, &p);
         else
@@ -214,7 +199,7 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
     char id[64], err[256];
     pl_server_new_id(a->srv, "job-", id, sizeof id);
     pl_job_opts o = {.base = pl_server_base(a->srv), .io = a->io, .id = id,
-                     .output_root = a->root, .backends = bs, .gates = gs,
+                     .output_root = a->root, .backends = bs, .dispatch = ds,
                      .on_finished = on_job_finished, .ud = a};
     j = pl_job_new(spec, &o, err, sizeof err);
     if (j && add_job(a, j) < 0) {
@@ -230,7 +215,7 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
     }
 done:
     free(bs);
-    free(gs);
+    free(ds);
     pl_spec_problems_free(&p);
     pl_job_spec_free(spec);
     return j;
@@ -398,9 +383,35 @@ static void status_hook(pl_server *s, json_t *status, void *ud)
     json_object_set_new(status, "jobs", jobs);
     json_object_set_new(status, "finished_jobs", done);
     json_t *slots = json_array();
-    for (int i = 0; i < a->n_gates; i++)
-        json_array_append_new(slots, pl_model_gate_json(a->gates[i]));
+    for (int i = 0; i < pl_server_n_models(s); i++)
+        json_array_append_new(slots, jobs_api_model_slots(pl_server_model(s, i)));
     json_object_set_new(status, "model_slots", slots);
+}
+
+json_t *jobs_api_model_slots(const pl_model_entry *e)
+{
+    pl_dispatch_counts c;
+    pl_dispatch_counts_get(e->dispatch, &c);
+    json_t *jobs = json_array();
+    uint64_t total = 0;
+    pl_dispatch_client k;
+    int top = pl_dispatch_max_client(e->dispatch);
+    for (int i = 1; i <= top; i++)
+        if (pl_dispatch_client_get(e->dispatch, i, &k))
+            total += k.dispatched;
+    for (int i = 1; i <= top; i++) {
+        if (!pl_dispatch_client_get(e->dispatch, i, &k))
+            continue;
+        json_array_append_new(jobs, json_pack("{s:s, s:f, s:i, s:I, s:I, s:f, s:f}",
+            "job", k.name ? k.name : "", "weight", k.weight, "in_flight", k.inflight,
+            "dispatched", (json_int_t)k.dispatched, "completed", (json_int_t)k.completed,
+            "attained_tokens", k.attained,
+            "share", total ? (double)k.dispatched / (double)total : 0.0));
+    }
+    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "model", e->name,
+                     "capacity", c.capacity, "interactive_reserve", c.reserve,
+                     "jobs_in_flight", c.jobs_inflight,
+                     "interactive_in_flight", c.interactive_inflight, "jobs", jobs);
 }
 
 pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
@@ -417,13 +428,6 @@ pl_jobs_api *pl_jobs_api_register(pl_server *s, const char *output_root)
         pl_jobs_api_free(a);
         return NULL;
     }
-    /* Every served model gets its gate now, so OpenAI requests count in it
-     * from the start. */
-    for (int i = 0; i < pl_server_n_models(s); i++)
-        if (!gate_of(a, pl_server_model(s, i))) {
-            pl_jobs_api_free(a);
-            return NULL;
-        }
     pl_server_add_route(s, "/v1/jobs", PL_HTTP_GET | PL_HTTP_POST, jobs_root, a);
     pl_server_add_route(s, "/v1/jobs/*", PL_HTTP_GET | PL_HTTP_DELETE | PL_HTTP_OTHER,
                         jobs_item, a);
@@ -449,11 +453,6 @@ void pl_jobs_api_free(pl_jobs_api *a)
         free(a->forgotten[i].dir);
     }
     free(a->forgotten);
-    for (int i = 0; i < pl_server_n_models(a->srv); i++)
-        pl_server_model(a->srv, i)->gate = NULL;
-    for (int i = 0; i < a->n_gates; i++)
-        pl_model_gate_free(a->gates[i]);
-    free(a->gates);
     pl_io_pool_free(a->io);
     free(a->root);
     free(a);

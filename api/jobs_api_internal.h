@@ -41,14 +41,17 @@ struct pl_jobs_api {
     pl_jobs_api_limits lim;
     forgotten_job *forgotten;    /* a ring of FORGOTTEN_MAX */
     long n_forgotten;
-    pl_model_gate **gates;       /* one per served model, on its entry too */
-    int n_gates;
 };
 
 /** GET /v1/jobs/{id}/events: start an SSE stream on req. */
 void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req);
 /** The jobs' part of GET /metrics (jobs_metrics.c), a metrics hook. */
 void jobs_api_metrics(pl_server *s, struct evbuffer *out, void *ud);
+/** A served model's slots as its dispatch shares them (new ref): capacity,
+ *  reserve, in-flight of jobs and of interactive requests, and per job its
+ *  weight, in-flight, requests dispatched and completed, attained service
+ *  (tokens) and share of the jobs' dispatched requests. */
+json_t *jobs_api_model_slots(const pl_model_entry *e);
 /** End every stream of a job (shutdown). */
 void jobs_api_end_streams(pl_jobs_api *a, api_job *aj);
 

@@ -134,13 +134,14 @@ static void slots(pl_jobs_api *a, struct evbuffer *b)
                                   "interactive_reserve"};
     pl_prom_family(b, names[0], "gauge",
                    "Requests in flight on the model, by client: jobs or interactive (OpenAI API).");
-    json_t **g = calloc((size_t)(a->n_gates ? a->n_gates : 1), sizeof *g);
-    for (int i = 0; g && i < a->n_gates; i++)
-        g[i] = pl_model_gate_json(a->gates[i]);
+    int n = pl_server_n_models(a->srv);
+    json_t **g = calloc((size_t)(n ? n : 1), sizeof *g);
+    for (int i = 0; g && i < n; i++)
+        g[i] = jobs_api_model_slots(pl_server_model(a->srv, i));
     for (int k = 0; k < 3 && g; k++) {
         if (k == 2)
             pl_prom_family(b, names[2], "gauge", "Slots jobs leave free for OpenAI requests.");
-        for (int i = 0; i < a->n_gates; i++) {
+        for (int i = 0; i < n; i++) {
             char esc[256], l[384];
             const char *m = json_string_value(json_object_get(g[i], "model"));
             pl_prom_escape(esc, sizeof esc, m ? m : "");
@@ -153,7 +154,7 @@ static void slots(pl_jobs_api *a, struct evbuffer *b)
                            (double)json_integer_value(json_object_get(g[i], keys[k])));
         }
     }
-    for (int i = 0; g && i < a->n_gates; i++)
+    for (int i = 0; g && i < n; i++)
         json_decref(g[i]);
     free(g);
 }

@@ -18,14 +18,15 @@
 #include "api/oai_wire.h"
 #include "api/respond.h"
 #include "api/sse.h"
+#include "schedulers/dispatch.h"
 #include "src/base/log.h"
-#include "src/jobs/model_gate.h"
 
 typedef struct oai_call oai_call;
 
 typedef struct oai_choice {
     oai_call *call;
     int index;
+    pl_dispatch_req dr;          /* its admission (the model's dispatch) */
     uint64_t id;                 /* backend request id */
     bool active;                 /* submitted and not done */
     pl_finish finish;
@@ -56,6 +57,7 @@ struct oai_call {
     int key;                     /* API key index, for the tokens-per-minute budget */
     pl_err error;
     bool failed;
+    const pl_gen_request *submitting;    /* while call_submit pumps */
     oai_choice choices[];
 };
 
@@ -78,14 +80,15 @@ static void call_free(oai_call *c)
     free(c);
 }
 
-/* A choice in flight counts on the model's gate, so jobs leave it room. */
-static void choice_set_active(oai_call *c, oai_choice *ch, bool active)
+/* A choice ended: its slot on the model's dispatch goes to whoever is
+ * next (jobs back off while interactive requests run). */
+static void choice_set_inactive(oai_call *c, oai_choice *ch)
 {
-    if (ch->active == active)
+    if (!ch->active)
         return;
-    ch->active = active;
-    if (c->model->gate)
-        pl_model_gate_interactive(c->model->gate, active ? 1 : -1);
+    ch->active = false;
+    pl_dispatch_done(c->model->dispatch, &ch->dr, 0);
+    pl_dispatch_pump(c->model->dispatch);
 }
 
 static void call_abort_all(oai_call *c)
@@ -93,7 +96,7 @@ static void call_abort_all(oai_call *c)
     for (int i = 0; i < c->n_choices; i++) {
         if (c->choices[i].active) {
             pl_backend_abort(c->model->backend, c->choices[i].id);
-            choice_set_active(c, &c->choices[i], false);
+            choice_set_inactive(c, &c->choices[i]);
         }
     }
 }
@@ -284,7 +287,7 @@ static void on_done(void *ud, const pl_result *r)
 {
     oai_choice *ch = ud;
     oai_call *c = ch->call;
-    choice_set_active(c, ch, false);
+    choice_set_inactive(c, ch);
     ch->finish = r->finish;
     ch->up_tool_finish = r->tool_calls;
     c->usage.completion_tokens += r->completion_tokens;
@@ -361,6 +364,21 @@ static int choice_alloc(oai_call *c, oai_choice *ch)
     return 0;
 }
 
+/* The model's dispatch admitted the choice (interactive requests go at
+ * once): submit it. A refusal ends its admission and fails the call. */
+static void choice_admitted(void *ud, pl_dispatch_req *dr)
+{
+    oai_choice *ch = ud;
+    oai_call *c = ch->call;
+    pl_sink sink = {on_delta, on_done, ch};
+    if (pl_backend_submit(c->model->backend, c->submitting, sink, &ch->id, &c->error) == 0) {
+        ch->active = true;
+        return;
+    }
+    pl_dispatch_done(c->model->dispatch, dr, 0);
+    c->failed = true;
+}
+
 /* Submit every choice; on failure abort the ones already submitted. */
 static int call_submit(oai_call *c, pl_err *err)
 {
@@ -384,10 +402,15 @@ static int call_submit(oai_call *c, pl_err *err)
             r.sampling.has_seed = true;
             r.sampling.seed = ((uint64_t)rand() << 32 ^ (uint64_t)rand()) + (uint64_t)i;
         }
-        pl_sink sink = {on_delta, on_done, ch};
-        if (pl_backend_submit(c->model->backend, &r, sink, &ch->id, err) < 0)
+        ch->dr = (pl_dispatch_req){.submit = choice_admitted, .ud = ch};
+        c->submitting = &r;
+        if (pl_dispatch_push(c->model->dispatch, PL_DISPATCH_INTERACTIVE, &ch->dr) == 0)
+            pl_dispatch_pump(c->model->dispatch);
+        c->submitting = NULL;
+        if (c->failed || !ch->active) {
+            *err = c->error;
             goto fail;
-        choice_set_active(c, ch, true);
+        }
     }
     return 0;
 fail:

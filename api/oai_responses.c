@@ -25,7 +25,7 @@
 #include "api/oai_tools.h"
 #include "api/respond.h"
 #include "api/sse.h"
-#include "src/jobs/model_gate.h"
+#include "schedulers/dispatch.h"
 
 typedef struct stored {
     char id[64];
@@ -47,6 +47,9 @@ typedef struct rcall {
     pl_model_entry *model;
     char id[64], msg_id[64];
     int64_t created;
+    pl_dispatch_req dr;          /* its admission (the model's dispatch) */
+    const pl_gen_request *submitting;    /* while call_start pumps */
+    pl_err submit_err;
     uint64_t backend_id;
     bool active, stored;
     pl_sse *sse;
@@ -235,13 +238,15 @@ static void call_free(rcall *c)
     free(c);
 }
 
-static void set_active(rcall *c, bool on)
+/* The request ended: its slot on the model's dispatch goes to whoever is
+ * next (jobs back off while interactive requests run). */
+static void set_inactive(rcall *c)
 {
-    if (c->active == on)
+    if (!c->active)
         return;
-    c->active = on;
-    if (c->model->gate)
-        pl_model_gate_interactive(c->model->gate, on ? 1 : -1);
+    c->active = false;
+    pl_dispatch_done(c->model->dispatch, &c->dr, 0);
+    pl_dispatch_pump(c->model->dispatch);
 }
 
 /* Send one Responses event: o (stolen) gets type and sequence_number. */
@@ -442,7 +447,7 @@ static void settle_calls(rcall *c)
 static void on_done(void *ud, const pl_result *r)
 {
     rcall *c = ud;
-    set_active(c, false);
+    set_inactive(c);
     c->res = *r;
     c->res.error = NULL;
     bool failed = r->finish == PL_FINISH_ERROR || r->finish == PL_FINISH_ABORT;
@@ -481,7 +486,7 @@ static void on_client_close(void *ud)
     c->req = NULL;
     if (c->active)
         pl_backend_abort(c->model->backend, c->backend_id);
-    set_active(c, false);
+    set_inactive(c);
     if (c->sse)
         pl_sse_free_closed(c->sse);
     c->sse = NULL;
@@ -543,16 +548,34 @@ static int call_prepare(rcall *c, pl_err *e)
     return c->text ? 0 : pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
+/* The model's dispatch admitted the request (interactive requests go at
+ * once): submit it. A refusal ends its admission. */
+static void admitted(void *ud, pl_dispatch_req *dr)
+{
+    rcall *c = ud;
+    pl_sink sink = {on_delta, on_done, c};
+    if (pl_backend_submit(c->model->backend, c->submitting, sink, &c->backend_id,
+                          &c->submit_err) == 0)
+        c->active = true;
+    else
+        pl_dispatch_done(c->model->dispatch, dr, 0);
+}
+
 static int call_start(rcall *c, pl_err *e)
 {
     pl_gen_request r;
     pl_oai_to_request(&c->p, &r);
     r.oai_body = c->chat;
     r.conversation_key = pl_oai_prompt_cache_key(c->chat);
-    pl_sink sink = {on_delta, on_done, c};
-    if (pl_backend_submit(c->model->backend, &r, sink, &c->backend_id, e) < 0)
+    c->dr = (pl_dispatch_req){.submit = admitted, .ud = c};
+    c->submitting = &r;
+    if (pl_dispatch_push(c->model->dispatch, PL_DISPATCH_INTERACTIVE, &c->dr) == 0)
+        pl_dispatch_pump(c->model->dispatch);
+    c->submitting = NULL;
+    if (!c->active) {
+        *e = c->submit_err;
         return -1;
-    set_active(c, true);
+    }
     if (!c->p.stream) {
         c->watch = pl_watch_close(c->req, on_client_close, c);
     } else {
@@ -566,7 +589,7 @@ static int call_start(rcall *c, pl_err *e)
         return 0;
     }
     pl_backend_abort(c->model->backend, c->backend_id);
-    set_active(c, false);
+    set_inactive(c);
     return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 

@@ -25,6 +25,7 @@
 #include "api/auth.h"
 #include "api/conn.h"
 #include "api/respond.h"
+#include "schedulers/dispatch.h"
 #include "src/base/log.h"
 
 #define MAX_ROUTES 64
@@ -450,6 +451,7 @@ void pl_server_free(pl_server *s)
     pl_conns_free(s->conns);
     pl_auth_free(s->auth);
     for (int i = 0; i < s->n_models; i++) {
+        pl_dispatch_free(s->models[i].dispatch);
         pl_backend_free(s->models[i].backend);
         free(s->models[i].name);
     }
@@ -469,8 +471,12 @@ int pl_server_add_model(pl_server *s, const char *name, pl_backend *b)
     s->models = m;
     memset(&m[s->n_models], 0, sizeof *m);
     m[s->n_models].name = strdup(name);
-    if (!m[s->n_models].name)
+    m[s->n_models].dispatch = pl_backend_dispatch_new(b, s->o.interactive_reserve);
+    if (!m[s->n_models].name || !m[s->n_models].dispatch) {
+        free(m[s->n_models].name);
+        pl_dispatch_free(m[s->n_models].dispatch);
         return -1;
+    }
     m[s->n_models].backend = b;
     m[s->n_models].created = (int64_t)time(NULL);
     s->n_models++;

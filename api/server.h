@@ -16,15 +16,17 @@
 
 typedef struct pl_server pl_server;
 
-/** A served model: the name clients use and the backend behind it. */
-struct pl_model_gate;
+struct pl_dispatch;
 
+/** A served model: the name clients use, the backend behind it, and its
+ *  one admission point. */
 typedef struct pl_model_entry {
     char *name;                  /**< owned */
     pl_backend *backend;         /**< owned by the server */
-    /** The model's slots across jobs and interactive requests (owned by
-     *  the jobs API; NULL without one): OpenAI requests count in it. */
-    struct pl_model_gate *gate;
+    /** Every request for the model goes through it (schedulers/dispatch.h):
+     *  the OpenAI endpoints as its interactive class, jobs as its other
+     *  clients. Owned by the server; its reserve is interactive_reserve. */
+    struct pl_dispatch *dispatch;
     int64_t created;             /**< unix time the model was loaded */
 } pl_model_entry;
 
@@ -73,7 +75,8 @@ pl_server *pl_server_new(struct event_base *base, const pl_server_opts *o);
 /** Stop listening, abort streams and free the models. */
 void pl_server_free(pl_server *s);
 
-/** Add a model; the server owns the backend from now on. */
+/** Add a model (and its dispatch); the server owns the backend from now
+ *  on, except on -1 (the caller frees it). */
 int pl_server_add_model(pl_server *s, const char *name, pl_backend *b);
 /** Find a served model by name; NULL when unknown. */
 pl_model_entry *pl_server_find_model(pl_server *s, const char *name);

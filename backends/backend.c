@@ -1,7 +1,8 @@
 /* backend.c - shared helpers of the backend interface: errors, sampling
- * parameter defaults and copies. */
+ * parameter defaults and copies, the admission point of a backend. */
 #include "backends/backend.h"
 #include "backends/req_metrics.h"
+#include "schedulers/dispatch.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -122,4 +123,16 @@ void pl_backend_free(pl_backend *b)
     struct pl_req_metrics *m = b->metrics;
     b->ops->free(b);
     pl_req_metrics_free(m);
+}
+
+static int dispatch_capacity(void *ud)
+{
+    return pl_backend_capacity(ud);
+}
+
+struct pl_dispatch *pl_backend_dispatch_new(pl_backend *b, int reserve)
+{
+    pl_dispatch_opts o = {.capacity = pl_backend_capacity(b), .reserve = reserve,
+                          .capacity_fn = dispatch_capacity, .capacity_ud = b};
+    return pl_dispatch_new(&o);
 }

@@ -310,4 +310,11 @@ int pl_backend_check_length(const pl_gen_request *req, int n, int max_len, pl_er
 /** Free a backend (NULL is ignored). */
 void pl_backend_free(pl_backend *b);
 
+struct pl_dispatch;
+
+/** The admission point of b's model (schedulers/dispatch.h): its capacity
+ *  is read from b at each pump; reserve as pl_dispatch_opts. The caller
+ *  frees it with pl_dispatch_free, before b. NULL on OOM. */
+struct pl_dispatch *pl_backend_dispatch_new(pl_backend *b, int reserve);
+
 #endif

@@ -2,9 +2,10 @@
  *
  *  1. scheduler alone: 2,500 conversations x (3 participants + a moderator
  *     speaking after them) x 3 rounds = 10,000 requests queued at the start;
- *     slots freed in FIFO order; CPU per dispatch+completion pair. Run with
- *     one model (capacity 256) and with two (moderator on a second model,
- *     capacity 32: dispatch skips the full model's requests).
+ *     slots freed in FIFO order, each model's dispatch pumped after each
+ *     completion (as a job does); CPU per dispatch+completion pair. Run
+ *     with one model (capacity 256) and with two (moderator on a second
+ *     model, capacity 32: a full model's requests wait in its own pool).
  *  2. a whole job on the mock backend with zero delay (same shape,
  *     validation off, 16 tokens per reply): main-thread CPU per request,
  *     which adds prompt building, the mock's token production, sinks,
@@ -34,38 +35,52 @@ static double cpu_now(clockid_t c)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The ring of admitted requests, completed in FIFO order. */
+enum { RING = 1024 };
+typedef struct ring {
+    pl_conv_req *v[RING];
+    long head, tail;
+} ring;
+
+static void ring_submit(void *ud, pl_conv_req *r)
+{
+    ring *q = ud;
+    q->v[q->tail++ % RING] = r;
+}
+
 static double bench_sched_only(int two_models, long *pairs_out)
 {
     int model[N_AGENTS] = {0, 0, 0, two_models ? 1 : 0};
     uint64_t deps[N_AGENTS] = {0, 0, 0, 7};
-    pl_conv_sched_config cfg = {N_AGENTS, two_models ? 2 : 1, ROUNDS, 0, N_CONV, model, deps};
-    pl_conv_sched *s = pl_conv_sched_init(&cfg);
-    pl_conv_sched_set_capacity(s, 0, 256);
-    pl_conv_sched_set_capacity(s, 1, 32);
+    pl_dispatch *d[2] = {pl_dispatch_new(&(pl_dispatch_opts){.capacity = 256}),
+                         pl_dispatch_new(&(pl_dispatch_opts){.capacity = 32})};
+    static ring q;
+    q.head = q.tail = 0;
+    pl_convs_config cfg = {N_AGENTS, two_models ? 2 : 1, ROUNDS, 0, N_CONV, model, deps,
+                           .dispatch = d, .submit = ring_submit, .ud = &q};
+    pl_convs *s = pl_convs_new(&cfg);
     for (int c = 0; c < N_CONV; c++)
-        pl_conv_sched_start(s, c);
+        pl_convs_start(s, c);
     pl_conv_counts k;
-    pl_conv_sched_counts(s, &k);
+    pl_convs_counts(s, &k);
     if (k.pending + k.ready != N_CONV * N_AGENTS)
         abort();
-    enum { RING = 1024 };
-    pl_conv_req *ring[RING];
-    long head = 0, tail = 0, pairs = 0;
+    long pairs = 0;
     double t0 = cpu_now(CLOCK_PROCESS_CPUTIME_ID);
     for (;;) {
-        pl_conv_req *r;
-        while ((r = pl_conv_sched_dispatch(s)))
-            ring[tail++ % RING] = r;
-        if (head == tail)
+        pl_convs_pump(s);        /* each model's dispatch, as a job pumps */
+        if (q.head == q.tail)
             break;
-        pl_conv_sched_complete(s, ring[head++ % RING], PL_CONV_OK);
+        pl_convs_complete(s, q.v[q.head++ % RING], PL_CONV_OK, 1);
         pairs++;
     }
     double dt = cpu_now(CLOCK_PROCESS_CPUTIME_ID) - t0;
-    pl_conv_sched_counts(s, &k);
+    pl_convs_counts(s, &k);
     if (k.succeeded != N_CONV)
         abort();
-    pl_conv_sched_free(s);
+    pl_convs_free(s);
+    pl_dispatch_free(d[0]);
+    pl_dispatch_free(d[1]);
     *pairs_out = pairs;
     return dt;
 }

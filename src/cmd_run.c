@@ -14,7 +14,7 @@
 #include <event2/event.h>
 #include <event2/thread.h>
 
-#include "schedulers/conversation.h"
+#include "schedulers/dispatch.h"
 #include "src/jobs/job_spec.h"
 #include "src/jobs/jobs.h"
 #include "src/base/log.h"
@@ -37,7 +37,7 @@ typedef struct run_args {
     const char *job_file, *output, *stats;
     bool live;
     double progress_interval;    /* seconds; status lines without a TTY */
-    int policy;                  /* pl_conv_policy from --strategy */
+    int policy;                  /* pl_dispatch_policy from --strategy */
     bool kv_lru;                 /* --kv-eviction lru: no retention hints */
     int argc;                    /* argv without run-only flags */
     char **argv;
@@ -101,7 +101,7 @@ static int split_args(int argc, char **argv, run_args *ra)
             ra->stats = argv[i] + 8;
         else if (!strcmp(argv[i], "--strategy") || !strncmp(argv[i], "--strategy=", 11)) {
             const char *v = argv[i][10] == '=' ? argv[i] + 11 : i + 1 < argc ? argv[++i] : NULL;
-            if ((ra->policy = pl_conv_policy_parse(v)) < 0) {
+            if ((ra->policy = pl_dispatch_policy_parse(v)) < 0) {
                 fprintf(stderr, "parley: --strategy: expected parley, fcfs or naive, got '%s'\n",
                         v ? v : "");
                 return -2;
@@ -331,7 +331,7 @@ static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
     pl_job_progress p;
     pl_job_get_progress(rc->job, &p);
     json_t *o = json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:i, s:s?}", "strategy",
-                          pl_conv_policy_name((pl_conv_policy)ra->policy), "makespan_ms", ms,
+                          pl_dispatch_policy_name((pl_dispatch_policy)ra->policy), "makespan_ms", ms,
                           "questions", p.total, "succeeded", p.succeeded, "failed", p.failed,
                           "answered", p.answered, "correct", p.correct, "reprompts", p.reprompts,
                           "output", pl_job_dir(rc->job));

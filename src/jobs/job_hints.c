@@ -1,5 +1,5 @@
 /* job_hints.c - retention hints (DESIGN.md, "Conversation-aware KV"): after
- * each completion the conversation scheduler says how soon each
+ * each completion the job's conversations say how soon each
  * conversation needs its cache again, and each backend that keeps a cache
  * (ops->retain) hears what changed since it last heard. */
 #include <limits.h>
@@ -48,7 +48,7 @@ void job_send_hints(pl_job *j)
     for (int m = 0; m < j->n_models; m++)
         any |= j->backends[m]->ops->retain != NULL;
     if (!any || j->no_hints || !hints_ready(j) ||
-        pl_conv_sched_next_need(j->sched, j->hint_need) < 0)
+        pl_convs_next_need(j->convs, j->hint_need) < 0)
         return;
     for (int m = 0; m < j->n_models; m++) {
         if (!j->backends[m]->ops->retain)

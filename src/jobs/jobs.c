@@ -26,58 +26,47 @@ const char *pl_job_event_name(pl_job_event_kind k)
 
 /* ---- creation ---- */
 
-static pl_conv_sched *make_sched(const pl_job_spec *s, pl_backend **backends,
-                                 int policy)
-{
-    int model[PL_CONV_MAX_AGENTS];
-    uint64_t deps[PL_CONV_MAX_AGENTS];
-    for (int a = 0; a < s->n_agents; a++) {
-        model[a] = s->agents[a].model;
-        deps[a] = s->agents[a].deps;
-    }
-    pl_conv_sched_config cfg = {
-        .n_agents = s->n_agents, .n_models = s->n_models, .num_rounds = s->num_rounds,
-        .max_retries = s->max_retries, .n_conversations = s->n_questions,
-        .agent_model = model, .agent_deps = deps, .policy = (pl_conv_policy)policy,
-    };
-    pl_conv_sched *sc = pl_conv_sched_init(&cfg);
-    for (int m = 0; sc && m < s->n_models; m++) {
-        int cap = pl_backend_capacity(backends[m]);
-        if (s->models[m].max_num_seqs > 0 && s->models[m].max_num_seqs < cap)
-            cap = s->models[m].max_num_seqs;
-        pl_conv_sched_set_capacity(sc, m, cap);   /* the job's own bound */
-    }
-    return sc;
-}
+static void job_submit(void *ud, pl_conv_req *cr);
+static bool job_may_go(void *ud);
+static void finish_conv(pl_job *j, int q, bool ok, const char *error);
 
-/* Join each model's gate: the served model's (shared with other jobs), or
- * our own when the caller has none. */
-static int join_gates(pl_job *j, pl_model_gate **shared)
+/* Each model's admission point: the served model's (shared with other jobs
+ * and the OpenAI endpoints), or our own when the caller has none. */
+static int attach_dispatch(pl_job *j, pl_dispatch **shared)
 {
-    j->gates = calloc((size_t)j->n_models, sizeof *j->gates);
-    j->gate_id = malloc((size_t)j->n_models * sizeof *j->gate_id);
-    if (!j->gates || !j->gate_id)
+    j->dispatch = calloc((size_t)j->n_models, sizeof *j->dispatch);
+    if (!j->dispatch)
         return -1;
-    j->own_gates = !shared;
+    j->own_dispatch = !shared;
     for (int m = 0; m < j->n_models; m++) {
-        j->gate_id[m] = -1;
-        j->gates[m] = shared ? shared[m] : pl_model_gate_new(j->backends[m], 0);
-        if (!j->gates[m])
-            return -1;
-        j->gate_id[m] = model_gate_join(j->gates[m], j, m, j->spec.weight, 0);
-        if (j->gate_id[m] < 0)
+        j->dispatch[m] = shared ? shared[m] : pl_backend_dispatch_new(j->backends[m], 0);
+        if (!j->dispatch[m])
             return -1;
     }
     return 0;
 }
 
-static void leave_gates(pl_job *j)
+/* The job's conversations, one client of each model's dispatch; a model's
+ * max_num_seqs bounds the job's requests on it. */
+static pl_convs *make_convs(pl_job *j)
 {
-    for (int m = 0; j->gates && j->gate_id && m < j->n_models; m++) {
-        if (j->gates[m] && j->gate_id[m] >= 0)
-            model_gate_leave(j->gates[m], j->gate_id[m]);
-        j->gate_id[m] = -1;
+    const pl_job_spec *s = &j->spec;
+    int model[PL_CONV_MAX_AGENTS], cap[s->n_models];
+    uint64_t deps[PL_CONV_MAX_AGENTS];
+    for (int a = 0; a < s->n_agents; a++) {
+        model[a] = s->agents[a].model;
+        deps[a] = s->agents[a].deps;
     }
+    for (int m = 0; m < s->n_models; m++)
+        cap[m] = s->models[m].max_num_seqs;
+    pl_convs_config cfg = {
+        .n_agents = s->n_agents, .n_models = s->n_models, .num_rounds = s->num_rounds,
+        .max_retries = s->max_retries, .n_conversations = s->n_questions,
+        .agent_model = model, .agent_deps = deps, .policy = (pl_dispatch_policy)j->policy,
+        .dispatch = j->dispatch, .name = j->id, .weight = s->weight, .model_cap = cap,
+        .submit = job_submit, .may_go = job_may_go, .ud = j,
+    };
+    return pl_convs_new(&cfg);
 }
 
 pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
@@ -110,12 +99,12 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
     memcpy(j->backends, o->backends, (size_t)j->n_models * sizeof *j->backends);
     j->policy = o->policy;
     j->no_hints = o->no_retention_hints;
-    if (!(j->sched = make_sched(&j->spec, j->backends, o->policy))) {
-        snprintf(err, errlen, "invalid scheduler configuration");
+    if (attach_dispatch(j, o->dispatch) < 0) {
+        snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (join_gates(j, o->gates) < 0) {
-        snprintf(err, errlen, "out of memory");
+    if (!(j->convs = make_convs(j))) {
+        snprintf(err, errlen, "invalid scheduler configuration");
         goto fail;
     }
     return j;
@@ -164,8 +153,8 @@ static void open_done(void *ud)
             if (pl_persist_succeeded(j->persist, j->spec.questions[q].id)) {
                 j->skipped[q] = 1;
                 j->n_skipped++;
-            } else {
-                pl_conv_sched_start(j->sched, q);
+            } else if (pl_convs_start(j->convs, q) < 0) {
+                finish_conv(j, q, false, "out of memory queueing its first round");
             }
         }
         job_pump(j);
@@ -207,13 +196,19 @@ int pl_job_start(pl_job *j)
 
 /* ---- dispatch ---- */
 
+/* Out of memory drops the text and marks the request: it fails with an
+ * error when it completes (never a silently shortened reply). */
 static void jr_append(job_req *r, const char *s, size_t n)
 {
+    if (r->oom)
+        return;
     if (r->len + n + 1 > r->cap) {
         size_t cap = (r->len + n + 1) * 2;
         char *t = realloc(r->text, cap < 256 ? 256 : cap);
-        if (!t)
+        if (!t) {
+            r->oom = true;
             return;
+        }
         r->text = t;
         r->cap = cap < 256 ? 256 : cap;
     }
@@ -264,7 +259,6 @@ static void on_delta(void *ud, const pl_delta *d);
 static void on_done(void *ud, const pl_result *r);
 static int send_req(pl_job *j, job_req *jr, pl_err *err);
 static void complete_req(pl_job *j, job_req *jr, const char *error);
-static void finish_conv(pl_job *j, int q, bool ok, const char *error);
 
 /* The remote backend's routing key: requests with one key share a prompt
  * prefix, so they go to the replica whose prefix cache holds it. Under the
@@ -302,13 +296,10 @@ static int send_req(pl_job *j, job_req *jr, pl_err *err)
     const pl_conv_req *cr = jr->cr;
     const pl_job_agent *ag = &j->spec.agents[cr->agent];
     job_hist *h = &j->conv[cr->conversation]->hist[cr->agent];
-    /* The engine's batch scheduler orders its waiting queue by priority:
-     * the baselines pass one priority, so it keeps their arrival order. */
-    int prio = j->policy == PL_CONV_POLICY_PRIORITY
-             ? (cr->is_reprompt ? 0 : 1 << 20) - cr->rounds_completed : 0;
     pl_gen_request req = {
         .messages = h->m, .n_messages = h->n, .add_generation_prompt = true,
-        .sampling = ag->sampling, .priority = prio,
+        .sampling = ag->sampling,
+        .priority = pl_dispatch_engine_priority((pl_dispatch_policy)j->policy, &cr->d.key),
         .conversation_key = job_conv_key(j, cr->conversation),
         .affinity_key = job_affinity_key(j, cr),
         .reply_private = job_reply_private(j, cr),
@@ -333,23 +324,26 @@ static bool transient(const pl_result *r)
            (r->error->status == 429 || (r->error->status >= 502 && r->error->status <= 504));
 }
 
-static void submit_req(pl_job *j, pl_conv_req *cr, double charged)
+/* Its model's dispatch admitted cr: build its prompt and send it. Out of
+ * memory or a refusal ends it at once with the error (its conversation
+ * fails and says why). */
+static void job_submit(void *ud, pl_conv_req *cr)
 {
+    pl_job *j = ud;
     int q = cr->conversation;
+    job_hint_now(j, cr->model, q);
     job_req *jr = calloc(1, sizeof *jr);
     if (!j->conv[q])
         j->conv[q] = job_conv_new(&j->spec);
     job_conv *c = j->conv[q];
     if (!jr || !c || (cr->attempt == 0 && open_round(j, c, cr) < 0)) {
         free(jr);
-        model_gate_completed(j->gates[cr->model], j->gate_id[cr->model], 0, charged);
-        if (pl_conv_sched_complete(j->sched, cr, PL_CONV_ERROR) & PL_CONV_EV_FAILED)
+        if (pl_convs_complete(j->convs, cr, PL_CONV_ERROR, 0) & PL_CONV_EV_FAILED)
             finish_conv(j, q, false, "out of memory building the prompt");
         return;
     }
     jr->job = j;
     jr->cr = cr;
-    jr->charged = charged;
     cr->ud = jr;
     pl_err err = {0};
     emit_msg(j, PL_JOB_EV_MESSAGE_STARTED, cr, NULL, 0, -1, false);
@@ -364,30 +358,18 @@ static bool io_keeps_up(const pl_job *j)
     return j->n_saving < JOB_MAX_UNSAVED && j->n_queue + j->n_batch < JOB_MAX_UNCOMMITTED;
 }
 
-bool job_can_dispatch(const pl_job *j, int m)
+static bool job_may_go(void *ud)
 {
-    return j->state == PL_JOB_RUNNING && io_keeps_up(j) &&
-           pl_conv_sched_can_dispatch(j->sched, m);
+    const pl_job *j = ud;
+    return j->state == PL_JOB_RUNNING && io_keeps_up(j);
 }
 
-/* The gate gave us a slot on model m: our best ready request takes it. */
-void job_dispatch_one(pl_job *j, int m)
-{
-    pl_conv_req *cr = pl_conv_sched_dispatch_model(j->sched, m);
-    if (cr)
-        job_hint_now(j, m, cr->conversation);
-    if (cr)
-        submit_req(j, cr, model_gate_dispatched(j->gates[m], j->gate_id[m]));
-}
-
-/* Offer every model we use to its gate: a slot goes to whichever job's
- * turn it is, ours or another's. */
+/* A slot on any of our models goes to whichever client's turn it is, ours
+ * or another job's. */
 void job_pump(pl_job *j)
 {
-    if (j->state != PL_JOB_RUNNING)
-        return;
-    for (int m = 0; m < j->n_models; m++)
-        model_gate_pump(j->gates[m]);
+    if (j->state == PL_JOB_RUNNING)
+        pl_convs_pump(j->convs);
 }
 
 static void on_delta(void *ud, const pl_delta *d)
@@ -408,6 +390,7 @@ static void on_done(void *ud, const pl_result *r)
         jr->transport_retries++;
         jj->transport_retries++;
         jr->len = 0;             /* the partial reply is dropped */
+        jr->oom = false;
         if (send_req(jj, jr, &err) == 0)
             return;
     }
@@ -417,6 +400,8 @@ static void on_done(void *ud, const pl_result *r)
     const char *error = NULL;
     if (r->finish == PL_FINISH_ERROR)
         error = r->error && r->error->message[0] ? r->error->message : "backend error";
+    else if (jr->oom)
+        error = "out of memory keeping the reply";
     else if (r->finish == PL_FINISH_ABORT)
         error = "aborted by the backend";
     pl_job *j = jr->job;
@@ -426,8 +411,9 @@ static void on_done(void *ud, const pl_result *r)
 
 /* ---- completion ---- */
 
-static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
-                           bool valid, const char *error)
+/* The reply in the transcript's attempts. -1 on out of memory. */
+static int record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
+                          bool valid, const char *error)
 {
     const pl_conv_req *cr = jr->cr;
     json_t *a = json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
@@ -436,35 +422,61 @@ static void record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
         ans >= 0 ? json_sprintf("%c", pl_job_choice_label(ans)) : json_null(),
         "valid", valid, "prompt_tokens", jr->prompt_tokens,
         "completion_tokens", jr->completion_tokens, "cached_tokens", jr->cached_tokens);
-    if (a && error)
-        json_object_set_new(a, "error", json_string(error));
-    if (a && jr->transport_retries)
-        json_object_set_new(a, "transport_retries", json_integer(jr->transport_retries));
-    json_array_append_new(c->attempts, a);
+    if (a && error && json_object_set_new(a, "error", json_string(error)) < 0)
+        goto fail;
+    if (a && jr->transport_retries &&
+        json_object_set_new(a, "transport_retries", json_integer(jr->transport_retries)) < 0)
+        goto fail;
+    return json_array_append_new(c->attempts, a);
+fail:
+    json_decref(a);
+    return -1;
 }
 
-/* Keep the reply: the accepted message of its round, or a failed attempt
- * followed by the correction (append-only history either way). */
-static void keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *text,
-                       int ans, pl_conv_outcome o, unsigned flags)
+/* Keep the reply (owned; NULL: out of memory): the accepted message of
+ * its round, or a failed attempt followed by the correction (append-only
+ * history either way). -1 on out of memory: the conversation cannot go
+ * on without it. */
+static int keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *text,
+                      int ans, pl_conv_outcome o, unsigned flags)
 {
     int k = saved->round * j->spec.n_agents + saved->agent;
     job_hist *h = &c->hist[saved->agent];
+    if (!text)
+        return -1;
     if (o == PL_CONV_OK) {
         c->finals[k] = text;
         c->answers[k] = (int8_t)ans;
-        job_hist_push(h, "assistant", strdup(text));
-        return;
+        return job_hist_push(h, "assistant", strdup(text));
     }
     if (flags & PL_CONV_EV_REPROMPT) {
         j->n_reprompts++;
-        job_hist_push(h, "assistant", text);
-        job_hist_push(h, "user", pl_prompt_correction(&j->spec,
-                                                      &j->spec.questions[saved->conversation]));
+        int rc = job_hist_push(h, "assistant", text);
+        if (rc == 0)
+            rc = job_hist_push(h, "user", pl_prompt_correction(
+                                   &j->spec, &j->spec.questions[saved->conversation]));
         emit_msg(j, PL_JOB_EV_REPROMPT, saved, NULL, 0, -1, false);
-        return;
+        return rc;
     }
     free(text);
+    return 0;
+}
+
+#define JOB_NOMEM_REPLY "out of memory keeping the reply"
+
+/* Why the conversation failed, for its transcript and event. */
+static void fail_reason(const pl_job *j, const pl_conv_req *saved, const char *error,
+                        unsigned flags, char *msg, size_t n)
+{
+    const char *ag = j->spec.agents[saved->agent].id;
+    if (error)
+        snprintf(msg, n, "agent %s, round %d: %s", ag, saved->round, error);
+    else if (flags & PL_CONV_EV_NOMEM)
+        snprintf(msg, n, "agent %s, round %d: out of memory queueing the next request", ag,
+                 saved->round);
+    else
+        snprintf(msg, n, "agent %s, round %d: no valid answer after %d re-prompts", ag,
+                 saved->round, j->spec.max_retries);
 }
 
 static void complete_req(pl_job *j, job_req *jr, const char *error)
@@ -472,22 +484,23 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     pl_conv_req saved = *jr->cr;
     int q = saved.conversation;
     job_conv *c = j->conv[q];
-    bool live = pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE && c;
+    bool live = pl_convs_status(j->convs, q) == PL_CONV_STATUS_ACTIVE && c;
     const pl_job_agent *ag = &j->spec.agents[saved.agent];
     const pl_job_question *qq = &j->spec.questions[q];
     int ans = error || !live ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
     bool need = j->spec.validation && ag->validate && qq->n_choices > 0;
     pl_conv_outcome o = error ? PL_CONV_ERROR : (need && ans < 0) ? PL_CONV_INVALID : PL_CONV_OK;
-    if (live)
-        record_attempt(c, j, jr, ans, o == PL_CONV_OK, error);
+    if (live && record_attempt(c, j, jr, ans, o == PL_CONV_OK, error) < 0 && !error) {
+        error = JOB_NOMEM_REPLY;
+        o = PL_CONV_ERROR;
+    }
     int fresh = jr->prompt_tokens - jr->cached_tokens;
-    model_gate_completed(j->gates[saved.model], j->gate_id[saved.model],
-                         (double)jr->completion_tokens + (fresh > 0 ? fresh : 0), jr->charged);
     if (saved.round >= 1) {
         j->r2_prompt_tokens += (uint64_t)jr->prompt_tokens;
         j->r2_cached_tokens += (uint64_t)jr->cached_tokens;
     }
-    unsigned flags = pl_conv_sched_complete(j->sched, jr->cr, o);
+    unsigned flags = pl_convs_complete(j->convs, jr->cr, o,
+                                       (double)jr->completion_tokens + (fresh > 0 ? fresh : 0));
     job_send_hints(j);
     char *text = jr->text ? jr->text : strdup("");
     free(jr);
@@ -495,35 +508,33 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
         free(text);
         return;
     }
-    emit_msg(j, PL_JOB_EV_MESSAGE_COMPLETED, &saved, text, strlen(text), ans, o == PL_CONV_OK);
-    keep_reply(j, c, &saved, text, ans, o, flags);
+    emit_msg(j, PL_JOB_EV_MESSAGE_COMPLETED, &saved, text ? text : "", text ? strlen(text) : 0,
+             ans, o == PL_CONV_OK);
+    if (keep_reply(j, c, &saved, text, ans, o, flags) < 0 && pl_convs_fail(j->convs, q)) {
+        flags = (flags & ~PL_CONV_EV_SUCCEEDED) | PL_CONV_EV_FAILED;
+        error = JOB_NOMEM_REPLY;
+    }
     if (flags & PL_CONV_EV_FAILED) {
         char msg[300];
-        if (error)
-            snprintf(msg, sizeof msg, "agent %s, round %d: %s", ag->id, saved.round, error);
-        else
-            snprintf(msg, sizeof msg, "agent %s, round %d: no valid answer after %d re-prompts",
-                     ag->id, saved.round, j->spec.max_retries);
+        fail_reason(j, &saved, error, flags, msg, sizeof msg);
         finish_conv(j, q, false, msg);
     } else if (flags & PL_CONV_EV_SUCCEEDED) {
         finish_conv(j, q, true, NULL);
     }
 }
 
-/* Abort what a failed conversation still has in flight. */
+/* Abort what a failed conversation (q < 0: every one) still has in flight. */
 static void abort_conv_inflight(pl_job *j, int q)
 {
-    pl_conv_req *r = pl_conv_sched_inflight_first(j->sched), *next;
+    pl_conv_req *r = pl_convs_inflight_first(j->convs), *next;
     for (; r; r = next) {
-        next = pl_conv_sched_inflight_next(r);
+        next = pl_convs_inflight_next(r);
         if (q >= 0 && r->conversation != q)
             continue;
         job_req *jr = r->ud;
         if (jr)
             pl_backend_abort(j->backends[r->model], jr->backend_id);
-        model_gate_completed(j->gates[r->model], j->gate_id[r->model], 0,
-                             jr ? jr->charged : 0);
-        pl_conv_sched_complete(j->sched, r, PL_CONV_ERROR);
+        pl_convs_complete(j->convs, r, PL_CONV_ERROR, 0);
         if (jr)
             free(jr->text);
         free(jr);
@@ -547,11 +558,17 @@ static void release_question(pl_job_question *qq)
 
 static void finish_conv(pl_job *j, int q, bool ok, const char *error)
 {
-    if (!pl_conv_sched_finalize(j->sched, q))
+    if (!pl_convs_finalize(j->convs, q))
         return;
     if (!ok)
         abort_conv_inflight(j, q);
     json_t *t = job_transcript_json(j, q, ok ? "succeeded" : "failed", error);
+    if (!t && ok) {
+        /* Nothing can be written: it stays pending on disk (a re-run does
+         * it again) and its followers hear why. */
+        ok = false;
+        error = "out of memory building the transcript";
+    }
     j->n_terminal++;
     pl_job_event ev = {.kind = ok ? PL_JOB_EV_CONVERSATION_COMPLETED
                                   : PL_JOB_EV_CONVERSATION_FAILED,
@@ -577,6 +594,16 @@ static void finish_conv(pl_job *j, int q, bool ok, const char *error)
         job_save(j, q, ok, error, t);
 }
 
+/* Leave the models' dispatches: what the job held there goes to the
+ * other clients at once. */
+static void leave_dispatch(pl_job *j)
+{
+    if (!j->convs)
+        return;
+    pl_convs_detach(j->convs);
+    pl_convs_pump(j->convs);
+}
+
 void job_check_finished(pl_job *j)
 {
     bool done;
@@ -590,7 +617,7 @@ void job_check_finished(pl_job *j)
     if (j->state == PL_JOB_RUNNING)
         j->state = PL_JOB_COMPLETED;
     j->finished_called = true;
-    leave_gates(j);
+    leave_dispatch(j);
     pl_job_event ev = {.kind = PL_JOB_EV_JOB_COMPLETED, .answer = -1, .error = j->error};
     job_emit(j, &ev);
     if (j->on_finished)
@@ -606,14 +633,15 @@ void pl_job_cancel(pl_job *j)
     j->state = PL_JOB_CANCELLED;
     /* Cancelled conversations are not failures: nothing is written for
      * them, so they stay pending and a re-run resumes them. */
-    for (int q = 0; j->sched && q < j->spec.n_questions; q++)
-        if (pl_conv_sched_status(j->sched, q) == PL_CONV_STATUS_ACTIVE) {
-            pl_conv_sched_fail(j->sched, q);
+    for (int q = 0; j->convs && q < j->spec.n_questions; q++)
+        if (pl_convs_status(j->convs, q) == PL_CONV_STATUS_ACTIVE) {
+            pl_convs_fail(j->convs, q);
             j->n_cancelled++;
         }
-    if (j->sched) {
+    if (j->convs) {
         abort_conv_inflight(j, -1);
         job_send_hints(j);               /* their caches may go now */
+        pl_convs_pump(j->convs);         /* our slots go to the others */
     }
     job_check_finished(j);
 }
@@ -625,18 +653,17 @@ void pl_job_free(pl_job *j)
     j->finished_called = true;           /* no callbacks from here on */
     pl_job_cancel(j);
     job_save_drain(j);
-    leave_gates(j);
-    for (int m = 0; j->own_gates && j->gates && m < j->n_models; m++)
-        pl_model_gate_free(j->gates[m]);
-    free(j->gates);
-    free(j->gate_id);
+    leave_dispatch(j);
+    pl_convs_free(j->convs);
+    for (int m = 0; j->own_dispatch && j->dispatch && m < j->n_models; m++)
+        pl_dispatch_free(j->dispatch[m]);
+    free(j->dispatch);
     for (int q = 0; j->conv && q < j->spec.n_questions; q++)
         job_conv_free(j->conv[q], &j->spec);
     free(j->conv);
     free(j->skipped);
     free(j->hint_sent);
     free(j->hint_need);
-    pl_conv_sched_free(j->sched);
     pl_persist_close(j->persist);
     pl_job_spec_free(&j->spec);
     free(j->subs);

@@ -1,9 +1,12 @@
-/* jobs.h - a multi-agent conversation job: spec + conversation scheduler +
+/* jobs.h - a multi-agent conversation job: spec + its conversations +
  * backends + persistence, driven on the main loop.
  *
- * The job dispatches agent requests to the backends through pl_backend sinks.
- * On each completion it updates state and resolves dependencies first (the
- * scheduler), frees the model slot, dispatches more, and only then hands the
+ * The job's conversations (schedulers/conversation.h) hand each ready agent
+ * request to its model's admission point (schedulers/dispatch.h), shared
+ * with every other job and the OpenAI endpoints on that model; what it
+ * admits comes back to the job, which submits it through backend.h with a
+ * sink. On each completion the job updates state and resolves dependencies
+ * first, frees the model slot, dispatches more, and only then hands the
  * transcript write to the I/O pool (seed 000). Subscribers receive events.
  * Everything here runs on the main thread.
  */
@@ -16,8 +19,8 @@
 
 #include "backends/backend.h"
 #include "src/base/io_pool.h"
+#include "schedulers/dispatch.h"
 #include "src/jobs/job_spec.h"
-#include "src/jobs/model_gate.h"
 
 struct event_base;
 
@@ -67,11 +70,12 @@ typedef struct pl_job_opts {
     const char *id;              /**< job id (copied) */
     const char *output_root;     /**< used when the spec has no output_dir */
     pl_backend **backends;       /**< one per spec model, borrowed */
-    /** One per spec model (borrowed): the served model's gate, shared with
-     *  every other job on it. NULL: the job makes its own (no reserve). */
-    pl_model_gate **gates;
+    /** One per spec model (borrowed, outlives the job): the served
+     *  model's admission point, shared with every other job and the OpenAI
+     *  endpoints on it. NULL: the job makes its own (no reserve). */
+    pl_dispatch **dispatch;
     /** Dispatch policy (benchmark baselines); 0 is parley's scheduler. */
-    int policy;                  /**< pl_conv_policy */
+    int policy;                  /**< pl_dispatch_policy */
     /** No retention hints to the backends (their caches evict by LRU
      *  alone; a benchmark baseline). */
     bool no_retention_hints;

@@ -4,7 +4,6 @@
 
 #include "schedulers/conversation.h"
 #include "src/jobs/jobs.h"
-#include "src/jobs/model_gate.h"
 #include "src/jobs/persist.h"
 
 /* One agent's append-only message list in one conversation. */
@@ -28,9 +27,9 @@ typedef struct job_req {
     struct pl_job *job;
     pl_conv_req *cr;
     uint64_t backend_id;
-    double charged;              /* service charged by the model's gate */
     char *text;                  /* the reply so far */
     size_t len, cap;
+    bool oom;                    /* the reply outgrew memory: it fails */
     int completion_tokens, prompt_tokens, cached_tokens;
     int transport_retries;       /* resubmissions after upstream failures */
 } job_req;
@@ -59,15 +58,14 @@ struct pl_job {
     struct event_base *base;
     pl_io_pool *io;
     pl_backend **backends;
-    pl_model_gate **gates;       /* one per model: shared, or own_gates */
-    int *gate_id;                /* our client id in each gate, -1: none */
-    bool own_gates;
+    pl_dispatch **dispatch;      /* one per model: shared, or own_dispatch */
+    bool own_dispatch;
     int n_models;
     char *output_root;
     void (*on_finished)(void *, pl_job *);
     void *fin_ud;
-    pl_conv_sched *sched;
-    int policy;                  /* pl_conv_policy */
+    pl_convs *convs;             /* its conversations (on the dispatches) */
+    int policy;                  /* pl_dispatch_policy */
     job_conv **conv;             /* n_questions; NULL when not live */
     uint8_t *skipped;            /* succeeded in an earlier run */
     pl_persist *persist;
@@ -129,11 +127,9 @@ void job_flush(pl_job *j);
 void job_save_drain(pl_job *j);
 /* jobs.c */
 void job_check_finished(pl_job *j);
-/** Offer every model the job uses to its gate (after its I/O caught up). */
+/** Pump the dispatch of every model the job uses (after its I/O caught
+ *  up, after a completion). */
 void job_pump(pl_job *j);
-/** The gate's callbacks: may the job dispatch on model m now; do it. */
-bool job_can_dispatch(const pl_job *j, int m);
-void job_dispatch_one(pl_job *j, int m);
 
 /* job_hints.c */
 /** The conversation key of question q (the requests' affinity key). */
@@ -142,12 +138,5 @@ uint64_t job_conv_key(const pl_job *j, int q);
 void job_send_hints(pl_job *j);
 /** Conversation q was just dispatched on model m: needed now. */
 void job_hint_now(pl_job *j, int m, int q);
-
-/* model_gate.c */
-int model_gate_join(pl_model_gate *g, pl_job *j, int model, double weight, int cap);
-void model_gate_leave(pl_model_gate *g, int id);
-void model_gate_pump(pl_model_gate *g);
-double model_gate_dispatched(pl_model_gate *g, int id);
-void model_gate_completed(pl_model_gate *g, int id, double cost, double charged);
 
 #endif

@@ -131,7 +131,7 @@ static json_t *question_json(const pl_job_question *q)
 json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *error)
 {
     job_conv *c = j->conv[q];
-    int done = pl_conv_sched_rounds_completed(j->sched, q);
+    int done = pl_convs_rounds_completed(j->convs, q);
     json_t *agents = json_array();
     for (int a = 0; a < j->spec.n_agents; a++) {
         const pl_job_agent *ag = &j->spec.agents[a];
@@ -198,8 +198,8 @@ void pl_job_unsubscribe(pl_job *j, int id)
 void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
 {
     pl_conv_counts c = {0};
-    if (j->sched)
-        pl_conv_sched_counts(j->sched, &c);
+    if (j->convs)
+        pl_convs_counts(j->convs, &c);
     p->total = j->spec.n_questions;
     p->skipped = j->n_skipped;
     p->succeeded = c.succeeded + j->n_skipped;
@@ -219,7 +219,7 @@ void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
 static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
 {
     pl_conv_entry e[64];
-    int n = pl_conv_sched_peek(j->sched, pool, e, k < 64 ? k : 64);
+    int n = pl_convs_peek(j->convs, pool, e, k < 64 ? k : 64);
     json_t *a = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(a, json_pack("{s:s, s:i, s:s, s:s, s:i, s:b}",
@@ -233,11 +233,11 @@ static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
 json_t *pl_job_pools_json(pl_job *j, int k)
 {
     pl_conv_counts c;
-    pl_conv_sched_counts(j->sched, &c);
+    pl_convs_counts(j->convs, &c);
     json_t *models = json_array();
     for (int m = 0; m < j->spec.n_models; m++) {
         int in, cap, ready;
-        pl_conv_sched_model_counts(j->sched, m, &in, &cap, &ready);
+        pl_convs_model_counts(j->convs, m, &in, &cap, &ready);
         json_array_append_new(models, json_pack("{s:s, s:i, s:i, s:i}", "model",
             j->spec.models[m].name, "in_flight", in, "capacity", cap,
             "pre_departure", ready));
@@ -276,7 +276,7 @@ json_t *pl_job_status_json(pl_job *j, int k)
         json_object_set_new(o, "followers", json_pack("{s:i, s:i}", "events", followers,
                                                       "tokens", j->token_subs));
     }
-    if (o && j->sched)
+    if (o && j->convs)
         json_object_set_new(o, "pools", pl_job_pools_json(j, k));
     if (o && j->error)
         json_object_set_new(o, "error", json_string(j->error));

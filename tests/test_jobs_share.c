@@ -1,7 +1,8 @@
-/* test_model_gate.c - two jobs share one served model through its gate:
- * the backend never queues a request behind parley's back, and the jobs
- * progress at the ratio of their weights; interactive requests keep their
- * reserve and take precedence. */
+/* test_jobs_share.c - two jobs share one served model through its
+ * dispatch (schedulers/dispatch.h): the backend never queues a request
+ * behind parley's back, and the jobs progress at the ratio of their
+ * weights; the interactive reserve stays free. (Was test_model_gate.c,
+ * with the same assertions.) */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -12,7 +13,6 @@
 
 #include "backends/mock/mock.h"
 #include "src/jobs/jobs.h"
-#include "src/jobs/model_gate.h"
 
 #define NQ 40
 
@@ -20,7 +20,7 @@ static char root[64];
 
 static void setup(void)
 {
-    snprintf(root, sizeof root, "/tmp/pl_gate_XXXXXX");
+    snprintf(root, sizeof root, "/tmp/pl_jobs_share_XXXXXX");
     cr_assert_not_null(mkdtemp(root));
 }
 
@@ -61,11 +61,11 @@ typedef struct race {
     pl_backend *backend;
     int done[2];                 /* messages completed per job */
     int at_half[2];              /* both jobs' counts when one reached half */
-    double attained[2];          /* the gate's attained tokens then */
+    double attained[2];          /* the dispatch's attained tokens then */
     bool snap;
     int finished;
     int peak_jobs_inflight;
-    pl_model_gate *gate;
+    pl_dispatch *dispatch;
     int runs;
 } race;
 
@@ -79,12 +79,11 @@ static void on_event(void *ud, const pl_job_event *ev)
     sub *s = ud;
     race *r = s->r;
     if (ev->kind == PL_JOB_EV_MESSAGE_STARTED) {
-        /* Just dispatched: the gate counts it. */
-        json_t *g = pl_model_gate_json(r->gate);
-        int in = (int)json_integer_value(json_object_get(g, "jobs_in_flight"));
-        json_decref(g);
-        if (in > r->peak_jobs_inflight)
-            r->peak_jobs_inflight = in;
+        /* Just dispatched: the dispatch counts it. */
+        pl_dispatch_counts c;
+        pl_dispatch_counts_get(r->dispatch, &c);
+        if (c.jobs_inflight > r->peak_jobs_inflight)
+            r->peak_jobs_inflight = c.jobs_inflight;
     }
     if (ev->kind != PL_JOB_EV_MESSAGE_COMPLETED)
         return;
@@ -94,16 +93,12 @@ static void on_event(void *ud, const pl_job_event *ev)
         r->snap = true;
         r->at_half[0] = r->done[0];
         r->at_half[1] = r->done[1];
-        json_t *g = pl_model_gate_json(r->gate);
-        json_t *jobs = json_object_get(g, "jobs");
-        for (size_t i = 0; i < json_array_size(jobs); i++) {
-            json_t *jb = json_array_get(jobs, i);
-            const char *id = json_string_value(json_object_get(jb, "job"));
+        pl_dispatch_client k;
+        for (int i = 1; i <= pl_dispatch_max_client(r->dispatch); i++) {
+            const char *id = pl_dispatch_client_get(r->dispatch, i, &k) ? k.name : NULL;
             if (id && !strncmp(id, "job-", 4) && (id[4] == '0' || id[4] == '1'))
-                r->attained[id[4] - '0'] =
-                    json_number_value(json_object_get(jb, "attained_tokens"));
+                r->attained[id[4] - '0'] = k.attained;
         }
-        json_decref(g);
     }
 }
 
@@ -123,9 +118,9 @@ static void run_race(race *r, double w0, double w1, int reserve)
     pl_io_pool *io = pl_io_pool_new(r->base, 2);
     pl_mock_opts mo = {.model = "m", .capacity = 8, .token_delay_ms = 1, .max_model_len = 4096};
     r->backend = pl_mock_new(r->base, &mo);
-    r->gate = pl_model_gate_new(r->backend, reserve);
+    r->dispatch = pl_backend_dispatch_new(r->backend, reserve);
     pl_backend *bs[1] = {r->backend};
-    pl_model_gate *gs[1] = {r->gate};
+    pl_dispatch *ds[1] = {r->dispatch};
     pl_job *j[2];
     sub subs[2];
     double w[2] = {w0, w1};
@@ -135,7 +130,7 @@ static void run_race(race *r, double w0, double w1, int reserve)
         snprintf(id, sizeof id, "job-%d", i);
         pl_job_spec s = make_spec(exp, w[i]);
         pl_job_opts o = {.base = r->base, .io = io, .id = id, .output_root = root,
-                         .backends = bs, .gates = gs, .on_finished = on_finished, .ud = r};
+                         .backends = bs, .dispatch = ds, .on_finished = on_finished, .ud = r};
         j[i] = pl_job_new(&s, &o, err, sizeof err);
         cr_assert_not_null(j[i], "%s", err);
         subs[i] = (sub){r, i};
@@ -153,13 +148,13 @@ static void run_race(race *r, double w0, double w1, int reserve)
                  mc.queued_peak);
     cr_assert_eq(mc.completed, 2 * NQ * 2 * 2, "completed %llu, aborted %llu",
                  (unsigned long long)mc.completed, (unsigned long long)mc.aborted);
-    pl_model_gate_free(r->gate);
+    pl_dispatch_free(r->dispatch);
     pl_backend_free(r->backend);
     pl_io_pool_free(io);
     event_base_free(r->base);
 }
 
-Test(model_gate, two_jobs_progress_at_their_weights, .init = setup, .fini = teardown,
+Test(jobs_share, two_jobs_progress_at_their_weights, .init = setup, .fini = teardown,
      .timeout = 120)
 {
     static const double weights[][2] = {{1, 1}, {1, 2}, {1, 3}};
@@ -174,9 +169,9 @@ Test(model_gate, two_jobs_progress_at_their_weights, .init = setup, .fini = tear
                 "flight peak %d of 8\n", weights[k][0], weights[k][1], r.at_half[0],
                 r.at_half[1], ratio, r.attained[0], r.attained[1], served, want,
                 r.peak_jobs_inflight);
-        /* The behaviour: the gate gives each slot to the job with the least
+        /* The behaviour: the dispatch gives each slot to the job with the least
          * attained service per weight, and a job that was not ready is not
-         * credited for the wait, so the service the gate has charged stays
+         * credited for the wait, so the service the dispatch has charged stays
          * at the weights' ratio however the loop's timers fall (within a
          * request's cost). Messages per job follow only roughly: under load
          * a job can run short of ready requests and the other is served
@@ -191,7 +186,7 @@ Test(model_gate, two_jobs_progress_at_their_weights, .init = setup, .fini = tear
 }
 
 /* The default reserve (1 slot of 8) stays free while jobs run. */
-Test(model_gate, jobs_leave_the_interactive_reserve, .init = setup, .fini = teardown,
+Test(jobs_share, jobs_leave_the_interactive_reserve, .init = setup, .fini = teardown,
      .timeout = 120)
 {
     race r = {0};
