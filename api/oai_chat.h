@@ -1,4 +1,5 @@
-/* oai_chat.h - the OpenAI generation endpoints. */
+/* oai_chat.h - the OpenAI chat completions and completions endpoints (their
+ * wire format over the request core, api/oai_request.h). */
 #ifndef PL_API_OAI_CHAT_H
 #define PL_API_OAI_CHAT_H
 

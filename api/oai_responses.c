@@ -1,4 +1,5 @@
-/* oai_responses.c - POST /v1/responses, GET/DELETE /v1/responses/{id}.
+/* oai_responses.c - POST /v1/responses, GET/DELETE /v1/responses/{id}:
+ * the Responses wire format over the request core (api/oai_request.h).
  *
  * A Responses body becomes a chat-completions body (oai_responses_req.c),
  * one backend request, and one assistant message item. Streaming sends the
@@ -21,11 +22,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "api/access_log.h"
+#include "api/oai_request.h"
 #include "api/oai_tools.h"
 #include "api/respond.h"
-#include "api/sse.h"
-#include "schedulers/dispatch.h"
 
 typedef struct stored {
     char id[64];
@@ -39,29 +38,18 @@ struct pl_responses_api {
     int head, count;             /* oldest at head */
 };
 
-typedef struct rcall {
+/* A call's Responses state, beside the core's (api/oai_request.h): the
+ * core's body is the chat-form body, its one choice the reply. */
+typedef struct resp_ep {
     pl_responses_api *a;
-    struct evhttp_request *req;  /* NULL once the client is gone */
-    json_t *body, *chat, *input, *history;
-    pl_oai_params p;
-    pl_model_entry *model;
-    char id[64], msg_id[64];
-    int64_t created;
-    pl_dispatch_req dr;          /* its admission (the model's dispatch) */
-    const pl_gen_request *submitting;    /* while call_start pumps */
-    pl_err submit_err;
-    uint64_t backend_id;
-    bool active, stored;
-    pl_sse *sse;
-    pl_close_watch *watch;
+    json_t *body;                /* the Responses body as sent */
+    json_t *input, *history;     /* this turn's input; the earlier turns */
+    char msg_id[64];
+    bool stored;
     int seq;                     /* stream sequence_number */
-    struct evbuffer *text;
-    pl_result res;
-    pl_err error;
-    int tool_state;              /* stream with tools: 0 undecided, 1 text, 2 held */
     bool msg_open;               /* stream: the message item was announced */
     json_t *calls;               /* the reply's tool calls (chat form), or NULL */
-} rcall;
+} resp_ep;
 
 /* ---- the store ---- */
 
@@ -116,27 +104,42 @@ static int store_del(pl_responses_api *a, const char *id)
 
 /* ---- the response object ---- */
 
-static const char *status_of(const rcall *c, bool done)
+static resp_ep *ep_of(const pl_oai_call *c)
+{
+    return c->ep;
+}
+
+static struct evbuffer *text_of(const pl_oai_call *c)
+{
+    return c->choices[0].text;
+}
+
+static pl_finish finish_of(const pl_oai_call *c)
+{
+    return c->choices[0].finish;
+}
+
+static const char *status_of(const pl_oai_call *c, bool done)
 {
     if (!done)
         return "in_progress";
-    if (c->res.finish == PL_FINISH_ERROR || c->res.finish == PL_FINISH_ABORT)
+    if (c->failed)
         return "failed";
-    return c->res.finish == PL_FINISH_LENGTH ? "incomplete" : "completed";
+    return finish_of(c) == PL_FINISH_LENGTH ? "incomplete" : "completed";
 }
 
-static json_t *message_item(const rcall *c, bool done)
+static json_t *message_item(const pl_oai_call *c, bool done)
 {
     json_t *content = json_array();
     if (done) {
-        size_t n = evbuffer_get_length(c->text);
-        const char *t = (const char *)evbuffer_pullup(c->text, -1);
+        size_t n = evbuffer_get_length(text_of(c));
+        const char *t = (const char *)evbuffer_pullup(text_of(c), -1);
         json_array_append_new(content, json_pack("{s:s, s:s%, s:[]}", "type", "output_text",
                                                  "text", n ? t : "", n, "annotations"));
     }
-    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", c->msg_id, "type", "message",
-                     "status", done ? (c->res.finish == PL_FINISH_LENGTH ? "incomplete"
-                                                                        : "completed")
+    return json_pack("{s:s, s:s, s:s, s:s, s:o}", "id", ep_of(c)->msg_id, "type", "message",
+                     "status", done ? (finish_of(c) == PL_FINISH_LENGTH ? "incomplete"
+                                                                       : "completed")
                                     : "in_progress",
                      "role", "assistant", "content", content);
 }
@@ -147,17 +150,17 @@ static json_t *or_null(json_t *v)
 }
 
 /* The message item is in the output unless the reply was calls alone. */
-static bool has_message(const rcall *c)
+static bool has_message(const pl_oai_call *c)
 {
-    return !c->calls || evbuffer_get_length(c->text) > 0;
+    return !ep_of(c)->calls || evbuffer_get_length(text_of(c)) > 0;
 }
 
 /* Output item k + has_message: tool call k as a function_call item. */
-static json_t *call_item(const rcall *c, size_t k, bool done)
+static json_t *call_item(const pl_oai_call *c, size_t k, bool done)
 {
-    json_t *tc = json_array_get(c->calls, k), *fn = json_object_get(tc, "function");
+    json_t *tc = json_array_get(ep_of(c)->calls, k), *fn = json_object_get(tc, "function");
     char id[96];
-    snprintf(id, sizeof id, "fc_%s_%zu", c->msg_id + 4, k);
+    snprintf(id, sizeof id, "fc_%s_%zu", ep_of(c)->msg_id + 4, k);
     const char *args = json_string_value(json_object_get(fn, "arguments"));
     return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s}", "id", id, "type", "function_call",
                      "status", done ? "completed" : "in_progress", "call_id",
@@ -166,9 +169,9 @@ static json_t *call_item(const rcall *c, size_t k, bool done)
                      done && args ? args : "");
 }
 
-static json_t *request_or(const rcall *c, const char *key, json_t *dflt)
+static json_t *request_or(const pl_oai_call *c, const char *key, json_t *dflt)
 {
-    json_t *v = json_object_get(c->body, key);
+    json_t *v = json_object_get(ep_of(c)->body, key);
     if (!v || json_is_null(v))
         return dflt;
     json_decref(dflt);
@@ -176,9 +179,9 @@ static json_t *request_or(const rcall *c, const char *key, json_t *dflt)
 }
 
 /* The response object; done adds the output, usage and final status. */
-static json_t *response_json(const rcall *c, bool done)
+static json_t *response_json(const pl_oai_call *c, bool done)
 {
-    json_t *b = c->body, *o = json_pack(
+    json_t *b = ep_of(c)->body, *o = json_pack(
         "{s:s, s:s, s:I, s:s, s:s, s:[], s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:b}",
         "id", c->id, "object", "response", "created_at", (json_int_t)c->created,
         "status", status_of(c, done), "model", c->model->name, "output",
@@ -190,7 +193,7 @@ static json_t *response_json(const rcall *c, bool done)
         "temperature", or_null(json_object_get(b, "temperature")),
         "top_p", or_null(json_object_get(b, "top_p")),
         "previous_response_id", or_null(json_object_get(b, "previous_response_id")),
-        "store", c->stored);
+        "store", ep_of(c)->stored);
     if (!o)
         return NULL;
     json_t *md = json_object_get(b, "metadata");
@@ -200,7 +203,7 @@ static json_t *response_json(const rcall *c, bool done)
                                       : json_pack("{s:{s:s}}", "format", "type", "text"));
     json_object_set_new(o, "error", json_null());
     json_object_set_new(o, "incomplete_details",
-                        done && c->res.finish == PL_FINISH_LENGTH
+                        done && finish_of(c) == PL_FINISH_LENGTH
                             ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
     if (!done) {
         json_object_set_new(o, "usage", json_null());
@@ -209,51 +212,36 @@ static json_t *response_json(const rcall *c, bool done)
     json_t *out = json_object_get(o, "output");
     if (has_message(c))
         json_array_append_new(out, message_item(c, true));
-    for (size_t k = 0; k < json_array_size(c->calls); k++)
+    for (size_t k = 0; k < json_array_size(ep_of(c)->calls); k++)
         json_array_append_new(out, call_item(c, k, true));
+    const pl_oai_usage *u = &c->usage;
     json_object_set_new(o, "usage", json_pack(
-        "{s:i, s:{s:i, s:i}, s:i, s:{s:i}, s:i}", "input_tokens", c->res.prompt_tokens,
-        "input_tokens_details", "cached_tokens", c->res.cached_tokens, "cache_write_tokens", 0,
-        "output_tokens", c->res.completion_tokens, "output_tokens_details",
-        "reasoning_tokens", 0, "total_tokens",
-        c->res.prompt_tokens + c->res.completion_tokens));
+        "{s:i, s:{s:i, s:i}, s:i, s:{s:i}, s:i}", "input_tokens", u->prompt_tokens,
+        "input_tokens_details", "cached_tokens", u->cached_tokens, "cache_write_tokens", 0,
+        "output_tokens", u->completion_tokens, "output_tokens_details",
+        "reasoning_tokens", 0, "total_tokens", u->prompt_tokens + u->completion_tokens));
     return o;
 }
 
-/* ---- the call ---- */
+/* ---- the stream ---- */
 
-static void call_free(rcall *c)
+static void ep_free(void *p)
 {
-    pl_server_call_end(c->a->srv);
-    if (c->sse)
-        pl_sse_end(c->sse);
-    if (c->text)
-        evbuffer_free(c->text);
-    json_decref(c->calls);
-    pl_oai_params_free(&c->p);
-    json_decref(c->body);
-    json_decref(c->chat);
-    json_decref(c->input);
-    json_decref(c->history);
-    free(c);
-}
-
-/* The request ended: its slot on the model's dispatch goes to whoever is
- * next (jobs back off while interactive requests run). */
-static void set_inactive(rcall *c)
-{
-    if (!c->active)
+    resp_ep *e = p;
+    if (!e)
         return;
-    c->active = false;
-    pl_dispatch_done(c->model->dispatch, &c->dr, 0);
-    pl_dispatch_pump(c->model->dispatch);
+    json_decref(e->calls);
+    json_decref(e->body);
+    json_decref(e->input);
+    json_decref(e->history);
+    free(e);
 }
 
 /* Send one Responses event: o (stolen) gets type and sequence_number. */
-static void send_event(rcall *c, const char *type, json_t *o)
+static void send_event(pl_oai_call *c, const char *type, json_t *o)
 {
     json_object_set_new(o, "type", json_string(type));
-    json_object_set_new(o, "sequence_number", json_integer(c->seq++));
+    json_object_set_new(o, "sequence_number", json_integer(ep_of(c)->seq++));
     char *s = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     struct evbuffer *b = pl_sse_buf(c->sse);
@@ -267,25 +255,25 @@ static void send_event(rcall *c, const char *type, json_t *o)
     free(s);
 }
 
-static json_t *part_json(const rcall *c, bool done)
+static json_t *part_json(const pl_oai_call *c, bool done)
 {
-    size_t n = done ? evbuffer_get_length(c->text) : 0;
-    const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
+    size_t n = done ? evbuffer_get_length(text_of(c)) : 0;
+    const char *t = n ? (const char *)evbuffer_pullup(text_of(c), -1) : "";
     return json_pack("{s:s, s:s%, s:[]}", "type", "output_text", "text", t, n, "annotations");
 }
 
-static json_t *at(const rcall *c)
+static json_t *at(const pl_oai_call *c)
 {
-    return json_pack("{s:s, s:i, s:i}", "item_id", c->msg_id, "output_index", 0,
+    return json_pack("{s:s, s:i, s:i}", "item_id", ep_of(c)->msg_id, "output_index", 0,
                      "content_index", 0);
 }
 
 /* The message item's opening events (once). */
-static void message_open(rcall *c)
+static void message_open(pl_oai_call *c)
 {
-    if (c->msg_open)
+    if (ep_of(c)->msg_open)
         return;
-    c->msg_open = true;
+    ep_of(c)->msg_open = true;
     send_event(c, "response.output_item.added",
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, false)));
     json_t *o = at(c);
@@ -293,7 +281,7 @@ static void message_open(rcall *c)
     send_event(c, "response.content_part.added", o);
 }
 
-static void stream_begin(rcall *c)
+static void resp_stream_begin(pl_oai_call *c)
 {
     send_event(c, "response.created", json_pack("{s:o}", "response", response_json(c, false)));
     send_event(c, "response.in_progress",
@@ -302,23 +290,32 @@ static void stream_begin(rcall *c)
         message_open(c);
 }
 
-static void put_text_delta(rcall *c, const char *t, size_t n)
+static void put_text_delta(pl_oai_call *c, const char *t, size_t n)
 {
     struct evbuffer *b = pl_sse_buf(c->sse);
     evbuffer_add_printf(b, "event: response.output_text.delta\ndata: "
                         "{\"type\":\"response.output_text.delta\",\"sequence_number\":%d,"
                         "\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,"
-                        "\"logprobs\":[],\"delta\":\"", c->seq++, c->msg_id);
+                        "\"logprobs\":[],\"delta\":\"", ep_of(c)->seq++, ep_of(c)->msg_id);
     pl_json_escape(b, t, n);
     evbuffer_add(b, "\"}\n\n", 4);
-    pl_sse_flush(c->sse);
+}
+
+/* Text goes out in the message item (opened at the first text when the
+ * reply may be a call). */
+static void resp_stream_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
+{
+    if (!d->len)
+        return;
+    message_open(c);
+    put_text_delta(c, d->text, d->len);
 }
 
 /* Each call's item, its arguments as one delta, and its closing events. */
-static void stream_calls(rcall *c)
+static void stream_calls(pl_oai_call *c)
 {
     int base = has_message(c);
-    for (size_t k = 0; k < json_array_size(c->calls); k++) {
+    for (size_t k = 0; k < json_array_size(ep_of(c)->calls); k++) {
         int idx = base + (int)k;
         json_t *done = call_item(c, k, true);
         json_t *id = json_object_get(done, "id"), *args = json_object_get(done, "arguments");
@@ -335,10 +332,10 @@ static void stream_calls(rcall *c)
     }
 }
 
-static void stream_finish_message(rcall *c)
+static void stream_finish_message(pl_oai_call *c)
 {
-    size_t n = evbuffer_get_length(c->text);
-    const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
+    size_t n = evbuffer_get_length(text_of(c));
+    const char *t = n ? (const char *)evbuffer_pullup(text_of(c), -1) : "";
     json_t *o = at(c);
     json_object_set_new(o, "text", pl_json_string_lossy(t, n));
     json_object_set_new(o, "logprobs", json_array());
@@ -350,23 +347,24 @@ static void stream_finish_message(rcall *c)
                json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, true)));
 }
 
-static void stream_finish(rcall *c, json_t *resp)
+static void stream_finish(pl_oai_call *c, json_t *resp)
 {
-    if (has_message(c) && !c->msg_open) {   /* held text that was no call */
+    if (has_message(c) && !ep_of(c)->msg_open) {   /* held text that was no call */
         message_open(c);
-        size_t held = evbuffer_get_length(c->text);
+        size_t held = evbuffer_get_length(text_of(c));
         if (held)
-            put_text_delta(c, (const char *)evbuffer_pullup(c->text, -1), held);
+            put_text_delta(c, (const char *)evbuffer_pullup(text_of(c), -1), held);
+        pl_sse_flush(c->sse);
     }
-    if (c->msg_open)
+    if (ep_of(c)->msg_open)
         stream_finish_message(c);
     stream_calls(c);
-    const char *ty = c->res.finish == PL_FINISH_LENGTH ? "response.incomplete"
-                                                       : "response.completed";
+    const char *ty = finish_of(c) == PL_FINISH_LENGTH ? "response.incomplete"
+                                                      : "response.completed";
     send_event(c, ty, json_pack("{s:O}", "response", resp));
 }
 
-static void stream_fail(rcall *c)
+static void stream_fail(pl_oai_call *c)
 {
     send_event(c, "error", json_pack("{s:s, s:s, s:s?}", "code",
                                      *c->error.code ? c->error.code : c->error.type,
@@ -374,131 +372,85 @@ static void stream_fail(rcall *c)
                                      "param", *c->error.param ? c->error.param : NULL));
 }
 
+/* ---- the end ---- */
+
 /* The conversation through this response, for a later previous_response_id. */
-static json_t *conversation_json(const rcall *c)
+static json_t *conversation_json(const pl_oai_call *c)
 {
-    json_t *conv = c->history ? json_deep_copy(c->history) : json_array();
-    size_t n = evbuffer_get_length(c->text);
-    const char *t = n ? (const char *)evbuffer_pullup(c->text, -1) : "";
-    json_array_extend(conv, c->input);
+    resp_ep *e = ep_of(c);
+    json_t *conv = e->history ? json_deep_copy(e->history) : json_array();
+    size_t n = evbuffer_get_length(text_of(c));
+    const char *t = n ? (const char *)evbuffer_pullup(text_of(c), -1) : "";
+    json_array_extend(conv, e->input);
     json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", t, n);
-    if (m && c->calls) {
+    if (m && e->calls) {
         if (!n)
             json_object_set_new(m, "content", json_null());
-        json_object_set(m, "tool_calls", c->calls);
+        json_object_set(m, "tool_calls", e->calls);
     }
     json_array_append_new(conv, m);
     return conv;
 }
 
-/* Stream with tools: whether the text so far is held back (it may still
- * be a call); once it cannot be, what was held goes out (tool_state 1). */
-static bool hold_for_tools(rcall *c)
-{
-    if (c->tool_state == PL_TOOLS_TEXT || !pl_oai_tools_active(&c->p))
-        return false;
-    if (c->tool_state == PL_TOOLS_HOLD)
-        return true;
-    size_t all = evbuffer_get_length(c->text);
-    const char *t = (const char *)evbuffer_pullup(c->text, -1);
-    c->tool_state = pl_oai_tools_classify(&c->p, t, all);
-    if (c->tool_state != PL_TOOLS_TEXT)
-        return true;              /* a call, or still undecided */
-    message_open(c);
-    put_text_delta(c, t, all);
-    return true;
-}
-
-static void on_delta(void *ud, const pl_delta *d)
-{
-    rcall *c = ud;
-    evbuffer_add(c->text, d->text, d->len);
-    if (d->n_tool_calls && pl_oai_merge_tool_deltas(&c->calls, d->tool_calls,
-                                                    d->n_tool_calls) < 0)
-        pl_err_set(&c->error, 500, "server_error", NULL, NULL, "out of memory");
-    if (!c->sse || !d->len || hold_for_tools(c))
-        return;
-    put_text_delta(c, d->text, d->len);
-}
-
 /* The reply's tool calls: the upstream's, or the text parsed for calls
- * (then c->text keeps only what is outside them). */
-static void settle_calls(rcall *c)
+ * (then the text keeps only what is outside them). */
+static void settle_calls(pl_oai_call *c)
 {
+    resp_ep *e = ep_of(c);
+    pl_oai_choice *ch = &c->choices[0];
     size_t i;
     json_t *tc;
-    json_array_foreach(c->calls, i, tc)
+    if (ch->up_calls) {
+        e->calls = ch->up_calls;
+        ch->up_calls = NULL;
+    }
+    json_array_foreach(e->calls, i, tc)
         json_object_del(tc, "index");
-    if (c->calls || !pl_oai_tools_active(&c->p) || c->res.finish != PL_FINISH_STOP ||
-        c->tool_state == PL_TOOLS_TEXT)
+    if (e->calls || !pl_oai_tools_active(&c->p) || ch->finish != PL_FINISH_STOP ||
+        ch->tool_state == PL_TOOLS_TEXT)
         return;
-    size_t n = evbuffer_get_length(c->text);
+    size_t n = evbuffer_get_length(ch->text);
     char *content = NULL;
-    c->calls = pl_oai_tools_parse_reply(&c->p, (const char *)evbuffer_pullup(c->text, -1), n,
-                                        &content);
-    if (c->calls) {
-        evbuffer_drain(c->text, n);
+    const char *t = (const char *)evbuffer_pullup(ch->text, -1);
+    e->calls = t ? pl_oai_tools_parse_reply(&c->p, t, n, &content) : NULL;
+    if (e->calls) {
+        evbuffer_drain(ch->text, n);
         if (content)
-            evbuffer_add(c->text, content, strlen(content));
+            evbuffer_add(ch->text, content, strlen(content));
     }
     free(content);
 }
 
-static void on_done(void *ud, const pl_result *r)
+/* The finished response (new ref), stored when asked; NULL on out of
+ * memory. */
+static json_t *finished_response(pl_oai_call *c)
 {
-    rcall *c = ud;
-    set_inactive(c);
-    c->res = *r;
-    c->res.error = NULL;
-    bool failed = r->finish == PL_FINISH_ERROR || r->finish == PL_FINISH_ABORT;
-    if (failed && r->error)
-        c->error = *r->error;
-    else if (failed)
-        pl_err_set(&c->error, 503, "server_error", NULL, NULL, "the backend stopped the request");
-    if (c->req)
-        pl_access_usage(c->req, r->prompt_tokens, r->completion_tokens);
-    if (!failed)
-        settle_calls(c);
-    json_t *resp = failed ? NULL : response_json(c, true);
-    if (!failed && !resp)
+    settle_calls(c);
+    json_t *resp = response_json(c, true);
+    if (resp && ep_of(c)->stored)
+        store_put(ep_of(c)->a, c->id, json_incref(resp), conversation_json(c));
+    return resp;
+}
+
+static void resp_stream_end(pl_oai_call *c)
+{
+    json_t *resp = c->failed ? NULL : finished_response(c);
+    if (!c->failed && !resp)
         pl_err_set(&c->error, 500, "server_error", NULL, NULL, "out of memory");
-    if (c->sse) {
-        if (resp)
-            stream_finish(c, resp);
-        else
-            stream_fail(c);
-    } else {
-        pl_unwatch_close(c->req, c->watch);
-        if (resp)
-            pl_reply_json(c->req, 200, json_incref(resp));
-        else
-            pl_reply_error(c->req, &c->error);
-    }
-    if (resp && c->stored)
-        store_put(c->a, c->id, json_incref(resp), conversation_json(c));
+    if (resp)
+        stream_finish(c, resp);
+    else
+        stream_fail(c);
     json_decref(resp);
-    call_free(c);
 }
 
-static void on_client_close(void *ud)
-{
-    rcall *c = ud;
-    c->req = NULL;
-    if (c->active)
-        pl_backend_abort(c->model->backend, c->backend_id);
-    set_inactive(c);
-    if (c->sse)
-        pl_sse_free_closed(c->sse);
-    c->sse = NULL;
-    call_free(c);
-}
-
-static void on_pause(void *ud, bool paused)
-{
-    rcall *c = ud;
-    if (c->active && c->model->backend->ops->set_paused)
-        c->model->backend->ops->set_paused(c->model->backend, c->backend_id, paused);
-}
+static const pl_oai_format resp_format = {
+    .stream_begin = resp_stream_begin,
+    .stream_delta = resp_stream_delta,
+    .stream_end = resp_stream_end,
+    .reply = finished_response,
+    .free_ep = ep_free,
+};
 
 /* ---- handlers ---- */
 
@@ -523,100 +475,61 @@ static int prior_conversation(pl_responses_api *a, json_t *body, json_t **out, p
     return 0;
 }
 
-/* Parse and validate; fills c->chat, c->input, c->p, c->model. */
-static int call_prepare(rcall *c, pl_err *e)
+/* Parse and validate: fills e (the Responses state), *chat (the chat-form
+ * body), *p and *model. */
+static int call_prepare(resp_ep *e, json_t **chat, pl_oai_params *p, pl_model_entry **model,
+                        pl_err *err)
 {
-    json_t *st = json_object_get(c->body, "store");
+    json_t *st = json_object_get(e->body, "store");
     if (st && !json_is_boolean(st) && !json_is_null(st))
-        return pl_err_set(e, 400, "invalid_request_error", "store", NULL,
+        return pl_err_set(err, 400, "invalid_request_error", "store", NULL,
                           "'store' must be a boolean");
-    c->stored = !json_is_false(st);
-    if (prior_conversation(c->a, c->body, &c->history, e) < 0)
+    e->stored = !json_is_false(st);
+    if (prior_conversation(e->a, e->body, &e->history, err) < 0)
         return -1;
-    c->chat = pl_responses_chat_body(c->body, c->history, &c->input, e);
-    if (!c->chat || pl_responses_parse(c->chat, &c->p, e) < 0)
+    *chat = pl_responses_chat_body(e->body, e->history, &e->input, err);
+    if (!*chat || pl_responses_parse(*chat, p, err) < 0)
         return -1;
-    c->model = pl_server_find_model(c->a->srv, c->p.model);
-    if (!c->model)
-        return pl_err_set(e, 404, "invalid_request_error", "model", "model_not_found",
-                          "The model '%s' does not exist", c->p.model);
-    if (pl_oai_tools_prepare(&c->p, c->chat, c->model->backend, e) < 0) {
-        pl_responses_rename_param(e);
-        return -1;
-    }
-    c->text = evbuffer_new();
-    return c->text ? 0 : pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
-}
-
-/* The model's dispatch admitted the request (interactive requests go at
- * once): submit it. A refusal ends its admission. */
-static void admitted(void *ud, pl_dispatch_req *dr)
-{
-    rcall *c = ud;
-    pl_sink sink = {on_delta, on_done, c};
-    if (pl_backend_submit(c->model->backend, c->submitting, sink, &c->backend_id,
-                          &c->submit_err) == 0)
-        c->active = true;
-    else
-        pl_dispatch_done(c->model->dispatch, dr, 0);
-}
-
-static int call_start(rcall *c, pl_err *e)
-{
-    pl_gen_request r;
-    pl_oai_to_request(&c->p, &r);
-    r.oai_body = c->chat;
-    r.conversation_key = pl_oai_prompt_cache_key(c->chat);
-    c->dr = (pl_dispatch_req){.submit = admitted, .ud = c};
-    c->submitting = &r;
-    if (pl_dispatch_push(c->model->dispatch, PL_DISPATCH_INTERACTIVE, &c->dr) == 0)
-        pl_dispatch_pump(c->model->dispatch);
-    c->submitting = NULL;
-    if (!c->active) {
-        *e = c->submit_err;
+    *model = pl_server_find_model(e->a->srv, p->model);
+    if (!*model)
+        return pl_err_set(err, 404, "invalid_request_error", "model", "model_not_found",
+                          "The model '%s' does not exist", p->model);
+    if (pl_oai_tools_prepare(p, *chat, (*model)->backend, err) < 0) {
+        pl_responses_rename_param(err);
         return -1;
     }
-    if (!c->p.stream) {
-        c->watch = pl_watch_close(c->req, on_client_close, c);
-    } else {
-        pl_sse_cbs cbs = {on_client_close, on_pause, c};
-        c->sse = pl_sse_start(c->a->srv, c->req,
-                              pl_server_get_opts(c->a->srv)->stream_buffer_bytes, cbs);
-    }
-    if (c->p.stream ? c->sse != NULL : c->watch != NULL) {
-        if (c->sse)
-            stream_begin(c);
-        return 0;
-    }
-    pl_backend_abort(c->model->backend, c->backend_id);
-    set_inactive(c);
-    return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
 }
 
 static void create(pl_responses_api *a, struct evhttp_request *req)
 {
-    pl_err e;
-    rcall *c = calloc(1, sizeof *c);
+    pl_err err;
+    pl_oai_params p = {0};
+    json_t *chat = NULL;
+    pl_model_entry *model = NULL;
     json_t *body = pl_read_json_body(req, pl_server_get_opts(a->srv)->max_body_bytes);
-    if (!body) {
-        free(c);
+    if (!body)
         return;   /* replied */
-    }
-    if (!c) {
+    resp_ep *e = calloc(1, sizeof *e);
+    if (!e) {
         json_decref(body);
         pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
         return;
     }
-    *c = (rcall){.a = a, .req = req, .body = body, .created = (int64_t)time(NULL)};
-    pl_server_call_begin(a->srv);
-    pl_server_new_id(a->srv, "resp_", c->id, sizeof c->id);
-    pl_server_new_id(a->srv, "msg_", c->msg_id, sizeof c->msg_id);
-    if (call_prepare(c, &e) < 0 || call_start(c, &e) < 0)
-        goto fail;
-    return;
-fail:
-    pl_reply_error(req, &e);
-    call_free(c);
+    *e = (resp_ep){.a = a, .body = body};
+    pl_server_new_id(a->srv, "msg_", e->msg_id, sizeof e->msg_id);
+    if (call_prepare(e, &chat, &p, &model, &err) < 0) {
+        pl_reply_error(req, &err);
+        pl_oai_params_free(&p);
+        json_decref(chat);
+        ep_free(e);
+        return;
+    }
+    pl_oai_call_opts o = {.s = a->srv, .req = req, .body = chat, .p = &p, .model = model,
+                          .id_prefix = "resp_", .keep_text = true, .fmt = &resp_format,
+                          .ep = e};
+    if (pl_oai_call_start(&o, &err) < 0)
+        pl_reply_error(req, &err);   /* the core freed chat, p and e */
 }
 
 static void item(pl_responses_api *a, struct evhttp_request *req, const char *id)

@@ -2,8 +2,9 @@
  * replies: response and chunk JSON, usage, and the two logprobs shapes
  * (chat: {"content":[entry...]}, completions: four parallel arrays).
  *
- * No request state lives here: api/oai_chat.c owns the request lifecycle
- * (submit, sinks, streaming, disconnect) and calls these to encode.
+ * No request state lives here: the request core (api/oai_request.c) owns
+ * the lifecycle (admission, sinks, streaming, disconnect) and
+ * api/oai_chat.c calls these to encode.
  * Functions that allocate return NULL / -1 on out-of-memory.
  */
 #ifndef PL_API_OAI_WIRE_H

@@ -3,7 +3,10 @@
 #   src/base <- schedulers <- backends <- src/jobs <- api <- src
 # A folder may include its own files and those of the layers below it.
 # CUDA code stays in backends/engine/cuda/ (only the engine's top may name
-# it). Exits 1 and lists every violation.
+# it). Above backends/, requests reach a backend only through a model's
+# dispatch (schedulers/dispatch.h): its submit callbacks, in the OpenAI
+# request core and the job, are the only callers of the submit. Exits 1
+# and lists every violation.
 set -u
 cd "$(dirname "$0")/.."
 
@@ -42,6 +45,14 @@ while IFS= read -r f; do
         fi
     done < <(grep -E '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$f")
 done < <(git ls-files 'src/*' 'schedulers/*' 'backends/*' 'api/*' | grep -E '\.(c|h|cu|cuh)$')
+
+# api -> schedulers/dispatch -> backends is the only path.
+submit_ok="api/oai_request.c src/jobs/jobs.c"
+while IFS=: read -r f line _; do
+    case " $submit_ok " in *" $f "*) continue ;; esac
+    echo "$f:$line: submits to a backend outside a dispatch callback ($submit_ok)"
+    bad=1
+done < <(git grep -nE 'pl_backend_submit[[:space:]]*\(|ops->submit[[:space:]]*\(' -- 'api/*.c' 'src/*.c')
 
 if [ $bad = 0 ]; then
     echo "check_layers: ok"
