@@ -43,6 +43,9 @@ typedef struct eng_req {
     uint64_t free_after;          /* deferred free: once this many steps
                                      have been retired */
     struct eng_req *next;         /* deferred-free list */
+    struct eng_msg *done_msg;     /* its DONE, reserved when it arrives (the
+                                     SUBMIT message), so that it always
+                                     completes, out of memory or not */
 } eng_req;
 
 typedef enum eng_msg_type {
@@ -172,6 +175,7 @@ double pl_engine_now_ms_(void);
 /* engine_queue.c */
 void pl_engine_queue_push_(eng_queue *q, eng_msg *m);
 eng_msg *pl_engine_msg_get_(pl_engine *e);           /* engine thread */
+void pl_engine_msg_clear_(eng_msg *m);
 void pl_engine_msg_free_(eng_msg *m);
 void pl_engine_post_(pl_engine *e);                  /* flush pending_out */
 void pl_engine_inbox_push_(pl_engine *e, eng_msg *m); /* main thread */
@@ -190,12 +194,16 @@ void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
                           const pl_err *err);
 
 /* engine_text.c: outputs of one step, per sequence */
+/** The request failed for lack of memory on the engine thread: it ends
+ *  with a 500 its client sees. */
+void pl_engine_fail_oom_(pl_engine *e, eng_req *r, pl_batch_seq *s);
 void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
                          const pl_step_output *out, int k);
 /* engine_text.c: prompt logprobs of a step's rows into their requests */
 void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
                             const pl_step_output *out);
 /* engine_text.c: queue r's echoed prompt (once, before its first token) */
-void pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s);
+/** The echoed prompt as one delta. -1 on out of memory. */
+int pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s);
 
 #endif

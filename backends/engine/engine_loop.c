@@ -27,6 +27,8 @@ void pl_engine_req_free_(eng_req *r)
     free(r->pending);
     pl_sampling_free(&r->sp);
     pl_token_fsm_release(r->fsm);
+    if (r->done_msg)
+        pl_engine_msg_free_(r->done_msg);
     free(r);
 }
 
@@ -76,13 +78,17 @@ static pl_seq_sampling seq_sampling_(const eng_req *r)
     return s;
 }
 
-/* Queue a DONE message for r (now or with this step's messages). */
+/* Queue r's DONE message (now or with this step's messages): the one
+ * reserved when it arrived, so it cannot fail; a second DONE of one
+ * request (a broken invariant) is dropped. */
 void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
                           const pl_err *err)
 {
-    eng_msg *m = pl_engine_msg_get_(e);
+    eng_msg *m = r->done_msg;
     if (!m)
-        return;                       /* OOM: the request never completes */
+        return;
+    r->done_msg = NULL;
+    pl_engine_msg_clear_(m);
     m->type = ENG_MSG_DONE;
     m->id = r->id;
     pl_batch_seq *s = r->seq;
@@ -155,12 +161,13 @@ static bool inbox_drain_(pl_engine *e, bool block)
         e->stalled = false;
     while (m) {
         eng_msg *next = m->next;
-        if (m->type == ENG_MSG_SUBMIT)
+        if (m->type == ENG_MSG_SUBMIT) {
+            m->req->done_msg = m;     /* kept for its DONE */
             on_submit_(e, m->req);
-        else
+        } else {
             on_control_(e, m);
-        m->req = NULL;
-        pl_engine_msg_free_(m);
+            pl_engine_msg_free_(m);
+        }
         m = next;
     }
     pl_engine_post_(e);
@@ -276,7 +283,11 @@ static void finish_oldest_(pl_engine *e)
                 continue;
             }
             if (r && r->echo && !r->echo_sent && s->state != PL_SEQ_FINISHED) {
-                pl_engine_emit_prompt_(e, r, s);     /* before its first token */
+                if (pl_engine_emit_prompt_(e, r, s) < 0) {  /* before its first token */
+                    pl_engine_fail_oom_(e, r, s);
+                    req_defer_free_(e, r);
+                    continue;
+                }
                 if (r->score_only) {                 /* scored: no token */
                     pl_engine_emit_done_(e, r, PL_FINISH_LENGTH, NULL);
                     pl_batch_finish(e->batch, s);

@@ -45,6 +45,19 @@ void pl_engine_queue_free_(eng_queue *q)
     q->head = q->tail = NULL;
 }
 
+/* Clear a recycled message for reuse (its buffers stay). */
+void pl_engine_msg_clear_(eng_msg *m)
+{
+    m->req = NULL;
+    m->len = 0;
+    m->n = 0;
+    m->n_top = 0;
+    m->has_logprobs = false;
+    m->prompt = false;
+    memset(&m->res, 0, sizeof m->res);
+    m->next = NULL;
+}
+
 /* A cleared message for the engine thread: from its local cache, refilled
  * in one go from the messages the main thread has recycled. NULL on OOM. */
 eng_msg *pl_engine_msg_get_(pl_engine *e)
@@ -60,14 +73,7 @@ eng_msg *pl_engine_msg_get_(pl_engine *e)
         e->local_free = m->next;
     else if (!(m = calloc(1, sizeof *m)))
         return NULL;
-    m->req = NULL;
-    m->len = 0;
-    m->n = 0;
-    m->n_top = 0;
-    m->has_logprobs = false;
-    m->prompt = false;
-    memset(&m->res, 0, sizeof m->res);
-    m->next = NULL;
+    pl_engine_msg_clear_(m);
     return m;
 }
 
@@ -130,6 +136,17 @@ static const pl_token_logprob *delta_logprobs_(pl_engine *e, const eng_msg *m)
     return e->lp_scratch;
 }
 
+/* No memory for a delta's logprobs: the request ends now with a 500 (the
+ * engine drops it; its sink hears nothing more). */
+static void fail_delivery_(pl_engine *e, uint64_t id, pl_sink sink)
+{
+    pl_err err;
+    pl_err_set(&err, 500, "server_error", NULL, NULL, "out of memory delivering the reply");
+    pl_result res = {.finish = PL_FINISH_ERROR, .error = &err};
+    e->base.ops->abort(&e->base, id);
+    sink.on_done(sink.ud, &res);
+}
+
 static void deliver_(pl_engine *e, eng_msg *m)
 {
     eng_sub *sub = pl_engine_sub_find_(e, m->id);
@@ -139,8 +156,10 @@ static void deliver_(pl_engine *e, eng_msg *m)
     if (m->type == ENG_MSG_DELTA) {
         pl_delta d = {m->text, m->len, m->tokens, m->n, NULL};
         d.prompt = m->prompt;
-        if (m->has_logprobs)
-            d.logprobs = delta_logprobs_(e, m);
+        if (m->has_logprobs && !(d.logprobs = delta_logprobs_(e, m))) {
+            fail_delivery_(e, m->id, sink);
+            return;
+        }
         sink.on_delta(sink.ud, &d);
         return;
     }

@@ -6,7 +6,9 @@
  * with its id. Its text is held back while it could still be the start of
  * a stop string or ends inside a UTF-8 sequence, so a delta never shows
  * either; such a delta has the id and empty text, and the held text comes
- * with a later delta (at the latest the last one).
+ * with a later delta (at the latest the last one). Out of memory on this
+ * path ends the request with a 500 (its DONE was reserved when it
+ * arrived): never a reply with text silently missing.
  */
 #include "backends/engine/engine_internal.h"
 
@@ -104,15 +106,15 @@ static int take_text_(eng_req *r, eng_msg *m, size_t n)
     return 0;
 }
 
-/* Append tok's bytes and release what is safe. Returns true when a stop
- * string matched (the text after it is dropped). */
-static bool text_step_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok,
-                       bool final)
+/* Append tok's bytes and release what is safe. Returns 1 when a stop
+ * string matched (the text after it is dropped), 0, or -1 on out of
+ * memory. */
+static int text_step_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok, bool final)
 {
     size_t len = 0;
     const char *b = e->text.token_bytes(e->text.ud, tok, &len);
-    if (b && len)
-        pending_append_(r, b, len);
+    if (b && len && pending_append_(r, b, len) < 0)
+        return -1;
     bool stopped = false;
     size_t emit = pl_stopstr_scan(r->pending, r->pending_len, r->sp.stop,
                                   r->sp.n_stop, &stopped);
@@ -124,10 +126,12 @@ static bool text_step_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok,
         emit = pl_utf8_complete_len(r->pending, emit);
     else
         emit = r->pending_len;
-    take_text_(r, m, emit);
+    if (take_text_(r, m, emit) < 0)
+        return -1;
     return stopped;
 }
 
+/* A delta for r, queued by delta_end_ once it is whole. */
 static eng_msg *new_delta_(pl_engine *e, eng_req *r)
 {
     eng_msg *m = pl_engine_msg_get_(e);
@@ -135,8 +139,46 @@ static eng_msg *new_delta_(pl_engine *e, eng_req *r)
         return NULL;
     m->type = ENG_MSG_DELTA;
     m->id = r->id;
-    pl_engine_queue_push_(&e->pending_out, m);
     return m;
+}
+
+/* Queue m when it was built (rc >= 0); else it goes back to the cache, so
+ * that no half-built delta reaches a sink. Returns rc. */
+static int delta_end_(pl_engine *e, eng_msg *m, int rc)
+{
+    if (rc >= 0) {
+        pl_engine_queue_push_(&e->pending_out, m);
+    } else {
+        m->next = e->local_free;
+        e->local_free = m;
+    }
+    return rc;
+}
+
+void pl_engine_fail_oom_(pl_engine *e, eng_req *r, pl_batch_seq *s)
+{
+    pl_err err;
+    pl_err_set(&err, 500, "server_error", NULL, NULL,
+               "out of memory producing the reply");
+    pl_engine_emit_done_(e, r, PL_FINISH_ERROR, &err);
+    pl_batch_finish(e->batch, s);
+}
+
+/* The delta of tok: its id (and logprobs) and the text it releases.
+ * Returns 1 when a stop string matched, 0, -1 on out of memory. */
+static int token_delta_(pl_engine *e, eng_req *r, int32_t tok, bool eog, bool final,
+                        const pl_step_output *out, int k)
+{
+    if (eog && !r->pending_len)
+        return 0;
+    eng_msg *m = new_delta_(e, r);
+    if (!m)
+        return -1;
+    if (eog)                                     /* flush what was held */
+        return delta_end_(e, m, take_text_(r, m, r->pending_len));
+    if (add_token_(e, r, m, tok, out, k) < 0)
+        return delta_end_(e, m, -1);
+    return delta_end_(e, m, text_step_(e, r, m, tok, final));
 }
 
 void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
@@ -157,16 +199,13 @@ void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
         if (st < 0 || r->fsm->final[st])
             f = PL_FINISH_STOP;
     }
-    if (eog && r->pending_len) {
-        eng_msg *m = new_delta_(e, r);          /* flush what was held */
-        if (m)
-            take_text_(r, m, r->pending_len);
-    } else if (!eog) {
-        eng_msg *m = new_delta_(e, r);
-        if (m && add_token_(e, r, m, tok, out, k) == 0 &&
-            text_step_(e, r, m, tok, f != PL_FINISH_NONE))
-            f = PL_FINISH_STOP;
+    int rc = token_delta_(e, r, tok, eog, f != PL_FINISH_NONE, out, k);
+    if (rc < 0) {
+        pl_engine_fail_oom_(e, r, s);
+        return;
     }
+    if (rc == 1)
+        f = PL_FINISH_STOP;
     if (f == PL_FINISH_NONE)
         return;
     pl_engine_emit_done_(e, r, f, NULL);
@@ -199,26 +238,33 @@ void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
     }
 }
 
-void pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s)
+/* The echoed prompt's text, ids and logprobs into m. -1 on out of memory. */
+static int prompt_delta_(pl_engine *e, eng_req *r, eng_msg *m, const pl_batch_seq *s)
 {
-    r->echo_sent = true;
-    eng_msg *m = new_delta_(e, r);
-    if (!m || reserve_tokens_(m, s->n_prompt) < 0 || take_text_(r, m, 0) < 0)
-        return;
+    if (reserve_tokens_(m, s->n_prompt) < 0 || take_text_(r, m, 0) < 0)
+        return -1;
     m->prompt = true;
     for (int i = 0; i < s->n_prompt; i++) {
         size_t len = 0;
         const char *b = e->text.token_bytes(e->text.ud, s->tokens[i], &len);
         if (b && len && (pending_append_(r, b, len) < 0 || take_text_(r, m, len) < 0))
-            return;
+            return -1;
         m->tokens[m->n++] = s->tokens[i];
     }
     if (!r->plp)
-        return;
+        return 0;
     int k = r->n_top_prompt;
     m->has_logprobs = true;
     m->n_top = k;
     memcpy(m->lp, r->plp, sizeof *m->lp * (size_t)s->n_prompt);
     memcpy(m->top_ids, r->ptop_ids, sizeof *m->top_ids * (size_t)s->n_prompt * (size_t)k);
     memcpy(m->top_lp, r->ptop_lp, sizeof *m->top_lp * (size_t)s->n_prompt * (size_t)k);
+    return 0;
+}
+
+int pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s)
+{
+    r->echo_sent = true;
+    eng_msg *m = new_delta_(e, r);
+    return m ? delta_end_(e, m, prompt_delta_(e, r, m, s)) : -1;
 }

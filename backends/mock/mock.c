@@ -93,9 +93,16 @@ static int mock_slot_alloc(mock_backend *mb, mock_req *r)
         uint32_t n = mb->n_slots ? mb->n_slots * 2 : 64;
         if (n >= (1u << 24))
             return -1;
-        mb->slots = realloc(mb->slots, n * sizeof *mb->slots);
-        mb->gen = realloc(mb->gen, n * sizeof *mb->gen);
-        mb->free_slots = realloc(mb->free_slots, n * sizeof *mb->free_slots);
+        mock_req **slots = realloc(mb->slots, n * sizeof *mb->slots);
+        if (slots)
+            mb->slots = slots;
+        uint32_t *gen = slots ? realloc(mb->gen, n * sizeof *mb->gen) : NULL;
+        if (gen)
+            mb->gen = gen;
+        uint32_t *fs = gen ? realloc(mb->free_slots, n * sizeof *mb->free_slots) : NULL;
+        if (!fs)
+            return -1;               /* the arrays grown so far stay valid */
+        mb->free_slots = fs;
         for (uint32_t i = mb->n_slots; i < n; i++) {
             mb->slots[i] = NULL;
             mb->gen[i] = 0;
@@ -224,26 +231,38 @@ static int mock_next_word(mock_req *r, char *out, size_t cap)
     return (int)(n + wl);
 }
 
-static void mock_text_append(mock_req *r, const char *s, size_t n)
+/* -1 on out of memory. */
+static int mock_text_append(mock_req *r, const char *s, size_t n)
 {
     if (r->text_len + n + 1 > r->text_cap) {
-        r->text_cap = (r->text_len + n + 1) * 2;
-        r->text = realloc(r->text, r->text_cap);
+        size_t cap = (r->text_len + n + 1) * 2;
+        char *t = realloc(r->text, cap);
+        if (!t)
+            return -1;
+        r->text = t;
+        r->text_cap = cap;
     }
     memcpy(r->text + r->text_len, s, n);
     r->text_len += n;
+    return 0;
 }
 
-static void mock_finish(mock_req *r, pl_finish f)
+/* End r (freed) with f; err for PL_FINISH_ERROR. */
+static void mock_finish_err(mock_req *r, pl_finish f, const pl_err *err)
 {
     mock_backend *mb = r->mb;
     pl_result res = {.finish = f, .prompt_tokens = r->prompt_tokens,
-                     .completion_tokens = r->produced};
+                     .completion_tokens = r->produced, .error = err};
     pl_sink sink = r->sink;
     mb->counts.completed++;
     mock_req_free(r);
     mock_start_queued(mb);
     sink.on_done(sink.ud, &res);
+}
+
+static void mock_finish(mock_req *r, pl_finish f)
+{
+    mock_finish_err(r, f, NULL);
 }
 
 /* Deliver a delta; returns 0, or -1 when the sink aborted the request. */
@@ -315,7 +334,12 @@ static int mock_step(mock_req *r)
     int32_t tok = (int32_t)(mock_hash(word, 1469598103934665603ull) & 0x7FFF);
     memcpy(r->word, word, (size_t)wl + 1);
     r->produced++;
-    mock_text_append(r, word, (size_t)wl);
+    if (mock_text_append(r, word, (size_t)wl) < 0) {
+        pl_err err;
+        pl_err_set(&err, 500, "server_error", NULL, NULL, "out of memory producing the reply");
+        mock_finish_err(r, PL_FINISH_ERROR, &err);
+        return 1;
+    }
     int rc = mock_emit(r, tok);
     if (rc > 0)
         mock_finish(r, PL_FINISH_STOP);
@@ -470,6 +494,8 @@ static int mock_tokenize(pl_backend *b, const pl_gen_request *req, bool add_spec
 {
     size_t cap = 16, len = 0;
     int32_t *out = malloc(cap * sizeof *out);
+    if (!out)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     for (int m = -1; m < req->n_messages; m++) {
         const char *s = m < 0 ? req->prompt : req->messages[m].content;
         while (s && *s) {
@@ -477,8 +503,14 @@ static int mock_tokenize(pl_backend *b, const pl_gen_request *req, bool add_spec
             size_t wl = strcspn(s, " \n\t\r");
             if (!wl)
                 break;
-            if (len == cap)
-                out = realloc(out, (cap *= 2) * sizeof *out);
+            if (len == cap) {
+                int32_t *o = realloc(out, (cap *= 2) * sizeof *out);
+                if (!o) {
+                    free(out);
+                    return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+                }
+                out = o;
+            }
             char w[128];
             snprintf(w, sizeof w, "%.*s", (int)(wl < 127 ? wl : 127), s);
             out[len++] = (int32_t)(mock_hash(w, 1469598103934665603ull) & 0x7FFF);
@@ -495,12 +527,20 @@ static int mock_detokenize(pl_backend *b, const int32_t *ids, int n, char **text
 {
     size_t cap = (size_t)n * 8 + 1, len = 0;
     char *out = malloc(cap);
+    if (!out)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     out[0] = '\0';
     for (int i = 0; i < n; i++) {
         char w[16];
         int k = snprintf(w, sizeof w, "%s<%d>", i ? " " : "", ids[i]);
-        if (len + (size_t)k + 1 > cap)
-            out = realloc(out, cap = (len + (size_t)k + 1) * 2);
+        if (len + (size_t)k + 1 > cap) {
+            char *o = realloc(out, cap = (len + (size_t)k + 1) * 2);
+            if (!o) {
+                free(out);
+                return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+            }
+            out = o;
+        }
         memcpy(out + len, w, (size_t)k + 1);
         len += (size_t)k;
     }
