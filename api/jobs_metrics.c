@@ -1,6 +1,7 @@
 /* jobs_metrics.c - the jobs API's part of GET /metrics: jobs by state,
- * questions by status, re-prompts, and the conversation scheduler's three
- * pools (pending, pre-departure, in flight) summed over running jobs. */
+ * questions by status, re-prompts, the three pools of the jobs'
+ * conversations (pending, pre-departure, in flight) summed over running
+ * jobs, and each served model's slots as its dispatch shares them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

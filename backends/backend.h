@@ -4,7 +4,8 @@
  * a sink and later calls the sink, always on the main (libevent) thread, with
  * text deltas and exactly one final result. The engine, remote and mock
  * backends are interchangeable behind this table of function pointers; the
- * OpenAI endpoints and the conversation scheduler use nothing else.
+ * OpenAI endpoints and the jobs use nothing else, and they submit only what
+ * the model's admission point (schedulers/dispatch.h) admits.
  *
  * Threading: every function here is called on the main thread, and every
  * sink callback runs on the main thread.
