@@ -20,7 +20,9 @@ cc -O2 -o "$tmp/sse_hold" bench/sse_hold.c
 
 start_server() {   # bin, extra args...
     local bin=$1; shift
-    "$bin" serve --port 0 --backend mock --log-level warn "$@" > "$tmp/srv.out" &
+    # 2,000 streams need more than the default 1,000 connections (503 past it).
+    "$bin" serve --port 0 --backend mock --log-level warn --max-connections 4000 "$@" \
+        > "$tmp/srv.out" &
     pid=$!
     for _ in $(seq 200); do grep -q listening "$tmp/srv.out" && break; sleep 0.05; done
     url=$(grep -o 'http://[^ ]*' "$tmp/srv.out")
