@@ -125,10 +125,24 @@ epilogue_avx512(int q4, const int32_t *c, const pl_q8_act *xa, int n_blk, const 
 #endif
 
 /* The CPU's tile instructions name their registers in the opcode: a switch
- * over the register numbers the kernel uses. */
+ * over the register numbers the kernel uses.
+ *
+ * GCC 12's intrinsics under-declare their memory operands: _tile_loadconfig
+ * reads "8 bytes" of the 64-byte config and _tile_loadd names no memory at
+ * all. Once these calls are inlined (the table is static and const), the
+ * compiler drops or sinks the stores they read: the config went to the CPU
+ * as all zeros but the palette, and TILEZERO raised #UD (SIGILL) on the first
+ * AMX CPU this ran on. A compiler barrier before each makes the stores land
+ * first. */
 #ifdef PL_HAVE_X86
 #define AMX_TARGET __attribute__((target("amx-tile,amx-int8")))
-AMX_TARGET static void hw_config(void *ctx, const uint8_t *cfg) { (void)ctx, _tile_loadconfig(cfg); }
+#define AMX_STORES_DONE() __asm__ volatile("" ::: "memory")
+AMX_TARGET static void hw_config(void *ctx, const uint8_t *cfg)
+{
+    (void)ctx;
+    AMX_STORES_DONE();
+    _tile_loadconfig(cfg);
+}
 AMX_TARGET static void hw_zero(void *ctx, int t)
 {
     (void)ctx;
@@ -142,6 +156,7 @@ AMX_TARGET static void hw_zero(void *ctx, int t)
 AMX_TARGET static void hw_load(void *ctx, int t, const void *p, size_t stride)
 {
     (void)ctx;
+    AMX_STORES_DONE();
     switch (t) {
     case 4: _tile_loadd(4, p, stride); break;
     case 5: _tile_loadd(5, p, stride); break;
