@@ -1,8 +1,16 @@
-/* yaml_load.c - YAML/JSON files into jansson trees via libyaml events. */
+/* yaml_load.c - YAML/JSON files into jansson trees via libyaml events.
+ *
+ * Anchors and aliases: an anchored node is kept once built; an alias is a
+ * deep copy of it. Every copy counts its nodes against YL_MAX_ALIAS_NODES,
+ * so a "billion laughs" file (aliases of aliases, each level ten times the
+ * last) is refused after a bounded amount of work and memory. A merge key
+ * (`<<: *base`, or a list of them) adds the keys the mapping does not give
+ * itself, earlier sources first, as PyYAML reads it. */
 #include "src/base/yaml_load.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +18,10 @@
 #include <yaml.h>
 
 #define YL_MAX_DEPTH 64
+/* Values that aliases may copy in one file, all aliases together: far more
+ * than a job or config file repeats (PyYAML anchors repeated objects), far
+ * less than a billion laughs. */
+#define YL_MAX_ALIAS_NODES 100000
 
 typedef struct yl_ctx {
     yaml_parser_t parser;
@@ -17,6 +29,8 @@ typedef struct yl_ctx {
     const char *name;
     char *err;
     size_t errlen;
+    json_t *anchors;             /* anchor name -> its value */
+    long alias_nodes;            /* values copied by aliases so far */
 } yl_ctx;
 
 static json_t *yl_node(yl_ctx *c, yaml_event_t *ev, const char *path, int depth);
@@ -83,50 +97,117 @@ static json_t *yl_scalar(yl_ctx *c, yaml_event_t *ev)
     return v;
 }
 
+/* `<<: SOURCE`: SOURCE is a mapping or a list of mappings; their keys
+ * join the mapping after its own ones (see the file comment). */
+static int yl_merge_add(yl_ctx *c, json_t *merges, json_t *v, int line)
+{
+    size_t i;
+    json_t *x;
+    if (json_is_object(v))
+        return json_array_append(merges, v);
+    if (!json_is_array(v)) {
+        yl_fail(c, line, "a merge key (<<) takes a mapping or a list of mappings");
+        return -1;
+    }
+    json_array_foreach(v, i, x) {
+        if (!json_is_object(x)) {
+            yl_fail(c, line, "a merge key (<<) takes a mapping or a list of mappings");
+            return -1;
+        }
+        json_array_append(merges, x);
+    }
+    return 0;
+}
+
+static void yl_merge_apply(yl_ctx *c, json_t *obj, json_t *merges, const char *path,
+                           int line)
+{
+    size_t i;
+    json_t *src, *v;
+    const char *k;
+    json_array_foreach(merges, i, src) {
+        json_object_foreach(src, k, v) {
+            if (json_object_get(obj, k))
+                continue;
+            json_object_set(obj, k, v);
+            size_t plen = strlen(path) + strlen(k) + 2;
+            char *sub = malloc(plen);
+            if (sub) {
+                snprintf(sub, plen, "%s%s%s", path, path[0] ? "." : "", k);
+                yl_note_line(c, sub, line);
+                free(sub);
+            }
+        }
+    }
+}
+
+/* One key and its value into obj. Returns 0, or -1 (reported). */
+static int yl_pair(yl_ctx *c, json_t *obj, json_t *merges, int *merge_line,
+                   yaml_event_t *kev, const char *path, int depth)
+{
+    int kline = (int)kev->start_mark.line + 1;
+    if (kev->type != YAML_SCALAR_EVENT) {
+        yl_fail(c, kline, "mapping keys must be strings");
+        return -1;
+    }
+    char *key = strndup((const char *)kev->data.scalar.value, kev->data.scalar.length);
+    bool merge = kev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE && key && !strcmp(key, "<<");
+    size_t plen = key ? strlen(path) + strlen(key) + 2 : 0;
+    char *sub = key ? malloc(plen) : NULL;
+    int rc = -1;
+    if (!sub) {
+        yl_fail(c, kline, "out of memory");
+        goto done;
+    }
+    if (merge ? *merge_line > 0 : json_object_get(obj, key) != NULL) {
+        yl_fail(c, kline, "duplicate key");
+        goto done;
+    }
+    snprintf(sub, plen, "%s%s%s", path, path[0] ? "." : "", key);
+    if (!merge)
+        yl_note_line(c, sub, kline);
+    yaml_event_t vev;
+    json_t *v = NULL;
+    if (yl_next(c, &vev) == 0) {
+        v = yl_node(c, &vev, merge ? path : sub, depth + 1);
+        yaml_event_delete(&vev);
+    }
+    if (v && merge) {
+        *merge_line = kline;
+        rc = yl_merge_add(c, merges, v, kline);
+        json_decref(v);
+    } else if (v && json_object_set_new(obj, key, v) < 0) {
+        yl_fail(c, kline, "key is not valid UTF-8");
+    } else if (v) {
+        rc = 0;
+    }
+done:
+    free(sub);
+    free(key);
+    return rc;
+}
+
 static json_t *yl_mapping(yl_ctx *c, const char *path, int depth)
 {
-    json_t *obj = json_object();
+    json_t *obj = json_object(), *merges = json_array();
+    int merge_line = 0;
     for (;;) {
         yaml_event_t kev;
         if (yl_next(c, &kev) < 0)
             goto fail;
         if (kev.type == YAML_MAPPING_END_EVENT) {
             yaml_event_delete(&kev);
+            yl_merge_apply(c, obj, merges, path, merge_line);
+            json_decref(merges);
             return obj;
         }
-        int kline = (int)kev.start_mark.line + 1;
-        if (kev.type != YAML_SCALAR_EVENT) {
-            yl_fail(c, kline, "mapping keys must be strings");
-            yaml_event_delete(&kev);
-            goto fail;
-        }
-        char *key = strndup((const char *)kev.data.scalar.value, kev.data.scalar.length);
+        int rc = yl_pair(c, obj, merges, &merge_line, &kev, path, depth);
         yaml_event_delete(&kev);
-        if (json_object_get(obj, key)) {
-            yl_fail(c, kline, "duplicate key");
-            free(key);
+        if (rc < 0)
             goto fail;
-        }
-        size_t plen = strlen(path) + strlen(key) + 2;
-        char *sub = malloc(plen);
-        snprintf(sub, plen, "%s%s%s", path, path[0] ? "." : "", key);
-        yl_note_line(c, sub, kline);
-        yaml_event_t vev;
-        json_t *v = NULL;
-        if (yl_next(c, &vev) == 0) {
-            v = yl_node(c, &vev, sub, depth + 1);
-            yaml_event_delete(&vev);
-        }
-        free(sub);
-        if (!v || json_object_set_new(obj, key, v) < 0) {
-            if (v)
-                yl_fail(c, kline, "key is not valid UTF-8");
-            free(key);
-            goto fail;
-        }
-        free(key);
     }
 fail:
+    json_decref(merges);
     json_decref(obj);
     return NULL;
 }
@@ -156,20 +237,76 @@ fail:
     return NULL;
 }
 
+static long yl_count(json_t *v)
+{
+    long n = 1;
+    size_t i;
+    const char *k;
+    json_t *x;
+    if (json_is_array(v))
+        json_array_foreach(v, i, x) n += yl_count(x);
+    else if (json_is_object(v))
+        json_object_foreach(v, k, x) n += yl_count(x);
+    return n;
+}
+
+/* A copy of the anchored value, counted against the file's alias budget. */
+static json_t *yl_alias(yl_ctx *c, yaml_event_t *ev)
+{
+    int line = (int)ev->start_mark.line + 1;
+    const char *name = (const char *)ev->data.alias.anchor;
+    json_t *v = json_object_get(c->anchors, name);
+    if (!v) {
+        yl_fail(c, line, "alias of an unknown anchor (an anchor must come before its "
+                         "aliases, outside the node it names)");
+        return NULL;
+    }
+    c->alias_nodes += yl_count(v);
+    if (c->alias_nodes > YL_MAX_ALIAS_NODES) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "aliases expand to more than %d values: refused (a "
+                 "\"billion laughs\" file?)", YL_MAX_ALIAS_NODES);
+        yl_fail(c, line, msg);
+        return NULL;
+    }
+    json_t *copy = json_deep_copy(v);
+    if (!copy)
+        yl_fail(c, line, "out of memory");
+    return copy;
+}
+
+static const yaml_char_t *yl_anchor(const yaml_event_t *ev)
+{
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: return ev->data.scalar.anchor;
+    case YAML_MAPPING_START_EVENT: return ev->data.mapping_start.anchor;
+    case YAML_SEQUENCE_START_EVENT: return ev->data.sequence_start.anchor;
+    default: return NULL;
+    }
+}
+
 static json_t *yl_node(yl_ctx *c, yaml_event_t *ev, const char *path, int depth)
 {
     int line = (int)ev->start_mark.line + 1;
+    json_t *v;
     if (depth > YL_MAX_DEPTH) {
         yl_fail(c, line, "nesting too deep");
         return NULL;
     }
     switch (ev->type) {
-    case YAML_SCALAR_EVENT: return yl_scalar(c, ev);
-    case YAML_MAPPING_START_EVENT: return yl_mapping(c, path, depth);
-    case YAML_SEQUENCE_START_EVENT: return yl_sequence(c, path, depth);
-    case YAML_ALIAS_EVENT: yl_fail(c, line, "YAML aliases are not supported"); return NULL;
+    case YAML_SCALAR_EVENT: v = yl_scalar(c, ev); break;
+    case YAML_MAPPING_START_EVENT: v = yl_mapping(c, path, depth); break;
+    case YAML_SEQUENCE_START_EVENT: v = yl_sequence(c, path, depth); break;
+    case YAML_ALIAS_EVENT: return yl_alias(c, ev);
     default: yl_fail(c, line, "unexpected YAML event"); return NULL;
     }
+    const yaml_char_t *anchor = yl_anchor(ev);
+    if (v && anchor && json_object_set(c->anchors, (const char *)anchor, v) < 0) {
+        yl_fail(c, line, "anchor name is not valid UTF-8");
+        json_decref(v);
+        return NULL;
+    }
+    return v;
 }
 
 static json_t *yl_document(yl_ctx *c)
@@ -206,24 +343,32 @@ static json_t *yl_document(yl_ctx *c)
 json_t *pl_yaml_load_buf(const char *name, const char *buf, size_t len,
                          pl_linemap *lines, char *err, size_t errlen)
 {
-    yl_ctx c = {.lines = lines, .name = name, .err = err, .errlen = errlen};
+    yl_ctx c = {.lines = lines, .name = name, .err = err, .errlen = errlen,
+                .anchors = json_object()};
+    json_t *root = NULL;
     if (err && errlen)
         err[0] = '\0';
     if (lines)
         lines->lines = json_object();
-    if (!yaml_parser_initialize(&c.parser)) {
+    if (!c.anchors || !yaml_parser_initialize(&c.parser)) {
         yl_fail(&c, 0, "out of memory");
-        return NULL;
+        goto done;
     }
     yaml_parser_set_input_string(&c.parser, (const unsigned char *)buf, len);
-    json_t *root = yl_document(&c);
+    root = yl_document(&c);
     yaml_parser_delete(&c.parser);
+done:
+    json_decref(c.anchors);
+    if (!root)                   /* refused: the caller has nothing to free */
+        pl_linemap_free(lines);
     return root;
 }
 
 json_t *pl_yaml_load_file(const char *path, pl_linemap *lines, char *err,
                           size_t errlen)
 {
+    if (lines)
+        lines->lines = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "%s: %s", path, strerror(errno));

@@ -3,8 +3,10 @@
  *
  * Config and job files are YAML (JSON is accepted too: it is parsed by the
  * same YAML reader). Plain scalars resolve to null, booleans, integers and
- * reals as in YAML 1.2's core schema; quoted scalars stay strings. Aliases
- * are refused (no billion-laughs), and so are non-string mapping keys.
+ * reals as in YAML 1.2's core schema; quoted scalars stay strings. Anchors,
+ * aliases and merge keys (`<<`) are read as PyYAML reads them, with a bound
+ * on what aliases may expand to (a billion-laughs file is refused).
+ * Non-string mapping keys are refused.
  */
 #ifndef PL_YAML_LOAD_H
 #define PL_YAML_LOAD_H
@@ -22,7 +24,8 @@ typedef struct pl_linemap {
 /**
  * Parse the file at path. Returns a new json_t reference, or NULL with
  * "FILE:LINE: message" in err. When lines is not NULL it is filled with the
- * line of every value.
+ * line of every value (on success only: after a refusal lines holds
+ * nothing, so there is nothing to free).
  */
 json_t *pl_yaml_load_file(const char *path, pl_linemap *lines, char *err,
                           size_t errlen);
