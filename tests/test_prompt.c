@@ -1,6 +1,7 @@
-/* test_prompt.c - what each agent reads: visible_to filters the previous
- * round's quotes and the current-round quotes speak_after_within_round adds;
- * the dependency still orders the turn. */
+/* test_prompt.c - what each agent reads, as seed 000 defines it:
+ * speak_after_within_round decides which current-round replies a prompt
+ * quotes (and when the agent speaks); visible_to decides who reads a reply
+ * in later rounds only. */
 #include <criterion/criterion.h>
 
 #include <stdio.h>
@@ -29,28 +30,59 @@ static pl_job_spec spec(void)
     return s;
 }
 
-Test(prompt, visible_to_filters_current_round_quotes)
+/* a is visible to b only; c speaks after nobody; mod speaks after a, b. */
+static pl_job_spec spec4(void)
 {
-    pl_job_spec s = spec();
-    cr_assert_eq(s.agents[2].deps, 3u, "mod speaks after a and b");
-    const char *finals[6] = {"SECRET-A0", "OPEN-B0", NULL, NULL, NULL, NULL};
-    char *u = pl_prompt_round_user(&s, &s.questions[0], 2, 0, finals);
+    const char *js =
+        "{\"experiment\":\"vis\",\"models\":{\"m\":{\"backend\":\"mock\"}},"
+        "\"agents\":[{\"id\":\"a\",\"visible_to\":[\"b\"]},{\"id\":\"b\"},{\"id\":\"c\"},"
+        "{\"id\":\"mod\",\"role_specific_config\":{\"speak_after_within_round\":[\"a\",\"b\"]}}],"
+        "\"num_rounds\":2,\"validation\":{\"enabled\":false},"
+        "\"questions\":[{\"id\":\"q\",\"text\":\"T?\"}]}";
+    json_t *r = json_loads(js, 0, NULL);
+    pl_job_spec s;
+    pl_spec_problems p = {0};
+    cr_assert_eq(pl_job_spec_parse(r, NULL, &s, &p), 0);
+    json_decref(r);
+    return s;
+}
+
+/* issue 35.5: visible_to used to hide a's reply from the moderator that
+ * speaks after a in the same round. */
+Test(prompt, speak_after_decides_current_round_quotes)
+{
+    pl_job_spec s = spec4();
+    cr_assert_eq(s.agents[3].deps, 3u, "mod speaks after a and b");
+    const char *finals[8] = {"SECRET-A0", "OPEN-B0", "OPEN-C0", NULL, NULL, NULL, NULL, NULL};
+    char *u = pl_prompt_round_user(&s, &s.questions[0], 3, 0, finals);
     cr_assert(strstr(u, "OPEN-B0"), "b's reply is quoted to mod: %s", u);
-    cr_assert_null(strstr(u, "SECRET-A0"), "a's reply is visible only to b: %s", u);
+    cr_assert(strstr(u, "SECRET-A0"), "so is a's: mod speaks after a (seed 000): %s", u);
+    cr_assert_null(strstr(u, "OPEN-C0"), "mod does not speak after c: %s", u);
     free(u);
-    /* b does not speak after a: a's round-0 reply reaches b in round 1. */
-    finals[2] = "MOD-0";
-    u = pl_prompt_round_user(&s, &s.questions[0], 1, 1, finals);
-    cr_assert(strstr(u, "SECRET-A0"), "%s", u);
-    cr_assert(strstr(u, "MOD-0"), "%s", u);
-    free(u);
-    /* Round 1 for mod: a's message never, b's already seen, mod's own no. */
-    finals[3] = "SECRET-A1";
-    finals[4] = "OPEN-B1";
-    u = pl_prompt_round_user(&s, &s.questions[0], 2, 1, finals);
+    pl_job_spec_free(&s);
+}
+
+Test(prompt, visible_to_filters_later_rounds)
+{
+    pl_job_spec s = spec4();
+    const char *finals[8] = {"SECRET-A0", "OPEN-B0", "OPEN-C0", "MOD-0",
+                             "SECRET-A1", "OPEN-B1", NULL, NULL};
+    /* Round 1 for c: a's round-0 reply is not for c; b's and mod's are. */
+    char *u = pl_prompt_round_user(&s, &s.questions[0], 2, 1, finals);
     cr_assert_null(strstr(u, "SECRET-A"), "%s", u);
+    cr_assert(strstr(u, "OPEN-B0") && strstr(u, "MOD-0"), "%s", u);
+    free(u);
+    /* Round 1 for b: a's round-0 reply is visible to b. */
+    u = pl_prompt_round_user(&s, &s.questions[0], 1, 1, finals);
+    cr_assert(strstr(u, "SECRET-A0") && strstr(u, "MOD-0"), "%s", u);
+    free(u);
+    /* Round 1 for mod: c's round-0 reply (not seen yet); a's and b's of
+     * round 0 were quoted in round 0; this round's a and b again. */
+    u = pl_prompt_round_user(&s, &s.questions[0], 3, 1, finals);
+    cr_assert(strstr(u, "OPEN-C0"), "%s", u);
+    cr_assert_null(strstr(u, "SECRET-A0"), "seen in round 0 already: %s", u);
     cr_assert_null(strstr(u, "OPEN-B0"), "seen in round 0 already: %s", u);
-    cr_assert(strstr(u, "OPEN-B1"), "%s", u);
+    cr_assert(strstr(u, "SECRET-A1") && strstr(u, "OPEN-B1"), "%s", u);
     free(u);
     pl_job_spec_free(&s);
 }
@@ -235,23 +267,46 @@ Test(prompt_shared, no_closer_one_turn_per_round)
     pl_job_spec_free(&s);
 }
 
-Test(prompt_shared, visible_to_still_filters)
+Test(prompt_shared, visibility_as_in_the_seed_layout)
 {
-    pl_job_spec s = spec();   /* a is visible to b only */
-    const char *finals[6] = {"SECRET-A0", "OPEN-B0", "MOD-0", NULL, NULL, NULL};
+    pl_job_spec s = spec();   /* a is visible to b only; mod speaks after a, b */
+    const char *finals[6] = {"SECRET-A0", "OPEN-B0", "MOD-0", "SECRET-A1", "OPEN-B1", NULL};
+    /* mod, round 1: it read a's replies as it spoke after a, in round 0 and
+     * now, so its own turns quote them (the prefix its cache holds). */
     msgs m = render(&s, 2, 1, finals);
-    bool open = false;
+    bool a0 = false, a1 = false;
+    for (int i = 0; i < m.n; i++) {
+        a0 |= strstr(m.m[i].content, "SECRET-A0") != NULL;
+        a1 |= strstr(m.m[i].content, "SECRET-A1") != NULL;
+    }
+    cr_assert(a0 && a1, "mod speaks after a: a's replies are quoted to it");
+    pl_prompt_messages_free(m.m, m.n);
+    /* b reads a (visible_to); in round 1 b does not see a's round-1 reply
+     * (b does not speak after a). */
+    m = render(&s, 1, 1, finals);
+    a0 = a1 = false;
+    for (int i = 0; i < m.n; i++) {
+        a0 |= strstr(m.m[i].content, "SECRET-A0") != NULL;
+        a1 |= strstr(m.m[i].content, "SECRET-A1") != NULL;
+    }
+    cr_assert(a0 && !a1, "b reads a's earlier rounds only");
+    pl_prompt_messages_free(m.m, m.n);
+    pl_job_spec_free(&s);
+}
+
+/* Who may not read a's replies never does, in any round. */
+Test(prompt_shared, visible_to_still_filters_later_rounds)
+{
+    pl_job_spec s = spec4();  /* c neither speaks after a nor is named by it */
+    const char *finals[8] = {"SECRET-A0", "OPEN-B0", "OPEN-C0", "MOD-0",
+                             "SECRET-A1", "OPEN-B1", "OPEN-C1", "MOD-1"};
+    msgs m = render(&s, 2, 1, finals);
+    bool b0 = false;
     for (int i = 0; i < m.n; i++) {
         cr_assert_null(strstr(m.m[i].content, "SECRET"), "%s", m.m[i].content);
-        open |= strstr(m.m[i].content, "OPEN-B0") != NULL;
+        b0 |= strstr(m.m[i].content, "OPEN-B0") != NULL;
     }
-    cr_assert(open);
-    pl_prompt_messages_free(m.m, m.n);
-    m = render(&s, 1, 1, finals);
-    bool secret = false;
-    for (int i = 0; i < m.n; i++)
-        secret |= strstr(m.m[i].content, "SECRET-A0") != NULL;
-    cr_assert(secret, "b reads a");
+    cr_assert(b0);
     pl_prompt_messages_free(m.m, m.n);
     pl_job_spec_free(&s);
 }

@@ -89,10 +89,9 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
     bool first = true;
     for (int j = 0; j < n; j++) {
         const char *t = finals[round * n + j];
-        /* visible_to is the speaker's word on who reads the message at all:
-         * it filters this round's quotes too (the dependency still orders
-         * the turn). */
-        if (!(me->deps >> j & 1) || !t || !(s->agents[j].visible_to >> agent & 1))
+        /* This round's replies of the agents it speaks after, whatever
+         * their visible_to (seed 000: that is for later rounds only). */
+        if (!(me->deps >> j & 1) || !t)
             continue;
         if (first)
             sb_printf(&b, "\nThis round so far:\n");
@@ -132,9 +131,13 @@ static void ml_push(mlist *l, const char *role, sbuf *b)
     *b = (sbuf){0};
 }
 
+/* agent reads j's reply of a round: its own; one quoted to it in that
+ * round (it speaks after j); or, in later rounds, one whose visible_to
+ * names it. */
 static bool reads(const pl_job_spec *s, int agent, int j)
 {
-    return j == agent || (s->agents[j].visible_to >> agent & 1);
+    return j == agent || (s->agents[agent].deps >> j & 1) ||
+           (s->agents[j].visible_to >> agent & 1);
 }
 
 /* At most one: two would wait on each other. */

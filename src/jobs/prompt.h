@@ -6,18 +6,17 @@
  *
  *   system     the agent's system prompt (when it has one)
  *   user       round 0: the question and its choices, the current-round
- *              messages of the agents it speaks after (those visible to
- *              it), the answer format
+ *              messages of the agents it speaks after, the answer format
  *   assistant  its round-0 reply (re-prompts add: user correction, reply)
  *   user       round 1: round-0 messages it may read (visible_to) and has
  *              not seen yet, current-round messages of the agents it
- *              speaks after (those visible to it), the answer format
+ *              speaks after, the answer format
  *   ...
  *
- * visible_to filters every quote, of the last round and of the current one:
- * a message is read only by the agents its speaker's visible_to names.
- * speak_after_within_round orders the turn either way, so an agent may wait
- * for a message it does not read.
+ * As seed 000 defines them: speak_after_within_round decides both when an
+ * agent speaks and which replies of the current round its prompt quotes
+ * (all of them, whatever their visible_to); visible_to decides who reads a
+ * reply in later rounds ("distinct from visible_to").
  *
  * Pure functions over the spec and a table of final messages; no I/O.
  */
@@ -44,7 +43,8 @@ char *pl_prompt_round_user(const pl_job_spec *s, const pl_job_question *q,
  *              persona), the quote format "<agent>: <message>"
  *   user       the question, its choices and the answer format
  *   per finished round K, in order, agents in spec order (the agent's own
- *   messages too; others' only when their visible_to names the agent):
+ *   messages too; others' when it speaks after them, or when their
+ *   visible_to names it):
  *     with a closer (the agent that speaks after all others, e.g. a
  *     moderator) whose message the agent reads:
  *       user       "Round K:" the others' messages, then the closer's part
