@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
 
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
@@ -47,6 +49,8 @@ static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
                                  s->models[m].name);
             continue;
         }
+        if (pl_job_spec_check_served(s, m, e->backend->ops->kind, p) < 0)
+            continue;                    /* its definition asks what is not applied */
         bs[m] = e->backend;
         ds[m] = e->dispatch;
     }
@@ -178,6 +182,24 @@ static int add_job(pl_jobs_api *a, pl_job *j)
     return 0;
 }
 
+/* POST /v1/jobs?resume_changed=true: resume an experiment made with
+ * another spec on purpose. Returns 0 or 1, or -1 after a 400. */
+static int resume_changed(struct evhttp_request *req)
+{
+    const char *q = evhttp_uri_get_query(evhttp_request_get_evhttp_uri(req));
+    struct evkeyvalq kv;
+    if (!q || evhttp_parse_query_str(q, &kv) < 0)
+        return 0;
+    const char *v = evhttp_find_header(&kv, "resume_changed");
+    int on = !v ? 0 : !strcmp(v, "true") || !strcmp(v, "1") ? 1
+           : !strcmp(v, "false") || !strcmp(v, "0") ? 0 : -1;
+    evhttp_clear_headers(&kv);
+    if (on < 0)
+        pl_reply_errorf(req, 400, "invalid_request_error", "resume_changed", "invalid_value",
+                        "resume_changed must be true or false");
+    return on;
+}
+
 static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spec *spec)
 {
     pl_spec_problems p = {0};
@@ -191,6 +213,9 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
             pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
         goto done;
     }
+    int resume = resume_changed(req);
+    if (resume < 0)
+        goto done;       /* replied */
     if (experiment_running(a, spec->experiment)) {
         pl_reply_errorf(req, 409, "invalid_request_error", "experiment", "job_running",
                         "a job of experiment '%s' is running", spec->experiment);
@@ -200,7 +225,7 @@ static pl_job *create_job(pl_jobs_api *a, struct evhttp_request *req, pl_job_spe
     pl_server_new_id(a->srv, "job-", id, sizeof id);
     pl_job_opts o = {.base = pl_server_base(a->srv), .io = a->io, .id = id,
                      .output_root = a->root, .backends = bs, .dispatch = ds,
-                     .on_finished = on_job_finished, .ud = a};
+                     .resume_changed = resume, .on_finished = on_job_finished, .ud = a};
     j = pl_job_new(spec, &o, err, sizeof err);
     if (j && add_job(a, j) < 0) {
         pl_job_free(j);

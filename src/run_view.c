@@ -93,11 +93,11 @@ static void draw_line(const pl_run_view *v, FILE *f, pl_job *j)
         cap += (int)json_integer_value(json_object_get(m, "capacity"));
     }
     fprintf(f, "progress: %d/%d conversations | ok %d failed %d | in-flight %d/%d | "
-            "pre-dep %lld | pending %lld | saved %d | %.1f s\n", p.succeeded + p.failed,
-            p.total, p.succeeded, p.failed, in, cap,
+            "pre-dep %lld | pending %lld | transcripts on disk %d, in manifest %d | %.1f s\n",
+            p.succeeded + p.failed, p.total, p.succeeded, p.failed, in, cap,
             json_integer_value(json_object_get(pools, "pre_departure")),
-            json_integer_value(json_object_get(pools, "pending")), p.saved,
-            now_s() - v->t0);
+            json_integer_value(json_object_get(pools, "pending")), p.saved + p.skipped,
+            p.persisted, now_s() - v->t0);
     json_decref(pools);
 }
 
@@ -141,10 +141,14 @@ static void draw_live(FILE *f, pl_job *j)
         cap += (int)json_integer_value(json_object_get(m, "capacity"));
     }
     fprintf(f, "\033[H\033[2J%s\n", rule);
+    /* Progress counts conversations done (seed 000's view): transcripts
+     * reach disk, then the manifest, a little later. Both are named. */
     fprintf(f, "Progress: %d/%d conversations | In-Flight: %d/%d | Pre-Dep: %lld | Pending: %lld"
-            " | failed %d | saved %d\n%s\n", p.succeeded + p.failed, p.total, in, cap,
+            " | failed %d | transcripts on disk %d, in manifest %d\n%s\n",
+            p.succeeded + p.failed, p.total, in, cap,
             json_integer_value(json_object_get(pools, "pre_departure")),
-            json_integer_value(json_object_get(pools, "pending")), p.failed, p.persisted, thin);
+            json_integer_value(json_object_get(pools, "pending")), p.failed,
+            p.saved + p.skipped, p.persisted, thin);
     int half = (cols - 3) / 2;
     fprintf(f, "%-*.*s | %s\n%s\n", half, half, "PRE-DEPARTURE (ready to fly)",
             "PENDING (blocked on deps)", thin);

@@ -97,11 +97,22 @@ Test(cmd_run, debate_example_succeeds, .init = setup, .fini = teardown, .timeout
     cr_assert_eq(rc, 0, "stderr: %s", err);
     cr_assert(strstr(err, "20/20 succeeded"), "%s", err);
     cr_assert_eq(index_lines(), 20);
-    /* Again: everything resumes as done. */
+    const char *acc = strstr(err, "accuracy ");
+    int c1 = -1, a1 = -1, rc1 = -1, ra1 = -1;
+    cr_assert(acc && sscanf(acc, "accuracy %d/%d correct/answered over the experiment "
+                                 "(this run %d/%d)", &c1, &a1, &rc1, &ra1) == 4, "%s", err);
+    cr_assert_eq(a1, 20, "every question has a truth and a final answer: %s", err);
+    cr_assert(c1 == rc1 && a1 == ra1, "a first run is the whole experiment: %s", err);
+    /* Again: everything resumes as done, and the summary's accuracy is the
+     * experiment's, not this run's empty share (issue 35.2). */
     rc = run(args, err, sizeof err);
     cr_assert_eq(rc, 0);
     cr_assert(strstr(err, "20 from an earlier run"), "%s", err);
     cr_assert_eq(index_lines(), 20);
+    char want[128];
+    snprintf(want, sizeof want, "accuracy %d/%d correct/answered over the experiment "
+             "(this run 0/0)", c1, a1);
+    cr_assert(strstr(err, want), "want '%s' in: %s", want, err);
 }
 
 Test(cmd_run, spec_errors_have_file_and_line, .init = setup, .fini = teardown)
@@ -165,7 +176,7 @@ static int seq_index_ids(void)
     return n;
 }
 
-/* SIGINT once some questions are saved: the run stops gracefully (exit 1,
+/* SIGINT once some questions are saved: the run stops gracefully (exit 130,
  * nothing torn), and the next run resumes: it skips exactly those and
  * indexes each question once. */
 Test(cmd_run, ctrl_c_is_graceful_and_resumable, .init = setup, .fini = teardown,
@@ -186,7 +197,7 @@ Test(cmd_run, ctrl_c_is_graceful_and_resumable, .init = setup, .fini = teardown,
     waitpid(pid, &st, 0);
     close(fd);
     cr_assert(WIFEXITED(st));
-    cr_assert_eq(WEXITSTATUS(st), 1, "interrupted: not every question succeeded");
+    cr_assert_eq(WEXITSTATUS(st), 130, "interrupted: 130, as a shell reports Ctrl-C");
     int before = seq_index_ids();
     cr_assert_gt(before, 0, "the interrupt came after a question was saved");
     cr_assert_lt(before, SEQ_Q, "the interrupt came before the end");
@@ -246,6 +257,10 @@ Test(cmd_run, progress_lines_without_a_tty, .init = setup, .fini = teardown, .ti
     cr_assert_geq(lines, 2, "status lines on a non-terminal stderr: %s", err);
     cr_assert(strstr(err, "/20 conversations | ok "), "%s", err);
     cr_assert(strstr(err, "| in-flight "), "%s", err);
+    /* what the counts count (issue 35.6: a bare "saved" did not say) */
+    cr_assert(strstr(err, "| transcripts on disk "), "%s", err);
+    cr_assert(strstr(err, ", in manifest "), "%s", err);
+    cr_assert_null(strstr(err, "saved"), "%s", err);
     cr_assert_null(strstr(err, "\033["), "no terminal escapes in a log: %s", err);
     const char *bad[] = {example(), "--progress-interval", "soon", NULL};
     cr_assert_eq(run(bad, err, sizeof err), 2);
@@ -278,6 +293,9 @@ Test(cmd_run, live_status_env_turns_the_live_view_on, .init = setup, .fini = tea
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
     cr_assert(strstr(out, "\033[?1049h"), "the alternate screen is used");
     cr_assert(strstr(out, "PRE-DEPARTURE"), "the pools are shown");
+    cr_assert(strstr(out, "| transcripts on disk ") && strstr(out, ", in manifest "),
+              "the live view says what it counts");
+    cr_assert_null(strstr(out, "| saved "));
 }
 
 static void write_text(const char *path, const char *text)
@@ -362,4 +380,122 @@ Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
      * under 512, the bound binds at 3. */
     cr_assert(cap[0] >= 3 && cap[0] < 512, "capacity %lld", (long long)cap[0]);
     cr_assert_eq(cap[1], 3);
+}
+
+/* ---- a re-run must match the experiment's spec (issue 35.2) ---- */
+
+static void write_chg(const char *path, int rounds, const char *persona, const char *q1,
+                      bool extra_question, const char *neutral)
+{
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "experiment: chg\n%smodels:\n  m: {backend: mock, mock_mode: echo}\n"
+               "agents:\n  - id: a\n    system_prompt: Be brief.\n"
+               "  - id: b\n    system_prompt: %s\n"
+               "num_rounds: %d\nsampling: {max_tokens: 1024}\nquestions:\n"
+               "  - {id: q1, text: \"%s\", choices: [x, y, z], answer: C, category: geo}\n"
+               "  - {id: q2, text: \"Two?\", choices: [x, y, z], answer: A, category: sci}\n%s",
+            neutral, persona, rounds, q1,
+            extra_question ? "  - {id: q3, text: \"Three?\", choices: [x, y], answer: B}\n" : "");
+    fclose(f);
+}
+
+static json_t *chg_index(void)
+{
+    char path[256], line[8192];
+    snprintf(path, sizeof path, "%s/chg/chg_index.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    json_t *out = json_object();
+    while (f && fgets(line, sizeof line, f)) {
+        json_t *o = json_loads(line, 0, NULL);
+        cr_assert_not_null(o, "%s", line);
+        json_object_set_new(out, json_string_value(json_object_get(o, "question_id")), o);
+    }
+    if (f)
+        fclose(f);
+    return out;
+}
+
+Test(cmd_run, changed_spec_is_refused_naming_the_keys, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    char job[128], err[8192];
+    snprintf(job, sizeof job, "%s/chg.yaml", dir);
+    const char *args[] = {job, "--mock-token-delay-ms", "0", "--output", dir, NULL};
+    write_chg(job, 2, "Doubt everything.", "One?", false, "");
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    json_t *idx = chg_index();
+    cr_assert_eq(json_object_size(idx), 2);
+    json_t *l1 = json_object_get(idx, "q1");
+    const char *fp = json_string_value(json_object_get(l1, "spec_fingerprint"));
+    cr_assert(fp && strlen(fp) == 64, "index lines carry the spec's fingerprint");
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(l1, "metadata"),
+                                                       "category")), "geo",
+                     "index lines carry the question's own metadata");
+    cr_assert(json_string_value(json_object_get(l1, "run_id")));
+    char *fp0 = strdup(fp);
+    json_decref(idx);
+
+    /* Rounds and a persona changed: refused, the keys named, nothing run. */
+    write_chg(job, 3, "Trust everything.", "One?", true, "");
+    cr_assert_eq(run(args, err, sizeof err), 2, "%s", err);
+    cr_assert(strstr(err, "was run with a different job spec"), "%s", err);
+    cr_assert(strstr(err, "num_rounds (2 -> 3)"), "%s", err);
+    cr_assert(strstr(err, "agents.b.system_prompt"), "%s", err);
+    cr_assert_null(strstr(err, "agents.a."), "a did not change: %s", err);
+    cr_assert(strstr(err, "--resume-changed"), "says how to resume on purpose: %s", err);
+    cr_assert(strstr(err, "new experiment"), "and how to start anew: %s", err);
+    idx = chg_index();
+    cr_assert_eq(json_object_size(idx), 2, "nothing mixed in");
+    json_decref(idx);
+
+    /* A question's text changed under the same id: refused too. */
+    write_chg(job, 2, "Doubt everything.", "One, reworded?", false, "");
+    cr_assert_eq(run(args, err, sizeof err), 2, "%s", err);
+    cr_assert(strstr(err, "questions.q1"), "%s", err);
+
+    /* What does not change results may change: weight, a description. */
+    write_chg(job, 2, "Doubt everything.", "One?", true, "weight: 3\ndescription: again\n");
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    idx = chg_index();
+    cr_assert_eq(json_object_size(idx), 3);
+    cr_assert_str_eq(json_string_value(json_object_get(json_object_get(idx, "q3"),
+                                                       "spec_fingerprint")), fp0);
+    json_decref(idx);
+
+    /* On purpose: the new spec resumes; its lines carry its fingerprint. */
+    write_chg(job, 3, "Trust everything.", "One?", true, "");
+    char path[256];
+    snprintf(path, sizeof path, "%s/chg/task_manifest.json", dir);
+    const char *again[] = {job, "--mock-token-delay-ms", "0", "--output", dir,
+                           "--resume-changed", NULL};
+    cr_assert_eq(run(again, err, sizeof err), 0, "%s", err);
+    json_t *m = json_load_file(path, 0, NULL);
+    cr_assert_eq(json_array_size(json_object_get(m, "earlier_specs")), 1);
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(
+        json_object_get(m, "earlier_specs"), 0), "fingerprint")), fp0);
+    cr_assert_str_neq(json_string_value(json_object_get(m, "spec_fingerprint")), fp0);
+    cr_assert_eq(json_integer_value(json_object_get(json_object_get(m, "spec"), "num_rounds")), 3);
+    json_decref(m);
+    free(fp0);
+}
+
+/* 1: some conversations failed, the run itself finished; 3: the run
+ * failed (issue 35.6). */
+Test(cmd_run, exit_status_tells_failures_from_a_failed_run, .init = setup, .fini = teardown,
+     .timeout = 120)
+{
+    char job[128], err[8192], out[160];
+    snprintf(job, sizeof job, "%s/fail.yaml", dir);
+    /* Random words never hold "Answer: X": no re-prompt left, it fails. */
+    write_text(job, "experiment: fails\nmodels:\n  m: {backend: mock, mock_mode: random}\n"
+                    "agents:\n  - id: a\nmax_retries: 0\nsampling: {max_tokens: 8}\n"
+                    "questions:\n  - {id: q1, text: \"One?\", choices: [x, y]}\n");
+    const char *args[] = {job, "--mock-token-delay-ms", "0", "--output", dir, NULL};
+    cr_assert_eq(run(args, err, sizeof err), 1, "%s", err);
+    cr_assert(strstr(err, "0/1 succeeded") && strstr(err, "1 failed"), "%s", err);
+    snprintf(out, sizeof out, "%s/fail.yaml/below", dir);   /* under a file */
+    const char *bad[] = {job, "--mock-token-delay-ms", "0", "--output", out, NULL};
+    cr_assert_eq(run(bad, err, sizeof err), 3, "%s", err);
+    cr_assert(strstr(err, "cannot create"), "%s", err);
 }

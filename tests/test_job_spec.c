@@ -258,3 +258,112 @@ Test(job_spec, constrained_mode)
     dump(&p);
     pl_spec_problems_free(&p);
 }
+
+/* issue 35.3: no key is ignored, under role_specific_config either (a
+ * misspelt speak_afterr_within_round used to vanish, so the moderator spoke
+ * with everyone else), and an unknown id in visible_to is named. */
+Test(job_spec, no_key_is_ignored)
+{
+    const char *j =
+        "{\"experiment\": \"e\", \"models\": {\"m\": {}},"
+        " \"agents\": [{\"id\": \"a\"}, {\"id\": \"b\", \"visible_to\": [\"a\", \"zed\"]},"
+        "   {\"id\": \"mod\", \"role_specific_config\": {\"speak_afterr_within_round\": [\"a\"]}},"
+        "   {\"id\": \"m2\", \"role_specific_config\": {\"visible_to\": [\"a\"],"
+        "                                             \"speak_after_within_round\": [\"a\"]},"
+        "    \"visible_to\": [\"b\"], \"sampling\": {\"temprature\": 1}}],"
+        " \"validation\": {\"mode\": \"constrained\", \"agents\": [\"a\"]},"
+        " \"questions\": [{\"text\": \"t\", \"choices\": [\"x\", \"y\"]}]}";
+    pl_job_spec s;
+    pl_spec_problems p;
+    cr_assert_eq(parse_str(j, &s, &p), -1);
+    dump(&p);
+    cr_assert(has_problem(&p, "agents[2].role_specific_config.speak_afterr_within_round",
+                          "unknown key"));
+    cr_assert(has_problem(&p, "agents[1].visible_to[1]", "unknown agent 'zed'"));
+    cr_assert(has_problem(&p, "agents[3].visible_to", "also given under role_specific_config"));
+    cr_assert(has_problem(&p, "agents[3].sampling.temprature", "unknown key"));
+    cr_assert(has_problem(&p, "validation.agents", "unknown key"));
+    cr_assert_eq(p.n, 5, "nothing else");
+    pl_spec_problems_free(&p);
+}
+
+/* visible_to may sit under role_specific_config, as speak_after does. */
+Test(job_spec, relations_under_role_specific_config)
+{
+    const char *j =
+        "{\"experiment\": \"e\", \"models\": {\"m\": {}},"
+        " \"agents\": [{\"id\": \"a\", \"role_specific_config\": {\"visible_to\": [\"b\"]}},"
+        "   {\"id\": \"b\", \"role_specific_config\": {\"speak_after_within_round\": [\"a\"]}}],"
+        " \"validation\": false, \"questions\": [{\"text\": \"t\"}]}";
+    pl_job_spec s;
+    pl_spec_problems p;
+    cr_assert_eq(parse_str(j, &s, &p), 0);
+    cr_assert_eq(s.agents[0].visible_to, 2u);
+    cr_assert_eq(s.agents[1].deps, 1u);
+    pl_job_spec_free(&s);
+    pl_spec_problems_free(&p);
+}
+
+/* Over HTTP a model definition is applied or refused, never dropped. */
+Test(job_spec, served_model_definition_applied_or_refused)
+{
+    const char *j =
+        "{\"experiment\": \"e\", \"model_definitions\": {\"m\": {\"backend\": \"vllm\","
+        "   \"max_num_seqs\": 4, \"vllm_config\": {\"max_num_seqs_upper_bound\": 8,"
+        "   \"gpu_memory_utilization\": 0.5}, \"mock_mode\": \"echo\"}},"
+        " \"agents\": [{\"id\": \"a\"}], \"validation\": false, \"questions\": [{\"text\": \"t\"}]}";
+    pl_job_spec s;
+    pl_spec_problems p;
+    cr_assert_eq(parse_str(j, &s, &p), 0);
+    cr_assert_eq(s.models[0].max_num_seqs, 8, "the upper bound is the job's cap");
+    cr_assert_eq(pl_job_spec_check_served(&s, 0, "cpu", &p), -1);
+    dump(&p);
+    cr_assert(has_problem(&p, "model_definitions.m.mock_mode", "not applied to a job over HTTP"));
+    cr_assert(has_problem(&p, "model_definitions.m.vllm_config.gpu_memory_utilization",
+                          "not applied"));
+    cr_assert_eq(p.n, 2, "backend vllm is parley's engine; the caps apply");
+    pl_spec_problems_free(&p);
+    memset(&p, 0, sizeof p);
+    cr_assert_eq(pl_job_spec_check_served(&s, 0, "mock", &p), -1);
+    cr_assert(has_problem(&p, "model_definitions.m.backend", "serves 'm' with backend 'mock'"));
+    pl_spec_problems_free(&p);
+    pl_job_spec_free(&s);
+}
+
+/* The fingerprint: aliases and defaults do not change it; what changes
+ * results does; neutral keys do not. */
+Test(job_spec, canonical_fingerprint)
+{
+    const char *a =
+        "{\"experiment\": \"e\", \"models\": {\"m\": {\"backend\": \"mock\", \"max_num_seqs\": 4}},"
+        " \"agents\": [{\"id\": \"x\", \"system_prompt\": \"P\"}, {\"id\": \"y\","
+        "   \"speak_after_within_round\": [\"x\"]}], \"num_rounds\": 2,"
+        " \"questions\": [{\"id\": \"q\", \"text\": \"t\", \"choices\": [\"u\", \"v\"]}]}";
+    const char *b =   /* seed spellings, defaults spelled out, a neutral key */
+        "{\"experiment_name\": \"other\", \"weight\": 5, \"model_definitions\": {\"m\": {\"backend\":"
+        "   \"mock\", \"vllm_config\": {\"max_num_seqs_upper_bound\": 9}}},"
+        " \"agent_definitions\": [{\"agent_id\": \"x\", \"persona\": \"P\", \"temperature\": 1},"
+        "   {\"agent_id\": \"y\", \"role_specific_config\": {\"speak_after_within_round\": [\"x\"]}}],"
+        " \"num_rounds\": 2, \"max_retries\": 2, \"validation\": true,"
+        " \"questions\": [{\"id\": \"q\", \"text\": \"t\", \"choices\": [\"u\", \"v\"]}]}";
+    const char *c =   /* a persona changed */
+        "{\"experiment\": \"e\", \"models\": {\"m\": {\"backend\": \"mock\"}},"
+        " \"agents\": [{\"id\": \"x\", \"system_prompt\": \"Q\"}, {\"id\": \"y\","
+        "   \"speak_after_within_round\": [\"x\"]}], \"num_rounds\": 2,"
+        " \"questions\": [{\"id\": \"q\", \"text\": \"t\", \"choices\": [\"u\", \"v\"]}]}";
+    const char *specs[3] = {a, b, c};
+    char fp[3][65];
+    for (int i = 0; i < 3; i++) {
+        pl_job_spec s;
+        pl_spec_problems p;
+        cr_assert_eq(parse_str(specs[i], &s, &p), 0);
+        json_t *canon = pl_job_spec_canonical(&s, NULL);
+        cr_assert_not_null(canon);
+        cr_assert_eq(pl_job_spec_fingerprint(canon, fp[i]), 0);
+        json_decref(canon);
+        pl_job_spec_free(&s);
+        pl_spec_problems_free(&p);
+    }
+    cr_expect_str_eq(fp[0], fp[1]);
+    cr_expect_str_neq(fp[0], fp[2]);
+}

@@ -67,7 +67,7 @@ Test(persist, layout_and_resume, .init = setup, .fini = teardown)
     pl_persist *p = pl_persist_open(root, "exp", err, sizeof err);
     cr_assert_not_null(p, "%s", err);
     const char *ids[] = {"q1", "q2", "q3"};
-    cr_assert_eq(pl_persist_register(p, ids, 3), 0);
+    cr_assert_eq(pl_persist_register(p, ids, 3, NULL, err, sizeof err), 0);
     write_one(p, "q1", true);
     write_one(p, "q2", false);
     write_one(p, "q1", true);               /* again: no duplicate line */
@@ -414,8 +414,9 @@ Test(persist, lock_contention, .init = setup, .fini = teardown)
     cr_assert_geq(fd, 0);
     cr_assert_eq(flock(fd, LOCK_EX), 0);
     json_t *t = transcript("q1", "succeeded");
-    pl_persist_record r = {"q1", true, NULL, t};
-    cr_assert_eq(pl_persist_save_transcript(p, &r), 0, "transcripts need no lock");
+    pl_persist_record r = {"q1", true, NULL, t, NULL};
+    r.staged = pl_persist_stage(p, &r, err, sizeof err);
+    cr_assert_not_null(r.staged, "transcripts are staged without the lock: %s", err);
     cr_assert_eq(pl_persist_commit(p, &r, 1, false), PL_PERSIST_BUSY);
     snprintf(path, sizeof path, "%s/held/held_index.jsonl", root);
     cr_expect_leq(count_lines(path, NULL), 0, "nothing indexed while the lock is held");
@@ -424,6 +425,7 @@ Test(persist, lock_contention, .init = setup, .fini = teardown)
     cr_assert_eq(pl_persist_commit(p, &r, 1, false), 0);
     cr_expect_eq(count_lines(path, "\"q1\""), 1);
     cr_expect(pl_persist_succeeded(p, "q1"));
+    free((char *)r.staged);
     json_decref(t);
     pl_persist_close(p);
 }

@@ -64,7 +64,7 @@ static void writer(const char *dir, int fd, unsigned seed)
         idp[q] = ids[q];
     }
     pl_persist *p = pl_persist_open(dir, "stress", err, sizeof err);
-    if (!p || pl_persist_register(p, idp, QUESTIONS) < 0)
+    if (!p || pl_persist_register(p, idp, QUESTIONS, NULL, err, sizeof err) < 0)
         _exit(3);
     for (int op = 0; op < OPS; op++) {
         pl_persist_record r[3];

@@ -87,7 +87,7 @@ static void parse_sampling(spec_ctx *c, const char *base, json_t *obj, pl_sampli
 
 /* Resolve a list of agent ids into a mask; reports unknown ids. */
 static uint64_t parse_id_list(spec_ctx *c, const char *base, const char *key,
-                              json_t *v, json_t *list)
+                              json_t *list)
 {
     uint64_t mask = 0;
     if (!json_is_array(list)) {
@@ -152,33 +152,45 @@ static void parse_agent_basics(spec_ctx *c, const char *base, json_t *a,
     spec_unknown_keys(c, base, a, agent_keys);
 }
 
+static const char *const rsc_keys[] = {"speak_after_within_round", "visible_to", NULL};
+
+/* key on the agent itself or under role_specific_config (seed 000), not
+ * both; *base gets where it was found. */
+static json_t *relation(spec_ctx *c, const char *base, const char *rbase, json_t *a,
+                        json_t *rsc, const char *key, const char **where)
+{
+    json_t *v = json_object_get(a, key);
+    json_t *v2 = json_is_object(rsc) ? json_object_get(rsc, key) : NULL;
+    if (v && v2)
+        spec_problem(c, base, key, "also given under role_specific_config: give it once");
+    *where = v ? base : rbase;
+    return v ? v : v2;
+}
+
 static void parse_agent_relations(spec_ctx *c, const char *base, json_t *a, int idx)
 {
     pl_job_agent *ag = &c->spec->agents[idx];
-    json_t *deps = json_object_get(a, "speak_after_within_round");
     json_t *rsc = json_object_get(a, "role_specific_config");
     char rbase[320];
     snprintf(rbase, sizeof rbase, "%s.role_specific_config", base);
     if (rsc && !json_is_object(rsc))
         spec_problem(c, base, "role_specific_config", "must be a mapping");
-    json_t *deps2 = json_is_object(rsc) ? json_object_get(rsc, "speak_after_within_round") : NULL;
-    if (deps && deps2)
-        spec_problem(c, base, "speak_after_within_round",
-                     "also given under role_specific_config: give it once");
+    else if (rsc)
+        spec_unknown_keys(c, rbase, rsc, rsc_keys);
+    const char *where;
+    json_t *deps = relation(c, base, rbase, a, rsc, "speak_after_within_round", &where);
     if (deps)
-        ag->deps = parse_id_list(c, base, "speak_after_within_round", a, deps);
-    else if (deps2)
-        ag->deps = parse_id_list(c, rbase, "speak_after_within_round", rsc, deps2);
+        ag->deps = parse_id_list(c, where, "speak_after_within_round", deps);
     if (ag->deps >> idx & 1) {
-        spec_problem(c, deps ? base : rbase, "speak_after_within_round",
+        spec_problem(c, where, "speak_after_within_round",
                      "agent '%s' cannot speak after itself", ag->id ? ag->id : "?");
         ag->deps &= ~(1ull << idx);
     }
     int n = c->spec->n_agents;
-    json_t *vis = json_object_get(a, "visible_to");
+    json_t *vis = relation(c, base, rbase, a, rsc, "visible_to", &where);
     ag->visible_to = n == 64 ? ~0ull : (1ull << n) - 1;
     if (vis)
-        ag->visible_to = parse_id_list(c, base, "visible_to", a, vis);
+        ag->visible_to = parse_id_list(c, where, "visible_to", vis);
 }
 
 static void check_cycles(spec_ctx *c, const char *sec)

@@ -181,6 +181,58 @@ static void parse_models(spec_ctx *c, json_t *root)
     }
 }
 
+/* backend values that name how a served model of this kind is served:
+ * seed 000's vllm is parley's engine (no base_url) or an upstream. */
+static bool backend_matches(const char *want, const char *kind)
+{
+    static const char *const engine[] = {"auto", "cpu", "cuda", "vllm", "engine", NULL};
+    static const char *const remote[] = {"auto", "vllm", "sglang", "llamacpp", "ollama",
+                                         "openai", "parley", "remote", NULL};
+    const char *const *ok = !strcmp(kind, "remote") ? remote
+                          : !strcmp(kind, "cpu") || !strcmp(kind, "cuda") ? engine : NULL;
+    if (!strcmp(want, kind) || (!strcmp(want, "auto") && strcmp(kind, "mock")))
+        return true;
+    for (int i = 0; ok && ok[i]; i++)
+        if (!strcmp(ok[i], want))
+            return true;
+    return false;
+}
+
+int pl_job_spec_check_served(const pl_job_spec *s, int m, const char *kind,
+                             pl_spec_problems *p)
+{
+    const pl_job_model *md = &s->models[m];
+    int before = p->n;
+    char base[200], sub[300];
+    snprintf(base, sizeof base, "%s.%s",
+             json_object_get(s->source, "model_definitions") ? "model_definitions" : "models",
+             md->name);
+    const char *k;
+    json_t *v;
+    json_object_foreach(md->options, k, v) {
+        snprintf(sub, sizeof sub, "%s.%s", base, k);
+        if (!strcmp(k, "backend")) {
+            if (md->backend && !backend_matches(md->backend, kind))
+                pl_spec_problems_add(p, sub, "the server serves '%s' with backend '%s', not "
+                                     "'%s'", md->name, kind, md->backend);
+        } else if (!strcmp(k, "vllm_config") && json_is_object(v)) {
+            const char *vk;
+            json_t *vv;
+            json_object_foreach(v, vk, vv) {
+                snprintf(sub, sizeof sub, "%s.vllm_config.%s", base, vk);
+                if (strcmp(vk, "max_num_seqs_upper_bound"))
+                    pl_spec_problems_add(p, sub, "not applied to a job over HTTP: the server's "
+                                         "models are configured when it starts");
+            }
+        } else if (strcmp(k, "max_num_seqs")) {
+            pl_spec_problems_add(p, sub, "not applied to a job over HTTP: the server's models "
+                                 "are configured when it starts (a job may give backend, "
+                                 "max_num_seqs and vllm_config.max_num_seqs_upper_bound)");
+        }
+    }
+    return p->n > before ? -1 : 0;
+}
+
 int pl_job_spec_find_model(const pl_job_spec *s, const char *name)
 {
     for (int i = 0; name && i < s->n_models; i++)

@@ -9,21 +9,25 @@
  *       role: participant
  *       model: m1
  *       system_prompt: "..."        # or persona
- *       visible_to: [mod_001]       # who ever reads it (default all)
+ *       visible_to: [mod_001]       # who reads it in later rounds (default all)
  *       temperature: 0.7            # sampling keys, flat or under `sampling`
  *     - id: mod_001
  *       speak_after_within_round: [spkr_000]  # also under role_specific_config
+ *                                   # (so is visible_to); quoted in its prompt
  *   num_rounds: 3
  *   max_retries: 2
  *   weight: 1                       # share of a model against other jobs
  *   prompt_layout: seed             # or shared_prefix (prompt.h)
  *   questions: [{id, text, choices: [...], answer, metadata}]
  *   questions_file: q.jsonl         # CLI only, relative to the job file
- *   validation: {enabled: true, extract_regex: "...", agents: [ids]}
+ *   validation: {enabled: true, extract_regex: "...", mode: constrained}
  *   output_dir: out                 # CLI only
  *
  * Parsing collects EVERY problem as {path, message}; paths use the same
  * syntax as pl_linemap ("agents[2].model") so the CLI can add FILE:LINE.
+ * No key is ignored: an unknown key anywhere is a problem (a question's
+ * extra keys are its metadata; model definitions are read by the CLI's
+ * option reader, or checked by pl_job_spec_check_served over HTTP).
  */
 #ifndef PL_JOB_SPEC_H
 #define PL_JOB_SPEC_H
@@ -49,10 +53,12 @@ typedef struct pl_job_agent {
     char *role;                  /**< "participant", "moderator", ... */
     int model;                   /**< index into models */
     char *system_prompt;         /**< may be NULL */
-    uint64_t deps;               /**< bit j: speaks after agent j in a round */
-    uint64_t visible_to;         /**< bit j: agent j reads it, in later rounds
-                                      and in this round when j speaks after
-                                      it (speak_after_within_round) */
+    uint64_t deps;               /**< bit j: speaks after agent j in a round,
+                                      and its prompt quotes j's reply of the
+                                      round (seed 000) */
+    uint64_t visible_to;         /**< bit j: agent j reads its replies in
+                                      later rounds (not this round's quotes:
+                                      those follow deps) */
     bool validate;               /**< its answers are validated */
     pl_sampling sampling;        /**< owned (stop strings) */
 } pl_job_agent;
@@ -127,6 +133,19 @@ int pl_job_spec_parse(json_t *root, const pl_job_spec_source *src,
 void pl_job_spec_free(pl_job_spec *spec);
 
 int pl_job_spec_find_agent(const pl_job_spec *s, const char *id);
+
+/**
+ * Over HTTP a job runs on a model the server already serves: its model
+ * definition is applied or refused, never dropped. Applied: max_num_seqs
+ * and vllm_config.max_num_seqs_upper_bound (the job's own cap on the
+ * model), backend when it names how the model is served (kind: the served
+ * backend's, "mock", "cpu", "cuda" or "remote"; "auto" and seed 000's
+ * "vllm" name parley's engine or an upstream). Every other key is a
+ * problem naming its path. Needs s->source (before pl_job_new). Returns 0
+ * or -1 with problems appended.
+ */
+int pl_job_spec_check_served(const pl_job_spec *s, int m, const char *kind,
+                             pl_spec_problems *p);
 int pl_job_spec_find_model(const pl_job_spec *s, const char *name);
 
 /**
@@ -144,6 +163,25 @@ int pl_job_spec_extract(pl_job_spec *s, const pl_job_question *q,
  *  newline, then "Answer: " and one label. malloc'd, NULL on OOM. */
 #define PL_JOB_REASONING_CHARS 400
 char *pl_job_answer_regex(int n_choices);
+
+/**
+ * The spec's canonical JSON (new reference, NULL on OOM): what changes its
+ * results, aliases resolved and defaults filled in: agents in order (id,
+ * role, model, system prompt, speak_after_within_round, visible_to,
+ * validate, effective sampling), models (their options without the keys
+ * that only change speed or place, e.g. max_num_seqs, threads, base_url;
+ * and served[m], what serves model m, when served is not NULL),
+ * num_rounds, max_retries, validation, prompt_layout. Not the questions
+ * (pl_job_question_fingerprint), the experiment name, output_dir, weight
+ * or descriptions.
+ */
+json_t *pl_job_spec_canonical(const pl_job_spec *s, const char *const *served);
+/** SHA-256 of the canonical JSON dumped compact, keys sorted, ASCII-only:
+ *  64 hex digits. Returns 0, -1 on OOM. */
+int pl_job_spec_fingerprint(json_t *canonical, char out[65]);
+/** The first 16 hex digits of the SHA-256 of a question's text, choices
+ *  and answer (its metadata is not part of it). Returns 0, -1 on OOM. */
+int pl_job_question_fingerprint(const pl_job_question *q, char out[17]);
 
 /** A question's choice label: 'A' + i. */
 static inline char pl_job_choice_label(int i) { return (char)('A' + i); }

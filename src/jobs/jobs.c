@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <event2/event.h>
+
 #include "src/jobs/jobs_internal.h"
 #include "src/base/log.h"
 #include "src/jobs/prompt.h"
@@ -91,8 +93,7 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
     j->output_root = strdup(j->spec.output_dir ? j->spec.output_dir
                             : o->output_root ? o->output_root : "output");
     j->conv = calloc((size_t)j->spec.n_questions + 1, sizeof *j->conv);
-    j->skipped = calloc((size_t)j->spec.n_questions + 1, 1);
-    if (!j->id || !j->backends || !j->output_root || !j->conv || !j->skipped) {
+    if (!j->id || !j->backends || !j->output_root || !j->conv) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -107,6 +108,10 @@ pl_job *pl_job_new(pl_job_spec *spec, const pl_job_opts *o, char *err,
         snprintf(err, errlen, "invalid scheduler configuration");
         goto fail;
     }
+    if (job_claims_init(j, o) < 0) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     return j;
 fail:
     j->finished_called = true;
@@ -119,18 +124,35 @@ fail:
 typedef struct open_ctx {
     pl_job *j;
     char *root, *experiment;
-    const char **ids;
-    int n;
     pl_persist *p;
-    char err[300];
+    pl_persist_step step;
+    int rc;
+    const char *code;
+    char err[1000];
 } open_ctx;
 
+/* Open, check the spec, register the questions, claim the first ones. */
 static void open_work(void *ud)
 {
     open_ctx *c = ud;
+    pl_job *j = c->j;
+    c->code = "open_failed";
     c->p = pl_persist_open(c->root, c->experiment, c->err, sizeof c->err);
-    if (c->p && pl_persist_register(c->p, c->ids, c->n) < 0) {
-        snprintf(c->err, sizeof c->err, "cannot write the task manifest");
+    if (!c->p)
+        return;
+    pl_persist_spec ps = {j->spec_fp, j->canonical, NULL, j->resume_changed};
+    const char **fps = malloc(((size_t)j->spec.n_questions + 1) * sizeof *fps);
+    for (int q = 0; fps && q < j->spec.n_questions; q++)
+        fps[q] = j->qfp[q];
+    ps.question_fps = fps;
+    c->rc = fps ? pl_persist_register(c->p, j->ids, j->spec.n_questions, &ps, c->err,
+                                      sizeof c->err) : -1;
+    free(fps);
+    if (c->rc == PL_PERSIST_SPEC_CHANGED)
+        c->code = "spec_changed";
+    else if (c->rc == 0 && (c->rc = pl_persist_step_run(c->p, &c->step, true)) < 0)
+        snprintf(c->err, sizeof c->err, "%s", c->step.error);
+    if (c->rc != 0) {
         pl_persist_close(c->p);
         c->p = NULL;
     }
@@ -145,23 +167,19 @@ static void open_done(void *ud)
     if (!c->p && j->state == PL_JOB_STARTING) {
         j->state = PL_JOB_ERROR;
         j->error = strdup(c->err);
+        j->error_code = strdup(c->code);
     }
     if (j->state == PL_JOB_STARTING) {
         j->dir = strdup(pl_persist_dir(j->persist));
         j->state = PL_JOB_RUNNING;
-        for (int q = 0; q < j->spec.n_questions; q++) {
-            if (pl_persist_succeeded(j->persist, j->spec.questions[q].id)) {
-                j->skipped[q] = 1;
-                j->n_skipped++;
-            } else if (pl_convs_start(j->convs, q) < 0) {
-                finish_conv(j, q, false, "out of memory queueing its first round");
-            }
-        }
+        j->exp_answered = c->step.answered;
+        j->exp_correct = c->step.correct;
+        job_claims_apply(j, j->step_states, true);
         job_pump(j);
+        job_flush(j);
     }
     free(c->root);
     free(c->experiment);
-    free(c->ids);
     free(c);
     job_check_finished(j);
 }
@@ -174,21 +192,18 @@ int pl_job_start(pl_job *j)
     c->j = j;
     c->root = strdup(j->output_root);
     c->experiment = strdup(j->spec.experiment);
-    c->n = j->spec.n_questions;
-    c->ids = malloc(((size_t)c->n + 1) * sizeof *c->ids);
-    for (int q = 0; c->ids && q < c->n; q++)
-        c->ids[q] = j->spec.questions[q].id;
+    c->step = (pl_persist_step){.ids = j->ids, .n_ids = j->spec.n_questions,
+                                .want = j->claim_window, .states = j->step_states};
     j->state = PL_JOB_STARTING;
     j->opening = true;
-    if (!c->root || !c->experiment || !c->ids ||
-        pl_io_pool_post(j->io, open_work, open_done, c) < 0) {
+    if (!c->root || !c->experiment || pl_io_pool_post(j->io, open_work, open_done, c) < 0) {
         free(c->root);
         free(c->experiment);
-        free(c->ids);
         free(c);
         j->opening = false;
         j->state = PL_JOB_ERROR;
         j->error = strdup("cannot start the job");
+        j->error_code = strdup("start_failed");
         return -1;
     }
     return 0;
@@ -585,13 +600,23 @@ static void finish_conv(pl_job *j, int q, bool ok, const char *error)
     if (ok && json_is_boolean(correct)) {
         j->n_answered++;
         j->n_correct += json_is_true(correct);
+        j->pend_answered++;
+        j->pend_correct += json_is_true(correct);
     }
+    job_qstate_set(j, q, JOB_Q_DONE);
+    j->n_mine_live--;
     job_emit(j, &ev);
     job_conv_free(j->conv[q], &j->spec);
     j->conv[q] = NULL;
     release_question(&j->spec.questions[q]);
     if (t)
         job_save(j, q, ok, error, t);
+}
+
+void job_start_conv(pl_job *j, int q)
+{
+    if (pl_convs_start(j->convs, q) < 0)
+        finish_conv(j, q, false, "out of memory queueing its first round");
 }
 
 /* Leave the models' dispatches: what the job held there goes to the
@@ -608,7 +633,7 @@ void job_check_finished(pl_job *j)
 {
     bool done;
     if (j->state == PL_JOB_RUNNING)
-        done = j->n_terminal + j->n_skipped >= j->spec.n_questions;
+        done = job_claims_all_done(j);
     else
         done = j->state != PL_JOB_STARTING;
     if (!done || j->writing || j->n_queue > 0 || j->n_saving > 0 || j->retry_pending ||
@@ -616,6 +641,15 @@ void job_check_finished(pl_job *j)
         return;
     if (j->state == PL_JOB_RUNNING)
         j->state = PL_JOB_COMPLETED;
+    if (j->poll_pending) {
+        evtimer_del(j->poll_ev);
+        j->poll_pending = false;
+    }
+    /* Done with the experiment: its claims on what did not finish (a
+     * cancel, an error) go free for the next run at once. Quick: the
+     * heartbeat thread wakes at once, one unlink. */
+    pl_persist_close(j->persist);
+    j->persist = NULL;
     j->finished_called = true;
     leave_dispatch(j);
     pl_job_event ev = {.kind = PL_JOB_EV_JOB_COMPLETED, .answer = -1, .error = j->error};
@@ -626,12 +660,12 @@ void job_check_finished(pl_job *j)
 
 /* ---- cancel, free, accessors ---- */
 
-void pl_job_cancel(pl_job *j)
+void job_stop(pl_job *j, pl_job_state final)
 {
     if (j->state != PL_JOB_RUNNING && j->state != PL_JOB_STARTING)
         return;
-    j->state = PL_JOB_CANCELLED;
-    /* Cancelled conversations are not failures: nothing is written for
+    j->state = final;
+    /* Stopped conversations are not failures: nothing is written for
      * them, so they stay pending and a re-run resumes them. */
     for (int q = 0; j->convs && q < j->spec.n_questions; q++)
         if (pl_convs_status(j->convs, q) == PL_CONV_STATUS_ACTIVE) {
@@ -644,6 +678,20 @@ void pl_job_cancel(pl_job *j)
         pl_convs_pump(j->convs);         /* our slots go to the others */
     }
     job_check_finished(j);
+}
+
+void pl_job_cancel(pl_job *j)
+{
+    job_stop(j, PL_JOB_CANCELLED);
+}
+
+void job_fail_io(pl_job *j, const char *code, const char *msg)
+{
+    if (!j->error) {
+        j->error = strdup(msg);
+        j->error_code = strdup(code);
+    }
+    job_stop(j, PL_JOB_ERROR);
 }
 
 void pl_job_free(pl_job *j)
@@ -661,7 +709,8 @@ void pl_job_free(pl_job *j)
     for (int q = 0; j->conv && q < j->spec.n_questions; q++)
         job_conv_free(j->conv[q], &j->spec);
     free(j->conv);
-    free(j->skipped);
+    job_claims_free(j);
+    free(j->error_code);
     free(j->hint_sent);
     free(j->hint_need);
     pl_persist_close(j->persist);
@@ -682,6 +731,8 @@ const char *pl_job_id(const pl_job *j) { return j->id; }
 const pl_job_spec *pl_job_get_spec(const pl_job *j) { return &j->spec; }
 const char *pl_job_dir(const pl_job *j) { return j->dir; }
 const char *pl_job_error(const pl_job *j) { return j->error; }
+const char *pl_job_error_code(const pl_job *j) { return j->error_code; }
+const char *pl_job_fingerprint(const pl_job *j) { return j->spec_fp; }
 
 json_t *pl_job_transcript(pl_job *j, const char *qid)
 {

@@ -79,6 +79,13 @@ typedef struct pl_job_opts {
     /** No retention hints to the backends (their caches evict by LRU
      *  alone; a benchmark baseline). */
     bool no_retention_hints;
+    /** What serves each spec model, for the spec's fingerprint (one per
+     *  model, e.g. "mock:echo" or "engine:SmolLM2-135M-Instruct.Q4_1.gguf";
+     *  borrowed). NULL: "<backend kind>:<served model name>". */
+    const char *const *served;
+    /** The experiment holds results of another spec: resume anyway (they
+     *  mix on purpose; the index lines tell them apart by fingerprint). */
+    bool resume_changed;
     /** Called once when the job leaves RUNNING/STARTING (may be NULL). */
     void (*on_finished)(void *ud, pl_job *j);
     void *ud;
@@ -106,16 +113,32 @@ const pl_job_spec *pl_job_get_spec(const pl_job *j);
 /** The experiment output directory (NULL before it is open). */
 const char *pl_job_dir(const pl_job *j);
 const char *pl_job_error(const pl_job *j);
+/** What kind of error (NULL without one): "spec_changed" (the experiment
+ *  holds another spec), "write_failed" (a transcript, the index or the
+ *  manifest could not be written), "open_failed", "start_failed". */
+const char *pl_job_error_code(const pl_job *j);
+/** The spec's fingerprint (64 hex digits; "" before pl_job_start). */
+const char *pl_job_fingerprint(const pl_job *j);
 
 typedef struct pl_job_progress {
-    int total, skipped;          /**< skipped: succeeded in an earlier run */
-    int succeeded, failed, active, waiting;
+    int total, skipped;          /**< skipped: had succeeded when it started */
+    /** Every question of the job that succeeded / failed: here, before
+     *  (skipped) or in another process during the job (done_elsewhere). */
+    int succeeded, failed;
+    int active;                  /**< conversations running here */
+    int waiting;                 /**< not claimed by any process yet */
+    int elsewhere;               /**< running in another process now */
+    int done_elsewhere;          /**< finished by other processes meanwhile */
     int cancelled;               /**< stopped by a cancel (not persisted) */
-    int saved;                   /**< transcripts written to disk */
+    int write_failed;            /**< finished, but their transcript could not
+                                      be written (counted in failed) */
+    int saved;                   /**< transcripts written to disk (staged) */
     int persisted;               /**< recorded in the manifest and index */
-    int answered, correct;       /**< accuracy: succeeded conversations of
-                                      this run with a final answer and a
-                                      known truth; how many were right */
+    /** Accuracy over the whole experiment (its index, and this run's
+     *  results not yet in it): questions with a final answer and a known
+     *  truth, and of them right. run_*: this run's share. */
+    int answered, correct;
+    int run_answered, run_correct;
     int reprompts;               /**< validation re-prompts sent */
     /** Prompt tokens of the requests of rounds >= 2 (1-based) that ended,
      *  and of them served from the backend's prefix cache. */
@@ -123,8 +146,8 @@ typedef struct pl_job_progress {
 } pl_job_progress;
 
 void pl_job_get_progress(const pl_job *j, pl_job_progress *p);
-/** Status as JSON (new ref): id, state, progress, pools, per-model slots,
- *  and the first k entries of each pool. */
+/** Status as JSON (new ref): id, state, progress, accuracy, pools,
+ *  per-model slots, and the first k entries of each pool; NULL on OOM. */
 json_t *pl_job_status_json(pl_job *j, int k);
 /** The per-model and pool part only (for GET /status). */
 json_t *pl_job_pools_json(pl_job *j, int k);

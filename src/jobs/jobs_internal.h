@@ -46,9 +46,23 @@ typedef struct job_sub {
 typedef struct job_rec {
     int conv;
     bool succeeded;
+    int8_t correct;              /* summary.correct: -1 none, 0, 1 */
     char *error;
     json_t *transcript;
+    char *staged;                /* the staged file; NULL: its write failed */
 } job_rec;
+
+/* A question's state in this job (job_claims.c). */
+enum {
+    JOB_Q_OPEN = 0,              /* not claimed by anyone (yet) */
+    JOB_Q_MINE,                  /* claimed here: its conversation runs here */
+    JOB_Q_DONE,                  /* finished here (succeeded or failed) */
+    JOB_Q_SKIPPED,               /* had succeeded when the job started */
+    JOB_Q_ELSEWHERE,             /* claimed by another live process */
+    JOB_Q_ELSE_OK,               /* succeeded in another process during the job */
+    JOB_Q_ELSE_FAIL,             /* failed in another process during the job */
+    JOB_Q_N,
+};
 
 struct pl_job {
     char *id;
@@ -67,7 +81,6 @@ struct pl_job {
     pl_convs *convs;             /* its conversations (on the dispatches) */
     int policy;                  /* pl_dispatch_policy */
     job_conv **conv;             /* n_questions; NULL when not live */
-    uint8_t *skipped;            /* succeeded in an earlier run */
     pl_persist *persist;
     char *dir;
     struct save_ctx *saves;      /* transcripts being written (no lock) */
@@ -75,14 +88,34 @@ struct pl_job {
     job_rec *queue;              /* saved, waiting for a manifest commit */
     int n_queue, cap_queue;
     double queue_since;          /* monotonic s when the queue last filled */
-    int n_batch;                 /* in the commit in flight */
+    job_rec *batch;              /* in the step in flight */
+    int n_batch;
     struct event *retry_ev;      /* commit retry while the lock is held */
     int retry_ms;
     bool retry_pending, freeing;
     bool writing, opening, finished_called;
-    int persisted, n_skipped, n_terminal, n_cancelled;
-    int n_answered, n_correct;   /* succeeded conversations with a final
-                                    answer and a known truth; of them right */
+    int persisted, n_terminal, n_cancelled;
+    int n_answered, n_correct;   /* this run's succeeded conversations with a
+                                    final answer and a known truth; right */
+    int exp_answered, exp_correct;   /* the experiment's index at the last step */
+    int pend_answered, pend_correct; /* this run's, not yet in the index */
+    int n_write_failed;          /* transcripts whose write failed */
+    int n_lost;                  /* results dropped: claim taken over */
+    char *error_code;            /* "spec_changed", "write_failed", ... */
+    /* claims (job_claims.c) */
+    uint8_t *qstate;             /* (n_questions) JOB_Q_* */
+    int qcount[JOB_Q_N];
+    int n_mine_live;             /* JOB_Q_MINE not yet finished */
+    int claim_window;            /* questions claimed here at most at once */
+    const char **ids;            /* (n_questions) borrowed from the spec */
+    uint8_t *step_states;        /* (n_questions) the step's answer */
+    struct event *poll_ev;       /* re-look at others' claims while idle */
+    bool poll_pending, claim_now;
+    char (*qfp)[17];             /* (n_questions) question fingerprints */
+    char spec_fp[65];
+    json_t *canonical;           /* the spec's canonical JSON */
+    char **served;               /* (n_models) what serves each model */
+    bool resume_changed;
     int n_reprompts;             /* validation re-prompts sent */
     char *answer_rx[PL_JOB_MAX_CHOICES + 1]; /* constrained mode, by choices */
     int transport_retries;       /* requests resubmitted after a transport failure
@@ -125,8 +158,32 @@ json_t *job_saving_transcript(pl_job *j, int q);
 void job_flush(pl_job *j);
 /** At free: finish every save and commit (waiting for the lock). */
 void job_save_drain(pl_job *j);
+/* job_claims.c */
+/** Fingerprints, ids and question states before the output opens. */
+int job_claims_init(pl_job *j, const pl_job_opts *o);
+void job_claims_free(pl_job *j);
+void job_qstate_set(pl_job *j, int q, int st);
+/** Apply a step's states: start what was claimed here, note what others
+ *  did. first: the job's opening step (succeeded ones are "skipped"). */
+void job_claims_apply(pl_job *j, const uint8_t *states, bool first);
+/** How many more to claim in the next step (0: none wanted now). */
+int job_claims_want(const pl_job *j);
+/** A step should run now for claims alone. */
+bool job_claims_due(const pl_job *j);
+/** Nothing to do but wait for other processes: look again later. */
+void job_claims_poll(pl_job *j);
+/** Every question is finished here, before, or elsewhere. */
+bool job_claims_all_done(const pl_job *j);
+
 /* jobs.c */
 void job_check_finished(pl_job *j);
+/** Stop: abort what runs (unfinished questions stay pending, claimable by
+ *  a re-run), then finish in state `final` (cancelled or error). */
+void job_stop(pl_job *j, pl_job_state final);
+/** A write failed: record why (first failure wins) and stop the job. */
+void job_fail_io(pl_job *j, const char *code, const char *msg);
+/** Conversation q was claimed here: run it. */
+void job_start_conv(pl_job *j, int q);
 /** Pump the dispatch of every model the job uses (after its I/O caught
  *  up, after a completion). */
 void job_pump(pl_job *j);

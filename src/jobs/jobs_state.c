@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/base/json_pack.h"
 #include "src/jobs/jobs_internal.h"
 
 job_conv *job_conv_new(const pl_job_spec *s)
@@ -153,6 +154,11 @@ json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *er
         "attempts", c->attempts, "summary", summary_json(j, c, q, done));
     if (t && error)
         json_object_set_new(t, "error", json_string(error));
+    if (t) {
+        json_object_set_new(t, "spec_fingerprint", json_string(j->spec_fp));
+        if (j->persist)
+            json_object_set_new(t, "run_id", json_string(pl_persist_claimer(j->persist)));
+    }
     return t;
 }
 
@@ -200,17 +206,24 @@ void pl_job_get_progress(const pl_job *j, pl_job_progress *p)
     pl_conv_counts c = {0};
     if (j->convs)
         pl_convs_counts(j->convs, &c);
+    const int *n = j->qcount;
+    memset(p, 0, sizeof *p);
     p->total = j->spec.n_questions;
-    p->skipped = j->n_skipped;
-    p->succeeded = c.succeeded + j->n_skipped;
-    p->failed = c.failed - j->n_cancelled;
+    p->skipped = n[JOB_Q_SKIPPED];
+    p->done_elsewhere = n[JOB_Q_ELSE_OK] + n[JOB_Q_ELSE_FAIL];
+    p->write_failed = j->n_write_failed;
+    p->succeeded = c.succeeded - j->n_write_failed + n[JOB_Q_SKIPPED] + n[JOB_Q_ELSE_OK];
+    p->failed = c.failed - j->n_cancelled + j->n_write_failed + n[JOB_Q_ELSE_FAIL];
     p->cancelled = j->n_cancelled;
     p->active = c.active;
-    p->waiting = c.idle - j->n_skipped;
+    p->waiting = n[JOB_Q_OPEN];
+    p->elsewhere = n[JOB_Q_ELSEWHERE];
     p->saved = j->saved;
-    p->persisted = j->persisted + j->n_skipped;
-    p->answered = j->n_answered;
-    p->correct = j->n_correct;
+    p->persisted = j->persisted + n[JOB_Q_SKIPPED];
+    p->answered = j->exp_answered + j->pend_answered;
+    p->correct = j->exp_correct + j->pend_correct;
+    p->run_answered = j->n_answered;
+    p->run_correct = j->n_correct;
     p->reprompts = j->n_reprompts;
     p->round2plus_prompt_tokens = (long long)j->r2_prompt_tokens;
     p->round2plus_cached_tokens = (long long)j->r2_cached_tokens;
@@ -249,38 +262,62 @@ json_t *pl_job_pools_json(pl_job *j, int k)
         "in_flight", entries_json(j, PL_CONV_POOL_INFLIGHT, k));
 }
 
+static json_t *ratio(int correct, int answered)
+{
+    return answered ? json_real((double)correct / answered) : json_null();
+}
+
+/* Accuracy over the experiment (README: the run summary's and status's),
+ * and this run's share. */
+static json_t *accuracy_json(const pl_job_progress *p)
+{
+    return pl_json_pack("{s:i, s:i, s:o, s:{s:i, s:i, s:o}}", "correct", p->correct,
+                        "answered", p->answered, "ratio", ratio(p->correct, p->answered),
+                        "this_run", "correct", p->run_correct, "answered", p->run_answered,
+                        "ratio", ratio(p->run_correct, p->run_answered));
+}
+
+static json_t *progress_json(const pl_job_progress *p)
+{
+    return pl_json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}",
+        "total", p->total, "skipped", p->skipped, "succeeded", p->succeeded, "failed",
+        p->failed, "cancelled", p->cancelled, "active", p->active, "waiting", p->waiting,
+        "elsewhere", p->elsewhere, "done_elsewhere", p->done_elsewhere, "write_failed",
+        p->write_failed, "saved", p->saved, "persisted", p->persisted);
+}
+
+static int followers(const pl_job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->n_subs; i++)
+        n += j->subs[i].fn != NULL;
+    return n;
+}
+
 json_t *pl_job_status_json(pl_job *j, int k)
 {
     pl_job_progress p;
     pl_job_get_progress(j, &p);
-    json_t *o = json_pack("{s:s, s:s, s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
-        "id", j->id, "experiment", j->spec.experiment, "state",
-        pl_job_state_name(j->state), "progress", "total", p.total, "skipped", p.skipped,
-        "succeeded", p.succeeded, "failed", p.failed, "cancelled", p.cancelled,
-        "active", p.active,
-        "waiting", p.waiting, "saved", p.saved, "persisted", p.persisted);
-    if (o) {
-        json_object_set_new(o, "transport_retries", json_integer(j->transport_retries));
-        json_object_set_new(o, "accuracy", json_pack("{s:i, s:i, s:f?}", "correct", p.correct,
-                                                     "answered", p.answered, "ratio",
-                                                     p.answered ? (double)p.correct / p.answered
-                                                                : 0.0));
-        json_object_set_new(o, "reprompts", json_integer(p.reprompts));
-        json_object_set_new(o, "cache", json_pack("{s:I, s:I}", "round2plus_prompt_tokens",
-                                                  (json_int_t)p.round2plus_prompt_tokens,
-                                                  "round2plus_cached_tokens",
-                                                  (json_int_t)p.round2plus_cached_tokens));
-        int followers = 0;
-        for (int i = 0; i < j->n_subs; i++)
-            followers += j->subs[i].fn != NULL;
-        json_object_set_new(o, "followers", json_pack("{s:i, s:i}", "events", followers,
-                                                      "tokens", j->token_subs));
-    }
+    json_t *o = pl_json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:i, s:{s:I, s:I}, s:{s:i, s:i}}",
+        "id", j->id, "experiment", j->spec.experiment, "state", pl_job_state_name(j->state),
+        "spec_fingerprint", j->spec_fp, "progress", progress_json(&p),
+        "accuracy", accuracy_json(&p), "transport_retries", j->transport_retries,
+        "reprompts", p.reprompts, "cache", "round2plus_prompt_tokens",
+        (json_int_t)p.round2plus_prompt_tokens, "round2plus_cached_tokens",
+        (json_int_t)p.round2plus_cached_tokens, "followers", "events", followers(j),
+        "tokens", j->token_subs);
+    int rc = o ? 0 : -1;
     if (o && j->convs)
-        json_object_set_new(o, "pools", pl_job_pools_json(j, k));
+        rc |= json_object_set_new(o, "pools", pl_job_pools_json(j, k));
     if (o && j->error)
-        json_object_set_new(o, "error", json_string(j->error));
+        rc |= json_object_set_new(o, "error", json_string(j->error));
+    if (o && j->error_code)
+        rc |= json_object_set_new(o, "error_code", json_string(j->error_code));
     if (o && j->dir)
-        json_object_set_new(o, "output_dir", json_string(j->dir));
+        rc |= json_object_set_new(o, "output_dir", json_string(j->dir));
+    if (rc) {                    /* out of memory: no partial status */
+        json_decref(o);
+        return NULL;
+    }
     return o;
 }

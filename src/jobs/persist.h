@@ -3,80 +3,156 @@
  *   OUTPUT/<experiment>/transcripts/<question_id>.json
  *   OUTPUT/<experiment>/task_manifest.json      every question's status
  *   OUTPUT/<experiment>/<experiment>_index.jsonl one line per succeeded question
+ *   OUTPUT/<experiment>/.lock, .claims/          the lock; who works on it
  *
- * A transcript is written on its own, without the lock, as soon as its
- * conversation finishes. The manifest and index step holds an exclusive
- * flock on OUTPUT/<experiment>/.lock, re-reads the manifest (and the index
- * when it moved) under it, then writes through a temp file, fsync, rename,
- * and fsyncs the directory; the index is appended with O_APPEND and fsync.
- * The manifest carries a "generation" that every write moves. Order:
- * transcript, index, manifest. Opening repairs what a crash can leave: a torn last index line is
- * cut, duplicate index lines are dropped, and manifest and index are made to
- * agree (a question is succeeded when its transcript exists and either
- * file says so). Several processes may share an experiment directory.
+ * Several processes may share an experiment. Each opener is a *claimer*
+ * (.claims/<claimer>.json: pid, host, and a heartbeat, the file's mtime,
+ * touched every 2 s by a thread). Under the exclusive flock on .lock a job
+ * claims questions in the manifest ("claim": <claimer>) before it generates
+ * them, so each question is generated once; a claim whose process is gone
+ * (same host: at once; another host: no heartbeat for 30 s) is taken over.
+ *
+ * A transcript is first *staged* without the lock (written to a file of
+ * its own, fsynced), then, under the lock, renamed into place if its claim
+ * still holds, then indexed, then the manifest is written (temp file,
+ * fsync, rename, directory fsync). So the manifest and the index never name
+ * a transcript that is not on disk, and an index line always describes the
+ * transcript it names. A staged transcript whose write failed (a full disk)
+ * is recorded as failed with the error; a re-run redoes it.
+ *
+ * The manifest records the job's spec (canonical JSON and fingerprint,
+ * job_spec.h) and each question's fingerprint; a re-run with another spec
+ * is refused with the differing keys, unless resume_changed. Opening
+ * repairs what a crash can leave: temp and staged files of writers that are
+ * gone are removed, a torn last index line is cut, duplicate index lines
+ * are dropped, and manifest and index are made to agree.
  *
  * Blocking: every function here does file I/O. Call them on an I/O thread,
- * except open (once, at job start). pl_persist_save_transcript may run on
- * any number of threads at once (it reads only p's paths); the other
- * functions are used by one thread at a time (the job keeps one commit in
- * flight).
+ * except open (once, at job start). pl_persist_stage may run on any number
+ * of threads at once; the other functions are used by one thread at a time
+ * (the job keeps one step in flight).
  */
 #ifndef PL_PERSIST_H
 #define PL_PERSIST_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <jansson.h>
 
 typedef struct pl_persist pl_persist;
 
 /**
- * Open (creating directories) root/experiment, repair and load it.
- * Returns NULL with err set on failure. Caller frees with pl_persist_close.
+ * Open (creating directories) root/experiment as a new claimer, then under
+ * the lock: sweep files of writers that are gone, repair and load. Returns
+ * NULL with err set on failure. Caller frees with pl_persist_close.
  */
 pl_persist *pl_persist_open(const char *root, const char *experiment,
                             char *err, size_t errlen);
+/** Stop the heartbeat, remove the claimer file (claims left become free). */
 void pl_persist_close(pl_persist *p);
+
+/** This process's claimer id ("<host>-<pid>-<hex>"): each transcript and
+ *  index line carries it as "run_id". */
+const char *pl_persist_claimer(const pl_persist *p);
 
 /** true when question_id is recorded as succeeded. */
 bool pl_persist_succeeded(const pl_persist *p, const char *question_id);
 /** Number of succeeded questions. */
 int pl_persist_n_succeeded(const pl_persist *p);
+/** Accuracy over the experiment's index as last read: lines with a
+ *  boolean "correct", and of them true. */
+void pl_persist_accuracy(const pl_persist *p, int *answered, int *correct);
 
-/** Register questions as "pending" in the manifest (those not yet known),
- *  and write it. Returns 0 or -1. */
-int pl_persist_register(pl_persist *p, const char *const *question_ids, int n);
+/** What the job is: recorded in the manifest on first use, compared after. */
+typedef struct pl_persist_spec {
+    const char *fingerprint;     /**< the spec's (job_spec.h) */
+    json_t *canonical;           /**< its canonical JSON (borrowed) */
+    const char *const *question_fps; /**< per question (may be NULL) */
+    bool resume_changed;         /**< a different spec resumes anyway */
+} pl_persist_spec;
 
-/** One finished question. transcript is borrowed; it must hold
- *  "question_id" and "status" ("succeeded" or "failed"). */
+/** pl_persist_register's answer when the experiment holds another spec. */
+#define PL_PERSIST_SPEC_CHANGED 2
+
+/**
+ * Under the lock: compare spec (may be NULL: no check) with the one the
+ * manifest records (a spec differs in its canonical JSON, or in a
+ * succeeded question's fingerprint); register the questions not yet known
+ * as "pending"; write the manifest. Returns 0; PL_PERSIST_SPEC_CHANGED
+ * with the differing keys in err (and nothing written); or -1 with err.
+ */
+int pl_persist_register(pl_persist *p, const char *const *question_ids, int n,
+                        const pl_persist_spec *spec, char *err, size_t errlen);
+
+/** A question's state for a claimer (pl_persist_step's states). */
+enum {
+    PL_CLAIM_OPEN = 0,           /**< free: claimable by the next step */
+    PL_CLAIM_MINE,               /**< claimed by this process */
+    PL_CLAIM_ELSEWHERE,          /**< claimed by another live process */
+    PL_CLAIM_SUCCEEDED,          /**< succeeded (by anyone, any time) */
+    PL_CLAIM_FAILED_ELSEWHERE,   /**< failed by another process during this
+                                      session: final for this run */
+};
+
+/** One finished question. */
 typedef struct pl_persist_record {
     const char *question_id;
     bool succeeded;
     const char *error;           /**< failed: why (may be NULL) */
+    /** The transcript, or (at commit) a stub with what its index line
+     *  needs: "summary", "question.metadata", "spec_fingerprint", "run_id". */
     json_t *transcript;
+    /** The staged transcript (pl_persist_stage); NULL: its write failed,
+     *  and the question is recorded as failed with error. */
+    const char *staged;
 } pl_persist_record;
 
-/** Write one transcript file (atomically, no lock). A failed transcript
- *  never replaces a succeeded one. Returns 0 or -1. */
-int pl_persist_save_transcript(const pl_persist *p, const pl_persist_record *r);
+/**
+ * Write r's transcript to a staged file of its own (no lock; fsynced).
+ * Returns the staged path (malloc'd; the caller frees it after the commit),
+ * or NULL with the reason ("No space left on device") in err.
+ */
+char *pl_persist_stage(pl_persist *p, const pl_persist_record *r, char *err,
+                       size_t errlen);
 
-/** pl_persist_commit's answer when wait is false and the lock is held. */
+/** One locked step: commit finished questions, then claim more. */
+typedef struct pl_persist_step {
+    const pl_persist_record *recs;   /**< to commit (staged) */
+    int n_recs;
+    const char *const *ids;          /**< the job's questions, for claims */
+    int n_ids;
+    int want;                        /**< claim up to this many more */
+    uint8_t *states;                 /**< out: n_ids PL_CLAIM_* (or NULL) */
+    int claimed;                     /**< out: newly claimed */
+    int lost;                        /**< out: records dropped: another
+                                          process took their claim over */
+    int answered, correct;           /**< out: pl_persist_accuracy after */
+    char error[160];                 /**< out: on -1, what failed */
+} pl_persist_step;
+
+/** pl_persist_step's answer when wait is false and the lock is held. */
 #define PL_PERSIST_BUSY 1
 
 /**
- * The manifest and index step for a batch whose transcripts are on disk:
- * under the lock, re-read the manifest (and the index if it moved), append
- * the index lines of the succeeded ones not already indexed (from
- * transcript's "summary"; a stub holding only the summary will do), then
- * write the manifest once. A succeeded question is never downgraded to
- * failed. wait false: return PL_PERSIST_BUSY at once if another holds the
- * lock. Returns 0, PL_PERSIST_BUSY or -1.
+ * Under the lock: re-read manifest and index; for each record whose claim
+ * still holds (ours, or none), rename its staged file into place (a failed
+ * transcript never replaces a succeeded one), index the succeeded ones (a
+ * line from the stub, once per question), and mark them; then claim up to
+ * want questions among ids that are neither succeeded nor claimed by a live
+ * process nor failed by another one this session, and fill states; then
+ * write the manifest once. wait false: PL_PERSIST_BUSY at once if another
+ * holds the lock. Returns 0, PL_PERSIST_BUSY or -1 (s->error says why; the
+ * files are then as the last successful write left them).
  */
+int pl_persist_step_run(pl_persist *p, pl_persist_step *s, bool wait);
+
+/** A commit-only step. Returns 0, PL_PERSIST_BUSY or -1. */
 int pl_persist_commit(pl_persist *p, const pl_persist_record *recs, int n, bool wait);
 
-/** pl_persist_save_transcript for each, then pl_persist_commit (waiting).
- *  Returns 0 or -1. */
+/** Stage each record's transcript, then commit them (waiting). For tests
+ *  and tools; recs[i].staged is ignored. Returns 0 or -1. */
 int pl_persist_write(pl_persist *p, const pl_persist_record *recs, int n);
 
 /** The experiment directory (owned by p). */

@@ -31,6 +31,9 @@ def resolve(schema):
 
 def check(value, schema, path, seen):
     schema = resolve(schema)
+    if value is None and schema.get("nullable"):
+        seen.add(path)
+        return
     t = schema.get("type") or ("object" if "properties" in schema or
                                "additionalProperties" in schema else None)
     if t:
