@@ -144,6 +144,34 @@ def test_dashboard_shows_failures_and_unhealthy_upstreams(tmp_path, monkeypatch)
         assert up.stop() == 0
 
 
+def test_dashboard_shows_each_jobs_accuracy(tmp_path, monkeypatch):
+    """The echo mock repeats the answer format, whose last line is
+    "Answer: C": a question whose answer is C is right, one whose answer is
+    A is wrong. The finished job's card shows 1/2, as its status says."""
+    monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    s = Server("--backend", "mock", "--log-level", "warn", "--mock-mode", "echo")
+    try:
+        spec = debate("dash_acc", 2, rounds=1)
+        spec["questions"][0]["answer"] = "C"
+        spec["questions"][1]["answer"] = "A"
+        jid = post_job(s.url, spec)
+        for _ in range(400):
+            with urllib.request.urlopen(s.url + "/v1/jobs/" + jid, timeout=10) as r:
+                st = json.loads(r.read())
+            if st["state"] != "running" and st["state"] != "starting":
+                break
+            time.sleep(0.05)
+        assert st["state"] == "completed", st
+        acc = st["accuracy"]
+        assert (acc["correct"], acc["answered"], acc["ratio"]) == (1, 2, 0.5), acc
+        assert acc["this_run"]["answered"] == 2, acc
+        dom = dump_dom(s.url + "/dashboard", 2000)
+        card = dom[dom.index('data-job="%s"' % jid):]
+        assert re.search(r'data-accuracy="[^"]*"[^>]*>accuracy <i>1/2 \(50%\)</i>', card), card[:2000]
+    finally:
+        assert s.stop() == 0
+
+
 def status_requests(b):
     """Authorization headers of the page's GET /status requests so far."""
     out = [e["params"]["request"]["headers"].get("Authorization")
