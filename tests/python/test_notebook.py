@@ -1,5 +1,6 @@
 """examples/debate.ipynb runs top to bottom against the mock backend
 (nbclient), so the notebook a researcher starts from cannot rot."""
+import json
 import os
 
 import pytest
@@ -35,5 +36,34 @@ def test_debate_notebook_runs(tmp_path, monkeypatch):
         assert len(images) == 1, "one figure: accuracy and answer changes per round"
         if os.environ.get("PARLEY_NOTEBOOK_OUT"):     # keep the executed notebook to look at
             nbformat.write(nb, os.environ["PARLEY_NOTEBOOK_OUT"])
+    finally:
+        assert s.stop() == 0
+
+
+def test_debate_notebook_gives_results_on_the_default_model(tmp_path, monkeypatch):
+    """The notebook's job uses constrained validation (issue 35.6): on the
+    small default model every reply ends with a valid answer, so its
+    conversations succeed instead of failing after their re-prompts."""
+    from conftest import MODEL_PATH
+    if not os.path.exists(MODEL_PATH):
+        pytest.fail("default model missing: %s (run scripts/fetch_model.sh)" % MODEL_PATH)
+    monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    monkeypatch.delenv("PARLEY_MODEL", raising=False)
+    s = Server("--model", MODEL_PATH, "--log-level", "warn")
+    try:
+        monkeypatch.setenv("PARLEY_URL", s.url)
+        monkeypatch.setenv("PARLEY_EXPERIMENT", "nb_model")
+        monkeypatch.setenv("PARLEY_NB_QUESTIONS", "2")
+        monkeypatch.setenv("PARLEY_NB_ROUNDS", "1")
+        nb = nbformat.read(os.path.join(ROOT, "examples", "debate.ipynb"), as_version=4)
+        nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+        text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
+                         for o in c.get("outputs", []) if o.get("output_type") == "stream")
+        assert "completed" in text and "'succeeded': 2" in text and "'failed': 0" in text, text
+        index = os.path.join(tmp_path, "jobs", "nb_model", "nb_model_index.jsonl")
+        with open(index) as f:
+            lines = [json.loads(x) for x in f]
+        assert len(lines) == 2 and all(x["final_answer"] in "ABCD" for x in lines), lines
     finally:
         assert s.stop() == 0
