@@ -12,6 +12,7 @@
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
 #include "schedulers/dispatch.h"
+#include "src/base/json_pack.h"
 #include "src/base/log.h"
 #include "src/jobs/persist.h"
 
@@ -29,10 +30,10 @@ static void reply_problems(struct evhttp_request *req, const pl_spec_problems *p
     char msg[512];
     snprintf(msg, sizeof msg, "the job spec has %d problem%s; first: %s: %s", p->n,
              p->n == 1 ? "" : "s", p->v[0].path, p->v[0].message);
-    json_t *err = json_pack("{s:s, s:s, s:s, s:s, s:o}", "message", msg, "type",
+    json_t *err = pl_json_pack("{s:s, s:s, s:s, s:s, s:o}", "message", msg, "type",
                             "invalid_request_error", "param", p->v[0].path, "code",
                             "invalid_job_spec", "problems", pl_spec_problems_json(p));
-    pl_reply_json(req, 400, json_pack("{s:o}", "error", err));
+    pl_reply_json(req, 400, pl_json_pack("{s:o}", "error", err));
 }
 
 /* Map the spec's models onto served models and their dispatches; reports
@@ -290,7 +291,7 @@ static void list_jobs(pl_jobs_api *a, struct evhttp_request *req)
             data = NULL;   /* out of memory: pl_reply_json sends a 500 */
         }
     }
-    pl_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    pl_reply_json(req, 200, pl_json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 static void jobs_root(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
@@ -350,7 +351,7 @@ static void jobs_item(pl_server *s, struct evhttp_request *req, const char *path
         pl_job_cancel(aj->job);
         pl_reply_json(req, 200, pl_job_status_json(aj->job, 0));
     } else if (cmd == EVHTTP_REQ_DELETE && !*rest) {
-        json_t *o = json_pack("{s:s, s:s, s:b}", "id", pl_job_id(aj->job), "object",
+        json_t *o = pl_json_pack("{s:s, s:s, s:b}", "id", pl_job_id(aj->job), "object",
                               "job.deleted", "deleted", 1);
         forget_job(a, aj);
         pl_reply_json(req, 200, o);
@@ -375,7 +376,7 @@ static json_t *api_job_json(api_job *aj, int k)
     long n = aj->n_failures < API_JOB_FAILURES ? aj->n_failures : API_JOB_FAILURES;
     for (long i = 0; i < n; i++) {
         int slot = (int)((aj->n_failures - 1 - i) % API_JOB_FAILURES);
-        json_array_append_new(fails, json_pack("{s:s, s:s}", "question_id",
+        json_array_append_new(fails, pl_json_pack("{s:s, s:s}", "question_id",
                                                aj->failures[slot].question_id, "error",
                                                aj->failures[slot].error));
     }
@@ -427,13 +428,13 @@ json_t *jobs_api_model_slots(const pl_model_entry *e)
     for (int i = 1; i <= top; i++) {
         if (!pl_dispatch_client_get(e->dispatch, i, &k))
             continue;
-        json_array_append_new(jobs, json_pack("{s:s, s:f, s:i, s:I, s:I, s:f, s:f}",
+        json_array_append_new(jobs, pl_json_pack("{s:s, s:f, s:i, s:I, s:I, s:f, s:f}",
             "job", k.name ? k.name : "", "weight", k.weight, "in_flight", k.inflight,
             "dispatched", (json_int_t)k.dispatched, "completed", (json_int_t)k.completed,
             "attained_tokens", k.attained,
             "share", total ? (double)k.dispatched / (double)total : 0.0));
     }
-    return json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "model", e->name,
+    return pl_json_pack("{s:s, s:i, s:i, s:i, s:i, s:o}", "model", e->name,
                      "capacity", c.capacity, "interactive_reserve", c.reserve,
                      "jobs_in_flight", c.jobs_inflight,
                      "interactive_in_flight", c.interactive_inflight, "jobs", jobs);

@@ -15,6 +15,7 @@
 
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
+#include "src/base/json_pack.h"
 
 struct job_stream {
     pl_jobs_api *a;
@@ -104,7 +105,7 @@ static void send_token(job_stream *st, const pl_job_event *ev)
 
 static json_t *event_json(pl_job *job, const pl_job_event *ev)
 {
-    json_t *o = json_pack("{s:s}", "type", pl_job_event_name(ev->kind));
+    json_t *o = pl_json_pack("{s:s}", "type", pl_job_event_name(ev->kind));
     int rc = o ? 0 : -1;   /* json_object_set_new is NULL-safe: check once */
     if (ev->question_id)
         rc |= json_object_set_new(o, "question_id", json_string(ev->question_id));
@@ -142,7 +143,7 @@ static void on_event(void *ud, const pl_job_event *ev)
         return;
     }
     if ((long)pl_sse_pending(st->sse) > 8 * st->cap) {
-        send_event(st, "error", json_pack("{s:s, s:s}", "type", "error", "message",
+        send_event(st, "error", pl_json_pack("{s:s, s:s}", "type", "error", "message",
                    "client too slow: stream closed; reconnect to resume from the current state"));
         stream_end(st);
         return;
@@ -191,7 +192,7 @@ void jobs_api_stream(pl_jobs_api *a, api_job *aj, struct evhttp_request *req)
     }
     if (s != PL_JOB_RUNNING && s != PL_JOB_STARTING) {
         if (send_event(st, "job_completed",
-                       json_pack("{s:s, s:o}", "type", "job_completed", "status",
+                       pl_json_pack("{s:s, s:o}", "type", "job_completed", "status",
                                  pl_job_status_json(aj->job, 0))) < 0)
             stream_fail(st);
         else

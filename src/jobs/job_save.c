@@ -25,6 +25,7 @@
 #include <malloc.h>
 #endif
 
+#include "src/base/json_pack.h"
 #include "src/base/log.h"
 #include "src/jobs/jobs_internal.h"
 
@@ -78,7 +79,7 @@ static void save_work(void *ud)
 static json_t *stub_of(json_t *t)
 {
     json_t *md = json_object_get(json_object_get(t, "question"), "metadata");
-    return json_pack("{s:O?, s:{s:O?}, s:O?, s:O?}", "summary",
+    return pl_json_pack("{s:O?, s:{s:O?}, s:O?, s:O?}", "summary",
                      json_object_get(t, "summary"), "question", "metadata", md,
                      "spec_fingerprint", json_object_get(t, "spec_fingerprint"),
                      "run_id", json_object_get(t, "run_id"));

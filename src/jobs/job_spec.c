@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/base/json_pack.h"
 #include "src/jobs/job_spec_internal.h"
 
 void pl_spec_problems_add(pl_spec_problems *p, const char *path,
@@ -38,7 +39,7 @@ json_t *pl_spec_problems_json(const pl_spec_problems *p)
 {
     json_t *a = json_array();
     for (int i = 0; i < p->n; i++)
-        json_array_append_new(a, json_pack("{s:s, s:s}", "path", p->v[i].path,
+        json_array_append_new(a, pl_json_pack("{s:s, s:s}", "path", p->v[i].path,
                                            "message", p->v[i].message));
     return a;
 }

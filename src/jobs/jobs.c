@@ -8,8 +8,9 @@
 
 #include <event2/event.h>
 
-#include "src/jobs/jobs_internal.h"
+#include "src/base/json_pack.h"
 #include "src/base/log.h"
+#include "src/jobs/jobs_internal.h"
 #include "src/jobs/prompt.h"
 
 const char *pl_job_state_name(pl_job_state s)
@@ -431,7 +432,7 @@ static int record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
                           bool valid, const char *error)
 {
     const pl_conv_req *cr = jr->cr;
-    json_t *a = json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
+    json_t *a = pl_json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
         "agent_id", j->spec.agents[cr->agent].id, "attempt", cr->attempt,
         "content", jr->text ? jr->text : "", "answer",
         ans >= 0 ? json_sprintf("%c", pl_job_choice_label(ans)) : json_null(),

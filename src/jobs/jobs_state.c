@@ -79,7 +79,7 @@ static json_t *rounds_json(pl_job *j, job_conv *c)
             int k = r * s->n_agents + a;
             if (!c->finals[k])
                 continue;
-            json_array_append_new(msgs, json_pack(
+            json_array_append_new(msgs, pl_json_pack(
                 "{s:s, s:s?, s:s, s:s, s:o}", "agent_id", s->agents[a].id,
                 "role", s->agents[a].role, "model", s->models[s->agents[a].model].name,
                 "content", c->finals[k], "answer", label_or_null(c->answers[k])));
@@ -88,7 +88,7 @@ static json_t *rounds_json(pl_job *j, job_conv *c)
             json_decref(msgs);
             break;
         }
-        json_array_append_new(rounds, json_pack("{s:i, s:o}", "round", r, "messages", msgs));
+        json_array_append_new(rounds, pl_json_pack("{s:i, s:o}", "round", r, "messages", msgs));
     }
     return rounds;
 }
@@ -113,7 +113,7 @@ static json_t *summary_json(pl_job *j, job_conv *c, int q, int rounds_done)
             best = ans;
     }
     int truth = s->questions[q].answer;
-    return json_pack("{s:o, s:o, s:o, s:i}", "final_answers", answers,
+    return pl_json_pack("{s:o, s:o, s:o, s:i}", "final_answers", answers,
                      "final_answer", label_or_null(best), "correct",
                      truth < 0 || best < 0 ? json_null() : json_boolean(best == truth),
                      "rounds_completed", rounds_done);
@@ -124,7 +124,7 @@ static json_t *question_json(const pl_job_question *q)
     json_t *ch = json_array();
     for (int i = 0; i < q->n_choices; i++)
         json_array_append_new(ch, json_string(q->choices[i]));
-    return json_pack("{s:s, s:s, s:o, s:o, s:o}", "id", q->id, "text", q->text,
+    return pl_json_pack("{s:s, s:s, s:o, s:o, s:o}", "id", q->id, "text", q->text,
                      "choices", ch, "answer", label_or_null(q->answer), "metadata",
                      q->metadata ? json_incref(q->metadata) : json_object());
 }
@@ -136,17 +136,17 @@ json_t *job_transcript_json(pl_job *j, int q, const char *status, const char *er
     json_t *agents = json_array();
     for (int a = 0; a < j->spec.n_agents; a++) {
         const pl_job_agent *ag = &j->spec.agents[a];
-        json_array_append_new(agents, json_pack("{s:s, s:s?, s:s}", "id", ag->id,
+        json_array_append_new(agents, pl_json_pack("{s:s, s:s?, s:s}", "id", ag->id,
             "role", ag->role, "model", j->spec.models[ag->model].name));
     }
     json_t *t;
     if (!c)                      /* failed before its first request */
-        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:[], s:[]}", "question_id",
+        t = pl_json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:[], s:[]}", "question_id",
             j->spec.questions[q].id, "experiment", j->spec.experiment, "job_id", j->id,
             "status", status, "question", question_json(&j->spec.questions[q]),
             "agents", agents, "rounds", "attempts");
     else
-        t = json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:o, s:O, s:o}",
+        t = pl_json_pack("{s:s, s:s, s:s, s:s, s:o, s:o, s:i, s:o, s:O, s:o}",
         "question_id", j->spec.questions[q].id, "experiment", j->spec.experiment,
         "job_id", j->id, "status", status,
         "question", question_json(&j->spec.questions[q]), "agents", agents,
@@ -235,7 +235,7 @@ static json_t *entries_json(pl_job *j, pl_conv_pool pool, int k)
     int n = pl_convs_peek(j->convs, pool, e, k < 64 ? k : 64);
     json_t *a = json_array();
     for (int i = 0; i < n; i++)
-        json_array_append_new(a, json_pack("{s:s, s:i, s:s, s:s, s:i, s:b}",
+        json_array_append_new(a, pl_json_pack("{s:s, s:i, s:s, s:s, s:i, s:b}",
             "question_id", j->spec.questions[e[i].conversation].id,
             "round", e[i].round, "agent_id", j->spec.agents[e[i].agent].id,
             "model", j->spec.models[e[i].model].name, "attempt", e[i].attempt,
@@ -251,11 +251,11 @@ json_t *pl_job_pools_json(pl_job *j, int k)
     for (int m = 0; m < j->spec.n_models; m++) {
         int in, cap, ready;
         pl_convs_model_counts(j->convs, m, &in, &cap, &ready);
-        json_array_append_new(models, json_pack("{s:s, s:i, s:i, s:i}", "model",
+        json_array_append_new(models, pl_json_pack("{s:s, s:i, s:i, s:i}", "model",
             j->spec.models[m].name, "in_flight", in, "capacity", cap,
             "pre_departure", ready));
     }
-    return json_pack("{s:i, s:i, s:i, s:o, s:{s:o, s:o, s:o}}", "pending", c.pending,
+    return pl_json_pack("{s:i, s:i, s:i, s:o, s:{s:o, s:o, s:o}}", "pending", c.pending,
         "pre_departure", c.ready, "in_flight", c.inflight, "models", models, "first",
         "pending", entries_json(j, PL_CONV_POOL_PENDING, k),
         "pre_departure", entries_json(j, PL_CONV_POOL_READY, k),

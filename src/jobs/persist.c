@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/base/json_pack.h"
 #include "src/jobs/persist_internal.h"
 
 /* ---- the index ---- */
@@ -53,7 +54,7 @@ static int index_scan(pl_persist *p, const char *buf, size_t len, size_t *good)
  * keys, the question's metadata, the spec fingerprint and the run. */
 static json_t *index_line_of(const char *qid, json_t *t)
 {
-    json_t *o = json_pack("{s:s, s:s, s:o}", "question_id", qid, "status", "succeeded",
+    json_t *o = pl_json_pack("{s:s, s:s, s:o}", "question_id", qid, "status", "succeeded",
                           "transcript", json_sprintf("transcripts/%s.json", qid));
     if (!o)
         return NULL;
@@ -159,7 +160,7 @@ int persist_index_append(pl_persist *p, const char *qid, json_t *transcript)
 
 static json_t *manifest_new(const char *experiment)
 {
-    return json_pack("{s:s, s:{}}", "experiment", experiment, "questions");
+    return pl_json_pack("{s:s, s:{}}", "experiment", experiment, "questions");
 }
 
 json_t *persist_questions(pl_persist *p)
@@ -231,7 +232,7 @@ int persist_manifest_write(pl_persist *p)
         counts[s && !strcmp(s, "succeeded") ? 1 : s && !strcmp(s, "failed") ? 2 : 0]++;
     }
     json_object_set_new(p->manifest, "counts",
-                        json_pack("{s:i, s:i, s:i}", "pending", counts[0],
+                        pl_json_pack("{s:i, s:i, s:i}", "pending", counts[0],
                                   "succeeded", counts[1], "failed", counts[2]));
     json_object_set_new(p->manifest, "updated_at", json_integer((json_int_t)time(NULL)));
     /* Every write moves the generation, so a reader under the lock knows

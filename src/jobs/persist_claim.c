@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "src/base/json_pack.h"
 #include "src/jobs/persist_internal.h"
 
 /* The start time of pid in clock ticks since boot (/proc/PID/stat field
@@ -84,7 +85,7 @@ int persist_claimer_init(pl_persist *p, char *err, size_t errlen)
     char name[128];
     snprintf(name, sizeof name, "%s.json", p->claimer);
     p->claimer_path = persist_path_join(p->cdir, name);
-    json_t *c = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:s}", "claimer", p->claimer,
+    json_t *c = pl_json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:s}", "claimer", p->claimer,
                           "pid", (int)getpid(), "host", p->host, "pidns", p->pidns,
                           "proc_start", (json_int_t)p->proc_start, "started",
                           (json_int_t)time(NULL), "experiment", p->experiment);

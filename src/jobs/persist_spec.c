@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "src/base/json_pack.h"
 #include "src/jobs/persist_internal.h"
 
 typedef struct diff_buf {
@@ -168,7 +169,7 @@ static int check_spec(pl_persist *p, const pl_persist_spec *spec, const char *co
             earlier = json_array();
             json_object_set_new(m, "earlier_specs", earlier);
         }
-        json_array_append_new(earlier, json_pack("{s:s, s:O, s:I, s:I}", "fingerprint", old_fp,
+        json_array_append_new(earlier, pl_json_pack("{s:s, s:O, s:I, s:I}", "fingerprint", old_fp,
                                                  "spec", old, "until_generation",
                                                  (json_int_t)p->generation, "replaced_at",
                                                  (json_int_t)time(NULL)));
@@ -188,7 +189,7 @@ static void register_questions(pl_persist *p, const char *const *ids, int n,
     for (int i = 0; i < n; i++) {
         json_t *e = json_object_get(qs, ids[i]);
         if (!json_is_object(e)) {
-            e = json_pack("{s:s}", "status", "pending");
+            e = pl_json_pack("{s:s}", "status", "pending");
             json_object_set_new(qs, ids[i], e);
         }
         if (spec && spec->question_fps)
