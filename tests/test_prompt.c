@@ -14,14 +14,13 @@
 #include "src/jobs/prompt.h"
 #include "tests/helpers/model_path.h"
 
-static pl_job_spec spec(void)
+/* A two-round spec with these agents (JSON). */
+static pl_job_spec parse_agents(const char *agents)
 {
-    const char *js =
-        "{\"experiment\":\"vis\",\"models\":{\"m\":{\"backend\":\"mock\"}},"
-        "\"agents\":[{\"id\":\"a\",\"visible_to\":[\"b\"]},{\"id\":\"b\"},"
-        "{\"id\":\"mod\",\"speak_after_within_round\":[\"a\",\"b\"]}],"
-        "\"num_rounds\":2,\"validation\":{\"enabled\":false},"
-        "\"questions\":[{\"id\":\"q\",\"text\":\"T?\"}]}";
+    char js[1024];
+    snprintf(js, sizeof js, "{\"experiment\":\"vis\",\"models\":{\"m\":{\"backend\":\"mock\"}},"
+             "\"agents\":%s,\"num_rounds\":2,\"validation\":{\"enabled\":false},"
+             "\"questions\":[{\"id\":\"q\",\"text\":\"T?\"}]}", agents);
     json_t *r = json_loads(js, 0, NULL);
     pl_job_spec s;
     pl_spec_problems p = {0};
@@ -30,21 +29,19 @@ static pl_job_spec spec(void)
     return s;
 }
 
+/* a is visible to b only; mod speaks after a and b. */
+static pl_job_spec spec(void)
+{
+    return parse_agents("[{\"id\":\"a\",\"visible_to\":[\"b\"]},{\"id\":\"b\"},"
+                        "{\"id\":\"mod\",\"speak_after_within_round\":[\"a\",\"b\"]}]");
+}
+
 /* a is visible to b only; c speaks after nobody; mod speaks after a, b. */
 static pl_job_spec spec4(void)
 {
-    const char *js =
-        "{\"experiment\":\"vis\",\"models\":{\"m\":{\"backend\":\"mock\"}},"
-        "\"agents\":[{\"id\":\"a\",\"visible_to\":[\"b\"]},{\"id\":\"b\"},{\"id\":\"c\"},"
-        "{\"id\":\"mod\",\"role_specific_config\":{\"speak_after_within_round\":[\"a\",\"b\"]}}],"
-        "\"num_rounds\":2,\"validation\":{\"enabled\":false},"
-        "\"questions\":[{\"id\":\"q\",\"text\":\"T?\"}]}";
-    json_t *r = json_loads(js, 0, NULL);
-    pl_job_spec s;
-    pl_spec_problems p = {0};
-    cr_assert_eq(pl_job_spec_parse(r, NULL, &s, &p), 0);
-    json_decref(r);
-    return s;
+    return parse_agents("[{\"id\":\"a\",\"visible_to\":[\"b\"]},{\"id\":\"b\"},{\"id\":\"c\"},"
+                        "{\"id\":\"mod\",\"role_specific_config\":"
+                        "{\"speak_after_within_round\":[\"a\",\"b\"]}}]");
 }
 
 /* issue 35.5: visible_to used to hide a's reply from the moderator that
