@@ -9,12 +9,14 @@
 #include "api/jobs_api_internal.h"
 #include "api/metrics.h"
 
+/* elsewhere: claimed by another process sharing the experiment */
 static const char *question_status[] = {"succeeded", "failed", "cancelled", "active",
-                                        "waiting"};
+                                        "waiting", "elsewhere"};
+#define N_STATUS (int)(sizeof question_status / sizeof *question_status)
 
-static void question_counts(pl_jobs_api *a, double out[5], double *persisted)
+static void question_counts(pl_jobs_api *a, double out[N_STATUS], double *persisted)
 {
-    memset(out, 0, 5 * sizeof *out);
+    memset(out, 0, N_STATUS * sizeof *out);
     *persisted = 0;
     for (int i = 0; i < a->n_jobs; i++) {
         pl_job_progress p;
@@ -24,6 +26,7 @@ static void question_counts(pl_jobs_api *a, double out[5], double *persisted)
         out[2] += p.cancelled;
         out[3] += p.active;
         out[4] += p.waiting;
+        out[5] += p.elsewhere;
         *persisted += p.persisted;
     }
 }
@@ -45,11 +48,11 @@ static void jobs_by_state(pl_jobs_api *a, struct evbuffer *b)
 
 static void questions(pl_jobs_api *a, struct evbuffer *b)
 {
-    double c[5], persisted;
+    double c[N_STATUS], persisted;
     question_counts(a, c, &persisted);
     pl_prom_family(b, "parley:job_questions", "gauge",
                    "Questions (conversations) of all jobs by status.");
-    for (int s = 0; s < 5; s++) {
+    for (int s = 0; s < N_STATUS; s++) {
         char l[64];
         snprintf(l, sizeof l, "status=\"%s\"", question_status[s]);
         pl_prom_sample(b, "parley:job_questions", "", l, c[s]);
