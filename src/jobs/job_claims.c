@@ -28,8 +28,9 @@ static char *served_of(pl_backend *b)
     return s;
 }
 
-/* Enough conversations to keep every model busy several times over; a
- * second process sharing the experiment claims from the rest. */
+/* Enough conversations to keep every model busy several times over, and a
+ * 16th of a big job (each claim step rewrites the manifest: O(questions));
+ * a second process sharing the experiment claims from the rest. */
 static int claim_window(const pl_job *j)
 {
     long cap = 0;
@@ -40,6 +41,8 @@ static int claim_window(const pl_job *j)
         cap += c > 0 ? c : 1;
     }
     long w = 4 * cap < 64 ? 64 : 4 * cap;
+    if (w < j->spec.n_questions / 16)
+        w = j->spec.n_questions / 16;
     return w > j->spec.n_questions ? j->spec.n_questions : (int)w;
 }
 

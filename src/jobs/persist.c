@@ -195,10 +195,10 @@ void persist_manifest_set(pl_persist *p, const char *qid, const char *status,
     json_object_del(e, "by");
     if (error)
         json_object_set_new(e, "error", json_string(error));
-    if (strcmp(status, "pending") != 0) {
+    if (strcmp(status, "pending") != 0)       /* who made it, for claims */
         json_object_set_new(e, "by", json_string(p->claimer));
+    if (!strcmp(status, "failed"))            /* when: this session's or older */
         json_object_set_new(e, "gen", json_integer(p->generation + 1));
-    }
 }
 
 /* Re-read the manifest; called under the lock before every update, so no

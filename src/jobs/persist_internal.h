@@ -59,7 +59,8 @@ char *persist_read_file(const char *path, size_t *len);
 json_t *persist_questions(pl_persist *p);
 const char *persist_status(pl_persist *p, const char *qid);
 /** A status ("pending", "succeeded", "failed"), dropping any claim; a
- *  terminal one records who (by) and when (gen: the next generation). */
+ *  terminal one records who (by), a failure also when (gen: the next
+ *  generation, so a failure of this session is told from an older one). */
 void persist_manifest_set(pl_persist *p, const char *qid, const char *status,
                           const char *error);
 /** Append qid's index line (from the transcript or its stub). -1 with
