@@ -54,7 +54,7 @@ def check_never_claims_missing(exp_dir, experiment):
         with open(path) as f:
             for line in f:
                 index.add(json.loads(line)["question_id"])
-    assert index <= ok | set(), "indexed but not succeeded in the manifest: %s" % (index - ok)
+    assert index <= ok, "indexed but not succeeded in the manifest: %s" % (index - ok)
     for q in ok | index:
         with open(os.path.join(exp_dir, "transcripts", q + ".json")) as f:
             assert json.load(f)["status"] == "succeeded", q
@@ -72,7 +72,10 @@ def test_run_on_a_full_disk_fails_and_resumes(small_fs, tmp_path):
     assert "%d/%d succeeded" % (NQ, NQ) not in r.stderr
     ok, failed = check_never_claims_missing(str(small_fs / "full"), "full")
     assert len(ok) < NQ, "the disk filled before the end"
-    assert any("No space left on device" in e for e in failed.values()) or len(failed) == 0
+    # A question recorded as failed says why (when the manifest itself
+    # could still be written); the others stay pending.
+    for q, e in failed.items():
+        assert "No space left on device" in e, (q, e)
     # Room again: the resume redoes every question not recorded as done.
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
