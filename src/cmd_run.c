@@ -407,7 +407,7 @@ static void print_summary(pl_job *j)
         fprintf(stderr, " (%d by other processes, %d still running there)", p.done_elsewhere,
                 p.elsewhere);
     if (p.write_failed)
-        fprintf(stderr, "; %d results could not be written (a re-run redoes them)",
+        fprintf(stderr, "; %d results could not be recorded (a re-run redoes what is missing)",
                 p.write_failed);
     fprintf(stderr, "; accuracy %d/%d correct/answered over the experiment (this run %d/%d), "
             "%d re-prompts%s%s\n", p.correct, p.answered, p.run_correct, p.run_answered,
