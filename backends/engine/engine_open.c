@@ -247,6 +247,12 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
     if (!strcmp(o->device, "cuda")) {
         if (!pl_cuda_available(err, n))
             return NULL;
+        if (pl_model_has_extensions(m)) {
+            snprintf(err, n, "the CUDA runner does not run %s's layers yet (sliding "
+                     "windows, soft-capping, q/k norms, GeGLU): use --device cpu",
+                     m->arch_name);
+            return NULL;
+        }
         want.num_blocks = 0;             /* sized from free GPU memory */
         /* 0: the model's context, capped by what the KV cache holds (the
          * CPU's 2048 default is for the CPU's memory, not the GPU's). */

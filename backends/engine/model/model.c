@@ -1,40 +1,82 @@
-/* model.c - hyperparameters and weights of a llama/qwen2 GGUF (model.h). */
+/* model.c - the tensors of a model (model.h): every layer's tensors from
+ * the slot table, as its architecture's row asks for them, shapes checked,
+ * and no tensor of the file left unused. Hyperparameters are read in
+ * model_meta.c. */
 #include "backends/engine/model/model.h"
 
 #include <math.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/model/model_internal.h"
 #include "backends/engine/model/quant.h"
 
-static int fail_(char *err, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int fail_(char *err, size_t len, const char *fmt, ...)
+#define fail_ pl_model_fail_
+
+/* The sizes a tensor's dimensions are named by. */
+typedef enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD } dim;
+
+/* One per-layer tensor: its GGUF name, a vector (float *) or a matrix
+ * (pl_weight) at `off` in pl_layer, and its shape. */
+typedef struct slot {
+    const char *fmt;
+    bool mat;
+    dim rows, cols;              /* a vector has `rows` elements */
+    size_t off;
+} slot;
+
+#define VEC(f, d, field) {f, false, d, d, offsetof(pl_layer, field)}
+#define MAT(f, r, c, field) {f, true, r, c, offsetof(pl_layer, field)}
+
+static const slot slots_[PL_T_COUNT] = {
+    [PL_T_ATTN_NORM] = VEC("blk.%d.attn_norm.weight", D_EMBD, attn_norm),
+    [PL_T_WQ] = MAT("blk.%d.attn_q.weight", D_Q, D_EMBD, wq),
+    [PL_T_WK] = MAT("blk.%d.attn_k.weight", D_KV, D_EMBD, wk),
+    [PL_T_WV] = MAT("blk.%d.attn_v.weight", D_KV, D_EMBD, wv),
+    [PL_T_WO] = MAT("blk.%d.attn_output.weight", D_EMBD, D_Q, wo),
+    [PL_T_BQ] = VEC("blk.%d.attn_q.bias", D_Q, bq),
+    [PL_T_BK] = VEC("blk.%d.attn_k.bias", D_KV, bk),
+    [PL_T_BV] = VEC("blk.%d.attn_v.bias", D_KV, bv),
+    [PL_T_Q_NORM] = VEC("blk.%d.attn_q_norm.weight", D_HEAD, attn_q_norm),
+    [PL_T_K_NORM] = VEC("blk.%d.attn_k_norm.weight", D_HEAD, attn_k_norm),
+    [PL_T_ATTN_POST_NORM] = VEC("blk.%d.post_attention_norm.weight", D_EMBD, attn_post_norm),
+    [PL_T_FFN_NORM] = VEC("blk.%d.ffn_norm.weight", D_EMBD, ffn_norm),
+    [PL_T_GATE] = MAT("blk.%d.ffn_gate.weight", D_FF, D_EMBD, w_gate),
+    [PL_T_UP] = MAT("blk.%d.ffn_up.weight", D_FF, D_EMBD, w_up),
+    [PL_T_DOWN] = MAT("blk.%d.ffn_down.weight", D_EMBD, D_FF, w_down),
+    [PL_T_FFN_POST_NORM] = VEC("blk.%d.post_ffw_norm.weight", D_EMBD, ffn_post_norm),
+};
+
+/* A load in progress: the file, the runner's packing wish and which of the
+ * file's tensors were taken. */
+typedef struct loader {
+    const pl_gguf *g;
+    pl_keep_packed_fn packed;
+    bool f32;
+    bool *used;                  /* (g->n_tensors) */
+    char *err;
+    size_t len;
+} loader;
+
+static int dim_size(const pl_model *m, dim d)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    if (err && len)
-        vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
+    switch (d) {
+    case D_EMBD: return m->n_embd;
+    case D_Q: return m->n_head * m->head_dim;
+    case D_KV: return m->n_head_kv * m->head_dim;
+    case D_FF: return m->n_ff;
+    default: return m->head_dim;
+    }
 }
 
-static int meta_int(const pl_gguf *g, const char *arch, const char *key, int def)
+static const pl_gguf_tensor *take(loader *ld, const char *name)
 {
-    char k[128];
-    uint64_t v;
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
-    return pl_gguf_get_u64(g, k, &v) == 0 ? (int)v : def;
-}
-
-static float meta_f32(const pl_gguf *g, const char *arch, const char *key, float def)
-{
-    char k[128];
-    float v;
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
-    return pl_gguf_get_f32(g, k, &v) == 0 ? v : def;
+    const pl_gguf_tensor *t = pl_gguf_tensor_find(ld->g, name);
+    if (t)
+        ld->used[t - ld->g->tensors] = true;
+    return t;
 }
 
 void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
@@ -62,31 +104,37 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
 }
 
 /* A 1-D f32 copy of a vector tensor of n elements (norms, biases). */
-static int load_vec(const pl_gguf *g, const char *fmt, int l, int n, bool required,
-                    float **out, char *err, size_t len)
+static int load_vec(loader *ld, const char *name, int n, bool required, float **out)
 {
-    char name[96];
-    snprintf(name, sizeof(name), fmt, l);
-    const pl_gguf_tensor *t = pl_gguf_tensor_find(g, name);
+    const pl_gguf_tensor *t = take(ld, name);
     *out = NULL;
     if (!t)
-        return required ? fail_(err, len, "missing tensor %s", name) : 0;
+        return required ? fail_(ld->err, ld->len, "missing tensor %s", name) : 0;
     if (t->ne[0] != (uint64_t)n || t->n_dims != 1)
-        return fail_(err, len, "tensor %s: shape [%llu] != [%d]", name,
+        return fail_(ld->err, ld->len, "tensor %s: shape [%llu] != [%d]", name,
                      (unsigned long long)t->ne[0], n);
+    size_t be = 0;
+    if (!pl_ggml_type_block(t->type, &be, NULL) || n % (int)be != 0)
+        return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
+                     pl_ggml_type_name(t->type));
     *out = malloc(sizeof(float) * (size_t)n);
     if (!*out)
-        return fail_(err, len, "out of memory");
+        return fail_(ld->err, ld->len, "out of memory");
     if (pl_dequant_row(t->type, t->data, *out, n) != 0)
-        return fail_(err, len, "tensor %s: unsupported type %s", name,
+        return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
                      pl_ggml_type_name(t->type));
+    for (int i = 0; i < n; i++)
+        if (!isfinite((*out)[i]))
+            return fail_(ld->err, ld->len, "tensor %s: element %d is not finite", name, i);
     return 0;
 }
 
-static int load_weight(const pl_gguf_tensor *t, const char *name, int rows, int cols,
-                       pl_keep_packed_fn packed, pl_weight *w, char *err, size_t len)
+static int load_weight(loader *ld, const pl_gguf_tensor *t, const char *name, int rows,
+                       int cols, pl_keep_packed_fn packed, pl_weight *w)
 {
     size_t be = 0, bb = 0;
+    char *err = ld->err;
+    size_t len = ld->len;
     if (!t)
         return fail_(err, len, "missing tensor %s", name);
     if (t->n_dims != 2 || t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows)
@@ -112,130 +160,91 @@ static int load_weight(const pl_gguf_tensor *t, const char *name, int rows, int 
     return 0;
 }
 
-static int load_mat(const pl_gguf *g, const char *fmt, int l, int rows, int cols,
-                    pl_keep_packed_fn packed, pl_weight *w, char *err, size_t len)
-{
-    char name[96];
-    snprintf(name, sizeof(name), fmt, l);
-    return load_weight(pl_gguf_tensor_find(g, name), name, rows, cols, packed, w, err, len);
-}
-
-static int load_layer(pl_model *m, const pl_gguf *g, int l, pl_keep_packed_fn packed,
-                      char *err, size_t len)
+/* Layer l's tensors: those its architecture needs (missing: an error),
+ * and its optional ones when the file has them. */
+static int load_layer(pl_model *m, loader *ld, int l)
 {
     pl_layer *y = &m->layers[l];
-    int q = m->n_head * m->head_dim, kv = m->n_head_kv * m->head_dim;
-    bool bias = m->arch == PL_MODEL_ARCH_QWEN2;
-    if (load_vec(g, "blk.%d.attn_norm.weight", l, m->n_embd, true, &y->attn_norm, err, len) ||
-        load_vec(g, "blk.%d.ffn_norm.weight", l, m->n_embd, true, &y->ffn_norm, err, len) ||
-        load_mat(g, "blk.%d.attn_q.weight", l, q, m->n_embd, packed, &y->wq, err, len) ||
-        load_mat(g, "blk.%d.attn_k.weight", l, kv, m->n_embd, packed, &y->wk, err, len) ||
-        load_mat(g, "blk.%d.attn_v.weight", l, kv, m->n_embd, packed, &y->wv, err, len) ||
-        load_mat(g, "blk.%d.attn_output.weight", l, m->n_embd, q, packed, &y->wo, err, len) ||
-        load_mat(g, "blk.%d.ffn_gate.weight", l, m->n_ff, m->n_embd, packed, &y->w_gate, err, len) ||
-        load_mat(g, "blk.%d.ffn_up.weight", l, m->n_ff, m->n_embd, packed, &y->w_up, err, len) ||
-        load_mat(g, "blk.%d.ffn_down.weight", l, m->n_embd, m->n_ff, packed, &y->w_down, err, len) ||
-        load_vec(g, "blk.%d.attn_q.bias", l, q, bias, &y->bq, err, len) ||
-        load_vec(g, "blk.%d.attn_k.bias", l, kv, bias, &y->bk, err, len) ||
-        load_vec(g, "blk.%d.attn_v.bias", l, kv, bias, &y->bv, err, len))
-        return -1;
-    return 0;
-}
-
-static int load_hparams(pl_model *m, const pl_gguf *g, char *err, size_t len)
-{
-    pl_gguf_str s;
-    if (pl_gguf_get_str(g, "general.architecture", &s) != 0 || s.len >= sizeof(m->arch_name))
-        return fail_(err, len, "general.architecture missing");
-    memcpy(m->arch_name, s.ptr, s.len);
-    m->arch_name[s.len] = 0;
-    if (strcmp(m->arch_name, "llama") == 0)
-        m->arch = PL_MODEL_ARCH_LLAMA;
-    else if (strcmp(m->arch_name, "qwen2") == 0)
-        m->arch = PL_MODEL_ARCH_QWEN2;
-    else
-        return fail_(err, len, "unsupported model architecture '%s' (supported: llama, qwen2)",
-                     m->arch_name);
-    const char *a = m->arch_name;
-    m->n_layer = meta_int(g, a, "block_count", 0);
-    m->n_embd = meta_int(g, a, "embedding_length", 0);
-    m->n_ff = meta_int(g, a, "feed_forward_length", 0);
-    m->n_head = meta_int(g, a, "attention.head_count", 0);
-    m->n_head_kv = meta_int(g, a, "attention.head_count_kv", m->n_head);
-    m->n_ctx_train = meta_int(g, a, "context_length", 2048);
-    m->rope_base = meta_f32(g, a, "rope.freq_base", 10000.0f);
-    m->rms_eps = meta_f32(g, a, "attention.layer_norm_rms_epsilon", 1e-5f);
-    if (m->n_layer <= 0 || m->n_embd <= 0 || m->n_ff <= 0 || m->n_head <= 0 ||
-        m->n_head_kv <= 0 || m->n_head % m->n_head_kv != 0)
-        return fail_(err, len, "bad hyperparameters: layers %d embd %d ff %d heads %d/%d",
-                     m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv);
-    m->head_dim = meta_int(g, a, "attention.key_length", m->n_embd / m->n_head);
-    m->n_rot = meta_int(g, a, "rope.dimension_count", m->head_dim);
-    if (m->head_dim <= 0 || m->head_dim % 2 || m->n_rot > m->head_dim || m->n_rot % 2)
-        return fail_(err, len, "bad head_dim %d / rope dims %d", m->head_dim, m->n_rot);
-    m->rope_neox = m->arch == PL_MODEL_ARCH_QWEN2;
-    uint64_t v;
-    m->bos_id = pl_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == 0 ? (int32_t)v : -1;
-    m->eos_id = pl_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) == 0 ? (int32_t)v : -1;
-    return 0;
-}
-
-static int load_rope(pl_model *m, const pl_gguf *g, char *err, size_t len)
-{
-    char type[32] = "none", k[128];
-    pl_gguf_str s;
-    snprintf(k, sizeof(k), "%s.rope.scaling.type", m->arch_name);
-    if (pl_gguf_get_str(g, k, &s) == 0 && s.len < sizeof(type)) {
-        memcpy(type, s.ptr, s.len);
-        type[s.len] = 0;
-    }
-    if (strcmp(type, "none") && strcmp(type, "linear") && strcmp(type, "llama3"))
-        return fail_(err, len, "unsupported rope scaling type '%s'", type);
-    const char *a = m->arch_name;
-    float factor = meta_f32(g, a, "rope.scaling.factor", 1.0f);
-    float lo = meta_f32(g, a, "rope.scaling.low_freq_factor", 1.0f);
-    float hi = meta_f32(g, a, "rope.scaling.high_freq_factor", 4.0f);
-    int orig = meta_int(g, a, "rope.scaling.original_context_length", m->n_ctx_train);
-    float *factors = NULL;
-    if (pl_gguf_tensor_find(g, "rope_freqs.weight")) {
-        if (load_vec(g, "rope_freqs.weight", 0, m->n_rot / 2, true, &factors, err, len))
+    uint32_t need = m->info->need, want = need | m->info->optional;
+    for (int s = 0; s < PL_T_COUNT; s++) {
+        if (!(want & PL_T_BIT(s)))
+            continue;
+        const slot *sl = &slots_[s];
+        char name[96];
+        snprintf(name, sizeof name, sl->fmt, l);
+        bool required = need & PL_T_BIT(s);
+        int rc;
+        if (sl->mat) {
+            const pl_gguf_tensor *t = take(ld, name);
+            if (!t && !required)
+                continue;
+            rc = load_weight(ld, t, name, dim_size(m, sl->rows), dim_size(m, sl->cols),
+                             ld->f32 ? NULL : ld->packed, (pl_weight *)((char *)y + sl->off));
+        } else {
+            rc = load_vec(ld, name, dim_size(m, sl->rows), required,
+                          (float **)(void *)((char *)y + sl->off));
+        }
+        if (rc)
             return -1;
-        strcpy(type, "none");    /* the factors already carry the scaling */
     }
-    m->rope_inv_freq = malloc(sizeof(float) * (size_t)(m->n_rot / 2));
-    if (!m->rope_inv_freq) {
-        free(factors);
-        return fail_(err, len, "out of memory");
-    }
-    pl_model_rope_freqs(m->rope_inv_freq, m->n_rot, m->rope_base, type, factor, lo, hi,
-                        orig, factors);
-    free(factors);
     return 0;
 }
 
-static int load_globals(pl_model *m, const pl_gguf *g, pl_keep_packed_fn packed,
-                        bool f32, char *err, size_t len)
+/* token_embd, output (or tied), output_norm. */
+static int load_globals(pl_model *m, loader *ld)
 {
-    const pl_gguf_tensor *te = pl_gguf_tensor_find(g, "token_embd.weight");
+    const pl_gguf_tensor *te = take(ld, "token_embd.weight");
     if (!te)
-        return fail_(err, len, "missing tensor token_embd.weight");
+        return fail_(ld->err, ld->len, "missing tensor token_embd.weight");
+    if (te->n_dims != 2 || te->ne[1] == 0 || te->ne[1] > INT32_MAX)
+        return fail_(ld->err, ld->len, "tensor token_embd.weight: bad shape");
     m->n_vocab = (int)te->ne[1];
-    int nv = meta_int(g, m->arch_name, "vocab_size", m->n_vocab);
-    if (nv != m->n_vocab)
-        return fail_(err, len, "vocab_size %d != token_embd rows %d", nv, m->n_vocab);
-    const pl_gguf_tensor *to = pl_gguf_tensor_find(g, "output.weight");
+    uint64_t nv;
+    char k[96];
+    snprintf(k, sizeof k, "%s.vocab_size", m->arch_name);
+    if (pl_gguf_find(ld->g, k) && (pl_gguf_get_u64(ld->g, k, &nv) != 0 ||
+                                   nv != (uint64_t)m->n_vocab))
+        return fail_(ld->err, ld->len, "%s: does not equal token_embd.weight's %d rows", k,
+                     m->n_vocab);
+    const pl_gguf_tensor *to = m->info->output_tied ? NULL : take(ld, "output.weight");
     m->tied = to == NULL;
     /* The embedding is gathered row by row, so it only needs f32 when tied
      * (then it is the output head too). */
-    if (load_weight(te, "token_embd.weight", m->n_vocab, m->n_embd,
-                    f32 && m->tied ? NULL : packed, &m->tok_embd, err, len))
+    if (load_weight(ld, te, "token_embd.weight", m->n_vocab, m->n_embd,
+                    ld->f32 && m->tied ? NULL : ld->packed, &m->tok_embd))
         return -1;
     if (m->tied)
         m->output = m->tok_embd;
-    else if (load_weight(to, "output.weight", m->n_vocab, m->n_embd, f32 ? NULL : packed,
-                             &m->output, err, len))
+    else if (load_weight(ld, to, "output.weight", m->n_vocab, m->n_embd,
+                         ld->f32 ? NULL : ld->packed, &m->output))
         return -1;
-    return load_vec(g, "output_norm.weight", 0, m->n_embd, true, &m->output_norm, err, len);
+    return load_vec(ld, "output_norm.weight", m->n_embd, true, &m->output_norm);
+}
+
+/* llama3's rope_freqs.weight (llama files only, as llama.cpp reads it). */
+static int load_rope(pl_model *m, loader *ld)
+{
+    float *factors = NULL;
+    if (m->arch == PL_MODEL_ARCH_LLAMA && pl_gguf_tensor_find(ld->g, "rope_freqs.weight") &&
+        load_vec(ld, "rope_freqs.weight", m->n_rot / 2, true, &factors))
+        return -1;
+    int rc = pl_model_read_rope_(m, ld->g, factors, ld->err, ld->len);
+    free(factors);
+    return rc;
+}
+
+/* A tensor no slot took would be silently ignored: refuse the file (as
+ * llama.cpp does: "wrong number of tensors"). */
+static int check_all_used(const loader *ld, const pl_model *m)
+{
+    for (uint64_t i = 0; i < ld->g->n_tensors; i++) {
+        if (ld->used[i])
+            continue;
+        const pl_gguf_str *n = &ld->g->tensors[i].name;
+        return fail_(ld->err, ld->len, "tensor %.*s: not used by architecture %s (refusing "
+                     "to ignore it)", (int)(n->len > 96 ? 96 : n->len), n->ptr, m->arch_name);
+    }
+    return 0;
 }
 
 int pl_keep_packed_all(pl_ggml_type t)
@@ -246,28 +255,46 @@ int pl_keep_packed_all(pl_ggml_type t)
 
 pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, size_t len)
 {
-    bool f32 = opts ? opts->keep_f32 : true;
-    pl_keep_packed_fn packed = opts ? opts->keep_packed : NULL;
+    loader ld = {.g = g, .f32 = opts ? opts->keep_f32 : true,
+                 .packed = opts ? opts->keep_packed : NULL, .err = err, .len = len};
     pl_model *m = calloc(1, sizeof(*m));
-    if (!m) {
+    ld.used = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *ld.used);
+    if (!m || !ld.used) {
         fail_(err, len, "out of memory");
-        return NULL;
+        goto fail;
     }
-    if (load_hparams(m, g, err, len) || load_rope(m, g, err, len) ||
-        load_globals(m, g, packed, f32, err, len))
+    if (pl_model_read_arch_(m, g, err, len) || pl_model_read_hparams_(m, g, err, len))
         goto fail;
     m->layers = calloc((size_t)m->n_layer, sizeof(*m->layers));
     if (!m->layers) {
         fail_(err, len, "out of memory");
         goto fail;
     }
+    if (pl_model_read_swa_(m, g, err, len) || load_rope(m, &ld) || load_globals(m, &ld))
+        goto fail;
     for (int l = 0; l < m->n_layer; l++)
-        if (load_layer(m, g, l, f32 ? NULL : packed, err, len))
+        if (load_layer(m, &ld, l))
             goto fail;
+    if (check_all_used(&ld, m))
+        goto fail;
+    free(ld.used);
     return m;
 fail:
+    free(ld.used);
     pl_model_free(m);
     return NULL;
+}
+
+bool pl_model_has_extensions(const pl_model *m)
+{
+    for (int l = 0; l < m->n_layer; l++) {
+        const pl_layer *y = &m->layers[l];
+        if (y->n_swa || y->attn_q_norm || y->attn_k_norm || y->attn_post_norm ||
+            y->ffn_post_norm)
+            return true;
+    }
+    return m->attn_softcap > 0 || m->final_softcap > 0 || m->embd_scale != 1.0f ||
+           m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim);
 }
 
 void pl_model_free(pl_model *m)
@@ -276,14 +303,13 @@ void pl_model_free(pl_model *m)
         return;
     for (int l = 0; m->layers && l < m->n_layer; l++) {
         pl_layer *y = &m->layers[l];
-        free(y->attn_norm);
-        free(y->ffn_norm);
-        free(y->bq);
-        free(y->bk);
-        free(y->bv);
-        pl_weight *ws[] = {&y->wq, &y->wk, &y->wv, &y->wo, &y->w_gate, &y->w_up, &y->w_down};
-        for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
-            free(ws[i]->f32);
+        for (int s = 0; s < PL_T_COUNT; s++) {
+            char *field = (char *)y + slots_[s].off;
+            if (slots_[s].mat)
+                free(((pl_weight *)(void *)field)->f32);
+            else
+                free(*(float **)(void *)field);
+        }
     }
     free(m->layers);
     free(m->tok_embd.f32);
@@ -291,5 +317,6 @@ void pl_model_free(pl_model *m)
         free(m->output.f32);
     free(m->output_norm);
     free(m->rope_inv_freq);
+    free(m->rope_inv_freq_swa);
     free(m);
 }

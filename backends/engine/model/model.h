@@ -2,9 +2,33 @@
  * hyperparameters from metadata, weights borrowed from the mapping, and f32
  * copies for the batched (BLAS) path.
  *
- * Architectures: llama (Llama 2/3, SmolLM2, TinyLlama, Mistral) and qwen2
- * (q/k/v biases, NEOX rope). Weights are (rows = output features,
- * cols = input features), ne[0] = cols contiguous, as GGUF stores them.
+ * Architectures come from one table (model_arch.c, pl_arch): llama (Llama
+ * 2/3, SmolLM2, TinyLlama, Mistral, with a sliding window when the file
+ * declares one), qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm),
+ * gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping, alternate
+ * sliding layers) and gemma3 (gemma2's blocks, q/k norms, 5 local layers
+ * per global one with their own RoPE base). Each row says which tensors the
+ * architecture needs, which are optional, and its per-layer properties;
+ * every number comes from the file's metadata (model_meta.c), and a key
+ * parley does not implement is refused at load, naming the key.
+ *
+ * Weights are (rows = output features, cols = input features), ne[0] = cols
+ * contiguous, as GGUF stores them. One layer's forward pass, for the runners:
+ *
+ *   h  = rmsnorm(x, attn_norm)
+ *   q, k, v = h @ wq^T (+ bq), h @ wk^T (+ bk), h @ wv^T (+ bv)
+ *   q, k = rmsnorm per head (attn_q_norm, attn_k_norm)     when present
+ *   q, k = rope(q, k; layer's rope_inv_freq, rope_neox)
+ *   a  = softmax(softcap(attn_scale * q.k) over positions (pos - n_swa, pos]) v
+ *   o  = a @ wo^T;  o = rmsnorm(o, attn_post_norm)          when present
+ *   x += o
+ *   h  = rmsnorm(x, ffn_norm)
+ *   f  = act(h @ w_gate^T) * (h @ w_up^T) @ w_down^T        act: SiLU | GELU-tanh
+ *   f  = rmsnorm(f, ffn_post_norm)                          when present
+ *   x += f
+ *
+ * with x = token_embd[id] * embd_scale at the start and
+ * logits = softcap(rmsnorm(x, output_norm) @ output^T; final_softcap).
  */
 #ifndef PL_MODEL_H
 #define PL_MODEL_H
@@ -18,7 +42,79 @@
 typedef enum pl_model_arch {
     PL_MODEL_ARCH_LLAMA = 0,
     PL_MODEL_ARCH_QWEN2,
+    PL_MODEL_ARCH_QWEN3,
+    PL_MODEL_ARCH_GEMMA2,
+    PL_MODEL_ARCH_GEMMA3,
+    PL_MODEL_ARCH_COUNT,
 } pl_model_arch;
+
+/** The feed-forward's gate activation: act(gate) * up. */
+typedef enum pl_ffn_act {
+    PL_FFN_SILU = 0,             /**< SwiGLU: g / (1 + exp(-g)) */
+    PL_FFN_GELU_TANH,            /**< GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+} pl_ffn_act;
+
+/** The per-layer tensors an architecture may have (bits of pl_arch's
+ *  `need` and `optional`); names and shapes are in model.c's slot table. */
+typedef enum pl_tensor_slot {
+    PL_T_ATTN_NORM = 0,          /**< blk.N.attn_norm.weight (n_embd) */
+    PL_T_WQ,                     /**< blk.N.attn_q.weight */
+    PL_T_WK,                     /**< blk.N.attn_k.weight */
+    PL_T_WV,                     /**< blk.N.attn_v.weight */
+    PL_T_WO,                     /**< blk.N.attn_output.weight */
+    PL_T_BQ,                     /**< blk.N.attn_q.bias */
+    PL_T_BK,                     /**< blk.N.attn_k.bias */
+    PL_T_BV,                     /**< blk.N.attn_v.bias */
+    PL_T_Q_NORM,                 /**< blk.N.attn_q_norm.weight (head_dim) */
+    PL_T_K_NORM,                 /**< blk.N.attn_k_norm.weight (head_dim) */
+    PL_T_ATTN_POST_NORM,         /**< blk.N.post_attention_norm.weight (n_embd) */
+    PL_T_FFN_NORM,               /**< blk.N.ffn_norm.weight (n_embd) */
+    PL_T_GATE,                   /**< blk.N.ffn_gate.weight */
+    PL_T_UP,                     /**< blk.N.ffn_up.weight */
+    PL_T_DOWN,                   /**< blk.N.ffn_down.weight */
+    PL_T_FFN_POST_NORM,          /**< blk.N.post_ffw_norm.weight (n_embd) */
+    PL_T_COUNT,
+} pl_tensor_slot;
+
+#define PL_T_BIT(s) (1u << (s))
+
+/** One row of the architecture table (model_arch.c): how a
+ *  general.architecture reads its file. */
+typedef struct pl_arch {
+    const char *name;            /**< general.architecture */
+    pl_model_arch arch;
+    uint32_t need;               /**< PL_T_BIT()s every layer must have */
+    uint32_t optional;           /**< PL_T_BIT()s a layer may have */
+    bool rope_neox;              /**< rotate (x[i], x[i + n_rot/2]), else adjacent pairs */
+    pl_ffn_act act;
+    bool embd_scale;             /**< x = embedding * sqrt(n_embd) (gemma) */
+    bool output_tied;            /**< the output head is always token_embd
+                                      (gemma2: an output.weight is refused) */
+    bool norm_eps_required;      /**< layer_norm_rms_epsilon must be present */
+    bool attn_softcap;           /**< reads attn_logit_softcapping (default
+                                      attn_softcap_default) */
+    bool final_softcap;          /**< reads final_logit_softcapping (default
+                                      final_softcap_default) */
+    float attn_softcap_default, final_softcap_default;
+    /** Sliding layers by default (llama.cpp's set_swa_pattern): 0, none
+     *  (attention.sliding_window is refused); 1, every layer when the file
+     *  gives attention.sliding_window (Mistral); p > 1, layer il slides iff
+     *  il % p < p - 1. attention.sliding_window_pattern overrides it. */
+    int swa_period;
+    int swa_window_default;      /**< window when the key is absent; 0: the
+                                      key is required (swa_period > 1) */
+    float swa_rope_base;         /**< sliding layers' RoPE base, unscaled
+                                      (gemma3: 10000); 0: the global one */
+    /** Query scale: 1/sqrt(head_dim), except for files with this many
+     *  layers (gemma 27B), where llama.cpp uses 1/sqrt(n_embd / n_head)
+     *  (query_pre_attn_scalar, which the converter does not write); 0: none. */
+    int wide_query_scale_layers;
+} pl_arch;
+
+/** The architecture table's row for a general.architecture, or NULL. */
+const pl_arch *pl_arch_find(const char *name, size_t len);
+/** Comma-separated names of the table's architectures (static). */
+const char *pl_arch_names(void);
 
 /** One weight matrix. */
 typedef struct pl_weight {
@@ -34,22 +130,49 @@ typedef struct pl_layer {
     float *attn_norm;            /**< (n_embd) */
     pl_weight wq;                /**< (n_head*head_dim, n_embd) */
     pl_weight wk, wv;            /**< (n_head_kv*head_dim, n_embd) */
-    float *bq, *bk, *bv;         /**< qwen2 biases, else NULL */
+    float *bq;                   /**< (n_head*head_dim) qwen2 bias, else NULL */
+    float *bk, *bv;              /**< (n_head_kv*head_dim) qwen2 biases, else NULL */
     pl_weight wo;                /**< (n_embd, n_head*head_dim) */
+    float *attn_q_norm;          /**< (head_dim) RMSNorm weight of each query
+                                      head before RoPE (qwen3, gemma3), else NULL */
+    float *attn_k_norm;          /**< (head_dim) the same for each key head */
+    float *attn_post_norm;       /**< (n_embd) RMSNorm of the attention output
+                                      before the residual add (gemma), else NULL */
     float *ffn_norm;             /**< (n_embd) */
     pl_weight w_gate, w_up;      /**< (n_ff, n_embd) */
     pl_weight w_down;            /**< (n_embd, n_ff) */
+    float *ffn_post_norm;        /**< (n_embd) RMSNorm of the feed-forward
+                                      output before the residual add (gemma) */
+    int n_swa;                   /**< sliding window: a row at position p
+                                      attends to (p - n_swa, p]; 0: to all */
+    const float *rope_inv_freq;  /**< (n_rot/2) this layer's frequencies: the
+                                      model's rope_inv_freq or
+                                      rope_inv_freq_swa (borrowed) */
 } pl_layer;
 
 typedef struct pl_model {
     pl_model_arch arch;
+    const pl_arch *info;         /**< its row of the architecture table */
     char arch_name[32];
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int n_ctx_train;             /**< context length from metadata */
     int n_rot;                   /**< rotated dims per head */
     bool rope_neox;
     float rope_base, rms_eps;
-    float *rope_inv_freq;        /**< (n_rot/2), scaling applied */
+    float *rope_inv_freq;        /**< (n_rot/2) global layers, scaling applied */
+    float rope_base_swa;         /**< sliding layers' base (= rope_base unless
+                                      the architecture has its own) */
+    float *rope_inv_freq_swa;    /**< (n_rot/2) sliding layers' table, or NULL
+                                      when they use rope_inv_freq */
+    float attn_scale;            /**< multiplies q.k before soft-capping */
+    float attn_softcap;          /**< scores become c * tanh(s / c); 0: none */
+    float final_softcap;         /**< logits likewise; 0: none */
+    float embd_scale;            /**< embedding rows are multiplied by it (1, or
+                                      sqrt(n_embd) for gemma) */
+    pl_ffn_act ffn_act;
+    int n_swa;                   /**< the sliding window of local layers; 0: no
+                                      layer slides */
+    int n_swa_layers;            /**< how many layers slide */
     int32_t bos_id, eos_id;      /**< -1 when absent */
     pl_weight tok_embd;          /**< (n_vocab, n_embd) */
     pl_weight output;            /**< (n_vocab, n_embd); equals tok_embd when tied */
@@ -73,11 +196,19 @@ typedef struct pl_model_opts {
 } pl_model_opts;
 
 /** Load from an opened GGUF (borrowed: must outlive the model). opts may be
- *  NULL (keep_f32 = true). Returns NULL with a message naming the
- *  unsupported architecture, tensor type or mismatched shape. */
+ *  NULL (keep_f32 = true). Returns NULL with one line in err naming the
+ *  metadata key or tensor at fault: an unknown architecture, a missing or
+ *  mistyped key, a feature parley does not implement, a missing, misshaped
+ *  or unused tensor, an unsupported tensor type. */
 pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts,
                         char *err, size_t errlen);
 void pl_model_free(pl_model *m);
+
+/** Whether any layer of m needs more than the llama/qwen2 blocks: a sliding
+ *  window, soft-capping, q/k norms, post-norms, GeGLU, scaled embeddings or
+ *  a query scale other than 1/sqrt(head_dim). For runners that do not run
+ *  those yet. */
+bool pl_model_has_extensions(const pl_model *m);
 
 /** Compute rope inverse frequencies: base^(-2i/n_rot), then llama3-style or
  *  linear scaling (type "llama3"/"linear"/"none"), then divided by

@@ -1,0 +1,26 @@
+/* model_internal.h - what model.c (tensors) and model_meta.c
+ * (hyperparameters) share. Not for use outside backends/engine/model/. */
+#ifndef PL_MODEL_INTERNAL_H
+#define PL_MODEL_INTERNAL_H
+
+#include <stddef.h>
+
+#include "backends/engine/model/model.h"
+
+/** Format a one-line error into err; returns -1. */
+int pl_model_fail_(char *err, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/** Architecture, sizes, norms, attention scale, soft-capping and the
+ *  sliding layers (each layer's n_swa; m->layers must be allocated) from
+ *  the metadata; refuses keys of features parley does not implement.
+ *  0, or -1 with err naming the key. */
+int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len);
+int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len);
+int pl_model_read_swa_(pl_model *m, const pl_gguf *g, char *err, size_t len);
+/** The RoPE tables (global and sliding) and each layer's pointer to its
+ *  own. factors: rope_freqs.weight's (n_rot/2) values or NULL. */
+int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,
+                        size_t len);
+
+#endif

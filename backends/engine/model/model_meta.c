@@ -1,0 +1,422 @@
+/* model_meta.c - a model's hyperparameters from GGUF metadata (model.h),
+ * read the way llama.cpp reads them (src/llama-model.cpp, load_hparams),
+ * strictly: a mistyped, out-of-range or contradictory value is an error
+ * naming its key, and so is a key that turns on a feature parley does not
+ * implement (experts, ALiBi, YaRN, ...): never a silent wrong answer. */
+#include "backends/engine/model/model_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LAYERS 4096
+#define MAX_DIM (1 << 20)
+
+int pl_model_fail_(char *err, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && len)
+        vsnprintf(err, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const char *type_name(pl_gguf_type t)
+{
+    static const char *const names[] = {"uint8", "int8", "uint16", "int16", "uint32",
+                                        "int32", "float32", "bool", "string", "array",
+                                        "uint64", "int64", "float64"};
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
+static bool is_int_type(pl_gguf_type t)
+{
+    return t <= PL_GGUF_TYPE_INT32 || t == PL_GGUF_TYPE_UINT64 || t == PL_GGUF_TYPE_INT64;
+}
+
+static bool is_signed_type(pl_gguf_type t)
+{
+    return t == PL_GGUF_TYPE_INT8 || t == PL_GGUF_TYPE_INT16 || t == PL_GGUF_TYPE_INT32 ||
+           t == PL_GGUF_TYPE_INT64;
+}
+
+/* "<arch>.<key>" into k. */
+static const char *arch_key(char *k, size_t n, const pl_model *m, const char *key)
+{
+    snprintf(k, n, "%s.%s", m->arch_name, key);
+    return k;
+}
+
+/* The value of an integer key, or of a per-layer array of them whose
+ * entries are all equal (llama.cpp's get_key_or_arr; parley keeps one
+ * value for every layer). */
+static int kv_int(const pl_gguf_kv *kv, const char *k, long long *out, char *err, size_t len)
+{
+    if (is_int_type(kv->type)) {
+        *out = is_signed_type(kv->type) ? kv->v.i64
+               : kv->v.u64 > LLONG_MAX ? LLONG_MAX : (long long)kv->v.u64;
+        return 0;
+    }
+    if (kv->type != PL_GGUF_TYPE_ARRAY || !is_int_type(kv->v.arr.type))
+        return pl_model_fail_(err, len, "%s: expected an integer, got %s", k,
+                              kv->type == PL_GGUF_TYPE_ARRAY ? "an array of another type"
+                                                             : type_name(kv->type));
+    if (kv->v.arr.n == 0)
+        return pl_model_fail_(err, len, "%s: empty array", k);
+    *out = pl_gguf_arr_int(kv, 0);
+    for (uint64_t i = 1; i < kv->v.arr.n; i++)
+        if (pl_gguf_arr_int(kv, i) != *out)
+            return pl_model_fail_(err, len, "%s: per-layer values that differ are not "
+                                  "supported", k);
+    return 0;
+}
+
+/* An integer in [lo, hi] under "<arch>.<key>". Absent: def when def >= lo,
+ * else an error ("required"). */
+static int meta_int(const pl_model *m, const pl_gguf *g, const char *key, long long lo,
+                    long long hi, long long def, int *out, char *err, size_t len)
+{
+    char k[128];
+    arch_key(k, sizeof k, m, key);
+    const pl_gguf_kv *kv = pl_gguf_find(g, k);
+    long long v = def;
+    if (!kv && def < lo)
+        return pl_model_fail_(err, len, "%s: missing (required by %s)", k, m->arch_name);
+    if (kv && kv_int(kv, k, &v, err, len) != 0)
+        return -1;
+    if (v < lo || v > hi)
+        return pl_model_fail_(err, len, "%s: %lld is out of range [%lld, %lld]", k, v, lo, hi);
+    *out = (int)v;
+    return 0;
+}
+
+/* A finite float > 0 under "<arch>.<key>"; absent: def, or an error when
+ * def is 0 ("required"). */
+static int meta_pos_float(const pl_model *m, const pl_gguf *g, const char *key, float def,
+                          float *out, char *err, size_t len)
+{
+    char k[128];
+    arch_key(k, sizeof k, m, key);
+    const pl_gguf_kv *kv = pl_gguf_find(g, k);
+    if (!kv) {
+        if (def <= 0)
+            return pl_model_fail_(err, len, "%s: missing (required by %s)", k, m->arch_name);
+        *out = def;
+        return 0;
+    }
+    if (kv->type != PL_GGUF_TYPE_FLOAT32 && kv->type != PL_GGUF_TYPE_FLOAT64)
+        return pl_model_fail_(err, len, "%s: expected a float, got %s", k,
+                              type_name(kv->type));
+    if (!(kv->v.f64 > 0) || !isfinite((float)kv->v.f64))
+        return pl_model_fail_(err, len, "%s: %g must be a positive finite number", k,
+                              kv->v.f64);
+    *out = (float)kv->v.f64;
+    return 0;
+}
+
+/* Keys of features parley does not implement: present with any value but
+ * `neutral` (NAN: any value at all), the file is refused. */
+typedef struct unsupported_key {
+    const char *key;             /* after "<arch>." */
+    double neutral;
+    const char *what;
+} unsupported_key;
+
+static const unsupported_key unsupported_[] = {
+    {"expert_count", 0, "mixture-of-experts layers"},
+    {"expert_used_count", 0, "mixture-of-experts layers"},
+    {"expert_shared_count", 0, "shared experts"},
+    {"leading_dense_block_count", 0, "mixture-of-experts layers"},
+    {"pooling_type", 0, "pooled embeddings (an embedding model)"},
+    {"logit_scale", 1, "a logit scale"},
+    {"embedding_scale", 1, "an embedding scale"},
+    {"residual_scale", 1, "a residual scale"},
+    {"attention.scale", NAN, "an explicit attention scale"},
+    {"attention.causal", 1, "non-causal attention"},
+    {"attention.max_alibi_bias", 0, "ALiBi"},
+    {"attention.clamp_kqv", 0, "clamped q/k/v"},
+    {"attention.q_lora_rank", 0, "multi-head latent attention"},
+    {"attention.kv_lora_rank", 0, "multi-head latent attention"},
+    {"attention.layer_norm_epsilon", NAN, "LayerNorm (parley has RMSNorm)"},
+    {"rope.dimension_sections", NAN, "multimodal RoPE sections"},
+    {"rope.scaling.attn_factor", 1, "a RoPE attention factor"},
+    {"use_parallel_residual", 0, "parallel residual blocks"},
+    {"nextn_predict_layers", 0, "multi-token prediction layers"},
+    {"ssm.conv_kernel", NAN, "state-space layers"},
+    {"wkv.head_size", NAN, "RWKV layers"},
+};
+
+/* The value of a scalar key as a number; NAN for strings and arrays. */
+static double kv_number(const pl_gguf_kv *kv)
+{
+    if (kv->type == PL_GGUF_TYPE_BOOL)
+        return kv->v.b;
+    if (kv->type == PL_GGUF_TYPE_FLOAT32 || kv->type == PL_GGUF_TYPE_FLOAT64)
+        return kv->v.f64;
+    if (is_int_type(kv->type))
+        return is_signed_type(kv->type) ? (double)kv->v.i64 : (double)kv->v.u64;
+    return NAN;
+}
+
+static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    for (size_t i = 0; i < sizeof unsupported_ / sizeof unsupported_[0]; i++) {
+        const unsupported_key *u = &unsupported_[i];
+        const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, u->key));
+        if (!kv)
+            continue;
+        double v = kv_number(kv);
+        if (!isnan(u->neutral) && v == u->neutral)
+            continue;
+        return pl_model_fail_(err, len, "%s: %s is not supported", k, u->what);
+    }
+    uint64_t n;
+    if (pl_gguf_find(g, "split.count") &&
+        (pl_gguf_get_u64(g, "split.count", &n) != 0 || n > 1))
+        return pl_model_fail_(err, len, "split.count: a model split over several files "
+                              "is not supported (merge it with llama-gguf-split)");
+    return 0;
+}
+
+int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    const pl_gguf_kv *kv = pl_gguf_find(g, "general.architecture");
+    if (!kv)
+        return pl_model_fail_(err, len, "general.architecture: missing");
+    if (kv->type != PL_GGUF_TYPE_STRING)
+        return pl_model_fail_(err, len, "general.architecture: expected a string, got %s",
+                              type_name(kv->type));
+    pl_gguf_str s = kv->v.str;
+    m->info = pl_arch_find(s.ptr, s.len);
+    if (!m->info)
+        return pl_model_fail_(err, len, "general.architecture: unsupported model "
+                              "architecture '%.*s' (supported: %s)",
+                              (int)(s.len > 64 ? 64 : s.len), s.ptr, pl_arch_names());
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", m->info->name);
+    m->arch = m->info->arch;
+    m->rope_neox = m->info->rope_neox;
+    m->ffn_act = m->info->act;
+    return 0;
+}
+
+/* Head sizes: key_length (default n_embd / n_head), value_length equal to
+ * it, rotated dims (default all) even and within the head. */
+static int read_heads(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    if (meta_int(m, g, "attention.head_count", 1, MAX_DIM, -1, &m->n_head, err, len) ||
+        meta_int(m, g, "attention.head_count_kv", 1, m->n_head, m->n_head, &m->n_head_kv,
+                 err, len))
+        return -1;
+    char k[128];
+    if (m->n_head % m->n_head_kv != 0)
+        return pl_model_fail_(err, len, "%s: %d query heads are not a multiple of %d",
+                              arch_key(k, sizeof k, m, "attention.head_count_kv"), m->n_head,
+                              m->n_head_kv);
+    int hd_def = m->n_embd / m->n_head, vd;
+    if (meta_int(m, g, "attention.key_length", 2, 4096, hd_def >= 2 ? hd_def : -1,
+                 &m->head_dim, err, len) ||
+        meta_int(m, g, "attention.value_length", 1, 4096, m->head_dim, &vd, err, len))
+        return -1;
+    if (vd != m->head_dim)
+        return pl_model_fail_(err, len, "%s: %d differs from key_length %d (not supported)",
+                              arch_key(k, sizeof k, m, "attention.value_length"), vd,
+                              m->head_dim);
+    if (meta_int(m, g, "rope.dimension_count", 2, m->head_dim, m->head_dim, &m->n_rot, err,
+                 len))
+        return -1;
+    /* Newer converters may write the sliding layers' sizes apart. */
+    int kd, vd2, rd;
+    if (meta_int(m, g, "attention.key_length_swa", 1, 4096, m->head_dim, &kd, err, len) ||
+        meta_int(m, g, "attention.value_length_swa", 1, 4096, m->head_dim, &vd2, err, len) ||
+        meta_int(m, g, "rope.dimension_count_swa", 1, 4096, m->n_rot, &rd, err, len))
+        return -1;
+    if (kd != m->head_dim || vd2 != m->head_dim || rd != m->n_rot)
+        return pl_model_fail_(err, len, "%s.*_swa: sliding layers with their own head or "
+                              "rope sizes are not supported", m->arch_name);
+    if (m->head_dim % 2 || m->n_rot % 2)
+        return pl_model_fail_(err, len, "%s: head_dim %d / rope dims %d must be even",
+                              arch_key(k, sizeof k, m, "rope.dimension_count"), m->head_dim,
+                              m->n_rot);
+    return 0;
+}
+
+/* Query scale and soft-capping (gemma): from the architecture's rule and
+ * the file's keys. */
+static int read_attn_scales(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    const pl_arch *a = m->info;
+    bool wide = a->wide_query_scale_layers && m->n_layer == a->wide_query_scale_layers;
+    m->attn_scale = 1.0f / sqrtf((float)(wide ? m->n_embd / m->n_head : m->head_dim));
+    m->embd_scale = a->embd_scale ? sqrtf((float)m->n_embd) : 1.0f;
+    char k[128];
+    if (!a->attn_softcap && pl_gguf_find(g, arch_key(k, sizeof k, m, "attn_logit_softcapping")))
+        return pl_model_fail_(err, len, "%s: attention soft-capping is not part of %s", k,
+                              m->arch_name);
+    if (!a->final_softcap &&
+        pl_gguf_find(g, arch_key(k, sizeof k, m, "final_logit_softcapping")))
+        return pl_model_fail_(err, len, "%s: final soft-capping is not part of %s", k,
+                              m->arch_name);
+    if (a->attn_softcap && meta_pos_float(m, g, "attn_logit_softcapping",
+                                          a->attn_softcap_default, &m->attn_softcap, err, len))
+        return -1;
+    if (a->final_softcap && meta_pos_float(m, g, "final_logit_softcapping",
+                                           a->final_softcap_default, &m->final_softcap, err,
+                                           len))
+        return -1;
+    return 0;
+}
+
+int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    if (refuse_unsupported(m, g, err, len) ||
+        meta_int(m, g, "block_count", 1, MAX_LAYERS, -1, &m->n_layer, err, len) ||
+        meta_int(m, g, "embedding_length", 1, MAX_DIM, -1, &m->n_embd, err, len) ||
+        meta_int(m, g, "feed_forward_length", 1, MAX_DIM, -1, &m->n_ff, err, len) ||
+        meta_int(m, g, "context_length", 1, INT_MAX, 2048, &m->n_ctx_train, err, len) ||
+        read_heads(m, g, err, len) ||
+        meta_pos_float(m, g, "attention.layer_norm_rms_epsilon",
+                       m->info->norm_eps_required ? 0 : 1e-5f, &m->rms_eps, err, len) ||
+        meta_pos_float(m, g, "rope.freq_base", 10000.0f, &m->rope_base, err, len) ||
+        read_attn_scales(m, g, err, len))
+        return -1;
+    uint64_t v;
+    m->bos_id = pl_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == 0 && v <= INT32_MAX
+                ? (int32_t)v : -1;
+    m->eos_id = pl_gguf_get_u64(g, "tokenizer.ggml.eos_token_id", &v) == 0 && v <= INT32_MAX
+                ? (int32_t)v : -1;
+    return 0;
+}
+
+/* Which layers slide, from attention.sliding_window_pattern: one bool (or
+ * integer) per layer, or one integer period p (il % p < p - 1 slides, as
+ * llama.cpp's set_swa_pattern). Absent: the architecture's period. */
+static int swa_pattern(pl_model *m, const pl_gguf *g, bool *slides, char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.sliding_window_pattern"));
+    int p = m->info->swa_period;
+    if (kv && kv->type == PL_GGUF_TYPE_ARRAY) {
+        if ((kv->v.arr.type != PL_GGUF_TYPE_BOOL && !is_int_type(kv->v.arr.type)) ||
+            kv->v.arr.n != (uint64_t)m->n_layer)
+            return pl_model_fail_(err, len, "%s: expected %d booleans (one per layer)", k,
+                                  m->n_layer);
+        for (int l = 0; l < m->n_layer; l++)
+            slides[l] = pl_gguf_arr_int(kv, (uint64_t)l) != 0;
+        return 0;
+    }
+    if (kv) {
+        long long v;
+        if (kv_int(kv, k, &v, err, len) != 0)
+            return -1;
+        if (v < 0 || v > MAX_LAYERS)
+            return pl_model_fail_(err, len, "%s: %lld is out of range", k, v);
+        p = (int)v;
+    }
+    for (int l = 0; l < m->n_layer; l++)
+        slides[l] = p == 1 || (p > 1 && l % p < p - 1);
+    return 0;
+}
+
+int pl_model_read_swa_(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_arch *a = m->info;
+    bool has_key = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.sliding_window"));
+    if (a->swa_period == 0) {
+        if (has_key || pl_gguf_find(g, arch_key(k, sizeof k, m,
+                                                "attention.sliding_window_pattern")))
+            return pl_model_fail_(err, len, "%s: sliding-window attention is not part of %s "
+                                  "(llama.cpp ignores it)", k, m->arch_name);
+        return 0;
+    }
+    if (!has_key && a->swa_window_default == 0 && a->swa_period == 1)
+        return 0;                /* a llama file without a window */
+    long long def = a->swa_window_default > 0 ? a->swa_window_default : -1;
+    if (meta_int(m, g, "attention.sliding_window", 0, INT_MAX, def, &m->n_swa, err, len))
+        return -1;
+    bool *slides = calloc((size_t)m->n_layer, sizeof *slides);
+    if (!slides)
+        return pl_model_fail_(err, len, "out of memory");
+    int rc = swa_pattern(m, g, slides, err, len);
+    for (int l = 0; rc == 0 && l < m->n_layer; l++) {
+        m->layers[l].n_swa = slides[l] ? m->n_swa : 0;
+        m->n_swa_layers += slides[l] && m->n_swa > 0;
+    }
+    free(slides);
+    if (rc == 0 && m->n_swa_layers == 0)
+        m->n_swa = 0;
+    return rc;
+}
+
+/* The rope scaling of the global layers: type none, linear or llama3. */
+static int read_rope_scaling(const pl_model *m, const pl_gguf *g, char *type, size_t n,
+                             char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.scaling.type"));
+    snprintf(type, n, "none");
+    if (!kv)
+        return 0;
+    if (kv->type != PL_GGUF_TYPE_STRING)
+        return pl_model_fail_(err, len, "%s: expected a string, got %s", k,
+                              type_name(kv->type));
+    pl_gguf_str s = kv->v.str;
+    snprintf(type, n, "%.*s", (int)(s.len < n ? s.len : n - 1), s.ptr);
+    if (s.len >= n || (strcmp(type, "none") && strcmp(type, "linear") &&
+                       strcmp(type, "llama3")))
+        return pl_model_fail_(err, len, "%s: unsupported rope scaling type '%.*s' "
+                              "(supported: none, linear, llama3)", k,
+                              (int)(s.len > 32 ? 32 : s.len), s.ptr);
+    return 0;
+}
+
+int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,
+                        size_t len)
+{
+    char type[32], k[128];
+    float factor, lo, hi, base_swa = m->info->swa_rope_base;
+    int orig;
+    if (pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.freq_base_swa"))) {
+        if (base_swa <= 0)
+            return pl_model_fail_(err, len, "%s: a sliding-layer RoPE base is not part of %s",
+                                  k, m->arch_name);
+        if (meta_pos_float(m, g, "rope.freq_base_swa", 0, &base_swa, err, len))
+            return -1;
+    }
+    if (read_rope_scaling(m, g, type, sizeof type, err, len) ||
+        meta_pos_float(m, g, "rope.scaling.factor", 1.0f, &factor, err, len) ||
+        meta_pos_float(m, g, "rope.scaling.low_freq_factor", 1.0f, &lo, err, len) ||
+        meta_pos_float(m, g, "rope.scaling.high_freq_factor", 4.0f, &hi, err, len) ||
+        meta_int(m, g, "rope.scaling.original_context_length", 1, INT_MAX, m->n_ctx_train,
+                 &orig, err, len))
+        return -1;
+    if (!strcmp(type, "llama3") && !(hi > lo))
+        return pl_model_fail_(err, len, "%s.rope.scaling.high_freq_factor: %g must exceed "
+                              "low_freq_factor %g", m->arch_name, hi, lo);
+    if (factors)
+        snprintf(type, sizeof type, "none");   /* the factors carry the scaling */
+    size_t n = (size_t)(m->n_rot / 2);
+    m->rope_inv_freq = malloc(sizeof(float) * (n ? n : 1));
+    bool own = m->info->swa_rope_base > 0 && m->n_swa_layers > 0;
+    if (own)
+        m->rope_inv_freq_swa = malloc(sizeof(float) * (n ? n : 1));
+    if (!m->rope_inv_freq || (own && !m->rope_inv_freq_swa))
+        return pl_model_fail_(err, len, "out of memory");
+    pl_model_rope_freqs(m->rope_inv_freq, m->n_rot, m->rope_base, type, factor, lo, hi, orig,
+                        factors);
+    m->rope_base_swa = m->rope_base;
+    if (m->rope_inv_freq_swa) {
+        m->rope_base_swa = base_swa;
+        pl_model_rope_freqs(m->rope_inv_freq_swa, m->n_rot, m->rope_base_swa, "none", 1, 1, 4,
+                            orig, NULL);
+    }
+    for (int l = 0; l < m->n_layer; l++)
+        m->layers[l].rope_inv_freq = m->layers[l].n_swa && m->rope_inv_freq_swa
+                                     ? m->rope_inv_freq_swa : m->rope_inv_freq;
+    return 0;
+}
