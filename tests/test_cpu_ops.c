@@ -551,10 +551,10 @@ static void check_attention_parts(const pl_attn_args *a, const float *q, int g, 
     int hd = a->head_dim;
     size_t stride = (size_t)ctx + 5;
     float *sc = malloc(sizeof(float) * g * stride), *out = malloc(sizeof(float) * g * hd);
-    for (int t0 = 0; t0 < ctx; t0 += 13)       /* ranges not aligned to 8 */
+    for (int t0 = a->first; t0 < ctx; t0 += 13)   /* ranges not aligned to 8 */
         pl_op_attn_scores(a, q, g, t0, t0 + 13 < ctx ? t0 + 13 : ctx, sc, stride);
     for (int h = 0; h < g; h++)
-        pl_op_softmax(sc + (size_t)h * stride, ctx);
+        pl_op_softmax(sc + (size_t)h * stride + a->first, ctx - a->first);
     for (int d0 = 0; d0 < hd; d0 += 8)        /* each head alone, 8 or 16 dims at a time */
         for (int h = 0; h < g; h++) {
             int d1 = d0 + (h % 2 ? 8 : 16) < hd ? d0 + (h % 2 ? 8 : 16) : hd;
@@ -577,7 +577,10 @@ static void check_attention_parts(const pl_attn_args *a, const float *q, int g, 
  * register chunk), 64 and 128 (two chunks), contexts with and without a
  * tail of fewer than 8 positions, short and longer than the prefetch
  * distance. */
-static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qscale)
+/* ... over positions [first, ctx) (a sliding window), scores soft-capped
+ * at cap when cap > 0. */
+static void check_attention_wc(int hd, int g, int bs, int ctx, int f16, float qscale,
+                               int first, float cap)
 {
     enum { NKV = 2, NB = 64 };
     int kvd = NKV * hd, kh = 1;
@@ -604,25 +607,28 @@ static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qsc
                       .v_base = f16 ? (void *)(vh16 + kh * hd) : (void *)(vc + kh * hd),
                       .kv_f16 = f16, .block_table = bt,
                       .block_size = bs, .block_stride = (size_t)bs * kvd, .row_stride = kvd,
-                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd)};
+                      .head_dim = hd, .scale = 1.0f / sqrtf((float)hd), .first = first,
+                      .softcap = cap};
     pl_op_attention_ref(&a, q, g, ctx, out2, scr);
     pl_op_attention(&a, q, g, ctx, out, scr);
     check_attention_parts(&a, q, g, ctx, out);
     for (int h = 0; h < g; h++) {
         double mx = -1e30, z = 0;
-        for (int t = 0; t < ctx; t++) {
+        for (int t = first; t < ctx; t++) {
             const float *k = kc + ((size_t)bt[t / bs] * bs + t % bs) * kvd + kh * hd;
             s[t] = 0;
             for (int i = 0; i < hd; i++)
                 s[t] += (double)q[h * hd + i] * k[i];
             s[t] *= 1.0 / sqrt((double)hd);
+            if (cap > 0)
+                s[t] = cap * tanh(s[t] / cap);
             mx = fmax(mx, s[t]);
         }
-        for (int t = 0; t < ctx; t++)
+        for (int t = first; t < ctx; t++)
             z += s[t] = exp(s[t] - mx);
         for (int i = 0; i < hd; i++) {
             double o = 0;
-            for (int t = 0; t < ctx; t++)
+            for (int t = first; t < ctx; t++)
                 o += s[t] / z * vc[((size_t)bt[t / bs] * bs + t % bs) * kvd + kh * hd + i];
             cr_assert_float_eq(out[h * hd + i], o, 1e-5, "f16 %d hd %d g %d ctx %d h %d i %d: "
                                "%g vs %g", f16, hd, g, ctx, h, i, out[h * hd + i], o);
@@ -631,6 +637,11 @@ static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qsc
     }
     free(kc), free(vc), free(kh16), free(vh16), free(q), free(out), free(out2), free(scr);
     free(s);
+}
+
+static void check_attention_q(int hd, int g, int bs, int ctx, int f16, float qscale)
+{
+    check_attention_wc(hd, g, bs, ctx, f16, qscale, 0, 0.0f);
 }
 
 static void check_attention(int hd, int g, int bs, int ctx, int f16)
@@ -652,6 +663,42 @@ Test(cpu_ops, paged_attention)
         /* Scores spread over ~100: exponentials down to underflow. */
         check_attention_q(64, 3, 16, 301, f16, 60.0f);
         check_attention_q(64, 1, 16, 64, f16, 20.0f);
+    }
+}
+
+/* Sliding windows (the first attended position inside a block, on a block
+ * edge, and the last position alone) and soft-capped scores (Gemma 2),
+ * with Gemma's head dim 256: whole, in parts and the reference agree with
+ * the direct computation. */
+Test(cpu_ops, paged_attention_window_softcap)
+{
+    for (int f16 = 0; f16 < 2; f16++) {
+        check_attention_wc(256, 4, 16, 301, f16, 1.0f, 301 - 40, 0.0f);
+        check_attention_wc(256, 1, 16, 64, f16, 1.0f, 48, 0.0f);
+        check_attention_wc(64, 3, 8, 27, f16, 1.0f, 26, 0.0f);
+        check_attention_wc(64, 3, 8, 300, f16, 20.0f, 0, 5.0f);   /* the cap bites */
+        check_attention_wc(128, 2, 16, 100, f16, 20.0f, 37, 3.0f);
+    }
+}
+
+/* GeGLU against its definition in double (GELU's tanh form), and the
+ * soft-capping op against c * tanh(x / c). */
+Test(cpu_ops, geglu_and_softcap)
+{
+    enum { N = 257 };
+    float g[N], u[N], x[N], y[N];
+    for (int i = 0; i < N; i++) {
+        g[i] = x[i] = y[i] = (float)(i - N / 2) * 0.11f;
+        u[i] = 0.5f + 0.01f * (float)i;
+    }
+    pl_op_geglu(g, u, N);
+    pl_op_softcap(y, N, 4.0f);
+    for (int i = 0; i < N; i++) {
+        double v = x[i];
+        double ge = 0.5 * v * (1 + tanh(sqrt(2 / M_PI) * (v + 0.044715 * v * v * v))) * u[i];
+        cr_assert_float_eq(g[i], ge, 1e-5 * (1 + fabs(ge)), "geglu(%g)", v);
+        cr_assert_float_eq(y[i], 4.0 * tanh(v / 4.0), 1e-6, "softcap(%g)", v);
+        cr_assert_leq(fabsf(y[i]), 4.0f);
     }
 }
 

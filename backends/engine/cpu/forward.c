@@ -1,4 +1,4 @@
-/* forward.c - the llama/qwen2 forward pass over a batch of rows (forward.h).
+/* forward.c - the forward pass of model.h's layers over a batch of rows (forward.h).
  *
  * A call is one run of the thread pool: a plan of phases (norms, matmuls,
  * rope, attention, ...) whose work items the threads take in order, with a
@@ -39,7 +39,8 @@ struct pl_cpu_fwd {
     float *xo;                   /* (max_out, n_embd) */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
-    struct phase *ph;            /* (n_layer * PH_PER_LAYER + 4) the call's plan */
+    float *logits;               /* the call's logits (n_out, n_vocab) */
+    struct phase *ph;            /* (n_layer * PH_PER_LAYER + PH_OUTSIDE) the call's plan */
     int n_ph;
     struct span *spans;          /* (max_spans) the plan's matmul slices */
     int n_spans, max_spans;
@@ -86,6 +87,7 @@ typedef enum ph_kind {
     PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
     PH_FINAL_ADD,      /* x[r] += tmp[r] */
     PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
+    PH_SOFTCAP,        /* a SOFTCAP_CHUNK slice of a logits row, soft-capped */
     PH_MM,             /* one chunk of output features of mm */
 } ph_kind;
 
@@ -101,6 +103,8 @@ typedef struct phase {
 } phase;
 
 #define PH_PER_LAYER 12
+#define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
+#define SOFTCAP_CHUNK 16384      /* logits per soft-capping item */
 #define ATT_SPLIT_ROWS 2         /* most rows for the split attention */
 #define ATT_SPLIT_CTX 256        /* its default least context (attn_split_ctx) */
 #define ATT_CHUNK 128            /* positions per scores item */
@@ -262,13 +266,25 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
         k[i] += y->bk[i];
         v[i] += y->bv[i];
     }
-    int pos = b->positions[r];
-    pl_op_rope(q, m->n_head, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
-    pl_op_rope(k, m->n_head_kv, m->head_dim, m->n_rot, pos, m->rope_inv_freq, m->rope_neox);
+    int pos = b->positions[r], hd = m->head_dim;
+    for (int h = 0; y->attn_q_norm && h < m->n_head; h++)
+        pl_op_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, y->attn_q_norm, hd, m->rms_eps);
+    for (int h = 0; y->attn_k_norm && h < m->n_head_kv; h++)
+        pl_op_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, y->attn_k_norm, hd, m->rms_eps);
+    pl_op_rope(q, m->n_head, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
+    pl_op_rope(k, m->n_head_kv, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
     int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
     kv_store(f, kv_at(f, f->k_cache, l, blk), slot, k);
     kv_store(f, kv_at(f, f->v_cache, l, blk), slot, v);
+}
+
+/* The first position row r attends to in layer l: its sliding window's
+ * start, or 0. */
+static int attn_first(const pl_cpu_fwd *f, int l, int r)
+{
+    int w = f->m->layers[l].n_swa, n_ctx = f->b->positions[r] + 1;
+    return w > 0 && n_ctx > w ? n_ctx - w : 0;
 }
 
 /* The attention arguments of row r's kv head kh in layer l. */
@@ -278,7 +294,8 @@ static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
     return (pl_attn_args){.block_size = f->o.block_size,
                           .block_stride = (size_t)f->o.block_size * f->kv_dim,
                           .row_stride = (size_t)hd, .head_dim = hd,
-                          .scale = 1.0f / sqrtf((float)hd),
+                          .scale = f->m->attn_scale, .softcap = f->m->attn_softcap,
+                          .first = attn_first(f, l, r),
                           .k_base = kv_at(f, f->k_cache, l, 0) +
                                     f->kv_esz * kh * f->o.block_size * hd,
                           .v_base = kv_at(f, f->v_cache, l, 0) +
@@ -316,8 +333,8 @@ static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
     int group = m->n_head / m->n_head_kv, hd = m->head_dim;
     size_t ctx = (size_t)f->o.max_ctx;
     if (ph->kind == PH_ATT_SOFTMAX) {
-        int r = it / m->n_head;
-        pl_op_softmax(f->att_sc + (size_t)it * ctx, f->b->positions[r] + 1);
+        int r = it / m->n_head, first = attn_first(f, ph->layer, r);
+        pl_op_softmax(f->att_sc + (size_t)it * ctx + first, f->b->positions[r] + 1 - first);
         return;
     }
     int per = m->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
@@ -326,7 +343,7 @@ static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
     float *sc = f->att_sc + ((size_t)r * m->n_head + (size_t)kh * group) * ctx;
     size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
     if (ph->kind == PH_ATT_SCORES) {
-        int t0 = c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < n_ctx ? t0 + ATT_CHUNK : n_ctx;
+        int t0 = a.first + c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < n_ctx ? t0 + ATT_CHUNK : n_ctx;
         if (t0 < t1)
             pl_op_attn_scores(&a, f->q + off, group, t0, t1, sc, ctx);
         return;
@@ -347,13 +364,23 @@ static void add_row(float *x, const float *d, int n)
 static void embed_row(pl_cpu_fwd *f, int r)
 {
     const pl_weight *te = &f->m->tok_embd;
-    float *dst = f->x + (size_t)r * te->cols;
+    float *dst = f->x + (size_t)r * te->cols, sc = f->m->embd_scale;
     int32_t id = f->b->tokens[r];
     if (te->f32)
         memcpy(dst, te->f32 + (size_t)id * te->cols, sizeof(float) * te->cols);
     else
         pl_op_dequant_row(te->type, (const uint8_t *)te->q + (size_t)id * te->row_bytes,
                           dst, te->cols);
+    for (int i = 0; sc != 1.0f && i < te->cols; i++)
+        dst[i] *= sc;
+}
+
+/* x += d, d first normalised by post_norm (gemma's post-norms) when given. */
+static void add_block_out(float *x, float *d, const float *post_norm, int n, float eps)
+{
+    if (post_norm)
+        pl_op_rmsnorm(d, d, post_norm, n, eps);
+    add_row(x, d, n);
 }
 
 /* Item it of the swiglu phase: a SW_CHUNK slice of a row, and its q8
@@ -365,7 +392,10 @@ static void swiglu_item(pl_cpu_fwd *f, const mm_job *next, int it)
     int r = it / per, c0 = it % per * SW_CHUNK;
     int len = n_ff - c0 < SW_CHUNK ? n_ff - c0 : SW_CHUNK;
     size_t off = (size_t)r * n_ff + c0;
-    pl_op_swiglu(f->gate + off, f->up + off, len);
+    if (f->m->ffn_act == PL_FFN_GELU_TANH)
+        pl_op_geglu(f->gate + off, f->up + off, len);
+    else
+        pl_op_swiglu(f->gate + off, f->up + off, len);
     if (next->any_q)
         pl_op_quantize_row_q8(f->gate + off, f->xq + off / PL_QK, len);
 }
@@ -381,18 +411,21 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
     case PH_EMBED: embed_row(f, r); break;
     case PH_ATTN_IN:
         if (ph->layer > 0)
-            add_row(x, t, e);
+            add_block_out(x, t, m->layers[ph->layer - 1].ffn_post_norm, e, m->rms_eps);
         pl_op_rmsnorm(xn, x, y->attn_norm, e, m->rms_eps);
         break;
     case PH_QKV_FINISH: qkv_finish(f, ph->layer, r); break;
     case PH_FFN_IN:
-        add_row(x, t, e);
+        add_block_out(x, t, y->attn_post_norm, e, m->rms_eps);
         pl_op_rmsnorm(xn, x, y->ffn_norm, e, m->rms_eps);
         break;
     case PH_SWIGLU:
         swiglu_item(f, ph->next, r);
         return;
-    case PH_FINAL_ADD: add_row(x, t, e); break;
+    case PH_FINAL_ADD:
+        add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);
+        break;
+
     case PH_OUT_NORM:
         pl_op_rmsnorm(f->xo + (size_t)r * e, f->x + (size_t)f->out_rows[r] * e,
                       m->output_norm, e, m->rms_eps);
@@ -424,9 +457,19 @@ static int mm_phase(pl_cpu_fwd *f, phase *ph, int ith)
     return done;
 }
 
+/* Item it of the final soft-capping: a slice of one logits row. */
+static void softcap_item(pl_cpu_fwd *f, int it)
+{
+    int nv = f->m->n_vocab, per = (nv + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK;
+    int c0 = it % per * SOFTCAP_CHUNK, len = nv - c0 < SOFTCAP_CHUNK ? nv - c0 : SOFTCAP_CHUNK;
+    pl_op_softcap(f->logits + (size_t)(it / per) * nv + c0, len, f->m->final_softcap);
+}
+
 static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
-    if (ph->kind == PH_ATTN)
+    if (ph->kind == PH_SOFTCAP)
+        softcap_item(f, it);
+    else if (ph->kind == PH_ATTN)
         attn_item(f, ph, it, ith);
     else if (ph->kind >= PH_ATT_SCORES && ph->kind <= PH_ATT_VALUES)
         att_split_item(f, ph, it);
@@ -469,6 +512,9 @@ static void plan_output(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits
     f->out_rows = rows;
     phase *norm = ph_add(f, PH_OUT_NORM, -1, n, NULL);
     norm->next = ph_add_mm(f, f->xo, n, 1, w, y);
+    f->logits = logits;
+    if (m->final_softcap > 0)
+        ph_add(f, PH_SOFTCAP, -1, n * ((m->n_vocab + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK), NULL);
 }
 
 /* Query heads of a (row, kv head) go to one attention item, which reads
@@ -492,15 +538,17 @@ static int attn_split(int group, int kv_items, int nth)
 
 /* The attention phases of layer l, then an (empty) PH_ROW_Q8 phase,
  * which it returns: one PH_ATTN phase, or the split attention when there
- * are at most ATT_SPLIT_ROWS rows, more than one thread and a context of
- * at least attn_split_ctx positions. */
+ * are at most ATT_SPLIT_ROWS rows, more than one thread and a row attends
+ * to at least attn_split_ctx positions. */
 static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
 {
     const pl_model *m = f->m;
     int group = m->n_head / m->n_head_kv, kv_items = n * m->n_head_kv, max_ctx = 0;
     int nth = pl_pool_size(f->pool), min_ctx = f->o.attn_split_ctx;
-    for (int r = 0; r < n; r++)
-        max_ctx = f->b->positions[r] + 1 > max_ctx ? f->b->positions[r] + 1 : max_ctx;
+    for (int r = 0; r < n; r++) {      /* the most positions a row attends to */
+        int span = f->b->positions[r] + 1 - attn_first(f, l, r);
+        max_ctx = span > max_ctx ? span : max_ctx;
+    }
     if (min_ctx == 0)
         min_ctx = ATT_SPLIT_CTX;
     if (n <= ATT_SPLIT_ROWS && nth > 1 && min_ctx > 0 && max_ctx >= min_ctx) {
@@ -652,7 +700,7 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
                           &bad);
     f->att_sc = alloc_f((size_t)ATT_SPLIT_ROWS * m->n_head * o->max_ctx, &bad);
     f->xq = calloc(R * (f->max_in / PL_QK) + 1, sizeof(pl_q8_act));
-    f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + 4, sizeof(*f->ph));
+    f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + PH_OUTSIDE, sizeof(*f->ph));
     f->max_spans = max_spans(m, pl_pool_size(pool));
     f->spans = aligned_alloc(64, (size_t)f->max_spans * sizeof(span));
     if (bad || !f->xq || !f->ph || !f->spans)

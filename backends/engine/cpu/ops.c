@@ -61,6 +61,22 @@ void pl_op_swiglu(float *gate, const float *up, int n)
     }
 }
 
+void pl_op_geglu(float *gate, const float *up, int n)
+{
+    const float c = 0.79788456080286535588f, a = 0.044715f;   /* sqrt(2/pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(c * g * (1.0f + a * g * g))) * up[i];
+    }
+}
+
+void pl_op_softcap(float *x, int n, float cap)
+{
+    float inv = 1.0f / cap;
+    for (int i = 0; i < n; i++)
+        x[i] = cap * tanhf(x[i] * inv);
+}
+
 float pl_op_softmax(float *x, int n)
 {
     float mx = -INFINITY;
@@ -120,11 +136,21 @@ static void attn_values_ref(const pl_attn_args *a, const float *p, size_t stride
     float buf[PL_ATTN_MAX_F16_HEAD_DIM];
     for (int h = 0; h < n_q; h++)
         memset(out + (size_t)h * hd + d0, 0, sizeof(float) * (size_t)(d1 - d0));
-    for (int t = 0; t < n_ctx; t++) {
+    for (int t = a->first; t < n_ctx; t++) {
         const float *v = kv_row_f32(a, a->v_base, t, buf);
         for (int h = 0; h < n_q; h++)
             pl_op_axpy_f32(out + (size_t)h * hd + d0, p[(size_t)h * stride + t], v + d0, d1 - d0);
     }
+}
+
+/* Soft-capping after the scaled dot products, the same scalar code on
+ * every path. */
+static void scores_softcap(const pl_attn_args *a, int n_q, int t0, int t1, float *scores,
+                           size_t stride)
+{
+    if (a->softcap > 0 && t1 > t0)
+        for (int h = 0; h < n_q; h++)
+            pl_op_softcap(scores + (size_t)h * stride + t0, t1 - t0, a->softcap);
 }
 
 typedef void attn_scores_fn(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
@@ -139,16 +165,23 @@ static void attention_from(attn_scores_fn *scores, attn_values_fn *values,
                            const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                            float *out, float *scratch)
 {
-    scores(a, q, n_q, 0, n_ctx, scratch, (size_t)n_ctx);
+    scores(a, q, n_q, a->first, n_ctx, scratch, (size_t)n_ctx);
     for (int h = 0; h < n_q; h++)
-        pl_op_softmax(scratch + (size_t)h * n_ctx, n_ctx);
+        pl_op_softmax(scratch + (size_t)h * n_ctx + a->first, n_ctx - a->first);
     values(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
+}
+
+static void attn_scores_capped_ref(const pl_attn_args *a, const float *q, int n_q, int t0,
+                                   int t1, float *scores, size_t stride)
+{
+    attn_scores_ref(a, q, n_q, t0, t1, scores, stride);
+    scores_softcap(a, n_q, t0, t1, scores, stride);
 }
 
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch)
 {
-    attention_from(attn_scores_ref, attn_values_ref, a, q, n_q, n_ctx, out, scratch);
+    attention_from(attn_scores_capped_ref, attn_values_ref, a, q, n_q, n_ctx, out, scratch);
 }
 
 void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n)
@@ -302,8 +335,9 @@ static inline void att_values_pass(const pl_attn_args *a, const float *p, size_t
         for (int j = 0; j < 4; j++)
             acc[h][j] = _mm256_setzero_ps();
     const float *ph = p + (size_t)h0 * stride;
-    kv_walk w = kv_walk_at(a, a->v_base, 0), ahead = kv_walk_at(a, a->v_base, ATT_AHEAD);
-    for (int t = 0; t < n_ctx; t++) {
+    kv_walk w = kv_walk_at(a, a->v_base, a->first);
+    kv_walk ahead = kv_walk_at(a, a->v_base, a->first + ATT_AHEAD);
+    for (int t = a->first; t < n_ctx; t++) {
         const char *v = kv_walk_next(&w) + esz * i0;
         if (t + ATT_AHEAD < n_ctx)
             prefetch_row(kv_walk_next(&ahead) + esz * i0, nv * 8 * esz);
@@ -376,10 +410,12 @@ void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, i
 #ifdef PL_HAVE_X86
     if (attn_avx2(a)) {
         attn_scores_avx2(a, q, n_q, t0, t1, scores, stride);
+        scores_softcap(a, n_q, t0, t1, scores, stride);
         return;
     }
 #endif
     attn_scores_ref(a, q, n_q, t0, t1, scores, stride);
+    scores_softcap(a, n_q, t0, t1, scores, stride);
 }
 
 void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int n_q,

@@ -79,6 +79,13 @@ void pl_op_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
 /** gate[i] = silu(gate[i]) * up[i]. */
 void pl_op_swiglu(float *gate, const float *up, int n);
 
+/** gate[i] = gelu(gate[i]) * up[i], GELU's tanh form (ggml_gelu, PyTorch's
+ *  gelu(approximate="tanh")): 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))). */
+void pl_op_geglu(float *gate, const float *up, int n);
+
+/** x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft-capping); cap > 0. */
+void pl_op_softcap(float *x, int n, float cap);
+
 /** In-place softmax over n values; returns log(sum exp(x - max)) + max. */
 float pl_op_softmax(float *x, int n);
 
@@ -88,10 +95,12 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n);
 
 /**
  * Attention of one query row for the n_q query heads sharing one KV head
- * (GQA group), over n_ctx cached positions. k_rows(t)/v_rows(t) are found
- * through the block table: token t lives in block bt[t / bs], row t % bs,
- * at kv_base + block * block_stride + (t % bs) * row_stride elements, which
- * are floats, or IEEE halves when kv_f16 (head_dim <= PL_ATTN_MAX_F16_HEAD_DIM).
+ * (GQA group), over cached positions [first, n_ctx) (first > 0: a sliding
+ * window). A score is scale * q.k, soft-capped when softcap > 0.
+ * k_rows(t)/v_rows(t) are found through the block table: token t lives in
+ * block bt[t / bs], row t % bs, at kv_base + block * block_stride +
+ * (t % bs) * row_stride elements, which are floats, or IEEE halves when
+ * kv_f16 (head_dim <= PL_ATTN_MAX_F16_HEAD_DIM).
  * q: (n_q, hd); out: (n_q, hd); scratch: n_ctx floats per query head.
  */
 typedef struct pl_attn_args {
@@ -103,6 +112,10 @@ typedef struct pl_attn_args {
     size_t row_stride;           /**< floats between tokens of a block */
     int head_dim;
     float scale;
+    int first;                   /**< first position attended (sliding
+                                      window); 0: from the start */
+    float softcap;               /**< scores become softcap * tanh(s /
+                                      softcap) before the softmax; 0: none */
 } pl_attn_args;
 
 #define PL_ATTN_MAX_F16_HEAD_DIM 512
@@ -110,10 +123,11 @@ typedef struct pl_attn_args {
 void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                      float *out, float *scratch);
 /** pl_op_attention in parts, to split one query row's group over threads
- *  with every output value unchanged: the scaled scores of positions
- *  [t0, t1) into scores[h * stride + t]; then, after pl_op_softmax of each
- *  head's n_ctx scores, dims [d0, d1) of out (d0 a multiple of 8) from the
- *  probabilities p[h * stride + t]. */
+ *  with every output value unchanged: the scaled (and soft-capped) scores
+ *  of positions [t0, t1) into scores[h * stride + t]; then, after
+ *  pl_op_softmax of each head's scores [first, n_ctx), dims [d0, d1) of out
+ *  (d0 a multiple of 8) from the probabilities p[h * stride + t],
+ *  t in [first, n_ctx). */
 void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,
                        float *scores, size_t stride);
 void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int n_q,
