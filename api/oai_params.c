@@ -459,6 +459,26 @@ static int parse_guided(json_t *body, pl_sampling *s, pl_err *err)
     return 0;
 }
 
+/* vLLM's chat_template_kwargs: an object of the template's variables.
+ * enable_thinking (a boolean) is read; other keys are left to the
+ * template, which ignores what it does not use (a remote upstream gets
+ * them all with the body). */
+static int parse_template_kwargs(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    json_t *kw = get(body, "chat_template_kwargs");
+    if (!kw || json_is_null(kw))
+        return 0;
+    if (!json_is_object(kw))
+        return INVALID("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+    json_t *t = json_object_get(kw, "enable_thinking");
+    if (t && !json_is_boolean(t))
+        return INVALID("chat_template_kwargs.enable_thinking",
+                       "'chat_template_kwargs.enable_thinking' must be a boolean");
+    if (t)
+        p->thinking = json_is_true(t) ? PL_THINKING_ON : PL_THINKING_OFF;
+    return 0;
+}
+
 int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
 {
     memset(p, 0, sizeof *p);
@@ -482,6 +502,7 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
         parse_response_format(body, &p->sampling, err) < 0 ||
         parse_guided(body, &p->sampling, err) < 0 ||
         (chat && pl_oai_parse_tools(body, p, err) < 0) ||
+        (chat && parse_template_kwargs(body, p, err) < 0) ||
         get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
         get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
         return -1;
@@ -536,6 +557,7 @@ void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
     r->messages = p->messages;
     r->n_messages = p->n_messages;
     r->add_generation_prompt = true;
+    r->thinking = p->thinking;
     pl_oai_request_prompt(p, 0, r);
     r->sampling = p->sampling;
     r->priority = p->priority;

@@ -49,6 +49,7 @@ typedef struct pl_oai_params {
     bool parallel_tool_calls;    /**< default true */
     const char *tool_format;     /**< set once the model is known */
     bool tools_upstream;         /**< the backend's upstream handles tools */
+    pl_thinking thinking;        /**< chat_template_kwargs.enable_thinking */
 } pl_oai_params;
 
 enum {

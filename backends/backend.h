@@ -97,6 +97,15 @@ int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src);
 /** Free what pl_sampling_copy allocated. */
 void pl_sampling_free(pl_sampling *s);
 
+/** chat_template_kwargs.enable_thinking (vLLM's): whether a template that
+ *  has the switch (Qwen3) lets the model think. Templates without it
+ *  ignore it, as Jinja ignores an unused variable. */
+typedef enum pl_thinking {
+    PL_THINKING_DEFAULT = 0,     /**< not given: the template's default */
+    PL_THINKING_ON,
+    PL_THINKING_OFF,
+} pl_thinking;
+
 typedef struct pl_chat_message {
     const char *role;            /**< "system", "user", "assistant", ... */
     const char *content;         /**< UTF-8 text */
@@ -112,6 +121,7 @@ typedef struct pl_gen_request {
     const pl_chat_message *messages;
     int n_messages;
     bool add_generation_prompt;  /**< chat: end with the assistant header */
+    pl_thinking thinking;        /**< chat: chat_template_kwargs.enable_thinking */
     const char *prompt;
     const int32_t *prompt_tokens;
     int n_prompt_tokens;
@@ -267,6 +277,11 @@ typedef struct pl_backend_ops {
      *  "hermes" (Qwen 2.5 / Hermes <tool_call>), "llama3" (Llama 3.1 JSON),
      *  "mistral" ([TOOL_CALLS]) or "generic". May be NULL: "generic". */
     const char *(*tool_format)(pl_backend *b);
+    /** How the model marks its reasoning in a reply, by the name of vLLM's
+     *  reasoning parser: "qwen3" (<think> ... </think>, split by
+     *  backends/engine/text/reasoning.h into reasoning_content and
+     *  content), or NULL: none. May be NULL itself: none. */
+    const char *(*reasoning_format)(pl_backend *b);
     /** Retention hint (DESIGN.md, "Conversation-aware KV"): how soon the
      *  conversation with this key (a request's conversation_key) needs its
      *  cached prefix again: 0 = now, larger = later (its place in the

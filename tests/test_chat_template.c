@@ -128,10 +128,14 @@ static int check_case(json_t *c, json_t *tmpls, json_t *convs)
     int n;
     pl_chat_message *msgs = messages_of(conv, &n);
     bool agp = json_is_true(json_object_get(c, "add_generation_prompt"));
+    json_t *think = json_object_get(json_object_get(c, "kwargs"), "enable_thinking");
+    pl_chat_kwargs kw = {.enable_thinking = !think ? PL_THINKING_DEFAULT
+                                            : json_is_true(think) ? PL_THINKING_ON
+                                                                  : PL_THINKING_OFF};
     char *out = NULL;
     pl_err err = {0};
-    int rc = pl_chat_style_render(&s, msgs, n, agp, str_of(t, "bos_token"),
-                                  str_of(t, "eos_token"), &out, &err);
+    int rc = pl_chat_style_render_kw(&s, msgs, n, agp, str_of(t, "bos_token"),
+                                     str_of(t, "eos_token"), &kw, &out, &err);
     const char *want = str_of(c, "expected");
     int failed = 0;
     if (want) {

@@ -173,3 +173,39 @@ Test(oai_params, null_means_absent_and_tools_empty_is_fine)
     cr_expect_float_eq(p.sampling.temperature, 1.0, 1e-9);
     pl_oai_params_free(&p);
 }
+
+/* vLLM's chat_template_kwargs: enable_thinking reaches the request; other
+ * keys are the template's (ignored where unused, as by Jinja); a
+ * non-boolean enable_thinking or a non-object is a 400 naming it. */
+Test(oai_params, chat_template_kwargs_enable_thinking)
+{
+    static const char *const msgs = "\"messages\":[{\"role\":\"user\",\"content\":\"u\"}]";
+    static const struct { const char *kw; pl_thinking want; const char *param; } cases[] = {
+        {"", PL_THINKING_DEFAULT, NULL},
+        {",\"chat_template_kwargs\":null", PL_THINKING_DEFAULT, NULL},
+        {",\"chat_template_kwargs\":{}", PL_THINKING_DEFAULT, NULL},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":false}", PL_THINKING_OFF, NULL},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":true,\"x\":1}", PL_THINKING_ON, NULL},
+        {",\"chat_template_kwargs\":{\"enable_thinking\":\"false\"}", 0,
+         "chat_template_kwargs.enable_thinking"},
+        {",\"chat_template_kwargs\":[1]", 0, "chat_template_kwargs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char js[256];
+        snprintf(js, sizeof js, "{\"model\":\"m\",%s%s}", msgs, cases[i].kw);
+        pl_oai_params p;
+        pl_err e = {0};
+        int rc = parse(js, true, &p, &e);
+        if (cases[i].param) {
+            cr_expect_eq(rc, -1, "%s", js);
+            cr_expect_eq(e.status, 400);
+            cr_expect_str_eq(e.param, cases[i].param);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "%s: %s", js, e.message);
+        pl_gen_request r;
+        pl_oai_to_request(&p, &r);
+        cr_expect_eq(r.thinking, cases[i].want, "%s", js);
+        pl_oai_params_free(&p);
+    }
+}

@@ -341,6 +341,12 @@ static const char *eng_tool_format_(pl_backend *b)
     return e->text.tool_format ? e->text.tool_format(e->text.ud) : "generic";
 }
 
+static const char *eng_reasoning_format_(pl_backend *b)
+{
+    pl_engine *e = (pl_engine *)b;
+    return e->text.reasoning_format ? e->text.reasoning_format(e->text.ud) : NULL;
+}
+
 static int eng_max_model_len_(pl_backend *b)
 {
     return ((pl_engine *)b)->max_len;
@@ -408,6 +414,7 @@ static const pl_backend_ops engine_ops = {
     .tokenizer_info = eng_tokenizer_info_,
     .free = eng_free_,
     .tool_format = eng_tool_format_,
+    .reasoning_format = eng_reasoning_format_,
     .retain = eng_retain_,
 };
 

@@ -52,6 +52,8 @@ typedef struct pl_engine_text {
     /** The tool-call format of the chat template (backend.h,
      *  tool_format); may be NULL. */
     const char *(*tool_format)(void *ud);
+    /** The reasoning format (backend.h, reasoning_format); may be NULL. */
+    const char *(*reasoning_format)(void *ud);
     /** Frees ud when the backend is freed; may be NULL. */
     void (*free)(void *ud);
 } pl_engine_text;

@@ -54,9 +54,10 @@ static int text_encode(void *ud, const pl_gen_request *req, bool add_special, in
     int rc;
     if (req->messages) {
         char *rendered = NULL;
-        if (pl_chat_style_render(&t->style, req->messages, req->n_messages,
-                                 req->add_generation_prompt, t->bos_text, t->eos_text,
-                                 &rendered, err) < 0)
+        pl_chat_kwargs kw = {.enable_thinking = req->thinking};
+        if (pl_chat_style_render_kw(&t->style, req->messages, req->n_messages,
+                                    req->add_generation_prompt, t->bos_text, t->eos_text,
+                                    &kw, &rendered, err) < 0)
             return -1;
         /* The template writes BOS itself where the model wants one. */
         rc = pl_tokenizer_encode(t->tok, rendered, strlen(rendered), false, true, ids, n);
@@ -101,6 +102,12 @@ static const char *text_tool_format(void *ud)
     if (s->tmpl == PL_CHAT_TMPL_MISTRAL)
         return "mistral";
     return "generic";
+}
+
+static const char *text_reasoning_format(void *ud)
+{
+    const pl_chat_style *s = &((engine_text *)ud)->style;
+    return s->flags & PL_CHAT_F_QWEN3_THINK ? "qwen3" : NULL;
 }
 
 /* A special token's text, null when the vocabulary has none (or its text
@@ -183,6 +190,10 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
     }
     if (t->style.tmpl != PL_CHAT_TMPL_UNKNOWN)
         return 0;
+    if (!src.ptr && pl_chat_style_for_arch(&t->style, t->model->arch_name) == 0) {
+        pl_info("%s has no chat template: using %s's", o->model_path, t->model->arch_name);
+        return 0;
+    }
     if (o->chat_template_strict) {
         snprintf(err, n, "the model's chat template is not one parley knows "
                          "(give --chat-template: %s)", pl_chat_tmpl_names());
@@ -337,6 +348,7 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         pl_engine_model_name(o->model_path, name, sizeof name);
     pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,
                             .is_eog = text_is_eog, .tool_format = text_tool_format,
+                            .reasoning_format = text_reasoning_format,
                             .tokenizer_info = text_tokenizer_info, .free = text_free};
     pl_engine_options eo;
     pl_engine_options_defaults(&eo);

@@ -142,6 +142,8 @@ int pl_chat_style_init(pl_chat_style *s, const char *src)
     case PL_CHAT_TMPL_CHATML:
         if (has(src, "<tool_response>"))
             s->flags |= PL_CHAT_F_QWEN_TOOLS;
+        if (has(src, "</think>") && has(src, "last_query_index"))
+            s->flags |= PL_CHAT_F_QWEN3_THINK;
         return find_chatml_default_system(src, &s->default_system);
     case PL_CHAT_TMPL_LLAMA3:
         if (!has(src, "add_generation_prompt"))
@@ -156,6 +158,8 @@ int pl_chat_style_init(pl_chat_style *s, const char *src)
     case PL_CHAT_TMPL_GEMMA:
         if (has(src, "bos_token"))
             s->flags |= PL_CHAT_F_BOS;
+        if (has(src, "first_user_prefix"))
+            s->flags |= PL_CHAT_F_GEMMA_SYSTEM;
         break;
     default:
         break;
@@ -169,6 +173,16 @@ void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t)
     s->tmpl = t;
     if (t == PL_CHAT_TMPL_GEMMA)
         s->flags = PL_CHAT_F_BOS;
+}
+
+int pl_chat_style_for_arch(pl_chat_style *s, const char *arch)
+{
+    if (strcmp(arch, "gemma2") && strcmp(arch, "gemma3"))
+        return -1;
+    pl_chat_style_from_tmpl(s, PL_CHAT_TMPL_GEMMA);
+    if (!strcmp(arch, "gemma3"))
+        s->flags |= PL_CHAT_F_GEMMA_SYSTEM;
+    return 0;
 }
 
 void pl_chat_style_free(pl_chat_style *s)
@@ -318,6 +332,15 @@ int pl_chat_style_render(const pl_chat_style *s, const pl_chat_message *msgs,
                          const char *bos_text, const char *eos_text,
                          char **out, pl_err *err)
 {
+    return pl_chat_style_render_kw(s, msgs, n, add_generation_prompt, bos_text, eos_text,
+                                   NULL, out, err);
+}
+
+int pl_chat_style_render_kw(const pl_chat_style *s, const pl_chat_message *msgs,
+                            int n, bool add_generation_prompt,
+                            const char *bos_text, const char *eos_text,
+                            const pl_chat_kwargs *kw, char **out, pl_err *err)
+{
     pl_ct_buf buf = {0}, scratch = {0};
     int rc = -1;
     *out = NULL;
@@ -330,6 +353,7 @@ int pl_chat_style_render(const pl_chat_style *s, const pl_chat_message *msgs,
         goto done;
     pl_ct_ctx c = {
         .style = s, .msgs = msgs, .n = n, .agp = add_generation_prompt,
+        .enable_thinking = kw ? kw->enable_thinking : PL_THINKING_DEFAULT,
         .bos = bos_text ? bos_text : "", .eos = eos_text ? eos_text : "",
         .out = &buf, .scratch = &scratch, .err = err,
     };

@@ -52,7 +52,21 @@ enum {
     PL_CHAT_F_EOS_SPACE = 1u << 3,
     /** gemma: the template starts with bos_token (gemma-1.1 and later). */
     PL_CHAT_F_BOS = 1u << 4,
+    /** gemma: a leading system message becomes the first user turn's
+     *  prefix, its text and a blank line (Gemma 3), instead of an error. */
+    PL_CHAT_F_GEMMA_SYSTEM = 1u << 5,
+    /** chatml: Qwen3's thinking: an assistant turn's <think>...</think> is
+     *  dropped before the last user query and kept after it, and
+     *  enable_thinking=false closes an empty think block after the
+     *  generation prompt. */
+    PL_CHAT_F_QWEN3_THINK = 1u << 6,
 };
+
+/** Chat-template keyword arguments (vLLM's chat_template_kwargs), as the
+ *  templates that read them understand them. */
+typedef struct pl_chat_kwargs {
+    pl_thinking enable_thinking;
+} pl_chat_kwargs;
 
 /** A family with the variant details of one template. */
 typedef struct pl_chat_style {
@@ -90,6 +104,13 @@ int pl_chat_style_init(pl_chat_style *s, const char *jinja_src);
  *  no default system prompt; gemma with BOS; mistral as v0.2 (legacy). */
 void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t);
 
+/** The style of an architecture's official template, for a file that
+ *  carries none (Gemma 3 270M's GGUF has no tokenizer.chat_template):
+ *  gemma2 (Gemma 2's, no system role), gemma3 (Gemma 3's, the system text
+ *  folded into the first user turn). 0, or -1 (s untouched) for an
+ *  architecture without one. */
+int pl_chat_style_for_arch(pl_chat_style *s, const char *arch);
+
 /** Free what pl_chat_style_init allocated; s is reset to UNKNOWN. */
 void pl_chat_style_free(pl_chat_style *s);
 
@@ -107,6 +128,14 @@ int pl_chat_style_render(const pl_chat_style *s, const pl_chat_message *msgs,
                          int n, bool add_generation_prompt,
                          const char *bos_text, const char *eos_text,
                          char **out, pl_err *err);
+
+/** pl_chat_style_render() with keyword arguments (kw may be NULL: none).
+ *  A style whose template does not read a keyword ignores it, as Jinja
+ *  does. */
+int pl_chat_style_render_kw(const pl_chat_style *s, const pl_chat_message *msgs,
+                            int n, bool add_generation_prompt,
+                            const char *bos_text, const char *eos_text,
+                            const pl_chat_kwargs *kw, char **out, pl_err *err);
 
 /** pl_chat_style_render() with the canonical style of family t. */
 int pl_chat_tmpl_render(pl_chat_tmpl t, const pl_chat_message *msgs, int n,

@@ -40,9 +40,63 @@ static bool chatml_plain_role(const pl_ct_ctx *c, int i)
         || pl_ct_role_is_(c, i, "assistant");
 }
 
+/* Qwen3: the index of the last user turn that is not a run of tool
+ * results (the template's last_query_index); n - 1 when there is none. */
+static int qwen3_last_query(const pl_ct_ctx *c)
+{
+    for (int i = c->n - 1; i >= 0; i--) {
+        const char *s = pl_ct_content_(c, i);
+        size_t n = strlen(s);
+        bool wrapped = n >= 16 && !strncmp(s, "<tool_response>", 15) &&
+                       !strcmp(s + n - 16, "</tool_response>");
+        if (pl_ct_role_is_(c, i, "user") && !wrapped)
+            return i;
+    }
+    return c->n - 1;
+}
+
+static const char *skip_newlines(const char *s, const char *end)
+{
+    while (s < end && *s == '\n')
+        s++;
+    return s;
+}
+
+/* Qwen3's assistant turn: content.split('</think>')[-1].lstrip('\n') is
+ * the answer, and the part before the first </think>, after its last
+ * <think>, without the newlines around it, the reasoning; the reasoning
+ * is kept (in a think block) only after the last user query. */
+static void qwen3_assistant(const pl_ct_ctx *c, int i, int last_query)
+{
+    const char *content = pl_ct_content_(c, i), *end = strstr(content, "</think>");
+    const char *body = content, *r0 = content, *r1 = content;
+    if (end) {
+        for (const char *p = end; p; p = strstr(p + 8, "</think>"))
+            body = p + 8;
+        body = skip_newlines(body, body + strlen(body));
+        r1 = end;
+        while (r1 > content && r1[-1] == '\n')
+            r1--;
+        for (const char *p = content; (p = memmem(p, (size_t)(r1 - p), "<think>", 7)); p += 7)
+            r0 = p + 7;
+        r0 = skip_newlines(r0, r1);
+    }
+    PUT(c, "<|im_start|>assistant\n");
+    if (i > last_query && (i == c->n - 1 || r1 > r0)) {
+        PUT(c, "<think>\n");
+        pl_ct_putn_(c->out, r0, (size_t)(r1 - r0));
+        PUT(c, "\n</think>\n\n");
+        body = skip_newlines(body, body + strlen(body));
+    }
+    PUT(c, body);
+    PUT(c, "<|im_end|>\n");
+}
+
 int pl_ct_render_chatml_(const pl_ct_ctx *c)
 {
     bool qwen = c->style->flags & PL_CHAT_F_QWEN_TOOLS;
+    bool think = c->style->flags & PL_CHAT_F_QWEN3_THINK;
+    int last_query = think ? qwen3_last_query(c) : -1;
     if (c->style->default_system && !pl_ct_role_is_(c, 0, "system")) {
         PUT(c, "<|im_start|>system\n");
         PUT(c, c->style->default_system);
@@ -55,6 +109,10 @@ int pl_ct_render_chatml_(const pl_ct_ctx *c)
         }
         if (qwen && !chatml_plain_role(c, i))
             continue;
+        if (think && pl_ct_role_is_(c, i, "assistant")) {
+            qwen3_assistant(c, i, last_query);
+            continue;
+        }
         PUT(c, "<|im_start|>");
         PUT(c, pl_ct_role_(c, i));
         PUT(c, "\n");
@@ -63,6 +121,8 @@ int pl_ct_render_chatml_(const pl_ct_ctx *c)
     }
     if (c->agp)
         PUT(c, "<|im_start|>assistant\n");
+    if (c->agp && think && c->enable_thinking == PL_THINKING_OFF)
+        PUT(c, "<think>\n\n</think>\n\n");
     return 0;
 }
 
@@ -211,19 +271,31 @@ int pl_ct_render_mistral_(const pl_ct_ctx *c)
 
 /* ---- Gemma -------------------------------------------------------------- */
 
+/* Gemma 1 and 2 reject a system message; Gemma 3 puts its text, as it is,
+ * and a blank line before the first user turn's. */
 int pl_ct_render_gemma_(const pl_ct_ctx *c)
 {
-    if (pl_ct_role_is_(c, 0, "system"))
-        return pl_ct_reject_(c, "System role not supported");
+    int start = 0;
+    const char *prefix = NULL;
+    if (pl_ct_role_is_(c, 0, "system")) {
+        if (!(c->style->flags & PL_CHAT_F_GEMMA_SYSTEM))
+            return pl_ct_reject_(c, "System role not supported");
+        start = 1;
+        prefix = pl_ct_content_(c, 0);
+    }
     if (c->style->flags & PL_CHAT_F_BOS)
         PUT(c, c->bos);
-    for (int i = 0; i < c->n; i++) {
-        if (breaks_alternation(c, i, i))
+    for (int i = start; i < c->n; i++) {
+        if (breaks_alternation(c, i, i - start))
             return pl_ct_reject_(c, ALTERNATE);
         const char *content = pl_ct_content_(c, i);
         PUT(c, "<start_of_turn>");
         PUT(c, pl_ct_role_is_(c, i, "assistant") ? "model" : pl_ct_role_(c, i));
         PUT(c, "\n");
+        if (i == start && prefix) {
+            PUT(c, prefix);
+            PUT(c, "\n\n");
+        }
         pl_ct_put_stripped_(c->out, content, strlen(content));
         PUT(c, "<end_of_turn>\n");
     }

@@ -31,6 +31,7 @@ typedef struct pl_ct_ctx {
     const pl_chat_message *msgs;
     int n;                   /**< >= 1 */
     bool agp;                /**< add_generation_prompt */
+    pl_thinking enable_thinking;  /**< pl_chat_kwargs */
     const char *bos, *eos;
     pl_ct_buf *out;
     pl_ct_buf *scratch;      /**< for pieces that are stripped as a whole */
