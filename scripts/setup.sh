@@ -3,6 +3,7 @@
 # parley into build/, and fetch the default model. Idempotent.
 #   scripts/setup.sh           build + model
 #   scripts/setup.sh --test    also the test tools (pytest, openai SDK, clang)
+#                              and the tests' second model (Gemma 3 270M)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,3 +55,6 @@ fi
 ninja -C build
 
 scripts/fetch_model.sh
+if [ $want_test = 1 ]; then
+    scripts/fetch_model.sh gemma3 >/dev/null
+fi

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --test
 export PARLEY_MODEL="${PARLEY_MODEL:-$(scripts/fetch_model.sh)}"
+export PARLEY_GEMMA_MODEL="${PARLEY_GEMMA_MODEL:-$(scripts/fetch_model.sh gemma3)}"
 
 echo "== Layering (scripts/check_layers.sh)"
 scripts/check_layers.sh
