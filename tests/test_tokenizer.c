@@ -193,6 +193,25 @@ Test(tokenizer, tiny_spm_matches_llama_cpp)
     pl_gguf_free(g);
 }
 
+/* Gemma 3's 262k SentencePiece vocabulary (byte fallback, 6,249 control
+ * and 165 user-defined tokens, runs of spaces and newlines among them):
+ * accents, CJK, emoji, code, whitespace runs, invalid UTF-8, Gemma's chat
+ * markers, a ~100 KB text and long runs, as llama.cpp tokenises them. */
+Test(tokenizer, gemma3_matches_llama_cpp)
+{
+    PL_TEST_GEMMA_OR_SKIP();
+    pl_gguf *g;
+    pl_tokenizer *t = load(pl_test_gemma_path(), &g);
+    int n;
+    int bad = check_fixture(t, "tests/fixtures/tokenizer_gemma3.json", &n);
+    cr_assert_geq(n, 400);
+    cr_assert_eq(bad, 0, "%d of %d cases differ from llama.cpp", bad, n);
+    cr_assert_eq(pl_tokenizer_n_vocab(t), 262144);
+    cr_assert(pl_tokenizer_is_eog(t, pl_tokenizer_find(t, "<end_of_turn>", 13)));
+    pl_tokenizer_free(t);
+    pl_gguf_free(g);
+}
+
 /* The small gpt2 vocabularies under the other pre-tokenizers. */
 static void check_small_bpe(const char *name)
 {

@@ -27,3 +27,26 @@ bool pl_test_model_present(void)
 {
     return access(pl_test_model_path(), R_OK) == 0;
 }
+
+const char *pl_test_gemma_path(void)
+{
+    static char p[1024];
+    const char *e = getenv("PARLEY_GEMMA_MODEL");
+    if (e && *e)
+        return e;
+    const char *home = getenv("HOME");
+    snprintf(p, sizeof p, "%s/.cache/parley/models/gemma-3-270m-q4_k_m.gguf",
+             home && *home ? home : ".");
+    return p;
+}
+
+bool pl_test_gemma_required(void)
+{
+    const char *e = getenv("PARLEY_GEMMA_MODEL");
+    return e && *e;
+}
+
+bool pl_test_gemma_present(void)
+{
+    return access(pl_test_gemma_path(), R_OK) == 0;
+}

@@ -31,4 +31,23 @@ bool pl_test_model_required(void);
         }                                                                                \
     } while (0)
 
+/** The second real model, Gemma 3 270M Q4_K_M (scripts/fetch_model.sh
+ *  gemma3): $PARLEY_GEMMA_MODEL when set and non-empty, else
+ *  $HOME/.cache/parley/models/gemma-3-270m-q4_k_m.gguf. Static storage. */
+const char *pl_test_gemma_path(void);
+bool pl_test_gemma_present(void);
+/** True when PARLEY_GEMMA_MODEL is set (scripts/test.sh sets it). */
+bool pl_test_gemma_required(void);
+
+/** As PL_TEST_MODEL_OR_SKIP, for the Gemma model. */
+#define PL_TEST_GEMMA_OR_SKIP()                                                           \
+    do {                                                                                  \
+        if (!pl_test_gemma_present()) {                                                   \
+            cr_assert(!pl_test_gemma_required(), "PARLEY_GEMMA_MODEL=%s is not readable", \
+                      pl_test_gemma_path());                                              \
+            cr_skip_test("Gemma 3 270M not found: %s (scripts/fetch_model.sh gemma3)",   \
+                         pl_test_gemma_path());                                           \
+        }                                                                                 \
+    } while (0)
+
 #endif

@@ -154,7 +154,7 @@ pl_tokenizer *pl_tokenizer_init(const pl_tokenizer_vocab *v, char *err,
         int ty = v->types ? v->types[i] : PL_TOKEN_TYPE_NORMAL;
         t->types[i] = (int8_t)(ty >= 0 && ty <= 6 ? ty : 0);
     }
-    if (pl_tok_strmap_init(&t->map, t) || find_specials(t))
+    if (pl_tok_strmap_init(&t->map, t) || find_specials(t) || pl_tok_trie_init(t))
         goto oom;
     int rc = t->model == PL_TOKENIZER_MODEL_GPT2
                  ? pl_tok_bpe_prepare(t, v, err, errlen)
@@ -178,6 +178,8 @@ void pl_tokenizer_free(pl_tokenizer *t)
     pl_tok_pairmap_free(&t->merges);
     pl_tok_strmap_free(&t->map);
     free(t->special);
+    free(t->spm_bridge);
+    pl_tok_trie_free(&t->special_trie);
     free(t->eog);
     free(t->types);
     free(t->scores);
@@ -192,89 +194,26 @@ void pl_tokenizer_free(pl_tokenizer *t)
 
 /* ---- encode ---- */
 
-typedef struct frag {
-    int32_t id;                  /* token, or -1 for raw text */
-    size_t off, len;
-} frag;
-
-typedef struct frags {
-    frag *v;
-    size_t n, cap;
-} frags;
-
-static int frags_push(frags *f, int32_t id, size_t off, size_t len)
+int pl_tok_frags_push(pl_tok_frags *f, int32_t id, size_t off, size_t len)
 {
     if (f->n == f->cap) {
         size_t cap = f->cap ? 2 * f->cap : 16;
-        frag *v = realloc(f->v, sizeof *v * cap);
+        pl_tok_frag *v = realloc(f->v, sizeof *v * cap);
         if (!v)
             return -1;
         f->v = v;
         f->cap = cap;
     }
-    f->v[f->n++] = (frag){id, off, len};
+    f->v[f->n++] = (pl_tok_frag){id, off, len};
     return 0;
-}
-
-/* Split every raw fragment of *in at each occurrence of token id's text,
- * into *out (llama.cpp's tokenizer_st_partition for one token). */
-static int split_on(const pl_tokenizer *t, int32_t id, const char *text,
-                    const frags *in, frags *out)
-{
-    const char *s = pl_tok_text(t, id);
-    size_t sl = t->text_len[id];
-    out->n = 0;
-    for (size_t i = 0; i < in->n; i++) {
-        frag f = in->v[i];
-        if (f.id >= 0) {
-            if (frags_push(out, f.id, f.off, f.len))
-                return -1;
-            continue;
-        }
-        size_t pos = f.off, end = f.off + f.len;
-        const char *hit;
-        while (end - pos >= sl && (hit = memmem(text + pos, end - pos, s, sl))) {
-            size_t h = (size_t)(hit - text);
-            if ((h > pos && frags_push(out, -1, pos, h - pos)) ||
-                frags_push(out, id, h, sl))
-                return -1;
-            pos = h + sl;
-        }
-        if (pos < end && frags_push(out, -1, pos, end - pos))
-            return -1;
-    }
-    return 0;
-}
-
-static int partition(const pl_tokenizer *t, const char *text, size_t len,
-                     bool parse_special, frags *a)
-{
-    frags b = {0};
-    int rc = -1;
-    if (len && frags_push(a, -1, 0, len))
-        return -1;
-    for (int32_t k = 0; k < t->n_special && a->n; k++) {
-        int32_t id = t->special[k];
-        if (!parse_special && t->types[id] != PL_TOKEN_TYPE_USER_DEFINED)
-            continue;
-        if (split_on(t, id, text, a, &b))
-            goto done;
-        frags tmp = *a;
-        *a = b;
-        b = tmp;
-    }
-    rc = 0;
-done:
-    free(b.v);
-    return rc;
 }
 
 static int encode_frags(const pl_tokenizer *t, const char *text,
-                        const frags *f, pl_tok_ids *out)
+                        const pl_tok_frags *f, pl_tok_ids *out)
 {
     bool prev_special = true;
     for (size_t i = 0; i < f->n; i++) {
-        const frag *g = &f->v[i];
+        const pl_tok_frag *g = &f->v[i];
         int rc;
         if (g->id >= 0) {
             rc = pl_tok_ids_push(out, g->id);
@@ -297,10 +236,10 @@ int pl_tokenizer_encode(const pl_tokenizer *t, const char *text, size_t len,
                         int *n)
 {
     pl_tok_ids out = {0};
-    frags f = {0};
+    pl_tok_frags f = {0};
     *ids = NULL;
     *n = 0;
-    if (partition(t, text, len, parse_special, &f))
+    if (pl_tok_partition(t, text, len, parse_special, &f))
         goto fail;
     if (add_special && t->add_bos && t->bos >= 0 &&
         pl_tok_ids_push(&out, t->bos))

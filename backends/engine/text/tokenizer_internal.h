@@ -8,10 +8,15 @@
 #include "backends/engine/text/tokenizer.h"
 
 /** Open-addressing map from token text to id. Keys point into the
- *  tokenizer's text arena. */
+ *  tokenizer's text arena. A Bloom filter of the texts (two bits each,
+ *  8 bits per slot) answers most lookups of texts that are no token
+ *  without touching the table: SentencePiece merging asks for ~3 texts
+ *  per byte of input, a third of them no token, and a 262k vocabulary's
+ *  table and texts are far from the caches. */
 typedef struct pl_tok_strmap {
     int32_t *slots;              /**< (cap) id or -1 */
     uint32_t cap;                /**< power of two */
+    uint64_t *bloom;             /**< (cap * 8 / 64) bits */
 } pl_tok_strmap;
 
 /** Open-addressing map from a (left id, right id) pair to a BPE merge. */
@@ -30,6 +35,24 @@ typedef struct pl_tok_ids {
 
 typedef struct pl_pretok pl_pretok;
 
+/** A trie of the special tokens' texts (tokenizer_special.c). */
+typedef struct pl_tok_trie {
+    int32_t root[256];           /**< node of each first byte, or -1 */
+    struct pl_tok_trie_node *nodes;
+    int32_t n, cap;
+} pl_tok_trie;
+
+/** encode's pieces of text: a special token (id >= 0) or raw text (-1). */
+typedef struct pl_tok_frag {
+    int32_t id;
+    size_t off, len;
+} pl_tok_frag;
+
+typedef struct pl_tok_frags {
+    pl_tok_frag *v;
+    size_t n, cap;
+} pl_tok_frags;
+
 struct pl_tokenizer {
     pl_tokenizer_model model;
     int32_t n_vocab;
@@ -47,6 +70,7 @@ struct pl_tokenizer {
     int32_t *special;            /**< control/user-defined/unknown ids,
                                       longest text first */
     int32_t n_special;
+    pl_tok_trie special_trie;    /**< the texts of special[], by priority */
     int32_t byte_tok[256];       /**< gpt2: id of the byte's byte-level
                                       char; llama: id of <0xNN>; -1 none */
     int32_t bos, eos, unk, pad, eot, eom;
@@ -54,6 +78,10 @@ struct pl_tokenizer {
     bool ignore_merges;          /**< llama3: a whole word in the vocab
                                       is taken as is */
     pl_pretok *pre;              /**< gpt2 only */
+    int32_t *spm_bridge;         /**< llama: tokens with a U+2581 after another
+                                      character (they may join two words) */
+    int32_t n_spm_bridge;        /**< their count; -1: too many to split
+                                      the text into words */
 };
 
 /* ---- maps (tokenizer_map.c) ---- */
@@ -72,6 +100,17 @@ void pl_tok_pairmap_free(pl_tok_pairmap *m);
 
 /* ---- ids ---- */
 int pl_tok_ids_push(pl_tok_ids *ids, int32_t id);
+int pl_tok_frags_push(pl_tok_frags *f, int32_t id, size_t off, size_t len);
+
+/* ---- special-token partition (tokenizer_special.c) ---- */
+/** Build t->special_trie from t->special. 0, or -1 out of memory. */
+int pl_tok_trie_init(pl_tokenizer *t);
+void pl_tok_trie_free(pl_tok_trie *tr);
+/** Cut text into raw fragments and special tokens (user-defined ones
+ *  always, control and unknown ones when parse_special) as llama.cpp's
+ *  tokenizer_st_partition does; appended to *out. 0, or -1 out of memory. */
+int pl_tok_partition(const pl_tokenizer *t, const char *text, size_t len, bool parse_special,
+                     pl_tok_frags *out);
 
 /* ---- UTF-8 ---- */
 /** llama.cpp's length of a UTF-8 sequence from its lead byte (1..4;

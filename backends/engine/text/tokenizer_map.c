@@ -34,18 +34,37 @@ static uint32_t cap_for(uint32_t n)
     return cap;
 }
 
+/* The two Bloom bits of a hash: from its high half (the table index
+ * takes the low bits). */
+static inline uint64_t bloom_bit(const pl_tok_strmap *m, uint64_t h, int k)
+{
+    return (h >> (32 + 16 * k)) * 0x9E3779B1u & (8ull * m->cap - 1);
+}
+
+static inline bool bloom_has(const pl_tok_strmap *m, uint64_t h)
+{
+    uint64_t a = bloom_bit(m, h, 0), b = bloom_bit(m, h, 1);
+    return (m->bloom[a >> 6] >> (a & 63) & 1) && (m->bloom[b >> 6] >> (b & 63) & 1);
+}
+
 int pl_tok_strmap_init(pl_tok_strmap *m, const pl_tokenizer *t)
 {
     m->cap = cap_for((uint32_t)t->n_vocab);
     m->slots = malloc(sizeof *m->slots * m->cap);
-    if (!m->slots)
+    m->bloom = calloc(m->cap / 8, sizeof *m->bloom);
+    if (!m->slots || !m->bloom)
         return -1;
     memset(m->slots, 0xff, sizeof *m->slots * m->cap);
     /* Later ids win for duplicate texts, like llama.cpp's token_to_id. */
     for (int32_t id = 0; id < t->n_vocab; id++) {
         const char *s = pl_tok_text(t, id);
         size_t len = t->text_len[id];
-        uint32_t i = (uint32_t)hash_bytes(s, len) & (m->cap - 1);
+        uint64_t h = hash_bytes(s, len);
+        for (int k = 0; k < 2; k++) {
+            uint64_t b = bloom_bit(m, h, k);
+            m->bloom[b >> 6] |= 1ull << (b & 63);
+        }
+        uint32_t i = (uint32_t)h & (m->cap - 1);
         for (;; i = (i + 1) & (m->cap - 1)) {
             int32_t o = m->slots[i];
             if (o < 0) {
@@ -64,7 +83,10 @@ int pl_tok_strmap_init(pl_tok_strmap *m, const pl_tokenizer *t)
 int32_t pl_tok_strmap_get(const pl_tok_strmap *m, const pl_tokenizer *t,
                           const char *s, size_t len)
 {
-    uint32_t i = (uint32_t)hash_bytes(s, len) & (m->cap - 1);
+    uint64_t h = hash_bytes(s, len);
+    if (!bloom_has(m, h))
+        return -1;
+    uint32_t i = (uint32_t)h & (m->cap - 1);
     for (;; i = (i + 1) & (m->cap - 1)) {
         int32_t o = m->slots[i];
         if (o < 0)
@@ -77,7 +99,9 @@ int32_t pl_tok_strmap_get(const pl_tok_strmap *m, const pl_tokenizer *t,
 void pl_tok_strmap_free(pl_tok_strmap *m)
 {
     free(m->slots);
+    free(m->bloom);
     m->slots = NULL;
+    m->bloom = NULL;
 }
 
 int pl_tok_pairmap_init(pl_tok_pairmap *m, uint32_t n)
