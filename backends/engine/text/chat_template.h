@@ -53,7 +53,9 @@ enum {
     /** gemma: the template starts with bos_token (gemma-1.1 and later). */
     PL_CHAT_F_BOS = 1u << 4,
     /** gemma: a leading system message becomes the first user turn's
-     *  prefix, its text and a blank line (Gemma 3), instead of an error. */
+     *  prefix as it is, and a blank line (Gemma 3). Without it (Gemma 1
+     *  and 2, whose templates raise), the text is folded in trimmed, as
+     *  llama.cpp's server does. */
     PL_CHAT_F_GEMMA_SYSTEM = 1u << 5,
     /** chatml: Qwen3's thinking: an assistant turn's <think>...</think> is
      *  dropped before the last user query and kept after it, and

@@ -271,18 +271,30 @@ int pl_ct_render_mistral_(const pl_ct_ctx *c)
 
 /* ---- Gemma -------------------------------------------------------------- */
 
-/* Gemma 1 and 2 reject a system message; Gemma 3 puts its text, as it is,
- * and a blank line before the first user turn's. */
+/* The text a leading system message puts before the first user turn's:
+ * Gemma 3's template puts it as it is and a blank line. Gemma 1 and 2's
+ * raise "System role not supported"; parley folds it in as llama.cpp's
+ * server does (trimmed, and nothing when empty), so that jobs and system
+ * prompts work on Gemma 2 (the seed's configuration names one). */
+static void gemma_system_prefix(const pl_ct_ctx *c)
+{
+    const char *sys = pl_ct_content_(c, 0);
+    if (c->style->flags & PL_CHAT_F_GEMMA_SYSTEM) {
+        PUT(c, sys);
+        PUT(c, "\n\n");
+        return;
+    }
+    c->scratch->len = 0;
+    pl_ct_put_stripped_(c->scratch, sys, strlen(sys));
+    if (c->scratch->len == 0)
+        return;
+    pl_ct_putn_(c->out, c->scratch->p, c->scratch->len);
+    PUT(c, "\n\n");
+}
+
 int pl_ct_render_gemma_(const pl_ct_ctx *c)
 {
-    int start = 0;
-    const char *prefix = NULL;
-    if (pl_ct_role_is_(c, 0, "system")) {
-        if (!(c->style->flags & PL_CHAT_F_GEMMA_SYSTEM))
-            return pl_ct_reject_(c, "System role not supported");
-        start = 1;
-        prefix = pl_ct_content_(c, 0);
-    }
+    int start = pl_ct_role_is_(c, 0, "system") ? 1 : 0;
     if (c->style->flags & PL_CHAT_F_BOS)
         PUT(c, c->bos);
     for (int i = start; i < c->n; i++) {
@@ -292,10 +304,8 @@ int pl_ct_render_gemma_(const pl_ct_ctx *c)
         PUT(c, "<start_of_turn>");
         PUT(c, pl_ct_role_is_(c, i, "assistant") ? "model" : pl_ct_role_(c, i));
         PUT(c, "\n");
-        if (i == start && prefix) {
-            PUT(c, prefix);
-            PUT(c, "\n\n");
-        }
+        if (i == start && start == 1)
+            gemma_system_prefix(c);
         pl_ct_put_stripped_(c->out, content, strlen(content));
         PUT(c, "<end_of_turn>\n");
     }
