@@ -5,7 +5,9 @@ runs each path it has: AVX-512 VNNI, AVX-VNNI, AVX2 and the scalar code.
 The SIMD paths are bit-identical by construction, so a greedy completion
 must give the same tokens and the same logprobs (to the 6 digits the API
 prints; the scalar path already differs from AVX2 there, at every one of
-the 24 tokens) on each; /status must name the path in use.
+the 24 tokens) on each; /status must name the path in use. Both real models:
+SmolLM2 (Q4_1) and Gemma 3 270M (Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0
+matrices, sliding-window layers, a prompt longer than its 512 window).
 """
 import json
 import os
@@ -45,20 +47,25 @@ def post(url, path, body):
         return json.load(r)
 
 
-def run(cap):
+GEMMA = os.environ.get("PARLEY_GEMMA_MODEL") or os.path.expanduser(
+    "~/.cache/parley/models/gemma-3-270m-q4_k_m.gguf")
+
+
+def run(cap, model=MODEL_PATH, repeat=12):
     env = dict(os.environ)
     env.pop("PARLEY_CPU_ISA", None)
     if cap:
         env["PARLEY_CPU_ISA"] = cap
-    s = Server("--model", MODEL_PATH, "--log-level", "warn", env=env)
+    s = Server("--model", model, "--log-level", "warn", env=env)
     try:
         with urllib.request.urlopen(s.url + "/status", timeout=30) as r:
             status = json.load(r)
-        path = next(iter(status["models"].values()))["cpu_kernels"]
+        name, st = next(iter(status["models"].items()))
+        path = st["cpu_kernels"]
         # A long enough prompt that prefill runs the multi-row kernels.
-        prompt = "The history of the printing press begins " * 12
+        prompt = "The history of the printing press begins " * repeat
         out = post(s.url, "/v1/completions", {
-            "model": "smollm2-135m-instruct", "prompt": prompt, "max_tokens": 24,
+            "model": name, "prompt": prompt, "max_tokens": 24,
             "temperature": 0, "logprobs": 1})
         lp = out["choices"][0]["logprobs"]
         return path, lp["tokens"], lp["token_logprobs"]
@@ -66,13 +73,19 @@ def run(cap):
         assert s.stop() == 0
 
 
-def test_simd_paths_agree_bit_for_bit():
+@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+def test_simd_paths_agree_bit_for_bit(model):
     if not HAS_AVX2:
         pytest.skip("no AVX2: only the scalar path exists here")
+    path_of = {"smollm2": (MODEL_PATH, 12), "gemma3": (GEMMA, 70)}
+    if model == "gemma3" and not os.path.exists(GEMMA):
+        if os.environ.get("PARLEY_GEMMA_MODEL"):
+            pytest.fail("PARLEY_GEMMA_MODEL=%s is missing" % GEMMA)
+        pytest.skip("Gemma 3 270M not found (scripts/fetch_model.sh gemma3)")
     have = [(cap, name) for cap, name, ok in PATHS if ok]
     results = {}
     for cap, name in have:
-        path, toks, lps = run(cap)
+        path, toks, lps = run(cap, *path_of[model])
         assert path == name, (cap, path)
         results[name] = (toks, lps)
     base_toks, base_lps = results["avx2+fma+f16c"]
