@@ -129,12 +129,23 @@ void pl_op_quantize_row_q8_ref(const float *x, pl_q8_act *dst, int n)
 float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
 {
     const uint8_t *b = w;
-    if (pl_qdot_k_supported(t))
+    if (pl_qdot_k_supported(t) && !pl_qdot_block_order_type(t))
         return pl_qdot_k_ref(t, w, a, n);
     pthread_once(&fp16_once, fp16_init);
     float acc = 0.0f;
     for (int i = 0; i < n / PL_QK; i++) {
         int isum = 0;
+        if (t == PL_GGML_TYPE_Q5_0) {   /* q = nibble | bit j of qh << 4, x = d (q - 16) */
+            const uint8_t *blk = b + i * 22, *qs = blk + 6;
+            uint32_t qh = (uint32_t)blk[2] | (uint32_t)blk[3] << 8 | (uint32_t)blk[4] << 16 |
+                          (uint32_t)blk[5] << 24;
+            for (int j = 0; j < 16; j++)
+                isum += ((qs[j] & 0x0f) | (qh >> j & 1) << 4) * a[i].qs[j] +
+                        ((qs[j] >> 4) | (qh >> (j + 16) & 1) << 4) * a[i].qs[j + 16];
+            float d = h2f(blk);
+            acc += d * a[i].d * (float)isum + -16.0f * d * a[i].s;
+            continue;
+        }
         if (t == PL_GGML_TYPE_Q8_0) {
             const uint8_t *blk = b + i * 34;
             for (int j = 0; j < PL_QK; j++)

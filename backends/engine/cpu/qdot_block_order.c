@@ -1,5 +1,5 @@
-/* qdot_block_order.c - the Q4_0, Q4_1 and Q8_0 kernels, 8 weight rows at
- * a time (see qdot_block_order.h).
+/* qdot_block_order.c - the Q4_0, Q4_1, Q5_0 and Q8_0 kernels, 8 weight
+ * rows at a time (see qdot_block_order.h).
  *
  * They sum as the scalar reference does, block after block: each of 8
  * weight rows is dotted with an activation block into 8 int32 partials, the
@@ -14,9 +14,13 @@
  * The multi-row kernel takes VPDPBUSD where the CPU has it (AVX-512 VNNI
  * or AVX-VNNI; prefill 1.13x on Zen 4). A 512-bit decode version (two
  * blocks per register) ran no faster on Zen 4, in cache or from memory, and
- * was dropped.
+ * was dropped. Q5_0 (most matrices of llama.cpp's Q4_K_M files of small
+ * models, Gemma 3 270M's among them) joined them: its lane-wise kernels
+ * left prefill at about half llama.cpp's speed there.
  */
 #include "backends/engine/cpu/qdot_block_order.h"
+
+#include <string.h>
 #include "backends/engine/cpu/qdot_vnni.h"
 
 #include "backends/engine/model/gguf.h"
@@ -61,18 +65,40 @@ static inline void prefetch_step(prefetch_span *ps)
         _mm_prefetch((const char *)ps->p, _MM_HINT_T0);
 }
 
-/* The 8 int32 partial sums of one block's quants qs against aq. */
-T2 static inline __m256i block_isum8(int q8, const uint8_t *qs, __m256i aq)
+/* Q5_0's fifth bits: byte j is 16 when bit j of the block's qh is set. */
+T2 static inline __m256i q5_high_bits(const uint8_t *qh)
 {
-    __m256i p;
-    if (q8) {
-        __m256i wq = _mm256_loadu_si256((const __m256i *)qs);
-        p = _mm256_maddubs_epi16(_mm256_abs_epi8(wq), _mm256_sign_epi8(aq, wq));
-    } else {
-        __m128i v = _mm_loadu_si128((const __m128i *)qs), m = _mm_set1_epi8(0x0f);
-        __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-        p = _mm256_maddubs_epi16(u, aq);
-    }
+    uint32_t h;
+    memcpy(&h, qh, 4);
+    const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                          2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)h), shuf);
+    b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
+}
+
+/* The 32 quants of the block at blk as bytes, element j in byte j: signed
+ * for Q8_0, else unsigned (Q4_0 and Q4_1 0..15, Q5_0 0..31). */
+T2 static inline __m256i block_quants(pl_ggml_type t, const uint8_t *blk)
+{
+    if (t == PL_GGML_TYPE_Q8_0)
+        return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
+    size_t qo = t == PL_GGML_TYPE_Q4_1 ? 4 : t == PL_GGML_TYPE_Q5_0 ? 6 : 2;
+    __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + qo));
+    __m128i m = _mm_set1_epi8(0x0f);
+    __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+    return t == PL_GGML_TYPE_Q5_0 ? _mm256_or_si256(u, q5_high_bits(blk + 2)) : u;
+}
+
+/* The 8 int32 partial sums of the block at blk against aq. */
+T2 static inline __m256i block_isum8(pl_ggml_type t, const uint8_t *blk, __m256i aq)
+{
+    __m256i q = block_quants(t, blk), p;
+    if (t == PL_GGML_TYPE_Q8_0)
+        p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(aq, q));
+    else
+        p = _mm256_maddubs_epi16(q, aq);
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
@@ -98,7 +124,7 @@ T2 static inline void gather_scales(const uint8_t *blk0, __m256i idx, __m256 *d,
 }
 
 /* One block's contribution for 8 rows, the reference's float steps:
- * d * d_a * isum (+ m * s_a), m = -8 d for Q4_0. */
+ * d * d_a * isum (+ m * s_a), m = -8 d for Q4_0, -16 d for Q5_0. */
 T2 static inline __m256 block_value(pl_ggml_type t, __m256 d, __m256 m, __m256i isum,
                                     const pl_q8_act *a)
 {
@@ -107,6 +133,8 @@ T2 static inline __m256 block_value(pl_ggml_type t, __m256 d, __m256 m, __m256i 
         return v;
     if (t == PL_GGML_TYPE_Q4_0)
         m = _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
+    else if (t == PL_GGML_TYPE_Q5_0)
+        m = _mm256_mul_ps(_mm256_set1_ps(-16.0f), d);
     return _mm256_add_ps(v, _mm256_mul_ps(m, _mm256_set1_ps(a->s)));
 }
 
@@ -121,12 +149,10 @@ T2 static inline __m256 block8_avx2(pl_ggml_type t, size_t bb, const uint8_t *w,
                                     size_t row_bytes, __m256i idx, const pl_q8_act *a, int b,
                                     __m256 acc)
 {
-    int q8 = t == PL_GGML_TYPE_Q8_0;
-    size_t qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;
     const uint8_t *blk0 = w + (size_t)b * bb;
     __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];
     for (int r = 0; r < 8; r++)
-        s[r] = block_isum8(q8, blk0 + (size_t)r * row_bytes + qo, aq);
+        s[r] = block_isum8(t, blk0 + (size_t)r * row_bytes, aq);
     __m256 d, m;
     gather_scales(blk0, idx, &d, &m);
     return _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a + b));
@@ -190,23 +216,14 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
                                          int ldy)                                                \
     {                                                                                            \
         int q8 = t == PL_GGML_TYPE_Q8_0;                                                         \
-        size_t bb = block_bytes(t), qo = t == PL_GGML_TYPE_Q4_1 ? 4 : 2;                         \
+        size_t bb = block_bytes(t);                                                              \
         __m256i idx = row_offsets(row_bytes);                                                    \
-        const __m128i m4 = _mm_set1_epi8(0x0f);                                                  \
         for (int b = 0; b < n_blk; b++) {                                                        \
             const uint8_t *blk0 = w + (size_t)b * bb;                                            \
             __m256i wq[8], ws[8];                                                                \
             for (int j = 0; j < 8; j++) {                                                        \
-                const uint8_t *q = blk0 + (size_t)j * row_bytes + qo;                            \
-                if (q8) {                                                                        \
-                    __m256i v = _mm256_loadu_si256((const __m256i *)q);                          \
-                    wq[j] = _mm256_abs_epi8(v);                                                  \
-                    ws[j] = v;                                                                   \
-                } else {                                                                         \
-                    __m128i v = _mm_loadu_si128((const __m128i *)q);                             \
-                    wq[j] = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4),            \
-                                             _mm_and_si128(v, m4));                              \
-                }                                                                                \
+                ws[j] = block_quants(t, blk0 + (size_t)j * row_bytes);                           \
+                wq[j] = q8 ? _mm256_abs_epi8(ws[j]) : ws[j];                                     \
             }                                                                                    \
             __m256 d, m;                                                                         \
             gather_scales(blk0, idx, &d, &m);                                                    \

@@ -1,5 +1,5 @@
-/* qdot_block_order.h - Q4_0, Q4_1 and Q8_0 weight rows against one q8
- * activation row in block order (qdot_block_order.c): each output is
+/* qdot_block_order.h - Q4_0, Q4_1, Q5_0 and Q8_0 weight rows against one
+ * q8 activation row in block order (qdot_block_order.c): each output is
  * pl_op_qdot_ref's sum bit for bit, the per-block integer dot then
  * acc += d_w * d_a * isum (+ m_w * s_a), block after block. The rows of
  * the AMX mode that the tiles do not take (qdot_amx.h).
@@ -12,14 +12,15 @@
 
 #include "backends/engine/cpu/ops.h"
 
-/** True for the types summed in block order: Q4_0, Q4_1 and Q8_0. */
+/** True for the types summed in block order: Q4_0, Q4_1, Q5_0 and Q8_0. */
 static inline int pl_qdot_block_order_type(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0;
+    return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q5_0 ||
+           t == PL_GGML_TYPE_Q8_0;
 }
 
 /** y[o] = pl_op_qdot_ref(t, row o of w, a, n_blk * 32) for o in [o0, o1),
- *  rows row_bytes apart; t is Q4_0, Q4_1 or Q8_0. 8 weight rows at a time
+ *  rows row_bytes apart; t is Q4_0, Q4_1, Q5_0 or Q8_0. 8 weight rows at a time
  *  on AVX2, the rest (and CPUs without AVX2) through the reference. */
 void pl_qdot_block_order_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
                               const pl_q8_act *a, int n_blk, float *y, int o0, int o1);
