@@ -23,6 +23,7 @@
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "tests/helpers/forced.h"
 
 #define LP_TOL 0.02              /* mean |ours - ref| over a sequence, nats */
 #define NEAR_TIE 1e-3f           /* float64 top-2 gap below which either is right */
@@ -70,66 +71,14 @@ static void unload(loaded *l)
 static int jint(json_t *a, size_t i) { return (int)json_integer_value(json_array_get(a, i)); }
 static double jnum(json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
 
-/* A forward pass over one sequence's K/V blocks (listed in reverse). */
-typedef struct seq_fwd {
-    pl_pool *pool;
-    pl_cpu_fwd *f;
-    int32_t bt[64];
-    int mb;
-} seq_fwd;
-
-static seq_fwd seq_new(const pl_model *m, int max_rows, int max_ctx)
-{
-    seq_fwd s = {.pool = pl_pool_new(2), .mb = (max_ctx + BS - 1) / BS};
-    cr_assert_leq(s.mb, 64);
-    for (int i = 0; i < s.mb; i++)
-        s.bt[i] = s.mb - 1 - i;
-    pl_fwd_opts o = {.max_rows = max_rows, .max_out = max_rows, .max_ctx = s.mb * BS,
-                     .num_blocks = s.mb, .block_size = BS, .gemm_min_rows = 20};
-    char err[256];
-    s.f = pl_cpu_fwd_new(m, s.pool, &o, err, sizeof err);
-    cr_assert(s.f, "%s", err);
-    return s;
-}
-
-static void seq_free(seq_fwd *s)
-{
-    pl_cpu_fwd_free(s->f);
-    pl_pool_free(s->pool);
-}
-
 /* Rows [p0, p0 + n) of ids, every row's logits into out (n, n_vocab). */
-static void seq_run(seq_fwd *s, const int32_t *ids, int p0, int n, float *out)
+static void seq_run(pl_test_fwd *w, const int32_t *ids, int p0, int n, float *out)
 {
-    int32_t pos[64], rs[64], rows[64];
+    int32_t pos[64], seq[64] = {0};
     cr_assert_leq(n, 64);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n; i++)
         pos[i] = p0 + i;
-        rs[i] = 0;
-        rows[i] = i;
-    }
-    pl_fwd_batch b = {.n_rows = n, .tokens = ids + p0, .positions = pos, .row_seq = rs,
-                      .block_table = s->bt, .max_blocks_per_seq = s->mb, .n_out = n,
-                      .out_rows = rows};
-    cr_assert_eq(pl_cpu_forward(s->f, &b, out), 0);
-}
-
-static double log_softmax_at(const float *row, int nv, int id)
-{
-    double mx = row[0], sum = 0;
-    for (int v = 1; v < nv; v++)
-        mx = row[v] > mx ? row[v] : mx;
-    for (int v = 0; v < nv; v++)
-        sum += exp((double)row[v] - mx);
-    return (double)row[id] - mx - log(sum);
-}
-
-static int argmax(const float *row, int nv)
-{
-    int b = 0;
-    for (int v = 1; v < nv; v++)
-        b = row[v] > row[b] ? v : b;
-    return b;
+    pl_test_fwd_run(w, ids + p0, pos, seq, n, out);
 }
 
 /* Mean |ours - ref| of the prompt logprobs over positions [0, upto). */
@@ -148,12 +97,12 @@ static void check_prompt_lp(const char *name, const pl_model *m, json_t *seq, in
     int32_t ids[64];
     for (int i = 0; i < n; i++)
         ids[i] = jint(ids_j, (size_t)i);
-    seq_fwd s = seq_new(m, n, n);
+    pl_test_fwd s = pl_test_fwd_new(m, 1, n, BS, n, 20, 0);
     float *lg = malloc(sizeof(float) * (size_t)n * nv);
     seq_run(&s, ids, 0, n, lg);
     double lp[64];
     for (int i = 0; i + 1 < n; i++)
-        lp[i] = log_softmax_at(lg + (size_t)i * nv, nv, ids[i + 1]);
+        lp[i] = pl_test_log_softmax_at(lg + (size_t)i * nv, nv, ids[i + 1]);
     /* llama.cpp knows no window in llama files: compare below it there */
     int upto = window ? window - 1 : n - 1;
     double dl = lp_delta(lp, json_object_get(seq, "llama_lp"), upto);
@@ -163,7 +112,7 @@ static void check_prompt_lp(const char *name, const pl_model *m, json_t *seq, in
     cr_expect_leq(dl, LP_TOL, "%s: mean |dlp| vs llama.cpp %.4f", name, dl);
     cr_expect_leq(df, LP_TOL, "%s: mean |dlp| vs float64 %.4f", name, df);
     free(lg);
-    seq_free(&s);
+    pl_test_fwd_free(&s);
 }
 
 /* Greedy tokens after the prompt, one row per step. */
@@ -176,10 +125,10 @@ static void check_greedy(const char *name, const pl_model *m, json_t *seq, int p
     int32_t ids[64];
     for (int i = 0; i < prompt; i++)
         ids[i] = jint(ids_j, (size_t)i);
-    seq_fwd s = seq_new(m, prompt, prompt + n_gen);
+    pl_test_fwd s = pl_test_fwd_new(m, 1, prompt + n_gen, BS, prompt, 20, 0);
     float *lg = malloc(sizeof(float) * (size_t)prompt * nv);
     seq_run(&s, ids, 0, prompt, lg);
-    int tok = argmax(lg + (size_t)(prompt - 1) * nv, nv);
+    int tok = pl_test_argmax(lg + (size_t)(prompt - 1) * nv, nv);
     for (int k = 0; k < n_gen; k++) {
         bool tie = jnum(gap, (size_t)k) < NEAR_TIE;
         cr_expect(tok == jint(fg, (size_t)k) || tie, "%s: step %d: %d, float64 %d", name, k,
@@ -191,10 +140,10 @@ static void check_greedy(const char *name, const pl_model *m, json_t *seq, int p
             break;               /* past a tie the sequences are not comparable */
         ids[prompt + k] = tok;
         seq_run(&s, ids, prompt + k, 1, lg);
-        tok = argmax(lg, nv);
+        tok = pl_test_argmax(lg, nv);
     }
     free(lg);
-    seq_free(&s);
+    pl_test_fwd_free(&s);
 }
 
 static void check_model(const char *file, int window)

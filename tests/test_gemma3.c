@@ -26,6 +26,7 @@
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "tests/helpers/forced.h"
 #include "tests/helpers/model_path.h"
 
 #define NEAR_TIE 0.50f           /* llama.cpp top-2 gap where we may differ */
@@ -65,34 +66,12 @@ TestSuite(gemma3, .init = setup, .fini = teardown, .timeout = 600);
 static int jint(json_t *a, size_t i) { return (int)json_integer_value(json_array_get(a, i)); }
 static double jnum(json_t *a, size_t i) { return json_number_value(json_array_get(a, i)); }
 
-/* A forward pass with room for two sequences of max_ctx positions. */
-typedef struct fwd {
-    pl_pool *pool;
-    pl_cpu_fwd *f;
-    int32_t *bt;                 /* (2, mb): sequence 1's blocks after 0's */
-    int mb;
-} fwd;
+typedef pl_test_fwd fwd;
 
+/* Room for two sequences of max_ctx positions, the serving path's kernels. */
 static fwd fwd_new(int max_ctx)
 {
-    fwd w = {.pool = pl_pool_new(2), .mb = (max_ctx + BS - 1) / BS};
-    w.bt = malloc(sizeof(int32_t) * 2 * (size_t)w.mb);
-    for (int i = 0; i < 2 * w.mb; i++)
-        w.bt[i] = 2 * w.mb - 1 - i;          /* blocks out of order */
-    pl_fwd_opts o = {.max_rows = 2 * CHUNK, .max_out = 2 * CHUNK, .max_ctx = w.mb * BS,
-                     .num_blocks = 2 * w.mb, .block_size = BS, .gemm_min_rows = INT_MAX,
-                     .kv_f16 = 1};
-    char err[256];
-    w.f = pl_cpu_fwd_new(g_model, w.pool, &o, err, sizeof err);
-    cr_assert(w.f, "%s", err);
-    return w;
-}
-
-static void fwd_free(fwd *w)
-{
-    pl_cpu_fwd_free(w->f);
-    pl_pool_free(w->pool);
-    free(w->bt);
+    return pl_test_fwd_new(g_model, 2, max_ctx, BS, 2 * CHUNK, INT_MAX, 1);
 }
 
 /* One call: n rows of sequence seq (positions p0..), then m rows of the
@@ -100,36 +79,14 @@ static void fwd_free(fwd *w)
 static void run(fwd *w, const int32_t *ids, int p0, int n, int seq, const int32_t *ids2,
                 int p2, int m, float *logits)
 {
-    int32_t tok[2 * CHUNK], pos[2 * CHUNK], rs[2 * CHUNK], rows[2 * CHUNK];
+    int32_t tok[2 * CHUNK], pos[2 * CHUNK], rs[2 * CHUNK];
     for (int i = 0; i < n + m; i++) {
         bool first = i < n;
         tok[i] = first ? ids[p0 + i] : ids2[p2 + i - n];
         pos[i] = first ? p0 + i : p2 + i - n;
         rs[i] = first ? seq : 1 - seq;
-        rows[i] = i;
     }
-    pl_fwd_batch b = {.n_rows = n + m, .tokens = tok, .positions = pos, .row_seq = rs,
-                      .block_table = w->bt, .max_blocks_per_seq = w->mb, .n_out = n + m,
-                      .out_rows = rows};
-    cr_assert_eq(pl_cpu_forward(w->f, &b, logits), 0);
-}
-
-static int argmax(const float *row, int nv)
-{
-    int b = 0;
-    for (int v = 1; v < nv; v++)
-        b = row[v] > row[b] ? v : b;
-    return b;
-}
-
-static double log_softmax_at(const float *row, int nv, int id)
-{
-    double mx = row[0], sum = 0;
-    for (int v = 1; v < nv; v++)
-        mx = row[v] > mx ? row[v] : mx;
-    for (int v = 0; v < nv; v++)
-        sum += exp((double)row[v] - mx);
-    return (double)row[id] - mx - log(sum);
+    pl_test_fwd_run(w, tok, pos, rs, n + m, logits);
 }
 
 /* The prompt in chunks, then greedy steps compared with llama.cpp's up to
@@ -146,7 +103,7 @@ static void check_greedy(json_t *g, float *lg)
     fwd w = fwd_new(np + ng);
     for (int p0 = 0; p0 < np; p0 += CHUNK)
         run(&w, ids, p0, np - p0 < CHUNK ? np - p0 : CHUNK, 0, NULL, 0, 0, lg);
-    int last = (np - 1) % CHUNK, tok = argmax(lg + (size_t)last * nv, nv);
+    int last = (np - 1) % CHUNK, tok = pl_test_argmax(lg + (size_t)last * nv, nv);
     for (int k = 0; k < ng; k++) {
         int want = jint(tj, (size_t)k);
         if (tok != want) {
@@ -157,9 +114,9 @@ static void check_greedy(json_t *g, float *lg)
         }
         ids[np + k] = tok;
         run(&w, ids, np + k, 1, 0, NULL, 0, 0, lg);
-        tok = argmax(lg, nv);
+        tok = pl_test_argmax(lg, nv);
     }
-    fwd_free(&w);
+    pl_test_fwd_free(&w);
     free(ids);
 }
 
@@ -197,10 +154,10 @@ Test(gemma3, prompt_logprobs_vs_float64)
         run(&w, ids, p0, k, 0, NULL, 0, 0, lg);
         for (int r = 0; r < k && p0 + r + 1 < n; r++) {
             int i = p0 + r;
-            double lp = log_softmax_at(lg + (size_t)r * nv, nv, ids[i + 1]);
+            double lp = pl_test_log_softmax_at(lg + (size_t)r * nv, nv, ids[i + 1]);
             ours += fabs(lp - jnum(rfj, (size_t)i));
             theirs += fabs(jnum(llj, (size_t)i) - jnum(rfj, (size_t)i));
-            top += argmax(lg + (size_t)r * nv, nv) == jint(json_array_get(tids, (size_t)i), 0);
+            top += pl_test_argmax(lg + (size_t)r * nv, nv) == jint(json_array_get(tids, (size_t)i), 0);
         }
     }
     ours /= n - 1;
@@ -209,7 +166,7 @@ Test(gemma3, prompt_logprobs_vs_float64)
                 theirs, top, n - 1);
     cr_expect_leq(ours, theirs, "parley %.4f from float64, llama.cpp %.4f", ours, theirs);
     cr_expect_geq(top, (n - 1) * 95 / 100);
-    fwd_free(&w);
+    pl_test_fwd_free(&w);
     free(lg);
     free(ids);
 }
@@ -236,8 +193,8 @@ Test(gemma3, batch_invariant)
     run(&w1, a, n, 1, 0, NULL, 0, 0, alone);       /* decode: one row ... */
     run(&w2, b, 23, 3, 1, a, n, 1, mixed);         /* ... after 3 rows of b */
     cr_assert(!memcmp(alone, mixed + 3 * (size_t)nv, row), "a decode row differs in a batch");
-    fwd_free(&w1);
-    fwd_free(&w2);
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
     free(alone);
     free(mixed);
 }

@@ -72,3 +72,58 @@ pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_siz
     pl_pool_free(pool);
     return st;
 }
+
+pl_test_fwd pl_test_fwd_new(const pl_model *m, int n_seqs, int max_ctx, int bs, int max_rows,
+                            int gemm_min_rows, int kv_f16)
+{
+    pl_test_fwd w = {.pool = pl_pool_new(2), .mb = (max_ctx + bs - 1) / bs};
+    int nb = n_seqs * w.mb;
+    w.bt = malloc(sizeof(int32_t) * (size_t)nb);
+    for (int i = 0; i < nb; i++)
+        w.bt[i] = nb - 1 - i;
+    pl_fwd_opts o = {.max_rows = max_rows, .max_out = max_rows, .max_ctx = w.mb * bs,
+                     .num_blocks = nb, .block_size = bs, .gemm_min_rows = gemm_min_rows,
+                     .kv_f16 = kv_f16};
+    char err[256];
+    w.f = pl_cpu_fwd_new(m, w.pool, &o, err, sizeof err);
+    cr_assert(w.f, "%s", err);
+    return w;
+}
+
+void pl_test_fwd_free(pl_test_fwd *w)
+{
+    pl_cpu_fwd_free(w->f);
+    pl_pool_free(w->pool);
+    free(w->bt);
+}
+
+void pl_test_fwd_run(pl_test_fwd *w, const int32_t *tok, const int32_t *pos,
+                     const int32_t *seq, int n, float *logits)
+{
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++)
+        rows[i] = i;
+    pl_fwd_batch b = {.n_rows = n, .tokens = tok, .positions = pos, .row_seq = seq,
+                      .block_table = w->bt, .max_blocks_per_seq = w->mb, .n_out = n,
+                      .out_rows = rows};
+    cr_assert_eq(pl_cpu_forward(w->f, &b, logits), 0);
+    free(rows);
+}
+
+int pl_test_argmax(const float *row, int nv)
+{
+    int b = 0;
+    for (int v = 1; v < nv; v++)
+        b = row[v] > row[b] ? v : b;
+    return b;
+}
+
+double pl_test_log_softmax_at(const float *row, int nv, int id)
+{
+    double mx = row[0], sum = 0;
+    for (int v = 1; v < nv; v++)
+        mx = row[v] > mx ? row[v] : mx;
+    for (int v = 0; v < nv; v++)
+        sum += exp((double)row[v] - mx);
+    return (double)row[id] - mx - log(sum);
+}

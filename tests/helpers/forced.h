@@ -6,6 +6,8 @@
 
 #include <jansson.h>
 
+#include "backends/engine/cpu/forward.h"
+#include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/model.h"
 
 typedef struct pl_forced_stats {
@@ -26,5 +28,26 @@ typedef struct pl_forced_stats {
 pl_forced_stats pl_test_run_forced(const pl_model *m, json_t *sec, int block_size,
                                    int gemm_min_rows, int chunk, int threads,
                                    int flags, float near_tie);
+
+/* A forward pass of its own pool (2 threads) over n_seqs sequences of
+ * max_ctx positions, in blocks of bs tokens laid out in reverse (out of
+ * order on purpose), at most max_rows rows a call. */
+typedef struct pl_test_fwd {
+    pl_pool *pool;
+    pl_cpu_fwd *f;
+    int32_t *bt;                 /* (n_seqs, mb) */
+    int mb;
+} pl_test_fwd;
+
+pl_test_fwd pl_test_fwd_new(const pl_model *m, int n_seqs, int max_ctx, int bs, int max_rows,
+                            int gemm_min_rows, int kv_f16);
+void pl_test_fwd_free(pl_test_fwd *w);
+/* One call over n rows (token, position, sequence); every row's logits. */
+void pl_test_fwd_run(pl_test_fwd *w, const int32_t *tok, const int32_t *pos,
+                     const int32_t *seq, int n, float *logits);
+
+int pl_test_argmax(const float *row, int nv);
+/* log softmax(row)[id], in double. */
+double pl_test_log_softmax_at(const float *row, int nv, int id);
 
 #endif

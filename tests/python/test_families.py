@@ -168,6 +168,12 @@ def test_chat_template_of_the_family(srv):
         assert on == ids and len(off) > len(ids) and off[:len(ids)] == ids
         st, d = post(srv, "/detokenize", {"model": srv.name, "tokens": off[len(ids):]})
         assert d["prompt"] == "<think>\n\n</think>\n\n"
+        # and through a chat completion (the request's own field)
+        usage = [srv.client.chat.completions.create(
+            model=srv.name, messages=msgs, max_tokens=1,
+            extra_body={"chat_template_kwargs": {"enable_thinking": v}}).usage.prompt_tokens
+            for v in (True, False)]
+        assert usage == [len(ids), len(off)]
         st, b = post(srv, "/v1/chat/completions", {
             "model": srv.name, "messages": msgs, "max_tokens": 2,
             "chat_template_kwargs": {"enable_thinking": "no"}})
