@@ -200,6 +200,7 @@ Test(oai_params, chat_template_kwargs_enable_thinking)
             cr_expect_eq(rc, -1, "%s", js);
             cr_expect_eq(e.status, 400);
             cr_expect_str_eq(e.param, cases[i].param);
+            pl_oai_params_free(&p);
             continue;
         }
         cr_assert_eq(rc, 0, "%s: %s", js, e.message);
