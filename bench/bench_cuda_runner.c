@@ -13,7 +13,9 @@
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
- * PARLEY_CUDA_PROFILE=1 with --no-graphs adds prefill_phases_ms and
+ * The PARLEY_CUDA_* environment aliases of parley's options apply as in
+ * `parley serve` (src/options.c). --cuda-profile (PARLEY_CUDA_PROFILE=1)
+ * with --no-graphs adds prefill_phases_ms and
  * decode_phases_ms: device time per phase of the forward pass (each step
  * then waits for itself, so the throughput figures of that run are lower).
  */
@@ -28,11 +30,13 @@
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/model/gguf.h"
 #include "backends/engine/model/model.h"
+#include "src/options.h"
 
 typedef struct bench_opts {
     const char *model, *runner;
     int seqs, prompt, gen, max_rows;
-    bool graphs, sync;
+    bool sync;
+    pl_cuda_opts cuda;           /* parley's defaults and environment */
 } bench_opts;
 
 typedef struct batch {
@@ -93,17 +97,26 @@ static const pl_step_input *fill(batch *b, int s0, int n, int p0, int len, int32
 
 static int parse(bench_opts *o, int argc, char **argv)
 {
+    pl_opts po;
+    char err[256];
+    if (pl_opts_init(&po, err, sizeof err) < 0) {
+        fprintf(stderr, "bench: %s\n", err);
+        return -1;
+    }
     *o = (bench_opts){.runner = "cuda", .seqs = 64, .prompt = 512, .gen = 128,
-                      .max_rows = 2048, .graphs = true};
+                      .max_rows = 2048, .cuda = po.cuda};
+    pl_opts_free(&po);
+    o->cuda.gpu_memory_utilization = 0.9;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--no-graphs")) o->graphs = false;
+        if (!strcmp(a, "--no-graphs")) o->cuda.graphs = false;
         else if (!strcmp(a, "--sync")) o->sync = true;
-        else if (!strcmp(a, "--split-kv")) setenv("PARLEY_CUDA_DECODE_ATTN", "split", 1);
-        else if (!strcmp(a, "--rows-attn")) setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
-        else if (!strcmp(a, "--split16")) setenv("PARLEY_CUDA_DECODE_ATTN", "split16", 1);
-        else if (!strcmp(a, "--decode-mma")) setenv("PARLEY_CUDA_DECODE_ATTN", "mma", 1);
-        else if (!strcmp(a, "--prefill-mma")) setenv("PARLEY_CUDA_PREFILL_ATTN", "mma", 1);
+        else if (!strcmp(a, "--cuda-profile")) o->cuda.profile = true;
+        else if (!strcmp(a, "--split-kv")) o->cuda.decode_attn = PL_CUDA_DECODE_SPLIT;
+        else if (!strcmp(a, "--rows-attn")) o->cuda.decode_attn = PL_CUDA_DECODE_ROWS;
+        else if (!strcmp(a, "--split16")) o->cuda.decode_attn = PL_CUDA_DECODE_SPLIT16;
+        else if (!strcmp(a, "--decode-mma")) o->cuda.decode_attn = PL_CUDA_DECODE_MMA;
+        else if (!strcmp(a, "--prefill-mma")) o->cuda.prefill_attn = PL_CUDA_PREFILL_MMA;
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -146,9 +159,8 @@ int main(int argc, char **argv)
     char err[512];
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
-                "[--gen G] [--no-graphs] [--max-rows R] [--rows-attn|--split16|--decode-mma]"
-                " [--prefill-mma]"
-                " [--sync]\n",
+                "[--gen G] [--no-graphs] [--cuda-profile] [--max-rows R]"
+                " [--rows-attn|--split16|--decode-mma] [--prefill-mma] [--sync]\n",
                 argv[0]);
         return 2;
     }
@@ -173,7 +185,7 @@ int main(int argc, char **argv)
                            .max_rows = rows, .max_model_len = mb * bs};
     double t_load = now_ms();
     pl_runner *r = !strcmp(o.runner, "cuda")
-        ? pl_cuda_runner_new(m, &want, 0.9f, o.graphs, err, sizeof err)
+        ? pl_cuda_runner_new(m, &want, &o.cuda, err, sizeof err)
         : pl_cpu_runner_new(m, &want, 0, err, sizeof err);
     if (!r) {
         fprintf(stderr, "bench: %s\n", err);
@@ -226,7 +238,7 @@ int main(int argc, char **argv)
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
            "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
-           o.runner, o.model, o.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
+           o.runner, o.model, o.cuda.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
            rows_attn ? "false" : "true", attn ? attn : "split",
            getenv("PARLEY_CUDA_PREFILL_ATTN") ? "true" : "false", r->info.num_blocks, t_load,

@@ -50,8 +50,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .batch_invariant = o->batch_invariant,
         .kv_f16 = o->kv_cache_f16,
         .cpu_amx = o->cpu_amx,
-        .gpu_memory_utilization = o->gpu_memory_utilization,
-        .cuda_graphs = o->cuda_graphs,
+        .cuda = o->cuda,
     };
     pl_backend *b = pl_engine_open(base, &eo, err, errlen);
     if (!b && !o->model[0])

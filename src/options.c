@@ -74,9 +74,26 @@ const pl_option pl_options[] = {
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),
     OPT("gpu-memory-utilization", PL_OPT_DOUBLE, 0.05, 1.0, "0.9", NULL, NULL,
-        gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
-    OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda_graphs, M,
+        cuda.gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
+    OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda.graphs, M,
         "capture decode steps in CUDA graphs (--no-cuda-graphs disables)"),
+    OPT("cuda-decode-attn", PL_OPT_ENUM, 0, 0, "split", "PARLEY_CUDA_DECODE_ATTN",
+        "split|rows|split16|mma", cuda.decode_attn, M,
+        "CUDA decode attention: split-KV with a warp per key (where the shape has a kernel, "
+        "else rows), one block per row, split-KV with 16 lanes per key, or split-KV on "
+        "tensor cores"),
+    OPT("cuda-prefill-attn", PL_OPT_ENUM, 0, 0, "tiled", "PARLEY_CUDA_PREFILL_ATTN",
+        "tiled|mma", cuda.prefill_attn, M,
+        "CUDA prefill attention: 32x32 tiles, or tensor cores where the head size has a kernel"),
+    OPT("cuda-profile", PL_OPT_BOOL, 0, 0, "false", "PARLEY_CUDA_PROFILE", NULL, cuda.profile, M,
+        "CUDA: device time per phase of the forward pass, logged when the model closes "
+        "(needs --no-cuda-graphs; every step then waits for itself)"),
+    OPT("cuda-inject", PL_OPT_ENUM, 0, 0, "none", "PARLEY_CUDA_INJECT", "none|capture",
+        cuda.inject, M, "CUDA fault injection for tests: capture makes every CUDA graph "
+        "capture fail (the runner then steps eagerly)"),
+    OPT("load-threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_LOAD_THREADS", NULL,
+        cuda.load_threads, M, "CUDA: threads converting weights at load (0 = the online "
+        "CPUs, at most 32)"),
     OPT("base-url", PL_OPT_URLS, 0, 0, "", NULL, NULL, base_url, M,
         "remote backends: the upstream's OpenAI base URL with /v1 (repeat, or a list in "
         "config, for replicas)"),
@@ -196,17 +213,19 @@ static int opt_add_url(char **f, const char *v, char *err, size_t errlen)
     return 0;
 }
 
-static int opt_in_choices(const char *choices, const char *v)
+/* The index of v in "a|b|c", or -1. */
+static int opt_choice_index(const char *choices, const char *v)
 {
     size_t n = strlen(v);
-    for (const char *p = choices; p && *p;) {
+    int i = 0;
+    for (const char *p = choices; p && *p; i++) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
         if (len == n && strncmp(p, v, n) == 0)
-            return 1;
+            return i;
         p = bar ? bar + 1 : NULL;
     }
-    return 0;
+    return -1;
 }
 
 /* Parse text into the option's field. */
@@ -242,13 +261,20 @@ static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err
         return 0;
     }
     case PL_OPT_STRING:
-        if (d->choices && !opt_in_choices(d->choices, v)) {
+    case PL_OPT_ENUM: {
+        int k = d->choices ? opt_choice_index(d->choices, v) : 0;
+        if (k < 0) {
             snprintf(err, errlen, "'%s' is not one of %s", v, d->choices);
             return -1;
+        }
+        if (d->type == PL_OPT_ENUM) {
+            *(int *)f = k;
+            return 0;
         }
         free(*(char **)f);
         *(char **)f = strdup(v);
         return 0;
+    }
     case PL_OPT_BOOL:
         if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes"))
             *(bool *)f = true;
@@ -455,7 +481,8 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
         }
         return 0;
     }
-    if (json_is_string(v) && (d->type == PL_OPT_STRING || d->type == PL_OPT_LIST))
+    if (json_is_string(v) && (d->type == PL_OPT_STRING || d->type == PL_OPT_LIST ||
+                              d->type == PL_OPT_ENUM))
         s = json_string_value(v);
     else if (json_is_boolean(v) && d->type == PL_OPT_BOOL)
         s = json_is_true(v) ? "true" : "false";
@@ -465,7 +492,8 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
         snprintf(text, sizeof text, "%.17g", json_real_value(v));
     else {
         static const char *tn[] = {"a string", "an integer", "an integer", "a number",
-                                   "a boolean", "a URL list", "a string or a list of strings"};
+                                   "a boolean", "a URL list", "a string or a list of strings",
+                                   "a string"};
         snprintf(err, errlen, "key '%s' must be %s", key, tn[d->type]);
         return -1;
     }

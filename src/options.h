@@ -14,6 +14,7 @@
 
 #include <jansson.h>
 
+#include "backends/engine/engine_config.h"
 #include "src/base/yaml_load.h"
 
 /** Values of every option. Strings are owned (free with pl_opts_free). */
@@ -45,8 +46,7 @@ typedef struct pl_opts {
     bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
     bool kv_cache_f16;           /**< CPU: K/V cache in halves (default; else floats) */
     bool cpu_amx;                /**< CPU: AMX-INT8 tiles, block-order sums */
-    double gpu_memory_utilization;
-    bool cuda_graphs;
+    pl_cuda_opts cuda;           /**< the CUDA runner's options */
     int interactive_reserve;     /**< -1: 10% of each model's capacity */
     char *log_level;
     /* remote backend (backends/remote) */
@@ -89,6 +89,8 @@ typedef enum pl_opt_type {
                                       repeating the option adds one, a config
                                       list or string replaces them */
     PL_OPT_LIST,                 /**< repeatable string: values joined by '\n' */
+    PL_OPT_ENUM,                 /**< one of choices; the int field holds its
+                                      index ("a|b|c": a = 0) */
 } pl_opt_type;
 
 /* Where an option applies. */
@@ -101,8 +103,9 @@ typedef struct pl_option {
     double min, max;             /**< numeric range (inclusive) */
     const char *def;             /**< default, as text */
     const char *env;             /**< environment variable, or NULL */
-    const char *choices;         /**< "a|b|c" for strings with fixed values */
-    size_t offset;               /**< offsetof(pl_opts, field) */
+    const char *choices;         /**< "a|b|c": strings with fixed values, enums */
+    size_t offset;               /**< offsetof(pl_opts, field); a field may lie
+                                      in a view pl_opts embeds (cuda.graphs) */
     unsigned scope;
     const char *help;
 } pl_option;

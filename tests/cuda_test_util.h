@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backends/engine/cuda/common.cuh"
+#include "src/options.h"
 
 /** Skip the calling test unless a CUDA device is usable. */
 #define SKIP_WITHOUT_GPU() do {                                   \
@@ -25,6 +26,22 @@
 /** Assert a checked entry point returned 0. */
 #define OK(call) do { int rc_ = (call);                           \
         cr_assert_eq(rc_, 0, "%s: %s", #call, pl_cuda_last_error()); } while (0)
+
+/** The CUDA runner's options as `parley serve` would get them with no
+ *  flags (defaults, then PARLEY_CUDA_* and other environment aliases, so
+ *  scripts/device/run.sh can rerun a test with another kernel), with the
+ *  given memory share and graphs. */
+static inline pl_cuda_opts tu_cuda_opts(double gpu_memory_utilization, bool graphs)
+{
+    pl_opts o;
+    char err[256];
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    pl_cuda_opts c = o.cuda;
+    pl_opts_free(&o);
+    c.gpu_memory_utilization = gpu_memory_utilization;
+    c.graphs = graphs;
+    return c;
+}
 
 static uint64_t tu_rng = 88172645463325252ull;
 

@@ -203,7 +203,7 @@ Test(config, vllm_config_mapped_warned_or_refused)
     close(saved);
     cr_assert_eq(rc, 0, "%s", err);
     cr_assert_eq(c.models[0].opts.max_num_seqs, 512);
-    cr_assert_float_eq(c.models[0].opts.gpu_memory_utilization, 0.5, 1e-9);
+    cr_assert_float_eq(c.models[0].opts.cuda.gpu_memory_utilization, 0.5, 1e-9);
     char buf[1024] = "";
     FILE *f = fopen(log, "r");
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -289,5 +289,66 @@ Test(options, upstream_is_repeatable_and_deduplicated)
     char *bad[] = {"parley", "serve", "--upstream", "gpu1:8000"};
     cr_assert_eq(pl_opts_parse_args(&o, 4, bad, 2, pos, 1, &npos, err, sizeof err), -1);
     cr_expect(strstr(err, "--upstream") && strstr(err, "not an http"), "%s", err);
+    pl_opts_free(&o);
+}
+
+/* The CUDA kernel choices are options; their old environment variables are
+ * aliases (below the command line and config), and a bad value names its
+ * variable. */
+Test(options, cuda_choices_and_env_aliases)
+{
+    pl_opts o;
+    char err[256];
+    char *pos[1];
+    int npos;
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_SPLIT);
+    cr_expect_eq(o.cuda.prefill_attn, PL_CUDA_PREFILL_TILED);
+    cr_expect_not(o.cuda.profile);
+    cr_expect_eq(o.cuda.inject, PL_CUDA_INJECT_NONE);
+    cr_expect(o.cuda.graphs);
+    pl_opts_free(&o);
+
+    setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
+    setenv("PARLEY_CUDA_PREFILL_ATTN", "mma", 1);
+    setenv("PARLEY_CUDA_PROFILE", "1", 1);
+    setenv("PARLEY_CUDA_INJECT", "capture", 1);
+    setenv("PARLEY_LOAD_THREADS", "3", 1);
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_ROWS);
+    cr_expect_eq(o.cuda.prefill_attn, PL_CUDA_PREFILL_MMA);
+    cr_expect(o.cuda.profile);
+    cr_expect_eq(o.cuda.inject, PL_CUDA_INJECT_CAPTURE);
+    cr_expect_eq(o.cuda.load_threads, 3);
+    char *argv[] = {"p", "s", "--cuda-decode-attn", "split16", "--no-cuda-profile"};
+    cr_assert_eq(pl_opts_parse_args(&o, 5, argv, 2, pos, 1, &npos, err, sizeof err), 0, "%s",
+                 err);
+    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_SPLIT16);
+    cr_expect_not(o.cuda.profile);
+    char *bad[] = {"p", "s", "--cuda-decode-attn", "fast"};
+    cr_expect_eq(pl_opts_parse_args(&o, 4, bad, 2, pos, 1, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "--cuda-decode-attn") && strstr(err, "split|rows|split16|mma"), "%s",
+              err);
+    pl_opts_free(&o);
+    unsetenv("PARLEY_CUDA_PREFILL_ATTN");
+    unsetenv("PARLEY_CUDA_PROFILE");
+    unsetenv("PARLEY_CUDA_INJECT");
+    unsetenv("PARLEY_LOAD_THREADS");
+
+    setenv("PARLEY_CUDA_DECODE_ATTN", "fastest", 1);
+    cr_expect_eq(pl_opts_init(&o, err, sizeof err), -1);
+    cr_expect(strstr(err, "PARLEY_CUDA_DECODE_ATTN") && strstr(err, "fastest"), "%s", err);
+    pl_opts_free(&o);
+    unsetenv("PARLEY_CUDA_DECODE_ATTN");
+
+    pl_config c;
+    cr_assert_eq(load(".yaml", "models:\n  a:\n    backend: cuda\n    cuda_decode_attn: mma\n",
+                      &o, &c, err), 0, "%s", err);
+    cr_expect_eq(c.models[0].opts.cuda.decode_attn, PL_CUDA_DECODE_MMA);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+    cr_expect_eq(load(".yaml", "models:\n  a:\n    backend: cuda\n    cuda_prefill_attn: 3\n",
+                      &o, &c, err), -1);
+    cr_expect(strstr(err, ":4: key 'models.a.cuda_prefill_attn'"), "%s", err);
     pl_opts_free(&o);
 }

@@ -124,7 +124,8 @@ static void run(bool graphs)
 {
     char err[256];
     pl_runner_info w = ref_want();
-    pl_runner *r = pl_cuda_runner_new(g_model, &w, 0.3f, graphs, err, sizeof err);
+    pl_cuda_opts co = tu_cuda_opts(0.3, graphs);
+    pl_runner *r = pl_cuda_runner_new(g_model, &w, &co, err, sizeof err);
     cr_assert(r, "%s", err);
     r->keep_logits = true;
     static ref_step t;
@@ -158,15 +159,22 @@ Test(cuda_ref, eager_matches_cpu_reference)
 
 /* ---- the runner's fixes (issue 13), on the same random model ---- */
 
-static pl_runner *new_runner(bool graphs, int max_len, int num_blocks)
+static pl_runner *new_runner_inject(bool graphs, int max_len, int num_blocks, int inject)
 {
     char err[256];
     pl_runner_info w = ref_want();
     w.max_model_len = max_len;
     w.num_blocks = num_blocks;
-    pl_runner *r = pl_cuda_runner_new(g_model, &w, 0.3f, graphs, err, sizeof err);
+    pl_cuda_opts co = tu_cuda_opts(0.3, graphs);
+    co.inject = inject;
+    pl_runner *r = pl_cuda_runner_new(g_model, &w, &co, err, sizeof err);
     cr_assert(r, "%s", err);
     return r;
+}
+
+static pl_runner *new_runner(bool graphs, int max_len, int num_blocks)
+{
+    return new_runner_inject(graphs, max_len, num_blocks, PL_CUDA_INJECT_NONE);
 }
 
 /* Greedy with strong penalties on every sequence; step k's history is
@@ -243,9 +251,7 @@ Test(cuda_ref, failed_graph_capture_falls_back_to_eager_once)
     pl_runner *r = new_runner(false, REF_MAXLEN, REF_NS * REF_MB);
     forced_ids(r, eager);
     r->ops->free(r);
-    setenv("PARLEY_CUDA_INJECT", "capture", 1);
-    r = new_runner(true, REF_MAXLEN, REF_NS * REF_MB);
-    unsetenv("PARLEY_CUDA_INJECT");
+    r = new_runner_inject(true, REF_MAXLEN, REF_NS * REF_MB, PL_CUDA_INJECT_CAPTURE);
     forced_ids(r, fallback);
     pl_cuda_graph_stats gs;
     pl_cuda_runner_graph_stats(r, &gs);

@@ -139,14 +139,20 @@ static pl_runner_info want(void)
                             .max_rows = NS * PMAX, .max_model_len = MAXLEN};
 }
 
-static pl_runner *cuda_new(bool graphs)
+static pl_runner *cuda_new_opts(const pl_cuda_opts *o)
 {
     char err[256];
     pl_runner_info w = want();
-    pl_runner *r = pl_cuda_runner_new(g_model, &w, 0.5f, graphs, err, sizeof err);
+    pl_runner *r = pl_cuda_runner_new(g_model, &w, o, err, sizeof err);
     cr_assert(r, "%s", err);
     cr_assert_geq(r->info.num_blocks, NS * MB);
     return r;
+}
+
+static pl_runner *cuda_new(bool graphs)
+{
+    pl_cuda_opts o = tu_cuda_opts(0.5, graphs);
+    return cuda_new_opts(&o);
 }
 
 static const pl_step_output *step_sync(pl_runner *r, const pl_step_input *in)
@@ -299,23 +305,25 @@ Test(cuda_runner, copy_block_gives_a_cached_prefix)
     r->ops->free(r);
 }
 
-/* PARLEY_CUDA_PROFILE=1 with graphs off: every step adds device time to
- * its phases, and the tokens are those of the plain loop (profiling only
- * waits, it does not change the work). Without the variable: no sums. */
+/* --cuda-profile (PARLEY_CUDA_PROFILE=1) with graphs off: every step adds
+ * device time to its phases, and the tokens are those of the plain loop
+ * (profiling only waits, it does not change the work). Without it: no
+ * sums. */
 Test(cuda_runner, phase_profile_sums_device_time)
 {
     SKIP_WITHOUT_MODEL();
     const char *const *names;
     double ms[32];
-    pl_runner *r = cuda_new(false);
+    pl_cuda_opts co = tu_cuda_opts(0.5, false);
+    co.profile = false;
+    pl_runner *r = cuda_new_opts(&co);
     cr_assert_eq(pl_cuda_runner_profile(r, &names, ms, 32, false), 0);
     r->ops->free(r);
 
     static int32_t a[NGEN + 1][NS];
     run_plain(a);
-    setenv("PARLEY_CUDA_PROFILE", "1", 1);
-    r = cuda_new(false);
-    unsetenv("PARLEY_CUDA_PROFILE");
+    co.profile = true;
+    r = cuda_new_opts(&co);
     static tstep t;
     int32_t prev[NS];
     double prefill_attn = 0, decode_attn = 0, total = 0;

@@ -4,7 +4,7 @@
  * each row, then pl_fp32_to_bf16) for Q8_0, Q4_1, BF16 and kept-f32
  * weights, whatever the thread count and row range; an unknown type is an
  * error. Prints the time of a 4096 x 4096 Q8_0 matrix on 1 and on
- * pl_cuda_weights_threads() threads. */
+ * pl_cuda_weights_threads(0) threads. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,7 +123,7 @@ Test(cuda_weights, host_load_time_of_a_q8_matrix)
     pl_weight w = {.type = PL_GGML_TYPE_Q8_0, .rows = 4096, .cols = 4096};
     w.q = random_rows(w.type, w.rows, w.cols, &w.row_bytes);
     pl_bf16 *out = malloc(sizeof(pl_bf16) * 4096 * 4096);
-    int nt = pl_cuda_weights_threads();
+    int nt = pl_cuda_weights_threads(0);
     double t0 = now_s();
     cr_assert_eq(pl_cuda_dequant_bf16(&w, 0, 4096, out, 1), 0);
     double t1 = now_s();

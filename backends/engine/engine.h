@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "backends/engine/engine_config.h"
 #include "backends/engine/runner.h"
 
 /**
@@ -57,19 +58,6 @@ typedef struct pl_engine_text {
     /** Frees ud when the backend is freed; may be NULL. */
     void (*free)(void *ud);
 } pl_engine_text;
-
-typedef struct pl_engine_options {
-    int block_size;              /**< tokens per KV block; 0 = the runner's
-                                      (must equal it otherwise) */
-    int num_blocks;              /**< KV blocks used; 0 = all the runner's */
-    int max_num_seqs;            /**< running sequences; 0 = runner max_seqs */
-    int max_num_batched_tokens;  /**< rows per step; 0 = runner max_rows */
-    bool async;                  /**< async step pipeline (default true) */
-    bool prefix_caching;         /**< default true */
-    /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
-     *  with prefix caching when the runner can copy blocks). */
-    bool no_partial_prefix;
-} pl_engine_options;
 
 /** Defaults: geometry from the runner, async and prefix caching on. */
 void pl_engine_options_defaults(pl_engine_options *o);

@@ -268,8 +268,10 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         /* 0: the model's context, capped by what the KV cache holds (the
          * CPU's 2048 default is for the CPU's memory, not the GPU's). */
         want.max_model_len = o->max_model_len;
-        pl_runner *r = pl_cuda_runner_new(m, &want, (float)o->gpu_memory_utilization,
-                                          o->cuda_graphs, err, n);
+        if (o->cuda.profile && o->cuda.graphs)
+            pl_warn("--cuda-profile needs --no-cuda-graphs (graphs replay whole steps): "
+                    "not profiling");
+        pl_runner *r = pl_cuda_runner_new(m, &want, &o->cuda, err, n);
         if (r)
             t->max_model_len = r->info.max_model_len;
         return r;

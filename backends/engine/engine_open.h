@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "backends/backend.h"
+#include "backends/engine/engine_config.h"
 
 struct event_base;
 
@@ -29,8 +30,7 @@ typedef struct pl_engine_open_opts {
     bool batch_invariant;        /**< CPU: quantised kernels at every row count */
     bool kv_f16;                 /**< CPU: K/V cache in halves (parley serve's default) */
     bool cpu_amx;                /**< CPU: AMX tiles in block order (qdot_amx.h) */
-    double gpu_memory_utilization;
-    bool cuda_graphs;
+    pl_cuda_opts cuda;           /**< the CUDA runner's options */
 } pl_engine_open_opts;
 
 /** Load and start. Returns NULL with a message in err (file, type or

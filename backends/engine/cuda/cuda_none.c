@@ -12,10 +12,9 @@ int pl_cuda_available(char *why, size_t n)
 }
 
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
-                              float gpu_mem_util, bool cuda_graphs,
-                              char *err, size_t errlen)
+                              const pl_cuda_opts *o, char *err, size_t errlen)
 {
-    (void)m; (void)want; (void)gpu_mem_util; (void)cuda_graphs;
+    (void)m; (void)want; (void)o;
     snprintf(err, errlen, "parley was built without CUDA (meson -Dcuda=enabled)");
     return NULL;
 }

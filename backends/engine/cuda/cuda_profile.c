@@ -1,22 +1,23 @@
 /* cuda_profile.c - device time per phase of the forward pass, for tuning:
- * with PARLEY_CUDA_PROFILE=1 and CUDA graphs off, the forward records an
- * event after each phase and, at its end, waits for the step and adds the
- * intervals to per-phase sums. Off by default: nothing is recorded and the
+ * with --cuda-profile (PARLEY_CUDA_PROFILE=1) and CUDA graphs off, the
+ * forward records an event after each phase and, at its end, waits for the
+ * step and adds the intervals to per-phase sums. Off by default: nothing is recorded and the
  * pipeline is not serialised. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/engine/cuda/cuda_runner_internal.h"
+#include "src/base/log.h"
 
 static const char *const phase_name[CR_PH_COUNT] = {
     "embed", "norm", "gemm_qkv", "rope", "kv_write", "attn_decode", "attn_prefill",
     "gemm_o", "gemm_gate_up", "swiglu", "gemm_down", "lm_head", "sample",
 };
 
-int pl_cuda_prof_init(cuda_runner *r, bool graphs)
+int pl_cuda_prof_init(cuda_runner *r, bool on)
 {
-    const char *e = getenv("PARLEY_CUDA_PROFILE");
-    if (!e || !*e || !strcmp(e, "0") || graphs)
+    if (!on)
         return 0;
     r->prof = calloc(1, sizeof *r->prof);
     if (!r->prof)
@@ -27,10 +28,23 @@ int pl_cuda_prof_init(cuda_runner *r, bool graphs)
     return 0;
 }
 
+/* The sums so far in the log (`parley serve --cuda-profile` shows them
+ * when the model is closed; benchmarks read pl_cuda_runner_profile). */
+static void prof_log(const cr_prof *p)
+{
+    char line[512];
+    size_t w = 0;
+    for (int i = 0; i < CR_PH_COUNT && w < sizeof line; i++)
+        w += (size_t)snprintf(line + w, sizeof line - w, "%s%s %.1f", i ? ", " : "",
+                              phase_name[i], p->ms[i]);
+    pl_info("cuda profile, device ms per phase: %s", line);
+}
+
 void pl_cuda_prof_free(cuda_runner *r)
 {
     if (!r->prof)
         return;
+    prof_log(r->prof);
     for (int i = 0; i < CR_PROF_EVENTS; i++)
         if (r->prof->ev[i])
             cudaEventDestroy(r->prof->ev[i]);

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backends/engine/engine_config.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 
@@ -23,16 +24,16 @@ int pl_cuda_available(char *why, size_t n);
  * this call: weights are copied to the GPU, so the model may be freed
  * after). want: as pl_cpu_runner_new (max_seqs and max_rows > 0;
  * block_size 0: 16; max_model_len 0: the model's context, capped by what
- * the KV cache holds). num_blocks 0: as many
- * as gpu_mem_util (0..1, <= 0: 0.9) of the device memory leaves after
- * weights and activations; > 0: at most that many. The result's info gives
- * the geometry chosen. cuda_graphs: capture decode-only steps in CUDA
- * graphs bucketed by batch size. NULL with a message in err.
- * Free with r->ops->free(r).
+ * the KV cache holds). num_blocks 0: as many as
+ * o->gpu_memory_utilization of the device memory leaves after weights and
+ * activations; > 0: at most that many. The result's info gives the
+ * geometry chosen. o (borrowed, read during this call): CUDA graphs for
+ * decode-only steps bucketed by batch size, the attention kernels, the
+ * phase profiler, fault injection, load threads (engine_config.h). NULL
+ * with a message in err. Free with r->ops->free(r).
  */
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
-                              float gpu_mem_util, bool cuda_graphs,
-                              char *err, size_t errlen);
+                              const pl_cuda_opts *o, char *err, size_t errlen);
 
 /** CUDA-graph bookkeeping of a CUDA runner (tests, logs). */
 typedef struct pl_cuda_graph_stats {
@@ -41,17 +42,16 @@ typedef struct pl_cuda_graph_stats {
     int failed;                  /**< buckets that fell back to eager for good */
 } pl_cuda_graph_stats;
 
-/** r must be a CUDA runner. Fault injection for tests: with the
- *  environment variable PARLEY_CUDA_INJECT=capture when the runner is
- *  made, every graph capture fails. */
+/** r must be a CUDA runner. Fault injection for tests: made with
+ *  o->inject PL_CUDA_INJECT_CAPTURE, every graph capture fails. */
 void pl_cuda_runner_graph_stats(const pl_runner *r, pl_cuda_graph_stats *out);
 
 /**
  * Device milliseconds per phase of the forward pass (embedding, norms, each
  * GEMM, RoPE, KV write, decode and prefill attention, SwiGLU, LM head,
  * sampling), summed over the steps so far, for tuning. Recorded only when
- * PARLEY_CUDA_PROFILE=1 was set as the runner was made with cuda_graphs
- * off; each step then waits for itself. Sets *names to the phase names and
+ * the runner was made with o->profile and graphs off (--cuda-profile,
+ * PARLEY_CUDA_PROFILE=1); each step then waits for itself. Sets *names to the phase names and
  * fills up to cap sums; returns how many (0 when not recording). reset:
  * start the sums again.
  */

@@ -16,7 +16,7 @@
 #define CR_HIST_PER_SEQ 4096     /* penalty history per sequence, at least ... */
 #define CR_HIST_IDS (8 << 20)    /* ... or this many ids shared out, up to max_model_len */
 #define CR_FSM_CACHE 8           /* constraints kept on the device */
-#define CR_PROF_EVENTS 2048      /* phase marks per step (PARLEY_CUDA_PROFILE) */
+#define CR_PROF_EVENTS 2048      /* phase marks per step (--cuda-profile) */
 
 /* Phases of the forward pass timed by cuda_profile.c. */
 enum { CR_PH_START = 0, CR_PH_EMBED = 0, CR_PH_NORM, CR_PH_QKV, CR_PH_ROPE, CR_PH_KV_WRITE,
@@ -113,10 +113,11 @@ typedef struct cuda_runner {
     int bucket_size[CR_MAX_BUCKETS];
     int bucket_warm[CR_MAX_BUCKETS];
     int bucket_eager[CR_MAX_BUCKETS];  /* capture failed: eager for good */
-    bool inject_capture_failure;       /* PARLEY_CUDA_INJECT=capture */
-    bool split_kv;               /* unless PARLEY_CUDA_DECODE_ATTN=rows */
-    pl_split_kind split_kind;    /* PARLEY_CUDA_DECODE_ATTN=split16|mma: the variants */
-    bool prefill_mma;            /* PARLEY_CUDA_PREFILL_ATTN=mma: tensor-core prefill */
+    bool inject_capture_failure;       /* --cuda-inject capture */
+    bool split_kv;               /* unless --cuda-decode-attn rows */
+    pl_split_kind split_kind;    /* --cuda-decode-attn split16|mma: the variants */
+    bool prefill_mma;            /* --cuda-prefill-attn mma: tensor-core prefill */
+    int load_threads;            /* --load-threads (0: the online CPUs) */
     int n_sm;
     float *split_ws;             /* split-KV decode workspace */
     pl_cuda_graph_stats graph_stats;
@@ -145,10 +146,10 @@ int pl_cuda_fsm_attach(cuda_runner *r, const pl_step_input *in, int s, pl_cuda_s
 /** Free every constraint's device tables and the vocabulary's. */
 void pl_cuda_fsm_free(cuda_runner *r);
 
-/** Phase timing (cuda_profile.c): set up when PARLEY_CUDA_PROFILE is set
- *  and graphs are off; mark after each phase; the step's end waits for it
- *  and sums the intervals. All are no-ops when r->prof is NULL. */
-int pl_cuda_prof_init(cuda_runner *r, bool graphs);
+/** Phase timing (cuda_profile.c): set up when on (--cuda-profile with
+ *  graphs off); mark after each phase; the step's end waits for it and
+ *  sums the intervals. All are no-ops when r->prof is NULL. */
+int pl_cuda_prof_init(cuda_runner *r, bool on);
 void pl_cuda_prof_free(cuda_runner *r);
 void pl_cuda_prof_mark(cuda_runner *r, int phase);
 void pl_cuda_prof_step_end(cuda_runner *r);

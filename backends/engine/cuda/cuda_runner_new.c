@@ -186,7 +186,7 @@ static int setup(cuda_runner *r, const pl_model *m, float util, bool len_asked, 
         goto cuda_fail;
     if (!(r->gemm = pl_cuda_gemm_new(r->cs, err, errlen)))
         return -1;
-    if (pl_cuda_weights_init(&r->w, m, err, errlen) != 0)
+    if (pl_cuda_weights_init(&r->w, m, r->load_threads, err, errlen) != 0)
         return -1;
     if (alloc_activations(r) != 0
         || alloc_kv(r, util, r->base.info.num_blocks, len_asked) != 0
@@ -203,8 +203,7 @@ cuda_fail:
 }
 
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
-                              float gpu_mem_util, bool cuda_graphs,
-                              char *err, size_t errlen)
+                              const pl_cuda_opts *o, char *err, size_t errlen)
 {
     cuda_runner *r = calloc(1, sizeof *r);
     if (!r) {
@@ -216,30 +215,30 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
      * checked on an H100 by test_cuda_constrain and the device bundle's
      * constrained serving run (scripts/device/run.sh serve). */
     r->base.can_constrain = true;
+    float gpu_mem_util = (float)o->gpu_memory_utilization;
     if (gpu_mem_util <= 0.0f || gpu_mem_util > 1.0f)
         gpu_mem_util = 0.9f;
     if (fill_geometry(r, m, want) != 0) {
         snprintf(err, errlen, "%s", pl_cuda_last_error());
         goto fail;
     }
-    const char *inj = getenv("PARLEY_CUDA_INJECT");
-    r->inject_capture_failure = inj && strstr(inj, "capture");
-    const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
+    r->inject_capture_failure = o->inject == PL_CUDA_INJECT_CAPTURE;
+    r->load_threads = o->load_threads;
     /* Split-KV decode attention is the default where the shape has a
-     * kernel (+38 % at 256 sequences on an H100); PARLEY_CUDA_DECODE_ATTN=rows
-     * selects the one-block-per-row kernel; =split16 (16 lanes per key) and
-     * =mma (tensor cores) are split-KV tuning candidates. */
-    r->split_kv = !(attn && !strcmp(attn, "rows"))
+     * kernel (+38 % at 256 sequences on an H100); --cuda-decode-attn rows
+     * selects the one-block-per-row kernel; split16 (16 lanes per key) and
+     * mma (tensor cores) are split-KV tuning candidates. */
+    r->split_kv = o->decode_attn != PL_CUDA_DECODE_ROWS
                   && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
-    r->split_kind = !attn ? PL_SPLIT_WARP : !strcmp(attn, "split16") ? PL_SPLIT_HALF
-                  : !strcmp(attn, "mma") ? PL_SPLIT_MMA : PL_SPLIT_WARP;
-    const char *pf = getenv("PARLEY_CUDA_PREFILL_ATTN");  /* a tuning candidate */
-    r->prefill_mma = pf && !strcmp(pf, "mma") && pl_cuda_attn_prefill_mma_supported(r->head_dim);
+    r->split_kind = o->decode_attn == PL_CUDA_DECODE_SPLIT16 ? PL_SPLIT_HALF
+                  : o->decode_attn == PL_CUDA_DECODE_MMA ? PL_SPLIT_MMA : PL_SPLIT_WARP;
+    r->prefill_mma = o->prefill_attn == PL_CUDA_PREFILL_MMA   /* a tuning candidate */
+                     && pl_cuda_attn_prefill_mma_supported(r->head_dim);
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
-    init_buckets(r, cuda_graphs);
-    if (pl_cuda_prof_init(r, cuda_graphs) != 0) {
-        snprintf(err, errlen, "PARLEY_CUDA_PROFILE: cannot create events");
+    init_buckets(r, o->graphs);
+    if (pl_cuda_prof_init(r, o->profile && !o->graphs) != 0) {
+        snprintf(err, errlen, "--cuda-profile: cannot create events");
         goto fail;
     }
     return &r->base;

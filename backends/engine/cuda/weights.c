@@ -142,14 +142,14 @@ static void ctx_free(upload_ctx *u)
         cudaStreamDestroy(u->st);
 }
 
-static int ctx_init(upload_ctx *u, const pl_model *m)
+static int ctx_init(upload_ctx *u, const pl_model *m, int threads)
 {
     size_t max_cols = (size_t)(m->n_ff > m->n_embd ? m->n_ff : m->n_embd);
     if ((size_t)m->n_head * m->head_dim > max_cols)
         max_cols = (size_t)m->n_head * m->head_dim;
     u->stage_elems = CHUNK_BYTES / sizeof(pl_bf16) > max_cols ? CHUNK_BYTES / sizeof(pl_bf16)
                                                               : max_cols;
-    u->threads = pl_cuda_weights_threads();
+    u->threads = pl_cuda_weights_threads(threads);
     PL_CUDA_CHECK(cudaStreamCreateWithFlags(&u->st, cudaStreamNonBlocking));
     for (int i = 0; i < 2; i++) {
         PL_CUDA_CHECK(cudaHostAlloc((void **)&u->stage[i], u->stage_elems * sizeof(pl_bf16),
@@ -159,7 +159,8 @@ static int ctx_init(upload_ctx *u, const pl_model *m)
     return 0;
 }
 
-int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen)
+int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, int threads, char *err,
+                         size_t errlen)
 {
     memset(w, 0, sizeof *w);
     struct timespec t0, t1;
@@ -171,7 +172,7 @@ int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    if (ctx_init(&u, m) != 0 || upload_all(w, m, &u) != 0
+    if (ctx_init(&u, m, threads) != 0 || upload_all(w, m, &u) != 0
         || pl_cuda_check_(cudaStreamSynchronize(u.st), __FILE__, __LINE__)) {
         snprintf(err, errlen, "uploading weights: %s", pl_cuda_last_error());
         goto fail;

@@ -34,14 +34,16 @@ typedef struct pl_cuda_weights {
  *  threads. 0, or -1 when wt's type cannot be dequantised. */
 int pl_cuda_dequant_bf16(const pl_weight *wt, size_t r0, size_t n, pl_bf16 *dst,
                          int n_threads);
-/** Threads for model load: $PARLEY_LOAD_THREADS, else the online CPUs (<= 32). */
-int pl_cuda_weights_threads(void);
+/** Threads for model load: want (--load-threads) when > 0, else the online
+ *  CPUs; at most PL_CUDA_LOAD_MAX_THREADS. */
+int pl_cuda_weights_threads(int want);
 
 /** Upload m (borrowed) to the current device: dequantised on
- *  pl_cuda_weights_threads() threads into two pinned staging buffers that
- *  alternate with asynchronous copies; the time is logged. 0, or -1 with a message in
- *  err; on failure w holds nothing (freed). */
-int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, char *err, size_t errlen);
+ *  pl_cuda_weights_threads(threads) threads into two pinned staging buffers
+ *  that alternate with asynchronous copies; the time is logged. 0, or -1
+ *  with a message in err; on failure w holds nothing (freed). */
+int pl_cuda_weights_init(pl_cuda_weights *w, const pl_model *m, int threads, char *err,
+                         size_t errlen);
 void pl_cuda_weights_free(pl_cuda_weights *w);
 
 #endif

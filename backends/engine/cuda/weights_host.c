@@ -39,10 +39,9 @@ static void *dq_run(void *arg)
     return NULL;
 }
 
-int pl_cuda_weights_threads(void)
+int pl_cuda_weights_threads(int want)
 {
-    const char *env = getenv("PARLEY_LOAD_THREADS");
-    long n = env ? strtol(env, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = want > 0 ? want : sysconf(_SC_NPROCESSORS_ONLN);
     return n < 1 ? 1 : n > PL_CUDA_LOAD_MAX_THREADS ? PL_CUDA_LOAD_MAX_THREADS : (int)n;
 }
 

@@ -1,0 +1,64 @@
+/* engine_config.h - what an in-process engine is told: its options, as
+ * views of parley's option table.
+ *
+ * src/options.c declares every option once; its pl_opts embeds these
+ * views, so the table writes their fields directly and the engine and its
+ * runners read the same memory.
+ * Nothing here includes more than the C library, so any layer may
+ * include it.
+ */
+#ifndef PL_ENGINE_CONFIG_H
+#define PL_ENGINE_CONFIG_H
+
+#include <stdbool.h>
+
+/** The engine core: scheduler and KV geometry (engine.h). */
+typedef struct pl_engine_options {
+    int block_size;              /**< tokens per KV block; 0 = the runner's
+                                      (must equal it otherwise) */
+    int num_blocks;              /**< KV blocks used; 0 = all the runner's */
+    int max_num_seqs;            /**< running sequences; 0 = runner max_seqs */
+    int max_num_batched_tokens;  /**< rows per step; 0 = runner max_rows */
+    bool async;                  /**< async step pipeline (default true) */
+    bool prefix_caching;         /**< default true */
+    /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
+     *  with prefix caching when the runner can copy blocks). */
+    bool no_partial_prefix;
+} pl_engine_options;
+
+/** Decode attention kernels of the CUDA runner. */
+typedef enum pl_cuda_decode_attn {
+    PL_CUDA_DECODE_SPLIT = 0,    /**< split-KV, a warp per key (default where
+                                      the shape has a kernel, else rows) */
+    PL_CUDA_DECODE_ROWS,         /**< one block per row */
+    PL_CUDA_DECODE_SPLIT16,      /**< split-KV, 16 lanes per key */
+    PL_CUDA_DECODE_MMA,          /**< split-KV on tensor cores */
+} pl_cuda_decode_attn;
+
+/** Prefill attention kernels of the CUDA runner. */
+typedef enum pl_cuda_prefill_attn {
+    PL_CUDA_PREFILL_TILED = 0,   /**< 32 x 32 tiles (default) */
+    PL_CUDA_PREFILL_MMA,         /**< tensor cores, where the head size has one */
+} pl_cuda_prefill_attn;
+
+/** Fault injection (tests). */
+typedef enum pl_cuda_inject {
+    PL_CUDA_INJECT_NONE = 0,
+    PL_CUDA_INJECT_CAPTURE,      /**< every CUDA graph capture fails */
+} pl_cuda_inject;
+
+/** The CUDA runner (cuda_runner.h). */
+typedef struct pl_cuda_opts {
+    double gpu_memory_utilization; /**< share of device memory for weights,
+                                      activations and KV (0, 1]; <= 0: 0.9 */
+    bool graphs;                 /**< capture decode-only steps in CUDA graphs */
+    int decode_attn;             /**< pl_cuda_decode_attn */
+    int prefill_attn;            /**< pl_cuda_prefill_attn */
+    bool profile;                /**< device time per phase (only with graphs
+                                      off; each step then waits for itself) */
+    int inject;                  /**< pl_cuda_inject */
+    int load_threads;            /**< weight conversion threads at load;
+                                      <= 0: the online CPUs (at most 32) */
+} pl_cuda_opts;
+
+#endif
