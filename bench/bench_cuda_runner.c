@@ -104,7 +104,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         return -1;
     }
     *o = (bench_opts){.runner = "cuda", .seqs = 64, .prompt = 512, .gen = 128,
-                      .max_rows = 2048, .cuda = po.cuda};
+                      .max_rows = 2048, .cuda = po.engine.cuda};
     pl_opts_free(&po);
     o->cuda.gpu_memory_utilization = 0.9;
     for (int i = 1; i < argc; i++) {

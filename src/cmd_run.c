@@ -41,14 +41,17 @@ typedef struct run_ctx {
     char **served;               /* what serves each model (fingerprint) */
 } run_ctx;
 
+/* Options `parley run` takes: its own, the model options, logging. */
+#define RUN_SCOPE (PL_OPT_RUN | PL_OPT_MODEL)
+
 typedef struct run_args {
-    const char *job_file, *output, *stats;
-    bool live;
-    double progress_interval;    /* seconds; status lines without a TTY */
-    int policy;                  /* pl_dispatch_policy from --strategy */
-    bool kv_lru;                 /* --kv-eviction lru: no retention hints */
-    bool resume_changed;         /* resume an experiment made with another spec */
-    int argc;                    /* argv without run-only flags */
+    const char *job_file;
+    /** Defaults, environment and command line: run's own options (output,
+     *  live, progress_interval, stats, strategy, kv_eviction, resume_changed)
+     *  are read here; each model's options are read again over its
+     *  definition. */
+    pl_opts cli;
+    int argc;
     char **argv;
     pl_linemap lines;            /* the job file's key paths -> lines */
 } run_args;
@@ -57,80 +60,41 @@ static void run_usage(FILE *f)
 {
     fprintf(f, "usage: parley run JOB.yaml [--backend mock] [--output DIR] [--live]\n"
                "                  [--strategy parley|fcfs|naive] [options]\n\n"
-               "  --output DIR   write OUTPUT/<experiment>/... under DIR (default: the job's\n"
-               "                 output_dir, else ./output)\n"
-               "  --live         full-screen view of the scheduler's pools (also\n"
-               "                 MAC_FAIRNESS_LIVE_STATUS=1, as in seed 000)\n"
-               "  --progress-interval S  when stderr is not a terminal, one status line\n"
-               "                 every S seconds (default 5; 0: none)\n"
-               "  --stats FILE   write the strategy, makespan and backend statistics (JSON)\n"
-               "  --strategy S   dispatch policy (default parley: seed 000's priority heap);\n"
-               "                 fcfs: first ready, first served; naive: one request at a\n"
-               "                 time, conversation by conversation (benchmark baselines)\n"
-               "  --resume-changed  resume an experiment whose results were made with another\n"
-               "                 job spec (they mix on purpose; index lines carry each\n"
-               "                 line's spec_fingerprint); without it such a run is refused\n"
-               "  --kv-eviction E  next-need (default): the job tells the engine how soon\n"
-               "                 each conversation needs its cached prefix (finished ones\n"
-               "                 are evicted first); lru: no hints (a baseline)\n\n"
-               "model options (apply to every model of the job; the job file's per-model\n"
+               "run options:\n");
+    pl_opts_print_help(f, PL_OPT_RUN);
+    fprintf(f, "\nmodel options (apply to every model of the job; the job file's per-model\n"
                "options come first, the command line wins):\n");
     pl_opts_print_help(f, PL_OPT_MODEL);
 }
 
-/* Split off the flags only `run` knows; the rest go to the option table. */
-static int split_args(int argc, char **argv, run_args *ra)
+/* Read the command line once: run's options, the model options checked,
+ * and the one positional argument, the job file. Returns 0, 1 after
+ * --help, -1 on error (printed). */
+static int parse_cli(run_args *ra, int argc, char **argv)
 {
-    ra->argv = calloc((size_t)argc + 1, sizeof *ra->argv);
-    if (!ra->argv)
-        return -1;
-    ra->argv[ra->argc++] = argv[0];
-    ra->argv[ra->argc++] = argv[1];
-    ra->progress_interval = 5.0;
-    const char *ls = getenv("MAC_FAIRNESS_LIVE_STATUS");
-    ra->live = ls && !strcmp(ls, "1");
-    for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--live"))
-            ra->live = true;
-        else if (!strcmp(argv[i], "--resume-changed"))
-            ra->resume_changed = true;
-        else if (!strcmp(argv[i], "--output") && i + 1 < argc)
-            ra->output = argv[++i];
-        else if (!strncmp(argv[i], "--output=", 9))
-            ra->output = argv[i] + 9;
-        else if (!strcmp(argv[i], "--progress-interval") ||
-                 !strncmp(argv[i], "--progress-interval=", 20)) {
-            const char *v = argv[i][19] == '=' ? argv[i] + 20 : i + 1 < argc ? argv[++i] : NULL;
-            char *end = NULL;
-            double d = v ? strtod(v, &end) : -1;
-            if (!v || end == v || *end || !(d >= 0 && d <= 86400)) {
-                fprintf(stderr, "parley: --progress-interval: expected seconds in [0, 86400], "
-                                "got '%s'\n", v ? v : "");
-                return -2;
-            }
-            ra->progress_interval = d;
-        } else if (!strcmp(argv[i], "--stats") && i + 1 < argc)
-            ra->stats = argv[++i];
-        else if (!strncmp(argv[i], "--stats=", 8))
-            ra->stats = argv[i] + 8;
-        else if (!strcmp(argv[i], "--strategy") || !strncmp(argv[i], "--strategy=", 11)) {
-            const char *v = argv[i][10] == '=' ? argv[i] + 11 : i + 1 < argc ? argv[++i] : NULL;
-            if ((ra->policy = pl_dispatch_policy_parse(v)) < 0) {
-                fprintf(stderr, "parley: --strategy: expected parley, fcfs or naive, got '%s'\n",
-                        v ? v : "");
-                return -2;
-            }
-        } else if (!strcmp(argv[i], "--kv-eviction") || !strncmp(argv[i], "--kv-eviction=", 14)) {
-            const char *v = argv[i][13] == '=' ? argv[i] + 14 : i + 1 < argc ? argv[++i] : NULL;
-            if (!v || (strcmp(v, "lru") && strcmp(v, "next-need"))) {
-                fprintf(stderr, "parley: --kv-eviction: expected lru or next-need, got '%s'\n",
-                        v ? v : "");
-                return -2;
-            }
-            ra->kv_lru = !strcmp(v, "lru");
-        } else
-            ra->argv[ra->argc++] = argv[i];
+    char err[512];
+    char *pos[4];
+    int npos = 0;
+    ra->argc = argc;
+    ra->argv = argv;
+    int rc = pl_opts_init_run(&ra->cli, err, sizeof err);
+    if (rc == 0)
+        rc = pl_opts_parse_scope(&ra->cli, RUN_SCOPE, argc, argv, 2, pos, 4, &npos, err,
+                                 sizeof err);
+    if (rc == 1) {
+        run_usage(stdout);
+        return 1;
     }
+    if (rc < 0) {
+        fprintf(stderr, "parley: %s\n", err);
+        return -1;
+    }
+    if (npos != 1) {
+        run_usage(stderr);
+        return -1;
+    }
+    ra->job_file = pos[0];
+    pl_opts_apply_log(&ra->cli);
     return 0;
 }
 
@@ -181,7 +145,7 @@ static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_mod
     char err[700], base[300];
     char *pos[4];
     int npos;
-    if (pl_opts_init(o, err, sizeof err) < 0) {
+    if (pl_opts_init_run(o, err, sizeof err) < 0) {
         fprintf(stderr, "parley: %s\n", err);
         return -1;
     }
@@ -190,7 +154,8 @@ static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_mod
     if (pl_config_model(ra->job_file, &ra->lines, base, m->options, NULL, o, err,
                         sizeof err) < 0)
         goto fail;
-    if (pl_opts_parse_args(o, ra->argc, ra->argv, 2, pos, 4, &npos, err, sizeof err) != 0)
+    if (pl_opts_parse_scope(o, RUN_SCOPE, ra->argc, ra->argv, 2, pos, 4, &npos, err,
+                            sizeof err) != 0)
         goto fail;
     return 0;
 fail:
@@ -259,31 +224,6 @@ static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
             return -1;
         }
     }
-    return 0;
-}
-
-/* Validate the options once and find the one positional argument.
- * Returns 0, 1 after --help, -1 on error. */
-static int find_job_file(run_args *ra)
-{
-    pl_opts o;
-    char err[512];
-    char *pos[4];
-    int npos = 0, rc = pl_opts_init(&o, err, sizeof err);
-    if (rc == 0)
-        rc = pl_opts_parse_args(&o, ra->argc, ra->argv, 2, pos, 4, &npos, err, sizeof err);
-    pl_opts_free(&o);
-    if (rc == 1) {
-        run_usage(stdout);
-        return 1;
-    }
-    if (rc < 0 || npos != 1) {
-        if (rc < 0)
-            fprintf(stderr, "parley: %s\n", err);
-        run_usage(stderr);
-        return -1;
-    }
-    ra->job_file = pos[0];
     return 0;
 }
 
@@ -364,7 +304,8 @@ static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
     pl_job_progress p;
     pl_job_get_progress(rc->job, &p);
     json_t *o = json_pack("{s:s, s:f, s:i, s:i, s:i, s:i, s:i, s:i, s:s?}", "strategy",
-                          pl_dispatch_policy_name((pl_dispatch_policy)ra->policy), "makespan_ms", ms,
+                          pl_dispatch_policy_name((pl_dispatch_policy)ra->cli.strategy),
+                          "makespan_ms", ms,
                           "questions", p.total, "succeeded", p.succeeded, "failed", p.failed,
                           "answered", p.answered, "correct", p.correct, "reprompts", p.reprompts,
                           "output", pl_job_dir(rc->job));
@@ -383,10 +324,11 @@ static void write_stats(const run_ctx *rc, const run_args *ra, pl_backend **bs,
                                                   "round2plus_cached_tokens",
                                                   (json_int_t)p.round2plus_cached_tokens));
         json_object_set_new(o, "engine", engine_summary(arr, ms));
-        json_object_set_new(o, "kv_eviction", json_string(ra->kv_lru ? "lru" : "next-need"));
+        json_object_set_new(o, "kv_eviction", json_string(ra->cli.kv_eviction ? "lru"
+                                                                               : "next-need"));
     }
-    if (!o || json_dump_file(o, ra->stats, JSON_INDENT(1)) < 0)
-        fprintf(stderr, "parley: cannot write %s\n", ra->stats);
+    if (!o || json_dump_file(o, ra->cli.stats, JSON_INDENT(1)) < 0)
+        fprintf(stderr, "parley: cannot write %s\n", ra->cli.stats);
     json_decref(o);
 }
 
@@ -445,15 +387,16 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     pl_io_pool *io = pl_io_pool_new(rc->base, 2);
     if (!io)
         return 3;
-    if (ra->output) {
+    const char *output = ra->cli.output[0] ? ra->cli.output : NULL;
+    if (output) {
         free(spec->output_dir);
         spec->output_dir = NULL;
     }
     pl_job_opts jo = {.base = rc->base, .io = io, .id = "run", .output_root =
-                      ra->output ? ra->output : "output", .backends = bs,
-                      .policy = ra->policy, .no_retention_hints = ra->kv_lru,
+                      output ? output : "output", .backends = bs,
+                      .policy = ra->cli.strategy, .no_retention_hints = ra->cli.kv_eviction == 1,
                       .served = (const char *const *)rc->served,
-                      .resume_changed = ra->resume_changed,
+                      .resume_changed = ra->cli.resume_changed,
                       .on_finished = on_finished, .ud = rc};
     char err[256];
     rc->job = pl_job_new(spec, &jo, err, sizeof err);
@@ -469,7 +412,7 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
     evsignal_add(sig, NULL);
     evsignal_add(sigt, NULL);
     event_add(tick, &tv);
-    pl_run_view_begin(&rc->view, stderr, rc->live, ra->progress_interval);
+    pl_run_view_begin(&rc->view, stderr, rc->live, ra->cli.progress_interval);
     int status = 3;
     clock_gettime(CLOCK_MONOTONIC, &rc->t0);
     rc->t1 = rc->t0;
@@ -477,7 +420,7 @@ static int run_job(run_ctx *rc, const run_args *ra, pl_job_spec *spec, pl_backen
         event_base_dispatch(rc->base);
     pl_run_view_end(&rc->view);
     print_summary(rc->job);
-    if (ra->stats)
+    if (ra->cli.stats[0])
         write_stats(rc, ra, bs, pl_job_get_spec(rc->job)->n_models);
     status = exit_status(rc->job);
     event_free(tick);
@@ -495,26 +438,17 @@ int pl_cmd_run(int argc, char **argv)
     pl_job_spec spec = {0};
     pl_backend **bs = NULL;
     int status = 2;
-    int sarc = split_args(argc, argv, &ra);
-    if (sarc < 0) {
-        free(ra.argv);
-        return sarc == -2 ? 2 : 1;
-    }
-    int prc = find_job_file(&ra);
+    int prc = parse_cli(&ra, argc, argv);
     if (prc != 0) {
-        free(ra.argv);
+        pl_opts_free(&ra.cli);
         return prc == 1 ? 0 : 2;
-    }
-    if (!ra.job_file) {
-        run_usage(stderr);
-        goto done;
     }
     if (load_spec(ra.job_file, &spec, &ra.lines) < 0)
         goto done;
     signal(SIGPIPE, SIG_IGN);
     evthread_use_pthreads();
     rc.base = event_base_new();
-    rc.live = ra.live;
+    rc.live = ra.cli.live;
     bs = calloc((size_t)spec.n_models, sizeof *bs);
     rc.served = calloc((size_t)spec.n_models, sizeof *rc.served);
     int n_models = spec.n_models;
@@ -536,6 +470,6 @@ cleanup:
         event_base_free(rc.base);
 done:
     pl_linemap_free(&ra.lines);
-    free(ra.argv);
+    pl_opts_free(&ra.cli);
     return status;
 }

@@ -20,15 +20,6 @@ static void usage(FILE *f)
     pl_opts_print_help(f, PL_OPT_SERVE);
 }
 
-static void apply_log_level(const pl_opts *o)
-{
-    static const char *names[] = {"debug", "info", "warn", "error", "quiet"};
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(o->log_level, names[i]))
-            pl_log_set_level((pl_log_level)i);
-    pl_log_set_json(!strcmp(o->log_format, "json"));
-}
-
 /* default < env < config < command line: parse the command line once to
  * find --config, load it, then parse the command line again on top. */
 static int load_opts(int argc, char **argv, pl_opts *o, pl_config *cfg)
@@ -53,7 +44,7 @@ static int load_opts(int argc, char **argv, pl_opts *o, pl_config *cfg)
         if (rc != 0)
             goto fail_rc;
     }
-    apply_log_level(o);
+    pl_opts_apply_log(o);
     return 0;
 fail_rc:
     if (rc == 1) {

@@ -37,20 +37,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .model_path = path,
         .served_name = name ? name : o->served_model_name,
         .device = device,
-        .chat_template = o->chat_template,
-        .chat_template_strict = o->chat_template_strict,
-        .threads = o->threads,
-        .max_num_seqs = o->max_num_seqs,
-        .max_num_batched_tokens = o->max_num_batched_tokens,
-        .block_size = o->block_size,
-        .kv_cache_mb = o->kv_cache_mb,
-        .max_model_len = o->max_model_len,
-        .async_scheduling = o->async_scheduling,
-        .prefix_caching = o->prefix_caching,
-        .batch_invariant = o->batch_invariant,
-        .kv_f16 = o->kv_cache_f16,
-        .cpu_amx = o->cpu_amx,
-        .cuda = o->cuda,
+        .cfg = &o->engine,
     };
     pl_backend *b = pl_engine_open(base, &eo, err, errlen);
     if (!b && !o->model[0])
@@ -67,7 +54,7 @@ static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const ch
         .capacity = o->mock_capacity,
         .seed = (uint64_t)o->mock_seed,
         .echo = strcmp(o->mock_mode, "echo") == 0,
-        .max_model_len = o->max_model_len,
+        .max_model_len = o->engine.max_model_len,
     };
     return pl_mock_new(base, &mo);
 }
@@ -114,8 +101,8 @@ pl_backend *pl_models_open_remote(struct event_base *base, const pl_opts *o, int
         .n_urls = split_urls(list, u, 64),
         .api_key = key,
         .upstream_model = upstream_model ? upstream_model : o->upstream_model,
-        .upper_bound = o->max_num_seqs,
-        .max_model_len = o->max_model_len,
+        .upper_bound = o->engine.core.max_num_seqs,
+        .max_model_len = o->engine.max_model_len,
         .connect_timeout_ms = o->upstream_connect_timeout_ms,
         .first_token_timeout_ms = o->upstream_first_token_timeout_ms,
         .token_timeout_ms = o->upstream_token_timeout_ms,

@@ -6,10 +6,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "src/base/log.h"
+
 #define OPT(name, type, lo, hi, def, env, choices, field, scope, help) \
-    {name, type, lo, hi, def, env, choices, offsetof(pl_opts, field), scope, help}
+    {name, type, lo, hi, def, env, choices, offsetof(pl_opts, field), scope, help, NULL}
+/* An option whose errors say what it expects in words. */
+#define OPTX(name, type, lo, hi, def, env, choices, field, scope, help, expect) \
+    {name, type, lo, hi, def, env, choices, offsetof(pl_opts, field), scope, help, expect}
 #define S PL_OPT_SERVE
 #define M (PL_OPT_SERVE | PL_OPT_MODEL)
+#define R PL_OPT_RUN
 
 const pl_option pl_options[] = {
     OPT("host", PL_OPT_STRING, 0, 0, "127.0.0.1", "PARLEY_HOST", NULL, host, S,
@@ -29,7 +35,7 @@ const pl_option pl_options[] = {
         "scripts/fetch_model.sh)"),
     OPT("served-model-name", PL_OPT_STRING, 0, 0, "", NULL, NULL, served_model_name, S,
         "model name clients use (default: derived from the model)"),
-    OPT("threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_THREADS", NULL, threads, M,
+    OPT("threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_THREADS", NULL, engine.cpu.threads, M,
         "CPU runner threads (0 = all cores)"),
     OPT("mock-token-delay-ms", PL_OPT_INT, 0, 60000, "0", NULL, NULL, mock_token_delay_ms, M,
         "mock backend: delay between tokens"),
@@ -46,53 +52,53 @@ const pl_option pl_options[] = {
     OPT("shutdown-timeout", PL_OPT_INT, 0, 3600, "30", NULL, NULL, shutdown_timeout, S,
         "on SIGTERM or SIGINT: seconds the requests in flight get to finish before their "
         "connections are closed (a second signal stops at once)"),
-    OPT("chat-template", PL_OPT_STRING, 0, 0, "", NULL, NULL, chat_template, M,
+    OPT("chat-template", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.chat_template, M,
         "override the chat template: chatml|llama3|llama2|mistral|gemma|phi3|zephyr"),
     OPT("chat-template-strict", PL_OPT_BOOL, 0, 0, "false", NULL, NULL,
-        chat_template_strict, M, "fail instead of falling back to ChatML"),
-    OPT("max-num-seqs", PL_OPT_INT, 1, 65536, "256", NULL, NULL, max_num_seqs, M,
+        engine.chat_template_strict, M, "fail instead of falling back to ChatML"),
+    OPT("max-num-seqs", PL_OPT_INT, 1, 65536, "256", NULL, NULL, engine.core.max_num_seqs, M,
         "upper bound of concurrent sequences"),
     OPT("max-num-batched-tokens", PL_OPT_INT, 16, 1048576, "2048", NULL, NULL,
-        max_num_batched_tokens, M, "token budget of one engine step"),
-    OPT("block-size", PL_OPT_INT, 1, 256, "16", NULL, NULL, block_size, M,
+        engine.core.max_num_batched_tokens, M, "token budget of one engine step"),
+    OPT("block-size", PL_OPT_INT, 1, 256, "16", NULL, NULL, engine.core.block_size, M,
         "KV cache block size in tokens"),
-    OPT("kv-cache-mb", PL_OPT_INT, 1, 1048576, "2048", NULL, NULL, kv_cache_mb, M,
+    OPT("kv-cache-mb", PL_OPT_INT, 1, 1048576, "2048", NULL, NULL, engine.kv_cache_mb, M,
         "CPU KV cache size in MiB"),
-    OPT("max-model-len", PL_OPT_INT, 0, 1048576, "0", NULL, NULL, max_model_len, M,
+    OPT("max-model-len", PL_OPT_INT, 0, 1048576, "0", NULL, NULL, engine.max_model_len, M,
         "context length (0 = the model's: at most 2048 on CPU; on CUDA capped by the KV cache)"),
-    OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, async_scheduling, M,
+    OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.async, M,
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
-    OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, prefix_caching, M,
+    OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.prefix_caching, M,
         "reuse cached KV blocks of shared prompt prefixes"),
-    OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, kv_cache_f16, M,
+    OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.kv_f16, M,
         "CPU: K/V cache in IEEE halves, as llama.cpp keeps it: twice the tokens per MiB, and "
         "half the bytes attention reads per token (--no-kv-cache-f16: floats)"),
-    OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, cpu_amx, M,
+    OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, engine.cpu.amx, M,
         "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
         "outputs as without; needs an AMX CPU, checked at start"),
-    OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, batch_invariant, M,
+    OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.batch_invariant, M,
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),
     OPT("gpu-memory-utilization", PL_OPT_DOUBLE, 0.05, 1.0, "0.9", NULL, NULL,
-        cuda.gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
-    OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, cuda.graphs, M,
+        engine.cuda.gpu_memory_utilization, M, "fraction of GPU memory for weights and KV cache"),
+    OPT("cuda-graphs", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cuda.graphs, M,
         "capture decode steps in CUDA graphs (--no-cuda-graphs disables)"),
     OPT("cuda-decode-attn", PL_OPT_ENUM, 0, 0, "split", "PARLEY_CUDA_DECODE_ATTN",
-        "split|rows|split16|mma", cuda.decode_attn, M,
+        "split|rows|split16|mma", engine.cuda.decode_attn, M,
         "CUDA decode attention: split-KV with a warp per key (where the shape has a kernel, "
         "else rows), one block per row, split-KV with 16 lanes per key, or split-KV on "
         "tensor cores"),
     OPT("cuda-prefill-attn", PL_OPT_ENUM, 0, 0, "tiled", "PARLEY_CUDA_PREFILL_ATTN",
-        "tiled|mma", cuda.prefill_attn, M,
+        "tiled|mma", engine.cuda.prefill_attn, M,
         "CUDA prefill attention: 32x32 tiles, or tensor cores where the head size has a kernel"),
-    OPT("cuda-profile", PL_OPT_BOOL, 0, 0, "false", "PARLEY_CUDA_PROFILE", NULL, cuda.profile, M,
+    OPT("cuda-profile", PL_OPT_BOOL, 0, 0, "false", "PARLEY_CUDA_PROFILE", NULL, engine.cuda.profile, M,
         "CUDA: device time per phase of the forward pass, logged when the model closes "
         "(needs --no-cuda-graphs; every step then waits for itself)"),
     OPT("cuda-inject", PL_OPT_ENUM, 0, 0, "none", "PARLEY_CUDA_INJECT", "none|capture",
-        cuda.inject, M, "CUDA fault injection for tests: capture makes every CUDA graph "
+        engine.cuda.inject, M, "CUDA fault injection for tests: capture makes every CUDA graph "
         "capture fail (the runner then steps eagerly)"),
     OPT("load-threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_LOAD_THREADS", NULL,
-        cuda.load_threads, M, "CUDA: threads converting weights at load (0 = the online "
+        engine.cuda.load_threads, M, "CUDA: threads converting weights at load (0 = the online "
         "CPUs, at most 32)"),
     OPT("base-url", PL_OPT_URLS, 0, 0, "", NULL, NULL, base_url, M,
         "remote backends: the upstream's OpenAI base URL with /v1 (repeat, or a list in "
@@ -159,19 +165,42 @@ const pl_option pl_options[] = {
         S, "slots of each model that jobs leave free for OpenAI requests (-1: 10% of the "
         "capacity, rounded up; in-flight OpenAI requests always count against jobs)"),
     OPT("log-level", PL_OPT_STRING, 0, 0, "info", "PARLEY_LOG", "debug|info|warn|error|quiet",
-        log_level, S, "log verbosity"),
+        log_level, S | R, "log verbosity"),
     OPT("log-format", PL_OPT_STRING, 0, 0, "text", "PARLEY_LOG_FORMAT", "text|json", log_format,
-        S, "log lines as text, or one JSON object per line"),
+        S | R, "log lines as text, or one JSON object per line"),
     OPT("access-log", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, access_log, S,
         "log one line per HTTP request at info level: method, path, status, duration, "
         "tokens, request id (--no-access-log disables)"),
     OPT("jobs-dir", PL_OPT_STRING, 0, 0, "parley-jobs", "PARLEY_JOBS_DIR", NULL, jobs_dir, S,
         "serve: directory the jobs API writes experiments under"),
+    OPT("output", PL_OPT_STRING, 0, 0, "", NULL, NULL, output, R,
+        "write OUTPUT/<experiment>/... under this directory (default: the job's output_dir, "
+        "else ./output)"),
+    OPT("live", PL_OPT_BOOL, 0, 0, "false", "MAC_FAIRNESS_LIVE_STATUS", NULL, live, R,
+        "full-screen view of the scheduler's pools (MAC_FAIRNESS_LIVE_STATUS=1 as in seed 000)"),
+    OPTX("progress-interval", PL_OPT_DOUBLE, 0, 86400, "5", NULL, NULL, progress_interval, R,
+         "when stderr is not a terminal, one status line every this many seconds (0: none)",
+         "seconds in [0, 86400]"),
+    OPT("stats", PL_OPT_STRING, 0, 0, "", NULL, NULL, stats, R,
+        "write the strategy, makespan and backend statistics to this file (JSON)"),
+    OPTX("strategy", PL_OPT_ENUM, 0, 0, "parley", NULL, "parley|fcfs|naive", strategy, R,
+         "dispatch policy: parley (seed 000's priority heap); fcfs: first ready, first served; "
+         "naive: one request at a time, conversation by conversation (benchmark baselines)",
+         "parley, fcfs or naive"),
+    OPTX("kv-eviction", PL_OPT_ENUM, 0, 0, "next-need", NULL, "next-need|lru", kv_eviction, R,
+         "next-need: the job tells the engine how soon each conversation needs its cached "
+         "prefix (finished ones are evicted first); lru: no hints (a baseline)",
+         "lru or next-need"),
+    OPT("resume-changed", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, resume_changed, R,
+        "resume an experiment whose results were made with another job spec (they mix on "
+        "purpose; index lines carry each line's spec_fingerprint); without it such a run is "
+        "refused"),
 };
 const size_t pl_n_options = sizeof pl_options / sizeof pl_options[0];
 
 #undef S
 #undef M
+#undef R
 
 static void *opt_field(pl_opts *o, const pl_option *d)
 {
@@ -229,8 +258,8 @@ static int opt_choice_index(const char *choices, const char *v)
 }
 
 /* Parse text into the option's field. */
-static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err,
-                        size_t errlen)
+static int opt_parse_text(pl_opts *o, const pl_option *d, const char *v, char *err,
+                          size_t errlen)
 {
     void *f = opt_field(o, d);
     char *end;
@@ -311,6 +340,17 @@ static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err
     return -1;
 }
 
+/* opt_parse_text, with the option's own words for what it expects. */
+static int opt_set_text(pl_opts *o, const pl_option *d, const char *v, char *err,
+                        size_t errlen)
+{
+    if (opt_parse_text(o, d, v, err, errlen) == 0)
+        return 0;
+    if (d->expect)
+        snprintf(err, errlen, "expected %s, got '%s'", d->expect, v);
+    return -1;
+}
+
 /* Find by name; '_' and '-' are the same. */
 static const pl_option *opt_find(const char *name, size_t len)
 {
@@ -330,14 +370,15 @@ static const pl_option *opt_find(const char *name, size_t len)
     return NULL;
 }
 
-int pl_opts_init(pl_opts *o, char *err, size_t errlen)
+/* Defaults, then the environment of the options in env_scope. */
+static int opts_init(pl_opts *o, unsigned env_scope, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
     for (size_t i = 0; i < pl_n_options; i++) {
         const pl_option *d = &pl_options[i];
         if (opt_set_text(o, d, d->def, err, errlen) < 0)
             return -1;
-        const char *env = d->env ? getenv(d->env) : NULL;
+        const char *env = d->env && (d->scope & env_scope) ? getenv(d->env) : NULL;
         if (env && *env) {
             char e2[256];
             if (opt_set_text(o, d, env, e2, sizeof e2) < 0) {
@@ -347,6 +388,16 @@ int pl_opts_init(pl_opts *o, char *err, size_t errlen)
         }
     }
     return 0;
+}
+
+int pl_opts_init(pl_opts *o, char *err, size_t errlen)
+{
+    return opts_init(o, PL_OPT_SERVE | PL_OPT_MODEL, err, errlen);
+}
+
+int pl_opts_init_run(pl_opts *o, char *err, size_t errlen)
+{
+    return opts_init(o, PL_OPT_MODEL | PL_OPT_RUN, err, errlen);
 }
 
 void pl_opts_copy(pl_opts *dst, const pl_opts *src)
@@ -376,6 +427,14 @@ int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
                        char **positional, int max_pos, int *n_pos,
                        char *err, size_t errlen)
 {
+    return pl_opts_parse_scope(o, PL_OPT_SERVE | PL_OPT_MODEL, argc, argv, first, positional,
+                               max_pos, n_pos, err, errlen);
+}
+
+int pl_opts_parse_scope(pl_opts *o, unsigned scope_mask, int argc, char **argv, int first,
+                        char **positional, int max_pos, int *n_pos, char *err,
+                        size_t errlen)
+{
     *n_pos = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -400,7 +459,7 @@ int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
             else
                 d = NULL;
         }
-        if (!d) {
+        if (!d || !(d->scope & scope_mask)) {
             snprintf(err, errlen, "unknown option '--%.*s' (see --help)", (int)len, name);
             return -1;
         }
@@ -408,14 +467,14 @@ int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
             val = "true";
         if (!val) {
             if (i + 1 >= argc) {
-                snprintf(err, errlen, "option '--%s' needs a value", d->name);
+                snprintf(err, errlen, "--%s: needs a value", d->name);
                 return -1;
             }
             val = argv[++i];
         }
         char e2[256];
         if (opt_set_text(o, d, val, e2, sizeof e2) < 0) {
-            snprintf(err, errlen, "option '--%s': %s", d->name, e2);
+            snprintf(err, errlen, "--%s: %s", d->name, e2);
             return -1;
         }
     }
@@ -526,4 +585,13 @@ void pl_opts_print_help(FILE *f, unsigned scope_mask)
             fprintf(f, " [env %s]", d->env);
         fputc('\n', f);
     }
+}
+
+void pl_opts_apply_log(const pl_opts *o)
+{
+    static const char *names[] = {"debug", "info", "warn", "error", "quiet"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(o->log_level, names[i]))
+            pl_log_set_level((pl_log_level)i);
+    pl_log_set_json(!strcmp(o->log_format, "json"));
 }

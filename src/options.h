@@ -26,7 +26,6 @@ typedef struct pl_opts {
     char *model;                 /**< GGUF path */
     char *model_dir;             /**< where the default model is cached ("" = ~/.cache/parley/models) */
     char *served_model_name;
-    int threads;                 /**< 0 = all cores */
     int mock_token_delay_ms;
     int mock_capacity;
     int mock_seed;
@@ -34,19 +33,10 @@ typedef struct pl_opts {
     long max_body_bytes;
     long stream_buffer_bytes;    /**< per-stream pending output cap */
     int shutdown_timeout;        /**< s for requests in flight to end on SIGTERM */
-    char *chat_template;
-    bool chat_template_strict;
-    int max_num_seqs;
-    int max_num_batched_tokens;
-    int block_size;
-    int kv_cache_mb;
-    int max_model_len;           /**< 0 = the model's context length */
-    bool async_scheduling;
-    bool prefix_caching;
-    bool batch_invariant;        /**< CPU: one numeric path for every batch shape */
-    bool kv_cache_f16;           /**< CPU: K/V cache in halves (default; else floats) */
-    bool cpu_amx;                /**< CPU: AMX-INT8 tiles, block-order sums */
-    pl_cuda_opts cuda;           /**< the CUDA runner's options */
+    /** The in-process engine's options (engine_config.h): the engine,
+     *  its runners and the remote and mock backends (max_model_len,
+     *  core.max_num_seqs) read them here, not through copies. */
+    pl_engine_config engine;
     int interactive_reserve;     /**< -1: 10% of each model's capacity */
     char *log_level;
     /* remote backend (backends/remote) */
@@ -77,6 +67,14 @@ typedef struct pl_opts {
     int job_retention;           /**< seconds a finished job stays in memory */
     int max_job_questions;
     long max_job_bytes;
+    /* parley run (src/cmd_run.c) */
+    char *output;                /**< "" = the job's output_dir, else ./output */
+    bool live;                   /**< full-screen pool view */
+    double progress_interval;    /**< s between status lines without a TTY */
+    char *stats;                 /**< "" = none */
+    int strategy;                /**< pl_dispatch_policy */
+    int kv_eviction;             /**< 0: next-need (hints), 1: lru (none) */
+    bool resume_changed;         /**< resume an experiment made with another spec */
 } pl_opts;
 
 typedef enum pl_opt_type {
@@ -96,6 +94,7 @@ typedef enum pl_opt_type {
 /* Where an option applies. */
 #define PL_OPT_SERVE 1u          /* a server-wide option */
 #define PL_OPT_MODEL 2u          /* may also be set per model in config */
+#define PL_OPT_RUN 4u            /* taken by `parley run` (model options are too) */
 
 typedef struct pl_option {
     const char *name;            /**< --name; config key with '_' for '-' */
@@ -105,25 +104,38 @@ typedef struct pl_option {
     const char *env;             /**< environment variable, or NULL */
     const char *choices;         /**< "a|b|c": strings with fixed values, enums */
     size_t offset;               /**< offsetof(pl_opts, field); a field may lie
-                                      in a view pl_opts embeds (cuda.graphs) */
+                                      in a view pl_opts embeds (engine.cuda.graphs) */
     unsigned scope;
     const char *help;
+    const char *expect;          /**< the valid values in words for errors
+                                      ("seconds in [0, 86400]"); NULL: from
+                                      the type, range and choices */
 } pl_option;
 
 extern const pl_option pl_options[];
 extern const size_t pl_n_options;
 
-/** Fill o with defaults then environment. Returns 0, or -1 with err set. */
+/** Fill o with defaults then the environment of `serve`'s options (scopes
+ *  SERVE and MODEL). Returns 0, or -1 with err naming the variable. */
 int pl_opts_init(pl_opts *o, char *err, size_t errlen);
+/** The same for `parley run`: defaults, then the environment of the
+ *  options it takes (scopes MODEL and RUN). */
+int pl_opts_init_run(pl_opts *o, char *err, size_t errlen);
 /** Deep-copy src into dst. */
 void pl_opts_copy(pl_opts *dst, const pl_opts *src);
 void pl_opts_free(pl_opts *o);
 
 /**
  * Parse --name value / --name=value / --no-name (booleans) from argv
- * starting at argv[first]. Positional arguments are left in
- * positional[] (up to max_pos). Returns 0, 1 for --help, or -1 with err.
+ * starting at argv[first], accepting the options of scope_mask (any bit in
+ * common); another option is unknown. Positional arguments are left in
+ * positional[] (up to max_pos). Returns 0, 1 for --help, or -1 with
+ * "--name: message" in err.
  */
+int pl_opts_parse_scope(pl_opts *o, unsigned scope_mask, int argc, char **argv, int first,
+                        char **positional, int max_pos, int *n_pos, char *err,
+                        size_t errlen);
+/** pl_opts_parse_scope for `serve`: server and model options. */
 int pl_opts_parse_args(pl_opts *o, int argc, char **argv, int first,
                        char **positional, int max_pos, int *n_pos,
                        char *err, size_t errlen);
@@ -138,5 +150,8 @@ int pl_opts_set_json(pl_opts *o, const char *key, json_t *v, unsigned scope_mask
 
 /** Print option help for the given scope. */
 void pl_opts_print_help(FILE *f, unsigned scope_mask);
+
+/** Apply --log-level and --log-format to the process's log (log.h). */
+void pl_opts_apply_log(const pl_opts *o);
 
 #endif

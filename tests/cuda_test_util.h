@@ -36,7 +36,7 @@ static inline pl_cuda_opts tu_cuda_opts(double gpu_memory_utilization, bool grap
     pl_opts o;
     char err[256];
     cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
-    pl_cuda_opts c = o.cuda;
+    pl_cuda_opts c = o.engine.cuda;
     pl_opts_free(&o);
     c.gpu_memory_utilization = gpu_memory_utilization;
     c.graphs = graphs;

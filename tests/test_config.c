@@ -38,7 +38,7 @@ Test(options, defaults_and_args)
     cr_expect_str_eq(o.host, "127.0.0.1");
     cr_expect_eq(o.port, 8000);
     cr_expect_eq(o.max_body_bytes, 4L << 20);
-    cr_expect(o.async_scheduling);
+    cr_expect(o.engine.core.async);
     char *argv[] = {"parley", "serve", "--port", "0", "--backend=mock", "--no-async-scheduling",
                     "--mock-token-delay-ms", "5", "extra"};
     char *pos[2];
@@ -46,7 +46,7 @@ Test(options, defaults_and_args)
     cr_assert_eq(pl_opts_parse_args(&o, 9, argv, 2, pos, 2, &npos, err, sizeof err), 0, "%s", err);
     cr_expect_eq(o.port, 0);
     cr_expect_str_eq(o.backend, "mock");
-    cr_expect_not(o.async_scheduling);
+    cr_expect_not(o.engine.core.async);
     cr_expect_eq(o.mock_token_delay_ms, 5);
     cr_expect_eq(npos, 1);
     cr_expect_str_eq(pos[0], "extra");
@@ -96,7 +96,7 @@ Test(config, models_section_yaml)
     cr_expect_str_eq(c.models[0].name, "fast");
     cr_expect_eq(c.models[0].opts.mock_capacity, 3);
     cr_expect_eq(c.models[0].opts.port, 9001);
-    cr_expect_eq(c.models[1].opts.max_num_seqs, 110);
+    cr_expect_eq(c.models[1].opts.engine.core.max_num_seqs, 110);
     cr_expect_eq(c.models[1].opts.mock_token_delay_ms, 7);
     pl_config_free(&c);
     pl_opts_free(&o);
@@ -112,7 +112,7 @@ Test(config, json_and_seed_alias)
                       " \"vllm_config\": {\"max_num_seqs_upper_bound\": 256}}}}", &o, &c, err),
                  0, "%s", err);
     cr_expect_eq(c.n_models, 1);
-    cr_expect_eq(c.models[0].opts.max_num_seqs, 256);
+    cr_expect_eq(c.models[0].opts.engine.core.max_num_seqs, 256);
     pl_config_free(&c);
     pl_opts_free(&o);
 }
@@ -202,8 +202,8 @@ Test(config, vllm_config_mapped_warned_or_refused)
     dup2(saved, 2);
     close(saved);
     cr_assert_eq(rc, 0, "%s", err);
-    cr_assert_eq(c.models[0].opts.max_num_seqs, 512);
-    cr_assert_float_eq(c.models[0].opts.cuda.gpu_memory_utilization, 0.5, 1e-9);
+    cr_assert_eq(c.models[0].opts.engine.core.max_num_seqs, 512);
+    cr_assert_float_eq(c.models[0].opts.engine.cuda.gpu_memory_utilization, 0.5, 1e-9);
     char buf[1024] = "";
     FILE *f = fopen(log, "r");
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -248,7 +248,7 @@ Test(config, seed_vllm_model_definition_loads)
     cr_assert_eq(c.n_models, 2);
     cr_expect_str_eq(c.models[0].opts.backend, "vllm");
     cr_expect_str_eq(c.models[0].opts.base_url, "http://gpu1:8000/v1,http://gpu2:8000/v1");
-    cr_expect_eq(c.models[0].opts.max_num_seqs, 256);
+    cr_expect_eq(c.models[0].opts.engine.core.max_num_seqs, 256);
     cr_expect_str_eq(c.models[0].opts.upstream_api_key_env, "VLLM_KEY");
     cr_expect_str_eq(c.models[1].opts.upstream_model, "llama3.2:3b");
     pl_config_free(&c);
@@ -302,11 +302,11 @@ Test(options, cuda_choices_and_env_aliases)
     char *pos[1];
     int npos;
     cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_SPLIT);
-    cr_expect_eq(o.cuda.prefill_attn, PL_CUDA_PREFILL_TILED);
-    cr_expect_not(o.cuda.profile);
-    cr_expect_eq(o.cuda.inject, PL_CUDA_INJECT_NONE);
-    cr_expect(o.cuda.graphs);
+    cr_expect_eq(o.engine.cuda.decode_attn, PL_CUDA_DECODE_SPLIT);
+    cr_expect_eq(o.engine.cuda.prefill_attn, PL_CUDA_PREFILL_TILED);
+    cr_expect_not(o.engine.cuda.profile);
+    cr_expect_eq(o.engine.cuda.inject, PL_CUDA_INJECT_NONE);
+    cr_expect(o.engine.cuda.graphs);
     pl_opts_free(&o);
 
     setenv("PARLEY_CUDA_DECODE_ATTN", "rows", 1);
@@ -315,16 +315,16 @@ Test(options, cuda_choices_and_env_aliases)
     setenv("PARLEY_CUDA_INJECT", "capture", 1);
     setenv("PARLEY_LOAD_THREADS", "3", 1);
     cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
-    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_ROWS);
-    cr_expect_eq(o.cuda.prefill_attn, PL_CUDA_PREFILL_MMA);
-    cr_expect(o.cuda.profile);
-    cr_expect_eq(o.cuda.inject, PL_CUDA_INJECT_CAPTURE);
-    cr_expect_eq(o.cuda.load_threads, 3);
+    cr_expect_eq(o.engine.cuda.decode_attn, PL_CUDA_DECODE_ROWS);
+    cr_expect_eq(o.engine.cuda.prefill_attn, PL_CUDA_PREFILL_MMA);
+    cr_expect(o.engine.cuda.profile);
+    cr_expect_eq(o.engine.cuda.inject, PL_CUDA_INJECT_CAPTURE);
+    cr_expect_eq(o.engine.cuda.load_threads, 3);
     char *argv[] = {"p", "s", "--cuda-decode-attn", "split16", "--no-cuda-profile"};
     cr_assert_eq(pl_opts_parse_args(&o, 5, argv, 2, pos, 1, &npos, err, sizeof err), 0, "%s",
                  err);
-    cr_expect_eq(o.cuda.decode_attn, PL_CUDA_DECODE_SPLIT16);
-    cr_expect_not(o.cuda.profile);
+    cr_expect_eq(o.engine.cuda.decode_attn, PL_CUDA_DECODE_SPLIT16);
+    cr_expect_not(o.engine.cuda.profile);
     char *bad[] = {"p", "s", "--cuda-decode-attn", "fast"};
     cr_expect_eq(pl_opts_parse_args(&o, 4, bad, 2, pos, 1, &npos, err, sizeof err), -1);
     cr_expect(strstr(err, "--cuda-decode-attn") && strstr(err, "split|rows|split16|mma"), "%s",
@@ -344,11 +344,61 @@ Test(options, cuda_choices_and_env_aliases)
     pl_config c;
     cr_assert_eq(load(".yaml", "models:\n  a:\n    backend: cuda\n    cuda_decode_attn: mma\n",
                       &o, &c, err), 0, "%s", err);
-    cr_expect_eq(c.models[0].opts.cuda.decode_attn, PL_CUDA_DECODE_MMA);
+    cr_expect_eq(c.models[0].opts.engine.cuda.decode_attn, PL_CUDA_DECODE_MMA);
     pl_config_free(&c);
     pl_opts_free(&o);
     cr_expect_eq(load(".yaml", "models:\n  a:\n    backend: cuda\n    cuda_prefill_attn: 3\n",
                       &o, &c, err), -1);
     cr_expect(strstr(err, ":4: key 'models.a.cuda_prefill_attn'"), "%s", err);
     pl_opts_free(&o);
+}
+
+/* `parley run` reads its own flags from the table too: each command takes
+ * only its options (a server option on `run` is an error, not ignored),
+ * and an option's errors say what it expects. */
+Test(options, run_flags_are_in_the_table)
+{
+    pl_opts o;
+    char err[256];
+    char *pos[2];
+    int npos;
+    unsigned run = PL_OPT_RUN | PL_OPT_MODEL;
+    cr_assert_eq(pl_opts_init_run(&o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.strategy, 0);
+    cr_expect_float_eq(o.progress_interval, 5.0, 1e-12);
+    char *ok[] = {"parley", "run", "job.yaml", "--strategy", "naive", "--kv-eviction=lru",
+                  "--output", "/tmp/x", "--live", "--progress-interval", "0.5",
+                  "--max-num-seqs", "8", "--log-level", "warn"};
+    cr_assert_eq(pl_opts_parse_scope(&o, run, 15, ok, 2, pos, 2, &npos, err, sizeof err), 0,
+                 "%s", err);
+    cr_expect_eq(npos, 1);
+    cr_expect_eq(o.strategy, 2);
+    cr_expect_eq(o.kv_eviction, 1);
+    cr_expect_str_eq(o.output, "/tmp/x");
+    cr_expect(o.live);
+    cr_expect_float_eq(o.progress_interval, 0.5, 1e-12);
+    cr_expect_eq(o.engine.core.max_num_seqs, 8);
+    cr_expect_str_eq(o.log_level, "warn");
+    char *port[] = {"parley", "run", "job.yaml", "--port", "5"};
+    cr_expect_eq(pl_opts_parse_scope(&o, run, 5, port, 2, pos, 2, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "unknown option '--port'"), "%s", err);
+    char *lifo[] = {"parley", "run", "--strategy", "lifo"};
+    cr_expect_eq(pl_opts_parse_scope(&o, run, 4, lifo, 2, pos, 2, &npos, err, sizeof err), -1);
+    cr_expect_str_eq(err, "--strategy: expected parley, fcfs or naive, got 'lifo'");
+    pl_opts_free(&o);
+    /* serve takes no run flags, and run's environment alias is not read. */
+    setenv("MAC_FAIRNESS_LIVE_STATUS", "sometimes", 1);
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    char *live[] = {"parley", "serve", "--live"};
+    cr_expect_eq(pl_opts_parse_args(&o, 3, live, 2, pos, 2, &npos, err, sizeof err), -1);
+    cr_expect(strstr(err, "unknown option '--live'"), "%s", err);
+    pl_opts_free(&o);
+    cr_expect_eq(pl_opts_init_run(&o, err, sizeof err), -1);
+    cr_expect(strstr(err, "MAC_FAIRNESS_LIVE_STATUS"), "%s", err);
+    pl_opts_free(&o);
+    setenv("MAC_FAIRNESS_LIVE_STATUS", "1", 1);
+    cr_assert_eq(pl_opts_init_run(&o, err, sizeof err), 0, "%s", err);
+    cr_expect(o.live);
+    pl_opts_free(&o);
+    unsetenv("MAC_FAIRNESS_LIVE_STATUS");
 }

@@ -109,12 +109,14 @@ static void submit(pl_backend *b, int i, run_out *o, bool penalties)
 static void run(const cfg *c, int n_prompts, run_out *out)
 {
     struct event_base *base = event_base_new();
-    pl_engine_open_opts o = {
-        .model_path = pl_test_model_path(), .device = "cpu", .threads = 2, .max_num_seqs = 64,
-        .max_num_batched_tokens = c->batched_tokens, .block_size = 16, .kv_cache_mb = c->kv_mb ? c->kv_mb : 256,
-        .max_model_len = c->max_len ? c->max_len : 512, .async_scheduling = c->async, .prefix_caching = true,
-        .batch_invariant = !c->variant, .no_partial_prefix = c->no_partial,
+    pl_engine_config ec = {
+        .kv_cache_mb = c->kv_mb ? c->kv_mb : 256, .max_model_len = c->max_len ? c->max_len : 512,
+        .core = {.max_num_seqs = 64, .max_num_batched_tokens = c->batched_tokens,
+                 .block_size = 16, .async = c->async, .prefix_caching = true,
+                 .no_partial_prefix = c->no_partial},
+        .cpu = {.threads = 2, .batch_invariant = !c->variant},
     };
+    pl_engine_open_opts o = {.model_path = pl_test_model_path(), .device = "cpu", .cfg = &ec};
     char err[512];
     pl_backend *b = pl_engine_open(base, &o, err, sizeof err);
     cr_assert_not_null(b, "%s", err);

@@ -1,9 +1,10 @@
 /* engine_config.h - what an in-process engine is told: its options, as
  * views of parley's option table.
  *
- * src/options.c declares every option once; its pl_opts embeds these
- * views, so the table writes their fields directly and the engine and its
- * runners read the same memory.
+ * src/options.c declares every option once; its pl_opts embeds a
+ * pl_engine_config, so the table writes these fields directly and the
+ * engine, its scheduler and its runners read the same memory, each part
+ * the view it needs (pl_engine_options, pl_cpu_opts, pl_cuda_opts).
  * Nothing here includes more than the C library, so any layer may
  * include it.
  */
@@ -25,6 +26,14 @@ typedef struct pl_engine_options {
      *  with prefix caching when the runner can copy blocks). */
     bool no_partial_prefix;
 } pl_engine_options;
+
+/** The CPU runner (cpu_runner.h). */
+typedef struct pl_cpu_opts {
+    int threads;                 /**< pool threads; <= 0: all cores */
+    bool kv_f16;                 /**< K/V cache in IEEE halves (else floats) */
+    bool batch_invariant;        /**< quantised kernels at every row count */
+    bool amx;                    /**< AMX-INT8 tiles in block order (qdot_amx.h) */
+} pl_cpu_opts;
 
 /** Decode attention kernels of the CUDA runner. */
 typedef enum pl_cuda_decode_attn {
@@ -60,5 +69,19 @@ typedef struct pl_cuda_opts {
     int load_threads;            /**< weight conversion threads at load;
                                       <= 0: the online CPUs (at most 32) */
 } pl_cuda_opts;
+
+/** Everything an engine backend is opened with besides the model file,
+ *  its served name and the device (engine_open.h). */
+typedef struct pl_engine_config {
+    char *chat_template;         /**< NULL or "": detected from the GGUF */
+    bool chat_template_strict;   /**< unknown template: error, not ChatML */
+    int kv_cache_mb;             /**< CPU KV cache size */
+    int max_model_len;           /**< 0: the model's context where the cache
+                                      holds a few such sequences
+                                      (engine_open.h) */
+    pl_engine_options core;
+    pl_cpu_opts cpu;
+    pl_cuda_opts cuda;
+} pl_engine_config;
 
 #endif

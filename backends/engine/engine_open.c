@@ -167,10 +167,11 @@ static char *token_text(const pl_tokenizer *tok, int32_t id)
 
 static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err, size_t n)
 {
-    if (o->chat_template && o->chat_template[0]) {
+    const pl_engine_config *c = o->cfg;
+    if (c->chat_template && c->chat_template[0]) {
         pl_chat_tmpl k;
-        if (pl_chat_tmpl_from_name(o->chat_template, &k) < 0) {
-            snprintf(err, n, "unknown --chat-template '%s' (known: %s)", o->chat_template,
+        if (pl_chat_tmpl_from_name(c->chat_template, &k) < 0) {
+            snprintf(err, n, "unknown --chat-template '%s' (known: %s)", c->chat_template,
                      pl_chat_tmpl_names());
             return -1;
         }
@@ -194,7 +195,7 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
         pl_info("%s has no chat template: using %s's", o->model_path, t->model->arch_name);
         return 0;
     }
-    if (o->chat_template_strict) {
+    if (c->chat_template_strict) {
         snprintf(err, n, "the model's chat template is not one parley knows "
                          "(give --chat-template: %s)", pl_chat_tmpl_names());
         return -1;
@@ -222,7 +223,7 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
      * copies; the GPU takes bf16 straight from the GGUF's tensors (an 8B
      * bf16 model once got 32 GB of unused f32 copies and ~50 s of load). */
     bool cpu = !strcmp(o->device, "cpu");
-    pl_model_opts mo = {.keep_f32 = cpu && !o->batch_invariant,
+    pl_model_opts mo = {.keep_f32 = cpu && !o->cfg->cpu.batch_invariant,
                         .keep_packed = cpu ? pl_op_qdot_supported : pl_keep_packed_all};
     t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
     if (!t->model) {
@@ -248,11 +249,12 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
                               size_t n)
 {
     const pl_model *m = t->model;
+    const pl_engine_config *c = o->cfg;
     pl_runner_info want = {0};
-    want.block_size = o->block_size;
-    want.max_seqs = o->max_num_seqs;
-    want.max_rows = o->max_num_batched_tokens;
-    want.max_model_len = o->max_model_len > 0 ? o->max_model_len
+    want.block_size = c->core.block_size;
+    want.max_seqs = c->core.max_num_seqs;
+    want.max_rows = c->core.max_num_batched_tokens;
+    want.max_model_len = c->max_model_len > 0 ? c->max_model_len
                          : m->n_ctx_train < CPU_DEFAULT_MAX_LEN ? m->n_ctx_train
                                                                 : CPU_DEFAULT_MAX_LEN;
     if (!strcmp(o->device, "cuda")) {
@@ -267,11 +269,11 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
         want.num_blocks = 0;             /* sized from free GPU memory */
         /* 0: the model's context, capped by what the KV cache holds (the
          * CPU's 2048 default is for the CPU's memory, not the GPU's). */
-        want.max_model_len = o->max_model_len;
-        if (o->cuda.profile && o->cuda.graphs)
+        want.max_model_len = c->max_model_len;
+        if (c->cuda.profile && c->cuda.graphs)
             pl_warn("--cuda-profile needs --no-cuda-graphs (graphs replay whole steps): "
                     "not profiling");
-        pl_runner *r = pl_cuda_runner_new(m, &want, &o->cuda, err, n);
+        pl_runner *r = pl_cuda_runner_new(m, &want, &c->cuda, err, n);
         if (r)
             t->max_model_len = r->info.max_model_len;
         return r;
@@ -282,31 +284,23 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char
     }
     /* KV bytes per block: K and V, halves (or floats), every layer. The
      * runner keeps floats for heads too wide for its f16 attention. */
-    bool f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
+    bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
     size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
-                       (size_t)o->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
-    want.num_blocks = (int)(((size_t)o->kv_cache_mb << 20) / per_block);
-    int min_blocks = (want.max_model_len + o->block_size - 1) / o->block_size;
+                       (size_t)want.block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
+    want.num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
+    int min_blocks = (want.max_model_len + want.block_size - 1) / want.block_size;
     if (want.num_blocks < min_blocks) {
         snprintf(err, n, "--kv-cache-mb %d holds %d blocks; one %d-token sequence needs %d",
-                 o->kv_cache_mb, want.num_blocks, want.max_model_len, min_blocks);
+                 c->kv_cache_mb, want.num_blocks, want.max_model_len, min_blocks);
         return NULL;
     }
     t->max_model_len = want.max_model_len;
-    pl_runner *r = pl_cpu_runner_new_kv(m, &want, o->threads, f16, err, n);
-    /* Batch invariance: each row's matmuls use the same quantised kernels
-     * whatever the row count, so outputs never depend on the batch mix. */
-    if (r && o->batch_invariant)
-        pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
-    if (r && o->cpu_amx && pl_cpu_runner_set_amx(r, PL_AMX_TILES, err, n) != 0) {
-        r->ops->free(r);
-        return NULL;
-    }
+    pl_runner *r = pl_cpu_runner_open(m, &want, &c->cpu, err, n);
     if (r)
         pl_log(PL_LOG_INFO, "cpu engine %s: %d threads, kernels %s, K/V cache %s "
                "(%d blocks of %d tokens)", o->model_path,
-               o->threads > 0 ? o->threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-               r->kernels, f16 ? "f16" : "f32", want.num_blocks, o->block_size);
+               c->cpu.threads > 0 ? c->cpu.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
+               r->kernels, f16 ? "f16" : "f32", want.num_blocks, want.block_size);
     return r;
 }
 
@@ -352,16 +346,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
                             .is_eog = text_is_eog, .tool_format = text_tool_format,
                             .reasoning_format = text_reasoning_format,
                             .tokenizer_info = text_tokenizer_info, .free = text_free};
-    pl_engine_options eo;
-    pl_engine_options_defaults(&eo);
-    eo.block_size = o->block_size;
-    eo.max_num_seqs = o->max_num_seqs;
-    eo.max_num_batched_tokens = o->max_num_batched_tokens;
-    eo.async = o->async_scheduling;
-    eo.prefix_caching = o->prefix_caching;
-    eo.no_partial_prefix = o->no_partial_prefix;
     pl_err e;
-    pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &eo, &e);
+    pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &o->cfg->core, &e);
     if (!b)
         snprintf(err, errlen, "%s", e.message);
     else

@@ -16,21 +16,9 @@ typedef struct pl_engine_open_opts {
     const char *model_path;      /**< GGUF file */
     const char *served_name;     /**< NULL or "": derived from the file name */
     const char *device;          /**< "cpu" or "cuda" */
-    const char *chat_template;   /**< NULL or "": detected from the GGUF */
-    bool chat_template_strict;   /**< unknown template: error, not ChatML */
-    int threads;                 /**< CPU threads; 0 = all cores */
-    int max_num_seqs;
-    int max_num_batched_tokens;
-    int block_size;
-    int kv_cache_mb;             /**< CPU KV cache size */
-    int max_model_len;           /**< 0 = min(model context, 2048) on CPU */
-    bool async_scheduling;
-    bool prefix_caching;
-    bool no_partial_prefix;      /**< full-block prefix reuse only */
-    bool batch_invariant;        /**< CPU: quantised kernels at every row count */
-    bool kv_f16;                 /**< CPU: K/V cache in halves (parley serve's default) */
-    bool cpu_amx;                /**< CPU: AMX tiles in block order (qdot_amx.h) */
-    pl_cuda_opts cuda;           /**< the CUDA runner's options */
+    const pl_engine_config *cfg; /**< the options (borrowed, read during the
+                                      call; the engine keeps copies of the
+                                      views it needs) */
 } pl_engine_open_opts;
 
 /** Load and start. Returns NULL with a message in err (file, type or

@@ -3,6 +3,7 @@
 #include "backends/engine/cpu/cpu_runner.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +410,19 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
                              char *err, size_t errlen)
 {
     return pl_cpu_runner_new_kv(m, want, n_threads, 0, err, errlen);
+}
+
+pl_runner *pl_cpu_runner_open(const pl_model *m, const pl_runner_info *want,
+                              const pl_cpu_opts *o, char *err, size_t errlen)
+{
+    pl_runner *r = pl_cpu_runner_new_kv(m, want, o->threads, o->kv_f16, err, errlen);
+    if (r && o->batch_invariant)
+        pl_cpu_runner_set_gemm_min_rows(r, INT_MAX);
+    if (r && o->amx && pl_cpu_runner_set_amx(r, PL_AMX_TILES, err, errlen) != 0) {
+        r->ops->free(r);
+        return NULL;
+    }
+    return r;
 }
 
 pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,

@@ -11,6 +11,7 @@
 
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/cpu/qdot_amx.h"
+#include "backends/engine/engine_config.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 
@@ -28,6 +29,15 @@ pl_runner *pl_cpu_runner_new(const pl_model *m, const pl_runner_info *want, int 
  *  IEEE halves when kv_f16. */
 pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, int n_threads,
                                 int kv_f16, char *err, size_t errlen);
+
+/**
+ * The runner `parley serve` makes: pl_cpu_runner_new_kv with o's threads
+ * and K/V halves, batch invariance (quantised kernels at every row count,
+ * so a row's outputs never depend on the batch mix) and AMX tiles
+ * (pl_cpu_runner_set_amx's errors) as o asks. o is read during the call.
+ */
+pl_runner *pl_cpu_runner_open(const pl_model *m, const pl_runner_info *want,
+                              const pl_cpu_opts *o, char *err, size_t errlen);
 
 /** --cpu-amx (mode PL_AMX_TILES): Q4_0, Q4_1 and Q8_0 matmuls in block
  *  order, on the CPU's AMX tiles from 16 rows (qdot_amx.h), set before the
