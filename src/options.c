@@ -65,7 +65,9 @@ const pl_option pl_options[] = {
     OPT("kv-cache-mb", PL_OPT_INT, 1, 1048576, "2048", NULL, NULL, engine.kv_cache_mb, M,
         "CPU KV cache size in MiB"),
     OPT("max-model-len", PL_OPT_INT, 0, 1048576, "0", NULL, NULL, engine.max_model_len, M,
-        "context length (0 = the model's: at most 2048 on CPU; on CUDA capped by the KV cache)"),
+        "context length (0: on CPU the model's where the KV cache holds 4 sequences of it, "
+        "else the longest it holds 4 of, at least min(the model's, 2048); on CUDA the "
+        "model's, capped by the KV cache)"),
     OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.async, M,
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
     OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.prefix_caching, M,

@@ -445,8 +445,9 @@ static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *er
     long kv_tokens = (long)r.num_blocks * r.block_size;
     e->max_len = kv_tokens < ri->max_model_len ? (int)kv_tokens : ri->max_model_len;
     e->n_vocab = ri->n_vocab;
-    e->capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks,
-                                         r.block_size, ri->max_model_len);
+    int counted = r.capacity_len > 0 && r.capacity_len < ri->max_model_len ? r.capacity_len
+                                                                          : ri->max_model_len;
+    e->capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks, r.block_size, counted);
     e->max_inflight = r.async ? PL_RUNNER_MAX_INFLIGHT : 1;
     return 0;
 }

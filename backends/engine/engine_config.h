@@ -25,6 +25,11 @@ typedef struct pl_engine_options {
     /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
      *  with prefix caching when the runner can copy blocks). */
     bool no_partial_prefix;
+    /** Tokens each sequence is counted as in the capacity (KV tokens /
+     *  this); 0 = the context length. Not an option: engine_open sets it
+     *  where it chose the context (engine_open.h, until admission counts
+     *  what requests need, issue 41). */
+    int capacity_len;
 } pl_engine_options;
 
 /** The CPU runner (cpu_runner.h). */
@@ -76,9 +81,8 @@ typedef struct pl_engine_config {
     char *chat_template;         /**< NULL or "": detected from the GGUF */
     bool chat_template_strict;   /**< unknown template: error, not ChatML */
     int kv_cache_mb;             /**< CPU KV cache size */
-    int max_model_len;           /**< 0: the model's context where the cache
-                                      holds a few such sequences
-                                      (engine_open.h) */
+    int max_model_len;           /**< 0: chosen from the model's context and
+                                      the K/V cache (engine_open.h) */
     pl_engine_options core;
     pl_cpu_opts cpu;
     pl_cuda_opts cuda;

@@ -19,7 +19,8 @@
 #include "backends/engine/text/tokenizer.h"
 #include "src/base/log.h"
 
-#define CPU_DEFAULT_MAX_LEN 2048
+#define CTX_SEQS 4               /* sequences of its context the cache must hold */
+#define CTX_FLOOR 2048           /* the former CPU default, kept on small caches */
 
 /* Everything the text hooks need; also owns the model and its file. */
 typedef struct engine_text {
@@ -29,6 +30,7 @@ typedef struct engine_text {
     pl_chat_style style;
     char *bos_text, *eos_text;
     int max_model_len;
+    char ctx_why[160];           /**< how max_model_len was chosen (the log) */
     bool tmpl_forced;            /**< --chat-template, or the ChatML fallback
                                       for an unknown one, replaced the GGUF's */
 } engine_text;
@@ -245,63 +247,103 @@ fail:
     return NULL;
 }
 
-static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t, char *err,
-                              size_t n)
+int pl_engine_cpu_context(int model_ctx, int kv_blocks, int block_size, int *count_len,
+                          char *why, size_t n)
+{
+    long kv_tokens = (long)kv_blocks * block_size;
+    int ctx = model_ctx;
+    if ((long)model_ctx * CTX_SEQS <= kv_tokens) {
+        snprintf(why, n, "the model's; the K/V cache holds %ld such sequences",
+                 kv_tokens / model_ctx);
+    } else {
+        long few = kv_tokens / CTX_SEQS / block_size * block_size;
+        int floor = model_ctx < CTX_FLOOR ? model_ctx : CTX_FLOOR;
+        ctx = few > floor ? (int)few : floor;
+        if (few > floor)
+            snprintf(why, n, "the longest the K/V cache holds %d sequences of (the model's "
+                     "is %d)", CTX_SEQS, model_ctx);
+        else
+            snprintf(why, n, "min(the model's %d, %d): the K/V cache holds fewer than %d "
+                     "sequences of the model's", model_ctx, CTX_FLOOR, CTX_SEQS);
+    }
+    *count_len = ctx < CTX_FLOOR ? ctx : CTX_FLOOR;
+    return ctx;
+}
+
+static pl_runner *open_cuda(const pl_engine_open_opts *o, engine_text *t,
+                            pl_runner_info *want, char *err, size_t n)
+{
+    const pl_engine_config *c = o->cfg;
+    if (!pl_cuda_available(err, n))
+        return NULL;
+    if (pl_model_has_extensions(t->model)) {
+        snprintf(err, n, "the CUDA runner does not run %s's layers yet (sliding "
+                 "windows, soft-capping, q/k norms, GeGLU): use --device cpu",
+                 t->model->arch_name);
+        return NULL;
+    }
+    want->num_blocks = 0;            /* sized from free GPU memory */
+    /* 0: the model's context, capped by what the KV cache holds. */
+    want->max_model_len = c->max_model_len;
+    if (c->cuda.profile && c->cuda.graphs)
+        pl_warn("--cuda-profile needs --no-cuda-graphs (graphs replay whole steps): "
+                "not profiling");
+    pl_runner *r = pl_cuda_runner_new(t->model, want, &c->cuda, err, n);
+    if (r) {
+        t->max_model_len = r->info.max_model_len;
+        snprintf(t->ctx_why, sizeof t->ctx_why, "%s", c->max_model_len > 0 ? "asked for"
+                 : "the model's, capped by what the K/V cache holds");
+    }
+    return r;
+}
+
+/* The CPU runner, its K/V cache from --kv-cache-mb; core->capacity_len
+ * set where the context was chosen here. */
+static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runner_info *want,
+                           pl_engine_options *core, char *err, size_t n)
 {
     const pl_model *m = t->model;
     const pl_engine_config *c = o->cfg;
-    pl_runner_info want = {0};
-    want.block_size = c->core.block_size;
-    want.max_seqs = c->core.max_num_seqs;
-    want.max_rows = c->core.max_num_batched_tokens;
-    want.max_model_len = c->max_model_len > 0 ? c->max_model_len
-                         : m->n_ctx_train < CPU_DEFAULT_MAX_LEN ? m->n_ctx_train
-                                                                : CPU_DEFAULT_MAX_LEN;
-    if (!strcmp(o->device, "cuda")) {
-        if (!pl_cuda_available(err, n))
-            return NULL;
-        if (pl_model_has_extensions(m)) {
-            snprintf(err, n, "the CUDA runner does not run %s's layers yet (sliding "
-                     "windows, soft-capping, q/k norms, GeGLU): use --device cpu",
-                     m->arch_name);
-            return NULL;
-        }
-        want.num_blocks = 0;             /* sized from free GPU memory */
-        /* 0: the model's context, capped by what the KV cache holds (the
-         * CPU's 2048 default is for the CPU's memory, not the GPU's). */
-        want.max_model_len = c->max_model_len;
-        if (c->cuda.profile && c->cuda.graphs)
-            pl_warn("--cuda-profile needs --no-cuda-graphs (graphs replay whole steps): "
-                    "not profiling");
-        pl_runner *r = pl_cuda_runner_new(m, &want, &c->cuda, err, n);
-        if (r)
-            t->max_model_len = r->info.max_model_len;
-        return r;
-    }
-    if (strcmp(o->device, "cpu") != 0) {
-        snprintf(err, n, "unknown device '%s'", o->device);
-        return NULL;
-    }
     /* KV bytes per block: K and V, halves (or floats), every layer. The
      * runner keeps floats for heads too wide for its f16 attention. */
     bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
     size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
-                       (size_t)want.block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
-    want.num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
-    int min_blocks = (want.max_model_len + want.block_size - 1) / want.block_size;
-    if (want.num_blocks < min_blocks) {
+                       (size_t)want->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
+    want->num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
+    want->max_model_len = c->max_model_len;
+    snprintf(t->ctx_why, sizeof t->ctx_why, "asked for");
+    if (c->max_model_len <= 0)
+        want->max_model_len = pl_engine_cpu_context(m->n_ctx_train, want->num_blocks,
+                                                    want->block_size, &core->capacity_len,
+                                                    t->ctx_why, sizeof t->ctx_why);
+    int min_blocks = (want->max_model_len + want->block_size - 1) / want->block_size;
+    if (want->num_blocks < min_blocks) {
         snprintf(err, n, "--kv-cache-mb %d holds %d blocks; one %d-token sequence needs %d",
-                 c->kv_cache_mb, want.num_blocks, want.max_model_len, min_blocks);
+                 c->kv_cache_mb, want->num_blocks, want->max_model_len, min_blocks);
         return NULL;
     }
-    t->max_model_len = want.max_model_len;
-    pl_runner *r = pl_cpu_runner_open(m, &want, &c->cpu, err, n);
+    t->max_model_len = want->max_model_len;
+    pl_runner *r = pl_cpu_runner_open(m, want, &c->cpu, err, n);
     if (r)
         pl_log(PL_LOG_INFO, "cpu engine %s: %d threads, kernels %s, K/V cache %s "
                "(%d blocks of %d tokens)", o->model_path,
                c->cpu.threads > 0 ? c->cpu.threads : (int)sysconf(_SC_NPROCESSORS_ONLN),
-               r->kernels, f16 ? "f16" : "f32", want.num_blocks, want.block_size);
+               r->kernels, f16 ? "f16" : "f32", want->num_blocks, want->block_size);
     return r;
+}
+
+static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t,
+                              pl_engine_options *core, char *err, size_t n)
+{
+    const pl_engine_config *c = o->cfg;
+    pl_runner_info want = {.block_size = c->core.block_size, .max_seqs = c->core.max_num_seqs,
+                           .max_rows = c->core.max_num_batched_tokens};
+    if (!strcmp(o->device, "cuda"))
+        return open_cuda(o, t, &want, err, n);
+    if (!strcmp(o->device, "cpu"))
+        return open_cpu(o, t, &want, core, err, n);
+    snprintf(err, n, "unknown device '%s'", o->device);
+    return NULL;
 }
 
 void pl_engine_model_name(const char *path, char *out, size_t n)
@@ -332,7 +374,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     engine_text *t = load_text(o, err, errlen);
     if (!t)
         return NULL;
-    pl_runner *r = open_runner(o, t, err, errlen);
+    pl_engine_options core = o->cfg->core;
+    pl_runner *r = open_runner(o, t, &core, err, errlen);
     if (!r) {
         text_free(t);
         return NULL;
@@ -347,13 +390,23 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
                             .reasoning_format = text_reasoning_format,
                             .tokenizer_info = text_tokenizer_info, .free = text_free};
     pl_err e;
-    pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &o->cfg->core, &e);
-    if (!b)
+    char why[sizeof t->ctx_why];
+    snprintf(why, sizeof why, "%s", t->ctx_why);  /* t belongs to the engine from here */
+    int ctx = t->max_model_len;
+    const pl_model *m = t->model;
+    pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s", name, m->arch_name,
+            m->n_layer, m->n_embd, m->n_vocab, pl_chat_tmpl_name(t->style.tmpl));
+    pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &core, &e);
+    if (!b) {
         snprintf(err, errlen, "%s", e.message);
-    else
-        pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s, context %d", name,
-                t->model->arch_name, t->model->n_layer, t->model->n_embd, t->model->n_vocab,
-                pl_chat_tmpl_name(t->style.tmpl), t->max_model_len);
+        return NULL;
+    }
+    char counted[96] = "";
+    if (core.capacity_len > 0 && core.capacity_len < ctx)
+        snprintf(counted, sizeof counted, " (each counted as %d tokens; longer ones may be "
+                 "preempted)", core.capacity_len);
+    pl_info("model %s: context %d (%s), capacity %d sequences%s", name, ctx, why,
+            pl_backend_capacity(b), counted);
     return b;
 }
 

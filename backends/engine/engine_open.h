@@ -26,6 +26,21 @@ typedef struct pl_engine_open_opts {
 pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o,
                            char *err, size_t errlen);
 
+/**
+ * The CPU engine's context when none is asked for (max_model_len 0), as
+ * vLLM sizes max_model_len: the model's own (model_ctx) where the K/V cache
+ * (kv_blocks of block_size tokens) holds at least 4 sequences of it;
+ * otherwise the longest context, in whole blocks, it holds 4 sequences of,
+ * but never less than min(model_ctx, 2048), the former default (a cache
+ * too small for one sequence of that is an error of the caller). Sets
+ * *count_len to min(context, 2048): the tokens each sequence is counted as
+ * in the capacity (pl_engine_options.capacity_len), so a longer default
+ * context does not shrink the capacity (issue 41 replaces the rule); and
+ * why (n bytes) to the reason, for the log.
+ */
+int pl_engine_cpu_context(int model_ctx, int kv_blocks, int block_size, int *count_len,
+                          char *why, size_t n);
+
 /** The served name for a model file: "SmolLM2-135M-Instruct.Q4_1.gguf" ->
  *  "smollm2-135m-instruct" (lowercase, no extension, no quant tag). */
 void pl_engine_model_name(const char *path, char *out, size_t n);

@@ -1,0 +1,117 @@
+/* test_engine_open.c - opening a model as an engine: the CPU's default
+ * context (pl_engine_cpu_context) as a rule, then on the default model
+ * opened with `parley serve`'s default options: its own 8,192-token
+ * context, a capacity no lower than with the former 2,048 default, and a
+ * prompt longer than 2,048 tokens taken. Skips without the model. */
+#include <criterion/criterion.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/engine_open.h"
+#include "src/options.h"
+#include "tests/helpers/model_path.h"
+
+Test(engine_open, cpu_context_rule)
+{
+    char why[160];
+    int count;
+    /* The default model and cache: 5,825 blocks of 16 hold 11 sequences of
+     * 8,192 tokens: its own context, counted as 2,048 in the capacity. */
+    cr_expect_eq(pl_engine_cpu_context(8192, 5825, 16, &count, why, sizeof why), 8192);
+    cr_expect_eq(count, 2048);
+    cr_expect(strstr(why, "the model's") && strstr(why, "11"), "%s", why);
+    /* 1,456 blocks (23,296 tokens) hold 2 of 8,192: the longest 4 fit. */
+    cr_expect_eq(pl_engine_cpu_context(8192, 1456, 16, &count, why, sizeof why), 5824);
+    cr_expect_eq(count, 2048);
+    cr_expect(strstr(why, "longest"), "%s", why);
+    /* A small cache keeps the former default rather than shrink below it. */
+    cr_expect_eq(pl_engine_cpu_context(8192, 136, 16, &count, why, sizeof why), 2048);
+    cr_expect(strstr(why, "2048"), "%s", why);
+    cr_expect_eq(pl_engine_cpu_context(1024, 128, 16, &count, why, sizeof why), 1024);
+    cr_expect_eq(count, 1024);
+    /* Exactly 4 sequences is enough. */
+    cr_expect_eq(pl_engine_cpu_context(4096, 1024, 16, &count, why, sizeof why), 4096);
+}
+
+typedef struct done_rec {
+    int done, prompt_tokens, completion_tokens;
+    pl_finish finish;
+    char error[512];
+} done_rec;
+
+static void on_delta(void *ud, const pl_delta *d)
+{
+    (void)ud;
+    (void)d;
+}
+
+static void on_done(void *ud, const pl_result *r)
+{
+    done_rec *o = ud;
+    o->done = 1;
+    o->finish = r->finish;
+    o->prompt_tokens = r->prompt_tokens;
+    o->completion_tokens = r->completion_tokens;
+    if (r->error)
+        snprintf(o->error, sizeof o->error, "%s", r->error->message);
+}
+
+static pl_backend *open_default(struct event_base *base, int max_model_len)
+{
+    pl_opts o;
+    char err[512];
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    o.engine.cpu.threads = 2;
+    o.engine.max_model_len = max_model_len;
+    pl_engine_open_opts eo = {.model_path = pl_test_model_path(), .device = "cpu",
+                              .cfg = &o.engine};
+    pl_backend *b = pl_engine_open(base, &eo, err, sizeof err);
+    pl_opts_free(&o);
+    cr_assert_not_null(b, "%s", err);
+    return b;
+}
+
+Test(engine_open, default_model_gets_its_own_context, .timeout = 240)
+{
+    PL_TEST_MODEL_OR_SKIP();
+    struct event_base *base = event_base_new();
+    /* Asked for explicitly, the context divides the cache as before. */
+    pl_backend *b = open_default(base, 8192);
+    int asked_capacity = pl_backend_capacity(b);
+    pl_backend_free(b);
+    b = open_default(base, 2048);
+    int old_capacity = pl_backend_capacity(b);
+    pl_backend_free(b);
+
+    b = open_default(base, 0);
+    cr_expect_eq(b->ops->max_model_len(b), 8192, "the model's own context");
+    cr_expect_eq(pl_backend_capacity(b), old_capacity,
+                 "capacity %d, with the former 2048 default %d", pl_backend_capacity(b),
+                 old_capacity);
+    cr_expect_gt(pl_backend_capacity(b), asked_capacity);
+    /* A prompt past the former default is taken (then aborted: its prefill
+     * is not what this checks); one past the model's context is a 400. */
+    enum { LONG = 2100, TOO_LONG = 8192 };
+    int32_t *ids = malloc(sizeof *ids * TOO_LONG);
+    for (int i = 0; i < TOO_LONG; i++)
+        ids[i] = 100 + i % 1000;
+    pl_gen_request r = {.prompt_tokens = ids, .n_prompt_tokens = LONG};
+    pl_sampling_defaults(&r.sampling);
+    r.sampling.max_tokens = 1;
+    done_rec d = {0};
+    uint64_t id;
+    pl_err e;
+    cr_expect_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, &d}, &id, &e), 0, "%s",
+                 e.message);
+    pl_backend_abort(b, id);
+    r.n_prompt_tokens = TOO_LONG;
+    cr_expect_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, &d}, &id, &e), -1);
+    cr_expect_eq(e.status, 400);
+    cr_expect(strstr(e.message, "8191"), "%s", e.message);
+    cr_expect_not(d.done, "an aborted or refused request's sink is not called");
+    free(ids);
+    pl_backend_free(b);
+    event_base_free(base);
+}
