@@ -68,6 +68,9 @@ const pl_option pl_options[] = {
         "context length (0: on CPU the model's where the KV cache holds 4 sequences of it, "
         "else the longest it holds 4 of, at least min(the model's, 2048); on CUDA the "
         "model's, capped by the KV cache)"),
+    OPT("prepare-threads", PL_OPT_INT, 0, 64, "2", NULL, NULL, engine.core.prepare_threads, M,
+        "engine: threads that compile new structured-output constraints and tokenise large "
+        "prompts off the event loop (0: on the event loop, as before; for comparison)"),
     OPT("async-scheduling", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.async, M,
         "schedule step N+1 while step N runs (--no-async-scheduling for sync)"),
     OPT("prefix-caching", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.core.prefix_caching, M,

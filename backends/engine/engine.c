@@ -57,7 +57,7 @@ static int sub_grow_(pl_engine *e)
     return 0;
 }
 
-static int sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
+int pl_engine_sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
 {
     if ((!e->subs || (uint32_t)e->n_subs > e->subs_mask) && sub_grow_(e) < 0)
         return -1;
@@ -65,7 +65,7 @@ static int sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
     if (!s)
         return -1;
     uint32_t h = sub_hash_(id) & e->subs_mask;
-    *s = (eng_sub){id, sink, e->subs[h]};
+    *s = (eng_sub){.id = id, .sink = sink, .next = e->subs[h]};
     e->subs[h] = s;
     e->n_subs++;
     return 0;
@@ -101,8 +101,8 @@ void pl_engine_sub_remove_(pl_engine *e, uint64_t id)
 
 /* Token ids from a client name tokens of this vocabulary: 400 otherwise,
  * as OpenAI and vLLM answer (never ignored). */
-static int check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
-                      pl_err *err)
+int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
+                         pl_err *err)
 {
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= e->n_vocab)
@@ -112,134 +112,7 @@ static int check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param
     return 0;
 }
 
-/* The prompt's ids: copied from prompt_tokens or encoded by the hook. */
-static int prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids,
-                       int *n, pl_err *err)
-{
-    if (req->prompt_tokens) {
-        if (check_ids_(e, req->prompt_tokens, req->n_prompt_tokens, "prompt", err) < 0)
-            return -1;
-        *n = req->n_prompt_tokens;
-        *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
-        if (!*ids)
-            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(*ids, req->prompt_tokens, (size_t)*n * sizeof **ids);
-        return 0;
-    }
-    if (!e->text.encode)
-        return pl_err_set(err, 400, "invalid_request_error", "prompt", NULL,
-                          "this engine accepts token ids only");
-    return e->text.encode(e->text.ud, req, true, ids, n, err);
-}
-
-static int check_bias_(pl_engine *e, const pl_sampling *sp, pl_err *err)
-{
-    for (int i = 0; i < sp->n_logit_bias; i++)
-        if (check_ids_(e, &sp->logit_bias[i].token, 1, "logit_bias", err) < 0)
-            return -1;
-    return 0;
-}
-
-/* The request's constraint as an automaton reference (NULL: none). */
-static int constraint_of_(pl_engine *e, const pl_sampling *sp, const pl_token_fsm **fsm,
-                          pl_err *err)
-{
-    *fsm = NULL;
-    if (sp->constraint == PL_CONSTRAINT_NONE)
-        return 0;
-    if (!e->runner->can_constrain || !e->constraints)
-        return pl_err_set(err, 400, "invalid_request_error", "response_format",
-                          "unsupported_parameter",
-                          "structured outputs are not supported by the %s runner yet",
-                          e->runner->ops->name);
-    *fsm = pl_constraint_get(e->constraints, sp->constraint, sp->constraint_text, err);
-    return *fsm ? 0 : -1;
-}
-
-/* Echo: the prompt comes back first; with logprobs the runner scores every
- * prompt row (arrays for them here, NaN for the first token). */
-static int echo_setup_(pl_engine *e, const pl_gen_request *req, eng_req *r, pl_err *err)
-{
-    r->echo = req->echo;
-    r->score_only = req->echo && req->score_only;
-    if (r->score_only)
-        r->max_new = 1;          /* the sampled token is dropped */
-    if (!req->echo || !req->sampling.logprobs)
-        return 0;
-    if (!e->runner->can_prompt_logprobs)
-        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
-                          "echo with logprobs (prompt logprobs) is not supported by the %s "
-                          "runner yet", e->runner->ops->name);
-    int k = req->sampling.top_logprobs;
-    k = k < 0 ? 0 : k > PL_MAX_TOP_LOGPROBS ? PL_MAX_TOP_LOGPROBS : k;
-    size_t n = (size_t)r->n_prompt;
-    r->n_top_prompt = k;
-    r->plp = malloc(n * sizeof *r->plp);
-    r->ptop_ids = calloc(n * (size_t)k + 1, sizeof *r->ptop_ids);
-    r->ptop_lp = calloc(n * (size_t)k + 1, sizeof *r->ptop_lp);
-    if (!r->plp || !r->ptop_ids || !r->ptop_lp)
-        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        r->plp[i] = i ? 0.0f : NAN;
-    return 0;
-}
-
-static int eng_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink,
-                       uint64_t *id, pl_err *err)
-{
-    pl_engine *e = (pl_engine *)b;
-    int32_t *ids = NULL;
-    int n = 0;
-    eng_req *r = NULL;
-    eng_msg *m = NULL;
-    const pl_token_fsm *fsm = NULL;
-    if (check_bias_(e, &req->sampling, err) < 0 || constraint_of_(e, &req->sampling, &fsm, err) < 0)
-        return -1;
-    if (prompt_ids_(e, req, &ids, &n, err) < 0) {
-        pl_token_fsm_release(fsm);
-        return -1;
-    }
-    if (pl_backend_check_length(req, n, e->max_len, err) < 0)
-        goto fail;
-    r = calloc(1, sizeof *r);
-    m = calloc(1, sizeof *m);
-    if (!r || !m || pl_sampling_copy(&r->sp, &req->sampling) < 0)
-        goto oom;
-    r->fsm = fsm;
-    fsm = NULL;
-    if (r->fsm)
-        r->sp.ignore_eos = false; /* the grammar decides where the end is allowed */
-    r->id = ++e->next_id;
-    r->prompt = ids;
-    ids = NULL;
-    r->n_prompt = n;
-    r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens
-                                              : e->max_len - n;
-    r->priority = req->priority;
-    r->conv_key = req->conversation_key;
-    r->reply_private = req->reply_private;
-    if (echo_setup_(e, req, r, err) < 0)
-        goto fail;
-    r->t_submit = pl_engine_now_ms_();
-    if (sub_add_(e, r->id, sink) < 0)
-        goto oom;
-    m->type = ENG_MSG_SUBMIT;
-    m->id = r->id;
-    m->req = r;
-    *id = r->id;
-    pl_engine_inbox_push_(e, m);
-    return 0;
-oom:
-    pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-fail:
-    pl_token_fsm_release(fsm);
-    free(ids);
-    free(m);
-    pl_engine_req_free_(r);
-    return -1;
-}
-
-static void eng_control_(pl_engine *e, uint64_t id, eng_msg_type type)
+void pl_engine_control_(pl_engine *e, uint64_t id, eng_msg_type type)
 {
     eng_msg *m = calloc(1, sizeof *m);
     if (!m)
@@ -252,10 +125,13 @@ static void eng_control_(pl_engine *e, uint64_t id, eng_msg_type type)
 static void eng_abort_(pl_backend *b, uint64_t id)
 {
     pl_engine *e = (pl_engine *)b;
-    if (!pl_engine_sub_find_(e, id))
+    eng_sub *s = pl_engine_sub_find_(e, id);
+    if (!s)
         return;
+    bool preparing = s->preparing;        /* then the worker's result is dropped */
     pl_engine_sub_remove_(e, id);         /* the sink is never called again */
-    eng_control_(e, id, ENG_MSG_ABORT);
+    if (!preparing)
+        pl_engine_control_(e, id, ENG_MSG_ABORT);
 }
 
 /* A retention hint: applied on the engine thread, in order with submits. */
@@ -274,8 +150,11 @@ static void eng_retain_(pl_backend *b, uint64_t key, int next_need)
 static void eng_set_paused_(pl_backend *b, uint64_t id, bool paused)
 {
     pl_engine *e = (pl_engine *)b;
-    if (pl_engine_sub_find_(e, id))
-        eng_control_(e, id, paused ? ENG_MSG_PAUSE : ENG_MSG_RESUME);
+    eng_sub *s = pl_engine_sub_find_(e, id);
+    if (s && s->preparing)
+        s->paused = paused;               /* applied when it reaches the inbox */
+    else if (s)
+        pl_engine_control_(e, id, paused ? ENG_MSG_PAUSE : ENG_MSG_RESUME);
 }
 
 static int eng_capacity_(pl_backend *b)
@@ -288,7 +167,7 @@ static int eng_tokenize_(pl_backend *b, const pl_gen_request *req,
 {
     pl_engine *e = (pl_engine *)b;
     if (req->prompt_tokens || !e->text.encode)
-        return prompt_ids_(e, req, ids, n, err);
+        return pl_engine_prompt_ids_(e, req, ids, n, err);
     return e->text.encode(e->text.ud, req, add_special, ids, n, err);
 }
 
@@ -297,7 +176,7 @@ static int eng_detokenize_(pl_backend *b, const int32_t *ids, int n,
 {
     pl_engine *e = (pl_engine *)b;
     size_t total = 0, len;
-    if (check_ids_(e, ids, n, "tokens", err) < 0)
+    if (pl_engine_check_ids_(e, ids, n, "tokens", err) < 0)
         return -1;
     for (int i = 0; i < n; i++)
         if (e->text.token_bytes(e->text.ud, ids[i], &len))
@@ -362,6 +241,7 @@ static json_t *eng_stats_(pl_backend *b)
 static void eng_free_(pl_backend *b)
 {
     pl_engine *e = (pl_engine *)b;
+    pl_engine_prep_free_(e);
     if (e->thread_started) {
         pthread_mutex_lock(&e->in_lock);
         e->stop = true;
@@ -403,7 +283,7 @@ static void eng_free_(pl_backend *b)
 
 static const pl_backend_ops engine_ops = {
     .kind = "engine",
-    .submit = eng_submit_,
+    .submit = pl_engine_submit_,
     .abort = eng_abort_,
     .set_paused = eng_set_paused_,
     .capacity = eng_capacity_,
@@ -513,6 +393,10 @@ pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
     }
     if (pl_engine_wake_init_(e) < 0) {
         pl_err_set(err, 500, "server_error", NULL, NULL, "engine: eventfd failed");
+        goto fail;
+    }
+    if (pl_engine_prep_init_(e, e->opt.prepare_threads) < 0) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "engine: no prepare workers");
         goto fail;
     }
     if (pthread_create(&e->thread, NULL, pl_engine_thread_main_, e) != 0) {

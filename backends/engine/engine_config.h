@@ -30,6 +30,10 @@ typedef struct pl_engine_options {
      *  where it chose the context (engine_open.h, until admission counts
      *  what requests need, issue 41). */
     int capacity_len;
+    /** Threads that compile new constraints and tokenise large prompts
+     *  off the event loop (engine_prep.c); 0: all of it inline, on the
+     *  event loop (the old way, for comparison). */
+    int prepare_threads;
 } pl_engine_options;
 
 /** The CPU runner (cpu_runner.h). */

@@ -86,6 +86,8 @@ typedef struct eng_queue {
 typedef struct eng_sub {
     uint64_t id;
     pl_sink sink;
+    bool preparing;               /* on a prepare worker, not yet in the inbox */
+    bool paused;                  /* paused while preparing: paused at submit */
     struct eng_sub *next;         /* hash chain */
 } eng_sub;
 
@@ -119,7 +121,11 @@ typedef struct pl_engine {
     pl_backend_ops ops;           /* kind = the runner's name */
     pl_runner *runner;            /* owned */
     pl_engine_text text;
-    pl_constraint_cache *constraints; /* compiled constraints (main thread) */
+    pl_constraint_cache *constraints; /* compiled constraints (main thread
+                                     looks up, prepare workers compile) */
+    struct pl_io_pool *prep;      /* prepare workers (engine_prep.c); NULL:
+                                     everything is prepared inline */
+    bool closing;                 /* being freed: prepared requests dropped */
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
     double t_open;                /* ms, monotonic: for busy_fraction */
@@ -183,9 +189,26 @@ int pl_engine_wake_init_(pl_engine *e);
 void pl_engine_wake_free_(pl_engine *e);
 void pl_engine_queue_free_(eng_queue *q);
 
-/* engine.c: the main-thread registry */
+/* engine.c: the main-thread registry, and control messages */
+int pl_engine_sub_add_(pl_engine *e, uint64_t id, pl_sink sink);
 eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id);
 void pl_engine_sub_remove_(pl_engine *e, uint64_t id);
+void pl_engine_control_(pl_engine *e, uint64_t id, eng_msg_type type);
+/* Token ids from a client: 0, or a 400 naming param when one is outside
+ * the vocabulary (any thread). */
+int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
+                         pl_err *err);
+
+/* engine_prep.c: submit, and the prepare workers (main thread) */
+int pl_engine_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink, uint64_t *id,
+                      pl_err *err);
+/* The prompt's ids: copied from prompt_tokens or encoded (any thread). */
+int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
+                          pl_err *err);
+/* threads <= 0: none. Sets ops.late_errors when there are workers. */
+int pl_engine_prep_init_(pl_engine *e, int threads);
+/* Waits for the workers; what they prepared is dropped (no sink called). */
+void pl_engine_prep_free_(pl_engine *e);
 
 /* engine_loop.c */
 void *pl_engine_thread_main_(void *arg);

@@ -2,9 +2,11 @@
 independent references: every output that finishes with "stop" validates
 under the `jsonschema` package; choices and regexes are checked with
 Python's `re`; the official `openai` SDK parses into pydantic models."""
+import http.client
 import json
 import os
 import re
+import urllib.request
 
 import pytest
 
@@ -182,6 +184,42 @@ def test_uncompilable_is_a_400_naming_it(eclient, body, needle):
     with pytest.raises(openai.BadRequestError) as e:
         chat(eclient, "x", extra_body=body)
     assert needle in str(e.value)
+
+
+def _raw_stream(url, body):
+    host, port = url.split("//")[1].split(":")
+    c = http.client.HTTPConnection(host, int(port), timeout=120)
+    c.request("POST", "/v1/chat/completions", json.dumps(body),
+              {"content-type": "application/json"})
+    r = c.getresponse()
+    out = (r.status, r.getheader("content-type"), r.read())
+    c.close()
+    return out
+
+
+@pytest.mark.parametrize("extra,code", [
+    # refused at submit (the schema is checked on the event loop, cheaply)
+    ({"response_format": {"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "string", "format": "email"}}}}, None),
+    # found while compiling on a worker: a DFA past the state limit
+    ({"guided_regex": "(a|b)*a(a|b){14}"}, None),
+    # tokenised on a worker (a long text prompt), longer than the context
+    ({"messages": [{"role": "user", "content": "lighthouse " * 12000}]},
+     "context_length_exceeded"),
+])
+def test_errors_found_off_the_loop_are_a_400_before_any_stream_byte(engine, extra, code):
+    body = {"model": "x", "stream": True, "max_tokens": 8,
+            "messages": [{"role": "user", "content": "hi"}]}
+    models = json.load(urllib.request.urlopen(engine.url + "/v1/models"))
+    body["model"] = models["data"][0]["id"]
+    body.update(extra)
+    status, ctype, raw = _raw_stream(engine.url, body)
+    assert status == 400, raw[:300]
+    assert ctype.startswith("application/json") and b"data:" not in raw, raw[:300]
+    err = json.loads(raw)["error"]
+    assert err["type"] == "invalid_request_error"
+    if code:
+        assert err["code"] == code
 
 
 def test_mock_honours_constraints(client):

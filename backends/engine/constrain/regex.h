@@ -43,6 +43,11 @@ typedef struct pl_dfa {
 pl_dfa *pl_regex_compile(const char *pattern, size_t len, int flags, int max_states,
                          char *err, size_t errlen);
 
+/** The parse alone (linear in the pattern, no automaton): 0, or -1 with
+ *  pl_regex_compile's message for a bad or unsupported pattern. A pattern
+ *  that passes may still fail to compile (too many states). */
+int pl_regex_check(const char *pattern, size_t len, int flags, char *err, size_t errlen);
+
 void pl_dfa_free(pl_dfa *d);
 
 /** Whether the DFA matches all n bytes of s. */

@@ -540,6 +540,14 @@ done:
     return d;
 }
 
+int pl_regex_check(const char *pattern, size_t len, int flags, char *err, size_t errlen)
+{
+    rx_arena ar = {0};
+    int rc = rx_parse_(&ar, pattern, len, flags, err, errlen) ? 0 : -1;
+    rx_arena_free_(&ar);
+    return rc;
+}
+
 void pl_dfa_free(pl_dfa *d)
 {
     if (!d)

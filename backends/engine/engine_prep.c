@@ -1,0 +1,369 @@
+/* engine_prep.c - a request's preparation before the engine thread takes
+ * it: its constraint automaton, its prompt's ids, the length checks and
+ * the engine's copy of it.
+ *
+ * Nothing heavy runs on the event loop (DESIGN.md): a constraint not yet
+ * compiled (tens of milliseconds for a 20-property schema) and a text
+ * prompt above PREP_INLINE_BYTES are prepared on the engine's prepare
+ * workers (an I/O pool of its own, pl_engine_options.prepare_threads), and
+ * the request reaches the inbox from the main loop when they are done.
+ * The rest stays inline, where it is cheaper than a hand-off and its
+ * errors stay synchronous: a cached automaton is a lookup, a schema is
+ * checked (written as a regex and parsed, ~0.2 ms for 20 properties)
+ * before it is compiled, so a bad one is a 400 from submit; a prompt of
+ * token ids is a copy, and text tokenises at ~20 MB/s (8 KiB: ~0.4 ms).
+ * What a worker finds (a DFA too large, a prompt too long) comes back as
+ * the request's result before its first token (the backend's late_errors).
+ */
+#include "backends/engine/engine_internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "src/base/io_pool.h"
+
+#define PREP_INLINE_BYTES 8192   /* text prompts up to this tokenise inline */
+#define PREP_NICE 10             /* workers yield the CPU to the engine's steps */
+
+/* A request on its way through a worker: an owned copy of what the
+ * engine reads from pl_gen_request, and what the worker made of it. */
+typedef struct eng_prep {
+    pl_engine *e;
+    uint64_t id;
+    double t_submit;
+    pl_gen_request req;          /* its pointers point into the fields below */
+    pl_chat_message *msgs;
+    char *prompt;
+    const pl_token_fsm *fsm;     /* from the cache already, or compiled here */
+    eng_req *r;                  /* the result; NULL with err */
+    pl_err err;
+} eng_prep;
+
+int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
+                          pl_err *err)
+{
+    if (req->prompt_tokens) {
+        if (pl_engine_check_ids_(e, req->prompt_tokens, req->n_prompt_tokens, "prompt", err) < 0)
+            return -1;
+        *n = req->n_prompt_tokens;
+        *ids = malloc((size_t)(*n > 0 ? *n : 1) * sizeof **ids);
+        if (!*ids)
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(*ids, req->prompt_tokens, (size_t)*n * sizeof **ids);
+        return 0;
+    }
+    if (!e->text.encode)
+        return pl_err_set(err, 400, "invalid_request_error", "prompt", NULL,
+                          "this engine accepts token ids only");
+    return e->text.encode(e->text.ud, req, true, ids, n, err);
+}
+
+static int check_bias_(pl_engine *e, const pl_sampling *sp, pl_err *err)
+{
+    for (int i = 0; i < sp->n_logit_bias; i++)
+        if (pl_engine_check_ids_(e, &sp->logit_bias[i].token, 1, "logit_bias", err) < 0)
+            return -1;
+    return 0;
+}
+
+/* Echo: the prompt comes back first; with logprobs the runner scores every
+ * prompt row (arrays for them here, NaN for the first token). */
+static int echo_setup_(pl_engine *e, const pl_gen_request *req, eng_req *r, pl_err *err)
+{
+    r->echo = req->echo;
+    r->score_only = req->echo && req->score_only;
+    if (r->score_only)
+        r->max_new = 1;          /* the sampled token is dropped */
+    if (!req->echo || !req->sampling.logprobs)
+        return 0;
+    if (!e->runner->can_prompt_logprobs)
+        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
+                          "echo with logprobs (prompt logprobs) is not supported by the %s "
+                          "runner yet", e->runner->ops->name);
+    int k = req->sampling.top_logprobs;
+    k = k < 0 ? 0 : k > PL_MAX_TOP_LOGPROBS ? PL_MAX_TOP_LOGPROBS : k;
+    size_t n = (size_t)r->n_prompt;
+    r->n_top_prompt = k;
+    r->plp = malloc(n * sizeof *r->plp);
+    r->ptop_ids = calloc(n * (size_t)k + 1, sizeof *r->ptop_ids);
+    r->ptop_lp = calloc(n * (size_t)k + 1, sizeof *r->ptop_lp);
+    if (!r->plp || !r->ptop_ids || !r->ptop_lp)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        r->plp[i] = i ? 0.0f : NAN;
+    return 0;
+}
+
+/* The engine's request from the prompt's ids (taken) and the automaton
+ * (a reference, taken): the length checks, the sampling copy, echo.
+ * NULL with *err (ids freed, fsm released). Any thread. */
+static eng_req *req_build_(pl_engine *e, const pl_gen_request *req, int32_t *ids, int n,
+                           const pl_token_fsm *fsm, pl_err *err)
+{
+    eng_req *r = NULL;
+    if (pl_backend_check_length(req, n, e->max_len, err) < 0)
+        goto fail;
+    r = calloc(1, sizeof *r);
+    if (!r || pl_sampling_copy(&r->sp, &req->sampling) < 0) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        goto fail;
+    }
+    r->fsm = fsm;
+    fsm = NULL;
+    if (r->fsm)
+        r->sp.ignore_eos = false; /* the grammar decides where the end is allowed */
+    r->prompt = ids;
+    ids = NULL;
+    r->n_prompt = n;
+    r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens : e->max_len - n;
+    r->priority = req->priority;
+    r->conv_key = req->conversation_key;
+    r->reply_private = req->reply_private;
+    if (echo_setup_(e, req, r, err) < 0)
+        goto fail;
+    return r;
+fail:
+    pl_token_fsm_release(fsm);
+    free(ids);
+    pl_engine_req_free_(r);
+    return NULL;
+}
+
+/* The constraint from the cache, or a check of its text (so a bad one is
+ * a 400 now) and *compile. 0, or -1 with *err. Main thread. */
+static int constraint_inline_(pl_engine *e, const pl_sampling *sp, const pl_token_fsm **fsm,
+                              bool *compile, pl_err *err)
+{
+    *fsm = NULL;
+    *compile = false;
+    if (sp->constraint == PL_CONSTRAINT_NONE)
+        return 0;
+    if (!e->runner->can_constrain || !e->constraints)
+        return pl_err_set(err, 400, "invalid_request_error", "response_format",
+                          "unsupported_parameter",
+                          "structured outputs are not supported by the %s runner yet",
+                          e->runner->ops->name);
+    int rc = pl_constraint_lookup(e->constraints, sp->constraint, sp->constraint_text, fsm, err);
+    if (rc != 0)
+        return rc > 0 ? 0 : -1;
+    if (pl_constraint_check(sp->constraint, sp->constraint_text, err) < 0)
+        return -1;
+    if (!e->prep) {              /* --prepare-threads 0: compile here */
+        *fsm = pl_constraint_get(e->constraints, sp->constraint, sp->constraint_text, err);
+        return *fsm ? 0 : -1;
+    }
+    *compile = true;
+    return 0;
+}
+
+static size_t prompt_bytes_(const pl_gen_request *req)
+{
+    size_t n = req->prompt ? strlen(req->prompt) : 0;
+    for (int i = 0; i < req->n_messages; i++)
+        n += strlen(req->messages[i].content ? req->messages[i].content : "");
+    return n;
+}
+
+/* ---- the worker's half ---- */
+
+static void prep_free_(eng_prep *p)
+{
+    if (!p)
+        return;
+    for (int i = 0; p->msgs && i < p->req.n_messages; i++) {
+        free((char *)p->msgs[i].role);
+        free((char *)p->msgs[i].content);
+    }
+    free(p->msgs);
+    free(p->prompt);
+    pl_sampling_free(&p->req.sampling);
+    pl_token_fsm_release(p->fsm);
+    pl_engine_req_free_(p->r);
+    free(p);
+}
+
+static char *dup_or_null_(const char *s, bool *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    *oom |= s && !d;
+    return d;
+}
+
+/* An owned copy of what preparation and the engine read from req. */
+static eng_prep *prep_new_(pl_engine *e, const pl_gen_request *req, const pl_token_fsm *fsm)
+{
+    eng_prep *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    bool oom = false;
+    p->e = e;
+    p->req = *req;
+    p->req.oai_body = NULL;
+    p->fsm = fsm;
+    if (pl_sampling_copy(&p->req.sampling, &req->sampling) < 0) {
+        memset(&p->req.sampling, 0, sizeof p->req.sampling);
+        oom = true;
+    }
+    p->req.prompt = p->prompt = dup_or_null_(req->prompt, &oom);
+    if (req->messages) {
+        p->msgs = calloc((size_t)req->n_messages + 1, sizeof *p->msgs);
+        oom |= !p->msgs;
+        for (int i = 0; p->msgs && i < req->n_messages; i++) {
+            p->msgs[i].role = dup_or_null_(req->messages[i].role, &oom);
+            p->msgs[i].content = dup_or_null_(req->messages[i].content, &oom);
+        }
+        p->req.messages = p->msgs;
+    }
+    if (oom) {
+        p->fsm = NULL;           /* the caller still owns it */
+        prep_free_(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* A worker runs below the engine's threads: on a machine whose cores the
+ * steps fill (the CPU runner), a compile then takes the time they leave
+ * instead of stretching every stream's next step. The pool's threads are
+ * the engine's own, so the priority stays with them. */
+static void prep_nice_(void)
+{
+    static __thread bool done;
+    if (!done)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), PREP_NICE);
+    done = true;
+}
+
+static void prep_work_(void *ud)
+{
+    eng_prep *p = ud;
+    prep_nice_();
+    pl_engine *e = p->e;
+    const pl_sampling *sp = &p->req.sampling;
+    if (sp->constraint != PL_CONSTRAINT_NONE && !p->fsm &&
+        !(p->fsm = pl_constraint_get(e->constraints, sp->constraint, sp->constraint_text,
+                                     &p->err)))
+        return;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (pl_engine_prompt_ids_(e, &p->req, &ids, &n, &p->err) < 0)
+        return;
+    p->r = req_build_(e, &p->req, ids, n, p->fsm, &p->err);
+    p->fsm = NULL;               /* req_build_ took it */
+}
+
+/* Back on the main loop: into the inbox, or the error to the sink; nothing
+ * when the request was aborted meanwhile or the engine is closing. */
+static void prep_done_(void *ud)
+{
+    eng_prep *p = ud;
+    pl_engine *e = p->e;
+    eng_sub *s = e->closing ? NULL : pl_engine_sub_find_(e, p->id);
+    eng_msg *m = s && p->r ? calloc(1, sizeof *m) : NULL;
+    if (s && !m) {
+        pl_sink sink = s->sink;
+        pl_engine_sub_remove_(e, p->id);
+        if (p->r)
+            pl_err_set(&p->err, 500, "server_error", NULL, NULL, "out of memory");
+        pl_result res = {.finish = PL_FINISH_ERROR, .error = &p->err};
+        sink.on_done(sink.ud, &res);
+    } else if (m) {
+        s->preparing = false;
+        p->r->id = p->id;
+        p->r->t_submit = p->t_submit;
+        *m = (eng_msg){.type = ENG_MSG_SUBMIT, .id = p->id, .req = p->r};
+        p->r = NULL;
+        pl_engine_inbox_push_(e, m);
+        if (s->paused)
+            pl_engine_control_(e, p->id, ENG_MSG_PAUSE);
+    }
+    prep_free_(p);
+}
+
+/* ---- submit ---- */
+
+/* Queue r (prepared) for the engine thread under a new id. */
+static int submit_ready_(pl_engine *e, eng_req *r, pl_sink sink, uint64_t *id, pl_err *err)
+{
+    eng_msg *m = calloc(1, sizeof *m);
+    r->id = ++e->next_id;
+    r->t_submit = pl_engine_now_ms_();
+    if (!m || pl_engine_sub_add_(e, r->id, sink) < 0) {
+        free(m);
+        pl_engine_req_free_(r);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    *m = (eng_msg){.type = ENG_MSG_SUBMIT, .id = r->id, .req = r};
+    *id = r->id;
+    pl_engine_inbox_push_(e, m);
+    return 0;
+}
+
+/* Hand req to a worker; its sink is registered now, as preparing. */
+static int submit_prep_(pl_engine *e, const pl_gen_request *req, const pl_token_fsm *fsm,
+                        pl_sink sink, uint64_t *id, pl_err *err)
+{
+    eng_prep *p = prep_new_(e, req, fsm);
+    if (!p) {
+        pl_token_fsm_release(fsm);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    p->id = ++e->next_id;
+    p->t_submit = pl_engine_now_ms_();
+    if (pl_engine_sub_add_(e, p->id, sink) < 0)
+        goto oom;
+    if (pl_io_pool_post(e->prep, prep_work_, prep_done_, p) < 0) {
+        pl_engine_sub_remove_(e, p->id);
+        goto oom;
+    }
+    pl_engine_sub_find_(e, p->id)->preparing = true;
+    *id = p->id;
+    return 0;
+oom:
+    prep_free_(p);
+    return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+int pl_engine_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink, uint64_t *id,
+                      pl_err *err)
+{
+    pl_engine *e = (pl_engine *)b;
+    const pl_token_fsm *fsm = NULL;
+    bool compile;
+    if (check_bias_(e, &req->sampling, err) < 0 ||
+        constraint_inline_(e, &req->sampling, &fsm, &compile, err) < 0)
+        return -1;
+    bool big = !req->prompt_tokens && prompt_bytes_(req) > PREP_INLINE_BYTES;
+    if (e->prep && (compile || big))
+        return submit_prep_(e, req, fsm, sink, id, err);
+    int32_t *ids = NULL;
+    int n = 0;
+    if (pl_engine_prompt_ids_(e, req, &ids, &n, err) < 0) {
+        pl_token_fsm_release(fsm);
+        return -1;
+    }
+    eng_req *r = req_build_(e, req, ids, n, fsm, err);
+    return r ? submit_ready_(e, r, sink, id, err) : -1;
+}
+
+int pl_engine_prep_init_(pl_engine *e, int threads)
+{
+    if (threads <= 0)
+        return 0;
+    e->prep = pl_io_pool_new(e->base.base, threads);
+    if (!e->prep)
+        return -1;
+    e->ops.late_errors = true;   /* a worker's errors come after submit */
+    return 0;
+}
+
+void pl_engine_prep_free_(pl_engine *e)
+{
+    e->closing = true;           /* prepared requests are dropped, not sent */
+    pl_io_pool_free(e->prep);    /* waits for the workers, runs prep_done_ */
+    e->prep = NULL;
+}
