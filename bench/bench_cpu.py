@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench_cpu.py - single-stream prefill and decode speed of parley's CPU runner
 against llama-cpp-python on the same GGUF with the same thread count, run
-alternately (median of N runs each), optionally appended to BENCHMARKS.md.
+alternately (median of N runs each), optionally appended (--append) to
+bench/results/history/cpu.md, the log behind BENCHMARKS.md's CPU table.
 
 usage: python3 bench/bench_cpu.py [--model M] [--threads 2] [--prompt 512]
                                   [--decode 128] [--reps 3] [--append]
@@ -152,7 +153,7 @@ outside arithmetic, summed over the {a.threads} threads, of a {med(ours, 6):.2f}
 """
     print(text)
     if a.append:
-        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
+        with open(os.path.join(ROOT, "bench", "results", "history", "cpu.md"), "a") as f:
             f.write(text)
 
 

@@ -12,7 +12,8 @@ runs, the servers' order alternating between repetitions):
      from the prefix cache and time to first token, prefix caching on vs off;
   3. async vs sync step pipeline at 32 streams: /status step timing.
 
-Prints the figures and appends them to BENCHMARKS.md. Not a test.
+Prints the figures and appends them to bench/results/history/cpu.md (the log
+behind BENCHMARKS.md's CPU table). Not a test.
 """
 import argparse
 import http.client
@@ -542,7 +543,7 @@ def parse_args():
     ap.add_argument("--turn-tokens", type=int, default=48)
     ap.add_argument("--system-words", type=int, default=200)
     ap.add_argument("--async-conc", type=int, default=32)
-    ap.add_argument("--no-append", action="store_true", help="do not touch BENCHMARKS.md")
+    ap.add_argument("--no-append", action="store_true", help="do not append to bench/results/history/cpu.md")
     args = ap.parse_args()
     if args.quick:
         args.reps, args.conc, args.convs, args.turns = 1, [1, 32], 4, 3
@@ -608,7 +609,7 @@ def main():
     print()
     print(text)
     if not args.no_append:
-        with open(os.path.join(ROOT, "BENCHMARKS.md"), "a") as f:
+        with open(os.path.join(ROOT, "bench", "results", "history", "cpu.md"), "a") as f:
             f.write("\n" + text)
 
 

@@ -3,7 +3,7 @@
 # completions (max_tokens 16) at 64 connections (wrk) against a parley mock
 # upstream directly, and through a parley gateway (--upstream) in front of
 # the same upstream. Runs alternate (direct, gateway, direct, ...), N each;
-# medians. Prints a BENCHMARKS.md section. Not a test.
+# medians. Prints a section for bench/results/history/gateway.md. Not a test.
 #   bench/bench_gateway.sh [RUNS] (BENCH_SECONDS per run, default 10)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -3,7 +3,8 @@
 #  1. non-streaming chat completions (max_tokens 16) at 64 connections (wrk);
 #  2. 2,000 concurrent SSE streams with a token every 50 ms: the server's
 #     peak RSS.
-# Prints the figures and appends them to BENCHMARKS.md. Not a test.
+# Prints the figures and appends them to bench/results/history/gateway.md (the
+# log behind BENCHMARKS.md's gateway table). Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v wrk >/dev/null || { echo "bench_http: needs wrk (apt-get install wrk)"; exit 2; }
@@ -61,4 +62,4 @@ machine="$(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
     echo "| p50 latency (ms) | $p50 | |"
     echo "| p99 latency (ms) | $p99 | < 5 |"
     echo "| 2,000 concurrent SSE streams, 50 ms/token: $(echo "$sse" | sed 's/RESULT //') | peak RSS $((peak / 1024)) MiB | report |"
-} | tee -a BENCHMARKS.md
+} | tee -a bench/results/history/gateway.md

@@ -6,7 +6,7 @@
 #  2. 2,000 concurrent SSE streams, 50 ms/token, 40 tokens: wall time and
 #     the server's peak RSS.
 # Prints every run with the load average, then medians and B/A ratios.
-# Not a test; nothing is appended to BENCHMARKS.md.
+# Not a test; nothing is appended anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 2 ] || { echo "usage: bench/bench_http_ab.sh A_BIN B_BIN [ROUNDS]"; exit 2; }

@@ -7,7 +7,8 @@
 # Per strategy: makespan, engine busy fraction (engine execute time / makespan,
 # from the backend's stats), and the prefix-cache share of round >= 2 prompts
 # (cached prompt tokens / prompt tokens, from the transcripts).
-# Appends a section to BENCHMARKS.md (BENCH_NO_APPEND=1 to skip).
+# Appends a section to bench/results/history/jobs_kv.md (BENCH_NO_APPEND=1 to
+# skip), the log behind BENCHMARKS.md's jobs table.
 #
 #   bench/bench_makespan.sh [QUESTIONS [MAX_TOKENS]]   (defaults 12, 48)
 # Env: PARLEY_MODEL, BENCH_BACKEND (default cpu), BENCH_STRATEGIES
@@ -53,5 +54,5 @@ if [ "${BENCH_NO_APPEND:-0}" != 1 ]; then
         echo "with other work (load average $LOAD0 at the start, $LOAD1 at the end)."
         echo
         cat "$OUT/report.md"
-    } >> BENCHMARKS.md
+    } >> bench/results/history/jobs_kv.md
 fi

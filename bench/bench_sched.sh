@@ -2,7 +2,7 @@
 # bench_sched.sh - the conversation scheduler's CPU per dispatch+completion
 # (10,000 queued requests), alone and inside a job on the zero-delay mock
 # backend. 3 runs, median. Prints the figures and appends them to
-# BENCHMARKS.md. Not a test.
+# bench/results/history/jobs_kv.md (the log behind BENCHMARKS.md). Not a test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ninja -C build >/dev/null
@@ -21,7 +21,7 @@ job=$(med "job_on_mock" us_per_request)
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 printf 'scheduler alone, 1 model: %s us\nscheduler alone, 2 models: %s us\njob on mock: %s us/request\n' \
     "$one" "$two" "$job"
-cat >> BENCHMARKS.md <<MD
+cat >> bench/results/history/jobs_kv.md <<MD
 
 ### Conversation scheduler CPU ($(date -u +%F))
 
