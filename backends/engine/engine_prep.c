@@ -38,6 +38,7 @@ typedef struct eng_prep {
     pl_gen_request req;          /* its pointers point into the fields below */
     pl_chat_message *msgs;
     char *prompt;
+    int32_t *tokens;
     const pl_token_fsm *fsm;     /* from the cache already, or compiled here */
     eng_req *r;                  /* the result; NULL with err */
     pl_err err;
@@ -180,6 +181,7 @@ static void prep_free_(eng_prep *p)
     }
     free(p->msgs);
     free(p->prompt);
+    free(p->tokens);
     pl_sampling_free(&p->req.sampling);
     pl_token_fsm_release(p->fsm);
     pl_engine_req_free_(p->r);
@@ -209,6 +211,14 @@ static eng_prep *prep_new_(pl_engine *e, const pl_gen_request *req, const pl_tok
         oom = true;
     }
     p->req.prompt = p->prompt = dup_or_null_(req->prompt, &oom);
+    if (req->prompt_tokens) {
+        size_t n = (size_t)(req->n_prompt_tokens > 0 ? req->n_prompt_tokens : 1);
+        p->req.prompt_tokens = p->tokens = malloc(n * sizeof *p->tokens);
+        oom |= !p->tokens;
+        if (p->tokens)
+            memcpy(p->tokens, req->prompt_tokens,
+                   (size_t)req->n_prompt_tokens * sizeof *p->tokens);
+    }
     if (req->messages) {
         p->msgs = calloc((size_t)req->n_messages + 1, sizeof *p->msgs);
         oom |= !p->msgs;

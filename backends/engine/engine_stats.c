@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "src/base/io_pool.h"
+
 static double per_(double total, uint64_t n)
 {
     return n ? total / (double)n : 0.0;
@@ -36,6 +38,18 @@ static json_t *timing_json_(const eng_stats *s)
                      "execute_ms_per_step", per_(s->execute_ms, s->steps_done),
                      "idle_gap_ms_per_step", per_(s->idle_gap_ms, s->steps),
                      "max_idle_gap_ms", s->max_idle_gap_ms);
+}
+
+/* The compiled-constraint cache: lookups answered from it, compiles and
+ * their CPU-side milliseconds (on the prepare workers). */
+static json_t *constraints_json_(pl_constraint_cache *c)
+{
+    uint64_t hits = 0, compiles = 0;
+    double ms = 0;
+    if (c)
+        pl_constraint_cache_stats(c, &hits, &compiles, &ms);
+    return json_pack("{s:I, s:I, s:f}", "hits", (json_int_t)hits, "compiles",
+                     (json_int_t)compiles, "compile_ms", ms);
 }
 
 json_t *pl_engine_stats_json_(pl_engine *e)
@@ -80,6 +94,9 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(o, "kv", kv);
         if (!strcmp(e->ops.kind, "cpu"))
             json_object_set_new(o, "cpu_kernels", json_string(e->runner->kernels));
+        json_object_set_new(o, "preparing", json_integer(e->prep ? pl_io_pool_outstanding(e->prep)
+                                                                  : 0));
+        json_object_set_new(o, "constraints", constraints_json_(e->constraints));
     }
     return o;
 }
