@@ -96,7 +96,8 @@ const pl_option pl_options[] = {
     OPT("cuda-prefill-attn", PL_OPT_ENUM, 0, 0, "tiled", "PARLEY_CUDA_PREFILL_ATTN",
         "tiled|mma", engine.cuda.prefill_attn, M,
         "CUDA prefill attention: 32x32 tiles, or tensor cores where the head size has a kernel"),
-    OPT("cuda-profile", PL_OPT_BOOL, 0, 0, "false", "PARLEY_CUDA_PROFILE", NULL, engine.cuda.profile, M,
+    OPT("cuda-profile", PL_OPT_BOOL, 0, 0, "false", "PARLEY_CUDA_PROFILE", NULL,
+        engine.cuda.profile, M,
         "CUDA: device time per phase of the forward pass, logged when the model closes "
         "(needs --no-cuda-graphs; every step then waits for itself)"),
     OPT("cuda-inject", PL_OPT_ENUM, 0, 0, "none", "PARLEY_CUDA_INJECT", "none|capture",
