@@ -185,6 +185,9 @@ void pl_engine_msg_clear_(eng_msg *m);
 void pl_engine_msg_free_(eng_msg *m);
 void pl_engine_post_(pl_engine *e);                  /* flush pending_out */
 void pl_engine_inbox_push_(pl_engine *e, eng_msg *m); /* main thread */
+/* m, then (may be NULL) right after it: the engine thread takes both in
+ * one drain, before it schedules anything (main thread). */
+void pl_engine_inbox_push2_(pl_engine *e, eng_msg *m, eng_msg *then);
 int pl_engine_wake_init_(pl_engine *e);
 void pl_engine_wake_free_(pl_engine *e);
 void pl_engine_queue_free_(eng_queue *q);

@@ -274,6 +274,11 @@ static void prep_done_(void *ud)
     pl_engine *e = p->e;
     eng_sub *s = e->closing ? NULL : pl_engine_sub_find_(e, p->id);
     eng_msg *m = s && p->r ? calloc(1, sizeof *m) : NULL;
+    eng_msg *pause = m && s->paused ? calloc(1, sizeof *pause) : NULL;
+    if (m && s->paused && !pause) {
+        free(m);
+        m = NULL;
+    }
     if (s && !m) {
         pl_sink sink = s->sink;
         pl_engine_sub_remove_(e, p->id);
@@ -286,10 +291,10 @@ static void prep_done_(void *ud)
         p->r->id = p->id;
         p->r->t_submit = p->t_submit;
         *m = (eng_msg){.type = ENG_MSG_SUBMIT, .id = p->id, .req = p->r};
+        if (pause)           /* paused while preparing: from its first step */
+            *pause = (eng_msg){.type = ENG_MSG_PAUSE, .id = p->id};
         p->r = NULL;
-        pl_engine_inbox_push_(e, m);
-        if (s->paused)
-            pl_engine_control_(e, p->id, ENG_MSG_PAUSE);
+        pl_engine_inbox_push2_(e, m, pause);
     }
     prep_free_(p);
 }

@@ -99,8 +99,15 @@ void pl_engine_post_(pl_engine *e)
 
 void pl_engine_inbox_push_(pl_engine *e, eng_msg *m)
 {
+    pl_engine_inbox_push2_(e, m, NULL);
+}
+
+void pl_engine_inbox_push2_(pl_engine *e, eng_msg *m, eng_msg *then)
+{
     pthread_mutex_lock(&e->in_lock);
     pl_engine_queue_push_(&e->inbox, m);
+    if (then)
+        pl_engine_queue_push_(&e->inbox, then);
     pthread_cond_signal(&e->in_cond);
     pthread_mutex_unlock(&e->in_lock);
 }
