@@ -7,15 +7,21 @@ One parley server (CPU engine, default model) per mode: --prepare-threads 0
 and the default workers. In each, --streams streaming requests generate
 --tokens tokens each (ignore_eos); once they flow, --admissions requests
 with a new 20-property JSON schema (fresh property names each time, so no
-cache hit) are sent one after another. Each stream's inter-token gaps are
-taken at the client: its median gap over the whole run, and its largest
-gap among those overlapping an admission (request sent -> reply received).
-The target: the largest admission gap is at most 2x the median.
+cache hit) are sent one after another, each a completion of a one-token
+prompt and one token (`guided_json`), so what it adds to the engine's
+steps is next to nothing and what remains is its admission. Each stream's
+inter-token gaps are taken at the client: its median gap over the whole
+run, and its largest gap among those overlapping an admission (request
+sent -> reply received). The target: the largest admission gap is at most
+2x the median. Beside it, load-proof: the CPU time the server's event-loop
+thread spent during the admissions (from /proc, per admission), which is
+the compile itself when it runs on the loop.
 
 Prints the command, the CPU, the load, and per mode the median gap, the
-largest gap during admissions, their ratio, and the largest gap outside
-admissions (the machine's own noise); writes the raw gaps as JSON under
-bench/results/stall/ (--out to change).
+largest gap during admissions, their ratio, the largest gap outside
+admissions (the machine's own noise) and the loop thread's CPU per
+admission; writes the raw gaps as JSON under bench/results/stall/ (--out
+to change).
 
   bench/bench_stall.py [--bin build/parley] [--streams 4] [--tokens 400]
                        [--admissions 5] [--threads 2] [--modes 0,2]
@@ -73,17 +79,22 @@ def stream(host, port, model, tokens, times, started):
     c.close()
 
 
-def admit(url, model, tag):
-    body = {"model": model, "max_tokens": 8, "temperature": 0,
-            "messages": [{"role": "user", "content": "Fill in the form."}],
-            "response_format": {"type": "json_schema",
-                                "json_schema": {"name": "form", "schema": schema20(tag)}}}
-    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+def loop_cpu_s(pid):
+    """CPU seconds of the server's main (event-loop) thread: its tid is its pid."""
+    with open(f"/proc/{pid}/task/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def admit(url, model, tag, pid):
+    body = {"model": model, "max_tokens": 1, "temperature": 0, "prompt": "{",
+            "guided_json": schema20(tag)}
+    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
                                  {"content-type": "application/json"})
-    t0 = time.monotonic()
+    c0, t0 = loop_cpu_s(pid), time.monotonic()
     with urllib.request.urlopen(req, timeout=600) as r:
         r.read()
-    return t0, time.monotonic()
+    return t0, time.monotonic(), loop_cpu_s(pid) - c0
 
 
 def gaps_of(times):
@@ -98,7 +109,7 @@ def run_mode(a, prep):
         url = srv.stdout.readline().split()[-1]
         host, port = url.split("//")[1].split(":")
         model = json.load(urllib.request.urlopen(url + "/v1/models"))["data"][0]["id"]
-        admit(url, model, "warm")          # the vocabulary trie, built once per engine
+        admit(url, model, "warm", srv.pid)  # the vocabulary trie, built once per engine
         started = threading.Semaphore(0)
         times = [[] for _ in range(a.streams)]
         ths = [threading.Thread(target=stream, args=(host, int(port), model, a.tokens, t,
@@ -110,13 +121,16 @@ def run_mode(a, prep):
         windows = []
         for i in range(a.admissions):
             time.sleep(0.4)
-            windows.append(admit(url, model, f"a{prep}x{i}x{random.randint(0, 1 << 30)}"))
+            windows.append(admit(url, model, f"a{prep}x{i}x{random.randint(0, 1 << 30)}",
+                                 srv.pid))
         for t in ths:
             t.join()
     finally:
         srv.terminate()
         srv.wait()
-    res = {"command": " ".join(cmd), "prepare_threads": prep, "streams": []}
+    res = {"command": " ".join(cmd), "prepare_threads": prep, "streams": [],
+           "loop_cpu_ms_per_admission": [w[2] * 1e3 for w in windows]}
+    windows = [(w0, w1) for w0, w1, _ in windows]
     for ts in times:
         g = gaps_of(ts)
         med = statistics.median(b - a_ for a_, b in g)
@@ -151,13 +165,15 @@ def main():
     report = {"date": datetime.date.today().isoformat(), "host": platform.node(),
               "cpu": cpuinfo.describe(), "load_before": load0, "modes": []}
     print(f"{'prepare-threads':>15} {'median gap ms':>14} {'max gap admitting':>18} "
-          f"{'ratio':>6} {'max gap outside':>16} {'admission ms (median)':>22}")
+          f"{'ratio':>6} {'max gap outside':>16} {'admission ms (median)':>22} "
+          f"{'loop CPU ms / admission':>24}")
     for prep in [int(x) for x in a.modes.split(",")]:
         r = run_mode(a, prep)
         report["modes"].append(r)
         print(f"{prep:>15} {r['median_gap_ms']:>14.1f} {r['max_gap_admitting_ms']:>18.1f} "
               f"{r['worst_ratio']:>6.2f} {r['max_gap_outside_ms']:>16.1f} "
-              f"{statistics.median(r['admission_ms']):>22.1f}", flush=True)
+              f"{statistics.median(r['admission_ms']):>22.1f} "
+              f"{statistics.mean(r['loop_cpu_ms_per_admission']):>24.1f}", flush=True)
     report["load_after"] = os.getloadavg()
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, f"{report['date']}-{report['host']}-{int(time.time())}.json")
