@@ -186,11 +186,10 @@ def test_uncompilable_is_a_400_naming_it(eclient, body, needle):
     assert needle in str(e.value)
 
 
-def _raw_stream(url, body):
+def _raw_stream(url, body, path="/v1/chat/completions"):
     host, port = url.split("//")[1].split(":")
     c = http.client.HTTPConnection(host, int(port), timeout=120)
-    c.request("POST", "/v1/chat/completions", json.dumps(body),
-              {"content-type": "application/json"})
+    c.request("POST", path, json.dumps(body), {"content-type": "application/json"})
     r = c.getresponse()
     out = (r.status, r.getheader("content-type"), r.read())
     c.close()
@@ -220,6 +219,16 @@ def test_errors_found_off_the_loop_are_a_400_before_any_stream_byte(engine, extr
     assert err["type"] == "invalid_request_error"
     if code:
         assert err["code"] == code
+
+
+def test_a_prompt_too_long_found_off_the_loop_is_a_400_on_responses_too(engine):
+    models = json.load(urllib.request.urlopen(engine.url + "/v1/models"))
+    body = {"model": models["data"][0]["id"], "stream": True, "max_output_tokens": 8,
+            "input": "lighthouse " * 12000}
+    status, ctype, raw = _raw_stream(engine.url, body, "/v1/responses")
+    assert status == 400, raw[:300]
+    assert ctype.startswith("application/json") and b"data:" not in raw, raw[:300]
+    assert json.loads(raw)["error"]["code"] == "context_length_exceeded"
 
 
 def test_mock_honours_constraints(client):
