@@ -60,23 +60,23 @@ static const pre_def *pre_find(const char *pre)
     return NULL;
 }
 
-pl_pretok *pl_pretok_init(const char *pre, bool *ignore_merges, char *err,
-                          size_t errlen)
+pl_pretok *pl_pretok_init_regex(const char *const *re, int n, char *err,
+                                size_t errlen)
 {
-    const pre_def *d = pre_find(pre);
-    if (!d) {
-        snprintf(err, errlen, "unsupported tokenizer.ggml.pre '%s' "
-                 "(supported: default, gpt2, smollm, llama3/llama-bpe, "
-                 "qwen2 and their aliases)", pre);
+    if (n < 1 || n > PL_PRETOK_MAX_RE) {
+        snprintf(err, errlen, "%d pre-tokenizer regexes (1 to %d supported)", n,
+                 PL_PRETOK_MAX_RE);
         return NULL;
     }
     pl_pretok *p = calloc(1, sizeof *p);
-    if (!p)
-        goto oom;
-    for (; d->re[p->n_re]; p->n_re++) {
+    if (!p) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    for (; p->n_re < n; p->n_re++) {
         int ec;
         PCRE2_SIZE eo;
-        pcre2_code *c = pcre2_compile((PCRE2_SPTR)d->re[p->n_re],
+        pcre2_code *c = pcre2_compile((PCRE2_SPTR)re[p->n_re],
                                       PCRE2_ZERO_TERMINATED,
                                       PCRE2_UTF | PCRE2_UCP, &ec, &eo, NULL);
         if (!c) {
@@ -90,11 +90,24 @@ pl_pretok *pl_pretok_init(const char *pre, bool *ignore_merges, char *err,
         pcre2_jit_compile(c, PCRE2_JIT_COMPLETE); /* interpreter if no JIT */
         p->re[p->n_re] = c;
     }
-    *ignore_merges = d->ignore_merges;
     return p;
-oom:
-    snprintf(err, errlen, "out of memory");
-    return NULL;
+}
+
+pl_pretok *pl_pretok_init(const char *pre, bool *ignore_merges, char *err,
+                          size_t errlen)
+{
+    const pre_def *d = pre_find(pre);
+    if (!d) {
+        snprintf(err, errlen, "unsupported tokenizer.ggml.pre '%s' "
+                 "(supported: default, gpt2, smollm, llama3/llama-bpe, "
+                 "qwen2 and their aliases)", pre);
+        return NULL;
+    }
+    int n = 0;
+    while (d->re[n])
+        n++;
+    *ignore_merges = d->ignore_merges;
+    return pl_pretok_init_regex(d->re, n, err, errlen);
 }
 
 void pl_pretok_free(pl_pretok *p)

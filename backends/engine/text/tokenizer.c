@@ -116,6 +116,9 @@ static void set_specials(pl_tokenizer *t, const pl_tokenizer_vocab *v)
     t->add_bos = v->add_bos >= 0 ? v->add_bos : (spm || t->ignore_merges);
     t->add_eos = v->add_eos > 0;
     t->add_space_prefix = v->add_space_prefix >= 0 ? v->add_space_prefix : spm;
+    t->space_prefix_first = v->space_prefix_first;
+    t->space_prefix_if_none = v->space_prefix_if_none;
+    t->nfc = v->nfc;
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (t->types[i] != PL_TOKEN_TYPE_CONTROL)
             continue;
@@ -208,6 +211,24 @@ int pl_tok_frags_push(pl_tok_frags *f, int32_t id, size_t off, size_t len)
     return 0;
 }
 
+/* One raw fragment through the model, NFC-normalised first where the
+ * vocabulary asks for it. */
+static int encode_raw(const pl_tokenizer *t, const char *s, size_t n,
+                      bool prefix_space, pl_tok_ids *out)
+{
+    char *norm = NULL;
+    if (t->nfc) {
+        if (pl_tok_nfc(s, n, &norm, &n))
+            return -1;
+        s = norm;
+    }
+    int rc = t->model == PL_TOKENIZER_MODEL_GPT2
+                 ? pl_tok_bpe_encode(t, s, n, out)
+                 : pl_tok_spm_encode(t, s, n, prefix_space, out);
+    free(norm);
+    return rc;
+}
+
 static int encode_frags(const pl_tokenizer *t, const char *text,
                         const pl_tok_frags *f, pl_tok_ids *out)
 {
@@ -218,11 +239,13 @@ static int encode_frags(const pl_tokenizer *t, const char *text,
         if (g->id >= 0) {
             rc = pl_tok_ids_push(out, g->id);
             prev_special = true;
-        } else if (t->model == PL_TOKENIZER_MODEL_GPT2) {
-            rc = pl_tok_bpe_encode(t, text + g->off, g->len, out);
         } else {
-            rc = pl_tok_spm_encode(t, text + g->off, g->len,
-                                   t->add_space_prefix && prev_special, out);
+            const char *s = text + g->off;
+            bool lead = g->len && (s[0] == ' ' || (g->len >= 3 && !memcmp(s, "\xe2\x96\x81", 3)));
+            bool prefix = t->add_space_prefix && prev_special &&
+                          (!t->space_prefix_first || g->off == 0) &&
+                          !(t->space_prefix_if_none && lead);
+            rc = encode_raw(t, text + g->off, g->len, prefix, out);
             prev_special = false;
         }
         if (rc)

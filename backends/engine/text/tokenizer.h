@@ -49,6 +49,18 @@ typedef struct pl_tokenizer_vocab {
     int32_t bos, eos, unk, pad, eot, eom; /**< -1 = none */
     int add_bos, add_eos;        /**< 1/0, or -1 = model default */
     int add_space_prefix;        /**< 1/0, or -1 = model default */
+    /* Hugging Face tokenizer.json (tokenizer_hf.c); zero from a GGUF: */
+    const char *const *pre_regex; /**< gpt2: split regexes applied in order
+                                       instead of pre's; NULL = pre's */
+    int n_pre_regex;
+    int ignore_merges;           /**< gpt2: 1 on, -1 off, 0 = pre's default */
+    bool nfc;                    /**< NFC-normalise text before the model */
+    bool space_prefix_first;     /**< llama: the prefix space at the start of
+                                      the text only, not after each special
+                                      token (Metaspace prepend_scheme first) */
+    bool space_prefix_if_none;   /**< llama: no prefix space before text that
+                                      starts with one (a Metaspace
+                                      pre-tokenizer's rule) */
 } pl_tokenizer_vocab;
 
 /** Build a tokenizer from plain arrays (copied). Returns NULL with a

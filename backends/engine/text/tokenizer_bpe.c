@@ -231,9 +231,12 @@ int pl_tok_bpe_prepare(pl_tokenizer *t, const pl_tokenizer_vocab *v,
         size_t n = pl_tok_utf8_put(byte_to_cp(b), s);
         t->byte_tok[b] = pl_tok_strmap_get(&t->map, t, s, n);
     }
-    t->pre = pl_pretok_init(v->pre, &t->ignore_merges, err, errlen);
+    t->pre = v->pre_regex ? pl_pretok_init_regex(v->pre_regex, v->n_pre_regex, err, errlen)
+                          : pl_pretok_init(v->pre, &t->ignore_merges, err, errlen);
     if (!t->pre)
         return -1;
+    if (v->ignore_merges)
+        t->ignore_merges = v->ignore_merges > 0;
     if (bpe_set_merges(t, v) || bpe_set_bytes(t)) {
         snprintf(err, errlen, "out of memory");
         return -1;

@@ -77,6 +77,9 @@ struct pl_tokenizer {
     bool add_bos, add_eos, add_space_prefix;
     bool ignore_merges;          /**< llama3: a whole word in the vocab
                                       is taken as is */
+    bool nfc;                    /**< NFC-normalise raw text (Qwen) */
+    bool space_prefix_first;     /**< prefix space at offset 0 only */
+    bool space_prefix_if_none;   /**< none before a leading space */
     pl_pretok *pre;              /**< gpt2 only */
     int32_t *spm_bridge;         /**< llama: tokens with a U+2581 after another
                                       character (they may join two words) */
@@ -129,7 +132,15 @@ size_t pl_tok_utf8_put(uint32_t cp, char *out);
  *  Sets *ignore_merges for llama3-style vocabularies. */
 pl_pretok *pl_pretok_init(const char *pre, bool *ignore_merges, char *err,
                           size_t errlen);
+/** Compile n regexes (tokenizer.json's split patterns) as one pre-type. */
+pl_pretok *pl_pretok_init_regex(const char *const *re, int n, char *err,
+                                size_t errlen);
 void pl_pretok_free(pl_pretok *p);
+
+/* ---- normalisation (nfc.c) ---- */
+/** The NFC form of len bytes of UTF-8 (invalid bytes become U+FFFD) into a
+ *  new buffer *out of *out_len bytes (caller frees). Returns 0 or -1. */
+int pl_tok_nfc(const char *s, size_t len, char **out, size_t *out_len);
 
 /** Called once per pre-tokenized word (bytes of the normalised text). */
 typedef int (*pl_pretok_word_fn)(void *ctx, const char *word, size_t len);

@@ -3,6 +3,7 @@
  * whose concatenation is the highest-scoring token merges first;
  * characters that are no token fall back to <0xNN> byte tokens.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ static int spm_try_pair(const pl_tokenizer *t, pl_tok_merge *m,
         return 0;
     uint32_t size = m->sym[l].n + m->sym[r].n;
     int32_t id = pl_tok_strmap_get(&t->map, t, s + m->sym[l].off, size);
-    if (id < 0)
+    if (id < 0 || t->scores[id] == -INFINITY) /* -inf: no merge makes it */
         return 0;
     pl_tok_pair p = {t->scores[id], l, r, size, id};
     return pl_tok_merge_push(m, p);

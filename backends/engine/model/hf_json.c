@@ -1,0 +1,139 @@
+/* hf_json.c - typed, dotted-key lookups into a checkpoint's JSON files
+ * (hf_json.h). */
+#include "backends/engine/model/hf_json.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int pl_hf_json_fail(const pl_hf_json *j, const char *key, char *err, size_t errlen,
+                    const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (err && errlen)
+        snprintf(err, errlen, "%s: key '%s': %s", j->path, key, why);
+    return -1;
+}
+
+int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool required,
+                    char *err, size_t errlen)
+{
+    json_error_t je;
+    j->root = NULL;
+    snprintf(j->path, sizeof j->path, "%s/%s", dir, name);
+    if (access(j->path, F_OK) != 0) {
+        if (!required)
+            return 0;
+        snprintf(err, errlen, "%s: missing (a Hugging Face checkpoint folder has config.json, "
+                 "safetensors weights, tokenizer.json and tokenizer_config.json)", j->path);
+        return -1;
+    }
+    j->root = json_load_file(j->path, JSON_REJECT_DUPLICATES, &je);
+    if (!j->root) {
+        snprintf(err, errlen, "%s:%d: %s", j->path, je.line, je.text);
+        return -1;
+    }
+    if (!json_is_object(j->root)) {
+        snprintf(err, errlen, "%s:1: not a JSON object", j->path);
+        json_decref(j->root);
+        j->root = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void pl_hf_json_free(pl_hf_json *j)
+{
+    json_decref(j->root);
+    j->root = NULL;
+}
+
+json_t *pl_hf_json_get(const pl_hf_json *j, const char *key)
+{
+    json_t *v = j->root;
+    const char *p = key;
+    while (v && *p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        char part[256];
+        if (n >= sizeof part || !json_is_object(v))
+            return NULL;
+        memcpy(part, p, n);
+        part[n] = '\0';
+        v = json_object_get(v, part);
+        p += n + (dot ? 1 : 0);
+    }
+    return json_is_null(v) ? NULL : v;
+}
+
+/* The value, or NULL with rc set: 1 absent and optional, -1 absent and
+ * required. */
+static json_t *lookup_(const pl_hf_json *j, const char *key, bool required, int *rc, char *err,
+                       size_t errlen)
+{
+    json_t *v = pl_hf_json_get(j, key);
+    if (v)
+        return v;
+    *rc = required ? pl_hf_json_fail(j, key, err, errlen, "missing") : 1;
+    return NULL;
+}
+
+int pl_hf_json_int(const pl_hf_json *j, const char *key, bool required, long long lo,
+                   long long hi, long long *out, char *err, size_t errlen)
+{
+    int rc;
+    json_t *v = lookup_(j, key, required, &rc, err, errlen);
+    if (!v)
+        return rc;
+    if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
+        return pl_hf_json_fail(j, key, err, errlen, "must be an integer in [%lld, %lld]", lo,
+                               hi);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int pl_hf_json_num(const pl_hf_json *j, const char *key, bool required, double lo, double hi,
+                   double *out, char *err, size_t errlen)
+{
+    int rc;
+    json_t *v = lookup_(j, key, required, &rc, err, errlen);
+    if (!v)
+        return rc;
+    double d = json_number_value(v);
+    if (!json_is_number(v) || !isfinite(d) || d < lo || d > hi)
+        return pl_hf_json_fail(j, key, err, errlen, "must be a number in [%g, %g]", lo, hi);
+    *out = d;
+    return 0;
+}
+
+int pl_hf_json_bool(const pl_hf_json *j, const char *key, bool required, bool *out, char *err,
+                    size_t errlen)
+{
+    int rc;
+    json_t *v = lookup_(j, key, required, &rc, err, errlen);
+    if (!v)
+        return rc;
+    if (!json_is_boolean(v))
+        return pl_hf_json_fail(j, key, err, errlen, "must be true or false");
+    *out = json_is_true(v);
+    return 0;
+}
+
+int pl_hf_json_str(const pl_hf_json *j, const char *key, bool required, const char **out,
+                   char *err, size_t errlen)
+{
+    int rc;
+    json_t *v = lookup_(j, key, required, &rc, err, errlen);
+    if (!v)
+        return rc;
+    if (!json_is_string(v))
+        return pl_hf_json_fail(j, key, err, errlen, "must be a string");
+    *out = json_string_value(v);
+    return 0;
+}
