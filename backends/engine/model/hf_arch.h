@@ -1,0 +1,80 @@
+/* hf_arch.h - the Hugging Face architectures parley reads, one table:
+ * config.json's `architectures` name -> the GGUF architecture, config.json's
+ * keys -> GGUF metadata (the keys llama.cpp's converter writes, which the
+ * model loader reads), and every tensor's Hugging Face name -> its GGUF
+ * name, expected shape and layout change.
+ *
+ * Used by hf_model.c only. A new family is one entry in hf_arch.c's table
+ * (mixture-of-experts families will add expert tensors the same way: the
+ * PL_HF_DIM_* and PL_HF_T_* sets are where they go).
+ */
+#ifndef PL_HF_ARCH_H
+#define PL_HF_ARCH_H
+
+#include <stdbool.h>
+
+#include "backends/engine/model/gguf_synth.h"
+#include "backends/engine/model/hf_json.h"
+
+/** A dimension of a tensor's expected shape, from config.json. */
+typedef enum pl_hf_dim {
+    PL_HF_DIM_NONE = 0,          /**< (a vector has one dimension) */
+    PL_HF_DIM_HIDDEN,            /**< hidden_size */
+    PL_HF_DIM_FF,                /**< intermediate_size */
+    PL_HF_DIM_VOCAB,             /**< vocab_size */
+    PL_HF_DIM_Q,                 /**< num_attention_heads * head_dim */
+    PL_HF_DIM_KV,                /**< num_key_value_heads * head_dim */
+    PL_HF_DIM_HEAD,              /**< head_dim */
+} pl_hf_dim;
+
+enum {
+    PL_HF_T_OPTIONAL = 1,        /**< may be absent */
+    PL_HF_T_PERMUTE_Q = 2,       /**< rows: rotate-half -> interleaved, per q head */
+    PL_HF_T_PERMUTE_K = 4,       /**< rows: rotate-half -> interleaved, per kv head */
+    PL_HF_T_NORM = 8,            /**< an RMSNorm weight (+ the arch's norm_shift) */
+    PL_HF_T_BIAS = 16,           /**< only when the model has q/k/v biases */
+};
+
+/** One tensor: "model.layers.%d.<...>" (per layer) or a global name. */
+typedef struct pl_hf_tmap {
+    const char *hf;
+    const char *gguf;            /**< "blk.%d.<...>" or a global name */
+    pl_hf_dim d0, d1;            /**< HF shape [d0] or [d0, d1] (rows, cols) */
+    unsigned flags;
+} pl_hf_tmap;
+
+/** What config.json says about the shapes, after pl_hf_arch_hparams. */
+typedef struct pl_hf_shape {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+    bool tied;                   /**< the output head is the embedding */
+    bool bias;                   /**< q/k/v projections have biases */
+} pl_hf_shape;
+
+typedef struct pl_hf_arch pl_hf_arch;
+
+/** The entry for config.json's architectures[0], or NULL. */
+const pl_hf_arch *pl_hf_arch_find(const char *name);
+/** The names the table knows, comma separated. */
+const char *pl_hf_arch_names(void);
+const char *pl_hf_arch_gguf(const pl_hf_arch *a);
+/** Added to RMSNorm weights (Gemma's norms scale by 1 + w). */
+float pl_hf_arch_norm_shift(const pl_hf_arch *a);
+/** The per-layer and global tensor tables, each ending with hf == NULL. */
+const pl_hf_tmap *pl_hf_arch_layer_tensors(const pl_hf_arch *a);
+const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a);
+
+/**
+ * Read config.json (cfg) into *sh and write the GGUF metadata into s
+ * (general.architecture, <arch>.*). Refuses, naming the key, a value out of
+ * range or a feature the GGUF model would not honour (an unsupported rope
+ * scaling, a sliding window parley cannot apply, ...). Returns 0 or -1.
+ */
+int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *cfg, pl_hf_shape *sh,
+                       pl_gguf_synth *s, char *err, size_t errlen);
+
+/** The size of dimension d for a model of shape sh. */
+int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d);
+/** How config.json names d in messages ("hidden_size", ...). */
+const char *pl_hf_dim_name(pl_hf_dim d);
+
+#endif

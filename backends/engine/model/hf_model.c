@@ -1,0 +1,360 @@
+/* hf_model.c - a checkpoint folder opened as a GGUF model (hf_model.h):
+ * config.json through the architecture table, each tensor the table names
+ * found, checked against config.json and converted, and every other tensor
+ * in the files refused.
+ */
+#include "backends/engine/model/hf_model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/engine/model/gguf_synth.h"
+#include "backends/engine/model/hf_arch.h"
+#include "backends/engine/model/hf_json.h"
+#include "backends/engine/model/hf_weights.h"
+#include "backends/engine/model/safetensors.h"
+#include "src/base/log.h"
+
+struct pl_hf_model {
+    char dir[4096];
+    pl_hf_opts o;
+    pl_hf_json cfg;
+    const pl_hf_arch *arch;
+    pl_hf_shape sh;
+    pl_safetensors *st;
+    bool *used;                  /* per safetensors tensor */
+    pl_gguf_synth *synth;
+    pl_hf_conv *convs;
+    int n_convs, cap_convs;
+    int block_rows, block_cols;  /* FP8 block scales */
+    pl_hf_load_stats stats;
+};
+
+static int oom_(char *err, size_t n)
+{
+    snprintf(err, n, "out of memory loading the checkpoint");
+    return -1;
+}
+
+static int read_arch_(pl_hf_model *m, char *err, size_t n)
+{
+    json_t *a = pl_hf_json_get(&m->cfg, "architectures");
+    const char *name = json_string_value(json_array_get(a, 0));
+    if (!json_is_array(a) || !name)
+        return pl_hf_json_fail(&m->cfg, "architectures", err, n, "missing, or not a list of "
+                               "names (e.g. [\"LlamaForCausalLM\"])");
+    m->arch = pl_hf_arch_find(name);
+    if (!m->arch)
+        return pl_hf_json_fail(&m->cfg, "architectures", err, n, "'%s' is not supported "
+                               "(supported: %s)", name, pl_hf_arch_names());
+    return 0;
+}
+
+/* FP8 checkpoints: quant_method fp8 (optionally with weight_block_size) or
+ * compressed-tensors with 8-bit float weights. */
+static int read_compressed_(pl_hf_model *m, json_t *groups, char *err, size_t n)
+{
+    const char *k;
+    json_t *g;
+    json_object_foreach(groups, k, g) {
+        json_t *w = json_object_get(g, "weights");
+        const char *type = json_string_value(json_object_get(w, "type"));
+        json_t *bits = json_object_get(w, "num_bits"), *bs = json_object_get(w, "block_structure");
+        char key[300];
+        snprintf(key, sizeof key, "quantization_config.config_groups.%s.weights", k);
+        if (!type || strcmp(type, "float") || json_integer_value(bits) != 8)
+            return pl_hf_json_fail(&m->cfg, key, err, n, "only 8-bit float weights are "
+                                   "supported (type \"float\", num_bits 8)");
+        if (json_array_size(bs) == 2) {
+            m->block_rows = (int)json_integer_value(json_array_get(bs, 0));
+            m->block_cols = (int)json_integer_value(json_array_get(bs, 1));
+        }
+    }
+    return 0;
+}
+
+static int read_quant_(pl_hf_model *m, char *err, size_t n)
+{
+    const char *method = NULL;
+    if (!pl_hf_json_get(&m->cfg, "quantization_config"))
+        return 0;
+    if (pl_hf_json_str(&m->cfg, "quantization_config.quant_method", true, &method, err, n) < 0)
+        return -1;
+    m->stats.fp8 = true;
+    if (!strcmp(method, "compressed-tensors")) {
+        json_t *g = pl_hf_json_get(&m->cfg, "quantization_config.config_groups");
+        if (!json_is_object(g))
+            return pl_hf_json_fail(&m->cfg, "quantization_config.config_groups", err, n,
+                                   "missing, or not an object");
+        return read_compressed_(m, g, err, n);
+    }
+    if (strcmp(method, "fp8"))
+        return pl_hf_json_fail(&m->cfg, "quantization_config.quant_method", err, n,
+                               "'%s' is not supported (parley reads f32, f16 and bf16 weights, "
+                               "and FP8 as quant_method fp8 or compressed-tensors)", method);
+    json_t *bs = pl_hf_json_get(&m->cfg, "quantization_config.weight_block_size");
+    if (bs && (json_array_size(bs) != 2 || json_integer_value(json_array_get(bs, 0)) < 1 ||
+               json_integer_value(json_array_get(bs, 1)) < 1))
+        return pl_hf_json_fail(&m->cfg, "quantization_config.weight_block_size", err, n,
+                               "must be [rows, cols]");
+    if (bs) {
+        m->block_rows = (int)json_integer_value(json_array_get(bs, 0));
+        m->block_cols = (int)json_integer_value(json_array_get(bs, 1));
+    }
+    return 0;
+}
+
+static const pl_st_tensor *find_(pl_hf_model *m, const char *name)
+{
+    const pl_st_tensor *t = pl_safetensors_find(m->st, name);
+    if (t)
+        m->used[t - pl_safetensors_at(m->st, 0)] = true;
+    return t;
+}
+
+/* The FP8 scale of weight "X.weight": X.weight_scale or X.weight_scale_inv
+ * (both multiply); X.input_scale (static activation scales) is taken and
+ * not needed: activations stay in float. */
+static const pl_st_tensor *scale_of_(pl_hf_model *m, const char *name)
+{
+    char base[512], k[600];
+    size_t len = strlen(name);
+    if (len < 7 || len >= sizeof base || strcmp(name + len - 7, ".weight"))
+        return NULL;
+    memcpy(base, name, len - 7);
+    base[len - 7] = '\0';
+    snprintf(k, sizeof k, "%s.input_scale", base);
+    find_(m, k);
+    snprintf(k, sizeof k, "%s.weight_scale", base);
+    const pl_st_tensor *s = find_(m, k);
+    snprintf(k, sizeof k, "%s.weight_scale_inv", base);
+    return s ? s : find_(m, k);
+}
+
+static int check_shape_(const pl_hf_model *m, const pl_st_tensor *t, const pl_hf_tmap *e,
+                        char *err, size_t n)
+{
+    int d0 = pl_hf_dim_size(&m->sh, e->d0), d1 = pl_hf_dim_size(&m->sh, e->d1);
+    bool ok = e->d1 ? t->n_dims == 2 && t->shape[0] == (uint64_t)d0 && t->shape[1] == (uint64_t)d1
+                    : t->n_dims == 1 && t->shape[0] == (uint64_t)d0;
+    if (ok)
+        return 0;
+    char have[96] = "";
+    for (int d = 0; d < t->n_dims && d < 4; d++)
+        snprintf(have + strlen(have), sizeof have - strlen(have), "%s%llu", d ? ", " : "",
+                 (unsigned long long)t->shape[d]);
+    if (e->d1)
+        snprintf(err, n, "%s: tensor '%s': shape [%s] disagrees with config.json: [%d, %d] "
+                 "(%s, %s)", t->file, t->name, have, d0, d1, pl_hf_dim_name(e->d0),
+                 pl_hf_dim_name(e->d1));
+    else
+        snprintf(err, n, "%s: tensor '%s': shape [%s] disagrees with config.json: [%d] (%s)",
+                 t->file, t->name, have, d0, pl_hf_dim_name(e->d0));
+    return -1;
+}
+
+/* The matrix type: the one asked for, else Q8_0, else F16 when the row
+ * length is not a whole number of blocks. */
+static pl_ggml_type mat_type_(pl_hf_model *m, int cols)
+{
+    pl_ggml_type c[3] = {m->o.weight_type, PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_F16};
+    for (int i = 0; i < 3; i++) {
+        size_t be = 0;
+        if (pl_ggml_type_block(c[i], &be, NULL) && cols % (int)be == 0) {
+            m->stats.n_fallback += i > 0;
+            return c[i];
+        }
+    }
+    return PL_GGML_TYPE_F32;
+}
+
+/* In place when the checkpoint already holds the bytes the model wants. */
+static bool in_place_(const pl_hf_conv *c)
+{
+    pl_st_dtype want = c->type == PL_GGML_TYPE_F32 ? PL_ST_F32 :
+                       c->type == PL_GGML_TYPE_F16 ? PL_ST_F16 :
+                       c->type == PL_GGML_TYPE_BF16 ? PL_ST_BF16 : PL_ST_DTYPE_COUNT;
+    return c->src->dtype == want && !c->scale && !c->permute_heads && c->shift == 0.0f;
+}
+
+static int push_conv_(pl_hf_model *m, const pl_hf_conv *c)
+{
+    if (m->n_convs == m->cap_convs) {
+        int cap = m->cap_convs ? 2 * m->cap_convs : 64;
+        pl_hf_conv *v = realloc(m->convs, sizeof *v * (size_t)cap);
+        if (!v)
+            return -1;
+        m->convs = v;
+        m->cap_convs = cap;
+    }
+    m->convs[m->n_convs++] = *c;
+    return 0;
+}
+
+static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err, size_t n)
+{
+    char hf[256], gg[128];
+    snprintf(hf, sizeof hf, e->hf, layer);
+    snprintf(gg, sizeof gg, e->gguf, layer);
+    const pl_st_tensor *t = find_(m, hf);
+    if (!t) {
+        if (e->flags & PL_HF_T_OPTIONAL)
+            return 0;
+        return snprintf(err, n, "%s: tensor '%s' is missing (config.json: %s with %d layers%s)",
+                        m->dir, hf, pl_hf_arch_gguf(m->arch), m->sh.n_layer,
+                        e->flags & PL_HF_T_BIAS ? ", q/k/v biases" : ""), -1;
+    }
+    if (check_shape_(m, t, e, err, n) < 0)
+        return -1;
+    pl_hf_conv c = {.src = t, .scale = scale_of_(m, hf), .block_rows = m->block_rows,
+                    .block_cols = m->block_cols, .rows = e->d1 ? (int)t->shape[0] : 1,
+                    .cols = (int)t->shape[e->d1 ? 1 : 0]};
+    if (e->flags & (PL_HF_T_PERMUTE_Q | PL_HF_T_PERMUTE_K))
+        c.permute_heads = e->flags & PL_HF_T_PERMUTE_Q ? m->sh.n_head : m->sh.n_head_kv;
+    if (e->flags & PL_HF_T_NORM)
+        c.shift = pl_hf_arch_norm_shift(m->arch);
+    c.type = e->d1 ? mat_type_(m, c.cols) : PL_GGML_TYPE_F32;
+    if (pl_hf_conv_check(&c, err, n) < 0)
+        return -1;
+    const void *data = t->data;
+    if (!in_place_(&c)) {
+        if (!(c.dst = malloc(pl_hf_conv_bytes(&c))) || push_conv_(m, &c) < 0) {
+            free(c.dst);
+            return oom_(err, n);
+        }
+        data = c.dst;
+        m->stats.mib_written += (double)pl_hf_conv_bytes(&c) / (1 << 20);
+    }
+    uint64_t ne[2] = {(uint64_t)c.cols, (uint64_t)c.rows};
+    if (pl_gguf_synth_tensor(m->synth, gg, c.type, e->d1 ? 2 : 1, ne, data,
+                             pl_hf_conv_bytes(&c)) < 0)
+        return oom_(err, n);
+    return 0;
+}
+
+static int add_tensors_(pl_hf_model *m, char *err, size_t n)
+{
+    for (const pl_hf_tmap *e = pl_hf_arch_global_tensors(m->arch); e->hf; e++) {
+        if (!strcmp(e->gguf, "output.weight") && m->sh.tied) {
+            find_(m, e->hf);     /* tied: the embedding is the head */
+            continue;
+        }
+        pl_hf_tmap g = *e;
+        if (!strcmp(e->gguf, "output.weight"))
+            g.flags &= ~(unsigned)PL_HF_T_OPTIONAL;
+        if (add_tensor_(m, &g, 0, err, n) < 0)
+            return -1;
+    }
+    for (int l = 0; l < m->sh.n_layer; l++)
+        for (const pl_hf_tmap *e = pl_hf_arch_layer_tensors(m->arch); e->hf; e++)
+            if ((!(e->flags & PL_HF_T_BIAS) || m->sh.bias) && add_tensor_(m, e, l, err, n) < 0)
+                return -1;
+    return 0;
+}
+
+/* Every tensor in the files is one the architecture reads (or rope's
+ * cached inverse frequencies, which are recomputed). */
+static int check_unused_(pl_hf_model *m, char *err, size_t n)
+{
+    for (size_t i = 0; i < pl_safetensors_count(m->st); i++) {
+        const pl_st_tensor *t = pl_safetensors_at(m->st, i);
+        const char *tail = strstr(t->name, "rotary_emb.inv_freq");
+        if (m->used[i] || (tail && !tail[19]))
+            continue;
+        int l = -1;
+        if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= m->sh.n_layer)
+            return snprintf(err, n, "%s: tensor '%s': layer %d, but config.json has "
+                            "num_hidden_layers %d", t->file, t->name, l, m->sh.n_layer), -1;
+        return snprintf(err, n, "%s: tensor '%s' is not part of a %s model as parley reads it "
+                        "(%s)", t->file, t->name, pl_hf_arch_gguf(m->arch),
+                        m->sh.bias ? "with q/k/v biases" : "without q/k/v biases"), -1;
+    }
+    return 0;
+}
+
+static int special_ids_(pl_hf_model *m, char *err, size_t n)
+{
+    long long bos = -1, eos = -1;
+    json_t *e = pl_hf_json_get(&m->cfg, "eos_token_id");
+    if (pl_hf_json_int(&m->cfg, "bos_token_id", false, 0, 1 << 30, &bos, err, n) < 0)
+        return -1;
+    if (json_is_array(e))
+        e = json_array_get(e, 0);
+    if (json_is_integer(e))
+        eos = json_integer_value(e);
+    if ((bos >= 0 && pl_gguf_synth_u32(m->synth, "tokenizer.ggml.bos_token_id", (uint32_t)bos)) ||
+        (eos >= 0 && eos < (1 << 30) &&
+         pl_gguf_synth_u32(m->synth, "tokenizer.ggml.eos_token_id", (uint32_t)eos)))
+        return oom_(err, n);
+    return 0;
+}
+
+static int open_steps_(pl_hf_model *m, char *err, size_t n)
+{
+    if (pl_hf_json_load(&m->cfg, m->dir, "config.json", true, err, n) < 0 ||
+        read_arch_(m, err, n) < 0 || read_quant_(m, err, n) < 0)
+        return -1;
+    if (!(m->synth = pl_gguf_synth_new()))
+        return oom_(err, n);
+    if (pl_hf_arch_hparams(m->arch, &m->cfg, &m->sh, m->synth, err, n) < 0 ||
+        special_ids_(m, err, n) < 0)
+        return -1;
+    if (!(m->st = pl_safetensors_open_dir(m->dir, err, n)))
+        return -1;
+    m->used = calloc(pl_safetensors_count(m->st) + 1, 1);
+    if (!m->used)
+        return oom_(err, n);
+    if (add_tensors_(m, err, n) < 0 || check_unused_(m, err, n) < 0)
+        return -1;
+    return pl_hf_convert_all(m->convs, m->n_convs, m->o.threads, err, n);
+}
+
+pl_hf_model *pl_hf_model_open(const char *dir, const pl_hf_opts *o, char *err, size_t errlen)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pl_hf_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        oom_(err, errlen);
+        return NULL;
+    }
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    m->o = *o;
+    if (open_steps_(m, err, errlen) < 0) {
+        pl_hf_model_free(m);
+        return NULL;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    m->stats.n_tensors = (int)pl_safetensors_count(m->st);
+    m->stats.n_converted = m->n_convs;
+    m->stats.mib_read = (double)pl_safetensors_bytes(m->st) / (1 << 20);
+    m->stats.seconds = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    pl_info("%s: %s checkpoint, %d tensors (%.0f MiB%s), %d converted to %s (%.0f MiB, %d "
+            "matrices in another type for their row length) in %.2f s", dir,
+            pl_hf_arch_gguf(m->arch), m->stats.n_tensors, m->stats.mib_read,
+            m->stats.fp8 ? ", FP8" : "", m->n_convs, pl_ggml_type_name(o->weight_type),
+            m->stats.mib_written, m->stats.n_fallback, m->stats.seconds);
+    return m;
+}
+
+const pl_gguf *pl_hf_model_gguf(const pl_hf_model *m) { return pl_gguf_synth_view(m->synth); }
+
+const pl_hf_load_stats *pl_hf_model_stats(const pl_hf_model *m) { return &m->stats; }
+
+int pl_hf_model_n_vocab(const pl_hf_model *m) { return m->sh.n_vocab; }
+
+void pl_hf_model_free(pl_hf_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_convs; i++)
+        free(m->convs[i].dst);
+    free(m->convs);
+    free(m->used);
+    pl_gguf_synth_free(m->synth);
+    pl_safetensors_free(m->st);
+    pl_hf_json_free(&m->cfg);
+    free(m);
+}

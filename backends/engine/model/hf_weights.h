@@ -1,0 +1,52 @@
+/* hf_weights.h - Hugging Face tensors into ggml-typed rows: f32, f16,
+ * bf16 and FP8 (e4m3, e5m2) with their scales, permuted and shifted as the
+ * architecture asks (hf_arch.h), then quantised (quantize.h), on a few
+ * threads.
+ *
+ * FP8 scales multiply (w = q * s) and come per tensor (shape [] or [1]),
+ * per output channel ([rows] or [rows, 1]) or per block
+ * ([ceil(rows / br), ceil(cols / bc)], the block from quantization_config's
+ * weight_block_size); compressed-tensors' weight_scale and the fp8 method's
+ * weight_scale / weight_scale_inv are all of these.
+ */
+#ifndef PL_HF_WEIGHTS_H
+#define PL_HF_WEIGHTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/engine/model/gguf.h"
+#include "backends/engine/model/safetensors.h"
+
+typedef struct pl_hf_conv {
+    const pl_st_tensor *src;     /**< a vector [cols] or a matrix [rows, cols] */
+    const pl_st_tensor *scale;   /**< FP8 scales, or NULL */
+    int block_rows, block_cols;  /**< the scale blocks' size (block scales) */
+    int permute_heads;           /**< > 0: rows rotate-half -> interleaved, per head */
+    float shift;                 /**< added to every element (Gemma's norms) */
+    pl_ggml_type type;           /**< what to write */
+    void *dst;                   /**< rows * row bytes of type, owned by the caller */
+    int rows, cols;
+} pl_hf_conv;
+
+/** Whether a tensor of this dtype can be converted (f32, f16, bf16, f64,
+ *  F8_E4M3, F8_E5M2). */
+bool pl_hf_dtype_supported(pl_st_dtype t);
+
+/** Check that c->scale fits c->src (per tensor, per channel or per block),
+ *  and that scales are only given to FP8 weights. Returns 0, or -1 with a
+ *  message naming the scale tensor. */
+int pl_hf_conv_check(const pl_hf_conv *c, char *err, size_t errlen);
+
+/** Bytes of c->rows rows of c->type (c->cols elements each). */
+size_t pl_hf_conv_bytes(const pl_hf_conv *c);
+
+/** Run every conversion on up to `threads` threads (0: the cores).
+ *  Returns 0, or -1 with a message naming the tensor (a non-finite value,
+ *  out of memory). */
+int pl_hf_convert_all(pl_hf_conv *c, int n, int threads, char *err, size_t errlen);
+
+/** One row, for tests: element j of source row r as a float, scaled. */
+float pl_hf_conv_value(const pl_hf_conv *c, int r, int j);
+
+#endif
