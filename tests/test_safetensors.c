@@ -118,6 +118,8 @@ Test(safetensors, refuses_bad_offsets)
         "9223372036854775807]}}", 8, "tensor 'a'", "data_offsets");
     bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[4,2]}}", 8, "tensor 'a'",
         "data_offsets");
+    bad("{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,18446744073709551615]}}", 8,
+        "tensor 'a'", "too big");
     /* the element count overflows 64 bits, or disagrees with the bytes */
     bad("{\"a\":{\"dtype\":\"F64\",\"shape\":[4294967296,4294967296,16],"
         "\"data_offsets\":[0,8]}}", 8, "tensor 'a'", "overflow");

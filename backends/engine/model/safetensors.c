@@ -149,6 +149,29 @@ static int check_dup_names_(const char *file, const char *hdr, size_t n, char *e
     return 0;
 }
 
+/* A JSON error, naming the tensor whose entry it is in when it is in one
+ * (jansson cannot hold an offset past 2^63, for one). */
+static int header_fail_(const char *file, const char *hdr, size_t n, const json_error_t *je,
+                        char *err, size_t len)
+{
+    key_span *v;
+    size_t k;
+    const key_span *in = NULL;
+    if (je->position >= 0 && top_keys_(hdr, n, &v, &k) == 0) {
+        for (size_t i = 0; i < k; i++)
+            if (v[i].p < hdr + je->position)
+                in = &v[i];
+        if (in) {
+            int show = in->n > 200 ? 200 : (int)in->n;
+            fail_(err, len, "%s: tensor '%.*s': JSON header: %s (at byte %d)", file, show,
+                  in->p, je->text, je->position);
+        }
+        free(v);
+    }
+    return in ? -1 : fail_(err, len, "%s: JSON header: %s (at byte %d)", file, je->text,
+                           je->position);
+}
+
 static int dtype_parse_(const char *s, pl_st_dtype *out)
 {
     for (int i = 0; i < PL_ST_DTYPE_COUNT; i++) {
@@ -342,8 +365,7 @@ static int parse_image_(pl_safetensors *s, const st_file *f, char *err, size_t l
         check_dup_names_(f->path, hdr, (size_t)n, err, len) < 0)
         return -1;
     if (!root)
-        return fail_(err, len, "%s: JSON header: %s (at byte %d)", f->path, je.text,
-                     je.position);
+        return header_fail_(f->path, hdr, (size_t)n, &je, err, len);
     int rc = json_is_object(root)
                  ? parse_tensors_(s, f, root, f->map + 8 + n, f->size - 8 - n, err, len)
                  : fail_(err, len, "%s: JSON header: not an object", f->path);
