@@ -44,6 +44,11 @@ if [ $want_test = 1 ]; then
     # Structured outputs are checked with jsonschema and pydantic models.
     .venv/bin/python -c "import jsonschema, pydantic" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check jsonschema pydantic
+    # Hugging Face checkpoints are written at test time with the independent
+    # libraries (tests/fixtures/hf_checkpoints.py): safetensors, tokenizers
+    # (small wheels) and gguf (pure Python).
+    .venv/bin/python -c "import safetensors, tokenizers, gguf" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check safetensors tokenizers gguf
     # The contract test: schemathesis against api/openapi.yaml.
     .venv/bin/python -c "import schemathesis" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check schemathesis

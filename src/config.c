@@ -115,7 +115,7 @@ static int cfg_model_keys(cfg_ctx *c, pl_opts *o, const char *base, json_t *m)
             if (!json_is_object(v))
                 return cfg_fail(c, kp, "must be a mapping");
             rc = cfg_model_keys(c, o, kp, v);
-        } else if (!strcmp(k, "path"))
+        } else if (!strcmp(k, "path") || !strcmp(k, "model_name"))
             rc = cfg_set(c, o, kp, "model", v, PL_OPT_MODEL);
         else
             rc = cfg_set(c, o, kp, k, v, PL_OPT_MODEL);
@@ -125,15 +125,31 @@ static int cfg_model_keys(cfg_ctx *c, pl_opts *o, const char *base, json_t *m)
     return 0;
 }
 
-/* A remote model needs its upstream's URL. */
-static int cfg_remote_check(cfg_ctx *c, const char *base, const pl_opts *o)
+/* A remote model needs its upstream's URL; `backend: vllm` without one is
+ * served by parley's own engine and needs the model (seed 000's
+ * model_definitions run as written). */
+static bool cfg_names_model(json_t *m)
+{
+    json_t *opt = json_object_get(m, "options");
+    return json_object_get(m, "model_name") || json_object_get(m, "model") ||
+           json_object_get(m, "path") || (json_is_object(opt) && cfg_names_model(opt));
+}
+
+static int cfg_remote_check(cfg_ctx *c, const char *base, json_t *m, const pl_opts *o)
 {
     static const char *remote = "|vllm|sglang|llamacpp|ollama|openai|parley|";
-    char kp[600], pat[160];
+    char kp[600], pat[200];
     snprintf(pat, sizeof pat, "|%s|", o->backend);
     if (!strstr(remote, pat) || o->base_url[0])
         return 0;
     snprintf(kp, sizeof kp, "%s.backend", base);
+    if (!strcmp(o->backend, "vllm")) {
+        if (cfg_names_model(m))     /* its own model, not one inherited */
+            return 0;
+        return cfg_fail(c, kp, "backend vllm needs model_name (a Hugging Face name or "
+                        "checkpoint folder, served by parley's own engine) or base_url (an "
+                        "upstream vLLM server's URL with /v1)");
+    }
     snprintf(pat, sizeof pat, "backend %s needs base_url (the upstream's URL with /v1)",
              o->backend);
     return cfg_fail(c, kp, pat);
@@ -166,7 +182,7 @@ static int cfg_models(cfg_ctx *c, const char *section, json_t *models,
         pl_model_cfg *mc = &cfg->models[cfg->n_models++];
         mc->name = strdup(name);
         pl_opts_copy(&mc->opts, o);
-        if (cfg_model_keys(c, &mc->opts, base, m) < 0 || cfg_remote_check(c, base, &mc->opts) < 0)
+        if (cfg_model_keys(c, &mc->opts, base, m) < 0 || cfg_remote_check(c, base, m, &mc->opts) < 0)
             return -1;
     }
     return 0;

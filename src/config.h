@@ -38,8 +38,8 @@ void pl_config_free(pl_config *cfg);
 
 /**
  * The one reader of a model definition, for `serve`'s config and `run`'s
- * job file alike: apply mapping m (flat option keys, `options:`, `path`,
- * `vllm_config`) onto *o. vllm_config: max_num_seqs_upper_bound sets the
+ * job file alike: apply mapping m (flat option keys, `options:`, `path` or
+ * seed 000's `model_name` for the model, `vllm_config`) onto *o. vllm_config: max_num_seqs_upper_bound sets the
  * engine's max_num_seqs (capacity min(bound, KV capacity)),
  * gpu_memory_utilization sizes the CUDA KV cache, a few more map to their
  * options; other vLLM engine arguments (attention_backend, ...) are

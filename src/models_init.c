@@ -125,7 +125,10 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
                            char *err, size_t errlen)
 {
     int kind = pl_remote_kind_parse(o->backend);
-    if (kind > 0)
+    /* Seed 000's `backend: vllm` without base_url: parley's engine serves
+     * the model (model_name) itself, on the GPU when there is one. */
+    bool local_vllm = kind == PL_REMOTE_VLLM && !o->base_url[0] && o->model[0];
+    if (kind > 0 && !local_vllm)
         return pl_models_open_remote(base, o, kind, name, o->base_url, NULL, err, errlen);
     if (!strcmp(o->backend, "mock"))
         return open_mock(base, o, name);
@@ -140,8 +143,9 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
         }
         return open_engine(base, o, "cuda", name, err, errlen);
     }
-    if (!strcmp(o->backend, "auto")) {
-        pl_info("backend auto: %s", gpu ? "using the GPU (cuda)" : "no GPU, using the CPU");
+    if (!strcmp(o->backend, "auto") || local_vllm) {
+        pl_info("backend %s%s: %s", o->backend, local_vllm ? " without base_url" : "",
+                gpu ? "parley's engine on the GPU (cuda)" : "no GPU, parley's engine on the CPU");
         if (!gpu)
             pl_debug("no GPU: %s", why);
         return open_engine(base, o, gpu ? "cuda" : "cpu", name, err, errlen);

@@ -29,7 +29,8 @@ const pl_option pl_options[] = {
     OPT("config", PL_OPT_STRING, 0, 0, "", "PARLEY_CONFIG", NULL, config, S,
         "YAML or JSON config file (models section)"),
     OPT("model", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL", NULL, model, M,
-        "GGUF model path (default: the embedded SmolLM2-135M-Instruct)"),
+        "GGUF file, Hugging Face checkpoint folder, or ORG/NAME in the local Hugging Face "
+        "cache (offline) (default: the embedded SmolLM2-135M-Instruct)"),
     OPT("model-dir", PL_OPT_STRING, 0, 0, "", "PARLEY_MODEL_DIR", NULL, model_dir, M,
         "where the default model is cached (default: ~/.cache/parley/models, as "
         "scripts/fetch_model.sh)"),
@@ -81,6 +82,10 @@ const pl_option pl_options[] = {
     OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, engine.cpu.amx, M,
         "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
         "outputs as without; needs an AMX CPU, checked at start"),
+    OPT("cpu-weight-type", PL_OPT_STRING, 0, 0, "q8_0", NULL,
+        "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k", engine.cpu.weight_type, M,
+        "CPU: the GGUF type a Hugging Face checkpoint's weight matrices are quantised to at "
+        "load (a GGUF model keeps its own types; CUDA takes checkpoints as bf16)"),
     OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.batch_invariant, M,
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),

@@ -23,7 +23,7 @@ typedef struct pl_opts {
     int port;
     char *backend;               /**< auto|cpu|cuda|mock, or a remote kind (vllm, ...) */
     char *config;
-    char *model;                 /**< GGUF path */
+    char *model;                 /**< GGUF file, checkpoint folder or ORG/NAME */
     char *model_dir;             /**< where the default model is cached ("" = ~/.cache/parley/models) */
     char *served_model_name;
     int mock_token_delay_ms;

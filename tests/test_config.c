@@ -255,10 +255,40 @@ Test(config, seed_vllm_model_definition_loads)
     pl_opts_free(&o);
 }
 
+/* Seed 000's model definition without base_url: parley's engine serves
+ * model_name (a Hugging Face name or folder). */
+Test(config, seed_vllm_model_definition_without_base_url_is_local)
+{
+    pl_opts o;
+    pl_config c;
+    char err[512];
+    int rc = load(".yaml",
+                  "model_definitions:\n"
+                  "  llama31_8b:\n"
+                  "    backend: vllm\n"
+                  "    model_name: meta-llama/Llama-3.1-8B-Instruct\n"
+                  "    vllm_config:\n"
+                  "      max_num_seqs_upper_bound: 256\n"
+                  "      max_model_len: 4096\n"
+                  "      attention_backend: FLASHINFER\n",
+                  &o, &c, err);
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert_eq(c.n_models, 1);
+    cr_expect_str_eq(c.models[0].opts.backend, "vllm");
+    cr_expect_str_eq(c.models[0].opts.base_url, "");
+    cr_expect_str_eq(c.models[0].opts.model, "meta-llama/Llama-3.1-8B-Instruct");
+    cr_expect_eq(c.models[0].opts.engine.core.max_num_seqs, 256);
+    cr_expect_eq(c.models[0].opts.engine.max_model_len, 4096);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+}
+
 Test(config, remote_model_errors_name_file_line_key)
 {
     static const struct { const char *text, *want; } cases[] = {
-        {"models:\n  m:\n    backend: vllm\n", ":3: key 'models.m.backend': backend vllm needs base_url"},
+        {"models:\n  m:\n    backend: vllm\n", ":3: key 'models.m.backend': backend vllm needs "
+         "model_name (a Hugging Face name or checkpoint folder, served by parley's own engine) "
+         "or base_url"},
         {"models:\n  m:\n    backend: sglang\n    base_url: ftp://x/v1\n",
          ":4: key 'models.m.base_url': key 'base_url': 'ftp://x/v1' is not an http"},
         {"models:\n  m:\n    backend: parley\n    base_url: [\"http://a/v1\", 7]\n",

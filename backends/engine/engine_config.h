@@ -42,6 +42,10 @@ typedef struct pl_cpu_opts {
     bool kv_f16;                 /**< K/V cache in IEEE halves (else floats) */
     bool batch_invariant;        /**< quantised kernels at every row count */
     bool amx;                    /**< AMX-INT8 tiles in block order (qdot_amx.h) */
+    char *weight_type;           /**< what a Hugging Face checkpoint's weight
+                                      matrices are quantised to at load ("q8_0",
+                                      ...; NULL or "": q8_0), read by engine_open;
+                                      a GGUF keeps its types, CUDA takes bf16 */
 } pl_cpu_opts;
 
 /** Decode attention kernels of the CUDA runner. */

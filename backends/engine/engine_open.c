@@ -1,5 +1,6 @@
-/* engine_open.c - GGUF file -> model + tokenizer + chat template + runner
- * -> engine backend. The text hooks the engine calls live here too. */
+/* engine_open.c - GGUF file or Hugging Face checkpoint (engine_hf.h) ->
+ * model + tokenizer + chat template + runner -> engine backend. The text
+ * hooks the engine calls live here too. */
 #include "backends/engine/engine_open.h"
 
 #include <ctype.h>
@@ -14,7 +15,9 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
+#include "backends/engine/engine_hf.h"
 #include "backends/engine/model/gguf.h"
+#include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/text/tokenizer.h"
 #include "src/base/log.h"
@@ -24,7 +27,9 @@
 
 /* Everything the text hooks need; also owns the model and its file. */
 typedef struct engine_text {
-    pl_gguf *gguf;
+    pl_gguf *gguf;               /**< a GGUF file, or NULL */
+    pl_engine_hf hf;             /**< a checkpoint folder (hf.files), or empty */
+    const pl_gguf *meta;         /**< the model's GGUF: gguf or hf.files' */
     pl_model *model;
     pl_tokenizer *tok;
     pl_chat_style style;
@@ -44,6 +49,7 @@ static void text_free(void *ud)
     pl_tokenizer_free(t->tok);
     pl_model_free(t->model);
     pl_gguf_free(t->gguf);
+    pl_engine_hf_free(&t->hf);
     free(t->bos_text);
     free(t->eos_text);
     free(t);
@@ -91,7 +97,19 @@ static const char *text_token_bytes(void *ud, int32_t id, size_t *len)
 
 static bool text_is_eog(void *ud, int32_t id)
 {
-    return pl_tokenizer_is_eog(((engine_text *)ud)->tok, id);
+    engine_text *t = ud;
+    return pl_tokenizer_is_eog(t->tok, id) || pl_engine_hf_is_eos(&t->hf, id);
+}
+
+/* The model's own Jinja chat template: the GGUF's, or the checkpoint's. */
+static bool model_template(const engine_text *t, pl_gguf_str *src)
+{
+    if (t->hf.files) {
+        *src = (pl_gguf_str){t->hf.text.chat_template,
+                             t->hf.text.chat_template ? strlen(t->hf.text.chat_template) : 0};
+        return src->ptr != NULL;
+    }
+    return pl_gguf_get_str(t->gguf, "tokenizer.chat_template", src) == 0;
 }
 
 static const char *text_tool_format(void *ud)
@@ -133,7 +151,7 @@ static json_t *special_id_json(int32_t id)
 static json_t *template_json(const engine_text *t)
 {
     pl_gguf_str src = {0};
-    if (t->tmpl_forced || pl_gguf_get_str(t->gguf, "tokenizer.chat_template", &src) < 0)
+    if (t->tmpl_forced || !model_template(t, &src))
         return json_null();
     json_t *j = json_stringn(src.ptr, (size_t)src.len);
     return j ? j : json_null();
@@ -183,7 +201,7 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
     }
     pl_gguf_str src = {0};
     char *jinja = NULL;
-    if (pl_gguf_get_str(t->gguf, "tokenizer.chat_template", &src) == 0)
+    if (model_template(t, &src))
         jinja = strndup(src.ptr, (size_t)src.len);
     int rc = pl_chat_style_init(&t->style, jinja);
     free(jinja);
@@ -208,6 +226,36 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
     return 0;
 }
 
+/* --model as a GGUF file, a checkpoint folder or ORG/NAME in the local
+ * Hugging Face cache (hf_cache.h): t->meta is the model's GGUF either way;
+ * a checkpoint's tokenizer is read here too (t->tok). */
+static int open_files(engine_text *t, const pl_engine_open_opts *o, bool cpu, char *err,
+                      size_t n)
+{
+    char path[4096], e2[1024];
+    int kind = pl_hf_resolve(o->model_path, NULL, path, sizeof path, e2, sizeof e2);
+    if (kind < 0) {
+        snprintf(err, n, "%s", e2);
+        return -1;
+    }
+    if (kind == PL_MODEL_KIND_HF) {
+        const pl_cpu_opts *c = &o->cfg->cpu;
+        const char *wt = !cpu ? "bf16" : c->weight_type && c->weight_type[0]
+                                             ? c->weight_type : "q8_0";
+        if (pl_engine_hf_open(&t->hf, path, wt, c->threads, &t->tok, err, n) < 0)
+            return -1;
+        t->meta = pl_hf_model_gguf(t->hf.files);
+        return 0;
+    }
+    t->gguf = pl_gguf_open(path, e2, sizeof e2);
+    if (!t->gguf) {
+        snprintf(err, n, "%s: %s", o->model_path, e2);
+        return -1;
+    }
+    t->meta = t->gguf;
+    return 0;
+}
+
 static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
 {
     engine_text *t = calloc(1, sizeof *t);
@@ -215,32 +263,30 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
         snprintf(err, n, "out of memory");
         return NULL;
     }
-    char e2[512];
-    t->gguf = pl_gguf_open(o->model_path, e2, sizeof e2);
-    if (!t->gguf) {
-        snprintf(err, n, "%s: %s", o->model_path, e2);
+    char e2[1024];
+    bool cpu = !strcmp(o->device, "cpu");
+    if (open_files(t, o, cpu, err, n) < 0)
         goto fail;
-    }
     /* Only the CPU's f32 GEMM path (not batch-invariant) wants dequantised
      * copies; the GPU takes bf16 straight from the GGUF's tensors (an 8B
      * bf16 model once got 32 GB of unused f32 copies and ~50 s of load). */
-    bool cpu = !strcmp(o->device, "cpu");
     pl_model_opts mo = {.keep_f32 = cpu && !o->cfg->cpu.batch_invariant,
                         .keep_packed = cpu ? pl_op_qdot_supported : pl_keep_packed_all};
-    t->model = pl_model_load(t->gguf, &mo, e2, sizeof e2);
+    t->model = pl_model_load(t->meta, &mo, e2, sizeof e2);
     if (!t->model) {
         snprintf(err, n, "%s: %s", o->model_path, e2);
         goto fail;
     }
-    t->tok = pl_tokenizer_from_gguf(t->gguf, e2, sizeof e2);
-    if (!t->tok) {
+    if (!t->tok && !(t->tok = pl_tokenizer_from_gguf(t->gguf, e2, sizeof e2))) {
         snprintf(err, n, "%s: %s", o->model_path, e2);
         goto fail;
     }
     if (pick_template(t, o, err, n) < 0)
         goto fail;
-    t->bos_text = token_text(t->tok, pl_tokenizer_bos(t->tok));
-    t->eos_text = token_text(t->tok, pl_tokenizer_eos(t->tok));
+    t->bos_text = t->hf.files ? strdup(t->hf.text.bos_text)
+                              : token_text(t->tok, pl_tokenizer_bos(t->tok));
+    t->eos_text = t->hf.files ? strdup(t->hf.text.eos_text)
+                              : token_text(t->tok, pl_tokenizer_eos(t->tok));
     return t;
 fail:
     text_free(t);
@@ -348,8 +394,12 @@ static pl_runner *open_runner(const pl_engine_open_opts *o, engine_text *t,
 
 void pl_engine_model_name(const char *path, char *out, size_t n)
 {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
+    char trimmed[4096];
+    snprintf(trimmed, sizeof trimmed, "%s", path);
+    for (size_t k = strlen(trimmed); k > 1 && trimmed[k - 1] == '/'; k--)
+        trimmed[k - 1] = '\0';             /* a checkpoint folder given as "dir/" */
+    const char *base = strrchr(trimmed, '/');
+    base = base ? base + 1 : trimmed;
     snprintf(out, n, "%s", base);
     char *dot = strstr(out, ".gguf");
     if (dot)
@@ -383,6 +433,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     char name[256];
     if (o->served_name && o->served_name[0])
         snprintf(name, sizeof name, "%s", o->served_name);
+    else if (t->hf.files && access(o->model_path, F_OK) != 0)
+        snprintf(name, sizeof name, "%s", o->model_path);  /* ORG/NAME, as vLLM serves it */
     else
         pl_engine_model_name(o->model_path, name, sizeof name);
     pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,

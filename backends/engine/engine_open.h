@@ -13,7 +13,8 @@
 struct event_base;
 
 typedef struct pl_engine_open_opts {
-    const char *model_path;      /**< GGUF file */
+    const char *model_path;      /**< GGUF file, checkpoint folder, or ORG/NAME in
+                                      the local Hugging Face cache (hf_cache.h) */
     const char *served_name;     /**< NULL or "": derived from the file name */
     const char *device;          /**< "cpu" or "cuda" */
     const pl_engine_config *cfg; /**< the options (borrowed, read during the
