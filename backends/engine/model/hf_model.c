@@ -308,7 +308,11 @@ static int open_steps_(pl_hf_model *m, char *err, size_t n)
         return oom_(err, n);
     if (add_tensors_(m, err, n) < 0 || check_unused_(m, err, n) < 0)
         return -1;
-    return pl_hf_convert_all(m->convs, m->n_convs, m->o.threads, err, n);
+    if (pl_hf_convert_all(m->convs, m->n_convs, m->o.threads, err, n) < 0)
+        return -1;
+    for (int i = 0; i < m->n_convs; i++)     /* read once: off the resident set */
+        pl_safetensors_drop(m->convs[i].src->data, m->convs[i].src->nbytes);
+    return 0;
 }
 
 pl_hf_model *pl_hf_model_open(const char *dir, const pl_hf_opts *o, char *err, size_t errlen)

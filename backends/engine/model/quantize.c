@@ -101,13 +101,24 @@ static void q5_1_(const float *x, uint8_t *b)
     q5_pack_(q, b + 4, b + 8);
 }
 
+/* roundf (halves away from zero) without the library call, exact for
+ * |x| < 2^23: x minus its truncation is exact in float. */
+static int round_half_away_(float x)
+{
+    int t = (int)x;
+    float f = x - (float)t;
+    return t + (f >= 0.5f) - (f <= -0.5f);
+}
+
 static void q8_0_(const float *x, uint8_t *b)
 {
-    float amax = fabsf(signed_absmax_(x, 32));
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     put_f16_(b, d);
     for (int j = 0; j < 32; j++)
-        b[2 + j] = (uint8_t)(int8_t)roundf(x[j] * id);
+        b[2 + j] = (uint8_t)(int8_t)round_half_away_(x[j] * id);
 }
 
 static int nearest_(float f) { return (int)lrintf(f); }

@@ -574,6 +574,16 @@ void pl_safetensors_free(pl_safetensors *s)
     free(s);
 }
 
+void pl_safetensors_drop(const void *p, uint64_t n)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t a = (uintptr_t)p, e = a + n;
+    uintptr_t lo = (a + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t hi = e & ~((uintptr_t)page - 1);
+    if (page > 0 && hi > lo)          /* whole pages inside the tensor only */
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 const pl_st_tensor *pl_safetensors_find(const pl_safetensors *s, const char *name)
 {
     size_t lo = 0, hi = s->n;

@@ -77,6 +77,12 @@ pl_safetensors *pl_safetensors_open_dir(const char *dir, char *err, size_t errle
 /** NULL is a no-op. Unmaps the files it mapped. */
 void pl_safetensors_free(pl_safetensors *s);
 
+/** Tell the kernel that n bytes of tensor data at p (inside a mapping)
+ *  will not be read again: the whole pages among them leave the process's
+ *  resident set (the file stays mapped; reading them later still works).
+ *  For tensors converted into memory of their own, as they are. */
+void pl_safetensors_drop(const void *p, uint64_t n);
+
 /** A tensor by name, or NULL. */
 const pl_st_tensor *pl_safetensors_find(const pl_safetensors *s, const char *name);
 /** Tensors in name order: index i < pl_safetensors_count(s). */
