@@ -51,7 +51,8 @@ def build_bench():
             "build/src/base/libplbase.a", "build/src/libplcore.a"]
     libs = [l for l in libs if os.path.exists(os.path.join(ROOT, l))]
     subprocess.run(["cc", "-O2", "-I.", "-o", exe, "bench/bench_cpu_runner.c", *libs,
-                    "-lopenblas", "-lm", "-lpthread"], cwd=ROOT, check=True)
+                    "-lopenblas", "-ljansson", "-lpcre2-8", "-lm", "-lpthread"], cwd=ROOT,
+                   check=True)
     return exe
 
 

@@ -2,6 +2,8 @@
  * CPU runner on a GGUF, driven by bench/bench_cpu.py.
  *
  * usage: bench_cpu_runner MODEL N_PROMPT N_DECODE N_THREADS [GEMM_MIN_ROWS [REPEAT]]
+ * MODEL is a GGUF or a Hugging Face checkpoint folder (quantised at load to
+ * $BENCH_WEIGHT_TYPE, default q8_0, as parley serve's --cpu-weight-type).
  * REPEAT runs the prefill step that many times (same positions) to time
  * small steps; the figures are per run.
  * Prints one line: prefill_tok_s=... decode_tok_s=... and the process CPU
@@ -16,8 +18,11 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cpu/ops.h"
+#include "backends/engine/engine_hf.h"
 #include "backends/engine/model/gguf.h"
+#include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
+#include "backends/engine/text/tokenizer.h"
 
 static double clock_s(clockid_t id)
 {
@@ -36,12 +41,22 @@ int main(int argc, char **argv)
         return 2;
     }
     int np = atoi(argv[2]), nd = atoi(argv[3]), nt = atoi(argv[4]);
-    char err[256];
-    pl_gguf *g = pl_gguf_open(argv[1], err, sizeof(err));
+    char err[1024], path[4096];
+    pl_gguf *g = NULL;
+    const pl_gguf *meta = NULL;
+    pl_engine_hf hf = {0};
+    struct pl_tokenizer *vocab = NULL;    /* read and unused */
+    int kind = pl_hf_resolve(argv[1], NULL, path, sizeof path, err, sizeof err);
+    const char *wt = getenv("BENCH_WEIGHT_TYPE");
+    if (kind == PL_MODEL_KIND_HF &&
+        pl_engine_hf_open(&hf, path, wt && *wt ? wt : "q8_0", nt, &vocab, err, sizeof err) == 0)
+        meta = pl_hf_model_gguf(hf.files);
+    else if (kind == PL_MODEL_KIND_GGUF && (g = pl_gguf_open(path, err, sizeof(err))))
+        meta = g;
     /* As the engine loads it: f32 copies only for the f32 GEMM path. */
     pl_model_opts mo = {.keep_f32 = argc > 5 && atoi(argv[5]) < 1000000,
                         .keep_packed = pl_op_qdot_supported};
-    pl_model *m = g ? pl_model_load(g, &mo, err, sizeof(err)) : NULL;
+    pl_model *m = meta ? pl_model_load(meta, &mo, err, sizeof(err)) : NULL;
     if (!m) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -122,6 +137,8 @@ int main(int argc, char **argv)
     r->ops->free(r);
     pl_model_free(m);
     pl_gguf_free(g);
+    pl_engine_hf_free(&hf);
+    pl_tokenizer_free(vocab);
     free(tok);
     free(bt);
     return 0;
