@@ -220,7 +220,11 @@ static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err
         return -1;
     const void *data = t->data;
     if (!in_place_(&c)) {
-        if (!(c.dst = malloc(pl_hf_conv_bytes(&c))) || push_conv_(m, &c) < 0) {
+        /* 64-byte aligned, as the kernels' loads like it (a GGUF's data is
+         * aligned too) */
+        if (posix_memalign(&c.dst, 64, pl_hf_conv_bytes(&c) + 64) != 0)
+            c.dst = NULL;
+        if (!c.dst || push_conv_(m, &c) < 0) {
             free(c.dst);
             return oom_(err, n);
         }
