@@ -201,6 +201,7 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
                    "The model '%s' does not exist", p.model);
         goto fail_params;
     }
+    pl_sampling_apply_model_defaults(&p.sampling, body, m->backend->sampling_defaults);
     if (pl_oai_tools_prepare(&p, body, m->backend, &err) < 0)
         goto fail_params;
     chat_ep *e = calloc(1, sizeof *e);

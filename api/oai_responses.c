@@ -494,6 +494,7 @@ static int call_prepare(resp_ep *e, json_t **chat, pl_oai_params *p, pl_model_en
     if (!*model)
         return pl_err_set(err, 404, "invalid_request_error", "model", "model_not_found",
                           "The model '%s' does not exist", p->model);
+    pl_sampling_apply_model_defaults(&p->sampling, *chat, (*model)->backend->sampling_defaults);
     if (pl_oai_tools_prepare(p, *chat, (*model)->backend, err) < 0) {
         pl_responses_rename_param(err);
         return -1;

@@ -56,6 +56,28 @@ void pl_sampling_defaults(pl_sampling *s)
     s->repetition_penalty = 1.0;
 }
 
+void pl_sampling_apply_model_defaults(pl_sampling *s, const json_t *body,
+                                      const pl_sampling_model_defaults *d)
+{
+    if (!d || !body)
+        return;
+    json_t *b = (json_t *)body;
+    if ((d->set & PL_SAMPLING_SET_TEMPERATURE) && !json_object_get(b, "temperature"))
+        s->temperature = d->temperature;
+    if ((d->set & PL_SAMPLING_SET_TOP_P) && !json_object_get(b, "top_p"))
+        s->top_p = d->top_p;
+    if ((d->set & PL_SAMPLING_SET_TOP_K) && !json_object_get(b, "top_k"))
+        s->top_k = d->top_k;
+    if ((d->set & PL_SAMPLING_SET_MIN_P) && !json_object_get(b, "min_p"))
+        s->min_p = d->min_p;
+    if ((d->set & PL_SAMPLING_SET_REPETITION_PENALTY) &&
+        !json_object_get(b, "repetition_penalty"))
+        s->repetition_penalty = d->repetition_penalty;
+    if ((d->set & PL_SAMPLING_SET_MAX_TOKENS) && !json_object_get(b, "max_tokens") &&
+        !json_object_get(b, "max_completion_tokens"))
+        s->max_tokens = d->max_tokens;
+}
+
 int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src)
 {
     *dst = *src;

@@ -91,6 +91,31 @@ typedef struct pl_sampling {
 } pl_sampling;
 
 void pl_sampling_defaults(pl_sampling *s);
+
+/** A model's own sampling defaults, as vLLM takes them from its
+ *  generation_config.json: each field in `set` applies to a request that
+ *  leaves it out. */
+typedef struct pl_sampling_model_defaults {
+    unsigned set;                /**< PL_SAMPLING_SET_* of the fields given */
+    double temperature, top_p, min_p, repetition_penalty;
+    int top_k;
+    int max_tokens;              /**< generation_config's max_new_tokens */
+} pl_sampling_model_defaults;
+
+enum {
+    PL_SAMPLING_SET_TEMPERATURE = 1,
+    PL_SAMPLING_SET_TOP_P = 2,
+    PL_SAMPLING_SET_TOP_K = 4,
+    PL_SAMPLING_SET_MIN_P = 8,
+    PL_SAMPLING_SET_REPETITION_PENALTY = 16,
+    PL_SAMPLING_SET_MAX_TOKENS = 32,
+};
+
+/** Apply d's fields onto s where the OpenAI request body leaves them out
+ *  (max_tokens: neither max_tokens nor max_completion_tokens given). d or
+ *  body NULL: nothing. */
+void pl_sampling_apply_model_defaults(pl_sampling *s, const json_t *body,
+                                      const pl_sampling_model_defaults *d);
 /** Deep-copy src into dst (stop strings, logit_bias, constraint text).
  *  Returns 0, -1 on OOM. */
 int pl_sampling_copy(pl_sampling *dst, const pl_sampling *src);
@@ -304,6 +329,10 @@ struct pl_backend {
     struct pl_req_metrics *metrics;  /**< request metrics (req_metrics.h),
                                       created by the first submit; owned,
                                       freed by pl_backend_free */
+    /** The model's sampling defaults (a Hugging Face checkpoint's
+     *  generation_config.json), applied by the API to what a request leaves
+     *  out; NULL: OpenAI's. Borrowed from the backend, lives as long as it. */
+    const pl_sampling_model_defaults *sampling_defaults;
 };
 
 /** Submit through the request metrics (req_metrics.c): same contract as

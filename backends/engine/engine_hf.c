@@ -39,6 +39,47 @@ static int read_eos_(pl_engine_hf *h, const char *dir, char *err, size_t n)
     return 0;
 }
 
+/* generation_config.json's sampling fields (the ones vLLM takes from it). */
+static int read_sampling_(pl_engine_hf *h, const char *dir, char *err, size_t n)
+{
+    pl_hf_json j;
+    pl_sampling_model_defaults *d = &h->sampling;
+    long long k;
+    int rc = -1;
+    if (pl_hf_json_load(&j, dir, "generation_config.json", false, err, n) < 0)
+        return -1;
+    struct { const char *key; double lo, hi; double *out; unsigned bit; } nums[] = {
+        {"temperature", 0, 2, &d->temperature, PL_SAMPLING_SET_TEMPERATURE},
+        {"top_p", 1e-9, 1, &d->top_p, PL_SAMPLING_SET_TOP_P},
+        {"min_p", 0, 1, &d->min_p, PL_SAMPLING_SET_MIN_P},
+        {"repetition_penalty", 1e-9, 10, &d->repetition_penalty,
+         PL_SAMPLING_SET_REPETITION_PENALTY}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        int r = pl_hf_json_num(&j, nums[i].key, false, nums[i].lo, nums[i].hi, nums[i].out,
+                               err, n);
+        if (r < 0)
+            goto done;
+        d->set |= r == 0 ? nums[i].bit : 0;
+    }
+    int r = pl_hf_json_int(&j, "top_k", false, -1, 1000000, &k, err, n);
+    if (r < 0)
+        goto done;
+    if (r == 0) {
+        d->top_k = (int)k;
+        d->set |= PL_SAMPLING_SET_TOP_K;
+    }
+    if ((r = pl_hf_json_int(&j, "max_new_tokens", false, 1, 1 << 30, &k, err, n)) < 0)
+        goto done;
+    if (r == 0) {
+        d->max_tokens = (int)k;
+        d->set |= PL_SAMPLING_SET_MAX_TOKENS;
+    }
+    rc = 0;
+done:
+    pl_hf_json_free(&j);
+    return rc;
+}
+
 int pl_engine_hf_open(pl_engine_hf *h, const char *dir, const char *weight_type, int threads,
                       struct pl_tokenizer **tok, char *err, size_t errlen)
 {
@@ -51,7 +92,7 @@ int pl_engine_hf_open(pl_engine_hf *h, const char *dir, const char *weight_type,
         return -1;
     }
     pl_hf_opts o = {.weight_type = (pl_ggml_type)wt, .threads = threads};
-    if (read_eos_(h, dir, err, errlen) < 0 ||
+    if (read_eos_(h, dir, err, errlen) < 0 || read_sampling_(h, dir, err, errlen) < 0 ||
         !(*tok = pl_tokenizer_from_hf(dir, &h->text, err, errlen)) ||
         !(h->files = pl_hf_model_open(dir, &o, err, errlen)))
         goto fail;

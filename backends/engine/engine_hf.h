@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "backends/engine/model/hf_model.h"
 #include "backends/engine/text/tokenizer_hf.h"
 
@@ -22,6 +23,10 @@ typedef struct pl_engine_hf {
                                       eos_token_id (one id or a list), and
                                       config.json's: they end generation */
     int n_eos;
+    /** generation_config.json's temperature, top_p, top_k, min_p,
+     *  repetition_penalty and max_new_tokens, which the API applies where a
+     *  request leaves them out, as vLLM does */
+    pl_sampling_model_defaults sampling;
 } pl_engine_hf;
 
 /**

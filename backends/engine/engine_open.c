@@ -446,6 +446,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     snprintf(why, sizeof why, "%s", t->ctx_why);  /* t belongs to the engine from here */
     int ctx = t->max_model_len;
     const pl_model *m = t->model;
+    const pl_sampling_model_defaults *sd = t->hf.files && t->hf.sampling.set ? &t->hf.sampling
+                                                                              : NULL;
     pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s", name, m->arch_name,
             m->n_layer, m->n_embd, m->n_vocab, pl_chat_tmpl_name(t->style.tmpl));
     pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &core, &e);
@@ -453,6 +455,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         snprintf(err, errlen, "%s", e.message);
         return NULL;
     }
+    if (sd)
+        b->sampling_defaults = sd;   /* t lives as long as b (hooks.free) */
     char counted[96] = "";
     if (core.capacity_len > 0 && core.capacity_len < ctx)
         snprintf(counted, sizeof counted, " (each counted as %d tokens; longer ones may be "

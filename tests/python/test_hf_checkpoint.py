@@ -325,3 +325,30 @@ def test_seed_model_definition_serves_from_the_hf_cache(tmp_path):
     r = subprocess.run([parley_bin(), "serve", "--port", "0", "--config", str(cfg)], env=env,
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "models--test-org--tiny-llama" in r.stderr, r.stderr
+
+
+def test_generation_config_defaults_apply_when_left_out(tmp_path):
+    """generation_config.json's sampling fields are defaults, as in vLLM: a
+    request that leaves them out gets them, one that gives them keeps its own."""
+    d = tmp_path / "ckpt"
+    m = hc.random_checkpoint("qwen2", d, "f32")
+    (d / "generation_config.json").write_text(json.dumps({
+        "eos_token_id": [m.config["eos_token_id"]], "temperature": 0.0, "max_new_tokens": 3,
+        "do_sample": False}))
+    s = Server("--model", str(d), "--log-level", "warn")
+    try:
+        body = {"model": "ckpt", "prompt": "the world", "ignore_eos": True}
+        a = post(s.url, "/v1/completions", body)
+        b = post(s.url, "/v1/completions", body)
+        assert a["usage"]["completion_tokens"] == 3
+        assert a["choices"][0]["text"] == b["choices"][0]["text"]    # temperature 0
+        c = post(s.url, "/v1/completions", dict(body, max_tokens=5))
+        assert c["usage"]["completion_tokens"] == 5
+        chat = post(s.url, "/v1/chat/completions", {
+            "model": "ckpt", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True})
+        assert chat["usage"]["completion_tokens"] == 3
+    finally:
+        assert s.stop() == 0
+    (d / "generation_config.json").write_text(json.dumps({"temperature": 7}))
+    r = tool("load", d)
+    assert r.returncode == 1 and "generation_config.json: key 'temperature'" in r.stderr, r.stderr
