@@ -64,34 +64,31 @@ static pl_gguf_kv *kv_slot_(pl_gguf_synth *s, const char *key)
     return kv;
 }
 
-int pl_gguf_synth_u32(pl_gguf_synth *s, const char *key, uint32_t v)
+/* The entry for key, typed t (its value is the caller's to set). */
+static pl_gguf_kv *scalar_(pl_gguf_synth *s, const char *key, pl_gguf_type t)
 {
     pl_gguf_kv *kv = kv_slot_(s, key);
-    if (!kv)
-        return -1;
-    kv->type = PL_GGUF_TYPE_UINT32;
-    kv->v.u64 = v;
-    return 0;
+    if (kv)
+        kv->type = t;
+    return kv;
+}
+
+int pl_gguf_synth_u32(pl_gguf_synth *s, const char *key, uint32_t v)
+{
+    pl_gguf_kv *kv = scalar_(s, key, PL_GGUF_TYPE_UINT32);
+    return kv ? (kv->v.u64 = v, 0) : -1;
 }
 
 int pl_gguf_synth_f32(pl_gguf_synth *s, const char *key, float v)
 {
-    pl_gguf_kv *kv = kv_slot_(s, key);
-    if (!kv)
-        return -1;
-    kv->type = PL_GGUF_TYPE_FLOAT32;
-    kv->v.f64 = v;
-    return 0;
+    pl_gguf_kv *kv = scalar_(s, key, PL_GGUF_TYPE_FLOAT32);
+    return kv ? (kv->v.f64 = v, 0) : -1;
 }
 
 int pl_gguf_synth_bool(pl_gguf_synth *s, const char *key, int v)
 {
-    pl_gguf_kv *kv = kv_slot_(s, key);
-    if (!kv)
-        return -1;
-    kv->type = PL_GGUF_TYPE_BOOL;
-    kv->v.b = v != 0;
-    return 0;
+    pl_gguf_kv *kv = scalar_(s, key, PL_GGUF_TYPE_BOOL);
+    return kv ? (kv->v.b = v != 0, 0) : -1;
 }
 
 int pl_gguf_synth_str(pl_gguf_synth *s, const char *key, const char *v)

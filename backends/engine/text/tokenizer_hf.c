@@ -179,27 +179,9 @@ static int normalizer_step_(hf_tok *h, json_t *j, const char *key, char *err, si
     else if (space_op_(j, "Prepend"))
         h->v.add_space_prefix = 1;
     else
-        return snprintf(err, n, "%s: key '%s': normalizer %s is not supported (parley reads "
-                        "NFC, Replace ' ' by U+2581 and Prepend U+2581)", h->tj.path, key,
-                        json_string_value(json_object_get(j, "type")) ?: "?"), -1;
-    return 0;
-}
-
-static int read_normalizer_(hf_tok *h, char *err, size_t n)
-{
-    json_t *j = pl_hf_json_get(&h->tj, "normalizer");
-    if (!j)
-        return 0;
-    if (!str_is_(j, "type", "Sequence"))
-        return normalizer_step_(h, j, "normalizer.type", err, n);
-    json_t *v, *list = json_object_get(j, "normalizers");
-    size_t i;
-    json_each_(list, i, v) {
-        char key[64];
-        snprintf(key, sizeof key, "normalizer.normalizers[%zu].type", i);
-        if (normalizer_step_(h, v, key, err, n) < 0)
-            return -1;
-    }
+        return snprintf(err, n, "%s: key '%s.type': normalizer %s is not supported (parley "
+                        "reads NFC, Replace ' ' by U+2581 and Prepend U+2581)", h->tj.path,
+                        key, json_string_value(json_object_get(j, "type")) ?: "?"), -1;
     return 0;
 }
 
@@ -270,19 +252,23 @@ static int pre_step_(hf_tok *h, json_t *j, const char *key, char *err, size_t n)
                     json_string_value(json_object_get(j, "type")) ?: "?"), -1;
 }
 
-static int read_pre_(hf_tok *h, char *err, size_t n)
+typedef int (*step_fn)(hf_tok *h, json_t *j, const char *key, char *err, size_t n);
+
+/* tokenizer.json's normalizer or pre_tokenizer: one step, or a Sequence of
+ * them under list; fn gets each with its key path. */
+static int each_step_(hf_tok *h, const char *section, const char *list, step_fn fn,
+                      char *err, size_t n)
 {
-    json_t *j = pl_hf_json_get(&h->tj, "pre_tokenizer");
+    json_t *j = pl_hf_json_get(&h->tj, section), *v;
+    char key[96];
+    size_t i;
     if (!j)
         return 0;
     if (!str_is_(j, "type", "Sequence"))
-        return pre_step_(h, j, "pre_tokenizer", err, n);
-    json_t *v, *list = json_object_get(j, "pretokenizers");
-    size_t i;
-    json_each_(list, i, v) {
-        char key[64];
-        snprintf(key, sizeof key, "pre_tokenizer.pretokenizers[%zu]", i);
-        if (pre_step_(h, v, key, err, n) < 0)
+        return fn(h, j, section, err, n);
+    json_each_(json_object_get(j, list), i, v) {
+        snprintf(key, sizeof key, "%s.%s[%zu]", section, list, i);
+        if (fn(h, v, key, err, n) < 0)
             return -1;
     }
     return 0;
@@ -303,7 +289,8 @@ static int read_flavour_(hf_tok *h, char *err, size_t n)
     if ((pfx && *pfx) || (sfx && *sfx))
         return pl_hf_json_fail(&h->tj, pfx && *pfx ? "model.continuing_subword_prefix"
                                : "model.end_of_word_suffix", err, n, "not supported");
-    if (read_normalizer_(h, err, n) < 0 || read_pre_(h, err, n) < 0)
+    if (each_step_(h, "normalizer", "normalizers", normalizer_step_, err, n) < 0 ||
+        each_step_(h, "pre_tokenizer", "pretokenizers", pre_step_, err, n) < 0)
         return -1;
     if (h->byte_level && !h->space_to_meta && !h->v.add_space_prefix) {
         h->v.model = PL_TOKENIZER_MODEL_GPT2;
