@@ -41,6 +41,7 @@ static const char *const vllm_mapped[][2] = {
     {"max_num_batched_tokens", "max_num_batched_tokens"},
     {"enable_prefix_caching", "prefix_caching"},
     {"async_scheduling", "async_scheduling"},
+    {"revision", "revision"},               /* of a model_name in the local HF cache */
 };
 
 /* vLLM engine arguments with no meaning in parley: accepted, with a warning. */
@@ -49,7 +50,7 @@ static const char *const vllm_only[] = {
     "data_parallel_size", "dtype", "quantization", "kv_cache_dtype", "enforce_eager",
     "trust_remote_code", "swap_space", "cpu_offload_gb", "enable_chunked_prefill",
     "disable_log_stats", "disable_log_requests", "download_dir", "load_format",
-    "tokenizer", "tokenizer_mode", "revision", "seed", "distributed_executor_backend",
+    "tokenizer", "tokenizer_mode", "seed", "distributed_executor_backend",
     "max_seq_len_to_capture", "disable_custom_all_reduce", "enable_lora", "max_loras",
     "max_lora_rank", "num_scheduler_steps", "speculative_config", "guided_decoding_backend",
     "limit_mm_per_prompt", "rope_scaling", "rope_theta", "max_logprobs", "hf_overrides",
@@ -72,7 +73,7 @@ static int vllm_key(cfg_ctx *c, pl_opts *o, const char *kp, const char *k, json_
     }
     return cfg_fail(c, kp, "unknown vllm_config key (parley maps max_num_seqs_upper_bound, "
                     "gpu_memory_utilization, max_model_len, block_size, "
-                    "max_num_batched_tokens, enable_prefix_caching; other vLLM engine "
+                    "max_num_batched_tokens, enable_prefix_caching, revision; other vLLM engine "
                     "arguments are ignored with a warning)");
 }
 

@@ -82,6 +82,9 @@ const pl_option pl_options[] = {
     OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, engine.cpu.amx, M,
         "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
         "outputs as without; needs an AMX CPU, checked at start"),
+    OPT("revision", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.revision, M,
+        "--model ORG/NAME: the revision in the local Hugging Face cache, a ref (main) or a "
+        "snapshot's commit hash (default: refs/main)"),
     OPT("cpu-weight-type", PL_OPT_STRING, 0, 0, "q8_0", NULL,
         "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k", engine.cpu.weight_type, M,
         "CPU: the GGUF type a Hugging Face checkpoint's weight matrices are quantised to at "

@@ -88,6 +88,9 @@ typedef struct pl_cuda_opts {
 typedef struct pl_engine_config {
     char *chat_template;         /**< NULL or "": detected from the GGUF */
     bool chat_template_strict;   /**< unknown template: error, not ChatML */
+    char *revision;              /**< a model given as ORG/NAME: its revision in
+                                      the local Hugging Face cache (a ref or
+                                      snapshot hash; NULL or "": refs/main) */
     int kv_cache_mb;             /**< CPU KV cache size */
     int max_model_len;           /**< 0: chosen from the model's context and
                                       the K/V cache (engine_open.h) */

@@ -233,7 +233,7 @@ static int open_files(engine_text *t, const pl_engine_open_opts *o, bool cpu, ch
                       size_t n)
 {
     char path[4096], e2[1024];
-    int kind = pl_hf_resolve(o->model_path, NULL, path, sizeof path, e2, sizeof e2);
+    int kind = pl_hf_resolve(o->model_path, o->cfg->revision, path, sizeof path, e2, sizeof e2);
     if (kind < 0) {
         snprintf(err, n, "%s", e2);
         return -1;

@@ -297,7 +297,8 @@ def test_seed_model_definition_serves_from_the_hf_cache(tmp_path):
     snap = hub / "models--test-org--tiny-llama" / "snapshots" / "0123abcd"
     hc.random_checkpoint("llama", snap, "bf16")
     (hub / "models--test-org--tiny-llama" / "refs").mkdir()
-    (hub / "models--test-org--tiny-llama" / "refs" / "main").write_text("0123abcd")
+    (hub / "models--test-org--tiny-llama" / "refs" / "main").write_text("89abcdef")
+    (hub / "models--test-org--tiny-llama" / "snapshots" / "89abcdef").mkdir()  # incomplete
     cfg = tmp_path / "seed.yaml"
     cfg.write_text("model_definitions:\n"
                    "  llama31_8b:\n"
@@ -305,7 +306,8 @@ def test_seed_model_definition_serves_from_the_hf_cache(tmp_path):
                    "    model_name: test-org/tiny-llama\n"
                    "    vllm_config:\n"
                    "      max_num_seqs_upper_bound: 256 # Upper bound; limited by KV cache\n"
-                   "      attention_backend: \"FLASHINFER\"\n")
+                   "      attention_backend: \"FLASHINFER\"\n"
+                   "      revision: 0123abcd\n")
     env = dict(os.environ, HF_HUB_CACHE=str(hub))
     s = Server("--config", str(cfg), "--log-level", "warn", env=env)
     try:
@@ -320,6 +322,9 @@ def test_seed_model_definition_serves_from_the_hf_cache(tmp_path):
         assert info["bos_token"] == "<|begin_of_text|>"
     finally:
         assert s.stop() == 0
+    r = subprocess.run([parley_bin(), "serve", "--port", "0", "--model", "test-org/tiny-llama"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "89abcdef: no config.json" in r.stderr, r.stderr  # refs/main
     env.pop("HF_HUB_CACHE")
     env["HF_HOME"] = str(tmp_path / "empty")
     r = subprocess.run([parley_bin(), "serve", "--port", "0", "--config", str(cfg)], env=env,
