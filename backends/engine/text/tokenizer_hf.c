@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backends/engine/text/tokenizer_hf_internal.h"
+#include "src/base/log.h"
 
 #define RE_GPT2_BYTELEVEL "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+" \
                           "| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -91,13 +92,25 @@ static int read_vocab_(hf_tok *h, char *err, size_t n)
         h->types[id] = PL_TOKEN_TYPE_NORMAL;
     }
     size_t i;
+    int strip = 0;
+    const char *example = NULL;
     json_each_(added, i, v) {
         int32_t id = (int32_t)json_integer_value(json_object_get(v, "id"));
         h->tok[id] = json_string_value(json_object_get(v, "content"));
         h->len[id] = (uint32_t)json_string_length(json_object_get(v, "content"));
         h->types[id] = json_is_true(json_object_get(v, "special")) ? PL_TOKEN_TYPE_CONTROL
                                                                    : PL_TOKEN_TYPE_USER_DEFINED;
+        if (json_is_true(json_object_get(v, "lstrip")) ||
+            json_is_true(json_object_get(v, "rstrip")) ||
+            json_is_true(json_object_get(v, "single_word"))) {
+            strip++;
+            example = example ? example : h->tok[id];
+        }
     }
+    if (strip)     /* said once: the ids around such a token may differ */
+        pl_warn("%s: %d added tokens ask for lstrip, rstrip or single_word (e.g. '%.40s'); "
+                "parley matches them exactly, keeping the spaces around them", h->tj.path,
+                strip, example);
     return 0;
 }
 
