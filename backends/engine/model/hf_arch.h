@@ -4,9 +4,27 @@
  * model loader reads), and every tensor's Hugging Face name -> its GGUF
  * name, expected shape and layout change.
  *
- * Used by hf_model.c only. A new family is one entry in hf_arch.c's table
- * (mixture-of-experts families will add expert tensors the same way: the
- * PL_HF_DIM_* and PL_HF_T_* sets are where they go).
+ * Used by hf_model.c only. A new dense family is one entry in hf_arch.c's
+ * table: its layer tensors, its norm shift, and a function for its own
+ * config.json keys.
+ *
+ * The hook for mixture-of-experts families (Qwen3-MoE, Mixtral, gpt-oss;
+ * issue 37), once the model loader runs them:
+ *   - config.json's num_experts / num_local_experts, num_experts_per_tok,
+ *     moe_intermediate_size and norm_topk_prob become <arch>.expert_count,
+ *     expert_used_count, expert_feed_forward_length and
+ *     expert_weights_norm in the family's hparams function;
+ *   - the router "model.layers.%d.mlp.gate.weight" is an ordinary row
+ *     (-> "blk.%d.ffn_gate_inp.weight", [n_expert, hidden]);
+ *   - the experts, one 2-D tensor each in the checkpoint
+ *     ("...mlp.experts.%d.gate_proj.weight"), become one 3-D GGUF tensor
+ *     ("blk.%d.ffn_gate_exps.weight", ne = {hidden, n_ff_exp, n_expert}): a
+ *     PL_HF_T_EXPERTS flag and a PL_HF_DIM_EXPERTS dimension here, and in
+ *     hf_model.c's add_tensor_ one pl_hf_conv per expert writing its rows at
+ *     dst + expert * (rows * row bytes) of one buffer, added to the GGUF
+ *     with 3 dimensions (pl_gguf_synth takes up to 4). Conversion and FP8
+ *     scales work per expert unchanged; gpt-oss's MXFP4 experts would be a
+ *     dtype for hf_weights.c (U8 blocks plus E8M0 scales).
  */
 #ifndef PL_HF_ARCH_H
 #define PL_HF_ARCH_H
