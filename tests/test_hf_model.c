@@ -464,3 +464,71 @@ Test(hf_model, cache_resolution)
     cr_expect_eq(pl_hf_resolve("../nope/x.gguf", NULL, out, sizeof out, err, sizeof err), -1);
     cr_expect(strstr(err, "no such file"), "%s", err);
 }
+
+/* A multimodal Gemma 3 checkpoint: its text model under text_config (what
+ * it leaves out takes transformers' defaults) and language_model., its
+ * vision tower left alone. */
+static void make_gemma3_composite(const char *prefix)
+{
+    char n[160];
+    for (int i = 0; i < nt_; i++)
+        free(ts_[i].data);
+    nt_ = 0;
+    snprintf(n, sizeof n, "%sembed_tokens.weight", prefix);
+    add_f32(n, NV, E);
+    snprintf(n, sizeof n, "%snorm.weight", prefix);
+    add_f32(n, E, 0);
+    add_f32("model.vision_tower.vision_model.embeddings.patch_embedding.weight", 4, 4);
+    add_f32("model.multi_modal_projector.mm_input_projection_weight", 4, 4);
+    for (int l = 0; l < NL; l++) {
+        struct { const char *p; long r, c; } t[] = {
+            {"input_layernorm", E, 0}, {"post_attention_layernorm", E, 0},
+            {"pre_feedforward_layernorm", E, 0}, {"post_feedforward_layernorm", E, 0},
+            {"self_attn.q_norm", HD, 0}, {"self_attn.k_norm", HD, 0},
+            {"self_attn.q_proj", H * HD, E}, {"self_attn.k_proj", KV * HD, E},
+            {"self_attn.v_proj", KV * HD, E}, {"self_attn.o_proj", E, H * HD},
+            {"mlp.gate_proj", FF, E}, {"mlp.up_proj", FF, E}, {"mlp.down_proj", E, FF}};
+        for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+            snprintf(n, sizeof n, "%slayers.%d.%s.weight", prefix, l, t[i].p);
+            add_f32(n, t[i].r, t[i].c);
+        }
+    }
+    json_decref(cfg_);
+    cfg_ = json_pack("{s:[s], s:s, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
+                     "architectures", "Gemma3ForConditionalGeneration", "model_type", "gemma3",
+                     "text_config", "hidden_size", E, "intermediate_size", FF,
+                     "num_hidden_layers", NL, "num_attention_heads", H, "num_key_value_heads",
+                     KV, "head_dim", HD, "vocab_size", NV, "query_pre_attn_scalar", HD,
+                     "sliding_window", 8);
+}
+
+Test(hf_model, gemma3_composite_text_model)
+{
+    const char *prefixes[] = {"model.language_model.", "language_model.model."};
+    for (int k = 0; k < 2; k++) {
+        make_gemma3_composite(prefixes[k]);
+        pl_hf_model *m = open_as(PL_GGML_TYPE_F32);
+        const pl_gguf *g = pl_hf_model_gguf(m);
+        uint64_t v;
+        float f;
+        cr_expect(pl_gguf_get_u64(g, "gemma3.block_count", &v) == 0 && v == NL);
+        cr_expect(pl_gguf_get_u64(g, "gemma3.attention.sliding_window", &v) == 0 && v == 8);
+        cr_expect(pl_gguf_get_f32(g, "gemma3.rope.freq_base", &f) == 0 && f == 1e6f);
+        cr_expect_null(pl_gguf_tensor_find(g, "output.weight"));           /* tied */
+        const pl_gguf_tensor *qn = pl_gguf_tensor_find(g, "blk.1.attn_q_norm.weight");
+        char name[160];
+        snprintf(name, sizeof name, "%slayers.1.self_attn.q_norm.weight", prefixes[k]);
+        cr_assert(qn);
+        cr_expect_eq(((const float *)qn->data)[3], f32_at(find(name), 3) + 1.0f);  /* 1 + w */
+        pl_hf_model_free(m);
+    }
+    json_object_set_new(json_object_get(cfg_, "text_config"), "num_key_value_heads",
+                        json_integer(3));
+    refused("config.json: key 'text_config.num_key_value_heads'", "does not divide");
+    json_object_set_new(cfg_, "text_config", json_string("gemma"));
+    refused("config.json: key 'text_config': must be an object", NULL);
+    make_gemma3_composite("model.language_model.");
+    json_object_set_new(json_object_get(cfg_, "text_config"), "intermediate_size",
+                        json_integer(FF * 2));
+    refused("disagrees with config.json", "intermediate_size");
+}

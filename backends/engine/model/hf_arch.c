@@ -22,6 +22,10 @@ struct pl_hf_arch {
     bool always_bias;            /* q/k/v biases whatever attention_bias says */
     double default_theta;
     hparams_fn extra;            /* the family's own keys, or NULL */
+    /* A composite (vision + text) model: the text model's keys under
+     * text_config with these defaults (what transformers leaves out of a
+     * sub-config), its tensors under language_model. NULL: a text model. */
+    const pl_hf_default *text_config;
 };
 
 #define L_ "model.layers.%d."
@@ -288,6 +292,19 @@ static int gemma3_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl
     return 0;
 }
 
+/* transformers' Gemma3TextConfig defaults (the multimodal checkpoints'
+ * text_config lists only what differs from them). */
+static const pl_hf_default gemma3_text_[] = {
+    {"vocab_size", 262208, true, false}, {"hidden_size", 2304, true, false},
+    {"intermediate_size", 9216, true, false}, {"num_hidden_layers", 26, true, false},
+    {"num_attention_heads", 8, true, false}, {"num_key_value_heads", 4, true, false},
+    {"head_dim", 256, true, false}, {"max_position_embeddings", 131072, true, false},
+    {"rms_norm_eps", 1e-6, false, false}, {"rope_theta", 1000000.0, false, false},
+    {"query_pre_attn_scalar", 256, false, false}, {"sliding_window", 4096, true, false},
+    {"rope_local_base_freq", 10000.0, false, false}, {"tie_word_embeddings", 1, false, true},
+    {NULL, 0, false, false},
+};
+
 static const pl_hf_arch archs_[] = {
     {"LlamaForCausalLM", "llama", llama_layer_, 0, false, false, 10000, llama_window_},
     {"MistralForCausalLM", "llama", llama_layer_, 0, false, false, 10000, llama_window_},
@@ -295,6 +312,8 @@ static const pl_hf_arch archs_[] = {
     {"Qwen3ForCausalLM", "qwen3", qwen3_layer_, 0, false, false, 10000, qwen_window_},
     {"Gemma2ForCausalLM", "gemma2", gemma2_layer_, 1, true, false, 10000, gemma2_},
     {"Gemma3ForCausalLM", "gemma3", gemma3_layer_, 1, true, false, 1000000, gemma3_},
+    {"Gemma3ForConditionalGeneration", "gemma3", gemma3_layer_, 1, true, false, 1000000,
+     gemma3_, gemma3_text_},
 };
 
 const pl_hf_arch *pl_hf_arch_find(const char *name)
@@ -308,10 +327,11 @@ const pl_hf_arch *pl_hf_arch_find(const char *name)
 const char *pl_hf_arch_names(void)
 {
     return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "Gemma2ForCausalLM, Gemma3ForCausalLM";
+           "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its text)";
 }
 
 const char *pl_hf_arch_gguf(const pl_hf_arch *a) { return a->gguf; }
+const pl_hf_default *pl_hf_arch_text_config(const pl_hf_arch *a) { return a->text_config; }
 float pl_hf_arch_norm_shift(const pl_hf_arch *a) { return a->norm_shift; }
 const pl_hf_tmap *pl_hf_arch_layer_tensors(const pl_hf_arch *a) { return a->layer; }
 const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a)

@@ -75,6 +75,11 @@ const pl_hf_arch *pl_hf_arch_find(const char *name);
 /** The names the table knows, comma separated. */
 const char *pl_hf_arch_names(void);
 const char *pl_hf_arch_gguf(const pl_hf_arch *a);
+/** A composite (vision + text) model's text_config defaults, or NULL for a
+ *  text model. Its text keys are read under text_config, its text tensors
+ *  are found under language_model. (or model.language_model.), and its
+ *  vision tensors are left alone. */
+const pl_hf_default *pl_hf_arch_text_config(const pl_hf_arch *a);
 /** Added to RMSNorm weights (Gemma's norms scale by 1 + w). */
 float pl_hf_arch_norm_shift(const pl_hf_arch *a);
 /** The per-layer and global tensor tables, each ending with hf == NULL. */

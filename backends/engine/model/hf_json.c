@@ -18,7 +18,7 @@ int pl_hf_json_fail(const pl_hf_json *j, const char *key, char *err, size_t errl
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
     if (err && errlen)
-        snprintf(err, errlen, "%s: key '%s': %s", j->path, key, why);
+        snprintf(err, errlen, "%s: key '%s%s': %s", j->path, j->prefix, key, why);
     return -1;
 }
 
@@ -44,7 +44,8 @@ int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool requi
     json_error_t je;
     size_t n = 0;
     char *text;
-    j->root = NULL;
+    j->root = j->view = NULL;
+    j->prefix[0] = '\0';
     snprintf(j->path, sizeof j->path, "%s/%s", dir, name);
     if (access(j->path, F_OK) != 0) {
         if (!required)
@@ -74,13 +75,36 @@ int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool requi
 
 void pl_hf_json_free(pl_hf_json *j)
 {
+    json_decref(j->view);
     json_decref(j->root);
-    j->root = NULL;
+    j->root = j->view = NULL;
+}
+
+int pl_hf_json_narrow(pl_hf_json *j, const char *key, const pl_hf_default *defaults,
+                      char *err, size_t errlen)
+{
+    json_t *sub = pl_hf_json_get(j, key);
+    if (sub && !json_is_object(sub))
+        return pl_hf_json_fail(j, key, err, errlen, "must be an object");
+    json_t *v = sub ? json_deep_copy(sub) : json_object();
+    for (const pl_hf_default *d = defaults; v && d && d->key; d++) {
+        if (json_object_get(v, d->key))
+            continue;
+        json_object_set_new(v, d->key, d->is_bool ? json_boolean(d->value != 0)
+                                       : d->is_int ? json_integer((json_int_t)d->value)
+                                                   : json_real(d->value));
+    }
+    if (!v)
+        return snprintf(err, errlen, "out of memory"), -1;
+    json_decref(j->view);
+    j->view = v;
+    snprintf(j->prefix, sizeof j->prefix, "%s.", key);
+    return 0;
 }
 
 json_t *pl_hf_json_get(const pl_hf_json *j, const char *key)
 {
-    json_t *v = j->root;
+    json_t *v = j->view ? j->view : j->root;
     const char *p = key;
     while (v && *p) {
         const char *dot = strchr(p, '.');

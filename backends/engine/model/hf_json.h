@@ -17,7 +17,25 @@
 typedef struct pl_hf_json {
     json_t *root;                /**< an object; NULL when the file is absent */
     char path[4096];             /**< for messages */
+    json_t *view;                /**< where keys are looked up when set (owned):
+                                      a sub-object, see pl_hf_json_narrow */
+    char prefix[64];             /**< the view's key path, for messages */
 } pl_hf_json;
+
+/** A default for a key a config may leave out. */
+typedef struct pl_hf_default {
+    const char *key;
+    double value;                /**< integers and booleans (0/1) too */
+    bool is_int, is_bool;
+} pl_hf_default;
+
+/** Look keys up in root[key] from now on (a composite model's
+ *  text_config), with defaults[] (NULL-key ended; may be NULL) for the keys
+ *  it leaves out, as transformers fills a sub-config's class defaults;
+ *  messages name "key.sub". Returns 0, or -1 with err when root[key] is
+ *  not an object. */
+int pl_hf_json_narrow(pl_hf_json *j, const char *key, const pl_hf_default *defaults,
+                      char *err, size_t errlen);
 
 /** Load dir/name. A missing file is an error only when required (then
  *  root stays NULL and every getter reports absent keys). Returns 0, or -1

@@ -106,12 +106,35 @@ static int read_quant_(pl_hf_model *m, char *err, size_t n)
     return 0;
 }
 
+/* name, or a composite model's text tensor of that name: under
+ * "language_model." (transformers before 4.52), or "model.language_model."
+ * for "model.*" (from 4.52). Found tensors are marked used. */
 static const pl_st_tensor *find_(pl_hf_model *m, const char *name)
 {
     const pl_st_tensor *t = pl_safetensors_find(m->st, name);
+    char alt[600];
+    if (!t && pl_hf_arch_text_config(m->arch)) {
+        snprintf(alt, sizeof alt, "language_model.%s", name);
+        t = pl_safetensors_find(m->st, alt);
+        if (!t && !strncmp(name, "model.", 6)) {
+            snprintf(alt, sizeof alt, "model.language_model.%s", name + 6);
+            t = pl_safetensors_find(m->st, alt);
+        }
+    }
     if (t)
         m->used[t - pl_safetensors_at(m->st, 0)] = true;
     return t;
+}
+
+/* A composite model's vision tower and projector: not parley's to run. */
+static bool vision_tensor_(const pl_hf_model *m, const char *name)
+{
+    static const char *const pre[] = {"vision_tower.", "multi_modal_projector.",
+                                       "model.vision_tower.", "model.multi_modal_projector."};
+    for (size_t i = 0; pl_hf_arch_text_config(m->arch) && i < sizeof pre / sizeof *pre; i++)
+        if (!strncmp(name, pre[i], strlen(pre[i])))
+            return true;
+    return false;
 }
 
 /* The FP8 scale of weight "X.weight": X.weight_scale or X.weight_scale_inv
@@ -265,7 +288,7 @@ static int check_unused_(pl_hf_model *m, char *err, size_t n)
     for (size_t i = 0; i < pl_safetensors_count(m->st); i++) {
         const pl_st_tensor *t = pl_safetensors_at(m->st, i);
         const char *tail = strstr(t->name, "rotary_emb.inv_freq");
-        if (m->used[i] || (tail && !tail[19]))
+        if (m->used[i] || (tail && !tail[19]) || vision_tensor_(m, t->name))
             continue;
         int l = -1;
         if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= m->sh.n_layer)
@@ -299,6 +322,9 @@ static int open_steps_(pl_hf_model *m, char *err, size_t n)
 {
     if (pl_hf_json_load(&m->cfg, m->dir, "config.json", true, err, n) < 0 ||
         read_arch_(m, err, n) < 0 || read_quant_(m, err, n) < 0)
+        return -1;
+    if (pl_hf_arch_text_config(m->arch) &&
+        pl_hf_json_narrow(&m->cfg, "text_config", pl_hf_arch_text_config(m->arch), err, n) < 0)
         return -1;
     if (!(m->synth = pl_gguf_synth_new()))
         return oom_(err, n);
