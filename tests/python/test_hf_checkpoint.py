@@ -44,9 +44,7 @@ import hf_checkpoints as hc  # noqa: E402
 
 TOOL = os.path.join(os.path.dirname(parley_bin()), "tests", "hf_tool")
 GEMMA = os.path.join(os.path.dirname(MODEL_PATH), "gemma-3-270m-q4_k_m.gguf")
-# The families the model loader runs today; hf_arch.c maps Qwen3 and Gemma
-# 2/3 too, and they join this list when the loader has them.
-SUPPORTED = ["llama", "mistral", "qwen2"]
+SUPPORTED = ["llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"]
 
 
 def tool(*args, stdin=None):
@@ -75,6 +73,23 @@ def test_random_checkpoint_equals_gguf_and_float64(arch, tmp_path):
     gguf = logits(tmp_path / "m.gguf", ids)
     assert np.abs(ours - gguf).max() < 1e-3
     assert np.abs(ours - ref).max() < 1e-3
+
+
+@pytest.mark.parametrize("arch,config", [
+    ("mistral", {"sliding_window": 8}),
+    ("gemma3", {"rope_local_base_freq": 20000.0, "sliding_window_pattern": None,
+                "layer_types": ["sliding_attention", "full_attention"]}),
+    ("gemma3", {"sliding_window_pattern": 2, "rope_scaling": {"rope_type": "linear",
+                                                              "factor": 2.0}})])
+def test_family_variants(arch, config, tmp_path):
+    """Windows shorter than the sequence (Mistral's on every layer, Gemma 3's
+    local layers from layer_types), Gemma 3's own local RoPE base and its
+    global layers' linear scaling, against the float64 forward."""
+    m = hc.random_checkpoint(arch, tmp_path / "ckpt", "f32", config=config)
+    if config.get("layer_types"):
+        m.config["sliding_window_pattern"] = 2        # what layer_types says, for numpy
+    ids = some_ids(m.config["vocab_size"])
+    assert np.abs(logits(tmp_path / "ckpt", ids) - hc.numpy_logits(m, ids)).max() < 1e-3
 
 
 @pytest.mark.parametrize("arch,dtype,shards", [("qwen2", "bf16", 1), ("llama", "f16", 1),

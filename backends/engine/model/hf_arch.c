@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "src/base/log.h"
 
 typedef int (*hparams_fn)(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
                           pl_gguf_synth *s, char *err, size_t n);
@@ -204,21 +203,17 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
     return a->extra ? a->extra(a, c, sh, s, err, n) : 0;
 }
 
-/* Mistral's sliding window: the model loader has none for llama, so the
- * context stops at the window, inside which a window changes nothing. */
+/* Mistral v0.1's sliding window (every layer slides over it). */
 static int llama_window_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
                          pl_gguf_synth *s, char *err, size_t n)
 {
-    int w = 0, n_ctx = 2048;
+    int w = 0;
     (void)sh;
-    if (geti_(c, "sliding_window", false, 1, 1 << 24, 0, &w, err, n) ||
-        geti_(c, "max_position_embeddings", false, 1, 1 << 24, 2048, &n_ctx, err, n))
+    if (geti_(c, "sliding_window", false, 1, 1 << 24, 0, &w, err, n))
         return -1;
-    if (w <= 0 || w >= n_ctx)
-        return 0;
-    pl_info("%s: sliding_window %d: the context is capped at the window (%d -> %d tokens)",
-            c->path, w, n_ctx, w);
-    return put_u32_(s, a, "context_length", w) ? (snprintf(err, n, "out of memory"), -1) : 0;
+    if (w > 0 && put_u32_(s, a, "attention.sliding_window", w))
+        return snprintf(err, n, "out of memory"), -1;
+    return 0;
 }
 
 /* Qwen's use_sliding_window (off in the released models) is refused. */
@@ -236,14 +231,15 @@ static int qwen_window_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *s
 }
 
 /* Gemma 2 and 3: the query scale the GGUF model assumes (llama.cpp's:
- * 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 46-layer 27B) must be
- * the checkpoint's query_pre_attn_scalar. */
-static int gemma_query_scale_(const pl_hf_json *c, const pl_hf_shape *sh, char *err, size_t n)
+ * 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B, which has `wide`
+ * layers) must be the checkpoint's query_pre_attn_scalar. */
+static int gemma_query_scale_(const pl_hf_json *c, const pl_hf_shape *sh, int wide, char *err,
+                              size_t n)
 {
     double q = sh->head_dim;
     if (getf_(c, "query_pre_attn_scalar", 1e-6, 1e9, sh->head_dim, &q, err, n))
         return -1;
-    double want = sh->n_layer == 46 ? (double)sh->n_embd / sh->n_head : sh->head_dim;
+    double want = sh->n_layer == wide ? (double)sh->n_embd / sh->n_head : sh->head_dim;
     if (fabs(q - want) > 1e-6)
         return pl_hf_json_fail(c, "query_pre_attn_scalar", err, n, "%g: the GGUF model "
                                "scales queries by 1/sqrt(%g)", q, want);
@@ -255,10 +251,10 @@ static int gemma2_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl
 {
     double attn = 0, fin = 0;
     int w = 0;
-    if (getf_(c, "attn_logit_softcapping", 0, 1e9, 0, &attn, err, n) ||
-        getf_(c, "final_logit_softcapping", 0, 1e9, 0, &fin, err, n) ||
+    if (pl_hf_json_num(c, "attn_logit_softcapping", true, 1e-6, 1e9, &attn, err, n) < 0 ||
+        pl_hf_json_num(c, "final_logit_softcapping", true, 1e-6, 1e9, &fin, err, n) < 0 ||
         geti_(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
-        gemma_query_scale_(c, sh, err, n))
+        gemma_query_scale_(c, sh, 46, err, n))
         return -1;
     if (put_f32_(s, a, "attn_logit_softcapping", attn) ||
         put_f32_(s, a, "final_logit_softcapping", fin) ||
@@ -267,27 +263,56 @@ static int gemma2_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl
     return 0;
 }
 
+/* Which Gemma 3 layers slide: sliding_window_pattern (a period), or newer
+ * configs' layer_types, which must follow a period (one full layer last in
+ * each). 0 with *period, or -1. */
+static int gemma3_period_(const pl_hf_json *c, int n_layer, int *period, char *err, size_t n)
+{
+    json_t *lt = pl_hf_json_get(c, "layer_types"), *v;
+    size_t i;
+    if (geti_(c, "sliding_window_pattern", false, 1, 4096, 6, period, err, n))
+        return -1;
+    if (lt && (!json_is_array(lt) || json_array_size(lt) != (size_t)n_layer))
+        return pl_hf_json_fail(c, "layer_types", err, n, "must list num_hidden_layers %d "
+                               "layer types", n_layer);
+    if (lt && !pl_hf_json_get(c, "sliding_window_pattern")) {
+        *period = n_layer + 1;         /* no full layer: every layer slides */
+        json_array_foreach(lt, i, v) {
+            const char *t = json_string_value(v);
+            if (t && !strcmp(t, "full_attention")) {
+                *period = (int)i + 1;
+                break;
+            }
+        }
+    }
+    json_array_foreach(lt, i, v) {
+        const char *t = json_string_value(v);
+        bool slides = t && !strcmp(t, "sliding_attention");
+        if ((!t || (!slides && strcmp(t, "full_attention"))) ||
+            slides != ((int)i % *period < *period - 1))
+            return pl_hf_json_fail(c, "layer_types", err, n, "layer %zu: '%s' does not "
+                                   "follow a full layer every %d", i, t ? t : "?", *period);
+    }
+    return 0;
+}
+
 static int gemma3_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl_gguf_synth *s,
                    char *err, size_t n)
 {
     double local = 10000;
-    int w = 0, pattern = 6;
+    int w = 0, period = 6;
     if (geti_(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
-        geti_(c, "sliding_window_pattern", false, 1, 4096, 6, &pattern, err, n) ||
+        gemma3_period_(c, sh->n_layer, &period, err, n) ||
         getf_(c, "rope_local_base_freq", 1, 1e12, 10000, &local, err, n) ||
-        gemma_query_scale_(c, sh, err, n))
+        gemma_query_scale_(c, sh, 62, err, n))
         return -1;
     if (pl_hf_json_get(c, "attn_logit_softcapping") || pl_hf_json_get(c, "final_logit_softcapping"))
         return pl_hf_json_fail(c, pl_hf_json_get(c, "attn_logit_softcapping")
                                ? "attn_logit_softcapping" : "final_logit_softcapping", err, n,
                                "Gemma 3 has no soft-capping");
-    if (pattern != 6)
-        return pl_hf_json_fail(c, "sliding_window_pattern", err, n, "%d: the GGUF model has "
-                               "5 local layers per global one", pattern);
-    if (local != 10000)
-        return pl_hf_json_fail(c, "rope_local_base_freq", err, n, "%g: the GGUF model's "
-                               "local layers use 10000", local);
-    if (put_u32_(s, a, "attention.sliding_window", w))
+    if (put_u32_(s, a, "attention.sliding_window", w) ||
+        put_u32_(s, a, "attention.sliding_window_pattern", period) ||
+        put_f32_(s, a, "rope.freq_base_swa", local))
         return snprintf(err, n, "out of memory"), -1;
     return 0;
 }
