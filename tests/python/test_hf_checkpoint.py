@@ -92,6 +92,15 @@ def test_family_variants(arch, config, tmp_path):
     assert np.abs(logits(tmp_path / "ckpt", ids) - hc.numpy_logits(m, ids)).max() < 1e-3
 
 
+def test_gemma3_multimodal_checkpoint_text_model(tmp_path):
+    """Gemma3ForConditionalGeneration: the text model from text_config (with
+    transformers' defaults for what it leaves out) and language_model.
+    tensors; the vision tower is left aside."""
+    m = hc.composite_checkpoint(tmp_path / "ckpt")
+    ids = some_ids(m.config["vocab_size"])
+    assert np.abs(logits(tmp_path / "ckpt", ids) - hc.numpy_logits(m, ids)).max() < 1e-3
+
+
 @pytest.mark.parametrize("arch,dtype,shards", [("qwen2", "bf16", 1), ("llama", "f16", 1),
                                                ("mistral", "bf16", 3)])
 def test_dtypes_and_shards(arch, dtype, shards, tmp_path):
