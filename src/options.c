@@ -111,6 +111,10 @@ const pl_option pl_options[] = {
     OPT("cuda-inject", PL_OPT_ENUM, 0, 0, "none", "PARLEY_CUDA_INJECT", "none|capture",
         engine.cuda.inject, M, "CUDA fault injection for tests: capture makes every CUDA graph "
         "capture fail (the runner then steps eagerly)"),
+    OPT("kv-cache-dtype", PL_OPT_ENUM, 0, 0, "auto", "PARLEY_KV_CACHE_DTYPE",
+        "auto|bf16|fp8|fp8_e4m3", engine.cuda.kv_cache_dtype, M,
+        "CUDA: K/V cache element type, as vLLM's flag: auto (bf16), or fp8 (= fp8_e4m3: OCP "
+        "E4M3 with a scale per KV head, twice the tokens in the same memory)"),
     OPT("load-threads", PL_OPT_INT, 0, 1024, "0", "PARLEY_LOAD_THREADS", NULL,
         engine.cuda.load_threads, M, "CUDA: threads converting weights at load (0 = the online "
         "CPUs, at most 32)"),

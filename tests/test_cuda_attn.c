@@ -1,346 +1,223 @@
-/* test_cuda_attn.c - paged KV write, decode attention and prefill
- * attention (with a cached prefix) against pl_op_attention, for GQA
- * shapes with head_dim 64 and 128. The reference reads the same
- * bf16-rounded K/V; the output is bf16, so the bound is TOL_ATTN. */
-#include "tests/cuda_test_util.h"
+/* test_cuda_attn.c - the paged KV write and every attention kernel kind
+ * (decode: one block per row, over a row list, split-KV with a warp per
+ * key, with 16 lanes per key, on tensor cores, each with 1, 3, 8 splits and
+ * the planned count; prefill: tiled on CUDA cores and on tensor cores, over
+ * all sequences and over a sequence list) through the same cases, against
+ * the float64 reference of cuda_attn_fix.c: cached prefixes, contexts to
+ * 4,096 (many tiles per warp), unmapped blocks (-1 and past the pool),
+ * large logits, sliding windows, soft-capping, head_dim 64/128/256, block
+ * sizes 8 to 64, bf16 and fp8 caches. Outputs are poisoned first: a row
+ * not asked for must stay poisoned, every other must be within TOL_ATTN
+ * (normalised max error; the outputs are bf16). Host-only tests (argument
+ * checks, the split plan) run without a GPU. */
+#include "tests/cuda_attn_fix.h"
 
-#include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/attn_plan.h"
 #include "backends/engine/cuda/attn_prefill.cuh"
 #include "backends/engine/cuda/kv_write.cuh"
 
 #define TOL_ATTN 1e-2
-#define BS 16
 
-typedef struct attn_case {
-    int n_head, n_kv, hd;
-    int n_seqs;
-    int ctx[3];                  /* tokens in KV per sequence after the step */
-    int new_rows[3];             /* rows of this step per sequence (the last ones) */
-} attn_case;
+static const char *const split_name[] = {"split", "split16", "mma"};
 
-typedef struct attn_fix {
-    attn_case c;
-    int mb, n_blocks, n_rows, qkv_dim;
-    int32_t *bt, *pos, *row_seq, *first, *nrows;
-    float *qkv;                  /* (n_rows, qkv_dim) this step's rows */
-    float *kpool, *vpool;        /* (n_blocks, BS, n_kv, hd) reference, bf16-rounded */
-    /* device */
-    pl_bf16 *dk, *dv;
-    float *dqkv;
-    int32_t *dbt, *dpos, *drs, *dfirst, *dnrows;
-} attn_fix;
-
-/* Random K/V for every position: earlier positions written straight into
- * the device cache (the "cached prefix"), this step's through kv_write. */
-static void fix_init(attn_fix *f, attn_case c)
+/* Every other row (decode lists) or the rows of every other sequence
+ * (prefill lists). */
+static bool *alternate(const attn_fix *f, bool by_seq)
 {
-    memset(f, 0, sizeof *f);
-    f->c = c;
-    f->mb = 8;
-    f->n_blocks = c.n_seqs * f->mb + 3;
-    int kvw = c.n_kv * c.hd;
-    f->qkv_dim = (c.n_head + 2 * c.n_kv) * c.hd;
-    size_t pool = (size_t)f->n_blocks * BS * kvw;
-    f->kpool = calloc(pool, sizeof(float));
-    f->vpool = calloc(pool, sizeof(float));
-    f->bt = malloc(sizeof(int32_t) * c.n_seqs * f->mb);
-    for (int i = 0; i < c.n_seqs * f->mb; i++)  /* scattered, not in order */
-        f->bt[i] = (i * 7 + 3) % f->n_blocks;
-    for (int s = 0; s < c.n_seqs; s++)
-        f->n_rows += c.new_rows[s];
-    f->pos = malloc(sizeof(int32_t) * f->n_rows);
-    f->row_seq = malloc(sizeof(int32_t) * f->n_rows);
-    f->first = malloc(sizeof(int32_t) * c.n_seqs);
-    f->nrows = malloc(sizeof(int32_t) * c.n_seqs);
-    f->qkv = malloc(sizeof(float) * f->n_rows * f->qkv_dim);
-    tu_fill(f->qkv, (size_t)f->n_rows * f->qkv_dim, 1.0f);
-    int r = 0;
-    for (int s = 0; s < c.n_seqs; s++) {
-        f->first[s] = r;
-        f->nrows[s] = c.new_rows[s];
-        for (int t = 0; t < c.ctx[s]; t++) {
-            int blk = f->bt[s * f->mb + t / BS];
-            size_t off = ((size_t)blk * BS + t % BS) * kvw;
-            bool is_new = t >= c.ctx[s] - c.new_rows[s];
-            if (is_new) {
-                f->pos[r] = t;
-                f->row_seq[r] = s;
-                float *row = f->qkv + (size_t)r * f->qkv_dim;
-                memcpy(f->kpool + off, row + c.n_head * c.hd, sizeof(float) * kvw);
-                memcpy(f->vpool + off, row + (c.n_head + c.n_kv) * c.hd, sizeof(float) * kvw);
-                r++;
-            } else {
-                tu_fill(f->kpool + off, kvw, 1.0f);
-                tu_fill(f->vpool + off, kvw, 1.0f);
-            }
-        }
-    }
-    /* The device cache starts with this step's slots zeroed: kv_write fills them. */
-    float *zk = malloc(sizeof(float) * pool), *zv = malloc(sizeof(float) * pool);
-    memcpy(zk, f->kpool, sizeof(float) * pool);
-    memcpy(zv, f->vpool, sizeof(float) * pool);
-    for (int i = 0; i < f->n_rows; i++) {
-        int t = f->pos[i], blk = f->bt[f->row_seq[i] * f->mb + t / BS];
-        memset(zk + ((size_t)blk * BS + t % BS) * kvw, 0, sizeof(float) * kvw);
-        memset(zv + ((size_t)blk * BS + t % BS) * kvw, 0, sizeof(float) * kvw);
-    }
-    f->dk = tu_dev_bf16(zk, pool);
-    f->dv = tu_dev_bf16(zv, pool);
-    free(zk);
-    free(zv);
-    tu_round_bf16(f->kpool, pool);
-    tu_round_bf16(f->vpool, pool);
-    f->dqkv = tu_dev(f->qkv, sizeof(float) * f->n_rows * f->qkv_dim);
-    f->dbt = tu_dev(f->bt, sizeof(int32_t) * c.n_seqs * f->mb);
-    f->dpos = tu_dev(f->pos, sizeof(int32_t) * f->n_rows);
-    f->drs = tu_dev(f->row_seq, sizeof(int32_t) * f->n_rows);
-    f->dfirst = tu_dev(f->first, sizeof(int32_t) * c.n_seqs);
-    f->dnrows = tu_dev(f->nrows, sizeof(int32_t) * c.n_seqs);
+    bool *on = malloc(sizeof(bool) * f->n_rows);
+    for (int r = 0; r < f->n_rows; r++)
+        on[r] = by_seq ? f->row_seq[r] % 2 == 0 : r % 2 == 0;
+    return on;
 }
 
-static void fix_free(attn_fix *f)
+static void check_rows_kernel(attn_fix *f, const float *ref, bool list)
 {
-    cudaFree(f->dk); cudaFree(f->dv); cudaFree(f->dqkv); cudaFree(f->dbt);
-    cudaFree(f->dpos); cudaFree(f->drs); cudaFree(f->dfirst); cudaFree(f->dnrows);
-    free(f->bt); free(f->pos); free(f->row_seq); free(f->first); free(f->nrows);
-    free(f->qkv); free(f->kpool); free(f->vpool);
-}
-
-static pl_kv_geom fix_geom(const attn_fix *f)
-{
-    return (pl_kv_geom){.n_kv_heads = f->c.n_kv, .head_dim = f->c.hd, .block_size = BS,
-                        .max_blocks_per_seq = f->mb, .n_blocks = f->n_blocks};
-}
-
-/* Reference output (n_rows, n_head*hd) from the fp32 pools. */
-static void reference(const attn_fix *f, float *out)
-{
-    const attn_case *c = &f->c;
-    int g = c->n_head / c->n_kv, kvw = c->n_kv * c->hd;
-    float *scratch = malloc(sizeof(float) * g * 128);
-    for (int r = 0; r < f->n_rows; r++) {
-        int s = f->row_seq[r];
-        for (int kh = 0; kh < c->n_kv; kh++) {
-            pl_attn_args a = {.k_base = f->kpool + kh * c->hd, .v_base = f->vpool + kh * c->hd,
-                              .block_table = f->bt + s * f->mb, .block_size = BS,
-                              .block_stride = (size_t)BS * kvw, .row_stride = (size_t)kvw,
-                              .head_dim = c->hd, .scale = 1.0f / sqrtf((float)c->hd)};
-            const float *q = f->qkv + (size_t)r * f->qkv_dim + (size_t)kh * g * c->hd;
-            pl_op_attention(&a, q, g, f->pos[r] + 1,
-                            out + (size_t)r * c->n_head * c->hd + (size_t)kh * g * c->hd,
-                            scratch);
-        }
-    }
-    free(scratch);
-}
-
-enum { MODE_DECODE, MODE_PREFILL, MODE_SPLIT, MODE_ROWS, MODE_SPLIT16, MODE_MMA };
-
-/* Prefill launches (MODE_PREFILL, MODE_ROWS' sequence lists) go through the
- * tensor-core kernel when set (one Criterion test process each). */
-static bool g_prefill_mma;
-
-static int prefill_seqs(const float *q, int q_stride, const int32_t *positions,
-                        const int32_t *seqs, const int32_t *first, const int32_t *nrows,
-                        const int32_t *bt, pl_kv_geom g, const pl_bf16 *kc, const pl_bf16 *vc,
-                        pl_bf16 *out, int n_seqs, int max_rows, int n_heads, float scale)
-{
-    return pl_cuda_attn_prefill_seqs(q, q_stride, positions, seqs, first, nrows, bt, g, kc, vc,
-                                     out, n_seqs, max_rows, n_heads, scale, g_prefill_mma, 0);
-}
-
-/* MODE_SPLIT (MODE_SPLIT16, MODE_MMA): the split-KV grouped kernel (with 16
- * lanes per key, on tensor cores) with n_splits (0: the heuristic for 132
- * SMs); MODE_ROWS: decode over every other row only (a row list), prefill
- * over every other sequence (a sequence list); the others stay 0. */
-static void launch_mode(attn_fix *f, int mode, int n_splits, pl_bf16 *dout, float scale)
-{
-    const attn_case *c = &f->c;
-    pl_kv_geom g = fix_geom(f);
-    if (mode == MODE_SPLIT || mode == MODE_SPLIT16 || mode == MODE_MMA) {
-        int ns = n_splits ? n_splits : pl_cuda_attn_split_count(f->n_rows, c->n_kv, 132);
-        size_t wsn = pl_cuda_attn_split_ws(f->n_rows, c->n_head, c->hd, ns);
-        float *ws = wsn ? tu_dev(NULL, wsn * sizeof(float)) : NULL;
-        pl_split_kind kind = mode == MODE_SPLIT ? PL_SPLIT_WARP
-                             : mode == MODE_MMA ? PL_SPLIT_MMA : PL_SPLIT_HALF;
-        OK(pl_cuda_attn_decode_split(f->dqkv, f->qkv_dim, f->dpos, NULL, f->drs, f->dbt, g,
-                                     f->dk, f->dv, dout, f->n_rows, c->n_head, scale, ns, ws,
-                                     kind, 0));
-        CU(cudaDeviceSynchronize());
-        cudaFree(ws);
-        return;
-    }
-    int32_t list[64];
+    pl_bf16 *dout = af_poisoned_out(f);
+    pl_attn_step s = af_step(f, dout);
+    int32_t *rows = malloc(sizeof(int32_t) * f->n_rows);
     int n = 0;
-    if (f->c.new_rows[0] == 1) {     /* decode rows: every other row */
-        for (int r = 0; r < f->n_rows; r += 2)
-            list[n++] = r;
-        int32_t *dl = tu_dev(list, sizeof(int32_t) * n);
-        OK(pl_cuda_attn_decode_rows(f->dqkv, f->qkv_dim, f->dpos, dl, f->drs, f->dbt, g, f->dk,
-                                    f->dv, dout, n, c->n_head, scale, 0));
-        CU(cudaDeviceSynchronize());
-        cudaFree(dl);
-        return;
-    }
-    int mx = 0;
-    for (int s = 0; s < c->n_seqs; s += 2) {
-        list[n++] = s;
-        mx = c->new_rows[s] > mx ? c->new_rows[s] : mx;
-    }
-    int32_t *dl = tu_dev(list, sizeof(int32_t) * n);
-    OK(prefill_seqs(f->dqkv, f->qkv_dim, f->dpos, dl, f->dfirst, f->dnrows, f->dbt, g, f->dk,
-                    f->dv, dout, n, mx, c->n_head, scale));
-    CU(cudaDeviceSynchronize());
+    for (int r = 0; r < f->n_rows && list; r += 2)
+        rows[n++] = r;
+    int32_t *dl = list ? tu_dev(rows, sizeof(int32_t) * n) : NULL;
+    free(rows);
+    OK(pl_cuda_attn_decode_rows(&s, af_geom(f), af_layer(f), f->o, dl, list ? n : f->n_rows, 0));
+    bool *on = list ? alternate(f, false) : NULL;
+    af_check(f, dout, ref, on, TOL_ATTN, list ? "rows (row list)" : "rows");
+    free(on);
     cudaFree(dl);
+    cudaFree(dout);
 }
 
-/* Rows the MODE_ROWS launch did not cover are zeroed in the reference. */
-static void mask_rows(const attn_fix *f, float *ref)
+/* ns 0: the planned count for this GPU. */
+static void check_split_kernel(attn_fix *f, const float *ref, pl_split_kind kind, int ns)
 {
-    size_t w = (size_t)f->c.n_head * f->c.hd;
-    for (int r = 0; r < f->n_rows; r++) {
-        bool on = f->c.new_rows[0] == 1 ? r % 2 == 0 : f->row_seq[r] % 2 == 0;
-        if (!on)
-            memset(ref + r * w, 0, sizeof(float) * w);
+    const attn_case *c = &f->c;
+    if (!pl_cuda_attn_split_supported(kind, c->n_head, c->n_kv, c->hd))
+        return;
+    if (ns == 0) {
+        int n_sm = 0, bpsm = pl_cuda_attn_split_occupancy(kind, c->n_head, c->n_kv, c->hd,
+                                                          c->dtype);
+        cr_assert_gt(bpsm, 0, "occupancy: %s", pl_cuda_last_error());
+        CU(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+        ns = pl_cuda_attn_split_plan(f->n_rows * c->n_kv, bpsm, n_sm, PL_ATTN_MAX_SPLITS);
     }
+    size_t wsn = pl_cuda_attn_split_ws(f->n_rows, c->n_head, c->hd, ns);
+    float *ws = wsn ? tu_dev(NULL, wsn * sizeof(float)) : NULL;
+    pl_bf16 *dout = af_poisoned_out(f);
+    pl_attn_step s = af_step(f, dout);
+    OK(pl_cuda_attn_decode_split(&s, af_geom(f), af_layer(f), f->o, NULL, f->n_rows, ns, ws,
+                                 kind, 0));
+    char what[64];
+    snprintf(what, sizeof what, "%s, %d splits", split_name[kind], ns);
+    af_check(f, dout, ref, NULL, TOL_ATTN, what);
+    cudaFree(ws);
+    cudaFree(dout);
 }
 
-static void run_case_mode(attn_case c, int mode, int n_splits)
+static void check_prefill_kernel(attn_fix *f, const float *ref, bool mma, bool list)
+{
+    const attn_case *c = &f->c;
+    if (mma && !pl_cuda_attn_prefill_mma_supported(c->hd))
+        return;
+    int32_t seqs[AF_MAX_SEQS];
+    int n = 0, mx = 0;
+    for (int q = 0; q < c->n_seqs; q += list ? 2 : 1) {
+        seqs[n++] = q;
+        mx = c->new_rows[q] > mx ? c->new_rows[q] : mx;
+    }
+    int32_t *dl = list ? tu_dev(seqs, sizeof(int32_t) * n) : NULL;
+    pl_bf16 *dout = af_poisoned_out(f);
+    pl_attn_step s = af_step(f, dout);
+    OK(pl_cuda_attn_prefill_seqs(&s, af_geom(f), af_layer(f), f->o, dl, f->dfirst, f->dnrows,
+                                 n, mx, mma, 0));
+    bool *on = list ? alternate(f, true) : NULL;
+    af_check(f, dout, ref, on, TOL_ATTN,
+             mma ? (list ? "prefill mma (list)" : "prefill mma")
+                 : (list ? "prefill tiled (list)" : "prefill tiled"));
+    free(on);
+    cudaFree(dl);
+    cudaFree(dout);
+}
+
+/* One case through every kind: the cache written once (and its bytes
+ * checked), the references by q rounding (fp32 for CUDA cores, 16 bits
+ * for tensor cores). */
+static void run_all_kinds(attn_case c)
 {
     attn_fix f;
-    fix_init(&f, c);
-    pl_kv_geom g = fix_geom(&f);
-    size_t pool = (size_t)f.n_blocks * BS * c.n_kv * c.hd;
-    OK(pl_cuda_kv_write(f.dqkv, f.qkv_dim, c.n_head * c.hd, (c.n_head + c.n_kv) * c.hd,
-                        f.dpos, f.drs, f.dbt, g, f.dk, f.dv, f.n_rows, 0));
-    float *kb = malloc(sizeof(float) * pool);
-    tu_get_bf16(kb, f.dk, pool);
-    cr_assert_leq(tu_nerr(kb, f.kpool, pool), 0.0, "kv_write must store exactly bf16(k)");
-    tu_get_bf16(kb, f.dv, pool);
-    cr_assert_leq(tu_nerr(kb, f.vpool, pool), 0.0, "kv_write must store exactly bf16(v)");
-    free(kb);
-    size_t on = (size_t)f.n_rows * c.n_head * c.hd;
-    float *ref = malloc(sizeof(float) * on), *got = malloc(sizeof(float) * on);
-    pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * on);
-    float scale = 1.0f / sqrtf((float)c.hd);
-    int prefill = mode == MODE_PREFILL;
-    if (mode == MODE_SPLIT || mode == MODE_SPLIT16 || mode == MODE_MMA || mode == MODE_ROWS) {
-        launch_mode(&f, mode, n_splits, dout, scale);
-    } else if (prefill) {
-        int mx = 0;
-        for (int s = 0; s < c.n_seqs; s++)
-            mx = c.new_rows[s] > mx ? c.new_rows[s] : mx;
-        OK(prefill_seqs(f.dqkv, f.qkv_dim, f.dpos, NULL, f.dfirst, f.dnrows, f.dbt, g, f.dk,
-                        f.dv, dout, c.n_seqs, mx, c.n_head, scale));
-    } else {
-        OK(pl_cuda_attn_decode(f.dqkv, f.qkv_dim, f.dpos, f.drs, f.dbt, g, f.dk, f.dv, dout,
-                               f.n_rows, c.n_head, scale, 0));
+    af_init(&f, c);
+    af_write_and_check(&f);
+    size_t n = (size_t)f.n_rows * c.n_head * c.hd;
+    float *ref32 = malloc(sizeof(float) * n), *ref16 = malloc(sizeof(float) * n);
+    af_reference(&f, AF_Q_F32, ref32);
+    af_reference(&f, c.dtype == PL_KV_FP8 ? AF_Q_F16 : AF_Q_BF16, ref16);
+    check_rows_kernel(&f, ref32, false);
+    check_rows_kernel(&f, ref32, true);
+    int splits[] = {1, 3, 8, 0};
+    for (int i = 0; i < 4; i++) {
+        check_split_kernel(&f, ref32, PL_SPLIT_WARP, splits[i]);
+        check_split_kernel(&f, ref32, PL_SPLIT_HALF, splits[i]);
+        check_split_kernel(&f, ref16, PL_SPLIT_MMA, splits[i]);
     }
-    tu_get_bf16(got, dout, on);
-    reference(&f, ref);
-    if (mode == MODE_ROWS)
-        mask_rows(&f, ref);
-    cr_assert_leq(tu_nerr(got, ref, on), TOL_ATTN, "heads %d/%d hd %d mode %d splits %d",
-                  c.n_head, c.n_kv, c.hd, mode, n_splits);
-    cudaFree(dout);
-    free(ref); free(got);
-    fix_free(&f);
+    for (int list = 0; list < 2; list++) {
+        check_prefill_kernel(&f, ref32, false, list);
+        check_prefill_kernel(&f, ref16, true, list);
+    }
+    free(ref32);
+    free(ref16);
+    af_free(&f);
 }
 
-static void run_case(attn_case c, int prefill)
-{
-    run_case_mode(c, prefill ? MODE_PREFILL : MODE_DECODE, 0);
-}
+#define CASE(...) ((attn_case){__VA_ARGS__})
 
-Test(cuda_attn, decode_matches_reference)
+/* The decode shapes and cached-prefix prefills of earlier issues: groups
+ * of 1, 3, 4, 8 query heads, MQA, odd key counts against the 16- and
+ * 32-key tiles and the two key streams of split16. */
+Test(cuda_attn, base_cases_every_kind)
 {
     SKIP_WITHOUT_GPU();
     tu_seed(7);
-    run_case((attn_case){9, 3, 64, 3, {1, 17, 100}, {1, 1, 1}}, 0);
-    run_case((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, 0);
-    run_case((attn_case){4, 4, 64, 1, {16}, {1}}, 0);
+    run_all_kinds(CASE(9, 3, 64, 3, {1, 17, 100}, {1, 1, 1}));
+    run_all_kinds(CASE(32, 8, 128, 2, {33, 128}, {1, 1}));
+    run_all_kinds(CASE(8, 1, 64, 1, {128}, {1}));
+    run_all_kinds(CASE(4, 4, 64, 2, {5, 77}, {1, 1}));
+    run_all_kinds(CASE(64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}));
+    run_all_kinds(CASE(9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}));
+    run_all_kinds(CASE(32, 8, 128, 2, {100, 37}, {64, 37}));
+    run_all_kinds(CASE(8, 1, 64, 1, {33}, {33}));
+    run_all_kinds(CASE(16, 4, 128, 3, {1, 65, 127}, {1, 65, 3}));
 }
 
-Test(cuda_attn, decode_kernel_handles_many_rows_per_sequence)
+/* Contexts to 4,096: a warp's many tiles (the rescaling across tiles and
+ * the cp.async stages), several splits of many pages. */
+Test(cuda_attn, long_contexts_many_tiles_per_warp)
 {
     SKIP_WITHOUT_GPU();
-    tu_seed(8);  /* the decode kernel is correct (if slower) for prefill rows too */
-    run_case((attn_case){9, 3, 64, 2, {20, 50}, {20, 9}}, 0);
+    tu_seed(11);
+    run_all_kinds(CASE(32, 8, 128, 3, {4096, 1500, 544}, {1, 1, 1}));
+    run_all_kinds(CASE(8, 2, 64, 2, {4096, 2049}, {1, 1}));
+    run_all_kinds(CASE(8, 2, 128, 1, {1500}, {200}));
 }
 
-Test(cuda_attn, prefill_matches_reference_with_cached_prefix)
+/* Unmapped pages (-1 and ids past the pool) are left out of the softmax,
+ * in the prefix and under this step's rows. */
+Test(cuda_attn, unmapped_blocks_are_left_out)
 {
     SKIP_WITHOUT_GPU();
-    tu_seed(9);
-    run_case((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, 1);   /* 88-token prefix */
-    run_case((attn_case){32, 8, 128, 2, {100, 37}, {64, 37}}, 1);
-    run_case((attn_case){8, 1, 64, 1, {33}, {33}}, 1);                 /* MQA */
+    tu_seed(13);
+    run_all_kinds(CASE(8, 2, 128, 2, {700, 300}, {1, 1}, .holes = 3));
+    run_all_kinds(CASE(8, 2, 64, 1, {300}, {150}, .holes = 4));
+    run_all_kinds(CASE(4, 1, 128, 2, {40, 16}, {1, 16}, .holes = 1));  /* nothing mapped */
 }
 
-/* A split-KV decode kernel against the same C reference (pl_op_attention),
- * one split and several (the merge), groups of 1, 4 and 8 query heads,
- * head_dim 64 and 128; contexts shorter than the splits, and odd key
- * counts against the two key streams of a split16 warp and the 32-key
- * tiles of the mma kernel (1, 2, 3, 9, 31 keys per split). */
-static void split_variant_cases(int mode)
-{
-    int splits[] = {1, 3, 8, 0};
-    for (int i = 0; i < 4; i++) {
-        run_case_mode((attn_case){8, 2, 64, 3, {1, 17, 100}, {1, 1, 1}}, mode, splits[i]);
-        run_case_mode((attn_case){32, 8, 128, 2, {33, 128}, {1, 1}}, mode, splits[i]);
-        run_case_mode((attn_case){8, 1, 64, 1, {128}, {1}}, mode, splits[i]);
-        run_case_mode((attn_case){4, 4, 64, 2, {5, 77}, {1, 1}}, mode, splits[i]);
-        run_case_mode((attn_case){64, 8, 128, 3, {2, 3, 31}, {1, 1, 1}}, mode, splits[i]);
-    }
-}
-
-Test(cuda_attn, split_kv_decode_matches_reference)
+/* Scores in the hundreds: the online softmax must not overflow. */
+Test(cuda_attn, large_logits)
 {
     SKIP_WITHOUT_GPU();
     tu_seed(17);
-    split_variant_cases(MODE_SPLIT);
+    run_all_kinds(CASE(16, 4, 128, 2, {1024, 77}, {1, 1}, .qmag = 60.0f));
+    run_all_kinds(CASE(8, 8, 64, 1, {200}, {100}, .qmag = 100.0f));
 }
 
-Test(cuda_attn, split16_decode_matches_reference)
+/* Gemma's attention: head_dim 256, sliding windows, soft-capping, alone
+ * and together, decode and prefill. */
+Test(cuda_attn, head_dim_256_window_and_softcap)
 {
     SKIP_WITHOUT_GPU();
-    tu_seed(21);
-    split_variant_cases(MODE_SPLIT16);
+    tu_seed(19);
+    run_all_kinds(CASE(4, 1, 256, 2, {300, 2049}, {1, 1}));
+    run_all_kinds(CASE(16, 8, 256, 2, {1000, 40}, {1, 1}, .window = 256));
+    run_all_kinds(CASE(8, 4, 256, 1, {600}, {1}, .softcap = 50.0f, .qmag = 30.0f));
+    run_all_kinds(CASE(8, 4, 256, 2, {600, 100}, {300, 100}, .window = 128, .softcap = 50.0f,
+                       .qmag = 8.0f));
+    run_all_kinds(CASE(32, 8, 128, 2, {900, 70}, {1, 70}, .window = 64));
 }
 
-Test(cuda_attn, mma_decode_matches_reference)
+Test(cuda_attn, block_sizes)
 {
     SKIP_WITHOUT_GPU();
     tu_seed(23);
-    split_variant_cases(MODE_MMA);
+    run_all_kinds(CASE(16, 4, 128, 2, {333, 64}, {1, 64}, .bs = 8));
+    run_all_kinds(CASE(16, 4, 128, 2, {333, 64}, {1, 64}, .bs = 32));
+    run_all_kinds(CASE(8, 8, 64, 2, {1000, 3}, {1, 3}, .bs = 64, .holes = 2));
 }
 
-/* The tensor-core prefill kernel on the prefill cases: cached prefixes,
- * groups of 3 and 4 query heads, MQA, more than 64 rows and keys (two row
- * and key tiles), a full 128-row prompt at head_dim 128, and a sequence
- * list (a mixed step's prefill part). */
-Test(cuda_attn, prefill_mma_matches_reference)
+/* fp8 caches: kv_write's bytes equal the host codec's (src/base/fp8.h),
+ * every kernel reads them with the per-head scales (saturation included:
+ * the values reach 1 / scale = 20 x the largest e4m3 at 0.05 x 448). */
+Test(cuda_attn, fp8_cache_every_kind)
 {
     SKIP_WITHOUT_GPU();
-    tu_seed(22);
-    g_prefill_mma = true;
-    run_case((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, 1);
-    run_case((attn_case){32, 8, 128, 2, {100, 37}, {64, 37}}, 1);
-    run_case((attn_case){8, 1, 64, 1, {33}, {33}}, 1);
-    run_case((attn_case){32, 8, 128, 1, {128}, {128}}, 1);
-    run_case((attn_case){16, 4, 128, 3, {1, 65, 127}, {1, 65, 3}}, 1);
-    run_case_mode((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, MODE_ROWS, 0);
-    g_prefill_mma = false;
-}
-
-/* A mixed step's lists: decode over a row list, prefill over a sequence list. */
-Test(cuda_attn, row_and_sequence_lists)
-{
-    SKIP_WITHOUT_GPU();
-    tu_seed(18);
-    run_case_mode((attn_case){9, 3, 64, 3, {1, 17, 100}, {1, 1, 1}}, MODE_ROWS, 0);
-    run_case_mode((attn_case){9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}}, MODE_ROWS, 0);
+    tu_seed(29);
+    run_all_kinds(CASE(32, 8, 128, 2, {33, 128}, {1, 1}, .dtype = PL_KV_FP8, .kscale = 0.05f,
+                       .vscale = 0.02f));
+    run_all_kinds(CASE(32, 8, 128, 3, {4096, 700, 544}, {1, 1, 1}, .dtype = PL_KV_FP8,
+                       .holes = 5));
+    run_all_kinds(CASE(9, 3, 64, 3, {70, 5, 128}, {70, 1, 40}, .dtype = PL_KV_FP8,
+                       .kscale = 0.01f, .vscale = 0.01f));
+    run_all_kinds(CASE(8, 4, 256, 2, {600, 100}, {300, 100}, .window = 128, .softcap = 50.0f,
+                       .dtype = PL_KV_FP8, .kscale = 0.001f, .vscale = 0.5f));
 }
 
 /* More sequences than gridDim.z allows (65535): every sequence one row at
@@ -348,8 +225,8 @@ Test(cuda_attn, row_and_sequence_lists)
 Test(cuda_attn, prefill_grid_tiles_past_65535_sequences)
 {
     SKIP_WITHOUT_GPU();
-    tu_seed(19);
-    const int S = 65535 + 700, H = 2, KV = 1, HD = 64, QKV = (H + 2 * KV) * HD;
+    tu_seed(31);
+    const int S = 65535 + 700, H = 2, KV = 1, HD = 64, QKV = (H + 2 * KV) * HD, BS = 16;
     float *qkv = malloc(sizeof(float) * (size_t)S * QKV);
     int32_t *idx = malloc(sizeof(int32_t) * S), *zero = calloc(S, sizeof(int32_t));
     int32_t *ones = malloc(sizeof(int32_t) * S);
@@ -363,23 +240,117 @@ Test(cuda_attn, prefill_grid_tiles_past_65535_sequences)
     float *dq = tu_dev(qkv, sizeof(float) * (size_t)S * QKV);
     int32_t *dbt = tu_dev(idx, sizeof(int32_t) * S), *drs = tu_dev(idx, sizeof(int32_t) * S);
     int32_t *dpos = tu_dev(zero, sizeof(int32_t) * S), *dn = tu_dev(ones, sizeof(int32_t) * S);
-    pl_bf16 *dk = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD);
-    pl_bf16 *dv = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD);
+    pl_kv_layer kv = {.k = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD),
+                      .v = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * BS * KV * HD)};
     pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * (size_t)S * H * HD);
-    OK(pl_cuda_kv_write(dq, QKV, H * HD, (H + KV) * HD, dpos, drs, dbt, g, dk, dv, S, 0));
-    OK(pl_cuda_attn_prefill(dq, QKV, dpos, drs, dn, dbt, g, dk, dv, dout, S, 1, H, 0.125f, 0));
+    OK(pl_cuda_kv_write(dq, QKV, H * HD, (H + KV) * HD, dpos, drs, dbt, g, kv, S, 0));
+    pl_attn_step st = {.q = dq, .q_stride = QKV, .n_heads = H, .positions = dpos,
+                       .row_seq = drs, .block_table = dbt, .out = dout};
     float *got = malloc(sizeof(float) * (size_t)S * H * HD);
-    tu_get_bf16(got, dout, (size_t)S * H * HD);
-    double worst = 0;
-    for (int s = 0; s < S; s++)
-        for (int h = 0; h < H; h++)
-            for (int d = 0; d < HD; d++) {
-                float v = pl_bf16_to_fp32(pl_fp32_to_bf16(qkv[(size_t)s * QKV + (H + KV) * HD + d]));
-                double e = fabs(got[((size_t)s * H + h) * HD + d] - v);
-                worst = e > worst ? e : worst;
-            }
-    cr_assert_leq(worst, 0.0, "sequence past 65535 not computed (max error %g)", worst);
+    for (int mma = 0; mma < 2; mma++) {
+        CU(cudaMemset(dout, 0xff, sizeof(pl_bf16) * (size_t)S * H * HD));
+        OK(pl_cuda_attn_prefill_seqs(&st, g, kv, pl_attn_plain(0.125f), NULL, drs, dn, S, 1,
+                                     mma, 0));
+        tu_get_bf16(got, dout, (size_t)S * H * HD);
+        double worst = 0;
+        for (int s = 0; s < S; s++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < HD; d++) {
+                    float v = pl_bf16_to_fp32(pl_fp32_to_bf16(qkv[(size_t)s * QKV
+                                                                  + (H + KV) * HD + d]));
+                    double e = fabs(got[((size_t)s * H + h) * HD + d] - v);
+                    worst = e > worst || isnan(e) ? (isnan(e) ? INFINITY : e) : worst;
+                }
+        cr_assert_leq(worst, 0.0, "mma %d: sequence past 65535 not computed (max error %g)",
+                      mma, worst);
+    }
     cudaFree(dq); cudaFree(dbt); cudaFree(drs); cudaFree(dpos); cudaFree(dn);
-    cudaFree(dk); cudaFree(dv); cudaFree(dout);
+    cudaFree(kv.k); cudaFree(kv.v); cudaFree(dout);
     free(qkv); free(idx); free(zero); free(ones); free(got);
+}
+
+/* ---- host only: no GPU needed ---- */
+
+/* The entry points refuse what their kernels cannot do before touching
+ * the device: a block size that is not a power of two, head sizes and
+ * groups without a kernel, options out of range. */
+Test(cuda_attn, bad_arguments_are_refused_without_touching_the_device)
+{
+    int32_t dummy[4];
+    pl_bf16 out[4];
+    float q[4];
+    pl_attn_step s = {.q = q, .q_stride = 8 * 128, .n_heads = 8, .positions = dummy,
+                      .row_seq = dummy, .block_table = dummy, .out = out};
+    pl_kv_layer kv = {.k = dummy, .v = dummy};
+    pl_kv_geom g = {.n_kv_heads = 2, .head_dim = 128, .block_size = 24, .max_blocks_per_seq = 4,
+                    .n_blocks = 8};
+    pl_attn_opts o = pl_attn_plain(0.1f);
+    cr_assert_eq(pl_cuda_attn_decode_rows(&s, g, kv, o, NULL, 1, 0), -1);
+    cr_assert(strstr(pl_cuda_last_error(), "block_size"), "%s", pl_cuda_last_error());
+    cr_assert_eq(pl_cuda_attn_decode_split(&s, g, kv, o, NULL, 1, 1, NULL, PL_SPLIT_MMA, 0), -1);
+    cr_assert_eq(pl_cuda_attn_prefill_seqs(&s, g, kv, o, NULL, dummy, dummy, 1, 1, true, 0), -1);
+    g.block_size = 16;
+    g.head_dim = 96;
+    cr_assert_eq(pl_cuda_attn_decode_split(&s, g, kv, o, NULL, 1, 1, NULL, PL_SPLIT_WARP, 0),
+                 -1);
+    cr_assert_eq(pl_cuda_attn_prefill_seqs(&s, g, kv, o, NULL, dummy, dummy, 1, 1, true, 0), -1);
+    g.head_dim = 128;
+    o.softcap = -1.0f;
+    cr_assert_eq(pl_cuda_attn_decode_rows(&s, g, kv, o, NULL, 1, 0), -1);
+    o = pl_attn_plain(0.1f);
+    cr_assert_eq(pl_cuda_attn_decode_split(&s, g, kv, o, NULL, 1, PL_ATTN_MAX_SPLITS + 1, q,
+                                           PL_SPLIT_WARP, 0), -1);
+    cr_assert_eq(pl_cuda_attn_decode_split(&s, g, kv, o, NULL, 1, 2, NULL, PL_SPLIT_WARP, 0),
+                 -1, "several splits need a workspace");
+    g.dtype = (pl_kv_dtype)7;
+    cr_assert_eq(pl_cuda_kv_write(q, 1024, 0, 512, dummy, dummy, dummy, g, kv, 1, 0), -1);
+}
+
+Test(cuda_attn, kernel_shapes_supported)
+{
+    cr_assert(pl_cuda_attn_split_supported(PL_SPLIT_WARP, 32, 8, 128));
+    cr_assert(pl_cuda_attn_split_supported(PL_SPLIT_WARP, 16, 8, 256));
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_WARP, 9, 3, 64), "no G = 3 kernel");
+    cr_assert(pl_cuda_attn_split_supported(PL_SPLIT_MMA, 9, 3, 64), "MMA: any G <= 8");
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_MMA, 16, 1, 64), "MMA: G > 8");
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_HALF, 32, 4, 256));
+    cr_assert(pl_cuda_attn_split_supported(PL_SPLIT_HALF, 16, 4, 256));
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_MMA, 8, 3, 128), "not a multiple");
+    cr_assert(pl_cuda_attn_prefill_mma_supported(256));
+    cr_assert(!pl_cuda_attn_prefill_mma_supported(96));
+}
+
+/* The split plan (attn_plan.c): the fewest splits filling >= 90 % of the
+ * waves, else the best fill. H100: 132 SMs. */
+Test(cuda_attn_plan, splits_fill_whole_waves)
+{
+    /* 8B at 256 rows: 2048 units, 7 blocks/SM: 1 split is 2.22 waves (74 %),
+     * 2 give 4.43 (89 %), 3 give 6.65 waves of 7 (95 %). */
+    cr_assert_eq(pl_cuda_attn_split_plan(256 * 8, 7, 132, 32), 3);
+    /* exactly one full wave: no split */
+    cr_assert_eq(pl_cuda_attn_split_plan(924, 7, 132, 32), 1);
+    /* 64 rows x 8: 512 units; 5 splits fill 2560 / 2772 = 92 % */
+    cr_assert_eq(pl_cuda_attn_split_plan(64 * 8, 7, 132, 32), 5);
+    /* batch 1: the most splits (the GPU is never full) */
+    cr_assert_eq(pl_cuda_attn_split_plan(8, 7, 132, 32), 32);
+    cr_assert_eq(pl_cuda_attn_split_plan(8, 7, 132, 4), 4);
+    /* many waves alone: 1 split already fills 95 % */
+    cr_assert_eq(pl_cuda_attn_split_plan(20 * 924 - 900, 7, 132, 32), 1);
+    /* degenerate arguments count as 1 */
+    cr_assert_eq(pl_cuda_attn_split_plan(0, 0, 0, 0), 1);
+    cr_assert_eq(pl_cuda_attn_split_plan(1, 1, 1, 32), 1);
+}
+
+Test(cuda_attn_plan, plan_is_never_worse_than_one_split)
+{
+    for (int work = 1; work < 5000; work += 37)
+        for (int bpsm = 1; bpsm <= 16; bpsm += 3) {
+            int ns = pl_cuda_attn_split_plan(work, bpsm, 132, 32);
+            long slots = (long)bpsm * 132, b1 = work, bn = (long)work * ns;
+            double f1 = (double)b1 / (double)(((b1 + slots - 1) / slots) * slots);
+            double fn = (double)bn / (double)(((bn + slots - 1) / slots) * slots);
+            cr_assert(ns >= 1 && ns <= 32, "work %d bpsm %d: %d splits", work, bpsm, ns);
+            cr_assert_geq(fn + 1e-12, f1 < 0.9 ? f1 : 0.9, "work %d bpsm %d: %d splits fill "
+                          "%.3f, 1 split %.3f", work, bpsm, ns, fn, f1);
+        }
 }

@@ -1,7 +1,8 @@
 /* test_cuda_io.c - the CUDA runner's input packing (cuda_io.c), which is
  * host code and runs without a GPU: graph-bucket padding of decode steps,
  * block-table repacking onto the spare block, sampling parameters, logit
- * bias and penalty history, and rejection of out-of-range rows. */
+ * bias and penalty history, the rows of prompt logprobs, and rejection of
+ * out-of-range rows and ids. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ static void setup(void)
     R = calloc(1, sizeof *R);
     R->max_rows = MAXR;
     R->max_seqs = MAXS;
+    R->n_vocab = 1000;
     R->mbps = MBPS;
     R->geom = (pl_kv_geom){.n_kv_heads = 1, .head_dim = 64, .block_size = BS,
                            .max_blocks_per_seq = MBPS, .n_blocks = 21};  /* 20 + spare */
@@ -243,4 +245,34 @@ Test(cuda_io, out_of_range_steps_are_rejected)
     for (int i = 0; i <= MAXS; i++) { r9[i] = 1; c9[i] = 2; }
     cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], make(&b, MAXS + 1, r9, c9), &st), -1);
     cr_assert(strstr(pl_cuda_last_error(), "exceeds"));
+}
+
+/* Prompt logprobs: the rows with a next id listed in order with their id
+ * and the sequence's top_logprobs (clamped to 0..20); a next id outside
+ * the vocabulary is refused with the row named. */
+Test(cuda_io, prompt_logprob_rows_are_listed)
+{
+    static inbuf b;
+    int rows[3] = {3, 1, 4}, ctx[3] = {3, 9, 4};
+    pl_step_input *in = make(&b, 3, rows, ctx);
+    int32_t next[8] = {11, 12, -1, -1, 21, 22, 23, -1};
+    in->row_next = next;
+    in->n_row_next = 5;
+    b.smp[0].top_logprobs = 3;
+    b.smp[2].top_logprobs = 99;
+    b.smp[1].top_logprobs = -1;
+    cr_step st;
+    cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], in, &st), 0, "%s", pl_cuda_last_error());
+    cr_io *h = &R->slot[0].hio;
+    int want_rows[5] = {0, 1, 4, 5, 6}, want_top[5] = {3, 3, 20, 20, 20};
+    cr_assert_eq(st.n_lp, 5);
+    for (int k = 0; k < 5; k++) {
+        cr_assert_eq(h->lp_rows[k], want_rows[k]);
+        cr_assert_eq(h->lp_next[k], next[want_rows[k]]);
+        cr_assert_eq(h->lp_top[k], want_top[k]);
+    }
+    cr_assert_eq(st.bucket, -1, "a prefill step is eager");
+    next[5] = 1000;              /* R->n_vocab */
+    cr_assert_eq(pl_cuda_io_pack(R, &R->slot[0], in, &st), -1);
+    cr_assert(strstr(pl_cuda_last_error(), "row 5"), "%s", pl_cuda_last_error());
 }

@@ -6,17 +6,28 @@
  * Tolerances (normalised error, tu_nerr): fp32 outputs 1e-5 (exact for
  * gathers and adds); bf16 outputs 8e-3, i.e. about two bf16 ulps (2^-8
  * relative each) of the largest value; GEMM over bf16-rounded inputs 1e-4
- * (fp32 accumulation order only). */
+ * (fp32 accumulation order only). The ops of Gemma and Qwen3 (GeGLU,
+ * per-head RMSNorm, logit soft-capping) against double-precision
+ * references written from their definitions (HF transformers, ggml);
+ * prompt logprobs against the CPU sampler's; the fp8 KV write against the
+ * host codec, bit for bit. */
 #include "tests/cuda_test_util.h"
 
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/cuda/add.cuh"
 #include "backends/engine/cuda/embed.cuh"
+#include "backends/engine/cuda/geglu.cuh"
 #include "backends/engine/cuda/gemm.h"
+#include "backends/engine/cuda/head_norm.cuh"
+#include "backends/engine/cuda/kv_write.cuh"
+#include "backends/engine/cuda/prompt_lp.cuh"
 #include "backends/engine/cuda/rmsnorm.cuh"
 #include "backends/engine/cuda/rope.cuh"
+#include "backends/engine/cuda/softcap.cuh"
 #include "backends/engine/cuda/swiglu.cuh"
+#include "backends/engine/sampler.h"
+#include "src/base/fp8.h"
 
 #define TOL_F32 1e-5
 #define TOL_BF16 8e-3
@@ -226,4 +237,179 @@ Test(cuda_kernels, gemm_bf16_matches_double_reference)
     check_gemm(g, 5, 1536, 576);
     check_gemm(g, 64, 320, 2048);
     pl_cuda_gemm_free(g);
+}
+
+/* GeGLU: the tanh approximation of GELU (Gemma's hidden_activation
+ * gelu_pytorch_tanh, ggml_gelu) times up. */
+Test(cuda_kernels, geglu_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    int shapes[][2] = {{1, 2048}, {9, 9216}, {64, 640}};
+    for (int k = 0; k < 3; k++) {
+        int R = shapes[k][0], F = shapes[k][1];
+        float *gu = malloc(sizeof(float) * R * 2 * F), *ref = malloc(sizeof(float) * R * F);
+        float *got = malloc(sizeof(float) * R * F);
+        tu_fill(gu, (size_t)R * 2 * F, 6.0f);
+        for (int r = 0; r < R; r++)
+            for (int c = 0; c < F; c++) {
+                double g = gu[(size_t)r * 2 * F + c], u = gu[(size_t)r * 2 * F + F + c];
+                double t = tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g));
+                ref[(size_t)r * F + c] = (float)(0.5 * g * (1.0 + t) * u);
+            }
+        float *dgu = tu_dev(gu, sizeof(float) * R * 2 * F);
+        pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * R * F);
+        OK(pl_cuda_geglu(dgu, dout, R, F, 0));
+        tu_get_bf16(got, dout, (size_t)R * F);
+        cr_assert_leq(tu_nerr(got, ref, (size_t)R * F), TOL_BF16, "R=%d F=%d", R, F);
+        cudaFree(dgu); cudaFree(dout);
+        free(gu); free(ref); free(got);
+    }
+}
+
+/* Per-head RMSNorm of the q part and the k part of QKV rows (Qwen3,
+ * Gemma 3), the v part and the columns past it untouched. */
+static void check_head_norm(int R, int nq, int nk, int hd)
+{
+    int stride = (nq + 2 * nk) * hd + 8;
+    size_t n = (size_t)R * stride;
+    float *x = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+    float *got = malloc(sizeof(float) * n), wq[512], wk[512];
+    tu_fill(x, n, 4.0f);
+    tu_fill(wq, hd, 1.5f);
+    tu_fill(wk, hd, 1.5f);
+    memcpy(ref, x, sizeof(float) * n);
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < nq + nk; h++) {
+            float *v = ref + (size_t)r * stride + (size_t)h * hd;
+            const float *w = h < nq ? wq : wk;
+            double ss = 0;
+            for (int i = 0; i < hd; i++)
+                ss += (double)v[i] * v[i];
+            double inv = 1.0 / sqrt(ss / hd + 1e-6);
+            for (int i = 0; i < hd; i++)
+                v[i] = (float)(v[i] * inv * w[i]);
+        }
+    float *dx = tu_dev(x, sizeof(float) * n);
+    float *dwq = tu_dev(wq, sizeof(float) * hd), *dwk = tu_dev(wk, sizeof(float) * hd);
+    OK(pl_cuda_head_rmsnorm(dx, stride, R, nq, hd, dwq, 1e-6f, 0));
+    OK(pl_cuda_head_rmsnorm(dx + nq * hd, stride, R, nk, hd, dwk, 1e-6f, 0));
+    tu_get(got, dx, sizeof(float) * n);
+    cr_assert_leq(tu_nerr(got, ref, n), TOL_F32, "R=%d heads %d+%d hd %d", R, nq, nk, hd);
+    for (int r = 0; r < R; r++)
+        for (int i = (nq + nk) * hd; i < stride; i++)
+            cr_assert_eq(got[(size_t)r * stride + i], x[(size_t)r * stride + i]);
+    cudaFree(dx); cudaFree(dwq); cudaFree(dwk);
+    free(x); free(ref); free(got);
+}
+
+Test(cuda_kernels, head_rmsnorm_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    check_head_norm(5, 16, 8, 128);    /* Qwen3 */
+    check_head_norm(33, 4, 1, 256);    /* Gemma 3 270M */
+    check_head_norm(2, 3, 3, 80);      /* a head size off the warp width */
+}
+
+/* Final logit soft-capping (Gemma 2: 30) leaves small logits almost as
+ * they are and bounds large ones. */
+Test(cuda_kernels, softcap_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    const size_t n = 100003;
+    float *x = malloc(sizeof(float) * n), *ref = malloc(sizeof(float) * n);
+    float *got = malloc(sizeof(float) * n);
+    tu_fill(x, n, 200.0f);
+    for (size_t i = 0; i < n; i++)
+        ref[i] = (float)(30.0 * tanh((double)x[i] / 30.0));
+    float *dx = tu_dev(x, sizeof(float) * n);
+    OK(pl_cuda_softcap(dx, n, 30.0f, 0));
+    tu_get(got, dx, sizeof(float) * n);
+    cr_assert_leq(tu_nerr(got, ref, n), TOL_F32);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_leq(fabsf(got[i]), 30.0f);
+    cr_assert_eq(pl_cuda_softcap(dx, n, 0.0f, 0), -1, "cap 0 is refused");
+    cudaFree(dx);
+    free(x); free(ref); free(got);
+}
+
+/* Prompt logprobs of rows: the CPU sampler's raw log-softmax and top-N. */
+Test(cuda_kernels, row_logprobs_match_cpu_sampler)
+{
+    SKIP_WITHOUT_GPU();
+    const int N = 5, V = 49152;
+    float *lg = malloc(sizeof(float) * N * V);
+    tu_fill(lg, (size_t)N * V, 8.0f);
+    int32_t next[5] = {0, V - 1, 77, 12345, 3}, top[5] = {0, 1, 5, 20, 3};
+    float *dl = tu_dev(lg, sizeof(float) * N * V);
+    int32_t *dn = tu_dev(next, sizeof next), *dt = tu_dev(top, sizeof top);
+    float *dlp = tu_dev(NULL, sizeof(float) * N), *dtl = tu_dev(NULL, sizeof(float) * N * 20);
+    int32_t *dti = tu_dev(NULL, sizeof(int32_t) * N * 20);
+    OK(pl_cuda_row_logprobs(dl, N, V, dn, dt, dlp, dti, dtl, 0));
+    float lp[5], tl[5 * 20];
+    int32_t ti[5 * 20];
+    tu_get(lp, dlp, sizeof lp);
+    tu_get(ti, dti, sizeof ti);
+    tu_get(tl, dtl, sizeof tl);
+    for (int k = 0; k < N; k++) {
+        pl_sample smp;
+        pl_sampler_raw_logprobs(lg + (size_t)k * V, V, next[k], top[k], &smp);
+        cr_assert_float_eq(lp[k], smp.logprob, 1e-4, "row %d", k);
+        for (int j = 0; j < 20; j++) {
+            cr_assert_eq(ti[k * 20 + j], j < smp.n_top ? smp.top_ids[j] : -1, "row %d top %d",
+                         k, j);
+            if (j < smp.n_top)
+                cr_assert_float_eq(tl[k * 20 + j], smp.top_logprobs[j], 1e-4);
+        }
+    }
+    cudaFree(dl); cudaFree(dn); cudaFree(dt); cudaFree(dlp); cudaFree(dtl); cudaFree(dti);
+    free(lg);
+}
+
+/* The fp8 KV write rounds as the host codec does, bit for bit: every
+ * code's value, the midpoints between codes (ties to even), values just
+ * off them, saturation and signed zeros, through per-head scales of 1,
+ * 0.5 (exact) and 0.3 (a rounded division). */
+Test(cuda_kernels, fp8_write_matches_host_codec)
+{
+    SKIP_WITHOUT_GPU();
+    enum { HD = 1024, KV = 3, W = KV * HD };
+    static float row[2 * W];
+    float scale[KV] = {1.0f, 0.5f, 0.3f};
+    int n = 0;
+    for (int c = 0; c < 0x7e && n + 4 <= HD; c++) {
+        float lo = pl_e4m3_to_fp32((uint8_t)c), hi = pl_e4m3_to_fp32((uint8_t)(c + 1));
+        float mid = 0.5f * (lo + hi);
+        row[n++] = lo;
+        row[n++] = -mid;
+        row[n++] = nextafterf(mid, INFINITY);
+        row[n++] = nextafterf(mid, 0.0f);
+    }
+    float extra[] = {448.0f, 464.0f, 470.0f, 1e20f, -1e20f, INFINITY, -0.0f, 1e-30f};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0] && n < HD; i++)
+        row[n++] = extra[i];
+    for (; n < HD; n++)
+        row[n] = tu_uniform() * 300.0f;
+    for (int h = 1; h < KV; h++)
+        for (int i = 0; i < HD; i++)
+            row[h * HD + i] = row[i] * scale[h];
+    for (int i = 0; i < W; i++)
+        row[W + i] = -row[i];
+    int32_t zero = 0;
+    pl_kv_geom g = {.n_kv_heads = KV, .head_dim = HD, .block_size = 1, .max_blocks_per_seq = 1,
+                    .n_blocks = 1, .dtype = PL_KV_FP8};
+    float *dq = tu_dev(row, sizeof row), *ds = tu_dev(scale, sizeof scale);
+    int32_t *dz = tu_dev(&zero, sizeof zero);
+    pl_kv_layer kv = {.k = tu_dev(NULL, W), .v = tu_dev(NULL, W), .k_scale = ds, .v_scale = ds};
+    OK(pl_cuda_kv_write(dq, 2 * W, 0, W, dz, dz, dz, g, kv, 1, 0));
+    uint8_t got[2][W];
+    tu_get(got[0], kv.k, W);
+    tu_get(got[1], kv.v, W);
+    for (int x = 0; x < 2; x++)
+        for (int i = 0; i < W; i++) {
+            float b = pl_bf16_to_fp32(pl_fp32_to_bf16(row[x * W + i]));
+            uint8_t want = pl_fp32_to_e4m3(b / scale[i / HD]);
+            cr_assert_eq(got[x][i], want, "%s[%d] = %g / %g: gpu 0x%02x, host 0x%02x",
+                         x ? "v" : "k", i, b, scale[i / HD], got[x][i], want);
+        }
+    cudaFree(dq); cudaFree(ds); cudaFree(dz); cudaFree(kv.k); cudaFree(kv.v);
 }

@@ -21,6 +21,10 @@
 /* bf16 weights on both sides; the GPU rounds activations to bf16 between
  * GEMMs, the CPU keeps f32 (random-model logits are O(1)). */
 #define REF_MAX_DLOGIT 0.15f
+/* The fp8 cache (e4m3: 3 mantissa bits, <= 6.25 % per element) is not yet
+ * measured on a GPU: a sanity bound, and the figures printed beside the
+ * bf16 cache's for the accuracy statement (docs/gpu-validation.md). */
+#define REF_MAX_DLOGIT_FP8 1.0f
 
 typedef struct ref_line {
     int32_t tok;
@@ -94,7 +98,8 @@ TestSuite(cuda_ref, .init = setup, .fini = teardown, .timeout = 300);
  * agreements. A differing id of a sequence without penalties or bias must
  * be a near tie: one of the CPU's top ids within 2 * REF_MAX_DLOGIT of its
  * best (bf16 activations may flip those, nothing else). */
-static int compare(const pl_step_output *o, int step, float *max_d)
+static int compare(const pl_step_output *o, int step, float bound, float *max_d,
+                   double *sum_d)
 {
     int nv = g_model->n_vocab, agree = 0;
     for (int s = 0; s < REF_NS; s++) {
@@ -102,7 +107,8 @@ static int compare(const pl_step_output *o, int step, float *max_d)
         for (int k = 0; k < REF_TOPK; k++) {
             float d = fabsf(o->logits[(size_t)s * nv + L->id[k]] - L->lg[k]);
             *max_d = fmaxf(*max_d, d);
-            cr_expect_leq(d, REF_MAX_DLOGIT, "step %d seq %d id %d: cuda %.4f cpu %.4f", step,
+            *sum_d += d;
+            cr_expect_leq(d, bound, "step %d seq %d id %d: cuda %.4f cpu %.4f", step,
                           s, L->id[k], o->logits[(size_t)s * nv + L->id[k]], L->lg[k]);
         }
         if (o->sampled[s] == L->tok) {
@@ -113,36 +119,45 @@ static int compare(const pl_step_output *o, int step, float *max_d)
             continue;
         int near = 0;
         for (int k = 1; k < REF_TOPK; k++)
-            near |= L->id[k] == o->sampled[s] && L->lg[0] - L->lg[k] <= 2 * REF_MAX_DLOGIT;
+            near |= L->id[k] == o->sampled[s] && L->lg[0] - L->lg[k] <= 2 * bound;
         cr_expect(near, "step %d seq %d: cuda picked %d, cpu %d (not a near tie)", step, s,
                   o->sampled[s], L->tok);
     }
     return agree;
 }
 
-static void run(bool graphs)
+static void run_dtype(bool graphs, int kv_dtype, float bound, int min_agree_pct)
 {
     char err[256];
     pl_runner_info w = ref_want();
     pl_cuda_opts co = tu_cuda_opts(0.3, graphs);
+    co.kv_cache_dtype = kv_dtype;
     pl_runner *r = pl_cuda_runner_new(g_model, &w, &co, err, sizeof err);
     cr_assert(r, "%s", err);
     r->keep_logits = true;
     static ref_step t;
     int agree = 0, total = 0;
     float max_d = 0;
+    double sum_d = 0;
     for (int step = 0; step <= REF_NGEN; step++) {
         const pl_step_output *o;
         int tk = r->ops->launch(r, ref_build(&t, step, g_gen, g_model->n_vocab));
         cr_assert_geq(tk, 0, "launch: %s", pl_cuda_last_error());
         cr_assert_eq(r->ops->wait(r, tk, &o), 0, "wait: %s", pl_cuda_last_error());
-        agree += compare(o, step, &max_d);
+        agree += compare(o, step, bound, &max_d, &sum_d);
         total += REF_NS;
     }
-    printf("cuda (graphs %d) vs cpu reference: %d/%d greedy ids agree, max |dlogit| %.4f\n",
-           graphs, agree, total, max_d);
-    cr_expect_geq(agree * 100, total * 85, "greedy agreement %d/%d < 85%%", agree, total);
+    printf("cuda (graphs %d, %s KV) vs cpu reference: %d/%d greedy ids agree, max |dlogit| "
+           "%.4f, mean %.4f\n", graphs, kv_dtype == PL_CUDA_KV_FP8 ? "fp8" : "bf16", agree,
+           total, max_d, sum_d / (total * REF_TOPK));
+    cr_expect_geq(agree * 100, total * min_agree_pct, "greedy agreement %d/%d < %d%%", agree,
+                  total, min_agree_pct);
     r->ops->free(r);
+}
+
+static void run(bool graphs)
+{
+    run_dtype(graphs, PL_CUDA_KV_AUTO, REF_MAX_DLOGIT, 85);
 }
 
 Test(cuda_ref, graphs_match_cpu_reference)
@@ -155,6 +170,14 @@ Test(cuda_ref, eager_matches_cpu_reference)
 {
     SKIP_WITHOUT_REF();
     run(false);
+}
+
+/* --kv-cache-dtype fp8: the same schedule; its distance from the CPU's
+ * figures is printed beside the bf16 cache's (the accuracy statement). */
+Test(cuda_ref, fp8_cache_near_cpu_reference)
+{
+    SKIP_WITHOUT_REF();
+    run_dtype(true, PL_CUDA_KV_FP8, REF_MAX_DLOGIT_FP8, 70);
 }
 
 /* ---- the runner's fixes (issue 13), on the same random model ---- */

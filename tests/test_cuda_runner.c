@@ -181,6 +181,65 @@ static float top5_delta(const float *a, const float *b, int n)
     return d;
 }
 
+/* Prompt logprobs (completions echo + logprobs, lm-eval): every prompt row
+ * but each prompt's last scores its next id, as the engine asks; the CUDA
+ * runner's figures against the CPU runner's, in chunks of max_seqs rows
+ * (here 4 of ~150). */
+Test(cuda_runner, prompt_logprobs_match_cpu_runner)
+{
+    SKIP_WITHOUT_MODEL();
+    char err[256];
+    pl_runner_info w = want();
+    pl_runner *cpu = pl_cpu_runner_new(g_model, &w, 0, err, sizeof err);
+    cr_assert(cpu, "%s", err);
+    cr_assert(cpu->can_prompt_logprobs);
+    pl_runner *gpu = cuda_new(false);
+    cr_assert(gpu->can_prompt_logprobs);
+    static tstep ta, tb;
+    static int32_t next[NS * PMAX];
+    pl_step_input *in[2] = {(pl_step_input *)build(&ta, 0, NULL),
+                            (pl_step_input *)build(&tb, 0, NULL)};
+    int n = 0;
+    for (int r = 0; r < in[0]->n_rows; r++) {
+        int s = ta.row_seq[r], p = ta.positions[r];
+        next[r] = p + 1 < g_plen[s] ? g_prompt[s][p + 1] : -1;
+        n += next[r] >= 0;
+    }
+    for (int k = 0; k < 2; k++) {
+        in[k]->row_next = next;
+        in[k]->n_row_next = n;
+    }
+    const pl_step_output *oc = step_sync(cpu, in[0]);
+    static float lp_cpu[NS * PMAX];
+    static int32_t top_cpu[NS * PMAX];
+    for (int r = 0; r < in[0]->n_rows; r++) {
+        lp_cpu[r] = oc->row_lp[r];
+        top_cpu[r] = oc->row_top_ids[(size_t)r * PL_MAX_TOP_LOGPROBS];
+    }
+    const pl_step_output *og = step_sync(gpu, in[1]);
+    float max_d = 0;
+    int top_agree = 0;
+    for (int r = 0; r < in[1]->n_rows; r++) {
+        if (next[r] < 0)
+            continue;
+        cr_assert(isfinite(og->row_lp[r]) && og->row_lp[r] <= 0.0f, "row %d: %g", r,
+                  og->row_lp[r]);
+        max_d = fmaxf(max_d, fabsf(og->row_lp[r] - lp_cpu[r]));
+        top_agree += og->row_top_ids[(size_t)r * PL_MAX_TOP_LOGPROBS] == top_cpu[r];
+        for (int j = 1; j < 5; j++)
+            cr_assert_geq(og->row_top_lp[(size_t)r * PL_MAX_TOP_LOGPROBS + j - 1],
+                          og->row_top_lp[(size_t)r * PL_MAX_TOP_LOGPROBS + j]);
+        cr_assert_eq(og->row_top_ids[(size_t)r * PL_MAX_TOP_LOGPROBS + 5], -1,
+                     "only top_logprobs (5) alternatives");
+    }
+    printf("cuda vs cpu prompt logprobs: %d rows, max |dlogprob| %.4f, top-1 agree %d\n", n,
+           max_d, top_agree);
+    cr_expect_leq(max_d, MAX_DLOGIT);
+    cr_expect_geq(top_agree * 100, n * 90, "top-1 agreement %d/%d < 90%%", top_agree, n);
+    cpu->ops->free(cpu);
+    gpu->ops->free(gpu);
+}
+
 Test(cuda_runner, matches_cpu_runner_teacher_forced)
 {
     SKIP_WITHOUT_MODEL();

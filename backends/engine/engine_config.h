@@ -63,6 +63,15 @@ typedef enum pl_cuda_prefill_attn {
     PL_CUDA_PREFILL_MMA,         /**< tensor cores, where the head size has one */
 } pl_cuda_prefill_attn;
 
+/** Element type of the CUDA runner's KV cache (vLLM's --kv-cache-dtype). */
+typedef enum pl_cuda_kv_dtype {
+    PL_CUDA_KV_AUTO = 0,         /**< the model's activations: bf16 */
+    PL_CUDA_KV_BF16,
+    PL_CUDA_KV_FP8,              /**< OCP FP8 E4M3 with a scale per KV head (1 unless
+                                      given): twice the tokens per byte */
+    PL_CUDA_KV_FP8_E4M3,         /**< the same, by its full name */
+} pl_cuda_kv_dtype;
+
 /** Fault injection (tests). */
 typedef enum pl_cuda_inject {
     PL_CUDA_INJECT_NONE = 0,
@@ -81,6 +90,7 @@ typedef struct pl_cuda_opts {
     int inject;                  /**< pl_cuda_inject */
     int load_threads;            /**< weight conversion threads at load;
                                       <= 0: the online CPUs (at most 32) */
+    int kv_cache_dtype;          /**< pl_cuda_kv_dtype */
 } pl_cuda_opts;
 
 /** Everything an engine backend is opened with besides the model file,

@@ -350,6 +350,11 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
 {
     const pl_model *m = t->model;
     const pl_engine_config *c = o->cfg;
+    if (c->cuda.kv_cache_dtype == PL_CUDA_KV_FP8 || c->cuda.kv_cache_dtype == PL_CUDA_KV_FP8_E4M3) {
+        snprintf(err, n, "--kv-cache-dtype fp8 needs the CUDA backend (the CPU runner's "
+                 "cache: --kv-cache-f16)");
+        return NULL;
+    }
     /* KV bytes per block: K and V, halves (or floats), every layer. The
      * runner keeps floats for heads too wide for its f16 attention. */
     bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;

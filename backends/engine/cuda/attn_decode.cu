@@ -1,66 +1,73 @@
-/* attn_decode.cu - decode attention over the paged KV cache.
+/* attn_decode.cu - decode attention over the paged KV cache, one block per
+ * (row, query head).
  *
- * grid (n_rows, n_heads), 4 warps; with a row list, block x takes row rows[x]
- * (the decode rows of a mixed step). Each warp walks every 4th key with an
- * online softmax; lanes hold pairs of head dimensions (bf16x2 loads), the
- * q.k dot is a warp reduction. The four partial states are merged in
- * shared memory at the end. */
+ * grid (n_rows, n_heads), 4 warps; with a row list, block x takes row
+ * rows[x] (the decode rows of a mixed step). Warp w walks pages w, w + 4,
+ * ... of the row's key range (one block-table load per page) and their
+ * keys with an online softmax in log2 units; lanes hold pairs of head
+ * dimensions, the q.k dot is a warp reduction. The four partial states are
+ * merged in shared memory at the end. */
 #include <math.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
 
 #define DEC_WARPS 4
 
-template <int NP> /* bf16 pairs per lane: head_dim / 64 */
-static __global__ void attn_decode_kernel(const float *q, int q_stride,
-                                          const int32_t *positions, const int32_t *rows,
-                                          const int32_t *row_seq, const int32_t *bt,
-                                          pl_kv_geom g, const __nv_bfloat16 *kc,
-                                          const __nv_bfloat16 *vc, __nv_bfloat16 *out,
-                                          int n_heads, float scale)
+template <typename T, int NP> /* T: cache element; NP: pairs per lane (head_dim / 64) */
+static __global__ void __launch_bounds__(32 * DEC_WARPS, 8)
+attn_decode_kernel(pl_attn_step s, const int32_t *rows, pl_kv_geom g, const T *kc,
+                   const T *vc, const float *ks, const float *vs, pl_attn_opts o)
 {
     __shared__ float sm_m[DEC_WARPS], sm_l[DEC_WARPS];
     __shared__ float sm_acc[DEC_WARPS][NP * 64];
+    const int hd = NP * 64;
     int r = rows ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y;
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    int hd = NP * 64, kvh = h / (n_heads / g.n_kv_heads);
-    int n_keys = positions[r] + 1;
-    const int32_t *tab = bt + (size_t)row_seq[r] * g.max_blocks_per_seq;
-    const float *qr = q + (size_t)r * q_stride + (size_t)h * hd;
+    int kvh = h / (s.n_heads / g.n_kv_heads);
+    int pos = s.positions[r], lo = pl_window_lo(pos, o.window);
+    pl_pages pg = pl_pages_of(s.block_table, s.row_seq[r], g);
+    pl_score sc = pl_score_of(o, ks ? ks[kvh] : 1.0f);
+    const float *qr = s.q + (size_t)r * s.q_stride + (size_t)h * hd;
     float2 qv[NP], acc[NP];
+#pragma unroll
     for (int p = 0; p < NP; p++) {
-        qv[p] = make_float2(qr[2 * lane + 64 * p] * scale, qr[2 * lane + 64 * p + 1] * scale);
+        qv[p] = make_float2(qr[2 * lane + 64 * p] * sc.qs, qr[2 * lane + 64 * p + 1] * sc.qs);
         acc[p] = make_float2(0.0f, 0.0f);
     }
     float m = -INFINITY, l = 0.0f;
-    for (int t = w; t < n_keys; t += DEC_WARPS) {
-        int blk = tab[t / g.block_size];
-        if (blk < 0 || blk >= g.n_blocks)
+    size_t tok_stride = (size_t)g.n_kv_heads * hd;
+    for (int page = (lo >> pg.shift) + w; page <= pos >> pg.shift; page += DEC_WARPS) {
+        int blk = pg.blk(page);
+        if (blk < 0)
             continue;
-        size_t base = (((size_t)blk * g.block_size + t % g.block_size) * g.n_kv_heads
-                       + kvh) * hd;
-        const __nv_bfloat162 *k2 = (const __nv_bfloat162 *)(kc + base);
-        const __nv_bfloat162 *v2 = (const __nv_bfloat162 *)(vc + base);
-        float s = 0.0f;
-        for (int p = 0; p < NP; p++) {
-            float2 k = __bfloat1622float2(k2[lane + 32 * p]);
-            s += qv[p].x * k.x + qv[p].y * k.y;
+        int ta = max(lo, page << pg.shift), tb = min(pos + 1, (page + 1) << pg.shift);
+        size_t base = ((size_t)blk * g.block_size + (ta & (g.block_size - 1))) * tok_stride
+                      + (size_t)kvh * hd + 2 * lane;
+        for (int t = ta; t < tb; t++, base += tok_stride) {
+            float d = 0.0f, k[NP][2], v[NP][2];
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                pl_kv_load<2>(kc + base + 64 * p, k[p]);
+                pl_kv_load<2>(vc + base + 64 * p, v[p]);
+                d += qv[p].x * k[p][0] + qv[p].y * k[p][1];
+            }
+            float sv = pl_score_fix(pl_warp_sum(d), sc);
+            float mn = fmaxf(m, sv);
+            float corr = exp2f(m - mn), pw = exp2f(sv - mn);
+            l = l * corr + pw;
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                acc[p].x = acc[p].x * corr + pw * v[p][0];
+                acc[p].y = acc[p].y * corr + pw * v[p][1];
+            }
+            m = mn;
         }
-        s = pl_warp_sum(s);
-        float mn = fmaxf(m, s);
-        float corr = expf(m - mn), pw = expf(s - mn);
-        l = l * corr + pw;
-        for (int p = 0; p < NP; p++) {
-            float2 v = __bfloat1622float2(v2[lane + 32 * p]);
-            acc[p].x = acc[p].x * corr + pw * v.x;
-            acc[p].y = acc[p].y * corr + pw * v.y;
-        }
-        m = mn;
     }
     if (lane == 0) {
         sm_m[w] = m;
         sm_l[w] = l;
     }
+#pragma unroll
     for (int p = 0; p < NP; p++) {
         sm_acc[w][2 * lane + 64 * p] = acc[p].x;
         sm_acc[w][2 * lane + 64 * p + 1] = acc[p].y;
@@ -71,56 +78,57 @@ static __global__ void attn_decode_kernel(const float *q, int q_stride,
         gm = fmaxf(gm, sm_m[i]);
     float gl = 0.0f, f[DEC_WARPS];
     for (int i = 0; i < DEC_WARPS; i++) {
-        f[i] = sm_m[i] == -INFINITY ? 0.0f : expf(sm_m[i] - gm);
+        f[i] = sm_m[i] == -INFINITY ? 0.0f : exp2f(sm_m[i] - gm);
         gl += sm_l[i] * f[i];
     }
-    float inv = gl > 0.0f ? 1.0f / gl : 0.0f;
-    __nv_bfloat16 *o = out + (size_t)r * n_heads * hd + (size_t)h * hd;
+    float inv = gl > 0.0f ? (vs ? vs[kvh] : 1.0f) / gl : 0.0f;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)s.out + (size_t)r * s.n_heads * hd + (size_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float a = 0.0f;
         for (int i = 0; i < DEC_WARPS; i++)
             a += sm_acc[i][d] * f[i];
-        o[d] = __float2bfloat16(a * inv);
+        out[d] = __float2bfloat16(a * inv);
     }
 }
 
-extern "C" int pl_cuda_attn_decode(const float *q, int q_stride, const int32_t *positions,
-                                   const int32_t *row_seq, const int32_t *block_table,
-                                   pl_kv_geom g, const pl_bf16 *k_cache,
-                                   const pl_bf16 *v_cache, pl_bf16 *out, int n_rows,
-                                   int n_heads, float scale, cudaStream_t st)
+template <typename T, int NP>
+static void launch_rows(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv, pl_attn_opts o,
+                        const int32_t *rows, int n_rows, cudaStream_t st)
 {
-    return pl_cuda_attn_decode_rows(q, q_stride, positions, NULL, row_seq, block_table, g,
-                                    k_cache, v_cache, out, n_rows, n_heads, scale, st);
+    attn_decode_kernel<T, NP><<<dim3(n_rows, s->n_heads), 32 * DEC_WARPS, 0, st>>>(
+        *s, rows, g, (const T *)kv.k, (const T *)kv.v,
+        g.dtype == PL_KV_FP8 ? kv.k_scale : NULL, g.dtype == PL_KV_FP8 ? kv.v_scale : NULL, o);
 }
 
-extern "C" int pl_cuda_attn_decode_rows(const float *q, int q_stride,
-                                        const int32_t *positions, const int32_t *rows,
-                                        const int32_t *row_seq, const int32_t *block_table,
-                                        pl_kv_geom g, const pl_bf16 *k_cache,
-                                        const pl_bf16 *v_cache, pl_bf16 *out, int n_rows,
-                                        int n_heads, float scale, cudaStream_t st)
+template <typename T>
+static void launch_rows_t(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
+                          pl_attn_opts o, const int32_t *rows, int n_rows, cudaStream_t st)
 {
-    PL_CUDA_ARG(q && positions && row_seq && block_table && k_cache && v_cache && out);
+    switch (g.head_dim / 64) {
+    case 1: launch_rows<T, 1>(s, g, kv, o, rows, n_rows, st); break;
+    case 2: launch_rows<T, 2>(s, g, kv, o, rows, n_rows, st); break;
+    case 3: launch_rows<T, 3>(s, g, kv, o, rows, n_rows, st); break;
+    default: launch_rows<T, 4>(s, g, kv, o, rows, n_rows, st); break;
+    }
+}
+
+extern "C" int pl_cuda_attn_decode_rows(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
+                                        pl_attn_opts o, const int32_t *rows, int n_rows,
+                                        cudaStream_t st)
+{
+    PL_CUDA_ARG(s && s->q && s->positions && s->row_seq && s->block_table && s->out);
+    PL_CUDA_ARG(kv.k && kv.v && pl_attn_opts_ok(o));
     PL_CUDA_ARG(g.head_dim % 64 == 0 && g.head_dim <= 256 && g.block_size > 0);
-    PL_CUDA_ARG(n_heads > 0 && g.n_kv_heads > 0 && n_heads % g.n_kv_heads == 0);
-    PL_CUDA_ARG(q_stride >= n_heads * g.head_dim && n_rows >= 0);
+    PL_CUDA_ARG((g.block_size & (g.block_size - 1)) == 0);
+    PL_CUDA_ARG(s->n_heads > 0 && g.n_kv_heads > 0 && s->n_heads % g.n_kv_heads == 0);
+    PL_CUDA_ARG(s->q_stride >= s->n_heads * g.head_dim && n_rows >= 0);
+    PL_CUDA_ARG(g.dtype == PL_KV_BF16 || g.dtype == PL_KV_FP8);
     if (n_rows == 0)
         return 0;
-    dim3 grid(n_rows, n_heads);
-    const __nv_bfloat16 *kc = (const __nv_bfloat16 *)k_cache;
-    const __nv_bfloat16 *vc = (const __nv_bfloat16 *)v_cache;
-    __nv_bfloat16 *o = (__nv_bfloat16 *)out;
-    switch (g.head_dim / 64) {
-    case 1: attn_decode_kernel<1><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
-    case 2: attn_decode_kernel<2><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
-    case 3: attn_decode_kernel<3><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
-    default: attn_decode_kernel<4><<<grid, 32 * DEC_WARPS, 0, st>>>(q, q_stride, positions,
-                rows, row_seq, block_table, g, kc, vc, o, n_heads, scale); break;
-    }
+    if (g.dtype == PL_KV_FP8)
+        launch_rows_t<pl_e4m3>(s, g, kv, o, rows, n_rows, st);
+    else
+        launch_rows_t<__nv_bfloat16>(s, g, kv, o, rows, n_rows, st);
     PL_CUDA_LAUNCHED();
     return 0;
 }

@@ -1,54 +1,46 @@
 /* attn_prefill.cuh - tiled (flash-style) causal attention of many query
- * rows per sequence over the paged KV cache, cached prefix included. */
+ * rows per sequence over the paged KV cache, cached prefix included, on
+ * CUDA cores or tensor cores; bf16 or fp8 cache. */
 #ifndef PL_CUDA_ATTN_PREFILL_CUH
 #define PL_CUDA_ATTN_PREFILL_CUH
 
 #include <stdbool.h>
 
-#include "backends/engine/cuda/kv_write.cuh"
+#include "backends/engine/cuda/attn_common.cuh"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /**
- * Same result as pl_cuda_attn_decode for every row (row r attends to keys
- * 0..positions[r] of its sequence), computed per sequence in tiles of 32
- * query rows x 32 keys so each K/V tile is read once per 32 rows.
- * Sequence s owns rows seq_first_row[s] .. + seq_n_rows[s]; max_seq_rows is
- * the largest seq_n_rows (host value, sizes the grid). Keys of cached
- * prefix blocks are read like any other. head_dim: multiple of 32, <= 256.
+ * Same result as pl_cuda_attn_decode_rows for every row of the sequences
+ * seqs[0..n_seqs) (seqs NULL: 0..n_seqs; the prefill sequences of a mixed
+ * step): row r attends to the keys its position sees (causal, within o's
+ * window), computed per sequence in tiles of query rows x keys so each K/V
+ * tile is read once per row tile. Sequence q owns rows seq_first_row[q] ..
+ * + seq_n_rows[q] (positions increasing) and block-table row q; max_seq_rows
+ * is the largest seq_n_rows (a host value, it sizes the grid). s->row_seq
+ * is not read. Keys in unmapped blocks are left out of the softmax.
+ * mma: on tensor cores (attn_prefill_mma.cu; bf16 MMAs, fp16 for an fp8
+ * cache, fp32 accumulation; Q and the probabilities rounded to 16 bits;
+ * pl_cuda_attn_prefill_mma_supported; sm_80 and up), else fp32 on CUDA
+ * cores (head_dim a multiple of 32 up to 256). block_size a power of two.
+ * Any n_seqs (the grid is tiled).
  */
-int pl_cuda_attn_prefill(const float *q, int q_stride, const int32_t *positions,
-                         const int32_t *seq_first_row, const int32_t *seq_n_rows,
-                         const int32_t *block_table, pl_kv_geom g,
-                         const pl_bf16 *k_cache, const pl_bf16 *v_cache, pl_bf16 *out,
-                         int n_seqs, int max_seq_rows, int n_heads, float scale,
-                         cudaStream_t st);
+int pl_cuda_attn_prefill_seqs(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
+                              pl_attn_opts o, const int32_t *seqs,
+                              const int32_t *seq_first_row, const int32_t *seq_n_rows,
+                              int n_seqs, int max_seq_rows, bool mma, cudaStream_t st);
 
-/** The same for the sequences seqs[0..n_seqs) only (the prefill sequences of
- *  a mixed step; block_table and the per-sequence arrays are indexed by
- *  those ids); seqs NULL: 0..n_seqs. Any n_seqs (the grid is tiled). mma:
- *  on tensor cores (bf16 MMA, fp32 accumulation; Q and the probabilities
- *  rounded to bf16; 64 query rows x 64 keys per tile; head_dim 64 or 128,
- *  pl_cuda_attn_prefill_mma_supported; sm_80 and up;
- *  PARLEY_CUDA_PREFILL_ATTN=mma in the runner). */
-int pl_cuda_attn_prefill_seqs(const float *q, int q_stride, const int32_t *positions,
-                              const int32_t *seqs, const int32_t *seq_first_row,
-                              const int32_t *seq_n_rows, const int32_t *block_table,
-                              pl_kv_geom g, const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                              pl_bf16 *out, int n_seqs, int max_seq_rows, int n_heads,
-                              float scale, bool mma, cudaStream_t st);
-
+/** head_dim 64, 128 or 256. */
 int pl_cuda_attn_prefill_mma_supported(int head_dim);
-/* attn_prefill_mma.cu's launch of one grid tile (<= 65535 sequences). */
-int pl_cuda_attn_prefill_mma_tile_(const float *q, int q_stride, const int32_t *positions,
-                                   const int32_t *seqs, int s0, int n,
+
+/* attn_prefill_mma.cu's launch of one grid tile (<= 65535 sequences), the
+ * arguments checked by pl_cuda_attn_prefill_seqs. */
+int pl_cuda_attn_prefill_mma_tile_(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
+                                   pl_attn_opts o, const int32_t *seqs, int s0, int n,
                                    const int32_t *seq_first_row, const int32_t *seq_n_rows,
-                                   const int32_t *block_table, pl_kv_geom g,
-                                   const pl_bf16 *k_cache, const pl_bf16 *v_cache,
-                                   pl_bf16 *out, int max_seq_rows, int n_heads, float scale,
-                                   cudaStream_t st);
+                                   int max_seq_rows, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -8,58 +8,74 @@
 
 #include "backends/engine/cuda/add.cuh"
 #include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/attn_plan.h"
 #include "backends/engine/cuda/attn_prefill.cuh"
 #include "backends/engine/cuda/constrain.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
 #include "backends/engine/cuda/embed.cuh"
 #include "backends/engine/cuda/feedback.cuh"
+#include "backends/engine/cuda/prompt_lp.cuh"
 #include "backends/engine/cuda/rmsnorm.cuh"
 #include "backends/engine/cuda/rope.cuh"
 #include "backends/engine/cuda/swiglu.cuh"
 
-/* Decode attention of n rows (rows: a row list, or NULL for 0..n). */
-static int decode_attn(cuda_runner *r, const pl_bf16 *kc, const pl_bf16 *vc,
-                       const int32_t *rows, int n, float scale)
+pl_kv_layer pl_cuda_kv_layer(const cuda_runner *r, int l)
 {
-    const cr_io *d = &r->dio;
-    if (r->split_kv) {
-        int ns = pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm);
-        return pl_cuda_attn_decode_split(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq,
-                                         d->bt, r->geom, kc, vc, r->att, n, r->n_head, scale,
-                                         ns, r->split_ws, r->split_kind, r->cs);
+    size_t nkv = (size_t)r->n_head_kv;
+    pl_kv_layer kv = {.k = r->kv + (size_t)(2 * l) * r->layer_bytes,
+                      .v = r->kv + (size_t)(2 * l + 1) * r->layer_bytes};
+    if (r->kv_scale) {
+        kv.k_scale = r->kv_scale + (size_t)(2 * l) * nkv;
+        kv.v_scale = r->kv_scale + (size_t)(2 * l + 1) * nkv;
     }
-    return pl_cuda_attn_decode_rows(r->qkv, r->qkv_dim, d->positions, rows, d->row_seq, d->bt,
-                                    r->geom, kc, vc, r->att, n, r->n_head, scale, r->cs);
+    return kv;
+}
+
+int pl_cuda_split_count(const cuda_runner *r, int n_rows)
+{
+    return pl_cuda_attn_split_plan(n_rows * r->n_head_kv, r->split_bpsm, r->n_sm,
+                                   PL_ATTN_MAX_SPLITS);
+}
+
+/* Decode attention of n rows (rows: a row list, or NULL for 0..n). */
+static int decode_attn(cuda_runner *r, const pl_attn_step *as, pl_kv_layer kv,
+                       pl_attn_opts o, const int32_t *rows, int n)
+{
+    if (r->split_kv)
+        return pl_cuda_attn_decode_split(as, r->geom, kv, o, rows, n, pl_cuda_split_count(r, n),
+                                         r->split_ws, r->split_kind, r->cs);
+    return pl_cuda_attn_decode_rows(as, r->geom, kv, o, rows, n, r->cs);
 }
 
 static int attention(cuda_runner *r, int l, const cr_step *st)
 {
-    pl_bf16 *kc = r->kv + (size_t)(2 * l) * r->layer_elems;
-    pl_bf16 *vc = r->kv + (size_t)(2 * l + 1) * r->layer_elems;
+    pl_kv_layer kv = pl_cuda_kv_layer(r, l);
     const cr_io *d = &r->dio;
     if (pl_cuda_kv_write(r->qkv, r->qkv_dim, r->q_dim, r->q_dim + r->kv_dim, d->positions,
-                         d->row_seq, d->bt, r->geom, kc, vc, st->n_rows, r->cs) != 0)
+                         d->row_seq, d->bt, r->geom, kv, st->n_rows, r->cs) != 0)
         return -1;
     pl_cuda_prof_mark(r, CR_PH_KV_WRITE);
-    float scale = 1.0f / sqrtf((float)r->head_dim);
+    pl_attn_step as = {.q = r->qkv, .q_stride = r->qkv_dim, .n_heads = r->n_head,
+                       .positions = d->positions, .row_seq = d->row_seq,
+                       .block_table = d->bt, .out = r->att};
+    pl_attn_opts o = r->attn;
     int rc;
     if (st->max_seq_rows <= 1) {
-        rc = decode_attn(r, kc, vc, NULL, st->n_rows, scale);
+        rc = decode_attn(r, &as, kv, o, NULL, st->n_rows);
         pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
         return rc;
     }
     /* Mixed: decode rows through the decode kernel, the rest in tiles. */
     bool mixed = st->n_dec > 0;
     if (mixed) {
-        if (decode_attn(r, kc, vc, d->dec_rows, st->n_dec, scale) != 0)
+        if (decode_attn(r, &as, kv, o, d->dec_rows, st->n_dec) != 0)
             return -1;
         pl_cuda_prof_mark(r, CR_PH_ATTN_DEC);
     }
-    rc = pl_cuda_attn_prefill_seqs(r->qkv, r->qkv_dim, d->positions, mixed ? d->pf_seqs : NULL,
-                                   d->first_row, d->n_rows, d->bt, r->geom, kc, vc, r->att,
-                                   mixed ? st->n_pf : st->n_seqs,
-                                   mixed ? st->pf_max_rows : st->max_seq_rows, r->n_head,
-                                   scale, r->prefill_mma, r->cs);
+    rc = pl_cuda_attn_prefill_seqs(&as, r->geom, kv, o, mixed ? d->pf_seqs : NULL,
+                                   d->first_row, d->n_rows, mixed ? st->n_pf : st->n_seqs,
+                                   mixed ? st->pf_max_rows : st->max_seq_rows, r->prefill_mma,
+                                   r->cs);
     pl_cuda_prof_mark(r, CR_PH_ATTN_PF);
     return rc;
 }
@@ -110,6 +126,23 @@ static int head_and_sample(cuda_runner *r, const cr_step *st)
                           r->cs) != 0)
         return -1;
     pl_cuda_prof_mark(r, CR_PH_SAMPLE);
+    return 0;
+}
+
+int pl_cuda_prompt_logprobs(cuda_runner *r, const cr_step *st, cr_plp out)
+{
+    const cr_io *d = &r->dio;
+    int S = r->max_seqs, E = r->n_embd;
+    for (int c0 = 0; c0 < st->n_lp; c0 += S) {
+        int n = st->n_lp - c0 < S ? st->n_lp - c0 : S;
+        if (pl_cuda_rmsnorm(r->x, d->lp_rows + c0, r->w.output_norm, r->xl, n, E, r->rms_eps,
+                            r->cs) != 0
+            || pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, n, r->n_vocab, E) != 0
+            || pl_cuda_row_logprobs(r->logits, n, r->n_vocab, d->lp_next + c0, d->lp_top + c0,
+                                    out.lp + c0, out.top_ids + (size_t)c0 * PL_CUDA_TOPN,
+                                    out.top_lp + (size_t)c0 * PL_CUDA_TOPN, r->cs) != 0)
+            return -1;
+    }
     return 0;
 }
 

@@ -35,6 +35,19 @@ size_t pl_cuda_io_map(cr_io *io, void *base, int max_rows, int max_seqs, int mbp
     io->hist = (int32_t *)(b + take(&off, (size_t)hist_cap * 4));
     io->dec_rows = (int32_t *)(b + take(&off, R * 4));
     io->pf_seqs = (int32_t *)(b + take(&off, S * 4));
+    io->lp_rows = (int32_t *)(b + take(&off, R * 4));
+    io->lp_next = (int32_t *)(b + take(&off, R * 4));
+    io->lp_top = (int32_t *)(b + take(&off, R * 4));
+    return off;
+}
+
+size_t pl_cuda_plp_map(cr_plp *p, void *base, int max_rows)
+{
+    uintptr_t b = (uintptr_t)base;
+    size_t off = 0, R = (size_t)max_rows;
+    p->lp = (float *)(b + take(&off, R * 4));
+    p->top_ids = (int32_t *)(b + take(&off, R * PL_CUDA_TOPN * 4));
+    p->top_lp = (float *)(b + take(&off, R * PL_CUDA_TOPN * 4));
     return off;
 }
 
@@ -163,6 +176,27 @@ static void split_mixed(cr_io *h, const pl_step_input *in, cr_step *st)
     }
 }
 
+/* Prompt logprobs: the rows with a next id, listed (the next id checked
+ * against the vocabulary). 0, or -1 with the row named. */
+static int pack_prompt_lp(cuda_runner *r, cr_io *h, const pl_step_input *in, cr_step *st)
+{
+    if (in->n_row_next <= 0 || !in->row_next)
+        return 0;
+    for (int i = 0; i < in->n_rows; i++) {
+        int32_t next = in->row_next[i];
+        if (next < 0)
+            continue;
+        if (next >= r->n_vocab)
+            return pl_cuda_fail_(__FILE__, __LINE__, "row %d: next id %d out of range", i,
+                                 (int)next);
+        int top = in->sampling[in->row_seq[i]].top_logprobs;
+        h->lp_rows[st->n_lp] = i;
+        h->lp_next[st->n_lp] = next;
+        h->lp_top[st->n_lp++] = top < 0 ? 0 : top > PL_CUDA_TOPN ? PL_CUDA_TOPN : top;
+    }
+    return 0;
+}
+
 int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_step *st)
 {
     if (in->n_rows < 0 || in->n_rows > r->max_rows || in->n_seqs <= 0
@@ -196,6 +230,8 @@ int pl_cuda_io_pack(cuda_runner *r, cr_slot *sl, const pl_step_input *in, cr_ste
     }
     if (st->max_seq_rows > 1)
         split_mixed(h, in, st);
+    if (pack_prompt_lp(r, h, in, st) != 0)
+        return -1;
     if (st->bucket >= 0) {
         int B = r->bucket_size[st->bucket];
         for (int s = in->n_seqs; s < B; s++)
@@ -228,6 +264,9 @@ int pl_cuda_io_upload(cuda_runner *r, cr_slot *sl, const cr_step *st)
         UP(dec_rows, st->n_dec);
         UP(pf_seqs, st->n_pf);
     }
+    UP(lp_rows, st->n_lp);
+    UP(lp_next, st->n_lp);
+    UP(lp_top, st->n_lp);
     PL_CUDA_CHECK(cudaEventRecord(sl->in_done, r->cs));
     return 0;
 }

@@ -73,12 +73,43 @@ static int queue_outputs(cuda_runner *r, cr_slot *sl, const cr_step *st)
         PL_CUDA_CHECK(cudaMemcpyAsync(sl->h_logits, r->logits, (size_t)st->real_seqs
                                       * r->n_vocab * sizeof(float),
                                       cudaMemcpyDeviceToHost, r->cs));
+    /* Prompt logprobs reuse the logits buffer (after the copy above) and
+     * write the slot's own block; never in a graph. */
+    sl->n_lp = st->n_lp;
+    if (st->n_lp > 0 && pl_cuda_prompt_logprobs(r, st, sl->dplp) != 0)
+        return -1;
+    PL_CUDA_CHECK(cudaEventRecord(sl->t1, r->cs));
     PL_CUDA_CHECK(cudaEventRecord(sl->computed, r->cs));
     PL_CUDA_CHECK(cudaStreamWaitEvent(r->xs, sl->computed, 0));
     PL_CUDA_CHECK(cudaMemcpyAsync(sl->h_out, sl->d_out, r->out_bytes,
                                   cudaMemcpyDeviceToHost, r->xs));
+    if (st->n_lp > 0) {
+        size_t n = (size_t)st->n_lp;
+        PL_CUDA_CHECK(cudaMemcpyAsync(sl->hplp.lp, sl->dplp.lp, n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, r->xs));
+        PL_CUDA_CHECK(cudaMemcpyAsync(sl->hplp.top_ids, sl->dplp.top_ids,
+                                      n * PL_CUDA_TOPN * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, r->xs));
+        PL_CUDA_CHECK(cudaMemcpyAsync(sl->hplp.top_lp, sl->dplp.top_lp,
+                                      n * PL_CUDA_TOPN * sizeof(float),
+                                      cudaMemcpyDeviceToHost, r->xs));
+    }
     PL_CUDA_CHECK(cudaEventRecord(sl->out_ready, r->xs));
     return 0;
+}
+
+/* The compact prompt logprobs of a finished step into its output's rows
+ * (the staging still holds the step's row list). */
+static void scatter_plp(cr_slot *sl)
+{
+    for (int k = 0; k < sl->n_lp; k++) {
+        int row = sl->hio.lp_rows[k];
+        sl->out.row_lp[row] = sl->hplp.lp[k];
+        memcpy(sl->out.row_top_ids + (size_t)row * PL_CUDA_TOPN,
+               sl->hplp.top_ids + (size_t)k * PL_CUDA_TOPN, PL_CUDA_TOPN * sizeof(int32_t));
+        memcpy(sl->out.row_top_lp + (size_t)row * PL_CUDA_TOPN,
+               sl->hplp.top_lp + (size_t)k * PL_CUDA_TOPN, PL_CUDA_TOPN * sizeof(float));
+    }
 }
 
 static int cuda_launch(pl_runner *base, const pl_step_input *in)
@@ -98,7 +129,6 @@ static int cuda_launch(pl_runner *base, const pl_step_input *in)
         || pl_cuda_check_(cudaEventRecord(sl->t0, r->cs), __FILE__, __LINE__)
         || pl_cuda_io_upload(r, sl, &st) != 0
         || run_forward(r, &st) != 0
-        || pl_cuda_check_(cudaEventRecord(sl->t1, r->cs), __FILE__, __LINE__)
         || queue_outputs(r, sl, &st) != 0)
         return -1;
     sl->out.n_seqs = st.real_seqs;
@@ -119,6 +149,7 @@ static int cuda_wait(pl_runner *base, int ticket, const pl_step_output **out)
     float ms = 0.0f;
     PL_CUDA_CHECK(cudaEventElapsedTime(&ms, sl->t0, sl->t1));
     sl->out.exec_ms = ms;
+    scatter_plp(sl);
     sl->out.logits = r->base.keep_logits ? sl->h_logits : NULL;
     *out = &sl->out;
     return 0;
@@ -130,11 +161,11 @@ static void cuda_copy_block(pl_runner *base, int32_t src, int32_t dst)
     int nb = r->geom.n_blocks - 1;
     if (src < 0 || dst < 0 || src >= nb || dst >= nb || src == dst)
         return;
-    size_t bytes = r->block_elems * sizeof(pl_bf16);
+    size_t bytes = r->block_bytes;
     for (int i = 0; i < 2 * r->n_layer; i++) {
-        pl_bf16 *layer = r->kv + (size_t)i * r->layer_elems;
-        if (pl_cuda_check_(cudaMemcpyAsync(layer + (size_t)dst * r->block_elems,
-                                           layer + (size_t)src * r->block_elems, bytes,
+        unsigned char *layer = r->kv + (size_t)i * r->layer_bytes;
+        if (pl_cuda_check_(cudaMemcpyAsync(layer + (size_t)dst * bytes,
+                                           layer + (size_t)src * bytes, bytes,
                                            cudaMemcpyDeviceToDevice, r->cs),
                            __FILE__, __LINE__))
             fprintf(stderr, "parley: cuda copy_block: %s\n", pl_cuda_last_error());

@@ -50,6 +50,8 @@ typedef struct cr_io {
     int32_t *hist;                                   /* (hist_cap) */
     int32_t *dec_rows;                               /* (max_rows) mixed steps */
     int32_t *pf_seqs;                                /* (max_seqs) mixed steps */
+    /* prompt logprobs: the rows with a next id, the id, the top-N wanted */
+    int32_t *lp_rows, *lp_next, *lp_top;             /* (max_rows) */
 } cr_io;
 
 /** Used sizes of a packed step (what to copy and launch). */
@@ -60,7 +62,16 @@ typedef struct cr_step {
     int n_bias, n_hist;
     int bucket;                  /* graph bucket index, -1: eager */
     int n_dec, n_pf, pf_max_rows; /* mixed steps: decode rows, prefill seqs */
+    int n_lp;                    /* rows with prompt logprobs */
 } cr_step;
+
+/** Prompt logprobs of a step, compact (entry k is row lp_rows[k]): the
+ *  same layout on the device and in pinned memory. */
+typedef struct cr_plp {
+    float *lp;                   /* (max_rows) */
+    int32_t *top_ids;            /* (max_rows, PL_CUDA_TOPN) */
+    float *top_lp;               /* (max_rows, PL_CUDA_TOPN) */
+} cr_plp;
 
 /** Per in-flight step (ticket & 1). */
 typedef struct cr_slot {
@@ -69,6 +80,9 @@ typedef struct cr_slot {
     cudaEvent_t in_done;         /* the H2D copies of h_in are finished */
     void *d_out, *h_out;         /* sampled/logprob/top block, device + pinned */
     float *h_logits;             /* pinned (max_seqs, n_vocab), keep_logits */
+    void *d_plp, *h_plp;         /* prompt logprobs, device + pinned (cr_plp) */
+    cr_plp dplp, hplp;
+    int n_lp;                    /* entries of the step in flight */
     cudaEvent_t t0, t1, computed, out_ready;
     pl_step_output out;
     int ticket;
@@ -86,10 +100,12 @@ typedef struct cuda_runner {
     pl_cuda_weights w;
     pl_cuda_gemm *gemm;
     cudaStream_t cs, xs;         /* compute, copy-back */
-    /* KV cache: layer l keys at kv + 2l*layer_elems, values at +(2l+1) */
-    pl_bf16 *kv;
-    size_t layer_elems, block_elems;
-    pl_kv_geom geom;             /* n_blocks includes the padding block */
+    /* KV cache: layer l keys at kv + 2l*layer_bytes, values at +(2l+1) */
+    unsigned char *kv;
+    size_t layer_bytes, block_bytes;
+    pl_kv_geom geom;             /* n_blocks includes the padding block; dtype */
+    float *kv_scale;             /* fp8: (n_layer, 2, n_head_kv) K then V scales */
+    pl_attn_opts attn;           /* scale and soft-capping of every layer */
     int mbps;                    /* max blocks per sequence on the device */
     /* capacities */
     int max_rows, max_seqs, bias_cap, hist_cap, hist_per_seq;
@@ -119,6 +135,7 @@ typedef struct cuda_runner {
     bool prefill_mma;            /* --cuda-prefill-attn mma: tensor-core prefill */
     int load_threads;            /* --load-threads (0: the online CPUs) */
     int n_sm;
+    int split_bpsm;              /* blocks per SM of the split kernel (occupancy) */
     float *split_ws;             /* split-KV decode workspace */
     pl_cuda_graph_stats graph_stats;
     /* constrained decoding: device tables, vocabulary (cuda_constrain.c) */
@@ -156,5 +173,16 @@ void pl_cuda_prof_step_end(cuda_runner *r);
 
 /** Enqueue the forward pass and sampling of a packed step on r->cs. */
 int pl_cuda_forward(cuda_runner *r, const cr_step *st);
+/** After pl_cuda_forward (r->x holds every row's final hidden state):
+ *  enqueue the prompt logprobs of the step's listed rows into out
+ *  (device), in chunks of max_seqs rows through the logits buffer. */
+int pl_cuda_prompt_logprobs(cuda_runner *r, const cr_step *st, cr_plp out);
+/** One layer's cache (device pointers into r->kv and r->kv_scale). */
+pl_kv_layer pl_cuda_kv_layer(const cuda_runner *r, int l);
+/** Splits of the split-KV decode kernel for n_rows rows (even waves at
+ *  the kernel's occupancy, pl_cuda_attn_split_plan). */
+int pl_cuda_split_count(const cuda_runner *r, int n_rows);
+/** Map cr_plp onto base for max_rows entries; returns bytes. */
+size_t pl_cuda_plp_map(cr_plp *p, void *base, int max_rows);
 
 #endif

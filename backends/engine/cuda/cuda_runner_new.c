@@ -1,13 +1,16 @@
 /* cuda_runner_new.c - creating and destroying the CUDA runner: geometry,
  * streams, cuBLAS, weights, activations, input/output buffers, and the KV
  * cache sized from what gpu_mem_util of the device leaves. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
+#include "backends/engine/cuda/attn_plan.h"
 #include "backends/engine/cuda/attn_prefill.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
+#include "src/base/log.h"
 
 extern const pl_runner_ops pl_cuda_runner_ops_;
 void pl_cuda_runner_destroy_(cuda_runner *r);
@@ -45,6 +48,10 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
         return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d / heads %d:%d unsupported by "
                              "the CUDA attention kernels", r->head_dim, r->n_head,
                              r->n_head_kv);
+    if (inf->block_size & (inf->block_size - 1))
+        return pl_cuda_fail_(__FILE__, __LINE__, "--block-size %d: the CUDA runner's KV "
+                             "blocks are a power of two (8, 16, 32, ...)", inf->block_size);
+    r->attn = pl_attn_plain(1.0f / sqrtf((float)r->head_dim));
     return 0;
 }
 
@@ -65,10 +72,14 @@ static int alloc_activations(cuda_runner *r)
     TRY(cudaMemset(r->slot_tok, 0, S * 4));
     TRY(cudaDeviceGetAttribute(&r->n_sm, cudaDevAttrMultiProcessorCount, 0));
     if (r->split_kv) {  /* the largest workspace any batch size asks for */
+        r->split_bpsm = pl_cuda_attn_split_occupancy(r->split_kind, r->n_head, r->n_head_kv,
+                                                     r->head_dim, r->geom.dtype);
+        if (r->split_bpsm < 0)
+            return -1;
         size_t ws = 0;
         for (int n = 1; n <= r->max_rows; n++) {
             size_t w = pl_cuda_attn_split_ws(n, r->n_head, r->head_dim,
-                                             pl_cuda_attn_split_count(n, r->n_head_kv, r->n_sm));
+                                             pl_cuda_split_count(r, n));
             ws = w > ws ? w : ws;
         }
         if (ws > 0)
@@ -94,6 +105,23 @@ static void map_out(void *base, int S, pl_cuda_samp_out *o, pl_step_output *so)
     }
 }
 
+/* Prompt logprobs of a slot: compact device and pinned blocks, and the
+ * row-indexed arrays of the step output. */
+static int alloc_plp(cuda_runner *r, cr_slot *s)
+{
+    size_t R = (size_t)r->max_rows, n = pl_cuda_plp_map(&s->dplp, NULL, r->max_rows);
+    TRY(cudaMalloc(&s->d_plp, n));
+    TRY(cudaHostAlloc(&s->h_plp, n, cudaHostAllocDefault));
+    pl_cuda_plp_map(&s->dplp, s->d_plp, r->max_rows);
+    pl_cuda_plp_map(&s->hplp, s->h_plp, r->max_rows);
+    s->out.row_lp = malloc(R * sizeof(float));
+    s->out.row_top_ids = malloc(R * PL_CUDA_TOPN * sizeof(int32_t));
+    s->out.row_top_lp = malloc(R * PL_CUDA_TOPN * sizeof(float));
+    if (!s->out.row_lp || !s->out.row_top_ids || !s->out.row_top_lp)
+        return pl_cuda_fail_(__FILE__, __LINE__, "out of memory");
+    return 0;
+}
+
 static int alloc_io(cuda_runner *r)
 {
     cr_io tmp;
@@ -115,6 +143,8 @@ static int alloc_io(cuda_runner *r)
         TRY(cudaMalloc(&s->d_out, r->out_bytes));
         TRY(cudaHostAlloc(&s->h_out, r->out_bytes, cudaHostAllocDefault));
         map_out(s->h_out, r->max_seqs, NULL, &s->out);
+        if (alloc_plp(r, s) != 0)
+            return -1;
         TRY(cudaEventCreateWithFlags(&s->in_done, cudaEventDisableTiming));
         TRY(cudaEventCreateWithFlags(&s->computed, cudaEventDisableTiming));
         TRY(cudaEventCreateWithFlags(&s->out_ready, cudaEventDisableTiming));
@@ -133,11 +163,13 @@ static int alloc_kv(cuda_runner *r, float util, int want_blocks, bool len_asked)
     pl_runner_info *inf = &r->base.info;
     size_t free_b = 0, total_b = 0;
     TRY(cudaMemGetInfo(&free_b, &total_b));
-    r->block_elems = (size_t)inf->block_size * r->kv_dim;
-    size_t per_block = 2 * (size_t)r->n_layer * r->block_elems * sizeof(pl_bf16);
+    r->block_bytes = (size_t)inf->block_size * r->kv_dim * pl_kv_elem_bytes(r->geom.dtype);
+    size_t per_block = 2 * (size_t)r->n_layer * r->block_bytes;
     cr_io tmp;
-    size_t io = pl_cuda_io_map(&tmp, NULL, r->max_rows, r->max_seqs, r->mbps, r->bias_cap,
-                               r->hist_cap) * (1 + PL_RUNNER_MAX_INFLIGHT);
+    cr_plp tp;
+    size_t io = (pl_cuda_io_map(&tmp, NULL, r->max_rows, r->max_seqs, r->mbps, r->bias_cap,
+                                r->hist_cap) + pl_cuda_plp_map(&tp, NULL, r->max_rows))
+                * (1 + PL_RUNNER_MAX_INFLIGHT);
     double budget = (double)total_b * util - (double)(total_b - free_b) - (double)io;
     long long nb = budget > 0 ? (long long)(budget / (double)per_block) - 1 : 0;
     if (want_blocks > 0 && nb > want_blocks)
@@ -156,10 +188,55 @@ static int alloc_kv(cuda_runner *r, float util, int want_blocks, bool len_asked)
     }
     r->geom = (pl_kv_geom){.n_kv_heads = r->n_head_kv, .head_dim = r->head_dim,
                            .block_size = inf->block_size, .max_blocks_per_seq = r->mbps,
-                           .n_blocks = (int)nb + 1};
-    r->layer_elems = (size_t)(nb + 1) * r->block_elems;
-    TRY(cudaMalloc((void **)&r->kv, 2 * (size_t)r->n_layer * r->layer_elems * sizeof(pl_bf16)));
+                           .n_blocks = (int)nb + 1, .dtype = r->geom.dtype};
+    r->layer_bytes = (size_t)(nb + 1) * r->block_bytes;
+    TRY(cudaMalloc((void **)&r->kv, 2 * (size_t)r->n_layer * r->layer_bytes));
     return 0;
+}
+
+/* fp8: the dequantisation scales, (n_layer, K|V, n_head_kv), all 1 as
+ * vLLM keeps them for a checkpoint that brings none (GGUF files bring
+ * none). Stored e4m3 = bf16 value / scale: values beyond +-448 saturate. */
+static int alloc_kv_scales(cuda_runner *r)
+{
+    if (r->geom.dtype != PL_KV_FP8)
+        return 0;
+    size_t n = 2 * (size_t)r->n_layer * r->n_head_kv;
+    float *ones = malloc(n * sizeof(float));
+    if (!ones)
+        return pl_cuda_fail_(__FILE__, __LINE__, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        ones[i] = 1.0f;
+    cudaError_t e = cudaMalloc((void **)&r->kv_scale, n * sizeof(float));
+    if (e == cudaSuccess)
+        e = cudaMemcpy(r->kv_scale, ones, n * sizeof(float), cudaMemcpyHostToDevice);
+    free(ones);
+    return pl_cuda_check_(e, __FILE__, __LINE__);
+}
+
+/* The attention kernels asked for, where the shape has them: a split kind
+ * without a kernel for the shape falls back to the warp kernel, then to
+ * one block per row (said once in the log). */
+static void pick_attention(cuda_runner *r, const pl_cuda_opts *o)
+{
+    r->geom.dtype = o->kv_cache_dtype == PL_CUDA_KV_FP8 || o->kv_cache_dtype == PL_CUDA_KV_FP8_E4M3
+                    ? PL_KV_FP8 : PL_KV_BF16;
+    r->split_kind = o->decode_attn == PL_CUDA_DECODE_SPLIT16 ? PL_SPLIT_HALF
+                  : o->decode_attn == PL_CUDA_DECODE_MMA ? PL_SPLIT_MMA : PL_SPLIT_WARP;
+    r->split_kv = o->decode_attn != PL_CUDA_DECODE_ROWS;
+    if (r->split_kv && !pl_cuda_attn_split_supported(r->split_kind, r->n_head, r->n_head_kv,
+                                                     r->head_dim)) {
+        pl_split_kind k = r->split_kind;
+        r->split_kind = PL_SPLIT_WARP;
+        r->split_kv = pl_cuda_attn_split_supported(PL_SPLIT_WARP, r->n_head, r->n_head_kv,
+                                                   r->head_dim);
+        static const char *const names[] = {"split", "split16", "mma"};
+        pl_info("cuda: no %s decode attention kernel for %d:%d heads of %d; using %s",
+                names[k], r->n_head, r->n_head_kv, r->head_dim,
+                r->split_kv ? "the warp-per-key split kernel" : "one block per row");
+    }
+    r->prefill_mma = o->prefill_attn == PL_CUDA_PREFILL_MMA   /* a tuning candidate */
+                     && pl_cuda_attn_prefill_mma_supported(r->head_dim);
 }
 
 static void init_buckets(cuda_runner *r, bool graphs)
@@ -190,6 +267,7 @@ static int setup(cuda_runner *r, const pl_model *m, float util, bool len_asked, 
         return -1;
     if (alloc_activations(r) != 0
         || alloc_kv(r, util, r->base.info.num_blocks, len_asked) != 0
+        || alloc_kv_scales(r) != 0
         || alloc_io(r) != 0)
         goto cuda_fail;
     /* Setup used pageable copies and memsets on the legacy stream; the
@@ -215,6 +293,7 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
      * checked on an H100 by test_cuda_constrain and the device bundle's
      * constrained serving run (scripts/device/run.sh serve). */
     r->base.can_constrain = true;
+    r->base.can_prompt_logprobs = true;  /* cuda_runner.c, prompt_lp.cu */
     float gpu_mem_util = (float)o->gpu_memory_utilization;
     if (gpu_mem_util <= 0.0f || gpu_mem_util > 1.0f)
         gpu_mem_util = 0.9f;
@@ -228,15 +307,16 @@ pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
      * kernel (+38 % at 256 sequences on an H100); --cuda-decode-attn rows
      * selects the one-block-per-row kernel; split16 (16 lanes per key) and
      * mma (tensor cores) are split-KV tuning candidates. */
-    r->split_kv = o->decode_attn != PL_CUDA_DECODE_ROWS
-                  && pl_cuda_attn_split_supported(r->n_head, r->n_head_kv, r->head_dim);
-    r->split_kind = o->decode_attn == PL_CUDA_DECODE_SPLIT16 ? PL_SPLIT_HALF
-                  : o->decode_attn == PL_CUDA_DECODE_MMA ? PL_SPLIT_MMA : PL_SPLIT_WARP;
-    r->prefill_mma = o->prefill_attn == PL_CUDA_PREFILL_MMA   /* a tuning candidate */
-                     && pl_cuda_attn_prefill_mma_supported(r->head_dim);
+    pick_attention(r, o);
     if (setup(r, m, gpu_mem_util, want->max_model_len > 0, err, errlen) != 0)
         goto fail;
     init_buckets(r, o->graphs);
+    pl_info("cuda: K/V cache %s, %d blocks of %d tokens; decode attention %s, prefill %s",
+            r->geom.dtype == PL_KV_FP8 ? "fp8 e4m3" : "bf16", r->base.info.num_blocks,
+            r->base.info.block_size,
+            !r->split_kv ? "rows" : r->split_kind == PL_SPLIT_MMA ? "mma"
+            : r->split_kind == PL_SPLIT_HALF ? "split16" : "split",
+            r->prefill_mma ? "mma" : "tiled");
     if (pl_cuda_prof_init(r, o->profile && !o->graphs) != 0) {
         snprintf(err, errlen, "--cuda-profile: cannot create events");
         goto fail;
@@ -252,7 +332,12 @@ static void free_slot(cr_slot *s)
     cudaFreeHost(s->h_in);
     cudaFreeHost(s->h_out);
     cudaFreeHost(s->h_logits);
+    cudaFreeHost(s->h_plp);
     cudaFree(s->d_out);
+    cudaFree(s->d_plp);
+    free(s->out.row_lp);
+    free(s->out.row_top_ids);
+    free(s->out.row_top_lp);
     cudaEvent_t ev[5] = {s->in_done, s->computed, s->out_ready, s->t0, s->t1};
     for (int i = 0; i < 5; i++)
         if (ev[i])
@@ -275,7 +360,7 @@ void pl_cuda_runner_destroy_(cuda_runner *r)
         free_slot(&r->slot[i]);
     pl_cuda_fsm_free(r);
     void *bufs[] = {r->x, r->y, r->qkv, r->gu, r->logits, r->pen, r->xb, r->att, r->act,
-                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws};
+                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws, r->kv_scale};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
     pl_cuda_weights_free(&r->w);

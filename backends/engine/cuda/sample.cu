@@ -3,52 +3,10 @@
  * order-preserving integer image of the logits (no sort of the vocab). */
 #include <math.h>
 
+#include "backends/engine/cuda/logprobs.cuh"
 #include "backends/engine/cuda/philox.cuh"
 #include "backends/engine/cuda/sample.cuh"
 
-#define SAMPLE_THREADS 1024
-
-/* Monotone map float -> uint32 (larger float, larger key). */
-static __device__ __forceinline__ uint32_t fkey(float f)
-{
-    uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* Block argmax (lowest index on ties) over x, skipping ids in excl[0..n_excl). */
-static __device__ int block_argmax(const float *x, int n, const int32_t *excl, int n_excl,
-                                   float *sv, int *si)
-{
-    float best = -INFINITY;
-    int bi = -1;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = x[i];
-        if (v > best || (v == best && bi < 0)) {
-            int skip = 0;
-            for (int e = 0; e < n_excl; e++)
-                skip |= excl[e] == i;
-            if (!skip) { best = v; bi = i; }
-        }
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (oi >= 0 && (bi < 0 || ov > best || (ov == best && oi < bi))) { best = ov; bi = oi; }
-    }
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) { sv[w] = best; si[w] = bi; }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
-            if (si[i] >= 0 && (si[0] < 0 || sv[i] > sv[0] || (sv[i] == sv[0] && si[i] < si[0]))) {
-                sv[0] = sv[i];
-                si[0] = si[i];
-            }
-    }
-    __syncthreads();
-    return si[0];
-}
 
 /* Number of ids with key >= k (as float, for the block sum). */
 static __device__ float count_ge(const float *x, int n, uint32_t k, float *sh)
@@ -120,32 +78,6 @@ static __device__ int draw(const float *x, int n, uint32_t kt, float mx, float i
     return pick;
 }
 
-/* Log-softmax of the raw row x for the chosen id and the top-N. */
-static __device__ void logprobs(const float *x, int n, const pl_cuda_samp &p, int tok,
-                                const pl_cuda_samp_out &out, float *sv, int *si)
-{
-    __shared__ int32_t chosen[PL_CUDA_TOPN];
-    int top = block_argmax(x, n, NULL, 0, sv, si);
-    float mx = x[top], s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x)
-        s += expf(x[i] - mx);
-    float lse = mx + logf(pl_block_sum(s, sv));
-    int b = blockIdx.x;
-    if (threadIdx.x == 0)
-        out.logprob[b] = x[tok] - lse;
-    for (int k = 0; k < PL_CUDA_TOPN; k++) {
-        int id = -1;
-        if (k < p.top_logprobs)
-            id = block_argmax(x, n, chosen, k, sv, si);
-        if (threadIdx.x == 0) {
-            chosen[k] = id;
-            out.top_ids[b * PL_CUDA_TOPN + k] = id;
-            out.top_lp[b * PL_CUDA_TOPN + k] = id >= 0 ? x[id] - lse : -INFINITY;
-        }
-        __syncthreads();
-    }
-}
-
 static __global__ void sample_kernel(const float *logits, const float *pen,
                                      const pl_cuda_samp *ps, pl_cuda_samp_out out, int n)
 {
@@ -200,7 +132,9 @@ static __global__ void sample_kernel(const float *logits, const float *pen,
             out.slot_tok[p.slot] = tok;
     }
     if (p.top_logprobs >= 0)
-        logprobs(logits + (size_t)b * n, n, p, tok, out, sv, si);
+        pl_logprobs(logits + (size_t)b * n, n, tok, p.top_logprobs, out.logprob + b,
+                    out.top_ids + (size_t)b * PL_CUDA_TOPN,
+                    out.top_lp + (size_t)b * PL_CUDA_TOPN, sv, si);
 }
 
 extern "C" int pl_cuda_sample(const float *logits, const float *pen, const pl_cuda_samp *p,
