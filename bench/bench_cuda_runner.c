@@ -9,7 +9,8 @@
  * --rows-attn: the one-block-per-row decode attention kernel instead of the
  * split-KV, GQA-grouped one (the default; --split-kv is accepted);
  * --split16: the split-KV kernel with 16 lanes per key; --decode-mma and
- * --prefill-mma: the tensor-core decode and prefill attention kernels.
+ * --prefill-mma: the tensor-core decode and prefill attention kernels;
+ * --kv-fp8: the fp8 (e4m3) KV cache (--kv-cache-dtype fp8).
  * --sync: each decode step is waited for before the next is launched (the
  * engine's --no-async-scheduling), for the idle gap beside the async one.
  * decode_idle_gap_ms: decode wall time minus device time, per step.
@@ -117,6 +118,7 @@ static int parse(bench_opts *o, int argc, char **argv)
         else if (!strcmp(a, "--split16")) o->cuda.decode_attn = PL_CUDA_DECODE_SPLIT16;
         else if (!strcmp(a, "--decode-mma")) o->cuda.decode_attn = PL_CUDA_DECODE_MMA;
         else if (!strcmp(a, "--prefill-mma")) o->cuda.prefill_attn = PL_CUDA_PREFILL_MMA;
+        else if (!strcmp(a, "--kv-fp8")) o->cuda.kv_cache_dtype = PL_CUDA_KV_FP8;
         else if (!strcmp(a, "--runner") && v) o->runner = argv[++i];
         else if (!strcmp(a, "--seqs") && v) o->seqs = atoi(argv[++i]);
         else if (!strcmp(a, "--prompt") && v) o->prompt = atoi(argv[++i]);
@@ -160,7 +162,7 @@ int main(int argc, char **argv)
     if (parse(&o, argc, argv) != 0) {
         fprintf(stderr, "usage: %s MODEL.gguf [--runner cuda|cpu] [--seqs N] [--prompt P] "
                 "[--gen G] [--no-graphs] [--cuda-profile] [--max-rows R]"
-                " [--rows-attn|--split16|--decode-mma] [--prefill-mma] [--sync]\n",
+                 " [--rows-attn|--split16|--decode-mma] [--prefill-mma] [--kv-fp8] [--sync]\n",
                 argv[0]);
         return 2;
     }
@@ -230,18 +232,22 @@ int main(int argc, char **argv)
     }
     double t_dec = now_ms() - t0;
     phases_json(r, !cpu, dec_phases, sizeof dec_phases);
-    const char *attn = getenv("PARLEY_CUDA_DECODE_ATTN");
-    bool rows_attn = attn && !strcmp(attn, "rows");
+    static const char *const attn_name[] = {"split", "rows", "split16", "mma"};
+    int da = o.cuda.decode_attn >= 0 && o.cuda.decode_attn < 4 ? o.cuda.decode_attn : 0;
+    bool fp8 = o.cuda.kv_cache_dtype == PL_CUDA_KV_FP8
+               || o.cuda.kv_cache_dtype == PL_CUDA_KV_FP8_E4M3;
     printf("{\"runner\":\"%s\",\"model\":\"%s\",\"graphs\":%s,\"sync\":%s,\"seqs\":%d,\"prompt\":%d,"
-           "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"prefill_mma\":%s,\"kv_blocks\":%d,"
+           "\"gen\":%d,\"split_kv\":%s,\"decode_attn\":\"%s\",\"prefill_mma\":%s,"
+           "\"kv_cache_dtype\":\"%s\",\"kv_blocks\":%d,"
            "\"load_ms\":%.1f,\"prefill_ms\":%.1f,"
            "\"prefill_dev_ms\":%.1f,\"prefill_tok_s\":%.1f,\"decode_ms\":%.1f,"
            "\"decode_dev_ms\":%.1f,\"decode_tok_s\":%.1f,\"decode_step_ms\":%.3f,"
            "\"decode_idle_gap_ms\":%.3f%s%s%s%s}\n",
            o.runner, o.model, o.cuda.graphs ? "true" : "false", o.sync ? "true" : "false", o.seqs,
            o.prompt, o.gen,
-           rows_attn ? "false" : "true", attn ? attn : "split",
-           getenv("PARLEY_CUDA_PREFILL_ATTN") ? "true" : "false", r->info.num_blocks, t_load,
+           da == PL_CUDA_DECODE_ROWS ? "false" : "true", attn_name[da],
+           o.cuda.prefill_attn == PL_CUDA_PREFILL_MMA ? "true" : "false", fp8 ? "fp8" : "bf16",
+           r->info.num_blocks, t_load,
            t_pf, pf_dev, o.seqs * (double)o.prompt / t_pf * 1e3,
            t_dec, dec_dev, o.seqs * (double)o.gen / t_dec * 1e3, t_dec / o.gen,
            (t_dec - dec_dev) / o.gen, *pf_phases ? ",\"prefill_phases_ms\":" : "",
