@@ -32,11 +32,13 @@
 #define TOL_F32 1e-5
 #define TOL_BF16 8e-3
 
+/* Gather, times the embedding scale (1, and Gemma's sqrt(640) = 25.3). */
 Test(cuda_kernels, embed_gathers_rows_and_zeroes_bad_ids)
 {
     SKIP_WITHOUT_GPU();
-    const int V = 1000, dims[] = {64, 576};
-    for (int k = 0; k < 2; k++) {
+    const int V = 1000, dims[] = {64, 576, 640};
+    const float scales[] = {1.0f, 1.0f, 25.298221f};
+    for (int k = 0; k < 3; k++) {
         int D = dims[k], R = 9;
         float *tab = malloc(sizeof(float) * V * D), *got = malloc(sizeof(float) * R * D);
         tu_fill(tab, (size_t)V * D, 2.0f);
@@ -45,11 +47,12 @@ Test(cuda_kernels, embed_gathers_rows_and_zeroes_bad_ids)
         pl_bf16 *dt = tu_dev_bf16(tab, (size_t)V * D);
         int32_t *di = tu_dev(ids, sizeof ids);
         float *dx = tu_dev(NULL, sizeof(float) * R * D);
-        OK(pl_cuda_embed(dt, di, dx, R, D, V, 0));
+        OK(pl_cuda_embed(dt, di, dx, R, D, V, scales[k], 0));
         tu_get(got, dx, sizeof(float) * R * D);
         for (int r = 0; r < R; r++)
             for (int i = 0; i < D; i++) {
-                float want = ids[r] >= 0 && ids[r] < V ? tab[(size_t)ids[r] * D + i] : 0.0f;
+                float want = ids[r] >= 0 && ids[r] < V ? tab[(size_t)ids[r] * D + i] * scales[k]
+                                                       : 0.0f;
                 cr_assert_eq(got[r * D + i], want, "row %d col %d", r, i);
             }
         cudaFree(dt); cudaFree(di); cudaFree(dx);
@@ -114,6 +117,43 @@ Test(cuda_kernels, rmsnorm_gathers_rows)
         cr_assert_leq(tu_nerr(got + k * D, ref, D), TOL_BF16);
     }
     cudaFree(dx); cudaFree(dw); cudaFree(dr); cudaFree(dout);
+}
+
+/* Gemma's post-norm residual add: x += rmsnorm(y) * post, then the next
+ * norm of x (or no output), against pl_op_rmsnorm. */
+Test(cuda_kernels, post_norm_add_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    enum { R = 7, D = 640 };
+    static float x[R * D], y[R * D], post[D], w[D], ref[R * D], yn[D], got[R * D];
+    tu_fill(x, R * D, 3.0f);
+    tu_fill(y, R * D, 5.0f);
+    tu_fill(post, D, 1.5f);
+    tu_fill(w, D, 1.5f);
+    float *dx = tu_dev(x, sizeof x), *dy = tu_dev(y, sizeof y);
+    float *dp = tu_dev(post, sizeof post), *dw = tu_dev(w, sizeof w);
+    pl_bf16 *dout = tu_dev(NULL, sizeof(pl_bf16) * R * D);
+    OK(pl_cuda_add_post_rmsnorm(dx, dy, dp, dw, dout, R, D, 1e-6f, 0));
+    for (int r = 0; r < R; r++) {
+        pl_op_rmsnorm(yn, y + r * D, post, D, 1e-6f);
+        for (int i = 0; i < D; i++)
+            x[r * D + i] += yn[i];
+        pl_op_rmsnorm(ref + r * D, x + r * D, w, D, 1e-6f);
+    }
+    tu_get(got, dx, sizeof got);
+    cr_assert_leq(tu_nerr(got, x, (size_t)R * D), TOL_F32, "residual");
+    tu_get_bf16(got, dout, (size_t)R * D);
+    cr_assert_leq(tu_nerr(got, ref, (size_t)R * D), TOL_BF16, "next norm");
+    /* no next norm: only the residual moves */
+    OK(pl_cuda_add_post_rmsnorm(dx, dy, dp, NULL, NULL, R, D, 1e-6f, 0));
+    for (int r = 0; r < R; r++) {
+        pl_op_rmsnorm(yn, y + r * D, post, D, 1e-6f);
+        for (int i = 0; i < D; i++)
+            x[r * D + i] += yn[i];
+    }
+    tu_get(got, dx, sizeof got);
+    cr_assert_leq(tu_nerr(got, x, (size_t)R * D), TOL_F32, "residual, no output");
+    cudaFree(dx); cudaFree(dy); cudaFree(dp); cudaFree(dw); cudaFree(dout);
 }
 
 static void check_rope(int R, int n_heads, int hd, int n_rot, int neox)

@@ -154,7 +154,7 @@ int pl_cuda_forward(cuda_runner *r, const cr_step *st)
                          st->n_rows, PL_TOKEN_PLACEHOLDER, r->cs) != 0)
         return -1;
     PH(pl_cuda_embed(r->w.tok_embd, d->tokens, r->x, st->n_rows, r->n_embd, r->n_vocab,
-                     r->cs), CR_PH_EMBED);
+                     1.0f, r->cs), CR_PH_EMBED);
     for (int l = 0; l < r->n_layer; l++)
         if (layer(r, l, st) != 0)
             return -1;

@@ -9,13 +9,13 @@ extern "C" {
 #endif
 
 /**
- * Gather rows of the embedding table.
- * table: (n_vocab, dim) bf16; tokens: (n_rows) device ids; x: (n_rows, dim)
- * fp32. An id outside [0, n_vocab) gives a zero row (never a wild read).
- * Returns 0, or -1 (pl_cuda_last_error()).
+ * Gather rows of the embedding table, times scale (1, or Gemma's
+ * sqrt(n_embd)). table: (n_vocab, dim) bf16; tokens: (n_rows) device ids;
+ * x: (n_rows, dim) fp32. An id outside [0, n_vocab) gives a zero row (never
+ * a wild read). Returns 0, or -1 (pl_cuda_last_error()).
  */
 int pl_cuda_embed(const pl_bf16 *table, const int32_t *tokens, float *x,
-                  int n_rows, int dim, int n_vocab, cudaStream_t st);
+                  int n_rows, int dim, int n_vocab, float scale, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -5,23 +5,34 @@
 #define NORM_THREADS 256
 
 /* One block per row. With y != NULL the row is first updated in place
- * (x += y), which saves a separate pass over the residual stream. */
-static __global__ void rmsnorm_kernel(float *x, const float *y, const int32_t *rows,
-                                      const float *w, __nv_bfloat16 *out, int dim,
-                                      float eps)
+ * (x += y, or x += rmsnorm(y) * post), which saves a separate pass over
+ * the residual stream; with w == NULL nothing more is written. */
+static __global__ void rmsnorm_kernel(float *x, const float *y, const float *post,
+                                      const int32_t *rows, const float *w,
+                                      __nv_bfloat16 *out, int dim, float eps)
 {
     __shared__ float sh[32];
     int r = blockIdx.x;
     float *xr = x + (size_t)(rows ? rows[r] : r) * dim;
+    const float *yr = y ? y + (size_t)r * dim : NULL;
+    float inv_y = 1.0f;
+    if (yr && post) {
+        float sy = 0.0f;
+        for (int i = threadIdx.x; i < dim; i += blockDim.x)
+            sy += yr[i] * yr[i];
+        inv_y = rsqrtf(pl_block_sum(sy, sh) / (float)dim + eps);
+    }
     float ss = 0.0f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = xr[i];
-        if (y) {
-            v += y[(size_t)r * dim + i];
+        if (yr) {
+            v += post ? yr[i] * inv_y * post[i] : yr[i];
             xr[i] = v;
         }
         ss += v * v;
     }
+    if (!w)
+        return;
     ss = pl_block_sum(ss, sh);
     float inv = rsqrtf(ss / (float)dim + eps);
     __nv_bfloat16 *o = out + (size_t)r * dim;
@@ -36,7 +47,7 @@ extern "C" int pl_cuda_rmsnorm(const float *x, const int32_t *rows, const float 
     PL_CUDA_ARG(x && w && out && dim > 0 && n_rows >= 0 && eps >= 0.0f);
     if (n_rows == 0)
         return 0;
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>((float *)x, NULL, rows, w,
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>((float *)x, NULL, NULL, rows, w,
                                                     (__nv_bfloat16 *)out, dim, eps);
     PL_CUDA_LAUNCHED();
     return 0;
@@ -49,7 +60,20 @@ extern "C" int pl_cuda_add_rmsnorm(float *x, const float *y, const float *w,
     PL_CUDA_ARG(x && y && w && out && dim > 0 && n_rows >= 0 && eps >= 0.0f);
     if (n_rows == 0)
         return 0;
-    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>(x, y, NULL, w,
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>(x, y, NULL, NULL, w,
+                                                    (__nv_bfloat16 *)out, dim, eps);
+    PL_CUDA_LAUNCHED();
+    return 0;
+}
+
+extern "C" int pl_cuda_add_post_rmsnorm(float *x, const float *y, const float *post,
+                                        const float *w, pl_bf16 *out, int n_rows, int dim,
+                                        float eps, cudaStream_t st)
+{
+    PL_CUDA_ARG(x && y && (!w || out) && dim > 0 && n_rows >= 0 && eps >= 0.0f);
+    if (n_rows == 0)
+        return 0;
+    rmsnorm_kernel<<<n_rows, NORM_THREADS, 0, st>>>(x, y, post, NULL, w,
                                                     (__nv_bfloat16 *)out, dim, eps);
     PL_CUDA_LAUNCHED();
     return 0;

@@ -24,6 +24,16 @@ int pl_cuda_rmsnorm(const float *x, const int32_t *rows, const float *w,
 int pl_cuda_add_rmsnorm(float *x, const float *y, const float *w, pl_bf16 *out,
                         int n_rows, int dim, float eps, cudaStream_t st);
 
+/**
+ * The residual add of a block with a post-norm (Gemma 2/3: the attention
+ * and feed-forward outputs are normalised before they are added):
+ * x[r] += rmsnorm(y[r]) * post, in place (post NULL: x[r] += y[r]); then,
+ * when w is given, out[r] = rmsnorm(x[r]) * w as bf16 (out unused when w
+ * is NULL). Shapes as pl_cuda_rmsnorm; post: (dim) fp32.
+ */
+int pl_cuda_add_post_rmsnorm(float *x, const float *y, const float *post, const float *w,
+                             pl_bf16 *out, int n_rows, int dim, float eps, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif
