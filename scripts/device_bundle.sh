@@ -5,9 +5,11 @@
 # be installed; at most 64 MiB travels) needs to test and benchmark the
 # CUDA runner, into the git-ignored folder .device/:
 #
-#   .device/run.sh             stages env, test, sanitize, serve, bench (see it)
+#   .device/run.sh             stages env, test, sanitize, serve, bench, attn (see it)
+#   .device/calls/             the prepared device calls (scripts/device/calls/:
+#                              one script per call, each within its budget)
 #   .device/payload.tar.xz     bin/ (parley, the CUDA tests, bench_cuda_runner,
-#                              sm_80 + sm_90 + compute_90 PTX) and lib/ (every
+#                              bench_cuda_attn; sm_90 code) and lib/ (every
 #                              shared library they need but glibc, libstdc++
 #                              and libgcc; the binaries' RPATH is
 #                              $ORIGIN/../lib, the libraries' $ORIGIN).
@@ -44,7 +46,8 @@ PY="${PYTHON:-}"
 D=.device
 MAX_MIB=60
 BINS=(parley tests/test_cuda_kernels tests/test_cuda_runner tests/test_cuda_io
-      tests/test_cuda_ref tests/test_cuda_weights tests/test_cuda_constrain tests/bench_cuda_runner)
+      tests/test_cuda_ref tests/test_cuda_weights tests/test_cuda_constrain tests/bench_cuda_runner
+      tests/bench_cuda_attn)
 # glibc's libraries, libstdc++ and libgcc: present on every Linux machine.
 SYSTEM_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libnsl\.so|libstdc\+\+\.so|libgcc_s\.so)'
 
@@ -55,11 +58,14 @@ command -v nvcc >/dev/null || die "nvcc not found (CUDA toolkit in /usr/local/cu
 "$PY" -c 'import numpy' 2>/dev/null || die "$PY has no numpy (python3 -m venv .venv && .venv/bin/pip install numpy)"
 [ -f "$MODEL" ] || die "$MODEL: absent (scripts/setup.sh fetches it; its tokenizer is copied)"
 
-# 1. Build (release, CUDA for sm_80 + sm_90).
+# 1. Build (release, CUDA for sm_90).
+# The GPU machines are H100/H200: sm_90 machine code only (no sm_80, no PTX
+# to JIT), a third of the payload.
 if [ ! -f "$BUILD/build.ninja" ]; then
-    CC="${CC:-gcc}" meson setup "$BUILD" --buildtype=release -Dcuda=enabled -Dtests=enabled
+    CC="${CC:-gcc}" meson setup "$BUILD" --buildtype=release -Dcuda=enabled -Dtests=enabled \
+        -Dgpu_code=sm90
 fi
-meson configure "$BUILD" -Dcuda=enabled -Dtests=enabled >/dev/null
+meson configure "$BUILD" -Dcuda=enabled -Dtests=enabled -Dgpu_code=sm90 >/dev/null
 ninja -C "$BUILD" "${BINS[@]}" bench/runner_ref
 
 # 2. Stage bin/ and lib/ in a scratch folder, then pack.
@@ -112,9 +118,11 @@ tar -C "$STAGE" -cf - bin lib | xz -T2 -"${XZ_LEVEL:-6}" >"$D/payload.tar.xz"
 
 # 4. Scripts, tokenizer, reference figures.
 cp scripts/device/run.sh "$D/run.sh"
+mkdir -p "$D/calls"
+cp scripts/device/calls/*.sh "$D/calls/"
 cp bench/make_random_gguf.py bench/make_debate_job.py examples/debate.yaml \
    scripts/device/stream_client.py scripts/device/sdk_client.py scripts/device/hf_bench.py "$D/py/"
-chmod +x "$D/run.sh" "$D"/py/*.py
+chmod +x "$D/run.sh" "$D"/py/*.py "$D"/calls/*.sh
 "$PY" bench/make_random_gguf.py tokenizer "$MODEL" "$D/models/tokenizer.gguf"
 REF="$BUILD/ref-bf16.gguf"
 "$PY" bench/make_random_gguf.py model ref "$REF" --tokenizer "$D/models/tokenizer.gguf"

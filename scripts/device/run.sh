@@ -9,9 +9,15 @@
 #   env              GPU, driver, CUDA, cuBLAS, python packages -> env.txt
 #   test             every CUDA test: kernels vs their C references, the
 #                    runner vs the CPU reference figures (test_cuda_ref),
-#                    graph-capture fallback, NaN guard, ... -> tests.log
-#   sanitize         compute-sanitizer memcheck + racecheck on the kernel and
-#                    runner tests, memcheck on a short serving run
+#                    graph-capture fallback, NaN guard, ... -> tests.log;
+#                    then test_cuda_ref with every other kernel kind and the
+#                    fp8 cache, test_cuda_runner with the tensor-core kinds
+#                    and fp8 (TEST_VARIANTS narrows the second part)
+#   sanitize [attn]  compute-sanitizer memcheck + racecheck on the kernel and
+#                    runner tests, memcheck on a short serving run; attn:
+#                    the attention kernel tests only (their small cases)
+#   attn             bench_cuda_attn: each attention kernel alone (8B and 1B
+#                    shapes, bf16 and fp8 caches) -> bench_attn.jsonl
 #   serve [N] [SHAPE] parley serve --backend cuda on a random 1B (or 8B) model;
 #                    N (256) concurrent streaming chat requests (stdlib
 #                    client), async then sync scheduling; outputs compared
@@ -20,13 +26,16 @@
 #                    decode tok/s, step time, idle gap; the defaults (graphs,
 #                    async, split-KV attention), split16 and row attention,
 #                    tensor-core decode and prefill attention (--decode-mma,
-#                    --prefill-mma),
+#                    --prefill-mma), the fp8 cache (--kv-fp8),
 #                    sync scheduling, and eager (1b only). BENCH_SEQS and
-#                    BENCH_VARIANTS narrow it.
+#                    BENCH_VARIANTS narrow it; BENCH_PROFILE=1 adds one
+#                    --no-graphs --cuda-profile run per sequence count.
 #   hf SHAPE         the HF transformers peer: generate at batch 1/64/256
 #                    with the same random weights (bf16)
 #   debate [N]       parley run on the debate example at N (1000) questions,
-#                    random 1B model, parley then fcfs: --stats JSON
+#                    random 1B model, parley then fcfs: --stats JSON;
+#                    DEBATE_LAYOUT=shared_prefix sets the job's prompt_layout
+#   model SHAPE      write the random model of SHAPE (1b, 8b) for later stages
 # serve also runs the official openai client (usage exact; constrained JSON
 # replies) when SDK_SITE names a folder holding the openai package.
 #   all              env test (the quick ones)
@@ -88,11 +97,17 @@ prepare() {
     mkdir -p "$MODELS"
 }
 
+# The file appears whole (written aside, then renamed) and one writer at a
+# time makes it (a stage started while another writes it waits: a model
+# written in the background by an earlier call is used when it is done).
 make_model() {  # shape type -> path
     local p="$MODELS/random-$1-$2.gguf"
-    [ -f "$p" ] || "$PY" "$D/py/make_random_gguf.py" model "$1" "$p" --type "$2" \
-        --tokenizer "$D/models/tokenizer.gguf" >&2 || return 1
-    echo "$p"
+    (
+        flock 9
+        [ -f "$p" ] || { "$PY" "$D/py/make_random_gguf.py" model "$1" "$p.part" --type "$2" \
+                             --tokenizer "$D/models/tokenizer.gguf" >&2 && mv "$p.part" "$p"; }
+    ) 9>"$p.lock" || return 1
+    [ -f "$p" ] && echo "$p"
 }
 
 stage_env() {
@@ -129,15 +144,18 @@ stage_test() {
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
-    # The runner again with the other attention kernels (split-KV decode and
-    # SIMT prefill are the defaults): decode one block per row, decode with
-    # 16 lanes per key, prefill on tensor cores.
-    for a in PARLEY_CUDA_DECODE_ATTN=rows PARLEY_CUDA_DECODE_ATTN=split16 \
-             PARLEY_CUDA_DECODE_ATTN=mma PARLEY_CUDA_PREFILL_ATTN=mma; do
+    # The runner again with the other attention kernels and the fp8 cache
+    # (split-KV decode, tiled prefill and bf16 are the defaults): test_cuda_ref
+    # (fast) with each, test_cuda_runner with the candidates for a default.
+    local a b
+    for a in ${TEST_VARIANTS:-ref:PARLEY_CUDA_DECODE_ATTN=rows ref:PARLEY_CUDA_DECODE_ATTN=split16
+             both:PARLEY_CUDA_DECODE_ATTN=mma both:PARLEY_CUDA_PREFILL_ATTN=mma
+             both:PARLEY_KV_CACHE_DTYPE=fp8}; do
         for b in test_cuda_ref test_cuda_runner; do
-            local tag="${a#PARLEY_CUDA_}"
-            env "$a" "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_$tag.log" 2>&1 || st=1
-            log "test $b ($a): $(grep -o 'Tested: .*' "$OUT/${b}_$tag.log" | tail -1)"
+            [ "${a%%:*}" = ref ] && [ $b = test_cuda_runner ] && continue
+            local v="${a#*:}" tag="${a#*:PARLEY_}"
+            env "$v" "$D/bin/$b" --verbose --jobs 1 >"$OUT/${b}_$tag.log" 2>&1 || st=1
+            log "test $b ($v): $(grep -o 'Tested: .*' "$OUT/${b}_$tag.log" | tail -1)$(grep -h 'vs cpu' "$OUT/${b}_$tag.log" | sed 's/^/; /' | tr '\n' ' ')"
         done
     done
     # Skipped tests are counted by Criterion as passing; list them.
@@ -145,7 +163,23 @@ stage_test() {
     return $st
 }
 
+# The attention kernel tests under memcheck and racecheck: their small
+# cases (the long contexts and the 65,535-sequence grid take minutes there).
+stage_sanitize_attn() {
+    local st=0 tool rc cs="compute-sanitizer --error-exitcode 99"
+    for tool in memcheck racecheck; do
+        timeout "${SANITIZE_TIMEOUT:-150}" $cs --tool $tool "$D/bin/test_cuda_kernels" --jobs 1 \
+            --filter 'cuda_attn/@(base_cases_every_kind|unmapped_blocks_are_left_out|fp8_cache_every_kind)' \
+            >"$OUT/${tool}_attn.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && st=1
+        log "sanitize $tool attention: rc=$rc; $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_attn.log" | sort | uniq -c | tr '\n' ' ')$(grep -o 'Tested: .*' "$OUT/${tool}_attn.log" | tail -1)"
+    done
+    return $st
+}
+
 stage_sanitize() {
+    [ "${1:-}" = attn ] && { stage_sanitize_attn; return; }
     local st=0 cs="compute-sanitizer --error-exitcode 99 --target-processes all"
     export PARLEY_REF_FIXTURE="$D/fixtures/cpu_ref.txt"
     PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1
@@ -221,20 +255,28 @@ stage_serve() {  # [N] [SHAPE: 1b (default) or 8b]
 # at the model's 131072 the KV cache holds only 16 full-length sequences,
 # and the engine admits no more than that (seen on an H100).
 stage_debate() {
-    local q="${1:-1000}" m strat
+    local q="${1:-1000}" m strat tag="${DEBATE_LAYOUT:-seed}"
     m="$(make_model llama-3.2-1b bf16)" || { log "debate: model generation FAILED"; return 1; }
     "$PY" "$D/py/make_debate_job.py" --example "$D/py/debate.yaml" --questions "$q" \
-        --max-tokens 64 --max-num-seqs 256 --experiment "debate_$q" >"$OUT/debate_$q.yaml" \
+        --max-tokens 64 --max-num-seqs 256 --experiment "debate_${q}_$tag" \
+        ${DEBATE_LAYOUT:+--prompt-layout $DEBATE_LAYOUT} >"$OUT/debate_${q}_$tag.yaml" \
         || { log "debate: job generation FAILED"; return 1; }
     for strat in ${DEBATE_STRATEGIES:-parley fcfs}; do
-        timeout "${DEBATE_TIMEOUT:-300}" "$D/bin/parley" run "$OUT/debate_$q.yaml" \
+        timeout "${DEBATE_TIMEOUT:-300}" "$D/bin/parley" run "$OUT/debate_${q}_$tag.yaml" \
             --backend cuda --model "$m" --strategy $strat --max-num-seqs 256 \
             --max-model-len 4096 \
-            --output "$OUT/debate-$strat" --stats "$OUT/debate_${q}_$strat.json" \
-            --progress-interval 30 >"$OUT/debate_${q}_$strat.log" 2>&1
-        log "debate $q $strat: rc=$?; $(tail -3 "$OUT/debate_${q}_$strat.log" | tr '\n' ' ')"
+            --output "$OUT/debate-$strat" --stats "$OUT/debate_${q}_${tag}_$strat.json" \
+            --progress-interval 30 >"$OUT/debate_${q}_${tag}_$strat.log" 2>&1
+        log "debate $q $tag $strat: rc=$?; $(tail -3 "$OUT/debate_${q}_${tag}_$strat.log" | tr '\n' ' ')"
         rm -rf "$OUT/debate-$strat"
     done
+}
+
+# Write (once per machine) the random model of a shape, for later stages.
+stage_model() {
+    local full
+    full="$(shape_name "${1:-1b}")" || return 2
+    make_model "$full" bf16 >/dev/null && log "model ${1:-1b}: $(make_model "$full" bf16)"
 }
 
 shape_name() {  # 1b|8b -> make_random_gguf shape
@@ -250,18 +292,30 @@ stage_bench() {
     full="$(shape_name "$shape")" || return 2
     m="$(make_model "$full" bf16)" || { log "bench $shape: model generation FAILED"; return 1; }
     # "" = graphs, async, split-KV decode attention (the defaults)
-    variants=(${BENCH_VARIANTS:-"" --split16 --decode-mma --prefill-mma --rows-attn --sync
-               --no-graphs})
+    # ";" joins the flags of one variant, "default" is none
+    # (BENCH_VARIANTS="default --decode-mma;--kv-fp8 ...")
+    variants=(${BENCH_VARIANTS:-"" --split16 --decode-mma --prefill-mma --kv-fp8 --rows-attn
+               --sync --no-graphs})
     [ "$shape" = 8b ] && [ -z "${BENCH_VARIANTS:-}" ] \
-        && variants=("" --split16 --decode-mma --prefill-mma --sync)
+        && variants=("" --split16 --decode-mma --prefill-mma --kv-fp8 --sync)
+    [ "${BENCH_PROFILE:-0}" = 1 ] && variants+=("--no-graphs;--cuda-profile")
     for seqs in ${BENCH_SEQS:-1 64 256}; do
         for g in "${variants[@]}"; do
-            "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" $g \
+            [ "$g" = default ] && g=""
+            "$D/bin/bench_cuda_runner" "$m" --seqs $seqs --prompt "$PROMPT" --gen "$GEN" ${g//;/ } \
                 --max-rows 8192 >>"$OUT/bench_$shape.jsonl" 2>>"$OUT/bench_$shape.err" \
                 || log "bench $shape seqs $seqs $g: FAILED (see bench_$shape.err)"
         done
     done
     log "bench $shape parley: $(wc -l <"$OUT/bench_$shape.jsonl") results in bench_$shape.jsonl"
+}
+
+stage_attn() {
+    "$D/bin/bench_cuda_attn" "$@" >"$OUT/bench_attn.txt" 2>"$OUT/bench_attn.err"
+    local rc=$?
+    grep '^{' "$OUT/bench_attn.txt" >"$OUT/bench_attn.jsonl"
+    log "attn: rc=$rc; $(wc -l <"$OUT/bench_attn.jsonl") results; $(tail -1 "$OUT/bench_attn.txt")"
+    return $rc
 }
 
 stage_hf() {
@@ -281,7 +335,9 @@ prepare
 case "$STAGE" in
     env) stage_env ;;
     test) stage_test ;;
-    sanitize) stage_sanitize ;;
+    sanitize) stage_sanitize "$@" ;;
+    attn) stage_attn "$@" ;;
+    model) stage_model "$@" ;;
     serve) stage_serve "$@" ;;
     bench) stage_bench "$@" ;;
     hf) stage_hf "$@" ;;
