@@ -18,7 +18,13 @@ usage: make_random_gguf.py model SHAPE OUT.gguf --tokenizer SRC.gguf
                            [--type bf16|q8_0] [--seed N] [--std S]
        make_random_gguf.py tokenizer SRC.gguf OUT.gguf
 shapes: llama-3.2-1b, llama-3-8b, ref (2 layers, 256-dim: the CPU/GPU
-reference model), tiny
+reference model), tiny; and the CUDA runner's random models of the newer
+architectures, compared with the CPU runner on a GPU machine
+(tests/test_cuda_families.c): ref-qwen3 (q/k norms, head_dim 64),
+ref-gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping that bites,
+sliding window 16 on alternate layers, head_dim 256), ref-gemma3 (q/k norms,
+5 local layers of window 16 per global one, 4:1 heads of 256 as Gemma 3
+270M). The metadata keys are those llama.cpp's converter writes.
 """
 import argparse
 import os
@@ -37,6 +43,15 @@ SHAPES = {
                 n_vocab=0, ctx=4096, rope_base=10000.0, tied=False),
     "tiny": dict(n_layer=1, n_embd=128, n_ff=256, n_head=2, n_head_kv=1,
                  n_vocab=0, ctx=1024, rope_base=10000.0, tied=True),
+    "ref-qwen3": dict(arch="qwen3", n_layer=2, n_embd=256, n_ff=512, n_head=4, n_head_kv=2,
+                      head_dim=64, n_vocab=0, ctx=4096, rope_base=1000000.0, tied=False,
+                      qk_norm=True, std=0.06),
+    "ref-gemma2": dict(arch="gemma2", n_layer=3, n_embd=256, n_ff=512, n_head=2, n_head_kv=1,
+                       head_dim=256, n_vocab=0, ctx=4096, rope_base=10000.0, tied=True,
+                       post_norms=True, window=16, softcap=(2.5, 2.0), std=0.06),
+    "ref-gemma3": dict(arch="gemma3", n_layer=6, n_embd=256, n_ff=512, n_head=4, n_head_kv=1,
+                       head_dim=256, n_vocab=0, ctx=4096, rope_base=1000000.0, tied=True,
+                       qk_norm=True, post_norms=True, window=16, std=0.06),
 }
 GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
 FILE_TYPE = {"bf16": 32, "q8_0": 7}       # general.file_type (LlamaFileType)
@@ -201,7 +216,8 @@ def from_q8_0(raw, rows, cols):
 def geometry(shape, n_tok):
     s = dict(SHAPES[shape])
     s["n_vocab"] = max(s["n_vocab"], n_tok)
-    s["head_dim"] = s["n_embd"] // s["n_head"]
+    s.setdefault("head_dim", s["n_embd"] // s["n_head"])
+    s.setdefault("arch", "llama")
     return s
 
 
@@ -217,6 +233,12 @@ def plan(s):
                 (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm"),
                 (b + "ffn_gate.weight", (F, E), "w"), (b + "ffn_up.weight", (F, E), "w"),
                 (b + "ffn_down.weight", (E, F), "w")]
+        if s.get("qk_norm"):
+            out += [(b + "attn_q_norm.weight", (hd,), "norm"),
+                    (b + "attn_k_norm.weight", (hd,), "norm")]
+        if s.get("post_norms"):
+            out += [(b + "post_attention_norm.weight", (E,), "norm"),
+                    (b + "post_ffw_norm.weight", (E,), "norm")]
     out.append(("output_norm.weight", (E,), "norm"))
     if not s["tied"]:
         out.append(("output.weight", (s["n_vocab"], E), "w"))
@@ -284,8 +306,8 @@ def tokenizer_kvs(path):
 
 
 def model_kvs(shape, s, tok, wtype):
-    a = "llama."
-    kvs = [("general.architecture", T_STR, "llama"), ("general.name", T_STR, f"random-{shape}"),
+    a = s["arch"] + "."
+    kvs = [("general.architecture", T_STR, s["arch"]), ("general.name", T_STR, f"random-{shape}"),
            ("general.file_type", T_U32, FILE_TYPE[wtype]),
            (a + "block_count", T_U32, s["n_layer"]), (a + "context_length", T_U32, s["ctx"]),
            (a + "embedding_length", T_U32, s["n_embd"]),
@@ -296,6 +318,14 @@ def model_kvs(shape, s, tok, wtype):
            (a + "rope.dimension_count", T_U32, s["head_dim"]),
            (a + "attention.layer_norm_rms_epsilon", T_F32, 1e-5),
            (a + "vocab_size", T_U32, s["n_vocab"])]
+    if s["head_dim"] != s["n_embd"] // s["n_head"]:
+        kvs += [(a + "attention.key_length", T_U32, s["head_dim"]),
+                (a + "attention.value_length", T_U32, s["head_dim"])]
+    if s.get("window"):
+        kvs.append((a + "attention.sliding_window", T_U32, s["window"]))
+    if s.get("softcap"):
+        kvs += [(a + "attn_logit_softcapping", T_F32, s["softcap"][0]),
+                (a + "final_logit_softcapping", T_F32, s["softcap"][1])]
     for k, t, v in tok:
         if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
             et, items = v
@@ -326,7 +356,8 @@ def cmd_model(a):
         n = int(np.prod(shp))
         nbytes = n * 4 if gt == GGML_F32 else (n // 32 * 34 if gt == GGML_Q8_0 else n * 2)
         specs.append((name, shp, gt, nbytes))
-    data = (encode(tensor_value(n, shp, k, a.seed, a.std), k, a.type)[1]
+    std = a.std if a.std is not None else s.get("std", 0.02)
+    data = (encode(tensor_value(n, shp, k, a.seed, std), k, a.type)[1]
             for n, shp, k in order)
     tmp = a.out + ".part"
     write_gguf(tmp, model_kvs(a.shape, s, tok, a.type), specs, data)
@@ -351,7 +382,8 @@ def main():
     m.add_argument("--tokenizer", required=True, help="GGUF whose tokenizer.* keys are copied")
     m.add_argument("--type", choices=["bf16", "q8_0"], default="bf16")
     m.add_argument("--seed", type=int, default=1)
-    m.add_argument("--std", type=float, default=0.02)
+    m.add_argument("--std", type=float, default=None,
+                   help="weights' standard deviation (default: the shape's, else 0.02)")
     t = sub.add_parser("tokenizer", help="copy a GGUF's tokenizer.* keys into a small file")
     t.add_argument("src")
     t.add_argument("out")

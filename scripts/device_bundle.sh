@@ -48,6 +48,8 @@ MAX_MIB=60
 BINS=(parley tests/test_cuda_kernels tests/test_cuda_runner tests/test_cuda_io
       tests/test_cuda_ref tests/test_cuda_weights tests/test_cuda_constrain tests/bench_cuda_runner
       tests/bench_cuda_attn)
+# The newer architectures' runner test, once the model table has them.
+grep -q "'test_cuda_families'" tests/meson.build && BINS+=(tests/test_cuda_families)
 # glibc's libraries, libstdc++ and libgcc: present on every Linux machine.
 SYSTEM_RE='^(linux-vdso\.so|ld-linux-x86-64\.so|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libutil\.so|libanl\.so|libnsl\.so|libstdc\+\+\.so|libgcc_s\.so)'
 

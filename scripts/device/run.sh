@@ -144,6 +144,14 @@ stage_test() {
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
         run_test "$b" || st=1
     done
+    # The newer architectures (qwen3, gemma2, gemma3) against the CPU runner,
+    # on random models written here (bench/make_random_gguf.py ref-*).
+    if [ -x "$D/bin/test_cuda_families" ]; then
+        for a in ref-qwen3 ref-gemma2 ref-gemma3; do
+            make_model "$a" bf16 >/dev/null || { log "test: $a model generation FAILED"; st=1; }
+        done
+        PARLEY_FAMILY_MODELS="$MODELS" run_test test_cuda_families || st=1
+    fi
     # The runner again with the other attention kernels and the fp8 cache
     # (split-KV decode, tiled prefill and bf16 are the defaults): test_cuda_ref
     # (fast) with each, test_cuda_runner with the candidates for a default.
