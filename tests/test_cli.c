@@ -343,3 +343,18 @@ Test(cli, cpu_amx_without_amx_exits_2, .timeout = 60)
     cr_expect_eq(run_parley(args, err, sizeof err), 2);
     cr_expect(strstr(err, "--cpu-amx: this CPU has no AMX-INT8"), "%s", err);
 }
+
+/* --kv-cache-dtype fp8 is the CUDA runner's: the CPU engine refuses it at
+ * start instead of ignoring it; a value not in the table names the choices. */
+Test(cli, kv_cache_dtype_fp8_on_cpu_exits_2, .timeout = 60)
+{
+    char err[2048];
+    const char *args[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                          "--kv-cache-dtype", "fp8", NULL};
+    cr_expect_eq(run_parley(args, err, sizeof err), 2);
+    cr_expect(strstr(err, "--kv-cache-dtype fp8 needs the CUDA backend"), "%s", err);
+    const char *bad[] = {"serve", "--backend", "cpu", "--model", tiny_qwen2(), "--port", "0",
+                         "--kv-cache-dtype", "fp9", NULL};
+    cr_expect_eq(run_parley(bad, err, sizeof err), 2);
+    cr_expect(strstr(err, "fp9") && strstr(err, "auto|bf16|fp8|fp8_e4m3"), "%s", err);
+}

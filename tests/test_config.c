@@ -432,3 +432,31 @@ Test(options, run_flags_are_in_the_table)
     pl_opts_free(&o);
     unsetenv("MAC_FAIRNESS_LIVE_STATUS");
 }
+
+/* --kv-cache-dtype: vLLM's values, its environment alias and its config
+ * key; auto (bf16) by default. */
+Test(options, kv_cache_dtype)
+{
+    pl_opts o;
+    char err[256];
+    char *pos[1];
+    int npos;
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.engine.cuda.kv_cache_dtype, PL_CUDA_KV_AUTO);
+    char *argv[] = {"p", "s", "--kv-cache-dtype", "fp8_e4m3"};
+    cr_assert_eq(pl_opts_parse_args(&o, 4, argv, 2, pos, 1, &npos, err, sizeof err), 0, "%s",
+                 err);
+    cr_expect_eq(o.engine.cuda.kv_cache_dtype, PL_CUDA_KV_FP8_E4M3);
+    pl_opts_free(&o);
+    setenv("PARLEY_KV_CACHE_DTYPE", "fp8", 1);
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(o.engine.cuda.kv_cache_dtype, PL_CUDA_KV_FP8);
+    pl_opts_free(&o);
+    unsetenv("PARLEY_KV_CACHE_DTYPE");
+    pl_config c;
+    cr_assert_eq(load(".yaml", "models:\n  a:\n    backend: cuda\n    kv_cache_dtype: bf16\n",
+                      &o, &c, err), 0, "%s", err);
+    cr_expect_eq(c.models[0].opts.engine.cuda.kv_cache_dtype, PL_CUDA_KV_BF16);
+    pl_config_free(&c);
+    pl_opts_free(&o);
+}
