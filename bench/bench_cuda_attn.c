@@ -108,6 +108,22 @@ static int32_t *dev_i32(const int32_t *h, size_t n)
     return d;
 }
 
+/* K and V pools of bytes each, filled, and fp8 scales of 0.25 per head. */
+static void alloc_kv(void **k, void **v, float **ks, float **vs, size_t bytes, pl_kv_dtype dt)
+{
+    float sc[64];
+    for (int i = 0; i < 64; i++)
+        sc[i] = 0.25f;
+    *k = dalloc(bytes);
+    *v = dalloc(bytes);
+    fill_cache(*k, bytes, dt);
+    fill_cache(*v, bytes, dt);
+    *ks = dalloc(sizeof sc);
+    *vs = dalloc(sizeof sc);
+    CK(cudaMemcpy(*ks, sc, sizeof sc, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(*vs, sc, sizeof sc, cudaMemcpyHostToDevice));
+}
+
 static int cmp_float(const void *a, const void *b)
 {
     float x = *(const float *)a, y = *(const float *)b;
@@ -159,10 +175,7 @@ static void dec_init(dec_prob *p, shape sh, pl_kv_dtype dt, int rows, int ctx)
     size_t nb = p->set_blocks * p->n_sets;
     p->g = (pl_kv_geom){.n_kv_heads = sh.n_kv, .head_dim = sh.hd, .block_size = BS,
                         .max_blocks_per_seq = p->mb, .n_blocks = (int)nb, .dtype = dt};
-    p->k = dalloc(nb * blk_bytes);
-    p->v = dalloc(nb * blk_bytes);
-    fill_cache(p->k, nb * blk_bytes, dt);
-    fill_cache(p->v, nb * blk_bytes, dt);
+    alloc_kv(&p->k, &p->v, &p->ks, &p->vs, nb * blk_bytes, dt);
     int32_t *bt = malloc(sizeof(int32_t) * nb), *pos = malloc(sizeof(int32_t) * rows);
     for (size_t i = 0; i < nb; i++)
         bt[i] = (int32_t)i;
@@ -184,13 +197,6 @@ static void dec_init(dec_prob *p, shape sh, pl_kv_dtype dt, int rows, int ctx)
     free(pos);
     free(rs);
     p->q = rand_dev_f32((size_t)rows * (sh.n_head + 2 * sh.n_kv) * sh.hd);
-    float sc[64];
-    for (int i = 0; i < 64; i++)
-        sc[i] = 0.25f;
-    p->ks = dalloc(sizeof sc);
-    p->vs = dalloc(sizeof sc);
-    CK(cudaMemcpy(p->ks, sc, sizeof sc, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(p->vs, sc, sizeof sc, cudaMemcpyHostToDevice));
     p->ws = dalloc(pl_cuda_attn_split_ws(rows, sh.n_head, sh.hd, PL_ATTN_MAX_SPLITS)
                    * sizeof(float));
     p->out = dalloc((size_t)rows * sh.n_head * sh.hd * 2);
@@ -333,10 +339,7 @@ static void pf_init(pf_prob *p, shape sh, pl_kv_dtype dt, int n_seqs, int len)
     size_t blk_bytes = (size_t)BS * sh.n_kv * sh.hd * pl_kv_elem_bytes(dt);
     p->g = (pl_kv_geom){.n_kv_heads = sh.n_kv, .head_dim = sh.hd, .block_size = BS,
                         .max_blocks_per_seq = p->mb, .n_blocks = (int)nb, .dtype = dt};
-    p->k = dalloc(nb * blk_bytes);
-    p->v = dalloc(nb * blk_bytes);
-    fill_cache(p->k, nb * blk_bytes, dt);
-    fill_cache(p->v, nb * blk_bytes, dt);
+    alloc_kv(&p->k, &p->v, &p->ks, &p->vs, nb * blk_bytes, dt);
     int32_t *bt = malloc(sizeof(int32_t) * nb), *pos = malloc(sizeof(int32_t) * rows);
     int32_t *first = malloc(sizeof(int32_t) * n_seqs), *nr = malloc(sizeof(int32_t) * n_seqs);
     for (size_t i = 0; i < nb; i++)
@@ -353,13 +356,6 @@ static void pf_init(pf_prob *p, shape sh, pl_kv_dtype dt, int n_seqs, int len)
     p->nrows = dev_i32(nr, n_seqs);
     free(bt); free(pos); free(first); free(nr);
     p->q = rand_dev_f32(rows * (sh.n_head + 2 * sh.n_kv) * sh.hd);
-    float sc[64];
-    for (int i = 0; i < 64; i++)
-        sc[i] = 0.25f;
-    p->ks = dalloc(sizeof sc);
-    p->vs = dalloc(sizeof sc);
-    CK(cudaMemcpy(p->ks, sc, sizeof sc, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(p->vs, sc, sizeof sc, cudaMemcpyHostToDevice));
     p->out = dalloc(rows * sh.n_head * sh.hd * 2);
     p->ref = dalloc(rows * sh.n_head * sh.hd * 2);
 }

@@ -18,25 +18,6 @@ static __device__ __forceinline__ long kv_slot(int r, const int32_t *positions,
     return (long)blk * g.block_size + pos % g.block_size;
 }
 
-/* One block per row; threads over the n_kv_heads * head_dim values. */
-static __global__ void kv_write_kernel(const float *qkv, int row_stride, int k_off,
-                                       int v_off, const int32_t *positions,
-                                       const int32_t *row_seq, const int32_t *bt,
-                                       pl_kv_geom g, __nv_bfloat16 *kc,
-                                       __nv_bfloat16 *vc)
-{
-    long slot = kv_slot(blockIdx.x, positions, row_seq, bt, g);
-    if (slot < 0)
-        return;
-    int width = g.n_kv_heads * g.head_dim;
-    size_t dst = (size_t)slot * width;
-    const float *src = qkv + (size_t)blockIdx.x * row_stride;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        kc[dst + i] = __float2bfloat16(src[k_off + i]);
-        vc[dst + i] = __float2bfloat16(src[v_off + i]);
-    }
-}
-
 /* e4m3(bf16(x) / scale), saturated. */
 static __device__ __forceinline__ __nv_fp8_storage_t to_e4m3(float x, float scale)
 {
@@ -44,12 +25,13 @@ static __device__ __forceinline__ __nv_fp8_storage_t to_e4m3(float x, float scal
     return __nv_cvt_float_to_fp8(b / scale, __NV_SATFINITE, __NV_E4M3);
 }
 
-static __global__ void kv_write_fp8_kernel(const float *qkv, int row_stride, int k_off,
-                                           int v_off, const int32_t *positions,
-                                           const int32_t *row_seq, const int32_t *bt,
-                                           pl_kv_geom g, __nv_fp8_storage_t *kc,
-                                           __nv_fp8_storage_t *vc, const float *ks,
-                                           const float *vs)
+/* One block per row; threads over the n_kv_heads * head_dim values. FP8:
+ * e4m3 with the head's scale, else bf16. */
+template <bool FP8>
+static __global__ void kv_write_kernel(const float *qkv, int row_stride, int k_off, int v_off,
+                                       const int32_t *positions, const int32_t *row_seq,
+                                       const int32_t *bt, pl_kv_geom g, void *kc, void *vc,
+                                       const float *ks, const float *vs)
 {
     long slot = kv_slot(blockIdx.x, positions, row_seq, bt, g);
     if (slot < 0)
@@ -58,9 +40,14 @@ static __global__ void kv_write_fp8_kernel(const float *qkv, int row_stride, int
     size_t dst = (size_t)slot * width;
     const float *src = qkv + (size_t)blockIdx.x * row_stride;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        int h = i / g.head_dim;
-        kc[dst + i] = to_e4m3(src[k_off + i], ks ? ks[h] : 1.0f);
-        vc[dst + i] = to_e4m3(src[v_off + i], vs ? vs[h] : 1.0f);
+        if constexpr (FP8) {
+            int h = i / g.head_dim;
+            ((__nv_fp8_storage_t *)kc)[dst + i] = to_e4m3(src[k_off + i], ks ? ks[h] : 1.0f);
+            ((__nv_fp8_storage_t *)vc)[dst + i] = to_e4m3(src[v_off + i], vs ? vs[h] : 1.0f);
+        } else {
+            ((__nv_bfloat16 *)kc)[dst + i] = __float2bfloat16(src[k_off + i]);
+            ((__nv_bfloat16 *)vc)[dst + i] = __float2bfloat16(src[v_off + i]);
+        }
     }
 }
 
@@ -78,12 +65,11 @@ extern "C" int pl_cuda_kv_write(const float *qkv, int row_stride, int k_off, int
     if (n_rows == 0)
         return 0;
     if (g.dtype == PL_KV_FP8)
-        kv_write_fp8_kernel<<<n_rows, 128, 0, st>>>(qkv, row_stride, k_off, v_off, positions,
-            row_seq, block_table, g, (__nv_fp8_storage_t *)kv.k, (__nv_fp8_storage_t *)kv.v,
-            kv.k_scale, kv.v_scale);
+        kv_write_kernel<true><<<n_rows, 128, 0, st>>>(qkv, row_stride, k_off, v_off, positions,
+            row_seq, block_table, g, kv.k, kv.v, kv.k_scale, kv.v_scale);
     else
-        kv_write_kernel<<<n_rows, 128, 0, st>>>(qkv, row_stride, k_off, v_off, positions,
-            row_seq, block_table, g, (__nv_bfloat16 *)kv.k, (__nv_bfloat16 *)kv.v);
+        kv_write_kernel<false><<<n_rows, 128, 0, st>>>(qkv, row_stride, k_off, v_off,
+            positions, row_seq, block_table, g, kv.k, kv.v, NULL, NULL);
     PL_CUDA_LAUNCHED();
     return 0;
 }
