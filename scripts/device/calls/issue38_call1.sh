@@ -17,7 +17,9 @@ W=/tmp/parley-call1                  # kept on the machine: call 2 reads bench_a
 rm -rf "$W"
 mkdir -p "$W"
 "$D/run.sh" unpack || { echo "unpack failed"; exit 1; }
-setsid nohup bash -c "'$D/run.sh' model 8b /tmp/parley-models; '$D/run.sh' model 1b /tmp/parley-models" \
+# (CALL_DRY=1: a dry run of the script's mechanics on a machine without a GPU)
+[ "${CALL_DRY:-0}" = 1 ] || setsid nohup bash -c \
+    "'$D/run.sh' model 8b /tmp/parley-models; '$D/run.sh' model 1b /tmp/parley-models" \
     >/tmp/parley-models.log 2>&1 </dev/null &
 stage 20 env
 stage 200 test
