@@ -204,8 +204,9 @@ Test(cuda_attn, block_sizes)
 }
 
 /* fp8 caches: kv_write's bytes equal the host codec's (src/base/fp8.h),
- * every kernel reads them with the per-head scales (saturation included:
- * the values reach 1 / scale = 20 x the largest e4m3 at 0.05 x 448). */
+ * every kernel reads them with the per-head scales; at a K scale of 0.001
+ * the stored values reach 1000 and many saturate at 448 (the reference
+ * reads the same saturated codes). */
 Test(cuda_attn, fp8_cache_every_kind)
 {
     SKIP_WITHOUT_GPU();
