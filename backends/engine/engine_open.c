@@ -322,12 +322,6 @@ static pl_runner *open_cuda(const pl_engine_open_opts *o, engine_text *t,
     const pl_engine_config *c = o->cfg;
     if (!pl_cuda_available(err, n))
         return NULL;
-    if (pl_model_has_extensions(t->model)) {
-        snprintf(err, n, "the CUDA runner does not run %s's layers yet (sliding "
-                 "windows, soft-capping, q/k norms, GeGLU): use --device cpu",
-                 t->model->arch_name);
-        return NULL;
-    }
     want->num_blocks = 0;            /* sized from free GPU memory */
     /* 0: the model's context, capped by what the KV cache holds. */
     want->max_model_len = c->max_model_len;

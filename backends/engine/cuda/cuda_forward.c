@@ -14,6 +14,9 @@
 #include "backends/engine/cuda/cuda_runner_internal.h"
 #include "backends/engine/cuda/embed.cuh"
 #include "backends/engine/cuda/feedback.cuh"
+#include "backends/engine/cuda/geglu.cuh"
+#include "backends/engine/cuda/head_norm.cuh"
+#include "backends/engine/cuda/softcap.cuh"
 #include "backends/engine/cuda/prompt_lp.cuh"
 #include "backends/engine/cuda/rmsnorm.cuh"
 #include "backends/engine/cuda/rope.cuh"
@@ -59,6 +62,7 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
                        .positions = d->positions, .row_seq = d->row_seq,
                        .block_table = d->bt, .out = r->att};
     pl_attn_opts o = r->attn;
+    o.window = r->w.layers[l].n_swa;
     int rc;
     if (st->max_seq_rows <= 1) {
         rc = decode_attn(r, &as, kv, o, NULL, st->n_rows);
@@ -83,40 +87,72 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
 /* One call, then the phase mark (a no-op unless profiling). */
 #define PH(call, ph) do { if ((call) != 0) return -1; pl_cuda_prof_mark(r, ph); } while (0)
 
+/* q/k RMSNorm per head (qwen3, gemma3), then RoPE with the layer's table. */
+static int qk_norm_rope(cuda_runner *r, const pl_cuda_layer *L, int n)
+{
+    if (L->q_norm && pl_cuda_head_rmsnorm(r->qkv, r->qkv_dim, n, r->n_head, r->head_dim,
+                                          L->q_norm, r->rms_eps, r->cs) != 0)
+        return -1;
+    if (L->k_norm && pl_cuda_head_rmsnorm(r->qkv + r->q_dim, r->qkv_dim, n, r->n_head_kv,
+                                          r->head_dim, L->k_norm, r->rms_eps, r->cs) != 0)
+        return -1;
+    return pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
+                        r->head_dim, r->n_rot, L->rope_inv_freq,
+                        r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs);
+}
+
+/* x += post ? rmsnorm(y) * post : y, then xb = rmsnorm(x) * w. */
+static int residual_norm(cuda_runner *r, const float *post, const float *w, int n)
+{
+    return post ? pl_cuda_add_post_rmsnorm(r->x, r->y, post, w, r->xb, n, r->n_embd,
+                                           r->rms_eps, r->cs)
+                : pl_cuda_add_rmsnorm(r->x, r->y, w, r->xb, n, r->n_embd, r->rms_eps, r->cs);
+}
+
 static int layer(cuda_runner *r, int l, const cr_step *st)
 {
     const pl_cuda_layer *L = &r->w.layers[l];
     int n = st->n_rows, E = r->n_embd;
     PH(l == 0 ? pl_cuda_rmsnorm(r->x, NULL, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs)
-              : pl_cuda_add_rmsnorm(r->x, r->y, L->attn_norm, r->xb, n, E, r->rms_eps, r->cs),
+              : residual_norm(r, r->w.layers[l - 1].ffn_post_norm, L->attn_norm, n),
        CR_PH_NORM);
     if (pl_cuda_gemm_bf16(r->gemm, r->xb, L->wqkv, r->qkv, n, r->qkv_dim, E) != 0)
         return -1;
     PH(L->bqkv ? pl_cuda_add_bias(r->qkv, L->bqkv, n, r->qkv_dim, r->cs) : 0, CR_PH_QKV);
-    PH(pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
-                    r->head_dim, r->n_rot, r->w.rope_inv_freq,
-                    r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs), CR_PH_ROPE);
+    PH(qk_norm_rope(r, L, n), CR_PH_ROPE);
     if (attention(r, l, st) != 0)
         return -1;
     PH(pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim), CR_PH_O);
-    PH(pl_cuda_add_rmsnorm(r->x, r->y, L->ffn_norm, r->xb, n, E, r->rms_eps, r->cs),
-       CR_PH_NORM);
+    PH(residual_norm(r, L->attn_post_norm, L->ffn_norm, n), CR_PH_NORM);
     PH(pl_cuda_gemm_bf16(r->gemm, r->xb, L->w_gu, r->gu, n, 2 * r->n_ff, E), CR_PH_GATE_UP);
-    PH(pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs), CR_PH_SWIGLU);
+    PH(r->geglu ? pl_cuda_geglu(r->gu, r->act, n, r->n_ff, r->cs)
+                : pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs), CR_PH_SWIGLU);
     PH(pl_cuda_gemm_bf16(r->gemm, r->act, L->w_down, r->y, n, E, r->n_ff), CR_PH_DOWN);
     return 0;
+}
+
+/* The logits of n rows (xl) and their soft-capping (gemma2). */
+static int lm_head(cuda_runner *r, int n)
+{
+    if (pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, n, r->n_vocab, r->n_embd)
+        != 0)
+        return -1;
+    return r->final_softcap > 0.0f
+        ? pl_cuda_softcap(r->logits, (size_t)n * r->n_vocab, r->final_softcap, r->cs) : 0;
 }
 
 static int head_and_sample(cuda_runner *r, const cr_step *st)
 {
     const cr_io *d = &r->dio;
     int E = r->n_embd;
-    if (pl_cuda_add(r->x, r->y, (size_t)st->n_rows * E, r->cs) != 0)
+    const float *post = r->w.layers[r->n_layer - 1].ffn_post_norm;
+    if ((post ? pl_cuda_add_post_rmsnorm(r->x, r->y, post, NULL, NULL, st->n_rows, E,
+                                         r->rms_eps, r->cs)
+              : pl_cuda_add(r->x, r->y, (size_t)st->n_rows * E, r->cs)) != 0)
         return -1;
     PH(pl_cuda_rmsnorm(r->x, d->last_row, r->w.output_norm, r->xl, st->n_seqs, E,
                        r->rms_eps, r->cs), CR_PH_NORM);
-    PH(pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, st->n_seqs, r->n_vocab, E),
-       CR_PH_HEAD);
+    PH(lm_head(r, st->n_seqs), CR_PH_HEAD);
     if (pl_cuda_penalties(r->logits, r->pen, d->samp, d->bias_tok, d->bias_val, d->hist,
                           d->tokens, st->n_seqs, r->n_vocab, r->base.info.eos_id,
                           r->cs) != 0
@@ -137,7 +173,7 @@ int pl_cuda_prompt_logprobs(cuda_runner *r, const cr_step *st, cr_plp out)
         int n = st->n_lp - c0 < S ? st->n_lp - c0 : S;
         if (pl_cuda_rmsnorm(r->x, d->lp_rows + c0, r->w.output_norm, r->xl, n, E, r->rms_eps,
                             r->cs) != 0
-            || pl_cuda_gemm_bf16(r->gemm, r->xl, r->w.output, r->logits, n, r->n_vocab, E) != 0
+            || lm_head(r, n) != 0
             || pl_cuda_row_logprobs(r->logits, n, r->n_vocab, d->lp_next + c0, d->lp_top + c0,
                                     out.lp + c0, out.top_ids + (size_t)c0 * PL_CUDA_TOPN,
                                     out.top_lp + (size_t)c0 * PL_CUDA_TOPN, r->cs) != 0)
@@ -154,7 +190,7 @@ int pl_cuda_forward(cuda_runner *r, const cr_step *st)
                          st->n_rows, PL_TOKEN_PLACEHOLDER, r->cs) != 0)
         return -1;
     PH(pl_cuda_embed(r->w.tok_embd, d->tokens, r->x, st->n_rows, r->n_embd, r->n_vocab,
-                     1.0f, r->cs), CR_PH_EMBED);
+                     r->embd_scale, r->cs), CR_PH_EMBED);
     for (int l = 0; l < r->n_layer; l++)
         if (layer(r, l, st) != 0)
             return -1;

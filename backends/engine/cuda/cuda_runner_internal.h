@@ -106,6 +106,9 @@ typedef struct cuda_runner {
     pl_kv_geom geom;             /* n_blocks includes the padding block; dtype */
     float *kv_scale;             /* fp8: (n_layer, 2, n_head_kv) K then V scales */
     pl_attn_opts attn;           /* scale and soft-capping of every layer */
+    float final_softcap;         /* logits soft-capping (gemma2), 0: none */
+    float embd_scale;            /* embedding rows times it (gemma: sqrt(n_embd)) */
+    bool geglu;                  /* GELU-tanh gate (gemma), else SiLU */
     int mbps;                    /* max blocks per sequence on the device */
     /* capacities */
     int max_rows, max_seqs, bias_cap, hist_cap, hist_per_seq;

@@ -51,7 +51,16 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
     if (inf->block_size & (inf->block_size - 1))
         return pl_cuda_fail_(__FILE__, __LINE__, "--block-size %d: the CUDA runner's KV "
                              "blocks are a power of two (8, 16, 32, ...)", inf->block_size);
-    r->attn = pl_attn_plain(1.0f / sqrtf((float)r->head_dim));
+    /* The model's attention and head (model.h: every number from the file;
+     * the window is each layer's, pl_cuda_layer.n_swa). */
+    r->attn = (pl_attn_opts){.scale = m->attn_scale, .softcap = m->attn_softcap};
+    r->final_softcap = m->final_softcap;
+    r->embd_scale = m->embd_scale;
+    r->geglu = m->ffn_act == PL_FFN_GELU_TANH;
+    if (!pl_attn_opts_ok(r->attn) || r->final_softcap < 0.0f || !(r->embd_scale > 0.0f))
+        return pl_cuda_fail_(__FILE__, __LINE__, "attention scale %g / soft-caps %g, %g / "
+                             "embedding scale %g out of range", r->attn.scale,
+                             r->attn.softcap, r->final_softcap, r->embd_scale);
     return 0;
 }
 

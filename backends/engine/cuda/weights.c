@@ -99,8 +99,13 @@ static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
     const pl_weight *qkv[3] = {&L->wq, &L->wk, &L->wv};
     const pl_weight *gu[2] = {&L->w_gate, &L->w_up};
     const pl_weight *wo[1] = {&L->wo}, *wd[1] = {&L->w_down};
+    d->n_swa = L->n_swa;
     if (upload_f32(&d->attn_norm, L->attn_norm, (size_t)m->n_embd, u->bytes) != 0
         || upload_f32(&d->ffn_norm, L->ffn_norm, (size_t)m->n_embd, u->bytes) != 0
+        || upload_f32(&d->q_norm, L->attn_q_norm, (size_t)m->head_dim, u->bytes) != 0
+        || upload_f32(&d->k_norm, L->attn_k_norm, (size_t)m->head_dim, u->bytes) != 0
+        || upload_f32(&d->attn_post_norm, L->attn_post_norm, (size_t)m->n_embd, u->bytes) != 0
+        || upload_f32(&d->ffn_post_norm, L->ffn_post_norm, (size_t)m->n_embd, u->bytes) != 0
         || upload_bias(&d->bqkv, m, L, u->bytes) != 0
         || upload_stack(&d->wqkv, qkv, 3, u) != 0
         || upload_stack(&d->wo, wo, 1, u) != 0
@@ -120,11 +125,18 @@ static int upload_all(pl_cuda_weights *w, const pl_model *m, upload_ctx *u)
     else if (upload_stack(&w->output, out, 1, u) != 0)
         return -1;
     if (upload_f32(&w->output_norm, m->output_norm, (size_t)m->n_embd, u->bytes) != 0
-        || upload_f32(&w->rope_inv_freq, m->rope_inv_freq, (size_t)m->n_rot / 2, u->bytes) != 0)
+        || upload_f32(&w->rope_inv_freq, m->rope_inv_freq, (size_t)m->n_rot / 2, u->bytes) != 0
+        || upload_f32(&w->rope_inv_freq_swa, m->rope_inv_freq_swa, (size_t)m->n_rot / 2,
+                      u->bytes) != 0)
         return -1;
-    for (int l = 0; l < m->n_layer; l++)
-        if (upload_layer(&w->layers[l], m, &m->layers[l], u) != 0)
+    for (int l = 0; l < m->n_layer; l++) {
+        const pl_layer *L = &m->layers[l];
+        if (upload_layer(&w->layers[l], m, L, u) != 0)
             return -1;
+        w->layers[l].rope_inv_freq = m->rope_inv_freq_swa && L->rope_inv_freq
+                                     == m->rope_inv_freq_swa ? w->rope_inv_freq_swa
+                                                             : w->rope_inv_freq;
+    }
     return 0;
 }
 
@@ -196,6 +208,7 @@ void pl_cuda_weights_free(pl_cuda_weights *w)
     cudaFree(w->tok_embd);
     cudaFree(w->output_norm);
     cudaFree(w->rope_inv_freq);
+    cudaFree(w->rope_inv_freq_swa);
     for (int l = 0; w->layers && l < w->n_layer; l++) {
         pl_cuda_layer *d = &w->layers[l];
         cudaFree(d->attn_norm);
@@ -205,6 +218,10 @@ void pl_cuda_weights_free(pl_cuda_weights *w)
         cudaFree(d->wo);
         cudaFree(d->w_gu);
         cudaFree(d->w_down);
+        cudaFree(d->q_norm);
+        cudaFree(d->k_norm);
+        cudaFree(d->attn_post_norm);
+        cudaFree(d->ffn_post_norm);
     }
     free(w->layers);
     memset(w, 0, sizeof *w);

@@ -15,13 +15,21 @@ typedef struct pl_cuda_layer {
     float *ffn_norm;             /**< (n_embd) */
     pl_bf16 *w_gu;               /**< (2*n_ff, n_embd): gate rows then up rows */
     pl_bf16 *w_down;             /**< (n_embd, n_ff) */
+    float *q_norm, *k_norm;      /**< (head_dim) per-head RMSNorm of q / k (qwen3,
+                                      gemma3), else NULL */
+    float *attn_post_norm;       /**< (n_embd) gemma's post-norms, else NULL */
+    float *ffn_post_norm;
+    const float *rope_inv_freq;  /**< (n_rot/2) this layer's table: one of the
+                                      model's (borrowed) */
+    int n_swa;                   /**< sliding window, 0: none */
 } pl_cuda_layer;
 
 typedef struct pl_cuda_weights {
     pl_bf16 *tok_embd;           /**< (n_vocab, n_embd) */
     pl_bf16 *output;             /**< (n_vocab, n_embd); == tok_embd when tied */
     float *output_norm;          /**< (n_embd) */
-    float *rope_inv_freq;        /**< (n_rot/2) */
+    float *rope_inv_freq;        /**< (n_rot/2) global layers */
+    float *rope_inv_freq_swa;    /**< (n_rot/2) sliding layers' own table, or NULL */
     pl_cuda_layer *layers;       /**< (n_layer), host array of device pointers */
     int n_layer;
     size_t bytes;                /**< device bytes held */
