@@ -2,6 +2,7 @@
  * chunked prefill under a token budget, preemption by recompute. The step
  * filling (rows, block tables) is in batch_step.c. */
 #include "schedulers/batch_internal.h"
+#include "schedulers/dispatch.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,32 @@ int pl_batch_num_waiting(const pl_batch *b)
 bool pl_batch_has_seqs(const pl_batch *b)
 {
     return b->n_running + b->n_waiting > 0;
+}
+
+/* The blocks s lacks to hold its prompt and its reply budget. */
+static int seq_lacks_(const pl_batch *b, const pl_batch_seq *s, int reply_estimate)
+{
+    int gen = s->n_tokens - s->n_prompt + s->num_placeholders;
+    int budget = pl_dispatch_reply_budget(s->max_new, reply_estimate);
+    if (budget <= gen)
+        budget = gen < s->max_new ? gen + 1 : gen;
+    long need = ((long)s->n_prompt + budget + b->block_size - 1) / b->block_size;
+    return need > s->n_blocks ? (int)(need - s->n_blocks) : 0;
+}
+
+void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct *out)
+{
+    long res = 0;
+    out->generated = 0;
+    for (int i = 0; i < b->n_running; i++) {
+        const pl_batch_seq *s = b->running[i];
+        res += seq_lacks_(b, s, reply_estimate);
+        out->generated += s->n_tokens - s->n_prompt + s->num_placeholders;
+    }
+    for (int i = 0; i < b->n_waiting; i++)
+        res += seq_lacks_(b, b->waiting[i], reply_estimate);
+    out->reserved = res > 1 << 30 ? 1 << 30 : (int)res;
+    out->running = b->n_running;
 }
 
 /* Commit the blocks whose positions are all known and computed. */

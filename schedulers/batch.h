@@ -183,6 +183,22 @@ int pl_batch_num_waiting(const pl_batch *b);
 /** Whether some sequence is queued (running or waiting) at all. */
 bool pl_batch_has_seqs(const pl_batch *b);
 
+/** What the queued sequences may still take of the KV cache: the figures
+ *  behind the view dispatch admits by (schedulers/dispatch.h). */
+typedef struct pl_batch_kv_acct {
+    /** Blocks each sequence lacks to hold its prompt and its reply budget
+     *  (pl_dispatch_reply_budget of its max_new and reply_estimate; one
+     *  token past what it generated once it outgrew that): a running
+     *  sequence's growth, a waiting one's whole need. */
+    int reserved;
+    int running;                 /**< running sequences */
+    long generated;              /**< tokens they generated (placeholders
+                                      included) */
+} pl_batch_kv_acct;
+
+/** Count them, O(running + waiting). */
+void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct *out);
+
 /**
  * Schedule the next step into st (its buffers must not be in flight).
  * Returns the number of rows (0: nothing can run now, e.g. all paused or

@@ -38,6 +38,7 @@ struct pl_convs {
     int n_agents, n_models, num_rounds, max_retries, n_conv;
     int agent_model[PL_CONV_MAX_AGENTS];
     uint64_t agent_deps[PL_CONV_MAX_AGENTS];
+    int agent_max_tokens[PL_CONV_MAX_AGENTS];
     uint64_t all_agents;
     pl_dispatch_policy policy;
     conv_state *conv;
@@ -193,6 +194,7 @@ static int make_ready(pl_convs *c, pl_conv_req *r)
     r->d.key = (pl_dispatch_key){r->is_reprompt, r->rounds_completed, r->conversation,
                                  r->round};
     r->d.agent = r->agent;
+    r->d.max_tokens = c->agent_max_tokens[r->agent];
     r->d.ready_seq = c->next_ready_seq;  /* fcfs orders by it */
     r->d.submit = admitted;
     r->d.ud = c;
@@ -361,6 +363,8 @@ pl_convs *pl_convs_new(const pl_convs_config *cfg)
     c->ud = cfg->ud;
     memcpy(c->agent_model, cfg->agent_model, (size_t)cfg->n_agents * sizeof(int));
     memcpy(c->agent_deps, cfg->agent_deps, (size_t)cfg->n_agents * sizeof(uint64_t));
+    if (cfg->agent_max_tokens)
+        memcpy(c->agent_max_tokens, cfg->agent_max_tokens, (size_t)cfg->n_agents * sizeof(int));
     c->all_agents = c->n_agents == 64 ? ~0ull : (1ull << c->n_agents) - 1;
     c->conv = calloc((size_t)c->n_conv + 1, sizeof *c->conv);
     c->model = calloc((size_t)c->n_models, sizeof *c->model);

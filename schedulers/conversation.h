@@ -105,6 +105,9 @@ typedef struct pl_convs_config {
     const int *agent_model;      /**< n_agents model indices (copied) */
     const uint64_t *agent_deps;  /**< n_agents masks: bit j = speaks after j
                                       (copied); must be acyclic */
+    /** n_agents reply limits (max_tokens; 0: up to the context), copied
+     *  into each request for dispatch's KV rule; NULL: all 0. */
+    const int *agent_max_tokens;
     pl_dispatch_policy policy;   /**< 0: PL_DISPATCH_PRIORITY */
     /** n_models: each model's admission point (borrowed; outlives us).
      *  The job joins each as one client. */

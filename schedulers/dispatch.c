@@ -21,10 +21,15 @@ typedef struct client {
 } client;
 
 struct pl_dispatch {
-    int capacity, reserve, reserve_opt;
+    int upper;                   /* the backend's in-flight upper bound */
+    int capacity, reserve, reserve_opt;   /* the bound now, for status */
     int (*capacity_fn)(void *ud);
     void *capacity_ud;
-    int jobs_inflight, jobs_ready, interactive;
+    bool (*kv_fn)(void *ud, pl_dispatch_kv *out);
+    void *kv_ud;
+    bool has_kv;                 /* the last read gave a view */
+    pl_dispatch_kv kv;
+    int jobs_inflight, jobs_ready, interactive, peak;
     pl_dispatch_req *iq_head, *iq_tail;      /* interactive, waiting */
     int iq_n;
     client *v;                   /* v[0] unused: the interactive class */
@@ -175,13 +180,37 @@ int pl_dispatch_default_reserve(int capacity)
     return capacity <= 1 ? 0 : (capacity + 9) / 10;
 }
 
+/* The reserve jobs leave under a bound of capacity: as asked, or the
+ * default of it; never the last slot. */
+static int reserve_for(const pl_dispatch *d, int capacity)
+{
+    int r = d->reserve_opt < 0 ? pl_dispatch_default_reserve(capacity) : d->reserve_opt;
+    return r > capacity - 1 ? capacity - 1 : r;
+}
+
+/* The in-flight bound for a request of `need` blocks: with a KV view,
+ * what is in flight plus the requests of that need the room holds (free
+ * or evictable blocks beyond those promised), within [1, upper]; without
+ * one, the upper bound. */
+static int bound_for(const pl_dispatch *d, int need)
+{
+    if (!d->has_kv)
+        return d->upper;
+    return pl_dispatch_kv_bound(&d->kv, d->jobs_inflight + d->interactive, need, d->upper);
+}
+
+/* The figures status shows: the bound for a request of the estimated
+ * size. */
+static void set_bound(pl_dispatch *d)
+{
+    d->capacity = bound_for(d, pl_dispatch_kv_need(&d->kv, 0, 0));
+    d->reserve = reserve_for(d, d->capacity);
+}
+
 void pl_dispatch_set_capacity(pl_dispatch *d, int capacity)
 {
-    d->capacity = capacity < 1 ? 1 : capacity;
-    d->reserve = d->reserve_opt < 0 ? pl_dispatch_default_reserve(d->capacity)
-                                    : d->reserve_opt;
-    if (d->reserve > d->capacity - 1)
-        d->reserve = d->capacity - 1;
+    d->upper = capacity < 1 ? 1 : capacity;
+    set_bound(d);
 }
 
 pl_dispatch *pl_dispatch_new(const pl_dispatch_opts *o)
@@ -192,6 +221,8 @@ pl_dispatch *pl_dispatch_new(const pl_dispatch_opts *o)
     d->n = 1;                    /* v[0]: the interactive class's id */
     d->capacity_fn = o->capacity_fn;
     d->capacity_ud = o->capacity_ud;
+    d->kv_fn = o->kv_fn;
+    d->kv_ud = o->kv_ud;
     d->reserve_opt = o->reserve;
     pl_dispatch_set_capacity(d, o->capacity);
     return d;
@@ -326,16 +357,16 @@ bool pl_dispatch_inflight(const pl_dispatch_req *r)
 
 /* The in-flight bound, decided here only: may r (of job k, or interactive
  * when k is NULL) be admitted now? Interactive requests always are (they
- * take precedence); jobs leave the reserve and stay under the capacity
- * with the interactive requests counted. Issue 41 turns this into the KV
- * blocks r needs against those free. */
+ * take precedence); jobs leave the reserve and stay under the bound for
+ * r's need (bound_for: min(upper bound, what fits now)) with the
+ * interactive requests counted. */
 static bool dispatch_admits(const pl_dispatch *d, const client *k, const pl_dispatch_req *r)
 {
-    (void)r;
     if (!k)
         return true;
-    return d->jobs_inflight < d->capacity - d->reserve &&
-           d->jobs_inflight + d->interactive < d->capacity &&
+    int cap = bound_for(d, pl_dispatch_kv_need(&d->kv, r->prompt_tokens, r->max_tokens));
+    return d->jobs_inflight < cap - reserve_for(d, cap) &&
+           d->jobs_inflight + d->interactive < cap &&
            (k->o.cap <= 0 || k->inflight < k->o.cap);
 }
 
@@ -410,6 +441,12 @@ static void admit(pl_dispatch *d, pl_dispatch_req *r)
     d->jobs_inflight++;
 }
 
+static void note_peak(pl_dispatch *d)
+{
+    if (d->jobs_inflight + d->interactive > d->peak)
+        d->peak = d->jobs_inflight + d->interactive;
+}
+
 pl_dispatch_req *pl_dispatch_peek(pl_dispatch *d)
 {
     if (d->iq_head && dispatch_admits(d, NULL, d->iq_head))
@@ -418,22 +455,29 @@ pl_dispatch_req *pl_dispatch_peek(pl_dispatch *d)
     return id > 0 ? d->v[id].v[0] : NULL;
 }
 
+/* The backend's bound and KV view now: a remote upstream's bound moves as
+ * it is probed, an engine's free blocks with every request. */
+void pl_dispatch_refresh(pl_dispatch *d)
+{
+    int up = d->capacity_fn ? d->capacity_fn(d->capacity_ud) : d->upper;
+    if (up >= 1)
+        d->upper = up;
+    d->has_kv = d->kv_fn && d->kv_fn(d->kv_ud, &d->kv) && d->kv.block_size >= 1;
+    if (!d->has_kv)
+        memset(&d->kv, 0, sizeof d->kv);
+    set_bound(d);
+}
+
 pl_dispatch_req *pl_dispatch_step(pl_dispatch *d)
 {
+    pl_dispatch_refresh(d);     /* the last submit is in the view now */
     pl_dispatch_req *r = pl_dispatch_peek(d);
     if (!r)
         return NULL;
     admit(d, r);
+    note_peak(d);
     r->submit(r->ud, r);        /* may end r, push, or pump again */
     return r;
-}
-
-/* A remote backend's capacity moves as its upstreams are probed. */
-static void sync_capacity(pl_dispatch *d)
-{
-    int cap = d->capacity_fn ? d->capacity_fn(d->capacity_ud) : d->capacity;
-    if (cap >= 1 && cap != d->capacity)
-        pl_dispatch_set_capacity(d, cap);
 }
 
 void pl_dispatch_pump(pl_dispatch *d)
@@ -445,7 +489,6 @@ void pl_dispatch_pump(pl_dispatch *d)
     d->pumping = true;
     do {
         d->again = false;
-        sync_capacity(d);
         while (pl_dispatch_step(d))
             ;
     } while (d->again);
@@ -549,6 +592,11 @@ void pl_dispatch_counts_get(const pl_dispatch *d, pl_dispatch_counts *c)
     memset(c, 0, sizeof *c);
     c->capacity = d->capacity;
     c->reserve = d->reserve;
+    c->upper_bound = d->upper;
+    c->has_kv = d->has_kv;
+    c->kv = d->kv;
+    c->need_blocks = d->has_kv ? pl_dispatch_kv_need(&d->kv, 0, 0) : 0;
+    c->inflight_peak = d->peak;
     c->jobs_inflight = d->jobs_inflight;
     c->interactive_inflight = d->interactive;
     c->jobs_ready = d->jobs_ready;

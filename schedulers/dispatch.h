@@ -15,14 +15,29 @@
  *                first in, first out.
  *
  * The in-flight bound is decided in one place (dispatch_admits in
- * dispatch.c), from the backend's capacity, read through the owner's
- * capacity callback at each pump:
+ * dispatch.c), from the backend's capacity and, where the backend reports
+ * its KV cache, from the blocks a request needs against those free now;
+ * both are read through the owner's callbacks before each admission:
  *
+ *   - capacity: min(upper bound, what fits now). With a KV view
+ *     (pl_dispatch_kv), what fits is the requests in flight plus as many
+ *     more of the candidate's need (pl_dispatch_kv_need: its prompt, or
+ *     the running estimate of one, plus its max_tokens, or the running
+ *     estimate of a reply when that is smaller) as the blocks free or
+ *     evictable hold beyond those already promised (the running
+ *     sequences' growth to their reply estimate, requests accepted and not
+ *     yet holding blocks). max_model_len is a per-request limit, never a
+ *     divisor. The bound is at least 1: with nothing in flight a request
+ *     goes whatever its need (the backend runs it alone; replies that
+ *     outgrow their estimate are the backend's preemption to handle).
+ *     Without a view (a mock, a remote upstream, --capacity worst-case)
+ *     the backend's capacity is the bound;
  *   - interactive requests are admitted at once and take precedence: they
  *     count in flight, and jobs back off as their own requests finish;
- *   - jobs leave `reserve` slots to interactive requests and never take
- *     the model past its capacity, so the backend never queues a job's
- *     request behind parley's back;
+ *   - jobs leave `reserve` slots (with a KV view: the room of `reserve`
+ *     requests) to interactive requests and never take the model past its
+ *     capacity, so the backend never queues a job's request behind
+ *     parley's back;
  *   - among the jobs with a ready request, room under their own cap and
  *     not paused, the one with the least attained service per unit of
  *     weight goes first (weighted least attained service, in the spirit of
@@ -114,6 +129,10 @@ struct pl_dispatch_req {
     uint64_t seq;                /**< jobs: creation order, the stable tiebreak */
     uint64_t ready_seq;          /**< jobs: order of entry into pre-departure
                                       (fcfs); comparable across models */
+    int max_tokens;              /**< its reply's limit; 0: up to the context
+                                      (the KV rule then counts the estimate) */
+    int prompt_tokens;           /**< its prompt's KV footprint when the client
+                                      knows it; 0: the backend's estimate */
     pl_dispatch_submit_fn submit;
     void *ud;                    /**< for submit */
     /* ---- dispatch's ---- */
@@ -128,14 +147,73 @@ struct pl_dispatch_req {
 /** Client id of the interactive class (every dispatch has it). */
 #define PL_DISPATCH_INTERACTIVE 0
 
+/**
+ * A backend's KV cache as admission counts it, in blocks of block_size
+ * tokens (backend.h, ops->kv). The backend's figures account for every
+ * request it has accepted, those its engine has not seen yet included, so
+ * a view read right after a submit already holds that request.
+ */
+typedef struct pl_dispatch_kv {
+    int block_size;              /**< tokens per block (>= 1) */
+    int total;                   /**< blocks in the cache */
+    int free;                    /**< free or evictable now (cached blocks no
+                                      running sequence holds) */
+    int reserved;                /**< promised already: what running sequences
+                                      may still take to reach their reply
+                                      estimate, and the whole need of requests
+                                      accepted but holding no blocks yet */
+    int prompt_tokens;           /**< running estimate of a request's prompt
+                                      footprint (tokens; a prefix shared by
+                                      running sequences split among them);
+                                      0: none yet */
+    int reply_tokens;            /**< running estimate of a reply's length
+                                      (tokens); 0: none yet */
+} pl_dispatch_kv;
+
+/** Reply tokens counted for a request without max_tokens before any reply
+ *  has been seen. */
+#define PL_DISPATCH_REPLY_PRIOR 256
+
+/** Reply tokens a request with max_tokens (0: up to the context) is counted
+ *  for: max_tokens, or the running estimate when smaller (a large
+ *  max_tokens is a limit, rarely the length), or PL_DISPATCH_REPLY_PRIOR
+ *  when neither is known. */
+int pl_dispatch_reply_budget(int max_tokens, int reply_estimate);
+
+/** Blocks a request needs: ceil((prompt + reply budget) / block_size), at
+ *  least 1; prompt_tokens 0 takes the view's estimate. */
+int pl_dispatch_kv_need(const pl_dispatch_kv *kv, int prompt_tokens, int max_tokens);
+
+/** The in-flight bound a KV view gives for requests of `need` blocks:
+ *  in_flight plus as many more as the room (free - reserved) holds, within
+ *  [1, upper]. */
+int pl_dispatch_kv_bound(const pl_dispatch_kv *kv, int in_flight, int need, int upper);
+
+/** A running estimate of a length (reply tokens): an exponentially
+ *  weighted mean and variance over the last ~64 observations (plain means
+ *  before that). Zero it to start. */
+typedef struct pl_dispatch_est {
+    double mean, var;
+    uint64_t n;
+} pl_dispatch_est;
+
+void pl_dispatch_est_observe(pl_dispatch_est *e, double v);
+/** mean + 2 standard deviations, rounded up; 0 before any observation. */
+int pl_dispatch_est_value(const pl_dispatch_est *e);
+
 typedef struct pl_dispatch_opts {
-    int capacity;                /**< the backend's in-flight bound (>= 1) */
+    int capacity;                /**< the backend's in-flight upper bound (>= 1) */
     int reserve;                 /**< slots jobs leave to interactive
-                                      requests; < 0: pl_dispatch_default_reserve */
-    /** The backend's capacity now (a remote upstream's moves as it is
-     *  probed), read at each pump; NULL: capacity stays as set. */
+                                      requests; < 0: pl_dispatch_default_reserve
+                                      of the capacity now */
+    /** The backend's upper bound now (a remote upstream's moves as it is
+     *  probed), read before each admission; NULL: it stays as set. */
     int (*capacity_fn)(void *ud);
     void *capacity_ud;
+    /** The backend's KV view now, read before each admission; false (or
+     *  NULL): none, the capacity alone bounds admission. */
+    bool (*kv_fn)(void *ud, pl_dispatch_kv *out);
+    void *kv_ud;
 } pl_dispatch_opts;
 
 /** The default reserve for a capacity: 10% rounded up, 0 when capacity is
@@ -146,8 +224,8 @@ int pl_dispatch_default_reserve(int capacity);
 pl_dispatch *pl_dispatch_new(const pl_dispatch_opts *o);
 /** Free; every job must have left. NULL is ignored. */
 void pl_dispatch_free(pl_dispatch *d);
-/** Set the capacity (>= 1) and the reserve (< 0: the default, as asked at
- *  creation when it was). */
+/** Set the upper bound (>= 1) and the reserve (< 0: the default, as asked
+ *  at creation when it was). */
 void pl_dispatch_set_capacity(pl_dispatch *d, int capacity);
 
 typedef struct pl_dispatch_client_opts {
@@ -201,13 +279,25 @@ bool pl_dispatch_less(pl_dispatch_policy p, const pl_dispatch_req *a,
 int pl_dispatch_ready_first(pl_dispatch *d, int client, pl_dispatch_req **out, int k);
 
 typedef struct pl_dispatch_counts {
-    int capacity, reserve;
+    int capacity;                /**< the in-flight bound now: min(upper
+                                      bound, what fits now for a request of
+                                      need_blocks) */
+    int reserve;
+    int upper_bound;             /**< the backend's */
     int jobs_inflight, interactive_inflight;
+    int inflight_peak;           /**< most requests ever in flight at once */
     int jobs_ready, interactive_waiting;
     int clients;                 /**< jobs joined */
+    bool has_kv;                 /**< the KV rule applies (kv below) */
+    pl_dispatch_kv kv;           /**< the last view read */
+    int need_blocks;             /**< the need capacity counts: a request of
+                                      the estimated prompt and reply */
 } pl_dispatch_counts;
 
+/** The figures as of the last admission or pump (no callback is called). */
 void pl_dispatch_counts_get(const pl_dispatch *d, pl_dispatch_counts *c);
+/** Read the backend's bound and KV view again now (what /status shows). */
+void pl_dispatch_refresh(pl_dispatch *d);
 
 typedef struct pl_dispatch_client {
     const char *name;

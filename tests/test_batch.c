@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "schedulers/batch.h"
+#include "schedulers/dispatch.h"
 
 #define BS 4
 
@@ -547,4 +548,48 @@ Test(batch, shared_prefix_deferral_is_bounded)
 {
     bounded(1, 20, 2);
     bounded(2, 22, 3);
+}
+
+/* What the queued sequences may still take (the engine's KV view for
+ * admission): a waiting sequence its whole prompt + reply budget, a
+ * running one what it lacks of it, one that outgrew the budget a token
+ * past what it generated. BS 4: prompt 10 + budget 6 = 4 blocks. */
+Test(batch, kv_account_counts_what_sequences_may_still_take)
+{
+    harness h;
+    h_init(&h, 64, 4, 64, 256);
+    add(&h, 1, 10, 100, 0);
+    pl_batch_kv_acct a;
+    pl_batch_kv_account(h.b, 6, &a);
+    cr_assert_eq(a.reserved, 4, "waiting: (10 + min(100, 6)) / 4");
+    cr_assert_eq(a.running, 0);
+    pl_batch_kv_account(h.b, 0, &a);
+    cr_assert_eq(a.reserved, (10 + 100 + 3) / 4, "no estimate: max_tokens");
+    add(&h, 2, 10, 2, 0);
+    pl_batch_kv_account(h.b, 6, &a);
+    cr_assert_eq(a.reserved, 4 + 3, "a small max_tokens is its budget: (10 + 2) / 4");
+    pl_batch_step *st = &h.st[0];
+    cr_assert_eq(pl_batch_schedule(h.b, st), 20);
+    int done[3] = {0};
+    h_process(&h, st, done, 3);
+    pl_batch_kv_account(h.b, 6, &a);
+    cr_assert_eq(a.running, 2);
+    cr_assert_eq(a.generated, 2);
+    cr_assert_eq(a.reserved, 1 + 0, "running: 3 blocks held of 4, and 3 of 3");
+    for (int i = 0; i < 8; i++) {         /* seq 1 outgrows its 6-token budget */
+        st = &h.st[i % 2];
+        pl_batch_schedule(h.b, st);
+        h_process(&h, st, done, 3);
+    }
+    pl_batch_kv_account(h.b, 6, &a);
+    cr_assert_eq(a.running, 1);
+    cr_assert_eq(a.generated, 9);
+    cr_assert_eq(a.reserved, 0, "19 tokens held in 5 blocks; one more fits them (%d)",
+                 a.reserved);
+    st = &h.st[0];
+    pl_batch_schedule(h.b, st);
+    h_process(&h, st, done, 3);
+    pl_batch_kv_account(h.b, 6, &a);
+    cr_assert_eq(a.reserved, 1, "20 tokens: the next one needs a sixth block");
+    h_free(&h);
 }
