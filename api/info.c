@@ -11,10 +11,21 @@
 #include "api/oai_params.h"
 #include "api/respond.h"
 #include "backends/req_metrics.h"
+#include "schedulers/dispatch.h"
 
 static void health(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
 {
     pl_reply_json(req, 200, json_pack("{s:s}", "status", "ok"));
+}
+
+/* The model's in-flight bound now (its dispatch's: min(upper bound, what
+ * fits now)), what a parley downstream reads as this upstream's capacity. */
+static int capacity_now(pl_model_entry *m)
+{
+    pl_dispatch_counts c;
+    pl_dispatch_refresh(m->dispatch);
+    pl_dispatch_counts_get(m->dispatch, &c);
+    return c.capacity;
 }
 
 static json_t *model_json(pl_model_entry *m)
@@ -23,7 +34,7 @@ static json_t *model_json(pl_model_entry *m)
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:i}", "id", m->name, "object", "model",
                      "created", (json_int_t)m->created, "owned_by", "parley", "backend",
                      b->ops->kind, "max_model_len", b->ops->max_model_len(b), "capacity",
-                     pl_backend_capacity(b));
+                     capacity_now(m));
 }
 
 static void models(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
@@ -59,7 +70,10 @@ static void status(pl_server *s, struct evhttp_request *req, const char *path, v
         pl_req_metrics *rm = pl_backend_metrics(m->backend);
         if (st && rm)            /* a failed set leaves the field out */
             json_object_set_new(st, "requests", pl_req_metrics_json(rm));
-        if (json_object_set_new(st, "capacity", json_integer(pl_backend_capacity(m->backend))) < 0 ||
+        json_t *adm = pl_backend_admission_json(m->dispatch);
+        if (json_object_set_new(st, "capacity", json_integer(json_integer_value(
+                                    json_object_get(adm, "capacity")))) < 0 ||
+            json_object_set_new(st, "admission", adm) < 0 ||
             json_object_set_new(models, m->name, st) < 0) {
             json_decref(models);
             models = NULL;

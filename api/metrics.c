@@ -11,6 +11,7 @@
 #include <event2/http.h>
 
 #include "api/respond.h"
+#include "schedulers/dispatch.h"
 
 #define LABELS_MAX 512
 
@@ -76,6 +77,7 @@ typedef struct model_view {
     json_t *stats;               /* the backend's stats (owned) */
     pl_req_metrics *m;           /* NULL before its first request */
     pl_backend *b;
+    int capacity;                /* its dispatch's bound now */
 } model_view;
 
 static pl_req_metrics zero_metrics_;
@@ -126,7 +128,7 @@ static double preempt_(const model_view *v) { return jnum(v->stats, "preemptions
 static double prompt_(const model_view *v) { return (double)v->m->prompt_tokens; }
 static double gen_(const model_view *v) { return (double)v->m->generation_tokens; }
 static double live_(const model_view *v) { return v->m->live; }
-static double capacity_(const model_view *v) { return pl_backend_capacity(v->b); }
+static double capacity_(const model_view *v) { return v->capacity; }
 static double steps_(const model_view *v) { return jnum(v->stats, "steps"); }
 static double idle_gap_(const model_view *v) { return jnum(v->stats, "timing.idle_gap_ms") / 1e3; }
 static double max_gap_(const model_view *v)
@@ -219,7 +221,8 @@ static void step_families(struct evbuffer *b, const model_view *v, int n)
     family_(b, v, n, "parley:requests_in_flight", "gauge",
             "Requests submitted to the backend and not finished (gateway view).", live_);
     family_(b, v, n, "parley:backend_capacity", "gauge",
-            "Concurrent sequences the backend holds: min(upper bound, KV capacity).",
+            "Requests the model takes at once now: min(upper bound, what fits in the free "
+            "KV blocks) (README, capacity).",
             capacity_);
     family_(b, v, n, "parley:requests_rejected", "counter",
             "Requests the backend refused at submit (bad input, over capacity).", rejected_);
@@ -263,6 +266,10 @@ void pl_metrics_render(pl_server *s, struct evbuffer *out)
         pl_prom_escape(esc, sizeof esc, e->name);
         snprintf(v[i].labels, sizeof v[i].labels, "model_name=\"%s\"", esc);
         v[i].b = e->backend;
+        pl_dispatch_counts c;
+        pl_dispatch_refresh(e->dispatch);
+        pl_dispatch_counts_get(e->dispatch, &c);
+        v[i].capacity = c.capacity;
         v[i].stats = e->backend->ops->stats ? e->backend->ops->stats(e->backend) : NULL;
         v[i].m = pl_backend_metrics(e->backend);
         if (!v[i].m)

@@ -152,9 +152,48 @@ static int dispatch_capacity(void *ud)
     return pl_backend_capacity(ud);
 }
 
+static bool dispatch_kv(void *ud, pl_dispatch_kv *out)
+{
+    pl_backend *b = ud;
+    return b->ops->kv && b->ops->kv(b, out);
+}
+
 struct pl_dispatch *pl_backend_dispatch_new(pl_backend *b, int reserve)
 {
     pl_dispatch_opts o = {.capacity = pl_backend_capacity(b), .reserve = reserve,
-                          .capacity_fn = dispatch_capacity, .capacity_ud = b};
-    return pl_dispatch_new(&o);
+                          .capacity_fn = dispatch_capacity, .capacity_ud = b,
+                          .kv_fn = dispatch_kv, .kv_ud = b};
+    pl_dispatch *d = pl_dispatch_new(&o);
+    if (d)
+        pl_dispatch_refresh(d);
+    return d;
+}
+
+json_t *pl_backend_admission_json(struct pl_dispatch *d)
+{
+    pl_dispatch_refresh(d);
+    pl_dispatch_counts c;
+    pl_dispatch_counts_get(d, &c);
+    int in = c.jobs_inflight + c.interactive_inflight;
+    json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "rule", c.has_kv ? "kv" : "slots",
+                          "capacity", c.capacity, "upper_bound", c.upper_bound,
+                          "interactive_reserve", c.reserve, "in_flight", in,
+                          "peak_in_flight", c.inflight_peak);
+    if (!o || !c.has_kv)
+        return o;
+    long room = (long)c.kv.free - c.kv.reserved;
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}",
+                           "block_size", c.kv.block_size, "blocks_total", c.kv.total,
+                           "blocks_free", c.kv.free, "blocks_reserved", c.kv.reserved,
+                           "need_blocks", c.need_blocks,
+                           "prompt_tokens_estimate", c.kv.prompt_tokens,
+                           "reply_tokens_estimate", c.kv.reply_tokens, "fits",
+                           (json_int_t)(room > 0 && c.need_blocks > 0 ? room / c.need_blocks : 0));
+    if (!kv || json_object_update(o, kv) < 0) {
+        json_decref(kv);
+        json_decref(o);
+        return NULL;
+    }
+    json_decref(kv);
+    return o;
 }

@@ -252,6 +252,7 @@ typedef struct pl_sink {
 } pl_sink;
 
 typedef struct pl_backend pl_backend;
+struct pl_dispatch_kv;
 
 /** The table of functions a backend implements. */
 typedef struct pl_backend_ops {
@@ -275,8 +276,16 @@ typedef struct pl_backend_ops {
     /** Pause or resume delivery for a slow reader (backpressure). A paused
      *  request stops producing tokens until resumed. */
     void (*set_paused)(pl_backend *b, uint64_t id, bool paused);
-    /** Concurrent sequences it can hold: min(upper bound, KV capacity). */
+    /** Concurrent sequences it takes at most: its upper bound (a backend
+     *  that reports kv() is admitted by the blocks requests need within
+     *  it), or what it holds when it reports no KV (under --capacity
+     *  worst-case the seed's min(upper bound, KV tokens / max_model_len)). */
     int (*capacity)(pl_backend *b);
+    /** Its KV cache as admission counts it (schedulers/dispatch.h): false
+     *  when it reports none (then capacity() alone bounds admission, as
+     *  under --capacity worst-case). The figures hold every request
+     *  submitted so far. May be NULL. */
+    bool (*kv)(pl_backend *b, struct pl_dispatch_kv *out);
     /** Statistics as a new JSON object (caller owns the reference). */
     json_t *(*stats)(pl_backend *b);
     /** Tokenize text or chat messages. Returns 0 and a malloc'd array the
@@ -358,8 +367,21 @@ void pl_backend_free(pl_backend *b);
 struct pl_dispatch;
 
 /** The admission point of b's model (schedulers/dispatch.h): its capacity
- *  is read from b at each pump; reserve as pl_dispatch_opts. The caller
- *  frees it with pl_dispatch_free, before b. NULL on OOM. */
+ *  and KV view are read from b before each admission; reserve as
+ *  pl_dispatch_opts. The caller frees it with pl_dispatch_free, before b.
+ *  NULL on OOM. */
 struct pl_dispatch *pl_backend_dispatch_new(pl_backend *b, int reserve);
+
+/** How the model's capacity is decided now, as /status and `run --stats`
+ *  show it (a new object; NULL on OOM): rule ("kv": by the KV blocks
+ *  requests need; "slots": the backend's capacity), capacity (the bound
+ *  now: min(upper_bound, what fits now)), upper_bound, interactive_reserve,
+ *  in_flight, peak_in_flight, and with the KV rule block_size,
+ *  blocks_total, blocks_free (free or evictable), blocks_reserved
+ *  (promised to requests already admitted), need_blocks (what one more
+ *  request is counted for), prompt_tokens_estimate, reply_tokens_estimate
+ *  and fits (more requests of need_blocks the room holds). Reads the
+ *  backend's figures again first. */
+json_t *pl_backend_admission_json(struct pl_dispatch *d);
 
 #endif

@@ -102,6 +102,7 @@ pl_backend *pl_models_open_remote(struct event_base *base, const pl_opts *o, int
         .api_key = key,
         .upstream_model = upstream_model ? upstream_model : o->upstream_model,
         .upper_bound = o->engine.core.max_num_seqs,
+        .worst_case_capacity = o->engine.core.capacity_rule == PL_CAPACITY_WORST_CASE,
         .max_model_len = o->engine.max_model_len,
         .connect_timeout_ms = o->upstream_connect_timeout_ms,
         .first_token_timeout_ms = o->upstream_first_token_timeout_ms,

@@ -59,6 +59,11 @@ const pl_option pl_options[] = {
         engine.chat_template_strict, M, "fail instead of falling back to ChatML"),
     OPT("max-num-seqs", PL_OPT_INT, 1, 65536, "256", NULL, NULL, engine.core.max_num_seqs, M,
         "upper bound of concurrent sequences"),
+    OPT("capacity", PL_OPT_ENUM, 0, 0, "kv", NULL, "kv|worst-case", engine.core.capacity_rule, M,
+        "how many requests a model takes at once: kv admits each by the KV blocks it needs "
+        "(its prompt and max_tokens, or the running estimate of a reply when smaller) "
+        "against the blocks free now, up to --max-num-seqs; worst-case is seed 000's "
+        "min(--max-num-seqs, KV tokens / max_model_len)"),
     OPT("max-num-batched-tokens", PL_OPT_INT, 16, 1048576, "2048", NULL, NULL,
         engine.core.max_num_batched_tokens, M, "token budget of one engine step"),
     OPT("block-size", PL_OPT_INT, 1, 256, "16", NULL, NULL, engine.core.block_size, M,

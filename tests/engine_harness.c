@@ -96,6 +96,7 @@ pl_backend *make_engine(struct event_base *base, eng_cfg c)
     o.async = c.async;
     o.prefix_caching = c.prefix;
     o.no_partial_prefix = c.no_partial;
+    o.capacity_rule = c.worst_case ? PL_CAPACITY_WORST_CASE : PL_CAPACITY_KV;
     pl_err err;
     pl_backend *b = pl_engine_backend_new(base, "fake-model", g_runner, &fake_text,
                                           &o, &err);

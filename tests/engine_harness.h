@@ -36,6 +36,7 @@ typedef struct eng_cfg {
     int max_seqs, budget, num_blocks, sleep_us;
     int no_token_at_ctx;
     bool no_partial;             /* full-block prefix reuse only */
+    bool worst_case;             /* --capacity worst-case */
 } eng_cfg;
 
 extern const pl_engine_text fake_text;  /* id i is the letter 'a' + i % 26 */

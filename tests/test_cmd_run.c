@@ -347,7 +347,10 @@ Test(cmd_run, model_definition_read_like_serve, .init = setup, .fini = teardown,
 }
 
 /* max_num_seqs_upper_bound reaches the engine: its max_num_seqs is the
- * bound, its capacity min(bound, KV capacity). */
+ * bound. The capacity rule (issue 41): admission is bounded by the upper
+ * bound and the KV blocks requests need (--stats "admission"), and the
+ * seed's min(bound, KV tokens / max_model_len) stays the engine's
+ * worst_case_capacity (--capacity worst-case makes it the capacity). */
 Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
      .timeout = 240)
 {
@@ -373,11 +376,17 @@ Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
         json_t *b = json_array_get(json_object_get(st, "backends"), 0);
         cr_assert_eq(json_integer_value(json_object_get(b, "max_num_seqs")), bounds[i],
                      "the engine's max_num_seqs is the bound %d", bounds[i]);
-        cap[i] = json_integer_value(json_object_get(b, "capacity"));
+        cap[i] = json_integer_value(json_object_get(b, "worst_case_capacity"));
+        cr_assert_str_eq(json_string_value(json_object_get(b, "capacity_rule")), "kv");
+        cr_assert_eq(json_integer_value(json_object_get(b, "capacity")), bounds[i]);
+        json_t *adm = json_array_get(json_object_get(st, "admission"), 0);
+        cr_assert_str_eq(json_string_value(json_object_get(adm, "rule")), "kv");
+        cr_assert_eq(json_integer_value(json_object_get(adm, "upper_bound")), bounds[i]);
+        cr_assert_eq(json_integer_value(json_object_get(adm, "peak_in_flight")), 1);
         json_decref(st);
     }
-    /* 64 MB of KV holds a few 256-token sequences: the KV capacity binds
-     * under 512, the bound binds at 3. */
+    /* 64 MB of KV holds a few 256-token sequences: the seed's KV capacity
+     * binds under 512, the bound binds at 3. */
     cr_assert(cap[0] >= 3 && cap[0] < 512, "capacity %lld", (long long)cap[0]);
     cr_assert_eq(cap[1], 3);
 }

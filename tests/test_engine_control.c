@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "schedulers/dispatch.h"
 #include "tests/engine_harness.h"
 #include "tests/fake_runner.h"
 
@@ -129,6 +130,10 @@ Test(engine, max_tokens_beyond_the_context)
     event_base_free(base);
 }
 
+/* Seed 000's rule, which --capacity worst-case keeps: min(max_num_seqs,
+ * KV tokens / max_model_len). Under the default KV rule (issue 41) the
+ * backend's capacity is max_num_seqs and admission counts blocks through
+ * its kv() view (test_engine_kv.c); max_model_len stays the context. */
 Test(engine, capacity_formula)
 {
     cr_assert_eq(pl_engine_capacity_for(32, 100, 16, 256), 6);
@@ -137,15 +142,27 @@ Test(engine, capacity_formula)
     struct event_base *base = event_base_new();
     eng_cfg c = base_cfg;
     c.num_blocks = 100;
+    c.worst_case = true;
     pl_backend *b = make_engine(base, c);
     cr_assert_eq(pl_backend_capacity(b), 6);
     cr_assert_eq(b->ops->max_model_len(b), MAXLEN);
     cr_assert_str_eq(b->ops->kind, "fake");
+    pl_dispatch_kv kv;
+    cr_assert_not(b->ops->kv(b, &kv), "worst-case: no KV view");
     pl_backend_free(b);
     c.num_blocks = 10;                  /* 160 tokens of KV < MAXLEN */
     b = make_engine(base, c);
     cr_assert_eq(pl_backend_capacity(b), 1);
     cr_assert_eq(b->ops->max_model_len(b), 160);
+    pl_backend_free(b);
+    c.worst_case = false;               /* the KV rule: the bound is max_num_seqs */
+    b = make_engine(base, c);
+    cr_assert_eq(pl_backend_capacity(b), 32);
+    cr_assert_eq(b->ops->max_model_len(b), 160, "still a per-request limit");
+    cr_assert(b->ops->kv(b, &kv));
+    cr_assert_eq(kv.total, 10);
+    cr_assert_eq(kv.free, 10);
+    cr_assert_eq(kv.block_size, BS);
     pl_backend_free(b);
     event_base_free(base);
 }

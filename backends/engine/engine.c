@@ -287,6 +287,7 @@ static const pl_backend_ops engine_ops = {
     .abort = eng_abort_,
     .set_paused = eng_set_paused_,
     .capacity = eng_capacity_,
+    .kv = pl_engine_kv_view_,
     .stats = eng_stats_,
     .tokenize = eng_tokenize_,
     .detokenize = eng_detokenize_,
@@ -325,9 +326,12 @@ static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *er
     long kv_tokens = (long)r.num_blocks * r.block_size;
     e->max_len = kv_tokens < ri->max_model_len ? (int)kv_tokens : ri->max_model_len;
     e->n_vocab = ri->n_vocab;
+    e->kv_rule = r.capacity_rule != PL_CAPACITY_WORST_CASE;
     int counted = r.capacity_len > 0 && r.capacity_len < ri->max_model_len ? r.capacity_len
                                                                           : ri->max_model_len;
-    e->capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks, r.block_size, counted);
+    e->worst_capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks, r.block_size,
+                                               counted);
+    e->capacity = e->kv_rule ? r.max_num_seqs : e->worst_capacity;
     e->max_inflight = r.async ? PL_RUNNER_MAX_INFLIGHT : 1;
     return 0;
 }
@@ -353,6 +357,7 @@ static int init_core_(pl_engine *e, pl_err *err)
             return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     e->st_local.idle_ok = true;
     e->st_shared = e->st_local;
+    pl_engine_kv_publish_(e);    /* the whole cache is free */
     return 0;
 }
 

@@ -77,8 +77,8 @@ pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
 /* The backend's max_model_len() is min(the runner's max_model_len, the
  * whole KV cache in tokens): one sequence always fits. */
 
-/** The capacity formula: min(max_num_seqs, num_blocks * block_size /
- *  max_model_len), at least 1. */
+/** Seed 000's capacity formula (--capacity worst-case): min(max_num_seqs,
+ *  num_blocks * block_size / max_model_len), at least 1. */
 int pl_engine_capacity_for(int max_num_seqs, int num_blocks, int block_size,
                            int max_model_len);
 

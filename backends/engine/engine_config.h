@@ -13,6 +13,9 @@
 
 #include <stdbool.h>
 
+/** --capacity's values (pl_engine_options.capacity_rule). */
+enum { PL_CAPACITY_KV = 0, PL_CAPACITY_WORST_CASE = 1 };
+
 /** The engine core: scheduler and KV geometry (engine.h). */
 typedef struct pl_engine_options {
     int block_size;              /**< tokens per KV block; 0 = the runner's
@@ -25,10 +28,15 @@ typedef struct pl_engine_options {
     /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
      *  with prefix caching when the runner can copy blocks). */
     bool no_partial_prefix;
-    /** Tokens each sequence is counted as in the capacity (KV tokens /
-     *  this); 0 = the context length. Not an option: engine_open sets it
-     *  where it chose the context (engine_open.h, until admission counts
-     *  what requests need, issue 41). */
+    /** How capacity is decided (--capacity): PL_CAPACITY_KV, admission
+     *  counts the blocks each request needs (ops->kv, engine_kv.c) and
+     *  capacity() is max_num_seqs; PL_CAPACITY_WORST_CASE, capacity() is
+     *  seed 000's min(max_num_seqs, KV tokens / capacity_len) and kv()
+     *  reports nothing. */
+    int capacity_rule;
+    /** Tokens each sequence is counted as under PL_CAPACITY_WORST_CASE
+     *  (KV tokens / this); 0 = the context length. Not an option:
+     *  engine_open sets it where it chose the context (engine_open.h). */
     int capacity_len;
     /** Threads that compile new constraints and tokenise large prompts
      *  off the event loop (engine_prep.c); 0: all of it inline, on the

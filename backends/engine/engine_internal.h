@@ -5,10 +5,12 @@
 #define PL_ENGINE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "backends/engine/constrain/constraint.h"
 #include "backends/engine/engine.h"
 #include "schedulers/batch.h"
+#include "schedulers/dispatch.h"
 #include "schedulers/kv_blocks.h"
 
 struct event;
@@ -46,6 +48,8 @@ typedef struct eng_req {
     struct eng_msg *done_msg;     /* its DONE, reserved when it arrives (the
                                      SUBMIT message), so that it always
                                      completes, out of memory or not */
+    int kv_blocks;                /* blocks counted for it at submit, until
+                                     the engine thread counts it itself */
 } eng_req;
 
 typedef enum eng_msg_type {
@@ -128,6 +132,7 @@ typedef struct pl_engine {
     bool closing;                 /* being freed: prepared requests dropped */
     pl_engine_options opt;        /* resolved */
     int max_model_len, n_vocab, capacity;
+    int worst_capacity;           /* seed 000's rule (--capacity worst-case) */
     double t_open;                /* ms, monotonic: for busy_fraction */
     int max_len;                  /* effective context: min(max_model_len,
                                      num_blocks * block_size) */
@@ -165,6 +170,18 @@ typedef struct pl_engine {
     /* stats snapshot */
     pthread_mutex_t stats_lock;
     eng_stats st_shared;
+
+    /* KV admission (engine_kv.c): the view dispatch reads (ops->kv).
+     * The engine thread stores the figures, then kv_seen (release); the
+     * main thread loads kv_seen (acquire) first, so a request is counted
+     * at least once: by kv_submitted - kv_seen until the engine counts it. */
+    bool kv_rule;                 /* false under --capacity worst-case */
+    _Atomic int kv_free, kv_reserved, kv_prompt_est, kv_reply_est;
+    _Atomic uint64_t kv_seen;     /* blocks of the submits it counts */
+    uint64_t kv_seen_local;       /* engine thread */
+    pl_dispatch_est kv_replies;   /* engine thread: reply lengths */
+    double kv_prompt_ewma;        /* engine thread: prompt footprint */
+    uint64_t kv_submitted;        /* main thread: blocks of every submit */
 
     /* main thread only */
     uint64_t next_id;
@@ -218,6 +235,25 @@ void *pl_engine_thread_main_(void *arg);
 void pl_engine_req_free_(eng_req *r);
 void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
                           const pl_err *err);
+
+/* engine_kv.c: the KV view for admission */
+/** Main thread, at submit: count r's blocks until the engine sees it. */
+void pl_engine_kv_submit_(pl_engine *e, eng_req *r);
+/** Main thread: a request handed to a prepare worker (its prompt not
+ *  tokenised yet) is counted by the running prompt estimate until it
+ *  lands (pl_engine_kv_submit_) or fails; returns the blocks counted, to
+ *  give back to pl_engine_kv_unhold_ either way. */
+int pl_engine_kv_hold_(pl_engine *e, int max_tokens);
+void pl_engine_kv_unhold_(pl_engine *e, int blocks);
+/** Engine thread, as r leaves the inbox (before anything may free it). */
+void pl_engine_kv_seen_(pl_engine *e, const eng_req *r);
+/** Engine thread: a reply of n tokens ended (stop or length). */
+void pl_engine_kv_reply_(pl_engine *e, int n);
+/** Engine thread: publish the figures (before posting DONEs, so that a
+ *  completion's blocks are free in the view its DONE pumps). */
+void pl_engine_kv_publish_(pl_engine *e);
+/** ops->kv. */
+bool pl_engine_kv_view_(pl_backend *b, pl_dispatch_kv *out);
 
 /* engine_text.c: outputs of one step, per sequence */
 /** The request failed for lack of memory on the engine thread: it ends

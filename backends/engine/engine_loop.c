@@ -100,6 +100,8 @@ void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
     m->res.ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
     if (err)
         m->err = *err;
+    if (f == PL_FINISH_STOP || f == PL_FINISH_LENGTH)
+        pl_engine_kv_reply_(e, m->res.completion_tokens);
     pl_engine_queue_push_(&e->pending_out, m);
 }
 
@@ -159,10 +161,12 @@ static bool inbox_drain_(pl_engine *e, bool block)
     pthread_mutex_unlock(&e->in_lock);
     if (m)
         e->stalled = false;
+    bool any = m != NULL;
     while (m) {
         eng_msg *next = m->next;
         if (m->type == ENG_MSG_SUBMIT) {
             m->req->done_msg = m;     /* kept for its DONE */
+            pl_engine_kv_seen_(e, m->req);
             on_submit_(e, m->req);
         } else {
             on_control_(e, m);
@@ -170,6 +174,8 @@ static bool inbox_drain_(pl_engine *e, bool block)
         }
         m = next;
     }
+    if (any)
+        pl_engine_kv_publish_(e);
     pl_engine_post_(e);
     return !stop;
 }
@@ -180,6 +186,7 @@ static void stats_publish_(pl_engine *e)
     s->running = pl_batch_num_running(e->batch);
     s->waiting = pl_batch_num_waiting(e->batch);
     pl_kv_blocks_stats(e->kv, &s->kv);
+    pl_engine_kv_publish_(e);
     pthread_mutex_lock(&e->stats_lock);
     e->st_shared = *s;
     pthread_mutex_unlock(&e->stats_lock);
@@ -307,6 +314,7 @@ static void finish_oldest_(pl_engine *e)
     e->step_busy[f.st - e->steps] = false;
     e->n_retired++;
     deferred_sweep_(e);
+    pl_engine_kv_publish_(e);        /* before the DONEs go */
     pl_engine_post_(e);
     e->st_local.steps_done++;
     e->st_local.process_ms += pl_engine_now_ms_() - t0;

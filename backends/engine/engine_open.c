@@ -456,10 +456,11 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     }
     if (sd)
         b->sampling_defaults = sd;   /* t lives as long as b (hooks.free) */
-    char counted[96] = "";
-    if (core.capacity_len > 0 && core.capacity_len < ctx)
+    char counted[96] = " at most, each admitted by the KV blocks it needs";
+    if (core.capacity_rule == PL_CAPACITY_WORST_CASE)
         snprintf(counted, sizeof counted, " (each counted as %d tokens; longer ones may be "
-                 "preempted)", core.capacity_len);
+                 "preempted)", core.capacity_len > 0 && core.capacity_len < ctx
+                 ? core.capacity_len : ctx);
     pl_info("model %s: context %d (%s), capacity %d sequences%s", name, ctx, why,
             pl_backend_capacity(b), counted);
     return b;

@@ -35,8 +35,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
  * but never less than min(model_ctx, 2048), the former default (a cache
  * too small for one sequence of that is an error of the caller). Sets
  * *count_len to min(context, 2048): the tokens each sequence is counted as
- * in the capacity (pl_engine_options.capacity_len), so a longer default
- * context does not shrink the capacity (issue 41 replaces the rule); and
+ * in the capacity under --capacity worst-case (pl_engine_options.capacity_len),
+ * so a longer default context does not shrink that capacity; and
  * why (n bytes) to the reason, for the log.
  */
 int pl_engine_cpu_context(int model_ctx, int kv_blocks, int block_size, int *count_len,

@@ -42,6 +42,8 @@ typedef struct eng_prep {
     const pl_token_fsm *fsm;     /* from the cache already, or compiled here */
     eng_req *r;                  /* the result; NULL with err */
     pl_err err;
+    int kv_held;                 /* blocks counted while it prepares
+                                    (pl_engine_kv_hold_) */
 } eng_prep;
 
 int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
@@ -272,6 +274,7 @@ static void prep_done_(void *ud)
 {
     eng_prep *p = ud;
     pl_engine *e = p->e;
+    pl_engine_kv_unhold_(e, p->kv_held);
     eng_sub *s = e->closing ? NULL : pl_engine_sub_find_(e, p->id);
     eng_msg *m = s && p->r ? calloc(1, sizeof *m) : NULL;
     eng_msg *pause = m && s->paused ? calloc(1, sizeof *pause) : NULL;
@@ -293,6 +296,7 @@ static void prep_done_(void *ud)
         *m = (eng_msg){.type = ENG_MSG_SUBMIT, .id = p->id, .req = p->r};
         if (pause)           /* paused while preparing: from its first step */
             *pause = (eng_msg){.type = ENG_MSG_PAUSE, .id = p->id};
+        pl_engine_kv_submit_(e, p->r);
         p->r = NULL;
         pl_engine_inbox_push2_(e, m, pause);
     }
@@ -312,6 +316,7 @@ static int submit_ready_(pl_engine *e, eng_req *r, pl_sink sink, uint64_t *id, p
         pl_engine_req_free_(r);
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
+    pl_engine_kv_submit_(e, r);
     *m = (eng_msg){.type = ENG_MSG_SUBMIT, .id = r->id, .req = r};
     *id = r->id;
     pl_engine_inbox_push_(e, m);
@@ -336,6 +341,7 @@ static int submit_prep_(pl_engine *e, const pl_gen_request *req, const pl_token_
         goto oom;
     }
     pl_engine_sub_find_(e, p->id)->preparing = true;
+    p->kv_held = pl_engine_kv_hold_(e, req->sampling.max_tokens);
     *id = p->id;
     return 0;
 oom:

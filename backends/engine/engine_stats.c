@@ -92,6 +92,11 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(kv, "partial_tokens", json_integer((json_int_t)s.kv.partial_tokens));
         json_object_set_new(kv, "share_deferrals", json_integer((json_int_t)s.deferrals));
         json_object_set_new(o, "kv", kv);
+        /* Issue 41: how capacity is decided, and what the seed's rule
+         * would give (issue 41's table compares them). */
+        json_object_set_new(o, "capacity_rule", json_string(e->kv_rule ? "kv" : "worst-case"));
+        json_object_set_new(o, "worst_case_capacity",
+                            json_integer(e->worst_capacity));
         if (!strcmp(e->ops.kind, "cpu"))
             json_object_set_new(o, "cpu_kernels", json_string(e->runner->kernels));
         json_object_set_new(o, "preparing", json_integer(e->prep ? pl_io_pool_outstanding(e->prep)

@@ -38,6 +38,10 @@ typedef struct pl_remote_opts {
     const char *api_key;         /**< sent as a bearer token; NULL or "": none */
     const char *upstream_model;  /**< NULL or "": model, or the only one listed */
     int upper_bound;             /**< max concurrent sequences per replica */
+    /** --capacity worst-case: a vLLM replica's capacity is its KV tokens /
+     *  max_model_len (seed 000); otherwise its free blocks over a request's
+     *  estimated need (remote_probe.c). */
+    bool worst_case_capacity;
     int max_model_len;           /**< 0: what the upstream reports */
     int connect_timeout_ms;      /**< TCP (and TLS) connect */
     int first_token_timeout_ms;  /**< request sent -> first token; 0: none */

@@ -54,18 +54,20 @@ static int attach_dispatch(pl_job *j, pl_dispatch **shared)
 static pl_convs *make_convs(pl_job *j)
 {
     const pl_job_spec *s = &j->spec;
-    int model[PL_CONV_MAX_AGENTS], cap[s->n_models];
+    int model[PL_CONV_MAX_AGENTS], max_tokens[PL_CONV_MAX_AGENTS], cap[s->n_models];
     uint64_t deps[PL_CONV_MAX_AGENTS];
     for (int a = 0; a < s->n_agents; a++) {
         model[a] = s->agents[a].model;
         deps[a] = s->agents[a].deps;
+        max_tokens[a] = s->agents[a].sampling.max_tokens;
     }
     for (int m = 0; m < s->n_models; m++)
         cap[m] = s->models[m].max_num_seqs;
     pl_convs_config cfg = {
         .n_agents = s->n_agents, .n_models = s->n_models, .num_rounds = s->num_rounds,
         .max_retries = s->max_retries, .n_conversations = s->n_questions,
-        .agent_model = model, .agent_deps = deps, .policy = (pl_dispatch_policy)j->policy,
+        .agent_model = model, .agent_deps = deps, .agent_max_tokens = max_tokens,
+        .policy = (pl_dispatch_policy)j->policy,
         .dispatch = j->dispatch, .name = j->id, .weight = s->weight, .model_cap = cap,
         .submit = job_submit, .may_go = job_may_go, .ud = j,
     };

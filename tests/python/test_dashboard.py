@@ -84,6 +84,8 @@ def test_dashboard_shows_model_pools_and_job_progress(tmp_path, monkeypatch):
         time.sleep(0.5)
         dom = dump_dom(s.url + "/dashboard")
         assert text_of(dom, "model-name") == ["mock"]
+        assert re.findall(r'class="capacity-why">([^<]*)</b>', dom) == ["slots (24)"], \
+            "the capacity's why: the mock reports no KV"
         job = dom[dom.index('data-job="%s"' % jid):]
         done, total = map(int, re.search(r'class="job-progress">(\d+) / (\d+)<', job).groups())
         assert total == 60 and 0 <= done < 60, (done, total)

@@ -129,6 +129,7 @@ def test_status_is_described(tmp_path, monkeypatch):
         assert rnd.stop() == 0
     for k in ("status.models", "status.jobs", "status.finished_jobs",
               "status.models{}.requests", "status.models{}.replicas",
+              "status.models{}.admission",
               "status.jobs[].pools", "status.finished_jobs[].recent_failures"):
         assert k in seen, k
 
@@ -152,5 +153,10 @@ def test_engine_status_is_described():
         seen = set()
         check(st, schema, "status", seen)
         assert "status.models{}.timing" in seen and "status.models{}.kv" in seen
+        # issue 41: capacity and why: the KV rule's figures
+        adm = next(iter(st["models"].values()))["admission"]
+        assert adm["rule"] == "kv" and adm["blocks_total"] == adm["blocks_free"] > 0, adm
+        assert adm["blocks_reserved"] == 0 and adm["reply_tokens_estimate"] == 3, adm
+        assert adm["capacity"] == min(adm["upper_bound"], adm["fits"]), adm
     finally:
         assert s.stop() == 0

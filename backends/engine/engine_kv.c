@@ -1,0 +1,101 @@
+/* engine_kv.c - the engine's KV cache as admission counts it (backend.h,
+ * ops->kv; schedulers/dispatch.h, pl_dispatch_kv): blocks free or
+ * evictable, blocks promised (running sequences' growth to their reply
+ * budget, waiting sequences' whole need, submits the engine thread has not
+ * taken yet), and the running estimates of a prompt's footprint and a
+ * reply's length.
+ *
+ * The engine thread owns the cache, so it publishes the figures through
+ * atomics at each step and before it posts any DONE: a completion's blocks
+ * are free in the view its DONE makes dispatch read. The main thread
+ * counts what it submitted until the engine thread has counted it, with
+ * the same formula (pl_dispatch_kv_need: prompt + reply budget), so a
+ * view read right after a submit already holds that request. */
+#include "backends/engine/engine_internal.h"
+
+/* Weight of a new sample of the prompt footprint (one per step). */
+#define PROMPT_EWMA 0.0625
+
+void pl_engine_kv_submit_(pl_engine *e, eng_req *r)
+{
+    pl_dispatch_kv kv = {.block_size = e->opt.block_size,
+                         .reply_tokens = atomic_load_explicit(&e->kv_reply_est,
+                                                              memory_order_relaxed)};
+    r->kv_blocks = pl_dispatch_kv_need(&kv, r->n_prompt, r->max_new);
+    e->kv_submitted += (uint64_t)r->kv_blocks;
+}
+
+int pl_engine_kv_hold_(pl_engine *e, int max_tokens)
+{
+    pl_dispatch_kv kv;
+    if (!pl_engine_kv_view_(&e->base, &kv))
+        return 0;
+    int blocks = pl_dispatch_kv_need(&kv, 0, max_tokens);
+    e->kv_submitted += (uint64_t)blocks;
+    return blocks;
+}
+
+void pl_engine_kv_unhold_(pl_engine *e, int blocks)
+{
+    e->kv_submitted -= (uint64_t)blocks;
+}
+
+void pl_engine_kv_seen_(pl_engine *e, const eng_req *r)
+{
+    e->kv_seen_local += (uint64_t)r->kv_blocks;
+}
+
+void pl_engine_kv_reply_(pl_engine *e, int n)
+{
+    pl_dispatch_est_observe(&e->kv_replies, n);
+}
+
+/* The prompt footprint of a running sequence now: the blocks in use split
+ * among the running sequences (a shared prefix counts once), less what
+ * they generated. */
+static void sample_prompt_(pl_engine *e, const pl_batch_kv_acct *a, const pl_kv_stats *st)
+{
+    if (a->running <= 0)
+        return;
+    double t = ((double)st->used * st->block_size - (double)a->generated) / a->running;
+    if (t < 0)
+        t = 0;
+    e->kv_prompt_ewma = e->kv_prompt_ewma > 0 ? e->kv_prompt_ewma + PROMPT_EWMA * (t - e->kv_prompt_ewma)
+                                              : t;
+}
+
+void pl_engine_kv_publish_(pl_engine *e)
+{
+    if (!e->kv_rule)
+        return;
+    int reply = pl_dispatch_est_value(&e->kv_replies);
+    pl_batch_kv_acct a;
+    pl_kv_stats st;
+    pl_batch_kv_account(e->batch, reply, &a);
+    pl_kv_blocks_stats(e->kv, &st);
+    sample_prompt_(e, &a, &st);
+    atomic_store_explicit(&e->kv_free, st.free + st.cached_free, memory_order_relaxed);
+    atomic_store_explicit(&e->kv_reserved, a.reserved, memory_order_relaxed);
+    atomic_store_explicit(&e->kv_prompt_est, (int)(e->kv_prompt_ewma + 0.5), memory_order_relaxed);
+    atomic_store_explicit(&e->kv_reply_est, reply, memory_order_relaxed);
+    atomic_store_explicit(&e->kv_seen, e->kv_seen_local, memory_order_release);
+}
+
+bool pl_engine_kv_view_(pl_backend *b, pl_dispatch_kv *out)
+{
+    pl_engine *e = (pl_engine *)b;
+    if (!e->kv_rule)
+        return false;
+    uint64_t seen = atomic_load_explicit(&e->kv_seen, memory_order_acquire);
+    uint64_t unseen = e->kv_submitted - seen;
+    long reserved = atomic_load_explicit(&e->kv_reserved, memory_order_relaxed) + (long)unseen;
+    *out = (pl_dispatch_kv){
+        .block_size = e->opt.block_size,
+        .total = e->opt.num_blocks,
+        .free = atomic_load_explicit(&e->kv_free, memory_order_relaxed),
+        .reserved = reserved > 1 << 30 ? 1 << 30 : (int)reserved,
+        .prompt_tokens = atomic_load_explicit(&e->kv_prompt_est, memory_order_relaxed),
+        .reply_tokens = atomic_load_explicit(&e->kv_reply_est, memory_order_relaxed),
+    };
+    return true;
+}
