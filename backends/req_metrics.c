@@ -190,6 +190,10 @@ static void track_done(void *ud, const pl_result *r)
         pl_hist_observe_n(&m->prompt_len, r->prompt_tokens, 1);
         pl_hist_observe_n(&m->gen_len, r->completion_tokens, 1);
     }
+    if (r->finish == PL_FINISH_STOP || r->finish == PL_FINISH_LENGTH) {
+        pl_dispatch_est_observe(&m->replies, r->completion_tokens);
+        pl_dispatch_est_observe(&m->uncached_prompts, r->prompt_tokens - r->cached_tokens);
+    }
     m->live--;
     unhash_(t);
     pl_sink inner = t->inner;

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
+#include "schedulers/dispatch.h"
 
 #define PL_HIST_MAX_BOUNDS 32
 #define PL_REQ_TRACK_BUCKETS 1024
@@ -59,6 +60,10 @@ typedef struct pl_req_metrics {
     int live;                              /**< submitted, not yet done */
     pl_hist ttft, itl, e2e, queue;         /**< seconds */
     pl_hist prompt_len, gen_len;           /**< tokens per finished request */
+    /** Running estimates over requests that stopped or hit their length:
+     *  reply tokens, and prompt tokens not served from the prefix cache
+     *  (a remote upstream's KV capacity counts a request by them). */
+    pl_dispatch_est replies, uncached_prompts;
     /* trackers: live ones hashed by backend id (for abort), spare ones
      * in a free list */
     pl_req_track *by_id[PL_REQ_TRACK_BUCKETS];

@@ -79,6 +79,10 @@ int pl_remote_parse_models(const char *body, size_t len, const char *model, bool
                            pl_remote_kind *guess);
 /** vLLM /metrics: num_gpu_blocks and block_size of vllm:cache_config_info. */
 int pl_remote_parse_vllm_metrics(const char *text, size_t len, long *blocks, long *block_size);
+/** vLLM /metrics: the KV cache usage (0..1: vllm:kv_cache_usage_perc, or
+ *  gpu_cache_usage_perc before its rename; the mean over the server's
+ *  engines), -1 when absent. */
+double pl_remote_parse_vllm_usage(const char *text, size_t len);
 /** llama.cpp /props: total_slots (and n_ctx when given). */
 int pl_remote_parse_props(const char *body, size_t len, int *slots, int *n_ctx);
 /** Blocking GET for start-up; body into out. Returns the HTTP status or -1. */

@@ -1,11 +1,14 @@
 /* remote_probe.c - what upstreams report about themselves: the models they
  * list, their context length and their capacity (vLLM's KV cache from
- * /metrics, llama.cpp's slots from /props, parley's `capacity`). */
+ * /metrics: its free blocks over a request's need, or under --capacity
+ * worst-case its tokens over max_model_len; llama.cpp's slots from /props;
+ * parley's `capacity`). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/remote/remote_internal.h"
+#include "backends/req_metrics.h"
 #include "src/base/redact.h"
 
 static pl_remote_kind kind_of_owner(const char *owner)
@@ -101,6 +104,55 @@ int pl_remote_parse_vllm_metrics(const char *text, size_t len, long *blocks, lon
     return -1;
 }
 
+double pl_remote_parse_vllm_usage(const char *text, size_t len)
+{
+    static const char *const names[] = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"};
+    const char *end = text + len;
+    double sum = 0;
+    int n = 0;
+    for (const char *p = text; p && p < end;) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl ? nl : end;
+        for (int k = 0; k < 2 && *p != '#'; k++) {
+            size_t kl = strlen(names[k]);
+            if ((size_t)(le - p) <= kl || memcmp(p, names[k], kl) || (p[kl] != '{' && p[kl] != ' '))
+                continue;
+            const char *v = le;                  /* the value: after the last space */
+            while (v > p && v[-1] != ' ')
+                v--;
+            char buf[64], *e;
+            size_t vl = (size_t)(le - v) < sizeof buf - 1 ? (size_t)(le - v) : sizeof buf - 1;
+            memcpy(buf, v, vl);
+            buf[vl] = '\0';
+            double x = strtod(buf, &e);
+            if (e > buf && x >= 0 && x <= 1) {   /* a fraction, despite the name */
+                sum += x;
+                n++;
+            }
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    return n ? sum / n : -1;                     /* engines of one server: their mean */
+}
+
+/* A vLLM replica's capacity by the KV rule (schedulers/dispatch.h): the
+ * requests on it now plus those of the estimated need (this model's
+ * uncached prompts and replies so far, req_metrics) its free blocks hold,
+ * once each request on it has room to grow by a reply. */
+static int vllm_kv_capacity(const remote_replica *rep, long blocks, long bs, double usage)
+{
+    const pl_req_metrics *m = rep->rb->base.metrics;   /* NULL before any request */
+    pl_dispatch_kv kv = {
+        .block_size = (int)bs, .total = (int)blocks, .free = (int)((double)blocks * (1 - usage)),
+        .prompt_tokens = m && m->uncached_prompts.n ? (int)(m->uncached_prompts.mean + 0.5) : 0,
+        .reply_tokens = m ? pl_dispatch_est_value(&m->replies) : 0,
+    };
+    long grow = (pl_dispatch_reply_budget(0, kv.reply_tokens) + bs - 1) / bs;
+    long res = (long)rep->outstanding * grow;
+    kv.reserved = res > kv.free ? kv.free : (int)res;
+    return pl_dispatch_kv_bound(&kv, rep->outstanding, pl_dispatch_kv_need(&kv, 0, 0), 1000000);
+}
+
 int pl_remote_parse_props(const char *body, size_t len, int *slots, int *n_ctx)
 {
     json_t *root = json_loadb(body, len, 0, NULL);
@@ -123,7 +175,12 @@ void pl_remote_apply_capacity(remote_replica *rep, const char *body, size_t len)
 {
     if (rep->kind == PL_REMOTE_VLLM) {
         long blocks, bs;
-        if (pl_remote_parse_vllm_metrics(body, len, &blocks, &bs) == 0 && rep->max_model_len > 0) {
+        if (pl_remote_parse_vllm_metrics(body, len, &blocks, &bs) < 0)
+            return;
+        double usage = pl_remote_parse_vllm_usage(body, len);
+        if (!rep->rb->o.worst_case_capacity && usage >= 0 && blocks <= 1 << 30) {
+            rep->reported_cap = vllm_kv_capacity(rep, blocks, bs, usage);
+        } else if (rep->max_model_len > 0) {   /* seed 000: full-length sequences */
             long cap = blocks * bs / rep->max_model_len;
             rep->reported_cap = cap < 1 ? 1 : cap > 1000000 ? 1000000 : (int)cap;
         }
