@@ -391,6 +391,38 @@ Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
     cr_assert_eq(cap[1], 3);
 }
 
+/* A model's `capacity: worst-case` (the option table, per model in a job
+ * file) brings back seed 000's figure as the engine's capacity and the
+ * admission bound: no KV view. */
+Test(cmd_run, capacity_worst_case_is_the_seeds_rule, .init = setup, .fini = teardown,
+     .timeout = 240)
+{
+    PL_TEST_MODEL_OR_SKIP();
+    char path[128], stats[128], err[8192], job[1024];
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    snprintf(job, sizeof job,
+             "experiment: wc\nmodels:\n  m:\n    backend: cpu\n    model: %s\n"
+             "    kv_cache_mb: 64\n    max_model_len: 256\n    capacity: worst-case\n"
+             "agents:\n  - id: a\nsampling: {temperature: 0, max_tokens: 2}\n"
+             "validation: {enabled: false}\nquestions:\n  - {id: q, text: Hi}\n",
+             pl_test_model_path());
+    write_text(path, job);
+    const char *args[] = {path, "--output", dir, "--stats", stats, NULL};
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    json_t *st = json_loads(read_text(stats), 0, NULL);
+    cr_assert_not_null(st);
+    json_t *b = json_array_get(json_object_get(st, "backends"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(b, "capacity_rule")), "worst-case");
+    json_int_t wc = json_integer_value(json_object_get(b, "worst_case_capacity"));
+    cr_assert(wc >= 3 && wc < 256, "64 MB over 256 tokens: %lld", (long long)wc);
+    cr_assert_eq(json_integer_value(json_object_get(b, "capacity")), wc);
+    json_t *adm = json_array_get(json_object_get(st, "admission"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(adm, "rule")), "slots");
+    cr_assert_eq(json_integer_value(json_object_get(adm, "capacity")), wc);
+    json_decref(st);
+}
+
 /* ---- a re-run must match the experiment's spec (issue 35.2) ---- */
 
 static void write_chg(const char *path, int rounds, const char *persona, const char *q1,
