@@ -392,11 +392,14 @@ static bool job_waiting(const client *k)
     return k->n > 0 && (!k->o.may_go || k->o.may_go(k->o.ud));
 }
 
-/* The job to take the next slot: waiting, admitted by the bound, least
- * attained service / weight (ties: lower id); -1 when none. A job waiting
- * or in flight is active; one back from idle starts at the active jobs'
- * floor (no banked credit). Waiting for room is not idling. Looking twice
- * gives the same answer. */
+/* The job to take the next slot: waiting, under its own cap, least
+ * attained service / weight (ties: lower id), when the bound admits its
+ * first request; -1 when none, or when that request does not fit yet: the
+ * room it waits for is not given to another job's smaller request, so a
+ * large request is never starved (as the engine never lets its waiting
+ * head be overtaken). A job waiting or in flight is active; one back from
+ * idle starts at the active jobs' floor (no banked credit). Waiting for
+ * room is not idling. Looking twice gives the same answer. */
 static int pick_job(pl_dispatch *d)
 {
     int best = -1;
@@ -411,11 +414,11 @@ static int pick_job(pl_dispatch *d)
                 k->attained = f * k->o.weight;
         }
         k->active = waiting || k->inflight > 0;
-        if (waiting && dispatch_admits(d, k, k->v[0]) &&
+        if (waiting && (k->o.cap <= 0 || k->inflight < k->o.cap) &&
             (best < 0 || norm(k) < norm(&d->v[best])))
             best = i;
     }
-    return best;
+    return best > 0 && dispatch_admits(d, &d->v[best], d->v[best].v[0]) ? best : -1;
 }
 
 static double mean_cost(const pl_dispatch *d)

@@ -301,3 +301,33 @@ Test(dispatch_kv, no_view_is_the_capacity_rule)
     cr_assert_eq(c.capacity, 6);
     sim_free(s);
 }
+
+/* The job whose turn it is waits for the room its request needs; the room
+ * freed meanwhile is not given to another job's smaller requests (they
+ * would take it for ever: the large request would starve). */
+Test(dispatch_kv, a_large_request_is_not_overtaken_by_another_jobs_small_ones)
+{
+    kv_sim *s = sim_new(100, 256, 0);
+    int large = join(s);                     /* idle at first */
+    int small = join(s);
+    for (int i = 0; i < 30; i++)
+        push(s, small, 150, 10);             /* 10 blocks each */
+    pl_dispatch_pump(s->d);
+    cr_assert_eq(s->in_flight, 10, "the small job fills the cache");
+    /* Back from idle, the large job starts at the small one's service;
+     * the tie goes to the lower id: its turn. */
+    kreq *big = push(s, large, 944, 16);     /* 60 blocks */
+    for (int freed = 1; freed <= 5; freed++) {
+        finish(s, oldest(s));
+        pl_dispatch_pump(s->d);
+        cr_assert_eq(s->in_flight, 10 - freed, "room for %d blocks held for the large request",
+                     10 * freed);
+        cr_assert_not(big->inflight);
+    }
+    finish(s, oldest(s));
+    pl_dispatch_pump(s->d);
+    cr_assert(big->inflight, "60 blocks free: its turn");
+    cr_assert_eq(s->held, 100);
+    cr_assert_eq(s->overcommits, 0);
+    sim_free(s);
+}
