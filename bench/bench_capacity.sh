@@ -16,6 +16,8 @@
 #   fcfs_seed            fcfs + seed layout, the KV rule
 #   fcfs_seed_worst      fcfs + seed layout, seed 000's rule
 #   fcfs_seed_768_worst  fcfs + seed layout, seed 000's rule, 768
+#   parley_seed, parley_seed_worst (not run by default): parley's order with
+#                        the seed layout, the default's, under either rule
 #
 # Each configuration runs PASSES times (default 2), the order reversed on
 # every other pass so that no configuration always runs first. The report
@@ -59,6 +61,8 @@ config_args() {
     parley_sp_768) echo "parley shared_prefix --max-model-len 768" ;;
     parley_sp_worst) echo "parley shared_prefix --capacity worst-case" ;;
     parley_sp_768_worst) echo "parley shared_prefix --capacity worst-case --max-model-len 768" ;;
+    parley_seed) echo "parley seed" ;;
+    parley_seed_worst) echo "parley seed --capacity worst-case" ;;
     fcfs_seed) echo "fcfs seed" ;;
     fcfs_seed_768) echo "fcfs seed --max-model-len 768" ;;
     fcfs_seed_worst) echo "fcfs seed --capacity worst-case" ;;
