@@ -238,7 +238,10 @@ bool pl_batch_has_seqs(const pl_batch *b)
     return b->n_running + b->n_waiting > 0;
 }
 
-/* The blocks s lacks to hold its prompt and its reply budget. */
+/* The blocks s lacks to hold its prompt and its reply budget. A waiting
+ * sequence (no blocks yet) has those of its cached prefix that it will
+ * share without taking them from the free ones (in use, or kept for its
+ * conversation): pl_batch_admit_'s lookup would hit them. */
 static int seq_lacks_(const pl_batch *b, const pl_batch_seq *s, int reply_estimate)
 {
     int gen = s->n_tokens - s->n_prompt + s->num_placeholders;
@@ -246,7 +249,11 @@ static int seq_lacks_(const pl_batch *b, const pl_batch_seq *s, int reply_estima
     if (budget <= gen)
         budget = gen < s->max_new ? gen + 1 : gen;
     long need = ((long)s->n_prompt + budget + b->block_size - 1) / b->block_size;
-    return need > s->n_blocks ? (int)(need - s->n_blocks) : 0;
+    int have = s->n_blocks;
+    if (have == 0 && !s->prompt_logprobs)
+        have = pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
+                                        (s->n_tokens - 1) / b->block_size);
+    return need > have ? (int)(need - have) : 0;
 }
 
 void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct *out)

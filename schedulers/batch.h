@@ -189,14 +189,16 @@ typedef struct pl_batch_kv_acct {
     /** Blocks each sequence lacks to hold its prompt and its reply budget
      *  (pl_dispatch_reply_budget of its max_new and reply_estimate; one
      *  token past what it generated once it outgrew that): a running
-     *  sequence's growth, a waiting one's whole need. */
+     *  sequence's growth, a waiting one's whole need less the cached
+     *  prefix it will share without taking free blocks (blocks in use or
+     *  kept for its conversation: pl_kv_blocks_held_prefix). */
     int reserved;
     int running;                 /**< running sequences */
     long generated;              /**< tokens they generated (placeholders
                                       included) */
 } pl_batch_kv_acct;
 
-/** Count them, O(running + waiting). */
+/** Count them, O(running + waiting's prompt blocks). */
 void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct *out);
 
 /**

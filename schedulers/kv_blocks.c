@@ -31,6 +31,7 @@ typedef struct kv_conv {
     uint64_t key;             /* 0: slot free */
     int need;
     int next_free;
+    int n_cached;             /* its blocks on the cached-free list */
 } kv_conv;
 
 typedef struct kv_list {
@@ -64,11 +65,29 @@ struct pl_kv_blocks {
     uint64_t done_released, need_evictions;
 };
 
+/* A cached-free block counts for its conversation (d = +1 as it joins
+ * the list, -1 as it leaves or changes hands): pl_kv_blocks_needed_now. */
+static void count_cached_(pl_kv_blocks *kv, int32_t id, int d)
+{
+    const kv_block *blk = &kv->b[id];
+    if (blk->list == LIST_CACHED && blk->conv >= 0)
+        kv->convs[blk->conv].n_cached += d;
+}
+
+/* Tag block id with conversation slot c (or -1, CONV_DONE). */
+static void set_conv_(pl_kv_blocks *kv, int32_t id, int32_t c)
+{
+    count_cached_(kv, id, -1);
+    kv->b[id].conv = c;
+    count_cached_(kv, id, +1);
+}
+
 static void list_push_tail_(pl_kv_blocks *kv, int which, int32_t id)
 {
     kv_list *l = &kv->lists[which];
     kv_block *blk = &kv->b[id];
     blk->list = (uint8_t)which;
+    count_cached_(kv, id, +1);
     blk->next = -1;
     blk->prev = l->tail;
     if (l->tail >= 0)
@@ -85,6 +104,7 @@ static void list_push_head_(pl_kv_blocks *kv, int which, int32_t id)
     kv_list *l = &kv->lists[which];
     kv_block *blk = &kv->b[id];
     blk->list = (uint8_t)which;
+    count_cached_(kv, id, +1);
     blk->prev = -1;
     blk->next = l->head;
     if (l->head >= 0)
@@ -99,6 +119,7 @@ static void list_remove_(pl_kv_blocks *kv, int32_t id)
 {
     kv_block *blk = &kv->b[id];
     kv_list *l = &kv->lists[blk->list];
+    count_cached_(kv, id, -1);
     if (blk->prev >= 0)
         kv->b[blk->prev].next = blk->next;
     else
@@ -364,7 +385,7 @@ static int32_t conv_slot_(pl_kv_blocks *kv, uint64_t key)
         }
         c = kv->n_convs++;
     }
-    kv->convs[c] = (kv_conv){key, 0, -1};
+    kv->convs[c] = (kv_conv){key, 0, -1, 0};
     kv->n_live++;
     /* Rebuilt while at most half the cells are taken (tombstones count). */
     if ((kv->conv_cells + 1) * 2 > kv->conv_index_cap) {
@@ -372,7 +393,7 @@ static int32_t conv_slot_(pl_kv_blocks *kv, uint64_t key)
         while (cap < (kv->n_live + 1) * 4)
             cap <<= 1;
         if (conv_reindex_(kv, cap) < 0) {
-            kv->convs[c] = (kv_conv){0, 0, kv->free_conv};
+            kv->convs[c] = (kv_conv){0, 0, kv->free_conv, 0};
             kv->free_conv = c;
             kv->n_live--;
             return -1;
@@ -413,7 +434,7 @@ int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need)
         kv_block *blk = &kv->b[id];
         if (blk->conv != c)
             continue;
-        blk->conv = CONV_DONE;
+        set_conv_(kv, id, CONV_DONE);
         if (blk->list == LIST_CACHED) {
             list_remove_(kv, id);
             list_push_head_(kv, LIST_CACHED, id);
@@ -422,7 +443,7 @@ int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need)
     }
     kv->done_released += (uint64_t)released;
     kv->n_far -= kv->convs[c].need > 0;
-    kv->convs[c] = (kv_conv){0, 0, kv->free_conv};
+    kv->convs[c] = (kv_conv){0, 0, kv->free_conv, 0};
     kv->free_conv = c;
     kv->n_live--;
     *cell = -2;
@@ -437,7 +458,7 @@ void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key)
         /* Only hinted keys tag: a key nobody hints (an API client's
          * prompt_cache_key) would otherwise hold a slot forever. */
         int32_t *cell = key && kv->conv_index ? conv_cell_(kv, key, false) : NULL;
-        blk->conv = cell && *cell >= 0 ? *cell : -1;
+        set_conv_(kv, id, cell && *cell >= 0 ? *cell : -1);
     }
 }
 
@@ -448,9 +469,39 @@ void pl_kv_blocks_release_front(pl_kv_blocks *kv, int32_t id)
     if (blk->ref == 0 && blk->hashed) {
         list_remove_(kv, id);
         list_push_head_(kv, LIST_CACHED, id);
-        blk->conv = CONV_DONE;
+        set_conv_(kv, id, CONV_DONE);
         kv->done_released++;
     }
+}
+
+int pl_kv_blocks_needed_now(const pl_kv_blocks *kv)
+{
+    int n = 0;
+    for (int c = 0; c < kv->n_convs; c++)
+        if (kv->convs[c].key && kv->convs[c].need == 0)
+            n += kv->convs[c].n_cached;
+    return n;
+}
+
+int pl_kv_blocks_held_prefix(const pl_kv_blocks *kv, const int32_t *tokens, int n,
+                             int max_blocks)
+{
+    uint64_t parent = PL_KV_HASH_ROOT;
+    int bs = kv->block_size, hit = 0;
+    for (; kv->prefix_caching && hit < max_blocks && (hit + 1) * bs <= n; hit++) {
+        const int32_t *ids = tokens + (size_t)hit * (size_t)bs;
+        uint64_t h = pl_kv_blocks_hash(parent, ids, bs);
+        int32_t id = table_find_(kv, h, parent, ids);
+        if (id < 0)
+            break;
+        const kv_block *blk = &kv->b[id];
+        bool kept = blk->list == LIST_CACHED && blk->conv >= 0 && kv->convs[blk->conv].key &&
+                    kv->convs[blk->conv].need == 0;
+        if (blk->ref == 0 && !kept)
+            break;
+        parent = h;
+    }
+    return hit;
 }
 
 int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
@@ -654,6 +705,13 @@ bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
     }
     if (ok && kv->cached != kv->lists[LIST_CACHED].n)
         ok = fail_(why, whylen, "cached count mismatch", -1);
+    long tagged = 0, counted = 0;
+    for (int32_t id = 0; ok && id < kv->num_blocks; id++)
+        tagged += kv->b[id].list == LIST_CACHED && kv->b[id].conv >= 0;
+    for (int c = 0; ok && c < kv->n_convs; c++)
+        counted += kv->convs[c].key ? kv->convs[c].n_cached : 0;
+    if (ok && tagged != counted)
+        ok = fail_(why, whylen, "conversation cached-free counts mismatch", -1);
     free(seen);
     return ok;
 }

@@ -168,6 +168,19 @@ int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need);
  *  cached-free and key has been hinted (and not finished since). */
 void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key);
 
+/** Cached-free blocks of conversations needed now (hinted need 0: a
+ *  request of theirs runs, or waits on one that runs): evictable, but
+ *  admission keeps them (schedulers/dispatch.h, pl_dispatch_kv.kept).
+ *  O(hinted conversations). */
+int pl_kv_blocks_needed_now(const pl_kv_blocks *kv);
+
+/** The leading full blocks of tokens[0..n) (at most max_blocks) a lookup
+ *  would hit without taking them from the free or evictable ones: blocks
+ *  in use, or kept (pl_kv_blocks_needed_now); stops at the first other
+ *  block. Read-only (no reference, no LRU move). O(blocks walked). */
+int pl_kv_blocks_held_prefix(const pl_kv_blocks *kv, const int32_t *tokens, int n,
+                             int max_blocks);
+
 void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st);
 
 /**

@@ -593,3 +593,37 @@ Test(batch, kv_account_counts_what_sequences_may_still_take)
     cr_assert_eq(a.reserved, 1, "20 tokens: the next one needs a sixth block");
     h_free(&h);
 }
+
+/* A waiting sequence counts only what it lacks beyond the cached prefix
+ * it will share without taking free blocks (issue 41): a running
+ * sequence's blocks, or the cached-free ones kept for a conversation
+ * needed now; not cached-free blocks nobody keeps (taking those takes
+ * from the free ones). BS 4: 24-token prompts sharing 20 ids (5 blocks),
+ * max_tokens 2: (24 + 2) / 4 = 7 blocks each. */
+Test(batch, kv_account_subtracts_the_shared_cached_prefix)
+{
+    harness h;
+    h_init(&h, 64, 4, 64, 128);
+    pl_batch_kv_acct a;
+    pl_batch_seq *s1 = add_shared(&h, 1, 24, 20, NULL, 0, 0);
+    s1->conv_key = 7;
+    pl_kv_blocks_hint(h.kv, 7, 0);      /* its conversation runs */
+    int done[4] = {0};
+    step_sync(&h, done);                /* s1 prefilled: 6 blocks, 5 full */
+    add_shared(&h, 2, 24, 20, NULL, 0, 0)->conv_key = 7;   /* another agent's */
+    pl_batch_kv_account(h.b, 0, &a);
+    cr_assert_eq(a.running, 1);
+    cr_assert_eq(a.reserved, 1 + 2, "s1 lacks 1; s2 7 less the 5 it shares with s1 (%d)",
+                 a.reserved);
+    h_run(&h, false, done, 4);          /* both finish: cached-free, tagged 7 */
+    add_shared(&h, 3, 24, 20, NULL, 0, 0);
+    pl_batch_kv_account(h.b, 0, &a);
+    cr_assert_eq(a.reserved, 2, "kept for conversation 7: 7 - 5 (%d)", a.reserved);
+    pl_kv_blocks_hint(h.kv, 7, 3);      /* needed later: not kept */
+    pl_batch_kv_account(h.b, 0, &a);
+    cr_assert_eq(a.reserved, 7, "evictable, not kept: the whole need (%d)", a.reserved);
+    h_run(&h, false, done, 4);
+    pl_kv_blocks_hint(h.kv, 7, PL_KV_NEED_DONE);
+    assert_idle(&h);
+    h_free(&h);
+}

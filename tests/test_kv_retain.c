@@ -77,6 +77,37 @@ Test(kv_retain, evicts_furthest_need_then_lru)
     pl_kv_blocks_free(kv);
 }
 
+/* The cached-free blocks of conversations needed now (need 0), which
+ * admission keeps (issue 41): they follow the hints, a block taken back
+ * into use, an eviction and a finished conversation. */
+Test(kv_retain, counts_the_blocks_needed_now)
+{
+    pl_kv_blocks *kv = four(true);     /* A need 0, B 5, C 2, D untagged */
+    char why[128];
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 1, "A's block");
+    pl_kv_blocks_hint(kv, 2, 0);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 2, "A's and B's");
+    cr_assert(still_cached(kv, 100), "A's block in use and back");
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 2, "retagged by nobody: still A's");
+    int32_t ids[BS] = {200, 201, 202, 203}, out[1];
+    cr_assert_eq(pl_kv_blocks_lookup(kv, ids, BS, 1, out, NULL), 1);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 1, "B's block runs: not cached-free");
+    pl_kv_blocks_release_tagged(kv, out[0], 3);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 1, "C (need 2) released it: C's now");
+    pl_kv_blocks_hint(kv, 3, 0);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 3, "C's two and A's");
+    pl_kv_blocks_hint(kv, 3, PL_KV_NEED_DONE);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 1, "C finished");
+    int32_t got[4];
+    for (int i = 0; i < 4; i++)
+        got[i] = pl_kv_blocks_alloc(kv);
+    cr_assert_eq(pl_kv_blocks_needed_now(kv), 0, "all evicted");
+    for (int i = 0; i < 4; i++)
+        pl_kv_blocks_release(kv, got[i]);
+    cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
+    pl_kv_blocks_free(kv);
+}
+
 Test(kv_retain, off_is_plain_lru)
 {
     pl_kv_blocks *kv = four(false);
