@@ -182,9 +182,10 @@ json_t *pl_backend_admission_json(struct pl_dispatch *d)
     if (!o || !c.has_kv)
         return o;
     long room = (long)c.kv.free - c.kv.reserved;
-    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}",
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:I}",
                            "block_size", c.kv.block_size, "blocks_total", c.kv.total,
-                           "blocks_free", c.kv.free, "blocks_reserved", c.kv.reserved,
+                           "blocks_free", c.kv.free, "blocks_kept", c.kv.kept,
+                           "blocks_reserved", c.kv.reserved,
                            "need_blocks", c.need_blocks,
                            "prompt_tokens_estimate", c.kv.prompt_tokens,
                            "reply_tokens_estimate", c.kv.reply_tokens, "fits",

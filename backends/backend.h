@@ -377,7 +377,8 @@ struct pl_dispatch *pl_backend_dispatch_new(pl_backend *b, int reserve);
  *  requests need; "slots": the backend's capacity), capacity (the bound
  *  now: min(upper_bound, what fits now)), upper_bound, interactive_reserve,
  *  in_flight, peak_in_flight, and with the KV rule block_size,
- *  blocks_total, blocks_free (free or evictable), blocks_reserved
+ *  blocks_total, blocks_free (free or evictable, but those kept),
+ *  blocks_kept (cached prefixes of conversations running now), blocks_reserved
  *  (promised to requests already admitted), need_blocks (what one more
  *  request is counted for), prompt_tokens_estimate, reply_tokens_estimate
  *  and fits (more requests of need_blocks the room holds). Reads the

@@ -157,7 +157,11 @@ typedef struct pl_dispatch_kv {
     int block_size;              /**< tokens per block (>= 1) */
     int total;                   /**< blocks in the cache */
     int free;                    /**< free or evictable now (cached blocks no
-                                      running sequence holds) */
+                                      running sequence holds), but those kept */
+    int kept;                    /**< evictable blocks admission leaves alone:
+                                      the cached prefixes of conversations
+                                      running now, which their next requests
+                                      reuse (already out of free) */
     int reserved;                /**< promised already: what running sequences
                                       may still take to reach their reply
                                       estimate, and the whole need of requests

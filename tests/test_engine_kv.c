@@ -115,6 +115,45 @@ Test(engine_kv, a_submit_counts_at_once_and_its_done_frees_it)
     event_base_free(base);
 }
 
+/* A conversation with a request in flight (hint 0) keeps its cached
+ * blocks out of the free ones (kept: its next requests reuse them);
+ * hinted for later, they are evictable and free again. The hint goes
+ * before a request whose DONE reads the view published after it. */
+Test(engine_kv, a_running_conversations_cached_prefix_is_kept)
+{
+    struct event_base *base = event_base_new();
+    eng_cfg c = base_cfg;
+    c.num_blocks = 100;
+    pl_backend *b = make_engine(base, c);
+    int32_t p[56];
+    make_prompt(p, 56, 3);
+    b->ops->retain(b, 9, 0);
+    pl_gen_request req = {.prompt_tokens = p, .n_prompt_tokens = 40, .conversation_key = 9};
+    pl_sampling_defaults(&req.sampling);
+    req.sampling.temperature = 0;
+    req.sampling.ignore_eos = true;
+    req.sampling.max_tokens = 4;
+    collect col = {0};
+    uint64_t id;
+    pl_err err;
+    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &col}, &id, &err), 0);
+    run_until_done(base, &col, 1);
+    pl_dispatch_kv kv = view(b);
+    cr_assert_eq(kv.kept, 3, "40 + 4 tokens, 43 computed: 2 full blocks and the tail (%d)",
+                 kv.kept);
+    cr_assert_eq(kv.free + kv.kept, 100);
+    b->ops->retain(b, 9, 3);             /* needed later: evictable */
+    req.conversation_key = 0;
+    collect last = {0};
+    cr_assert_eq(pl_backend_submit(b, &req, (pl_sink){on_delta, on_done, &last}, &id, &err), 0);
+    run_until_done(base, &last, 1);
+    kv = view(b);
+    cr_assert_eq(kv.kept, 0);
+    cr_assert_eq(kv.free, 100);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
 /* Replies much longer than the estimate (learnt from one-token replies):
  * dispatch admits by the estimate, the sequences outgrow it, the engine
  * preempts and recomputes, and every request ends with the reference's

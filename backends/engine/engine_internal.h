@@ -176,7 +176,7 @@ typedef struct pl_engine {
      * main thread loads kv_seen (acquire) first, so a request is counted
      * at least once: by kv_submitted - kv_seen until the engine counts it. */
     bool kv_rule;                 /* false under --capacity worst-case */
-    _Atomic int kv_free, kv_reserved, kv_prompt_est, kv_reply_est;
+    _Atomic int kv_free, kv_kept, kv_reserved, kv_prompt_est, kv_reply_est;
     _Atomic uint64_t kv_seen;     /* blocks of the submits it counts */
     uint64_t kv_seen_local;       /* engine thread */
     pl_dispatch_est kv_replies;   /* engine thread: reply lengths */
