@@ -351,3 +351,34 @@ Test(engine_prep, free_while_preparing, .timeout = 240)
     close_engine(b);
     cr_expect(!c.done && c.n_deltas == 0);
 }
+
+/* Issue 41: a request on a prepare worker is in the engine's KV view for
+ * admission at once (by the running estimates: its prompt is not
+ * tokenised yet), and not at all once it ended, aborted while preparing
+ * or not. Without it, dispatch would admit past the free blocks while
+ * schemas compile. */
+Test(engine_prep, preparing_requests_count_in_the_kv_view, .timeout = 240)
+{
+    hook_reset(false);
+    pl_backend *b = open_engine();
+    pl_dispatch_kv kv;
+    cr_assert(b->ops->kv(b, &kv));
+    int free0 = kv.free;
+    cr_assert_eq(kv.reserved, 0);
+    cr_assert_eq(kv.prompt_tokens + kv.reply_tokens, 0, "no estimates yet");
+    collect c = {0}, gone = {0};
+    submit_ok(b, SCHEMA("kv"), 64, &c);
+    uint64_t a = submit_ok(b, SCHEMA("kv_gone"), 64, &gone);
+    cr_assert(b->ops->kv(b, &kv));
+    cr_assert_eq(kv.reserved, 2 * 4, "(0 + 64) / 16 blocks each: %d", kv.reserved);
+    loop_until(g_base, hook_entered, NULL, "a worker compiling a schema");
+    pl_backend_abort(b, a);
+    hook_release();
+    loop_until(g_base, is_done, &c, "the constrained request");
+    loop_until(g_base, prep_idle, b, "the workers done");
+    cr_assert(b->ops->kv(b, &kv));
+    cr_expect_eq(kv.reserved, 0, "%d", kv.reserved);
+    cr_expect_eq(kv.free, free0);
+    cr_expect(!gone.done);
+    close_engine(b);
+}
