@@ -351,13 +351,25 @@ Test(cmd_run, model_definition_read_like_serve, .init = setup, .fini = teardown,
  * bound and the KV blocks requests need (--stats "admission"), and the
  * seed's min(bound, KV tokens / max_model_len) stays the engine's
  * worst_case_capacity (--capacity worst-case makes it the capacity). */
+/* Run the job text in dir; its --stats (the caller frees them). */
+static json_t *run_for_stats(const char *job)
+{
+    char path[128], stats[128], err[8192];
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    write_text(path, job);
+    const char *args[] = {path, "--output", dir, "--stats", stats, NULL};
+    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
+    json_t *st = json_loads(read_text(stats), 0, NULL);
+    cr_assert_not_null(st);
+    return st;
+}
+
 Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
      .timeout = 240)
 {
     PL_TEST_MODEL_OR_SKIP();
-    char path[128], stats[128], err[8192], job[1024];
-    snprintf(path, sizeof path, "%s/job.yaml", dir);
-    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    char job[1024];
     static const int bounds[] = {512, 3};
     json_int_t cap[2];
     for (int i = 0; i < 2; i++) {
@@ -368,11 +380,7 @@ Test(cmd_run, upper_bound_reaches_the_engine, .init = setup, .fini = teardown,
                  "sampling: {temperature: 0, max_tokens: 2}\n"
                  "validation: {enabled: false}\nquestions:\n  - {id: q, text: Hi}\n",
                  i, pl_test_model_path(), bounds[i]);
-        write_text(path, job);
-        const char *args[] = {path, "--output", dir, "--stats", stats, NULL};
-        cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
-        json_t *st = json_loads(read_text(stats), 0, NULL);
-        cr_assert_not_null(st);
+        json_t *st = run_for_stats(job);
         json_t *b = json_array_get(json_object_get(st, "backends"), 0);
         cr_assert_eq(json_integer_value(json_object_get(b, "max_num_seqs")), bounds[i],
                      "the engine's max_num_seqs is the bound %d", bounds[i]);
@@ -398,20 +406,14 @@ Test(cmd_run, capacity_worst_case_is_the_seeds_rule, .init = setup, .fini = tear
      .timeout = 240)
 {
     PL_TEST_MODEL_OR_SKIP();
-    char path[128], stats[128], err[8192], job[1024];
-    snprintf(path, sizeof path, "%s/job.yaml", dir);
-    snprintf(stats, sizeof stats, "%s/stats.json", dir);
+    char job[1024];
     snprintf(job, sizeof job,
              "experiment: wc\nmodels:\n  m:\n    backend: cpu\n    model: %s\n"
              "    kv_cache_mb: 64\n    max_model_len: 256\n    capacity: worst-case\n"
              "agents:\n  - id: a\nsampling: {temperature: 0, max_tokens: 2}\n"
              "validation: {enabled: false}\nquestions:\n  - {id: q, text: Hi}\n",
              pl_test_model_path());
-    write_text(path, job);
-    const char *args[] = {path, "--output", dir, "--stats", stats, NULL};
-    cr_assert_eq(run(args, err, sizeof err), 0, "%s", err);
-    json_t *st = json_loads(read_text(stats), 0, NULL);
-    cr_assert_not_null(st);
+    json_t *st = run_for_stats(job);
     json_t *b = json_array_get(json_object_get(st, "backends"), 0);
     cr_assert_str_eq(json_string_value(json_object_get(b, "capacity_rule")), "worst-case");
     json_int_t wc = json_integer_value(json_object_get(b, "worst_case_capacity"));
