@@ -134,6 +134,14 @@ typedef enum pl_thinking {
 typedef struct pl_chat_message {
     const char *role;            /**< "system", "user", "assistant", ... */
     const char *content;         /**< UTF-8 text */
+    /** assistant: the turn's reasoning (vLLM's reasoning_content), for
+     *  templates that render it (Qwen3's, gpt-oss's "thinking"); NULL:
+     *  none. */
+    const char *reasoning;
+    /** assistant: OpenAI's tool_calls array (borrowed), for templates that
+     *  render calls themselves (gpt-oss's); NULL: none (other templates
+     *  get calls rendered into content by the API). */
+    json_t *tool_calls;
 } pl_chat_message;
 
 /**
@@ -147,6 +155,16 @@ typedef struct pl_gen_request {
     int n_messages;
     bool add_generation_prompt;  /**< chat: end with the assistant header */
     pl_thinking thinking;        /**< chat: chat_template_kwargs.enable_thinking */
+    /** chat: the request's tools (OpenAI's "tools" array, borrowed) for a
+     *  template that renders them itself (tool_format "harmony"); NULL:
+     *  none. */
+    json_t *tools;
+    /** chat: reasoning_effort ("low", "medium", "high") for a template
+     *  that reads it (gpt-oss's); NULL: the template's default. */
+    const char *reasoning_effort;
+    /** chat: chat_template_kwargs.model_identity (gpt-oss's); NULL: the
+     *  template's default. */
+    const char *model_identity;
     const char *prompt;
     const int32_t *prompt_tokens;
     int n_prompt_tokens;
@@ -309,12 +327,17 @@ typedef struct pl_backend_ops {
     void (*free)(pl_backend *b);
     /** How the model writes tool calls, from its chat-template family:
      *  "hermes" (Qwen 2.5 / Hermes <tool_call>), "llama3" (Llama 3.1 JSON),
-     *  "mistral" ([TOOL_CALLS]) or "generic". May be NULL: "generic". */
+     *  "mistral" ([TOOL_CALLS]), "harmony" (gpt-oss: the template renders
+     *  tools, calls and results itself from pl_gen_request.tools and
+     *  pl_chat_message.tool_calls; calls come back in the reply's
+     *  channels) or "generic". May be NULL: "generic". */
     const char *(*tool_format)(pl_backend *b);
     /** How the model marks its reasoning in a reply, by the name of vLLM's
      *  reasoning parser: "qwen3" (<think> ... </think>, split by
      *  backends/engine/text/reasoning.h into reasoning_content and
-     *  content), or NULL: none. May be NULL itself: none. */
+     *  content), "harmony" (gpt-oss's channels, split by
+     *  backends/engine/text/harmony.h into reasoning, content and tool
+     *  calls), or NULL: none. May be NULL itself: none. */
     const char *(*reasoning_format)(pl_backend *b);
     /** Retention hint (DESIGN.md, "Conversation-aware KV"): how soon the
      *  conversation with this key (a request's conversation_key) needs its

@@ -56,6 +56,7 @@ static pl_chat_message *messages_of(json_t *conv, int *n)
         json_t *e = json_array_get(arr, (size_t)i);
         m[i].role = str_of(e, "role");
         m[i].content = str_of(e, "content");
+        m[i].reasoning = str_of(e, "reasoning_content");
     }
     return m;
 }

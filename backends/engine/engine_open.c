@@ -62,7 +62,9 @@ static int text_encode(void *ud, const pl_gen_request *req, bool add_special, in
     int rc;
     if (req->messages) {
         char *rendered = NULL;
-        pl_chat_kwargs kw = {.enable_thinking = req->thinking};
+        pl_chat_kwargs kw = {.enable_thinking = req->thinking, .tools = req->tools,
+                             .reasoning_effort = req->reasoning_effort,
+                             .model_identity = req->model_identity};
         if (pl_chat_style_render_kw(&t->style, req->messages, req->n_messages,
                                     req->add_generation_prompt, t->bos_text, t->eos_text,
                                     &kw, &rendered, err) < 0)
@@ -121,12 +123,16 @@ static const char *text_tool_format(void *ud)
         return "llama3";
     if (s->tmpl == PL_CHAT_TMPL_MISTRAL)
         return "mistral";
+    if (s->tmpl == PL_CHAT_TMPL_HARMONY)
+        return "harmony";
     return "generic";
 }
 
 static const char *text_reasoning_format(void *ud)
 {
     const pl_chat_style *s = &((engine_text *)ud)->style;
+    if (s->tmpl == PL_CHAT_TMPL_HARMONY)
+        return "harmony";
     return s->flags & PL_CHAT_F_QWEN3_THINK ? "qwen3" : NULL;
 }
 

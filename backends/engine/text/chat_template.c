@@ -14,7 +14,7 @@ static const char *const tmpl_names[] = {
     [PL_CHAT_TMPL_CHATML] = "chatml",   [PL_CHAT_TMPL_LLAMA3] = "llama3",
     [PL_CHAT_TMPL_LLAMA2] = "llama2",   [PL_CHAT_TMPL_MISTRAL] = "mistral",
     [PL_CHAT_TMPL_GEMMA] = "gemma",     [PL_CHAT_TMPL_PHI3] = "phi3",
-    [PL_CHAT_TMPL_ZEPHYR] = "zephyr",
+    [PL_CHAT_TMPL_ZEPHYR] = "zephyr",   [PL_CHAT_TMPL_HARMONY] = "harmony",
 };
 
 const char *pl_chat_tmpl_name(pl_chat_tmpl t)
@@ -26,7 +26,7 @@ const char *pl_chat_tmpl_name(pl_chat_tmpl t)
 
 const char *pl_chat_tmpl_names(void)
 {
-    return "chatml, llama3, llama2, mistral, gemma, phi3, zephyr";
+    return "chatml, llama3, llama2, mistral, gemma, phi3, zephyr, harmony";
 }
 
 int pl_chat_tmpl_from_name(const char *name, pl_chat_tmpl *out)
@@ -53,6 +53,8 @@ pl_chat_tmpl pl_chat_tmpl_detect(const char *src)
 {
     if (!src || !*src)
         return PL_CHAT_TMPL_UNKNOWN;
+    if (has(src, "<|start|>") && has(src, "<|channel|>") && has(src, "<|message|>"))
+        return PL_CHAT_TMPL_HARMONY;
     if (has(src, "<|im_start|>"))
         return PL_CHAT_TMPL_CHATML;
     if (has(src, "<|start_header_id|>"))
@@ -313,6 +315,7 @@ static int (*const renderers[])(const pl_ct_ctx *) = {
     [PL_CHAT_TMPL_GEMMA] = pl_ct_render_gemma_,
     [PL_CHAT_TMPL_PHI3] = pl_ct_render_phi3_,
     [PL_CHAT_TMPL_ZEPHYR] = pl_ct_render_zephyr_,
+    [PL_CHAT_TMPL_HARMONY] = pl_ct_render_harmony_,
 };
 
 static int check_messages(const pl_chat_message *msgs, int n, pl_err *err)
@@ -353,7 +356,7 @@ int pl_chat_style_render_kw(const pl_chat_style *s, const pl_chat_message *msgs,
         goto done;
     pl_ct_ctx c = {
         .style = s, .msgs = msgs, .n = n, .agp = add_generation_prompt,
-        .enable_thinking = kw ? kw->enable_thinking : PL_THINKING_DEFAULT,
+        .kw = kw ? *kw : (pl_chat_kwargs){0},
         .bos = bos_text ? bos_text : "", .eos = eos_text ? eos_text : "",
         .out = &buf, .scratch = &scratch, .err = err,
     };

@@ -14,9 +14,11 @@
  *    template's source (a default system prompt, Mistral's spacing, Gemma's
  *    BOS, ...); pl_chat_style_render() renders exactly that template.
  *
- * Messages carry only role and content. Roles other than system, user and
- * assistant are rendered as the family's template would render them (ChatML
- * and Llama 3 print any role; Qwen 2.5 wraps "tool" in <tool_response>;
+ * Messages carry role and content, and for the templates that render them
+ * (Qwen3, gpt-oss's harmony) an assistant turn's reasoning and tool calls.
+ * Roles other than system, user and assistant are rendered as the family's
+ * template would render them (ChatML and Llama 3 print any role; Qwen 2.5
+ * wraps "tool" in <tool_response>; harmony names the last call's function;
  * strict families reject what their template rejects).
  */
 #ifndef PL_CHAT_TEMPLATE_H
@@ -34,6 +36,7 @@ typedef enum pl_chat_tmpl {
     PL_CHAT_TMPL_GEMMA,      /**< <start_of_turn>user|model\n...<end_of_turn>\n */
     PL_CHAT_TMPL_PHI3,       /**< <|role|>\n...<|end|>\n */
     PL_CHAT_TMPL_ZEPHYR,     /**< <|role|>\n...</s>\n */
+    PL_CHAT_TMPL_HARMONY,    /**< gpt-oss: <|start|>role<|channel|>...<|message|>...<|end|> */
     PL_CHAT_TMPL_UNKNOWN,    /**< not recognised: the caller decides (error or fallback) */
 } pl_chat_tmpl;
 
@@ -68,6 +71,16 @@ enum {
  *  templates that read them understand them. */
 typedef struct pl_chat_kwargs {
     pl_thinking enable_thinking;
+    /** harmony: "low", "medium", "high"; NULL: "medium". */
+    const char *reasoning_effort;
+    /** harmony: the system message's first line; NULL: the template's. */
+    const char *model_identity;
+    /** harmony: OpenAI's tools array (borrowed), rendered as TypeScript
+     *  declarations in the developer message; NULL: none. */
+    json_t *tools;
+    /** harmony: the system message's "Current date" (YYYY-MM-DD); NULL:
+     *  today, local time, as transformers' strftime_now gives it. */
+    const char *date;
 } pl_chat_kwargs;
 
 /** A family with the variant details of one template. */
@@ -83,7 +96,7 @@ typedef struct pl_chat_style {
 pl_chat_tmpl pl_chat_tmpl_detect(const char *jinja_src);
 
 /** Family named by --chat-template NAME ("chatml", "llama3", "llama2",
- *  "mistral", "gemma", "phi3", "zephyr"). Returns 0 and *out, or -1 for an
+ *  "mistral", "gemma", "phi3", "zephyr", "harmony"). Returns 0 and *out, or -1 for an
  *  unknown name (*out untouched). */
 int pl_chat_tmpl_from_name(const char *name, pl_chat_tmpl *out);
 

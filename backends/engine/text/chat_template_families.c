@@ -62,15 +62,24 @@ static const char *skip_newlines(const char *s, const char *end)
     return s;
 }
 
-/* Qwen3's assistant turn: content.split('</think>')[-1].lstrip('\n') is
- * the answer, and the part before the first </think>, after its last
- * <think>, without the newlines around it, the reasoning; the reasoning
- * is kept (in a think block) only after the last user query. */
+/* Qwen3's assistant turn: its reasoning_content when given (the content
+ * then as it is), else content.split('</think>')[-1].lstrip('\n') is the
+ * answer, and the part before the first </think>, after its last <think>,
+ * without the newlines around it, the reasoning; the reasoning is kept (in
+ * a think block) only after the last user query. */
 static void qwen3_assistant(const pl_ct_ctx *c, int i, int last_query)
 {
     const char *content = pl_ct_content_(c, i), *end = strstr(content, "</think>");
     const char *body = content, *r0 = content, *r1 = content;
-    if (end) {
+    const char *given = c->msgs[i].reasoning;
+    bool has_reasoning = false;
+    if (given) {
+        r0 = skip_newlines(given, given + strlen(given));
+        r1 = given + strlen(given);
+        while (r1 > r0 && r1[-1] == '\n')
+            r1--;
+        has_reasoning = *given != '\0';
+    } else if (end) {
         for (const char *p = end; p; p = strstr(p + 8, "</think>"))
             body = p + 8;
         body = skip_newlines(body, body + strlen(body));
@@ -80,9 +89,10 @@ static void qwen3_assistant(const pl_ct_ctx *c, int i, int last_query)
         for (const char *p = content; (p = memmem(p, (size_t)(r1 - p), "<think>", 7)); p += 7)
             r0 = p + 7;
         r0 = skip_newlines(r0, r1);
+        has_reasoning = r1 > r0;
     }
     PUT(c, "<|im_start|>assistant\n");
-    if (i > last_query && (i == c->n - 1 || r1 > r0)) {
+    if (i > last_query && (i == c->n - 1 || has_reasoning)) {
         PUT(c, "<think>\n");
         pl_ct_putn_(c->out, r0, (size_t)(r1 - r0));
         PUT(c, "\n</think>\n\n");
@@ -121,7 +131,7 @@ int pl_ct_render_chatml_(const pl_ct_ctx *c)
     }
     if (c->agp)
         PUT(c, "<|im_start|>assistant\n");
-    if (c->agp && think && c->enable_thinking == PL_THINKING_OFF)
+    if (c->agp && think && c->kw.enable_thinking == PL_THINKING_OFF)
         PUT(c, "<think>\n\n</think>\n\n");
     return 0;
 }

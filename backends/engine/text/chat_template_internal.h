@@ -31,7 +31,7 @@ typedef struct pl_ct_ctx {
     const pl_chat_message *msgs;
     int n;                   /**< >= 1 */
     bool agp;                /**< add_generation_prompt */
-    pl_thinking enable_thinking;  /**< pl_chat_kwargs */
+    pl_chat_kwargs kw;       /**< keyword arguments (none: zeroed) */
     const char *bos, *eos;
     pl_ct_buf *out;
     pl_ct_buf *scratch;      /**< for pieces that are stripped as a whole */
@@ -54,5 +54,17 @@ int pl_ct_render_mistral_(const pl_ct_ctx *c);
 int pl_ct_render_gemma_(const pl_ct_ctx *c);
 int pl_ct_render_phi3_(const pl_ct_ctx *c);
 int pl_ct_render_zephyr_(const pl_ct_ctx *c);
+int pl_ct_render_harmony_(const pl_ct_ctx *c);
+
+/** Append v as transformers' tojson writes it (Python's json.dumps with
+ *  ensure_ascii=False: ", " and ": " separators, floats as repr). */
+void pl_ct_put_pyjson_(pl_ct_buf *b, json_t *v);
+/** Append s[0..n) (UTF-8) as json.dumps writes a string. */
+void pl_ct_put_pyjson_string_(pl_ct_buf *b, const char *s, size_t n);
+/** Append v as Python's str() gives it (a string as it is, True, None,
+ *  numbers as repr; containers as JSON). */
+void pl_ct_put_pystr_(pl_ct_buf *b, json_t *v);
+/** Python's truth value of a JSON value (NULL: undefined, false). */
+bool pl_ct_truthy_(json_t *v);
 
 #endif

@@ -6,8 +6,6 @@
 
 static const char open_tag[] = "<think>", close_tag[] = "</think>";
 
-enum { BEFORE, INSIDE, AFTER };
-
 static const char *find(const char *s, size_t n, const char *tag)
 {
     return memmem(s, n, tag, strlen(tag));
@@ -38,12 +36,12 @@ bool pl_reasoning_split(const char *text, size_t len, bool inside, pl_text_span 
 void pl_reasoning_stream_init(pl_reasoning_stream *s, bool inside)
 {
     memset(s, 0, sizeof *s);
-    s->state = inside ? INSIDE : BEFORE;
+    s->state = inside ? PL_REASONING_INSIDE : PL_REASONING_BEFORE;
 }
 
 static void emit(pl_reasoning_stream *s, pl_reasoning_delta *out, const char *p, size_t n)
 {
-    if (s->state == INSIDE) {
+    if (s->state == PL_REASONING_INSIDE) {
         memcpy(out->reasoning + out->n_reasoning, p, n);
         out->n_reasoning += n;
     } else {
@@ -64,7 +62,7 @@ static size_t tag_prefix_suffix(const char *p, size_t n, const char *tag)
 
 static const char *awaited(const pl_reasoning_stream *s)
 {
-    return s->state == BEFORE ? open_tag : close_tag;
+    return s->state == PL_REASONING_BEFORE ? open_tag : close_tag;
 }
 
 /* A byte c after the held tag bytes that does not continue the tag: the
@@ -86,7 +84,7 @@ void pl_reasoning_stream_feed(pl_reasoning_stream *s, const char *text, size_t l
     out->n_reasoning = out->n_content = 0;
     size_t i = 0;
     while (i < len) {
-        if (s->state == AFTER) {
+        if (s->state == PL_REASONING_AFTER) {
             emit(s, out, text + i, len - i);
             return;
         }
@@ -112,7 +110,7 @@ void pl_reasoning_stream_feed(pl_reasoning_stream *s, const char *text, size_t l
 void pl_reasoning_stream_finish(pl_reasoning_stream *s, pl_reasoning_delta *out)
 {
     out->n_reasoning = out->n_content = 0;
-    if (s->state != AFTER)
+    if (s->state != PL_REASONING_AFTER)
         emit(s, out, awaited(s), s->matched);
     s->matched = 0;
 }

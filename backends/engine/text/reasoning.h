@@ -35,9 +35,13 @@ typedef struct pl_text_span {
 bool pl_reasoning_split(const char *text, size_t len, bool inside, pl_text_span *reasoning,
                         pl_text_span *content);
 
+/** Where a stream is (pl_reasoning_stream.state). */
+enum { PL_REASONING_BEFORE, PL_REASONING_INSIDE, PL_REASONING_AFTER };
+
 /** A streamed reply's state. */
 typedef struct pl_reasoning_stream {
-    int state;                   /**< before <think>, inside, after </think> */
+    int state;                   /**< PL_REASONING_*: before <think>, inside,
+                                      after </think> */
     size_t matched;              /**< bytes of the awaited tag seen last, held
                                       back until the tag completes or fails */
 } pl_reasoning_stream;

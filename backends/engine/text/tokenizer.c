@@ -104,6 +104,36 @@ static int32_t valid_id(const pl_tokenizer *t, int32_t id)
     return id >= 0 && id < t->n_vocab ? id : -1;
 }
 
+/* A special token by its text, -1 when the vocabulary has none. */
+static int32_t special_id(const pl_tokenizer *t, const char *text)
+{
+    for (int32_t k = 0; k < t->n_special; k++)
+        if (!strcmp(pl_tok_text(t, t->special[k]), text))
+            return t->special[k];
+    return -1;
+}
+
+/* gpt-oss's harmony vocabulary (o200k_harmony), as llama.cpp reads it:
+ * <|return|> and <|call|> end a reply, <|end|> only ends a message inside
+ * it, and the markers of a reply's messages are text that the API parses
+ * into channels (backends/engine/text/harmony.h). */
+static void harmony_specials(pl_tokenizer *t)
+{
+    static const char *const shown[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                        "<|constrain|>", "<|end|>"};
+    int32_t ret = special_id(t, "<|return|>"), call = special_id(t, "<|call|>");
+    if (ret < 0 || call < 0 || !t->eog[ret] || !t->eog[call])
+        return;
+    for (size_t i = 0; i < sizeof shown / sizeof shown[0]; i++) {
+        int32_t id = special_id(t, shown[i]);
+        if (id < 0)
+            continue;
+        t->types[id] = PL_TOKEN_TYPE_USER_DEFINED;
+        if (id != t->eos)
+            t->eog[id] = 0;
+    }
+}
+
 static void set_specials(pl_tokenizer *t, const pl_tokenizer_vocab *v)
 {
     bool spm = t->model == PL_TOKENIZER_MODEL_LLAMA;
@@ -130,6 +160,7 @@ static void set_specials(pl_tokenizer *t, const pl_tokenizer_vocab *v)
     for (int i = 0; i < 3; i++)
         if (ends[i] >= 0)
             t->eog[ends[i]] = 1;
+    harmony_specials(t);
 }
 
 pl_tokenizer *pl_tokenizer_init(const pl_tokenizer_vocab *v, char *err,
