@@ -9,6 +9,7 @@
 #include <event2/keyvalq_struct.h>
 
 #include "api/oai_params.h"
+#include "api/oai_tools.h"
 #include "api/respond.h"
 #include "backends/req_metrics.h"
 #include "schedulers/dispatch.h"
@@ -145,8 +146,9 @@ static void tokenize(pl_server *s, struct evhttp_request *req, const char *path,
         set_oom(&err);
         goto fail;
     }
-    if (pl_oai_parse(body, chat, &p, &err) < 0)
-        goto fail;
+    if (pl_oai_parse(body, chat, &p, &err) < 0 ||
+        (chat && pl_oai_tools_prepare(&p, body, m->backend, &err) < 0))
+        goto fail;   /* tools render as chat renders them */
     pl_gen_request r;
     pl_oai_to_request(&p, &r);
     r.add_generation_prompt = json_is_true(json_object_get(body, "add_generation_prompt"));

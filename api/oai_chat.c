@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/oai_reasoning.h"
 #include "api/oai_request.h"
 #include "api/oai_tools.h"
 #include "api/respond.h"
@@ -73,6 +74,11 @@ static void chat_stream_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta 
                            &ch->text_offset);
 }
 
+static void chat_stream_reasoning(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
+{
+    pl_oai_put_reasoning_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index, d);
+}
+
 static void chat_stream_tool_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
 {
     pl_oai_put_tool_delta_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index, d->tool_calls,
@@ -103,7 +109,7 @@ static bool finish_held(pl_oai_call *c, pl_oai_choice *ch)
 
 static void chat_stream_choice_end(pl_oai_call *c, pl_oai_choice *ch, const pl_result *r)
 {
-    if (r->tool_calls)
+    if (ch->up_tool_finish)
         pl_oai_put_tool_finish_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index);
     else if (!finish_held(c, ch))
         pl_oai_put_finish_chunk(pl_sse_buf(c->sse), prefix_of(c), c->p.chat, ch->index,
@@ -121,6 +127,13 @@ static void chat_stream_end(pl_oai_call *c)
 }
 
 /* ---- non-streaming ---- */
+
+static json_t *reasoning_json(pl_oai_choice *ch)
+{
+    size_t n = evbuffer_get_length(ch->reasoning);
+    const char *t = (const char *)evbuffer_pullup(ch->reasoning, -1);
+    return ch->reasoning_shown ? pl_json_string_lossy(n ? t : "", n) : json_null();
+}
 
 static json_t *choice_json(pl_oai_call *c, pl_oai_choice *ch)
 {
@@ -156,6 +169,9 @@ static json_t *choice_json(pl_oai_call *c, pl_oai_choice *ch)
         if (ch->up_tool_finish)
             json_object_set_new(o, "finish_reason", json_string("tool_calls"));
     }
+    if (o && ch->split)            /* vLLM's reasoning_content: a string or null */
+        json_object_set_new(json_object_get(o, "message"), "reasoning_content",
+                            reasoning_json(ch));
     return o;
 }
 
@@ -177,6 +193,7 @@ static const pl_oai_format chat_format = {
     .prepare = chat_prepare,
     .stream_begin = chat_stream_begin,
     .stream_delta = chat_stream_delta,
+    .stream_reasoning = chat_stream_reasoning,
     .stream_tool_delta = chat_stream_tool_delta,
     .stream_choice_end = chat_stream_choice_end,
     .stream_end = chat_stream_end,
@@ -202,7 +219,8 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
         goto fail_params;
     }
     pl_sampling_apply_model_defaults(&p.sampling, body, m->backend->sampling_defaults);
-    if (pl_oai_tools_prepare(&p, body, m->backend, &err) < 0)
+    if (pl_oai_tools_prepare(&p, body, m->backend, &err) < 0 ||
+        pl_oai_reasoning_prepare(&p, m->backend, &err) < 0)
         goto fail_params;
     chat_ep *e = calloc(1, sizeof *e);
     if (!e) {

@@ -131,6 +131,25 @@ static int parse_content(pl_oai_params *p, json_t *msg, int i, const char **out,
     return 0;
 }
 
+/* An assistant turn's reasoning as vLLM returns it (reasoning_content;
+ * "reasoning" as newer servers name it), for templates that render it. */
+static int parse_reasoning_content(json_t *msg, int i, const char **out, pl_err *err)
+{
+    char param[80];
+    for (int k = 0; k < 2; k++) {
+        const char *key = k ? "reasoning" : "reasoning_content";
+        json_t *v = get(msg, key);
+        if (!v)
+            continue;
+        snprintf(param, sizeof param, "messages[%d].%s", i, key);
+        if (!json_is_string(v))
+            return INVALID(param, "'%s' must be a string", param);
+        *out = json_string_value(v);
+        return 0;
+    }
+    return 0;
+}
+
 static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
 {
     static const char *roles[] = {"system", "user", "assistant", "developer", "tool", NULL};
@@ -160,6 +179,7 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
                               "developer, tool)", param, r);
         p->messages[i].role = strcmp(r, "developer") ? r : "system";
         if (parse_content(p, msg, i, &p->messages[i].content, err) < 0 ||
+            parse_reasoning_content(msg, i, &p->messages[i].reasoning, err) < 0 ||
             pl_oai_check_tool_message(msg, i, err) < 0)
             return -1;
     }
@@ -459,10 +479,28 @@ static int parse_guided(json_t *body, pl_sampling *s, pl_err *err)
     return 0;
 }
 
+/* reasoning_effort (OpenAI's and vLLM's, also a chat_template_kwargs key
+ * of gpt-oss's template): low, medium or high. */
+static int parse_effort(json_t *v, const char *param, const char **out, pl_err *err)
+{
+    static const char *const levels[] = {"low", "medium", "high"};
+    const char *e = json_string_value(v);
+    for (int i = 0; e && i < 3; i++)
+        if (!strcmp(e, levels[i])) {
+            *out = levels[i];
+            return 0;
+        }
+    return pl_err_set(err, 400, "invalid_request_error", param,
+                      json_is_string(v) ? "unsupported_value" : NULL,
+                      "'%s' must be \"low\", \"medium\" or \"high\"%s%s%s", param,
+                      e ? "; got \"" : "", e ? e : "", e ? "\"" : "");
+}
+
 /* vLLM's chat_template_kwargs: an object of the template's variables.
- * enable_thinking (a boolean) is read; other keys are left to the
- * template, which ignores what it does not use (a remote upstream gets
- * them all with the body). */
+ * enable_thinking (a boolean), reasoning_effort and model_identity (gpt-oss's)
+ * are read; builtin_tools (gpt-oss's browser and python, which parley does
+ * not run) is refused; other keys are left to the template, which ignores
+ * what it does not use (a remote upstream gets them all with the body). */
 static int parse_template_kwargs(json_t *body, pl_oai_params *p, pl_err *err)
 {
     json_t *kw = get(body, "chat_template_kwargs");
@@ -476,6 +514,20 @@ static int parse_template_kwargs(json_t *body, pl_oai_params *p, pl_err *err)
                        "'chat_template_kwargs.enable_thinking' must be a boolean");
     if (t)
         p->thinking = json_is_true(t) ? PL_THINKING_ON : PL_THINKING_OFF;
+    json_t *e = get(kw, "reasoning_effort"), *id = get(kw, "model_identity");
+    if (e && parse_effort(e, "chat_template_kwargs.reasoning_effort", &p->reasoning_effort,
+                          err) < 0)
+        return -1;
+    if (id && !json_is_string(id))
+        return INVALID("chat_template_kwargs.model_identity",
+                       "'chat_template_kwargs.model_identity' must be a string");
+    p->model_identity = json_string_value(id);
+    json_t *bt = get(kw, "builtin_tools");
+    if (bt && !(json_is_array(bt) && json_array_size(bt) == 0))
+        return pl_err_set(err, 400, "invalid_request_error",
+                          "chat_template_kwargs.builtin_tools", "unsupported_parameter",
+                          "'chat_template_kwargs.builtin_tools' is not supported: parley "
+                          "runs no built-in tools; give them as function tools");
     return 0;
 }
 
@@ -503,6 +555,9 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
         parse_guided(body, &p->sampling, err) < 0 ||
         (chat && pl_oai_parse_tools(body, p, err) < 0) ||
         (chat && parse_template_kwargs(body, p, err) < 0) ||
+        (chat && get(body, "reasoning_effort") &&
+         parse_effort(get(body, "reasoning_effort"), "reasoning_effort", &p->reasoning_effort,
+                      err) < 0) ||
         get_int(body, "n", 1, PL_OAI_MAX_N, &p->n, err) < 0 ||
         get_int(body, "priority", -1000000, 1000000, &p->priority, err) < 0)
         return -1;
@@ -558,6 +613,9 @@ void pl_oai_to_request(const pl_oai_params *p, pl_gen_request *r)
     r->n_messages = p->n_messages;
     r->add_generation_prompt = true;
     r->thinking = p->thinking;
+    r->tools = p->tools_native && p->tool_choice != PL_TOOL_CHOICE_NONE ? p->tools : NULL;
+    r->reasoning_effort = p->reasoning_effort;
+    r->model_identity = p->model_identity;
     pl_oai_request_prompt(p, 0, r);
     r->sampling = p->sampling;
     r->priority = p->priority;

@@ -50,6 +50,15 @@ typedef struct pl_oai_params {
     const char *tool_format;     /**< set once the model is known */
     bool tools_upstream;         /**< the backend's upstream handles tools */
     pl_thinking thinking;        /**< chat_template_kwargs.enable_thinking */
+    /* reasoning (api/oai_reasoning.c) */
+    const char *reasoning_effort;  /**< "low", "medium", "high" or NULL */
+    const char *model_identity;  /**< chat_template_kwargs.model_identity */
+    int reasoning_fmt;           /**< pl_oai_reasoning_fmt, once the model is known */
+    bool constraint_after_reasoning; /**< the constraint lets the model
+                                      reason first (already wrapped) */
+    bool tools_native;           /**< the template renders tools and history
+                                      calls; calls come back parsed from the
+                                      reply's channels (tool_format harmony) */
 } pl_oai_params;
 
 enum {

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "api/access_log.h"
+#include "api/oai_reasoning.h"
 #include "api/oai_tools.h"
 #include "api/respond.h"
 
@@ -26,6 +27,9 @@ static void call_free(pl_oai_call *c)
         pl_dispatch_remove(c->model->dispatch, &ch->dr);   /* if still queued */
         if (ch->text)
             evbuffer_free(ch->text);
+        if (ch->reasoning)
+            evbuffer_free(ch->reasoning);
+        free(ch->split);
         pl_oai_logprobs_free(&ch->lp);
         json_decref(ch->up_calls);
     }
@@ -223,29 +227,131 @@ static int keep_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d, bool
     return 0;
 }
 
-static void on_delta(void *ud, const pl_delta *d)
+/* A delta's content (and tool-call fragments): kept, held while it may be
+ * a call, streamed. Returns false when c is gone. */
+static bool deliver(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
 {
-    pl_oai_choice *ch = ud;
-    pl_oai_call *c = ch->call;
     bool calls_live = c->p.stream && c->fmt->stream_tool_delta;
     if (keep_delta(c, ch, d, calls_live) < 0) {
         call_die_oom(c);
-        return;
+        return false;
     }
     if (!c->p.stream || !(d->len || d->logprobs || (d->n_tool_calls && calls_live)))
-        return;
+        return true;
     if (!stream_ensure(c))
-        return;
+        return false;
     if (d->len) {
         int h = hold_for_tools(c, ch);
         if (h != HOLD_NO)
-            return;
+            return h != HOLD_GONE;
     }
     if (d->len || d->logprobs)
         c->fmt->stream_delta(c, ch, d);
     if (d->n_tool_calls && calls_live)
         c->fmt->stream_tool_delta(c, ch, d);
     pl_sse_flush(c->sse);
+    return true;
+}
+
+/* A delta's reasoning text: kept, streamed. False when c is gone. */
+static bool deliver_reasoning(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
+{
+    if (ch->reasoning && evbuffer_add(ch->reasoning, d->text, d->len) < 0) {
+        call_die_oom(c);
+        return false;
+    }
+    if (!c->p.stream || !c->fmt->stream_reasoning)
+        return true;
+    if (!stream_ensure(c))
+        return false;
+    c->fmt->stream_reasoning(c, ch, d);
+    pl_sse_flush(c->sse);
+    return true;
+}
+
+/* A split delta's pieces; the first text piece of a stream carries the
+ * delta's logprobs (non-stream logprobs are kept whole, beforehand). */
+typedef struct piece_ctx {
+    pl_oai_call *c;
+    pl_oai_choice *ch;
+    const pl_delta *d;           /* NULL at the end */
+    bool lp_sent;
+} piece_ctx;
+
+static bool on_piece(void *ud, const pl_oai_piece *p)
+{
+    piece_ctx *x = ud;
+    pl_delta d = {.text = p->text, .len = p->len};
+    pl_tool_call_delta t = {.index = p->index};
+    char id[40];
+    if (p->kind == PL_OAI_PIECE_CALL_BEGIN) {
+        pl_oai_call_id(id, sizeof id);
+        t.id = id;
+        t.name = p->name;
+    } else if (p->kind == PL_OAI_PIECE_CALL_ARGS) {
+        t.arguments = p->text;
+        t.arguments_len = p->len;
+    } else if (!x->lp_sent) {
+        d.tokens = x->d->tokens;
+        d.n_tokens = x->d->n_tokens;
+        d.logprobs = x->d->logprobs;
+        x->lp_sent = true;
+    }
+    if (p->kind == PL_OAI_PIECE_REASONING)
+        return deliver_reasoning(x->c, x->ch, &d);
+    if (p->kind != PL_OAI_PIECE_CONTENT)
+        d = (pl_delta){.tool_calls = &t, .n_tool_calls = 1};
+    return deliver(x->c, x->ch, &d);
+}
+
+static void split_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
+{
+    if (!c->p.stream && ch->lp.arr[0])
+        pl_oai_logprobs_add(&ch->lp, d, &ch->text_offset);
+    piece_ctx x = {c, ch, d, !c->p.stream || !d->logprobs};
+    if (!pl_oai_split_feed(ch->split, d->text, d->len, d->n_tokens, on_piece, &x))
+        return;
+    if (!x.lp_sent) {             /* only tags or headers: the logprobs alone */
+        pl_delta e = {.text = "", .tokens = d->tokens, .n_tokens = d->n_tokens,
+                      .logprobs = d->logprobs};
+        deliver(c, ch, &e);
+    }
+}
+
+/* The reply ended well: what the split held back, the reasoning tokens,
+ * the calls' finish, and a whole qwen3 reply settled as vLLM settles it.
+ * False when c is gone. */
+static bool split_end(pl_oai_call *c, pl_oai_choice *ch)
+{
+    piece_ctx x = {c, ch, NULL, true};
+    if (!pl_oai_split_finish(ch->split, on_piece, &x))
+        return false;
+    c->usage.reasoning_tokens += ch->split->reasoning_tokens;
+    if (ch->split->n_calls)
+        ch->up_tool_finish = true;
+    pl_oai_settled st = pl_oai_split_settle(ch->split);
+    size_t nr = ch->reasoning ? evbuffer_get_length(ch->reasoning) : 0;
+    ch->reasoning_shown = st.has_reasoning || nr > 0 ||
+                          (c->p.stream && ch->split->saw_open);
+    if (c->p.stream || !ch->text)
+        return true;
+    evbuffer_drain(ch->text, st.content_skip);
+    if (st.rejoin && (evbuffer_add(ch->text, "<think>", 7) < 0 ||
+                      evbuffer_add_buffer(ch->text, ch->reasoning) < 0)) {
+        call_die_oom(c);
+        return false;
+    }
+    ch->reasoning_shown &= !st.rejoin;
+    return true;
+}
+
+static void on_delta(void *ud, const pl_delta *d)
+{
+    pl_oai_choice *ch = ud;
+    if (ch->split)
+        split_delta(ch->call, ch, d);
+    else
+        deliver(ch->call, ch, d);
 }
 
 static void on_done(void *ud, const pl_result *r)
@@ -268,6 +374,8 @@ static void on_done(void *ud, const pl_result *r)
             pl_err_set(&e, 503, "server_error", NULL, NULL, "the backend stopped the request");
         call_fail(c, &e);
         call_abort_all(c);
+    } else if (ch->split && !c->failed && !split_end(c, ch)) {
+        return;
     } else if (c->p.stream && !c->failed) {
         if (!stream_ensure(c))
             return;
@@ -335,6 +443,15 @@ static int choice_alloc(pl_oai_call *c, pl_oai_choice *ch, bool keep_text)
     if (keep_text || !c->p.stream || pl_oai_tools_active(&c->p))
         if (!(ch->text = evbuffer_new()))
             return -1;
+    if (c->p.chat && c->p.reasoning_fmt != PL_OAI_REASONING_NONE) {
+        if (!(ch->split = malloc(sizeof *ch->split)))
+            return -1;
+        pl_oai_split_init(ch->split, c->p.reasoning_fmt,
+                          c->p.tools_native && c->p.tools &&
+                              c->p.tool_choice != PL_TOOL_CHOICE_NONE);
+        if ((keep_text || !c->p.stream) && !(ch->reasoning = evbuffer_new()))
+            return -1;
+    }
     if (!c->p.stream && c->p.sampling.logprobs && pl_oai_logprobs_init(&ch->lp, c->p.chat) < 0)
         return -1;
     return 0;

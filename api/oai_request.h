@@ -10,7 +10,10 @@
  *     admits is submitted through backend.h (the only submit of the API);
  *     a choice that ends frees its slot and pumps the dispatch, so jobs
  *     back off while interactive requests run;
- *   - the sinks: text is kept where the reply needs it (non-stream, tools,
+ *   - the sinks: a model with a reasoning format has each delta split into
+ *     reasoning, content and calls (api/oai_reasoning.h; reasoning tokens
+ *     counted, a whole qwen3 reply settled as vLLM settles it); text is
+ *     kept where the reply needs it (non-stream, tools,
  *     or the format asks), logprobs are accumulated (non-stream), an
  *     upstream's tool-call deltas are merged (or streamed when the format
  *     streams them), and a stream with tools holds its text back while it
@@ -57,7 +60,14 @@ typedef struct pl_oai_choice {
     pl_oai_logprobs lp;          /**< non-stream, logprobs requested */
     size_t text_offset;          /**< completions logprobs text_offset */
     int tool_state;              /**< stream with tools: PL_TOOLS_* */
-    json_t *up_calls;            /**< the upstream's tool calls (merged deltas) */
+    json_t *up_calls;            /**< the upstream's tool calls (merged deltas),
+                                      or a harmony reply's */
+    struct pl_oai_split *split;  /**< a model with a reasoning format: the
+                                      reply's split (api/oai_reasoning.h);
+                                      text then holds the content only */
+    struct evbuffer *reasoning;  /**< the reasoning text, when kept */
+    bool reasoning_shown;        /**< the reply has reasoning (a string in
+                                      reasoning_content; else null) */
 } pl_oai_choice;
 
 /** How an endpoint writes its reply. NULL members are skipped. */
@@ -69,6 +79,9 @@ typedef struct pl_oai_format {
     void (*stream_begin)(pl_oai_call *c);
     /** Text and logprobs of a delta of ch (d->len may be 0). */
     void (*stream_delta)(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d);
+    /** Reasoning text of a delta of ch (with its logprobs, when it carries
+     *  the delta's). */
+    void (*stream_reasoning)(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d);
     /** An upstream's tool-call deltas, streamed as they come; NULL: they
      *  are merged into ch->up_calls. */
     void (*stream_tool_delta)(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d);

@@ -15,6 +15,13 @@
  * when nothing but calls came back); a stream holds back text that may be
  * a call, as the chat stream does, and sends each call's item and its
  * arguments at the end.
+ *
+ * A model's reasoning (api/oai_reasoning.h) is a reasoning item before the
+ * message, its text a reasoning_text content part, streamed as OpenAI
+ * streams it for open-weight models (output_item.added,
+ * content_part.added, response.reasoning_text.delta ... .done,
+ * content_part.done, output_item.done); the item closes when the message
+ * opens. Items are numbered in the order they open.
  */
 #include "api/oai_responses.h"
 
@@ -22,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/oai_reasoning.h"
 #include "api/oai_request.h"
 #include "api/oai_tools.h"
 #include "api/respond.h"
@@ -48,6 +56,10 @@ typedef struct resp_ep {
     bool stored;
     int seq;                     /* stream sequence_number */
     bool msg_open;               /* stream: the message item was announced */
+    char rs_id[64];              /* the reasoning item's */
+    int n_items;                 /* stream: output items opened so far */
+    int msg_index, rs_index;     /* stream: their output_index, -1 until open */
+    bool rs_open;                /* stream: the reasoning item is open */
     json_t *calls;               /* the reply's tool calls (chat form), or NULL */
 } resp_ep;
 
@@ -144,6 +156,39 @@ static json_t *message_item(const pl_oai_call *c, bool done)
                      "role", "assistant", "content", content);
 }
 
+/* The reasoning text (with a reasoning format; "" else). */
+static const char *reasoning_of(const pl_oai_call *c, size_t *n)
+{
+    struct evbuffer *r = c->choices[0].reasoning;
+    *n = r ? evbuffer_get_length(r) : 0;
+    return *n ? (const char *)evbuffer_pullup(r, -1) : "";
+}
+
+static bool has_reasoning(const pl_oai_call *c)
+{
+    return c->choices[0].reasoning_shown || ep_of(c)->rs_index >= 0;
+}
+
+static json_t *reasoning_part(const pl_oai_call *c, bool done)
+{
+    size_t n = 0;
+    const char *t = done ? reasoning_of(c, &n) : "";
+    return json_pack("{s:s, s:o}", "type", "reasoning_text", "text", pl_json_string_lossy(t, n));
+}
+
+/* The reasoning item: its text as one reasoning_text part (no summary). */
+static json_t *reasoning_item(const pl_oai_call *c, bool done)
+{
+    json_t *content = json_array();
+    if (done)
+        json_array_append_new(content, reasoning_part(c, true));
+    return json_pack("{s:s, s:s, s:[], s:o, s:n, s:s}", "id", ep_of(c)->rs_id, "type",
+                     "reasoning", "summary", "content", content, "encrypted_content",
+                     "status", done ? (finish_of(c) == PL_FINISH_LENGTH ? "incomplete"
+                                                                       : "completed")
+                                    : "in_progress");
+}
+
 static json_t *or_null(json_t *v)
 {
     return v ? json_incref(v) : json_null();
@@ -210,7 +255,13 @@ static json_t *response_json(const pl_oai_call *c, bool done)
         return o;
     }
     json_t *out = json_object_get(o, "output");
-    if (has_message(c))
+    const resp_ep *e = ep_of(c);
+    bool msg_first = e->msg_index >= 0 && e->rs_index > e->msg_index;
+    if (has_message(c) && msg_first)
+        json_array_append_new(out, message_item(c, true));
+    if (has_reasoning(c))
+        json_array_append_new(out, reasoning_item(c, true));
+    if (has_message(c) && !msg_first)
         json_array_append_new(out, message_item(c, true));
     for (size_t k = 0; k < json_array_size(ep_of(c)->calls); k++)
         json_array_append_new(out, call_item(c, k, true));
@@ -219,7 +270,7 @@ static json_t *response_json(const pl_oai_call *c, bool done)
         "{s:i, s:{s:i, s:i}, s:i, s:{s:i}, s:i}", "input_tokens", u->prompt_tokens,
         "input_tokens_details", "cached_tokens", u->cached_tokens, "cache_write_tokens", 0,
         "output_tokens", u->completion_tokens, "output_tokens_details",
-        "reasoning_tokens", 0, "total_tokens", u->prompt_tokens + u->completion_tokens));
+        "reasoning_tokens", u->reasoning_tokens, "total_tokens", u->prompt_tokens + u->completion_tokens));
     return o;
 }
 
@@ -264,8 +315,61 @@ static json_t *part_json(const pl_oai_call *c, bool done)
 
 static json_t *at(const pl_oai_call *c)
 {
-    return json_pack("{s:s, s:i, s:i}", "item_id", ep_of(c)->msg_id, "output_index", 0,
-                     "content_index", 0);
+    return json_pack("{s:s, s:i, s:i}", "item_id", ep_of(c)->msg_id, "output_index",
+                     ep_of(c)->msg_index, "content_index", 0);
+}
+
+static json_t *rs_at(const pl_oai_call *c)
+{
+    return json_pack("{s:s, s:i, s:i}", "item_id", ep_of(c)->rs_id, "output_index",
+                     ep_of(c)->rs_index, "content_index", 0);
+}
+
+/* The reasoning item's closing events. */
+static void reasoning_close(pl_oai_call *c)
+{
+    resp_ep *e = ep_of(c);
+    if (!e->rs_open)
+        return;
+    e->rs_open = false;
+    size_t n;
+    const char *t = reasoning_of(c, &n);
+    json_t *o = rs_at(c);
+    json_object_set_new(o, "text", pl_json_string_lossy(t, n));
+    send_event(c, "response.reasoning_text.done", o);
+    o = rs_at(c);
+    json_object_set_new(o, "part", reasoning_part(c, true));
+    send_event(c, "response.content_part.done", o);
+    send_event(c, "response.output_item.done", json_pack("{s:i, s:o}", "output_index",
+                                                         e->rs_index, "item",
+                                                         reasoning_item(c, true)));
+}
+
+/* Reasoning text: the item opens at the first (once), each delta is a
+ * response.reasoning_text.delta; after the item closed (the message
+ * opened) the text only goes into the response object. */
+static void resp_stream_reasoning(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
+{
+    resp_ep *e = ep_of(c);
+    if (!d->len || (e->rs_index >= 0 && !e->rs_open))
+        return;
+    if (e->rs_index < 0) {
+        e->rs_index = e->n_items++;
+        e->rs_open = true;
+        send_event(c, "response.output_item.added", json_pack("{s:i, s:o}", "output_index",
+                                                              e->rs_index, "item",
+                                                              reasoning_item(c, false)));
+        json_t *o = rs_at(c);
+        json_object_set_new(o, "part", reasoning_part(c, false));
+        send_event(c, "response.content_part.added", o);
+    }
+    struct evbuffer *b = pl_sse_buf(c->sse);
+    evbuffer_add_printf(b, "event: response.reasoning_text.delta\ndata: "
+                        "{\"type\":\"response.reasoning_text.delta\",\"sequence_number\":%d,"
+                        "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,"
+                        "\"delta\":\"", e->seq++, e->rs_id, e->rs_index);
+    pl_json_escape(b, d->text, d->len);
+    evbuffer_add(b, "\"}\n\n", 4);
 }
 
 /* The message item's opening events (once). */
@@ -273,9 +377,12 @@ static void message_open(pl_oai_call *c)
 {
     if (ep_of(c)->msg_open)
         return;
+    reasoning_close(c);
     ep_of(c)->msg_open = true;
+    ep_of(c)->msg_index = ep_of(c)->n_items++;
     send_event(c, "response.output_item.added",
-               json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, false)));
+               json_pack("{s:i, s:o}", "output_index", ep_of(c)->msg_index, "item",
+                         message_item(c, false)));
     json_t *o = at(c);
     json_object_set_new(o, "part", part_json(c, false));
     send_event(c, "response.content_part.added", o);
@@ -286,8 +393,8 @@ static void resp_stream_begin(pl_oai_call *c)
     send_event(c, "response.created", json_pack("{s:o}", "response", response_json(c, false)));
     send_event(c, "response.in_progress",
                json_pack("{s:o}", "response", response_json(c, false)));
-    if (!pl_oai_tools_active(&c->p))
-        message_open(c);
+    if (!pl_oai_tools_active(&c->p) && !c->choices[0].split)
+        message_open(c);   /* else at the first content, after the reasoning */
 }
 
 static void put_text_delta(pl_oai_call *c, const char *t, size_t n)
@@ -295,8 +402,9 @@ static void put_text_delta(pl_oai_call *c, const char *t, size_t n)
     struct evbuffer *b = pl_sse_buf(c->sse);
     evbuffer_add_printf(b, "event: response.output_text.delta\ndata: "
                         "{\"type\":\"response.output_text.delta\",\"sequence_number\":%d,"
-                        "\"item_id\":\"%s\",\"output_index\":0,\"content_index\":0,"
-                        "\"logprobs\":[],\"delta\":\"", ep_of(c)->seq++, ep_of(c)->msg_id);
+                        "\"item_id\":\"%s\",\"output_index\":%d,\"content_index\":0,"
+                        "\"logprobs\":[],\"delta\":\"", ep_of(c)->seq++, ep_of(c)->msg_id,
+                        ep_of(c)->msg_index);
     pl_json_escape(b, t, n);
     evbuffer_add(b, "\"}\n\n", 4);
 }
@@ -314,7 +422,7 @@ static void resp_stream_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta 
 /* Each call's item, its arguments as one delta, and its closing events. */
 static void stream_calls(pl_oai_call *c)
 {
-    int base = has_message(c);
+    int base = ep_of(c)->n_items;
     for (size_t k = 0; k < json_array_size(ep_of(c)->calls); k++) {
         int idx = base + (int)k;
         json_t *done = call_item(c, k, true);
@@ -344,11 +452,13 @@ static void stream_finish_message(pl_oai_call *c)
     json_object_set_new(o, "part", part_json(c, true));
     send_event(c, "response.content_part.done", o);
     send_event(c, "response.output_item.done",
-               json_pack("{s:i, s:o}", "output_index", 0, "item", message_item(c, true)));
+               json_pack("{s:i, s:o}", "output_index", ep_of(c)->msg_index, "item",
+                         message_item(c, true)));
 }
 
 static void stream_finish(pl_oai_call *c, json_t *resp)
 {
+    reasoning_close(c);
     if (has_message(c) && !ep_of(c)->msg_open) {   /* held text that was no call */
         message_open(c);
         size_t held = evbuffer_get_length(text_of(c));
@@ -383,6 +493,10 @@ static json_t *conversation_json(const pl_oai_call *c)
     const char *t = n ? (const char *)evbuffer_pullup(text_of(c), -1) : "";
     json_array_extend(conv, e->input);
     json_t *m = json_pack("{s:s, s:s%}", "role", "assistant", "content", t, n);
+    size_t nr;
+    const char *r = reasoning_of(c, &nr);
+    if (m && has_reasoning(c))     /* for templates that render it again */
+        json_object_set_new(m, "reasoning_content", pl_json_string_lossy(r, nr));
     if (m && e->calls) {
         if (!n)
             json_object_set_new(m, "content", json_null());
@@ -447,6 +561,7 @@ static void resp_stream_end(pl_oai_call *c)
 static const pl_oai_format resp_format = {
     .stream_begin = resp_stream_begin,
     .stream_delta = resp_stream_delta,
+    .stream_reasoning = resp_stream_reasoning,
     .stream_end = resp_stream_end,
     .reply = finished_response,
     .free_ep = ep_free,
@@ -495,7 +610,8 @@ static int call_prepare(resp_ep *e, json_t **chat, pl_oai_params *p, pl_model_en
         return pl_err_set(err, 404, "invalid_request_error", "model", "model_not_found",
                           "The model '%s' does not exist", p->model);
     pl_sampling_apply_model_defaults(&p->sampling, *chat, (*model)->backend->sampling_defaults);
-    if (pl_oai_tools_prepare(p, *chat, (*model)->backend, err) < 0) {
+    if (pl_oai_tools_prepare(p, *chat, (*model)->backend, err) < 0 ||
+        pl_oai_reasoning_prepare(p, (*model)->backend, err) < 0) {
         pl_responses_rename_param(err);
         return -1;
     }
@@ -517,8 +633,9 @@ static void create(pl_responses_api *a, struct evhttp_request *req)
         pl_reply_errorf(req, 500, "server_error", NULL, NULL, "out of memory");
         return;
     }
-    *e = (resp_ep){.a = a, .body = body};
+    *e = (resp_ep){.a = a, .body = body, .msg_index = -1, .rs_index = -1};
     pl_server_new_id(a->srv, "msg_", e->msg_id, sizeof e->msg_id);
+    snprintf(e->rs_id, sizeof e->rs_id, "rs_%s", e->msg_id + 4);
     if (call_prepare(e, &chat, &p, &model, &err) < 0) {
         pl_reply_error(req, &err);
         pl_oai_params_free(&p);

@@ -5,13 +5,17 @@
  * they became. Function tools are flat in Responses ({type, name,
  * parameters}) and nested in chat ({type, function: {name, parameters}});
  * function_call / function_call_output input items become an assistant
- * turn with tool_calls and tool messages.
+ * turn with tool_calls and tool messages; a reasoning item becomes the
+ * reasoning_content of the assistant turn it precedes; reasoning.effort is
+ * reasoning_effort.
  */
 #include "api/oai_responses.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/oai_tools.h"
+#include "api/oai_wire.h"
 
 #define BAD(e, param, ...) \
     pl_err_set(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
@@ -68,6 +72,51 @@ static int oom(pl_err *e)
     return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
 }
 
+/* The last message when it is an assistant turn that a reasoning item
+ * opened and nothing filled yet. */
+static json_t *reasoning_only_turn(json_t *msgs)
+{
+    size_t n = json_array_size(msgs);
+    json_t *last = n ? json_array_get(msgs, n - 1) : NULL;
+    const char *role = last ? str_at(last, "role") : NULL;
+    return role && !strcmp(role, "assistant") && json_object_get(last, "reasoning_content") &&
+           !json_object_get(last, "tool_calls") &&
+           !json_string_length(json_object_get(last, "content")) ? last : NULL;
+}
+
+/* A reasoning item (as a Responses reply gives it): its reasoning_text
+ * parts, or its summary's text, open an assistant turn. */
+static int add_reasoning_item(json_t *msgs, json_t *it, const char *where, pl_err *e)
+{
+    json_t *enc = json_object_get(it, "encrypted_content");
+    if (enc && !json_is_null(enc))
+        return pl_err_set(e, 400, "invalid_request_error", where, "unsupported_parameter",
+                          "'%s.encrypted_content' is not supported: give the reasoning as "
+                          "content parts of type reasoning_text", where);
+    json_t *parts = json_object_get(it, "content");
+    if (!json_array_size(parts))
+        parts = json_object_get(it, "summary");
+    size_t i;
+    json_t *part;
+    struct evbuffer *b = evbuffer_new();
+    if (!b)
+        return oom(e);
+    json_array_foreach(parts, i, part) {
+        const char *t = str_at(part, "text");
+        if (!t) {
+            evbuffer_free(b);
+            return BAD(e, where, "'%s' parts must be {\"type\": \"reasoning_text\", "
+                       "\"text\": ...}", where);
+        }
+        evbuffer_add(b, t, strlen(t));
+    }
+    char *text = pl_evbuffer_take(b);
+    json_t *m = text ? json_pack("{s:s, s:s, s:s}", "role", "assistant", "content", "",
+                                 "reasoning_content", text) : NULL;
+    free(text);
+    return m && json_array_append_new(msgs, m) == 0 ? 0 : oom(e);
+}
+
 /* A function_call item: a tool call of an assistant turn (consecutive
  * calls share one turn, as parallel calls do in chat). */
 static int add_call_item(json_t *msgs, json_t *it, const char *where, pl_err *e)
@@ -86,6 +135,8 @@ static int add_call_item(json_t *msgs, json_t *it, const char *where, pl_err *e)
                                                        : NULL;
     if (tc && calls)
         return json_array_append_new(calls, tc) == 0 ? 0 : oom(e);
+    if (tc && reasoning_only_turn(msgs))
+        return json_object_set_new(last, "tool_calls", json_pack("[o]", tc)) == 0 ? 0 : oom(e);
     json_t *m = tc ? json_pack("{s:s, s:n, s:[o]}", "role", "assistant", "content",
                                "tool_calls", tc) : NULL;
     return m && json_array_append_new(msgs, m) == 0 ? 0 : oom(e);
@@ -119,10 +170,12 @@ static int add_item(json_t *msgs, json_t *it, size_t i, pl_err *e)
         return add_call_item(msgs, it, where, e);
     if (ty && !strcmp(ty, "function_call_output"))
         return add_output_item(msgs, it, where, e);
+    if (ty && !strcmp(ty, "reasoning"))
+        return add_reasoning_item(msgs, it, where, e);
     if (ty && strcmp(ty, "message"))
         return pl_err_set(e, 400, "invalid_request_error", where, "unsupported_item",
-                          "'%s.type' '%s' is not supported: only message, function_call and "
-                          "function_call_output items are", where, ty);
+                          "'%s.type' '%s' is not supported: only message, reasoning, "
+                          "function_call and function_call_output items are", where, ty);
     const char *role = json_string_value(json_object_get(it, "role"));
     if (!role || (strcmp(role, "user") && strcmp(role, "assistant") && strcmp(role, "system") &&
                   strcmp(role, "developer")))
@@ -130,9 +183,11 @@ static int add_item(json_t *msgs, json_t *it, size_t i, pl_err *e)
                    where);
     char cw[80];
     snprintf(cw, sizeof cw, "%s.content", where);
-    json_t *text = content_text(json_object_get(it, "content"), cw, e);
+    json_t *text = content_text(json_object_get(it, "content"), cw, e), *open;
     if (!text)
         return -1;
+    if (!strcmp(role, "assistant") && (open = reasoning_only_turn(msgs)))
+        return json_object_set_new(open, "content", text) == 0 ? 0 : oom(e);
     json_t *m = json_pack("{s:s, s:o}", "role", strcmp(role, "developer") ? role : "system",
                           "content", text);
     return m && json_array_append_new(msgs, m) == 0
@@ -269,6 +324,7 @@ void pl_responses_rename_param(pl_err *e)
     static const char *const map[][2] = {
         {"max_tokens", "max_output_tokens"}, {"max_completion_tokens", "max_output_tokens"},
         {"messages", "input"}, {"response_format", "text.format"},
+        {"reasoning_effort", "reasoning.effort"},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         size_t n = strlen(map[i][0]);
@@ -296,6 +352,21 @@ static void copy_shared(json_t *body, json_t *chat)
         json_object_set(chat, "max_tokens", mot);
 }
 
+/* reasoning: {effort, summary} -> reasoning_effort (the summary is not
+ * made: the reasoning item carries the reasoning's text itself). */
+static int map_reasoning(json_t *body, json_t *chat, pl_err *e)
+{
+    json_t *r = json_object_get(body, "reasoning");
+    if (!r || json_is_null(r))
+        return 0;
+    if (!json_is_object(r))
+        return BAD(e, "reasoning", "'reasoning' must be an object {\"effort\", \"summary\"}");
+    json_t *eff = json_object_get(r, "effort");
+    if (eff && !json_is_null(eff) && json_object_set(chat, "reasoning_effort", eff) < 0)
+        return oom(e);
+    return 0;
+}
+
 json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl_err *e)
 {
     *input = NULL;
@@ -309,7 +380,8 @@ json_t *pl_responses_chat_body(json_t *body, json_t *history, json_t **input, pl
     copy_shared(body, chat);
     json_object_set_new(chat, "messages", msgs);
     msgs = NULL;
-    if (map_text_format(body, chat, e) < 0 || map_tools(body, chat, e) < 0)
+    if (map_text_format(body, chat, e) < 0 || map_tools(body, chat, e) < 0 ||
+        map_reasoning(body, chat, e) < 0)
         goto fail;
     *input = in;
     return chat;

@@ -403,6 +403,8 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
         return 0;
     }
     p->tool_format = b->ops->tool_format ? b->ops->tool_format(b) : "generic";
+    if (fmt_is_(p, "harmony"))
+        return pl_oai_tools_prepare_harmony(p, body, err);
     err->status = 0;
     if (render_history_(p, body) < 0)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");

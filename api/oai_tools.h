@@ -29,8 +29,14 @@ bool pl_oai_tool_name_valid(const char *s);
 /** Whether replies of p are parsed for tool calls. */
 static inline bool pl_oai_tools_active(const pl_oai_params *p)
 {
-    return p->chat && p->tools && p->tool_choice != PL_TOOL_CHOICE_NONE && !p->tools_upstream;
+    return p->chat && p->tools && p->tool_choice != PL_TOOL_CHOICE_NONE && !p->tools_upstream &&
+           !p->tools_native;
 }
+
+/** tool_format "harmony" (api/oai_tools_harmony.c): tools and history
+ *  calls stay structured for the template; required/named constrain the
+ *  reply to one call in the model's form. 0 or -1 with *err. */
+int pl_oai_tools_prepare_harmony(pl_oai_params *p, json_t *body, pl_err *err);
 
 /** Tool calls in text (a new array of OpenAI tool_call objects), or NULL
  *  when the text is not a well-formed call of a known tool. *content gets

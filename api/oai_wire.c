@@ -195,11 +195,11 @@ void pl_oai_put_role_chunk(struct evbuffer *b, const char *prefix, int index)
                "\"finish_reason\":null}]}\n\n");
 }
 
-void pl_oai_put_delta_chunk(struct evbuffer *b, const char *prefix, bool chat, int index,
-                            const pl_delta *d, size_t *offset)
+static void put_text_chunk(struct evbuffer *b, const char *prefix, bool chat, const char *key,
+                           int index, const pl_delta *d, size_t *offset)
 {
     put_chunk_start(b, prefix, index);
-    ADD_LIT(b, chat ? "\"delta\":{\"content\":\"" : "\"text\":\"");
+    evbuffer_add_printf(b, chat ? "\"delta\":{\"%s\":\"" : "\"%s\":\"", key);
     pl_json_escape(b, d->text, d->len);
     ADD_LIT(b, chat ? "\"},\"logprobs\":" : "\",\"logprobs\":");
     if (d->logprobs) {
@@ -215,6 +215,19 @@ void pl_oai_put_delta_chunk(struct evbuffer *b, const char *prefix, bool chat, i
     ADD_LIT(b, ",\"finish_reason\":null}]}\n\n");
 }
 
+void pl_oai_put_delta_chunk(struct evbuffer *b, const char *prefix, bool chat, int index,
+                            const pl_delta *d, size_t *offset)
+{
+    put_text_chunk(b, prefix, chat, chat ? "content" : "text", index, d, offset);
+}
+
+void pl_oai_put_reasoning_chunk(struct evbuffer *b, const char *prefix, int index,
+                                const pl_delta *d)
+{
+    size_t unused = 0;
+    put_text_chunk(b, prefix, true, "reasoning_content", index, d, &unused);
+}
+
 void pl_oai_put_finish_chunk(struct evbuffer *b, const char *prefix, bool chat, int index,
                              pl_finish finish)
 {
@@ -225,10 +238,11 @@ void pl_oai_put_finish_chunk(struct evbuffer *b, const char *prefix, bool chat, 
 
 json_t *pl_oai_usage_json(const pl_oai_usage *u)
 {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
+    return json_pack("{s:i, s:i, s:i, s:{s:i}, s:{s:i}}", "prompt_tokens", u->prompt_tokens,
                      "completion_tokens", u->completion_tokens, "total_tokens",
                      u->prompt_tokens + u->completion_tokens, "prompt_tokens_details",
-                     "cached_tokens", u->cached_tokens);
+                     "cached_tokens", u->cached_tokens, "completion_tokens_details",
+                     "reasoning_tokens", u->reasoning_tokens);
 }
 
 json_t *pl_oai_choice_json(bool chat, int index, const char *text, size_t len, json_t *lp,

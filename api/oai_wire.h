@@ -24,6 +24,7 @@ typedef struct pl_oai_usage {
     int prompt_tokens;
     int completion_tokens;
     int cached_tokens;
+    int reasoning_tokens;        /**< of completion_tokens, inside the reasoning */
 } pl_oai_usage;
 
 /**
@@ -66,11 +67,16 @@ void pl_oai_put_role_chunk(struct evbuffer *b, const char *prefix, int index);
 /** A content chunk for delta d of choice index (with its logprobs). */
 void pl_oai_put_delta_chunk(struct evbuffer *b, const char *prefix, bool chat, int index,
                             const pl_delta *d, size_t *offset);
+/** A chat chunk of reasoning: delta.reasoning_content is d's text (with
+ *  its logprobs, if any). */
+void pl_oai_put_reasoning_chunk(struct evbuffer *b, const char *prefix, int index,
+                                const pl_delta *d);
 /** The last chunk of choice index, carrying its finish_reason. */
 void pl_oai_put_finish_chunk(struct evbuffer *b, const char *prefix, bool chat, int index,
                              pl_finish finish);
 
-/** {"prompt_tokens",...,"prompt_tokens_details":{"cached_tokens"}}; NULL on OOM. */
+/** {"prompt_tokens",...,"prompt_tokens_details":{"cached_tokens"},
+ *  "completion_tokens_details":{"reasoning_tokens"}}; NULL on OOM. */
 json_t *pl_oai_usage_json(const pl_oai_usage *u);
 /**
  * One non-streamed choice. text[0..len) is the whole text; lp is stolen

@@ -54,6 +54,7 @@ static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const ch
         .capacity = o->mock_capacity,
         .seed = (uint64_t)o->mock_seed,
         .echo = strcmp(o->mock_mode, "echo") == 0,
+        .reasoning = strcmp(o->mock_reasoning, "none") ? o->mock_reasoning : NULL,
         .max_model_len = o->engine.max_model_len,
     };
     return pl_mock_new(base, &mo);

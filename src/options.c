@@ -46,6 +46,9 @@ const pl_option pl_options[] = {
         "mock backend: seed of the token generator"),
     OPT("mock-mode", PL_OPT_STRING, 0, 0, "random", NULL, "random|echo", mock_mode, M,
         "mock backend: seeded random words, or echo the prompt"),
+    OPT("mock-reasoning", PL_OPT_STRING, 0, 0, "none", NULL, "none|qwen3|harmony",
+        mock_reasoning, M, "mock backend: the reasoning format its replies are read in "
+        "(harmony: also its tool format)"),
     OPT("max-body-bytes", PL_OPT_LONG, 1024, 1073741824, "4194304", NULL, NULL,
         max_body_bytes, S, "largest request body accepted (413 above)"),
     OPT("stream-buffer-bytes", PL_OPT_LONG, 4096, 1073741824, "262144", NULL, NULL,

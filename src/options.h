@@ -30,6 +30,7 @@ typedef struct pl_opts {
     int mock_capacity;
     int mock_seed;
     char *mock_mode;             /**< random|echo */
+    char *mock_reasoning;        /**< none|qwen3|harmony */
     long max_body_bytes;
     long stream_buffer_bytes;    /**< per-stream pending output cap */
     int shutdown_timeout;        /**< s for requests in flight to end on SIGTERM */

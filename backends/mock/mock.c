@@ -580,6 +580,17 @@ static void mock_free(pl_backend *b)
     free(mb);
 }
 
+static const char *mock_reasoning_format(pl_backend *b)
+{
+    return ((mock_backend *)b)->o.reasoning;
+}
+
+static const char *mock_tool_format(pl_backend *b)
+{
+    const char *r = ((mock_backend *)b)->o.reasoning;
+    return r && !strcmp(r, "harmony") ? "harmony" : "generic";
+}
+
 static const pl_backend_ops mock_ops = {
     .kind = "mock",
     .submit = mock_submit,
@@ -592,6 +603,8 @@ static const pl_backend_ops mock_ops = {
     .max_model_len = mock_max_model_len,
     .tokenizer_info = mock_tokenizer_info,
     .free = mock_free,
+    .tool_format = mock_tool_format,
+    .reasoning_format = mock_reasoning_format,
 };
 
 pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o)

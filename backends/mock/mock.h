@@ -18,6 +18,11 @@ typedef struct pl_mock_opts {
     int capacity;
     uint64_t seed;
     int echo;                    /**< 1: echo the prompt's words */
+    /** The reasoning format its replies are read in (backend.h
+     *  reasoning_format: "qwen3", "harmony", which is its tool format
+     *  too), so that echoed text tests the API's splitting; NULL: none.
+     *  Borrowed for the backend's life. */
+    const char *reasoning;
     int max_model_len;
 } pl_mock_opts;
 
