@@ -36,7 +36,9 @@ typedef struct eng_prep {
     uint64_t id;
     double t_submit;
     pl_gen_request req;          /* its pointers point into the fields below */
-    pl_chat_message *msgs;
+    pl_chat_message *msgs;       /* each string and tool_calls owned */
+    json_t *tools;               /* the rest of the chat's, owned */
+    char *effort, *identity;
     char *prompt;
     int32_t *tokens;
     const pl_token_fsm *fsm;     /* from the cache already, or compiled here */
@@ -180,8 +182,13 @@ static void prep_free_(eng_prep *p)
     for (int i = 0; p->msgs && i < p->req.n_messages; i++) {
         free((char *)p->msgs[i].role);
         free((char *)p->msgs[i].content);
+        free((char *)p->msgs[i].reasoning);
+        json_decref(p->msgs[i].tool_calls);
     }
     free(p->msgs);
+    json_decref(p->tools);
+    free(p->effort);
+    free(p->identity);
     free(p->prompt);
     free(p->tokens);
     pl_sampling_free(&p->req.sampling);
@@ -195,6 +202,34 @@ static char *dup_or_null_(const char *s, bool *oom)
     char *d = s ? strdup(s) : NULL;
     *oom |= s && !d;
     return d;
+}
+
+static json_t *json_copy_or_null_(json_t *v, bool *oom)
+{
+    json_t *d = v ? json_deep_copy(v) : NULL;
+    *oom |= v && !d;
+    return d;
+}
+
+/* The chat's messages and template arguments, owned (the caller's are
+ * borrowed for submit only). */
+static void copy_chat_(eng_prep *p, const pl_gen_request *req, bool *oom)
+{
+    p->req.tools = p->tools = json_copy_or_null_(req->tools, oom);
+    p->req.reasoning_effort = p->effort = dup_or_null_(req->reasoning_effort, oom);
+    p->req.model_identity = p->identity = dup_or_null_(req->model_identity, oom);
+    if (!req->messages)
+        return;
+    p->msgs = calloc((size_t)req->n_messages + 1, sizeof *p->msgs);
+    *oom |= !p->msgs;
+    for (int i = 0; p->msgs && i < req->n_messages; i++) {
+        const pl_chat_message *m = &req->messages[i];
+        p->msgs[i].role = dup_or_null_(m->role, oom);
+        p->msgs[i].content = dup_or_null_(m->content, oom);
+        p->msgs[i].reasoning = dup_or_null_(m->reasoning, oom);
+        p->msgs[i].tool_calls = json_copy_or_null_(m->tool_calls, oom);
+    }
+    p->req.messages = p->msgs;
 }
 
 /* An owned copy of what preparation and the engine read from req. */
@@ -221,15 +256,7 @@ static eng_prep *prep_new_(pl_engine *e, const pl_gen_request *req, const pl_tok
             memcpy(p->tokens, req->prompt_tokens,
                    (size_t)req->n_prompt_tokens * sizeof *p->tokens);
     }
-    if (req->messages) {
-        p->msgs = calloc((size_t)req->n_messages + 1, sizeof *p->msgs);
-        oom |= !p->msgs;
-        for (int i = 0; p->msgs && i < req->n_messages; i++) {
-            p->msgs[i].role = dup_or_null_(req->messages[i].role, &oom);
-            p->msgs[i].content = dup_or_null_(req->messages[i].content, &oom);
-        }
-        p->req.messages = p->msgs;
-    }
+    copy_chat_(p, req, &oom);
     if (oom) {
         p->fsm = NULL;           /* the caller still owns it */
         prep_free_(p);

@@ -436,17 +436,26 @@ def test_harmony_tool_round_trip(harmony):
               tool_choice="required", logit_bias={str(co): 100})
     r = harmony.client.chat.completions.create(messages=msgs, **kw)
     c = r.choices[0]
+    # a new constraint is compiled on a prepare worker, which renders the
+    # prompt there from its own copy of the tools
+    st, b = post(harmony, "/tokenize", {"model": harmony.name, "messages": msgs,
+                                        "tools": [WEATHER], "add_generation_prompt": True})
+    assert r.usage.prompt_tokens == b["count"] > 300
     assert c.finish_reason == "tool_calls"
     call = c.message.tool_calls[0]
     assert call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
     s = streamed(harmony, "Weather in Oslo?", **kw)
     assert s["calls"][0]["arguments"] == call.function.arguments
-    # the call and its result go back in as the template renders them
+    # the call and its result go back in as the template renders them (a
+    # new constraint: rendered on a prepare worker, from its own copies)
     msgs += [c.message.model_dump(exclude_none=True),
              {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+    fresh = {"type": "json_schema", "json_schema": {"name": "f", "schema": {
+        "type": "object", "properties": {"round_trip": {"type": "boolean"}}}}}
     again = harmony.client.chat.completions.create(messages=msgs, model=harmony.name,
-                                                   max_tokens=1, tools=[WEATHER])
+                                                   max_tokens=1, tools=[WEATHER],
+                                                   response_format=fresh)
     st, b = post(harmony, "/tokenize", {"model": harmony.name, "messages": msgs,
                                         "tools": [WEATHER], "add_generation_prompt": True})
     assert again.usage.prompt_tokens == b["count"]
