@@ -333,9 +333,15 @@ static int put_call_regex_(struct evbuffer *b, const pl_oai_params *p, json_t *f
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
     bool tags = fmt_is_(p, "hermes") || fmt_is_(p, "generic");
-    evbuffer_add_printf(b, "%s\\{\"name\": %s, \"%s\": %s\\}%s", tags ? "<tool_call>\\n" : "",
-                        esc, fmt_is_(p, "llama3") ? "parameters" : "arguments", args,
-                        tags ? "\\n</tool_call>" : "");
+    if (fmt_is_(p, "harmony"))    /* the name unquoted: strip the escaped quotes */
+        evbuffer_add_printf(b, "<\\|channel\\|>commentary to=functions\\.%.*s "
+                               "<\\|constrain\\|>json<\\|message\\|>%s",
+                            (int)strlen(esc) - 2, esc + 1, args);
+    else
+        evbuffer_add_printf(b, "%s\\{\"name\": %s, \"%s\": %s\\}%s",
+                            tags ? "<tool_call>\\n" : "", esc,
+                            fmt_is_(p, "llama3") ? "parameters" : "arguments", args,
+                            tags ? "\\n</tool_call>" : "");
     free(ns), free(args), free(esc);
     return 0;
 }
@@ -359,6 +365,19 @@ static int put_one_call_(struct evbuffer *b, const pl_oai_params *p, pl_err *err
     }
     evbuffer_add(b, ")", 1);
     return 0;
+}
+
+char *pl_oai_tools_one_call_regex(const pl_oai_params *p, pl_err *err)
+{
+    struct evbuffer *b = evbuffer_new();
+    err->status = 0;
+    if (b && put_one_call_(b, p, err) == 0)
+        return pl_evbuffer_take(b);
+    if (b)
+        evbuffer_free(b);
+    if (!err->status)
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return NULL;
 }
 
 static int add_call_constraint_(pl_oai_params *p, pl_err *err)

@@ -33,6 +33,11 @@ static inline bool pl_oai_tools_active(const pl_oai_params *p)
            !p->tools_native;
 }
 
+/** The regex of one call of an allowed function (all of p->tools, or the
+ *  named one) in p's format, each with its parameters' schema (malloc'd),
+ *  or NULL with *err (400 naming the parameters that cannot be compiled). */
+char *pl_oai_tools_one_call_regex(const pl_oai_params *p, pl_err *err);
+
 /** tool_format "harmony" (api/oai_tools_harmony.c): tools and history
  *  calls stay structured for the template; required/named constrain the
  *  reply to one call in the model's form. 0 or -1 with *err. */

@@ -12,77 +12,26 @@
  * The model ends a call with <|call|>, which ends the generation: one call
  * per reply (the template keeps one call per assistant turn too), so
  * parallel_tool_calls has no effect here. */
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "api/oai_reasoning.h"
 #include "api/oai_tools.h"
-#include "api/oai_wire.h"
-#include "backends/engine/constrain/json_schema.h"
-#include "backends/engine/constrain/regex.h"
 
-static int oom_(pl_err *err)
-{
-    return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-}
-
-/* One function's call as the model writes it, with its arguments' schema. */
-static int put_call_(struct evbuffer *b, json_t *fn, int i, pl_err *err)
-{
-    json_t *params = json_object_get(fn, "parameters");
-    const char *name = json_string_value(json_object_get(fn, "name"));
-    char msg[400], param[64], *esc = NULL;
-    size_t len = 0, cap = 0;
-    char *args = params ? pl_json_schema_regex(params, msg, sizeof msg) : pl_json_object_regex();
-    snprintf(param, sizeof param, "tools[%d].function.parameters", i);
-    if (!args)
-        return pl_err_set(err, 400, "invalid_request_error", param, "invalid_constraint",
-                          "cannot constrain the call to its parameters: %s",
-                          params ? msg : "out of memory");
-    if (pl_regex_escape_append(&esc, &len, &cap, name, strlen(name)) < 0) {
-        free(args);
-        return oom_(err);
-    }
-    evbuffer_add_printf(b, "<\\|channel\\|>commentary to=functions\\.%s <\\|constrain\\|>json"
-                           "<\\|message\\|>%s", esc, args);
-    free(args);
-    free(esc);
-    return 0;
-}
-
-/* tool_choice required or named: one call of an allowed function. */
+/* tool_choice required or named: one call of an allowed function, after
+ * an optional analysis message. */
 static int add_call_constraint_(pl_oai_params *p, pl_err *err)
 {
     if (p->sampling.constraint != PL_CONSTRAINT_NONE)
         return pl_err_set(err, 400, "invalid_request_error", "tool_choice", NULL,
                           "'tool_choice' \"required\" or a named function cannot be combined "
                           "with response_format or guided decoding");
-    struct evbuffer *b = evbuffer_new();
-    if (!b)
-        return oom_(err);
-    size_t i;
-    json_t *t;
-    int k = 0;
-    evbuffer_add(b, "(?:", 3);
-    json_array_foreach(p->tools, i, t) {
-        json_t *fn = json_object_get(t, "function");
-        const char *name = json_string_value(json_object_get(fn, "name"));
-        if (p->tool_choice == PL_TOOL_CHOICE_NAMED && strcmp(name, p->tool_name))
-            continue;
-        if (k++)
-            evbuffer_add(b, "|", 1);
-        if (put_call_(b, fn, (int)i, err) < 0) {
-            evbuffer_free(b);
-            return -1;
-        }
-    }
-    evbuffer_add(b, ")", 1);
-    char *calls = pl_evbuffer_take(b);
-    char *re = calls ? pl_oai_reasoning_wrap(PL_OAI_REASONING_HARMONY, calls) : NULL;
-    free(calls);
+    char *call = pl_oai_tools_one_call_regex(p, err);
+    if (!call)
+        return -1;
+    char *re = pl_oai_reasoning_wrap(PL_OAI_REASONING_HARMONY, call);
+    free(call);
     if (!re)
-        return oom_(err);
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     p->sampling.constraint = PL_CONSTRAINT_REGEX;
     p->sampling.constraint_text = re;
     p->constraint_after_reasoning = true;
