@@ -3,10 +3,15 @@
  * that llama.cpp's and vLLM's harmony parsers read (analysis, final,
  * commentary preambles, calls with the recipient in the role or in the
  * channel, content types), replies that are not harmony, replies cut
- * short, and every case alike however the reply is cut into deltas. */
+ * short, every case alike however the reply is cut into deltas, and the
+ * assistant turns of jinja2's renderings of gpt-oss's template
+ * (tests/fixtures/harmony_templates.json) parsed back into their
+ * messages. */
 #include <criterion/criterion.h>
 
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/engine/text/harmony.h"
@@ -187,4 +192,98 @@ Test(harmony, survives_random_bytes)
         total += o.n;
         cr_assert_leq(total, len);
     }
+}
+
+/* ---- parsing what the template renders ---- */
+
+/* tests/fixtures/harmony_templates.json: jinja2's renderings of gpt-oss's
+ * template. An assistant turn as the template writes it (analysis, final,
+ * a call with its recipient in the role) parses back into the message it
+ * came from. */
+static json_t *fixture(void)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/harmony_templates.json", src ? src : ".");
+    json_t *doc = json_load_file(path, 0, NULL);
+    cr_assert_not_null(doc, "cannot load %s", path);
+    return doc;
+}
+
+static const char *rendered(json_t *doc, const char *conv, bool agp, json_t **msgs)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(doc, "conversations"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "name")), conv))
+            *msgs = json_object_get(c, "messages");
+    json_array_foreach(json_object_get(doc, "cases"), i, c)
+        if (!strcmp(json_string_value(json_object_get(c, "conversation")), conv) &&
+            json_is_true(json_object_get(c, "add_generation_prompt")) == agp &&
+            !json_object_get(c, "tools") && !json_object_get(c, "reasoning_effort"))
+            return json_string_value(json_object_get(c, "expected"));
+    cr_assert_fail("no case %s", conv);
+    return NULL;
+}
+
+/* The reply part: what follows "<|start|>assistant" after the last user
+ * turn, up to a tool result's header. */
+static void reply_of(const char *text, char *out, size_t cap)
+{
+    const char *u = text, *p;
+    while ((p = strstr(u + 1, "<|start|>user")))
+        u = p;
+    const char *start = strstr(strstr(u, "<|end|>"), "<|start|>assistant");
+    cr_assert_not_null(start);
+    start += strlen("<|start|>assistant");
+    const char *end = strstr(start, "<|start|>functions.");
+    size_t n = end ? (size_t)(end - start) : strlen(start);
+    cr_assert_lt(n, cap);
+    memcpy(out, start, n);
+    out[n] = '\0';
+}
+
+Test(harmony, parses_what_the_template_renders)
+{
+    json_t *doc = fixture(), *msgs = NULL;
+    static const size_t whole[] = {100000}, small[] = {3, 1, 7};
+    struct { const char *conv; bool agp; } turns[] = {
+        {"last_assistant", false}, {"last_assistant_no_thinking", false},
+        {"tool_round_trip", true}, {"content_as_analysis", true},
+    };
+    for (size_t t = 0; t < sizeof turns / sizeof turns[0]; t++) {
+        char reply[1024];
+        reply_of(rendered(doc, turns[t].conv, turns[t].agp, &msgs), reply, sizeof reply);
+        json_t *m = NULL;
+        for (size_t i = 0; i < json_array_size(msgs); i++)
+            if (!strcmp(json_string_value(json_object_get(json_array_get(msgs, i), "role")),
+                        "assistant"))
+                m = json_array_get(msgs, i);
+        json_t *calls = json_object_get(m, "tool_calls");
+        const char *thinking = json_string_value(json_object_get(m, "thinking"));
+        const char *content = json_string_value(json_object_get(m, "content"));
+        for (int k = 0; k < 2; k++) {
+            split sp;
+            run(reply, k ? small : whole, k ? 3 : 1, &sp);
+            if (!calls) {
+                cr_expect_str_eq(sp.reasoning, thinking ? thinking : "", "%s", reply);
+                cr_expect_str_eq(sp.content, content, "%s", reply);
+                continue;
+            }
+            /* a call's turn: its reasoning (or content taken as such), the call */
+            cr_expect_str_eq(sp.reasoning, *content ? content : thinking, "%s", reply);
+            json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+            const char *name = json_string_value(json_object_get(fn, "name"));
+            cr_assert_eq(strncmp(sp.calls, name, strlen(name)), 0, "%s", sp.calls);
+            char *args = sp.calls + strlen(name) + 1;
+            args[strlen(args) - 2] = '\0';            /* "name(args);" */
+            json_t *got = json_loads(args, 0, NULL);
+            json_t *want = json_loads(json_string_value(json_object_get(fn, "arguments")), 0,
+                                      NULL);
+            cr_expect(json_equal(got, want), "%s: arguments %s", turns[t].conv, args);
+            json_decref(got);
+            json_decref(want);
+        }
+    }
+    json_decref(doc);
 }
