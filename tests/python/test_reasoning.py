@@ -329,6 +329,13 @@ def test_harmony_responses_call(hmock):
     assert [o.type for o in r.output] == ["reasoning", "function_call"]
     assert r.output[1].name == "get_weather"
     assert json.loads(r.output[1].arguments) == {"city": "Oslo"}
+    events = list(hmock.client.responses.create(model="mock", input=CALL, tools=[tool],
+                                                stream=True))
+    added = [e.item.type for e in events if e.type == "response.output_item.added"]
+    assert added == ["reasoning", "function_call"]
+    args = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert [json.loads(a) for a in args] == [{"city": "Oslo"}]
+    assert [o.type for o in events[-1].response.output] == ["reasoning", "function_call"]
 
 
 # ---- the engine: tiny_qwen3 ----
