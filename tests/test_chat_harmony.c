@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "backends/engine/text/chat_template.h"
+#include "tests/helpers/chat_fixture.h"
 
 static json_t *doc;
 
@@ -49,29 +50,6 @@ static json_t *conversation(const char *name)
     return NULL;
 }
 
-static pl_chat_message *messages_of(json_t *arr, int *n)
-{
-    *n = (int)json_array_size(arr);
-    pl_chat_message *m = calloc((size_t)*n, sizeof *m);
-    cr_assert_not_null(m);
-    for (int i = 0; i < *n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        m[i].role = json_string_value(json_object_get(e, "role"));
-        m[i].content = json_string_value(json_object_get(e, "content"));
-        m[i].reasoning = json_string_value(json_object_get(e, "thinking"));
-        m[i].tool_calls = json_object_get(e, "tool_calls");
-    }
-    return m;
-}
-
-static size_t first_diff(const char *a, const char *b)
-{
-    size_t i = 0;
-    while (a[i] && a[i] == b[i])
-        i++;
-    return i;
-}
-
 Test(chat_harmony, detected)
 {
     pl_chat_style s;
@@ -92,7 +70,7 @@ Test(chat_harmony, renders_as_jinja2)
     json_array_foreach(json_object_get(doc, "cases"), i, c) {
         int n;
         const char *conv = json_string_value(json_object_get(c, "conversation"));
-        pl_chat_message *m = messages_of(conversation(conv), &n);
+        pl_chat_message *m = chat_fixture_messages(conversation(conv), "thinking", &n);
         const char *tools = json_string_value(json_object_get(c, "tools"));
         pl_chat_kwargs kw = {
             .reasoning_effort = json_string_value(json_object_get(c, "reasoning_effort")),
@@ -109,7 +87,7 @@ Test(chat_harmony, renders_as_jinja2)
                                          &out, &err);
         if (want) {
             cr_assert_eq(rc, 0, "case %zu (%s, tools %s): %s", i, conv, tools, err.message);
-            size_t d = first_diff(out, want);
+            size_t d = chat_fixture_first_diff(out, want);
             cr_expect_str_eq(out, want, "case %zu (%s, tools %s) differs at byte %zu:\n"
                              "parley: %.80s\njinja2: %.80s", i, conv, tools, d, out + d,
                              want + d);

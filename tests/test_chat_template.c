@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backends/engine/text/chat_template.h"
+#include "tests/helpers/chat_fixture.h"
 
 static json_t *load_fixture(void)
 {
@@ -43,31 +44,6 @@ static json_t *find_named(json_t *array, const char *name)
 static const char *str_of(json_t *obj, const char *key)
 {
     return json_string_value(json_object_get(obj, key));
-}
-
-/* The messages of a conversation as borrowed pl_chat_message entries. */
-static pl_chat_message *messages_of(json_t *conv, int *n)
-{
-    json_t *arr = json_object_get(conv, "messages");
-    *n = (int)json_array_size(arr);
-    pl_chat_message *m = calloc((size_t)*n, sizeof *m);
-    cr_assert_not_null(m);
-    for (int i = 0; i < *n; i++) {
-        json_t *e = json_array_get(arr, (size_t)i);
-        m[i].role = str_of(e, "role");
-        m[i].content = str_of(e, "content");
-        m[i].reasoning = str_of(e, "reasoning_content");
-    }
-    return m;
-}
-
-/* Index of the first differing byte, for readable failures. */
-static size_t first_diff(const char *a, const char *b)
-{
-    size_t i = 0;
-    while (a[i] && a[i] == b[i])
-        i++;
-    return i;
 }
 
 Test(chat_template, detects_each_family)
@@ -127,7 +103,8 @@ static int check_case(json_t *c, json_t *tmpls, json_t *convs)
     pl_chat_style s;
     cr_assert_eq(pl_chat_style_init(&s, str_of(t, "source")), 0);
     int n;
-    pl_chat_message *msgs = messages_of(conv, &n);
+    pl_chat_message *msgs =
+        chat_fixture_messages(json_object_get(conv, "messages"), "reasoning_content", &n);
     bool agp = json_is_true(json_object_get(c, "add_generation_prompt"));
     json_t *think = json_object_get(json_object_get(c, "kwargs"), "enable_thinking");
     pl_chat_kwargs kw = {.enable_thinking = !think ? PL_THINKING_DEFAULT
@@ -148,7 +125,7 @@ static int check_case(json_t *c, json_t *tmpls, json_t *convs)
         cr_expect_eq(rc, 0, "%s/%s agp=%d: error %s", str_of(c, "template"),
                      str_of(c, "conversation"), agp, err.message);
         if (rc == 0 && strcmp(out, want) != 0) {
-            size_t d = first_diff(out, want);
+            size_t d = chat_fixture_first_diff(out, want);
             cr_expect_fail("%s/%s agp=%d differs at byte %zu:\n got: %s\nwant: %s",
                            str_of(c, "template"), str_of(c, "conversation"),
                            agp, d, out + d, want + d);
