@@ -4,8 +4,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#if defined(__linux__) && defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#endif
+#if defined(__linux__) && defined(__x86_64__)
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -31,6 +33,21 @@ static bool probe_amx(void)
 #endif
 }
 
+/* CPUID leaf 7 subleaf 1, EAX: bit 4 AVX-VNNI, bit 5 AVX512-BF16. Read
+ * directly (as F16C below) because clang before 15 has no
+ * __builtin_cpu_supports names for them; the OS-saves-the-state part is the avx2 / avx512f probe's. */
+static unsigned leaf7_1_eax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d))
+        return 0;
+    return a;
+#else
+    return 0;
+#endif
+}
+
 static void probe(void)
 {
     pl_cpu_feature_set *f = &pl_cpu_features_table_;
@@ -40,13 +57,16 @@ static void probe(void)
     __builtin_cpu_init();
     f->avx2 = __builtin_cpu_supports("avx2");
     f->fma = __builtin_cpu_supports("fma");
-    f->f16c = __builtin_cpu_supports("f16c");
+    unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+    __get_cpuid(1, &a1, &b1, &c1, &d1); /* ECX bit 29: F16C */
+    f->f16c = __builtin_cpu_supports("avx") && (c1 & (1u << 29));
     f->avx512f = __builtin_cpu_supports("avx512f");
     f->avx512bw = __builtin_cpu_supports("avx512bw");
     f->avx512vl = __builtin_cpu_supports("avx512vl");
     f->avx512vnni = __builtin_cpu_supports("avx512vnni");
-    f->avx512bf16 = __builtin_cpu_supports("avx512bf16");
-    f->avxvnni = __builtin_cpu_supports("avxvnni");
+    unsigned l71 = leaf7_1_eax();
+    f->avx512bf16 = f->avx512f && (l71 & (1u << 5));
+    f->avxvnni = f->avx2 && (l71 & (1u << 4));
     /* PARLEY_CPU_ISA caps what the kernels may use, to run and measure a
      * lesser CPU's path on this one: "avxvnni" (no AVX-512), "avx2" (no
      * VNNI either), "scalar" (no SIMD kernels). Anything else: no cap. */
