@@ -431,7 +431,7 @@ static void on_done(void *ud, const pl_result *r)
 
 /* The reply in the transcript's attempts. -1 on out of memory. */
 static int record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
-                          bool valid, const char *error)
+                          bool valid, const char *error, const char *reasoning)
 {
     const pl_conv_req *cr = jr->cr;
     json_t *a = pl_json_pack("{s:i, s:s, s:i, s:s, s:o, s:b, s:i, s:i, s:i}", "round", cr->round,
@@ -441,6 +441,8 @@ static int record_attempt(job_conv *c, pl_job *j, const job_req *jr, int ans,
         "valid", valid, "prompt_tokens", jr->prompt_tokens,
         "completion_tokens", jr->completion_tokens, "cached_tokens", jr->cached_tokens);
     if (a && error && json_object_set_new(a, "error", json_string(error)) < 0)
+        goto fail;
+    if (a && reasoning && json_object_set_new(a, "reasoning", json_string(reasoning)) < 0)
         goto fail;
     if (a && jr->transport_retries &&
         json_object_set_new(a, "transport_retries", json_integer(jr->transport_retries)) < 0)
@@ -482,6 +484,17 @@ static int keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *te
 
 #define JOB_NOMEM_REPLY "out of memory keeping the reply"
 
+/* The reply's reasoning apart from its text, by its model's format. */
+static int split_reply(pl_job *j, job_req *jr, char **reasoning)
+{
+    pl_backend *b = j->backends[jr->cr->model];
+    const char *fmt = b->ops->reasoning_format ? b->ops->reasoning_format(b) : NULL;
+    if (pl_job_reply_split(fmt, &jr->text, &jr->len, reasoning) < 0)
+        return -1;
+    jr->cap = jr->text ? jr->len + 1 : 0;
+    return 0;
+}
+
 /* Why the conversation failed, for its transcript and event. */
 static void fail_reason(const pl_job *j, const pl_conv_req *saved, const char *error,
                         unsigned flags, char *msg, size_t n)
@@ -505,13 +518,18 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     bool live = pl_convs_status(j->convs, q) == PL_CONV_STATUS_ACTIVE && c;
     const pl_job_agent *ag = &j->spec.agents[saved.agent];
     const pl_job_question *qq = &j->spec.questions[q];
+    char *reasoning = NULL;
+    if (!error && live && split_reply(j, jr, &reasoning) < 0)
+        error = JOB_NOMEM_REPLY;
     int ans = error || !live ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
     bool need = j->spec.validation && ag->validate && qq->n_choices > 0;
     pl_conv_outcome o = error ? PL_CONV_ERROR : (need && ans < 0) ? PL_CONV_INVALID : PL_CONV_OK;
-    if (live && record_attempt(c, j, jr, ans, o == PL_CONV_OK, error) < 0 && !error) {
+    if (live && record_attempt(c, j, jr, ans, o == PL_CONV_OK, error, reasoning) < 0 &&
+        !error) {
         error = JOB_NOMEM_REPLY;
         o = PL_CONV_ERROR;
     }
+    free(reasoning);
     int fresh = jr->prompt_tokens - jr->cached_tokens;
     if (saved.round >= 1) {
         j->r2_prompt_tokens += (uint64_t)jr->prompt_tokens;

@@ -133,3 +133,30 @@ def test_changed_spec_refused_then_resumed_on_purpose(server):
                  "?resume_changed=true")
     st = follow(server.url, jid)[-1][1]["status"]
     assert st["state"] == "completed" and st["spec_fingerprint"] != fp, st
+
+
+def test_reasoning_is_not_the_answer(tmp_path, monkeypatch):
+    """A reasoning model's <think> block (Qwen3, read by the mock as its
+    qwen3 format) stays out of the answer, the message others see and the
+    transcript's content; the transcript keeps it as the attempt's
+    reasoning."""
+    monkeypatch.setenv("PARLEY_JOBS_DIR", str(tmp_path / "jobs"))
+    s = Server("--backend", "mock", "--mock-mode", "echo", "--mock-reasoning", "qwen3",
+               "--served-model-name", "m", "--mock-token-delay-ms", "0", "--log-level", "warn")
+    try:
+        body = spec("think", rounds=2)
+        body["questions"] = [{"id": "q1", "text": "<think> Answer: A, or Answer: B? </think> One?",
+                              "choices": ["x", "y", "z"], "answer": "C"}]
+        events = follow(s.url, submit(s.url, body))
+        msgs = [d for n, d in events if n == "message_completed"]
+        assert len(msgs) == 4, events
+        for m in msgs:
+            assert "think>" not in m["content"] and "or Answer" not in m["content"], m
+            assert m["answer"] == "C"
+        with open(tmp_path / "jobs" / "think" / "transcripts" / "q1.json") as f:
+            t = json.load(f)
+        first = [a for a in t["attempts"] if a["round"] == 0 and a["agent_id"] == "a"][0]
+        assert first["reasoning"] == " Answer: A, or Answer: B? ", first
+        assert "think>" not in first["content"]
+    finally:
+        assert s.stop() == 0
