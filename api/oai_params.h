@@ -48,6 +48,7 @@ typedef struct pl_oai_params {
     const char *tool_name;       /**< the named function (borrowed) */
     bool parallel_tool_calls;    /**< default true */
     const char *tool_format;     /**< set once the model is known */
+    pl_json_ws json_ws;          /**< the backend's, for the call grammar */
     bool tools_upstream;         /**< the backend's upstream handles tools */
     pl_thinking thinking;        /**< chat_template_kwargs.enable_thinking */
     /* reasoning (api/oai_reasoning.c) */

@@ -52,7 +52,7 @@ int pl_oai_reasoning_prepare(pl_oai_params *p, pl_backend *b, pl_err *err)
         sp->constraint == PL_CONSTRAINT_NONE || p->constraint_after_reasoning ||
         (p->reasoning_fmt == PL_OAI_REASONING_QWEN3 && p->thinking == PL_THINKING_OFF))
         return 0;
-    char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, err);
+    char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, b->json_ws, err);
     if (!re)
         return -1;
     char *final = re;

@@ -319,7 +319,8 @@ static int put_call_regex_(struct evbuffer *b, const pl_oai_params *p, json_t *f
 {
     json_t *params = json_object_get(fn, "parameters");
     char msg[400], param[64];
-    char *args = params ? pl_json_schema_regex(params, msg, sizeof msg) : pl_json_object_regex();
+    char *args = params ? pl_json_schema_regex(params, p->json_ws, msg, sizeof msg)
+                        : pl_json_object_regex(p->json_ws);
     snprintf(param, sizeof param, "tools[%d].function.parameters", i);
     if (!args)
         return pl_err_set(err, 400, "invalid_request_error", param, "invalid_constraint",
@@ -422,6 +423,7 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
         return 0;
     }
     p->tool_format = b->ops->tool_format ? b->ops->tool_format(b) : "generic";
+    p->json_ws = b->json_ws;
     if (fmt_is_(p, "harmony"))
         return pl_oai_tools_prepare_harmony(p, body, err);
     err->status = 0;

@@ -67,6 +67,13 @@ typedef enum pl_constraint_kind {
 /** Name of a constraint kind ("json_schema", ...). */
 const char *pl_constraint_name(pl_constraint_kind k);
 
+/** The whitespace constrained JSON may hold between its tokens
+ *  (--structured-whitespace; json_schema.h says where and how much). */
+typedef enum pl_json_ws {
+    PL_JSON_WS_FLEXIBLE = 0,     /**< bounded line breaks and indentation */
+    PL_JSON_WS_COMPACT,          /**< only ", " and ": " */
+} pl_json_ws;
+
 /** Sampling parameters; pl_sampling_defaults() gives OpenAI's defaults. */
 typedef struct pl_sampling {
     double temperature;          /**< 0..2; 0 = greedy */
@@ -365,6 +372,9 @@ struct pl_backend {
      *  generation_config.json), applied by the API to what a request leaves
      *  out; NULL: OpenAI's. Borrowed from the backend, lives as long as it. */
     const pl_sampling_model_defaults *sampling_defaults;
+    /** The JSON whitespace its constraints allow; the API builds tool-call
+     *  grammars with it too. Set by the backend (zero: flexible). */
+    pl_json_ws json_ws;
 };
 
 /** Submit through the request metrics (req_metrics.c): same contract as

@@ -1,12 +1,14 @@
 /* bench_constrain.c - compile time of constraints on a model's vocabulary:
  * a 20-property JSON schema (strings, bounded integers, enums, booleans,
- * numbers), json_object, and the jobs' answer grammar. Prints one JSON
- * line per constraint: DFA states, the median compile time (regex, DFA,
- * lifting; the request pays this, on a worker), the part of it that
- * writes and parses the regex (pl_constraint_check: what a request's submit
- * does inline, so a bad schema is a 400 before anything is sent) and the
- * time to compute every state's
- * mask (paid lazily, a state at a time, the first time a reply reaches it).
+ * numbers), a nested one (objects in an array in an object, as pydantic
+ * writes them), json_object, each with compact and flexible whitespace
+ * (json_schema.h), and the jobs' answer grammar. Prints one JSON line per
+ * constraint: DFA states, the median compile time (regex, DFA, lifting;
+ * the request pays this, on a worker), the part of it that writes and
+ * parses the regex (pl_constraint_check: what a request's submit does
+ * inline, so a bad schema is a 400 before anything is sent) and the time
+ * to compute every state's mask (paid lazily, a state at a time, the
+ * first time a reply reaches it).
  *
  *   build/bench/bench_constrain [MODEL.gguf] [reps]
  */
@@ -71,16 +73,29 @@ static char *schema20(void)
     return s;
 }
 
+static const char NESTED[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"address\":{\"$ref\":\"#/$defs/Address\"},\"orders\":{\"type\":\"array\","
+    "\"items\":{\"$ref\":\"#/$defs/Order\"}},\"tags\":{\"type\":\"array\",\"items\":"
+    "{\"type\":\"string\"}},\"vip\":{\"type\":\"boolean\"}},\"required\":[\"name\","
+    "\"address\",\"orders\"],\"$defs\":{\"Address\":{\"type\":\"object\",\"properties\":"
+    "{\"street\":{\"type\":\"string\"},\"city\":{\"type\":\"string\"},\"zip\":"
+    "{\"type\":\"string\"}},\"required\":[\"street\",\"city\"]},\"Order\":{\"type\":"
+    "\"object\",\"properties\":{\"id\":{\"type\":\"integer\"},\"total\":{\"type\":"
+    "\"number\"},\"items\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+    "\"status\":{\"enum\":[\"open\",\"paid\",\"shipped\"]}},\"required\":[\"id\","
+    "\"total\",\"items\",\"status\"]}}}";
+
 static void bench(const pl_vocab_source *src, const char *name, pl_constraint_kind k,
-                  const char *text, int reps)
+                  const char *text, pl_json_ws ws, int reps)
 {
     double t[64], tf[64], tr[64];
     int states = 0;
     for (int r = 0; r < reps && r < 64; r++) {
-        pl_constraint_cache *c = pl_constraint_cache_new(src);
+        pl_constraint_cache *c = pl_constraint_cache_new(src, ws);
         pl_err err;
         double t0r = now_ms();
-        pl_constraint_check(k, text, &err);
+        pl_constraint_check(k, text, ws, &err);
         tr[r] = now_ms() - t0r;
         pl_constraint_get(c, PL_CONSTRAINT_CHOICE, "[\"warm\"]", &err); /* builds the trie */
         double t0 = now_ms();
@@ -100,10 +115,11 @@ static void bench(const pl_vocab_source *src, const char *name, pl_constraint_ki
     qsort(t, (size_t)reps, sizeof *t, cmp_d);
     qsort(tf, (size_t)reps, sizeof *tf, cmp_d);
     qsort(tr, (size_t)reps, sizeof *tr, cmp_d);
-    printf("{\"constraint\":\"%s\",\"dfa_states\":%d,\"compile_cpu_ms_median\":%.1f,"
-           "\"min\":%.1f,\"max\":%.1f,\"check_cpu_ms_median\":%.2f,"
-           "\"all_masks_cpu_ms_median\":%.1f,\"reps\":%d}\n",
-           name, states, t[reps / 2], t[0], t[reps - 1], tr[reps / 2], tf[reps / 2], reps);
+    printf("{\"constraint\":\"%s\",\"whitespace\":\"%s\",\"dfa_states\":%d,"
+           "\"compile_cpu_ms_median\":%.1f,\"min\":%.1f,\"max\":%.1f,"
+           "\"check_cpu_ms_median\":%.2f,\"all_masks_cpu_ms_median\":%.1f,\"reps\":%d}\n",
+           name, ws == PL_JSON_WS_COMPACT ? "compact" : "flexible", states, t[reps / 2], t[0],
+           t[reps - 1], tr[reps / 2], tf[reps / 2], reps);
 }
 
 int main(int argc, char **argv)
@@ -124,10 +140,13 @@ int main(int argc, char **argv)
     printf("{\"vocab\":%d,\"trie_cpu_ms\":%.1f}\n", src.n_vocab, now_ms() - t0);
     pl_vocab_trie_free(trie);
     char *s = schema20();
-    bench(&src, "json_schema_20_properties", PL_CONSTRAINT_JSON_SCHEMA, s, reps);
-    bench(&src, "json_object", PL_CONSTRAINT_JSON_OBJECT, NULL, reps);
+    for (int ws = PL_JSON_WS_COMPACT; ws >= PL_JSON_WS_FLEXIBLE; ws--) {
+        bench(&src, "json_schema_20_properties", PL_CONSTRAINT_JSON_SCHEMA, s, ws, reps);
+        bench(&src, "json_schema_nested", PL_CONSTRAINT_JSON_SCHEMA, NESTED, ws, reps);
+        bench(&src, "json_object", PL_CONSTRAINT_JSON_OBJECT, NULL, ws, reps);
+    }
     bench(&src, "job_answer_4_choices", PL_CONSTRAINT_REGEX,
-          "(?:[ -~]{1,400}\\n)?Answer: [A-D]", reps);
+          "(?:[ -~]{1,400}\\n)?Answer: [A-D]", PL_JSON_WS_COMPACT, reps);
     free(s);
     pl_tokenizer_free(t);
     pl_gguf_free(g);

@@ -56,6 +56,7 @@ static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const ch
         .echo = strcmp(o->mock_mode, "echo") == 0,
         .reasoning = strcmp(o->mock_reasoning, "none") ? o->mock_reasoning : NULL,
         .max_model_len = o->engine.max_model_len,
+        .json_ws = (pl_json_ws)o->engine.core.json_ws,
     };
     return pl_mock_new(base, &mo);
 }

@@ -60,6 +60,10 @@ const pl_option pl_options[] = {
         "override the chat template: chatml|llama3|llama2|mistral|gemma|phi3|zephyr"),
     OPT("chat-template-strict", PL_OPT_BOOL, 0, 0, "false", NULL, NULL,
         engine.chat_template_strict, M, "fail instead of falling back to ChatML"),
+    OPT("structured-whitespace", PL_OPT_ENUM, 0, 0, "flexible", NULL, "flexible|compact",
+        engine.core.json_ws, M,
+        "JSON under response_format, guided_json and tool calls: flexible allows the line "
+        "breaks and indentation models write (bounded), compact only \", \" and \": \""),
     OPT("max-num-seqs", PL_OPT_INT, 1, 65536, "256", NULL, NULL, engine.core.max_num_seqs, M,
         "upper bound of concurrent sequences"),
     OPT("capacity", PL_OPT_ENUM, 0, 0, "kv", NULL, "kv|worst-case", engine.core.capacity_rule, M,

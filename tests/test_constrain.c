@@ -85,20 +85,27 @@ Test(regex, errors_name_the_construct)
     cr_expect(strstr(err, "too"), "%s", err);
 }
 
-static void expect_schema(const char *schema, const char *doc, bool want)
+static void expect_schema_ws(const char *schema, const char *doc, bool want, pl_json_ws ws)
 {
     json_error_t je;
     json_t *s = json_loads(schema, 0, &je);
     cr_assert_not_null(s, "%s", je.text);
     char err[400] = "";
-    char *re = pl_json_schema_regex(s, err, sizeof err);
+    char *re = pl_json_schema_regex(s, ws, err, sizeof err);
     cr_assert_not_null(re, "%s: %s", schema, err);
     pl_dfa *d = compile(re);
-    cr_expect_eq(pl_dfa_match(d, doc, strlen(doc)), want, "%s on %s (regex %s)", schema, doc,
-                 re);
+    cr_expect_eq(pl_dfa_match(d, doc, strlen(doc)), want, "%s on %s (ws %d, regex %s)", schema,
+                 doc, (int)ws, re);
     pl_dfa_free(d);
     free(re);
     json_decref(s);
+}
+
+/* Compact documents: the same answer with either whitespace. */
+static void expect_schema(const char *schema, const char *doc, bool want)
+{
+    expect_schema_ws(schema, doc, want, PL_JSON_WS_COMPACT);
+    expect_schema_ws(schema, doc, want, PL_JSON_WS_FLEXIBLE);
 }
 
 Test(json_schema, shapes)
@@ -167,7 +174,7 @@ Test(json_schema, unsupported_keywords_are_named)
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         json_t *s = json_loads(bad[i][0], 0, NULL);
         char err[400] = "";
-        char *re = pl_json_schema_regex(s, err, sizeof err);
+        char *re = pl_json_schema_regex(s, PL_JSON_WS_FLEXIBLE, err, sizeof err);
         cr_expect_null(re, "%s", bad[i][0]);
         cr_expect(strstr(err, bad[i][1]) != NULL, "%s: %s", bad[i][0], err);
         free(re);
@@ -177,7 +184,7 @@ Test(json_schema, unsupported_keywords_are_named)
 
 Test(json_schema, json_object_and_choices)
 {
-    char *re = pl_json_object_regex();
+    char *re = pl_json_object_regex(PL_JSON_WS_COMPACT);
     pl_dfa *d = compile(re);
     const char *ok[] = {"{}", "{\"a\": 1}", "{\"a\": {\"b\": [1, \"x\", null]}, \"c\": true}"};
     for (size_t i = 0; i < 3; i++)
@@ -194,6 +201,199 @@ Test(json_schema, json_object_and_choices)
     cr_expect_not(pl_dfa_match(d, "B) no", 5));
     pl_dfa_free(d);
     free(re);
+}
+
+static const char mask_schemas_0[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
+    "\"n\":{\"type\":\"number\",\"minimum\":-5,\"maximum\":70},\"ok\":{\"type\":\"boolean\"}},"
+    "\"required\":[\"name\",\"n\"]}";
+static const char mask_schemas_1[] =
+    "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"\\u00e9t\\u00e9\"]},\"maxItems\":3}";
+
+/* ---- flexible whitespace ---- */
+
+static const char WS_OBJ[] =
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},"
+    "\"age\":{\"type\":\"integer\"},\"tags\":{\"type\":\"array\",\"items\":{\"type\":"
+    "\"string\"}},\"home\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":"
+    "\"string\"}},\"required\":[\"city\"]}},\"required\":[\"name\"]}";
+
+static const char WS_NO_STRINGS[] =
+    "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"flags\":{\"type\":"
+    "\"array\",\"items\":{\"type\":\"boolean\"}},\"in\":{\"properties\":{\"x\":{\"type\":"
+    "\"number\"},\"e\":{\"enum\":[\"a b\",2]}}}},\"required\":[\"n\"]}";
+
+/* Flexible only: a document as json.dumps(indent=...), JSON.stringify and
+ * models write it. */
+static void expect_flexible_only(const char *schema, const char *doc)
+{
+    expect_schema_ws(schema, doc, true, PL_JSON_WS_FLEXIBLE);
+    expect_schema_ws(schema, doc, false, PL_JSON_WS_COMPACT);
+}
+
+Test(json_schema, flexible_whitespace_as_writers_put_it)
+{
+    expect_flexible_only(WS_OBJ, "{\n  \"name\": \"Ann\",\n  \"age\": 42,\n  \"tags\": [\n"
+                                 "    \"a\",\n    \"b\"\n  ],\n  \"home\": {\n    \"city\": "
+                                 "\"Oslo\"\n  }\n}");
+    expect_flexible_only(WS_OBJ, "{\"name\":\"Ann\",\"age\":42,\"tags\":[\"a\",\"b\"]}");
+    expect_flexible_only(WS_OBJ, "{\n\t\"name\": \"Ann\",\n\n\t\"age\": 7\n}");
+    expect_flexible_only(WS_OBJ, "{ \"name\" : \"Ann\" , \"tags\": [ ] }");
+    expect_flexible_only(WS_OBJ, "{\n                    \"name\": \"x\"}");   /* 20 */
+    expect_flexible_only("{\"properties\":{\"a\":{\"type\":\"null\"}}}", "{ }");
+    expect_flexible_only("{\"type\":\"object\",\"additionalProperties\":{\"type\":\"integer\"}}",
+                         "{\n  \"x\": 1,\n  \"y\": 2\n}");
+    /* Bounded, and only between tokens. */
+    const char *bad[] = {
+        "{\n                     \"name\": \"x\"}",             /* 21 spaces */
+        "{\n\n\n  \"name\": \"x\"}",                            /* 3 newlines */
+        "{\"name\":  \"x\"}",                                   /* 2 spaces after ':' */
+        "{\"name\"\n: \"x\"}",
+        " {\"name\": \"x\"}",
+        "{\"name\": \"x\"}\n",
+        "{\"name\": \"x\",}",
+        "{\"name\": \"x\" \"age\": 1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_schema(WS_OBJ, bad[i], false);
+}
+
+/* A random text the DFA accepts: random bytes, then (past `steps`) the
+ * shortest way to an accepting state. dist: bytes to acceptance. */
+static size_t dfa_walk(const pl_dfa *d, const int *dist, int steps, char *out, size_t cap)
+{
+    size_t n = 0;
+    int32_t q = 0;
+    while (n + 1 < cap) {
+        if (d->accept[q] && (dist[q] == 0 || rand() % 8 == 0) && (int)n >= steps / 4)
+            break;
+        int32_t next[256];
+        int k = 0;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = d->trans[(size_t)q * 256 + (size_t)b];
+            if (t >= 0 && ((int)n < steps || dist[t] < dist[q]))
+                next[k++] = (int32_t)b;
+        }
+        if (k == 0 && d->accept[q])
+            break;
+        cr_assert_gt(k, 0);
+        int b = next[rand() % k];
+        out[n++] = (char)b;
+        q = d->trans[(size_t)q * 256 + (size_t)b];
+    }
+    out[n] = '\0';
+    return n;
+}
+
+static int *dfa_dist(const pl_dfa *d)
+{
+    int *dist = malloc(sizeof *dist * (size_t)d->n_states);
+    for (int q = 0; q < d->n_states; q++)
+        dist[q] = d->accept[q] ? 0 : 1 << 28;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int q = 0; q < d->n_states; q++)
+            for (int b = 0; b < 256; b++) {
+                int32_t t = d->trans[(size_t)q * 256 + (size_t)b];
+                if (t >= 0 && dist[t] + 1 < dist[q]) {
+                    dist[q] = dist[t] + 1;
+                    changed = true;
+                }
+            }
+    }
+    return dist;
+}
+
+/* Whitespace outside strings removed, then ", " and ": " put back: the
+ * text as the compact grammar writes it. Returns the longest run of
+ * whitespace outside strings. */
+static int to_compact(const char *s, char *out)
+{
+    bool str = false, esc = false;
+    int run = 0, longest = 0;
+    for (; *s; s++) {
+        if (str) {
+            *out++ = *s;
+            str = esc || *s != '"';
+            esc = !esc && *s == '\\';
+        } else if (!strchr(" \t\n\r", *s)) {
+            *out++ = *s;
+            str = *s == '"';
+            if (*s == ',' || *s == ':')
+                *out++ = ' ';
+            run = 0;
+        } else if (++run > longest) {
+            longest = run;
+        }
+    }
+    *out = '\0';
+    return longest;
+}
+
+/* The longest run of whitespace bytes the DFA accepts anywhere, or -1
+ * when a run can go on forever. */
+static int ws_run(const pl_dfa *d, int32_t q, int *memo, int depth)
+{
+    if (depth > d->n_states)
+        return -1;
+    if (memo[q] != -2)
+        return memo[q];
+    int best = 0;
+    for (const char *w = " \t\n\r"; *w; w++) {
+        int32_t t = d->trans[(size_t)q * 256 + (unsigned char)*w];
+        int r = t >= 0 ? ws_run(d, t, memo, depth + 1) : 0;
+        if (r < 0)
+            return -1;
+        if (t >= 0 && r + 1 > best)
+            best = r + 1;
+    }
+    return memo[q] = best;
+}
+
+/* Random texts of the flexible grammar are JSON, at most 22 whitespace
+ * bytes in a row, and the compact grammar's texts once respaced. Without
+ * free strings (where spaces are text) the DFA itself must bound runs. */
+static void check_flexible(char *flex_re, char *compact_re, unsigned seed, bool strings)
+{
+    pl_dfa *f = compile(flex_re), *c = compile(compact_re);
+    int *dist = dfa_dist(f), *memo = malloc(sizeof *memo * (size_t)f->n_states);
+    for (int q = 0; q < f->n_states; q++)
+        memo[q] = -2;
+    int longest = 0;
+    for (int q = 0; !strings && q < f->n_states; q++) {
+        int r = ws_run(f, q, memo, 0);
+        cr_assert_geq(r, 0, "unbounded whitespace in %s", flex_re);
+        longest = r > longest ? r : longest;
+    }
+    cr_expect(strings || longest == 22, "two newlines and 20 spaces at most: %d", longest);
+    srand(seed);
+    static char text[8192], compact[16384];
+    for (int i = 0; i < 300; i++) {
+        size_t n = dfa_walk(f, dist, 40 + i % 200, text, sizeof text);
+        json_error_t je;
+        json_t *j = json_loadb(text, n, JSON_DECODE_ANY, &je);
+        cr_assert_not_null(j, "not JSON: %s (%s)", text, je.text);
+        json_decref(j);
+        cr_assert_leq(to_compact(text, compact), 22, "%s", text);
+        cr_assert(pl_dfa_match(c, compact, strlen(compact)), "%s\nas %s", text, compact);
+    }
+    free(dist), free(memo), free(flex_re), free(compact_re);
+    pl_dfa_free(f), pl_dfa_free(c);
+}
+
+Test(json_schema, flexible_texts_are_compact_texts_spaced_and_bounded, .timeout = 60)
+{
+    const char *schemas[] = {WS_OBJ, mask_schemas_0, mask_schemas_1, WS_NO_STRINGS};
+    for (size_t i = 0; i < sizeof schemas / sizeof *schemas; i++) {
+        json_t *s = json_loads(schemas[i], 0, NULL);
+        char err[400];
+        check_flexible(pl_json_schema_regex(s, PL_JSON_WS_FLEXIBLE, err, sizeof err),
+                       pl_json_schema_regex(s, PL_JSON_WS_COMPACT, err, sizeof err),
+                       (unsigned)i + 1, schemas[i] != WS_NO_STRINGS);
+        json_decref(s);
+    }
+    check_flexible(pl_json_object_regex(PL_JSON_WS_FLEXIBLE),
+                   pl_json_object_regex(PL_JSON_WS_COMPACT), 11, true);
 }
 
 /* ---- token masks against brute force ---- */
@@ -251,12 +451,7 @@ static void brute_force(const pl_token_fsm *f, const pl_vocab_source *src, unsig
     }
 }
 
-static const char *mask_schemas[] = {
-    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":8},"
-    "\"n\":{\"type\":\"number\",\"minimum\":-5,\"maximum\":70},\"ok\":{\"type\":\"boolean\"}},"
-    "\"required\":[\"name\",\"n\"]}",
-    "{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"\\u00e9t\\u00e9\"]},\"maxItems\":3}",
-};
+static const char *mask_schemas[] = {mask_schemas_0, mask_schemas_1};
 
 static void check_constraints(pl_constraint_cache *c, const pl_vocab_source *src)
 {
@@ -293,7 +488,7 @@ Test(token_fsm, masks_match_brute_force_synthetic)
     srand(42);
     const char *pieces[] = {"\"", "{", "}", ": ", ", ", "name", "true", "ap", "ples", "€",
                             "\xe2", "\x82\xac", "é", "é", "1", "0.", "-", "[", "]", "\"a",
-                            "\", \"", "null", "\\n", " "};
+                            "\", \"", "null", "\\n", " ", "\n", ",\n  ", "{\n    "};
     for (int i = 0; i < v.n; i++) {
         char buf[32] = "";
         if (i < 256) {
@@ -309,7 +504,7 @@ Test(token_fsm, masks_match_brute_force_synthetic)
         memcpy(v.tok[i], buf, v.len[i] + 1);
     }
     pl_vocab_source src = {v.n, synth_bytes, synth_eog, &v};
-    pl_constraint_cache *c = pl_constraint_cache_new(&src);
+    pl_constraint_cache *c = pl_constraint_cache_new(&src, PL_JSON_WS_FLEXIBLE);
     check_constraints(c, &src);
     pl_constraint_cache_free(c);
     for (int i = 0; i < v.n; i++)
@@ -342,7 +537,7 @@ Test(token_fsm, masks_match_brute_force_smollm2, .timeout = 240)
     pl_tokenizer *t = pl_tokenizer_from_gguf(g, err, sizeof err);
     cr_assert_not_null(t, "%s", err);
     pl_vocab_source src = {pl_tokenizer_n_vocab(t), tok_bytes_real, tok_eog_real, t};
-    pl_constraint_cache *c = pl_constraint_cache_new(&src);
+    pl_constraint_cache *c = pl_constraint_cache_new(&src, PL_JSON_WS_FLEXIBLE);
     check_constraints(c, &src);
     pl_constraint_cache_free(c);
     pl_tokenizer_free(t);

@@ -392,9 +392,10 @@ pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
     }
     if (resolve_options_(e, opts ? opts : &def, err) < 0 || init_core_(e, err) < 0)
         goto fail;
+    e->base.json_ws = (pl_json_ws)(opts ? opts->json_ws : def.json_ws);
     if (e->text.token_bytes && e->text.is_eog) {
         pl_vocab_source vs = {e->n_vocab, e->text.token_bytes, e->text.is_eog, e->text.ud};
-        e->constraints = pl_constraint_cache_new(&vs);
+        e->constraints = pl_constraint_cache_new(&vs, e->base.json_ws);
     }
     if (pl_engine_wake_init_(e) < 0) {
         pl_err_set(err, 500, "server_error", NULL, NULL, "engine: eventfd failed");

@@ -42,6 +42,9 @@ typedef struct pl_engine_options {
      *  off the event loop (engine_prep.c); 0: all of it inline, on the
      *  event loop (the old way, for comparison). */
     int prepare_threads;
+    /** The whitespace constrained JSON may hold: a pl_json_ws (backend.h;
+     *  0 flexible, 1 compact), --structured-whitespace. */
+    int json_ws;
 } pl_engine_options;
 
 /** The CPU runner (cpu_runner.h). */

@@ -155,7 +155,7 @@ static int constraint_inline_(pl_engine *e, const pl_sampling *sp, const pl_toke
     int rc = pl_constraint_lookup(e->constraints, sp->constraint, sp->constraint_text, fsm, err);
     if (rc != 0)
         return rc > 0 ? 0 : -1;
-    if (pl_constraint_check(sp->constraint, sp->constraint_text, err) < 0)
+    if (pl_constraint_check(sp->constraint, sp->constraint_text, e->base.json_ws, err) < 0)
         return -1;
     if (!e->prep) {              /* --prepare-threads 0: compile here */
         *fsm = pl_constraint_get(e->constraints, sp->constraint, sp->constraint_text, err);

@@ -406,7 +406,8 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
         return -1;
     }
     r->rng = req->sampling.has_seed ? req->sampling.seed ^ h : h;
-    char *forced = pl_mock_constrained_text(&mb->dfa_cache, &req->sampling, mock_rand, &r->rng, err);
+    char *forced = pl_mock_constrained_text(&mb->dfa_cache, &req->sampling, mb->o.json_ws,
+                                            mock_rand, &r->rng, err);
     if (forced == (char *)-1) {
         mock_req_free(r);
         return -1;
@@ -617,6 +618,7 @@ pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o)
     mb->base.model = strdup(o->model ? o->model : "mock");
     mb->o = *o;
     mb->o.model = mb->base.model;
+    mb->base.json_ws = o->json_ws;
     if (mb->o.capacity < 1)
         mb->o.capacity = 1;
     if (mb->o.max_model_len <= 0)

@@ -24,7 +24,13 @@ typedef struct pl_mock_opts {
      *  Borrowed for the backend's life. */
     const char *reasoning;
     int max_model_len;
+    pl_json_ws json_ws;          /**< whitespace of constrained JSON */
 } pl_mock_opts;
+
+/** The id of the mock's end-of-sequence token: a reply without max_tokens
+ *  ends with it (text "", counted in completion_tokens, with logprobs when
+ *  asked); word tokens are hashes below it. */
+#define PL_MOCK_EOS 0x8000
 
 /** Create a mock backend on the given loop. Free with pl_backend_free. */
 pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o);

@@ -136,7 +136,8 @@ static char *choice_(const char *text, uint64_t (*rnd)(uint64_t *), uint64_t *rn
 }
 
 char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
-                               uint64_t (*rnd)(uint64_t *), uint64_t *rng, pl_err *err)
+                               pl_json_ws ws, uint64_t (*rnd)(uint64_t *), uint64_t *rng,
+                               pl_err *err)
 {
     if (sp->constraint == PL_CONSTRAINT_NONE)
         return NULL;
@@ -144,7 +145,7 @@ char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
     if (sp->constraint == PL_CONSTRAINT_CHOICE) {
         s = choice_(sp->constraint_text, rnd, rng);
     } else {
-        char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, err);
+        char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, ws, err);
         if (!re)
             return (char *)-1;
         int k = cached_(cache, re, sp, err);

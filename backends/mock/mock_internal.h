@@ -25,10 +25,12 @@ void pl_mock_dfa_cache_clear(pl_mock_dfa_cache *c);
  * The text the mock answers a constrained request with (malloc'd): one of
  * the choices, or a random shortest text the constraint accepts. NULL when
  * sp has no constraint; (char *)-1 with *err (400 for a constraint that
- * does not compile). rnd draws from *rng; cache keeps compiled regexes.
+ * does not compile). JSON has whitespace ws; rnd draws from *rng; cache
+ * keeps compiled regexes.
  */
 char *pl_mock_constrained_text(pl_mock_dfa_cache *cache, const pl_sampling *sp,
-                               uint64_t (*rnd)(uint64_t *), uint64_t *rng, pl_err *err);
+                               pl_json_ws ws, uint64_t (*rnd)(uint64_t *), uint64_t *rng,
+                               pl_err *err);
 
 /** An echoed prompt: its delta (pl_delta.prompt) and what it points to. */
 typedef struct pl_mock_prompt {

@@ -28,6 +28,7 @@ struct pl_constraint_cache {
     pthread_cond_t compiled;     /* an entry stopped compiling */
     pthread_mutex_t trie_mu;     /* the trie's one build */
     pl_vocab_source src;
+    pl_json_ws ws;
     pl_vocab_trie *trie;         /* built on first use */
     cache_entry e[PL_CONSTRAINT_CACHE_MAX];
     int n;
@@ -47,7 +48,7 @@ static double now_ms_(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-pl_constraint_cache *pl_constraint_cache_new(const pl_vocab_source *src)
+pl_constraint_cache *pl_constraint_cache_new(const pl_vocab_source *src, pl_json_ws ws)
 {
     pl_constraint_cache *c = calloc(1, sizeof *c);
     if (!c)
@@ -56,6 +57,7 @@ pl_constraint_cache *pl_constraint_cache_new(const pl_vocab_source *src)
     pthread_cond_init(&c->compiled, NULL);
     pthread_mutex_init(&c->trie_mu, NULL);
     c->src = *src;
+    c->ws = ws;
     return c;
 }
 
@@ -104,13 +106,14 @@ done:
     return re;
 }
 
-char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_err *err)
+char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_json_ws ws,
+                          pl_err *err)
 {
     char msg[400];
     char *re = NULL;
     switch (kind) {
     case PL_CONSTRAINT_JSON_OBJECT:
-        re = pl_json_object_regex();
+        re = pl_json_object_regex(ws);
         break;
     case PL_CONSTRAINT_REGEX:
         re = text ? strdup(text) : NULL;
@@ -122,7 +125,7 @@ char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_err *err
         json_t *s = text ? json_loads(text, JSON_DECODE_ANY, &je) : NULL;
         if (!s)
             return BAD("the JSON schema is not valid JSON"), NULL;
-        re = pl_json_schema_regex(s, msg, sizeof msg);
+        re = pl_json_schema_regex(s, ws, msg, sizeof msg);
         json_decref(s);
         if (!re)
             return BAD("%s", msg), NULL;
@@ -136,10 +139,10 @@ char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_err *err
     return re;
 }
 
-int pl_constraint_check(pl_constraint_kind kind, const char *text, pl_err *err)
+int pl_constraint_check(pl_constraint_kind kind, const char *text, pl_json_ws ws, pl_err *err)
 {
     char msg[300];
-    char *re = pl_constraint_regex(kind, text, err);
+    char *re = pl_constraint_regex(kind, text, ws, err);
     if (!re)
         return -1;
     int rc = pl_regex_check(re, strlen(re), 0, msg, sizeof msg);
@@ -152,7 +155,7 @@ static const pl_token_fsm *compile_(pl_constraint_cache *c, pl_constraint_kind k
                                     const char *text, pl_err *err)
 {
     char msg[300];
-    char *re = pl_constraint_regex(kind, text, err);
+    char *re = pl_constraint_regex(kind, text, c->ws, err);
     if (!re)
         return NULL;
     pl_dfa *d = pl_regex_compile(re, strlen(re), 0, PL_CONSTRAINT_MAX_STATES, msg,

@@ -19,8 +19,9 @@
 typedef struct pl_constraint_cache pl_constraint_cache;
 
 /** A cache over a vocabulary (its trie is built on the first compile;
- *  src->ud must live as long as the cache). NULL on OOM. */
-pl_constraint_cache *pl_constraint_cache_new(const pl_vocab_source *src);
+ *  src->ud must live as long as the cache), compiling JSON constraints
+ *  with whitespace ws. NULL on OOM. */
+pl_constraint_cache *pl_constraint_cache_new(const pl_vocab_source *src, pl_json_ws ws);
 void pl_constraint_cache_free(pl_constraint_cache *c);
 
 /**
@@ -50,14 +51,16 @@ int pl_constraint_lookup(pl_constraint_cache *c, pl_constraint_kind kind, const 
 typedef void (*pl_constraint_hook)(void *ud, pl_constraint_kind kind, const char *text);
 void pl_constraint_cache_set_hook(pl_constraint_cache *c, pl_constraint_hook hook, void *ud);
 
-/** The regex for (kind, text), malloc'd, or NULL with a 400 in *err. */
-char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_err *err);
+/** The regex for (kind, text), JSON with whitespace ws; malloc'd, or NULL
+ *  with a 400 in *err. */
+char *pl_constraint_regex(pl_constraint_kind kind, const char *text, pl_json_ws ws,
+                          pl_err *err);
 
 /** The cheap half of a compile, for the event loop: the regex written and
  *  parsed (about 0.1 ms for a 20-property schema). 0, or -1 with the 400
  *  pl_constraint_get would give; what passes can still fail to compile
  *  (a DFA of more than PL_CONSTRAINT_MAX_STATES states). */
-int pl_constraint_check(pl_constraint_kind kind, const char *text, pl_err *err);
+int pl_constraint_check(pl_constraint_kind kind, const char *text, pl_json_ws ws, pl_err *err);
 
 /** Cache statistics: hits, compiles, and the milliseconds compiles took. */
 void pl_constraint_cache_stats(pl_constraint_cache *c, uint64_t *hits, uint64_t *compiles,

@@ -20,11 +20,19 @@
 #define RX_JSTRING "\"" RX_JCHAR "*\""
 #define RX_JNUMBER "-?(?:0|[1-9][0-9]{0,14})(?:\\.[0-9]{1,15})?"
 #define RX_JINTEGER "-?(?:0|[1-9][0-9]{0,14})"
+/* Flexible whitespace (json_schema.h), bounded as llama.cpp's JSON grammar
+ * bounds it: where writers break lines (after an opening bracket or a
+ * comma, before a closing one) nothing, one space, or one or two newlines
+ * and up to 20 spaces or tabs of indentation; a space or none after ':'
+ * and before ':' or ','. */
+#define RX_WS_LINE "(?: |\\n{1,2}[ \\t]{0,20})?"
+#define RX_WS_SPACE " ?"
 
 typedef struct gen {
     char *buf;
     size_t len, cap;
     json_t *root;
+    pl_json_ws ws;
     char *err;
     size_t errlen;
     bool failed;
@@ -83,6 +91,38 @@ static int fail_(gen *g, const char *fmt, ...)
     snprintf(g->err, g->errlen, "%s (at %s)", msg, g->path[0] ? g->path : "the schema root");
     g->failed = true;
     return -1;
+}
+
+/* ---- brackets and separators, in the whitespace mode ---- */
+
+static bool flex_(const gen *g)
+{
+    return g->ws == PL_JSON_WS_FLEXIBLE;
+}
+
+/* An opening bracket ("\\{" or "\\["), then room for a line break. */
+static void open_(gen *g, const char *bracket)
+{
+    put_(g, bracket);
+    if (flex_(g))
+        put_(g, RX_WS_LINE);
+}
+
+/* Room for a line break before a closing bracket. */
+static void before_close_(gen *g)
+{
+    if (flex_(g))
+        put_(g, RX_WS_LINE);
+}
+
+static void comma_(gen *g)
+{
+    put_(g, flex_(g) ? RX_WS_SPACE "," RX_WS_LINE : ", ");
+}
+
+static void colon_(gen *g)
+{
+    put_(g, flex_(g) ? RX_WS_SPACE ":" RX_WS_SPACE : ": ");
 }
 
 /* The literal JSON text of a value, compact. */
@@ -322,19 +362,42 @@ static int gen_string_(gen *g, json_t *s)
 
 /* ---- any value, bounded depth ---- */
 
+static void gen_any_(gen *g, int depth);
+
+/* "key": value, the value any JSON nested at most depth deep. */
+static void any_member_(gen *g, int depth)
+{
+    put_(g, RX_JSTRING);
+    colon_(g);
+    gen_any_(g, depth);
+}
+
+/* An object (or array) of any values nested at most depth deep. */
+static void any_container_(gen *g, int depth, bool object)
+{
+    open_(g, object ? "\\{" : "\\[");
+    for (int rep = 0; rep < 2; rep++) {
+        put_(g, "(?:");
+        if (rep)
+            comma_(g);
+        if (object)
+            any_member_(g, depth);
+        else
+            gen_any_(g, depth);
+    }
+    put_(g, ")*");
+    before_close_(g);
+    put_(g, object ? ")?\\}" : ")?\\]");
+}
+
 static void gen_any_(gen *g, int depth)
 {
     put_(g, "(?:" RX_JSTRING "|" RX_JNUMBER "|true|false|null");
     if (depth > 0) {
-        put_(g, "|\\{(?:" RX_JSTRING ": ");
-        gen_any_(g, depth - 1);
-        put_(g, "(?:, " RX_JSTRING ": ");
-        gen_any_(g, depth - 1);
-        put_(g, ")*)?\\}|\\[(?:");
-        gen_any_(g, depth - 1);
-        put_(g, "(?:, ");
-        gen_any_(g, depth - 1);
-        put_(g, ")*)?\\]");
+        put_(g, "|");
+        any_container_(g, depth - 1, true);
+        put_(g, "|");
+        any_container_(g, depth - 1, false);
     }
     put_(g, ")");
 }
@@ -376,7 +439,7 @@ static int gen_prop_(gen *g, const char *key, json_t *sub, int depth)
     json_t *k = json_string(key);
     put_value_literal_(g, k);
     json_decref(k);
-    put_(g, ": ");
+    colon_(g);
     char part[96];
     snprintf(part, sizeof part, ".properties.%.80s", key);
     return gen_sub_(g, sub, depth + 1, part);
@@ -384,12 +447,19 @@ static int gen_prop_(gen *g, const char *key, json_t *sub, int depth)
 
 static int gen_map_(gen *g, json_t *add, int depth)
 {
-    put_(g, "\\{(?:" RX_JSTRING ": ");
-    if (gen_sub_(g, add, depth + 1, ".additionalProperties") < 0)
-        return -1;
-    put_(g, "(?:, " RX_JSTRING ": ");
-    gen_sub_(g, add, depth + 1, ".additionalProperties");
-    put_(g, ")*)?\\}");
+    open_(g, "\\{");
+    for (int rep = 0; rep < 2; rep++) {
+        put_(g, "(?:");
+        if (rep)
+            comma_(g);
+        put_(g, RX_JSTRING);
+        colon_(g);
+        if (gen_sub_(g, add, depth + 1, ".additionalProperties") < 0)
+            return -1;
+    }
+    put_(g, ")*");
+    before_close_(g);
+    put_(g, ")?\\}");
     return g->failed ? -1 : 0;
 }
 
@@ -409,8 +479,13 @@ static int gen_object_(gen *g, json_t *s, int depth)
     json_array_foreach(req, i, v)
         if (!json_is_string(v) || !json_object_get(props, json_string_value(v)))
             return fail_(g, "'required' names a property not in 'properties'");
-    if (n == 0)
-        return json_is_object(add) ? gen_map_(g, add, depth) : (put_(g, "\\{\\}"), 0);
+    if (n == 0 && json_is_object(add))
+        return gen_map_(g, add, depth);
+    if (n == 0) {
+        open_(g, "\\{");
+        put_(g, "\\}");
+        return g->failed ? -1 : 0;
+    }
     const char **keys = malloc(sizeof *keys * n);
     json_t **subs = malloc(sizeof *subs * n);
     bool *rq = malloc(n);
@@ -425,13 +500,15 @@ static int gen_object_(gen *g, json_t *s, int depth)
         subs[m] = v;
         rq[m++] = req && is_required_(req, k);
     }
-    put_(g, "\\{(?:");
+    open_(g, "\\{");
+    put_(g, "(?:(?:");
     bool all_optional = true;
     for (size_t j = 0; j < n && !g->failed; j++) {
         put_(g, j ? "|" : "");
         gen_prop_(g, keys[j], subs[j], depth);
         for (size_t t = j + 1; t < n && !g->failed; t++) {
-            put_(g, rq[t] ? ", " : "(?:, ");
+            put_(g, rq[t] ? "" : "(?:");
+            comma_(g);
             gen_prop_(g, keys[t], subs[t], depth);
             put_(g, rq[t] ? "" : ")?");
         }
@@ -440,6 +517,8 @@ static int gen_object_(gen *g, json_t *s, int depth)
             break;
         }
     }
+    put_(g, ")");
+    before_close_(g);
     put_(g, all_optional ? ")?\\}" : ")\\}");
     free(keys), free(subs), free(rq);
     return g->failed ? -1 : 0;
@@ -456,14 +535,17 @@ static int gen_array_(gen *g, json_t *s, int depth)
         return fail_(g, "'maxItems' is below 'minItems'");
     if (items && !json_is_object(items) && !json_is_boolean(items))
         return fail_(g, "'items' must be a schema (tuple 'items' are not supported)");
+    open_(g, "\\[");
     if (b && mx == 0) {
-        put_(g, "\\[\\]");
-        return 0;
+        put_(g, "\\]");
+        return g->failed ? -1 : 0;
     }
-    put_(g, mn == 0 ? "\\[(?:" : "\\[");
+    put_(g, "(?:");
     for (int rep = 0; rep < 2 && !g->failed; rep++) {
-        if (rep)
-            put_(g, "(?:, ");
+        if (rep) {
+            put_(g, "(?:");
+            comma_(g);
+        }
         if (items)
             gen_sub_(g, items, depth + 1, ".items");
         else
@@ -474,7 +556,8 @@ static int gen_array_(gen *g, json_t *s, int depth)
         putf_(g, "){%lld,%lld}", lo, mx - 1);
     else
         putf_(g, "){%lld,}", lo);
-    put_(g, mn == 0 ? ")?\\]" : "\\]");
+    before_close_(g);
+    put_(g, mn == 0 ? ")?\\]" : ")\\]");
     return g->failed ? -1 : 0;
 }
 
@@ -619,9 +702,9 @@ static int gen_schema_(gen *g, json_t *s, int depth)
     return 0;
 }
 
-char *pl_json_schema_regex(json_t *schema, char *err, size_t errlen)
+char *pl_json_schema_regex(json_t *schema, pl_json_ws ws, char *err, size_t errlen)
 {
-    gen g = {.root = schema, .err = err, .errlen = errlen};
+    gen g = {.root = schema, .ws = ws, .err = err, .errlen = errlen};
     if (gen_schema_(&g, schema, 0) < 0 || g.failed) {
         free(g.buf);
         return NULL;
@@ -629,15 +712,11 @@ char *pl_json_schema_regex(json_t *schema, char *err, size_t errlen)
     return g.buf;
 }
 
-char *pl_json_object_regex(void)
+char *pl_json_object_regex(pl_json_ws ws)
 {
     char err[64];
-    gen g = {.err = err, .errlen = sizeof err};
-    put_(&g, "\\{(?:" RX_JSTRING ": ");
-    gen_any_(&g, ANY_DEPTH - 1);
-    put_(&g, "(?:, " RX_JSTRING ": ");
-    gen_any_(&g, ANY_DEPTH - 1);
-    put_(&g, ")*)?\\}");
+    gen g = {.ws = ws, .err = err, .errlen = sizeof err};
+    any_container_(&g, ANY_DEPTH - 1, true);
     if (g.failed) {
         free(g.buf);
         return NULL;

@@ -1,8 +1,13 @@
 /* json_schema.h - JSON schemas, json_object and choice lists as regexes for
  * regex.h (DESIGN.md, "Constrained decoding").
  *
- * The text is JSON with Python json.dumps' separators (", " and ": ") and
- * no other whitespace, properties in the schema's order. Keywords: type
+ * Whitespace (pl_json_ws): compact is Python json.dumps' separators (", "
+ * and ": ") and nothing else; flexible is what writers of JSON put between
+ * tokens, bounded as llama.cpp's JSON grammar bounds it so a model cannot
+ * pad forever: after '{', '[' and ',' and before '}' and ']' nothing, one
+ * space, or one or two newlines then up to 20 spaces or tabs; around ':'
+ * and before ',' one space or none. Never before or after the whole text.
+ * Properties come in the schema's order. Keywords: type
  * (one or a list), object with properties / required / additionalProperties,
  * array with items / minItems / maxItems, string with minLength / maxLength
  * or pattern, number and integer with minimum / maximum, boolean, null,
@@ -20,15 +25,17 @@
 
 #include <jansson.h>
 
+#include "backends/backend.h"
+
 #define PL_JSON_SCHEMA_MAX_DEPTH 10
 
 /** A regex for the JSON texts that validate against schema (root of its
  *  own $refs). Returns a malloc'd pattern, or NULL with a message naming
  *  the keyword in err. */
-char *pl_json_schema_regex(json_t *schema, char *err, size_t errlen);
+char *pl_json_schema_regex(json_t *schema, pl_json_ws ws, char *err, size_t errlen);
 
 /** A regex for any JSON object, nested at most 3 deep. malloc'd or NULL. */
-char *pl_json_object_regex(void);
+char *pl_json_object_regex(pl_json_ws ws);
 
 /** An alternation of n literal strings (exact match). malloc'd or NULL. */
 char *pl_choice_regex(const char *const *choices, int n);
