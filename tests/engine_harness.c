@@ -58,8 +58,13 @@ void on_delta(void *ud, const pl_delta *d)
 {
     collect *c = ud;
     cr_assert(!c->done, "delta after done");
-    for (int i = 0; i < d->n_tokens && c->n < MAXLEN; i++)
+    for (int i = 0; i < d->n_tokens && c->n < MAXLEN; i++) {
         c->toks[c->n++] = d->tokens[i];
+        if (d->logprobs && c->n_lp < MAXLEN) {
+            c->lp_len[c->n_lp] = d->logprobs[i].token_len;
+            c->lp[c->n_lp++] = d->logprobs[i].logprob;
+        }
+    }
     memcpy(c->text + c->len, d->text, d->len);
     c->len += d->len;
     c->text[c->len] = '\0';
@@ -72,6 +77,10 @@ void on_done(void *ud, const pl_result *r)
     cr_assert(!c->done, "two results");
     c->done = true;
     c->res = *r;
+    if (r->finish == PL_FINISH_STOP && c->n > 0 && c->toks[c->n - 1] == EOS) {
+        c->eos = true;        /* the end's own delta; toks keeps the reply */
+        c->n--;
+    }
 }
 
 const eng_cfg base_cfg = {true, true, 32, 512, 256, 0, 0};
@@ -134,12 +143,14 @@ void run_until_done(struct event_base *base, collect *c, int n)
 }
 
 static uint64_t submit_(pl_backend *b, const int32_t *ids, int n, int max_tokens,
-                        bool ignore_eos, collect *c)
+                        bool ignore_eos, int top, collect *c)
 {
     pl_gen_request req = {0};
     pl_sampling_defaults(&req.sampling);
     req.sampling.temperature = 0;
     req.sampling.ignore_eos = ignore_eos;
+    req.sampling.logprobs = top >= 0;
+    req.sampling.top_logprobs = top > 0 ? top : 0;
     req.sampling.max_tokens = max_tokens;
     req.prompt_tokens = ids;
     req.n_prompt_tokens = n;
@@ -152,13 +163,19 @@ static uint64_t submit_(pl_backend *b, const int32_t *ids, int n, int max_tokens
 
 uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n, int max_tokens, collect *c)
 {
-    return submit_(b, ids, n, max_tokens, false, c);
+    return submit_(b, ids, n, max_tokens, false, -1, c);
+}
+
+uint64_t submit_ids_lp(pl_backend *b, const int32_t *ids, int n, int max_tokens, int top,
+                       collect *c)
+{
+    return submit_(b, ids, n, max_tokens, false, top, c);
 }
 
 uint64_t submit_ids_no_eos(pl_backend *b, const int32_t *ids, int n, int max_tokens,
                            collect *c)
 {
-    return submit_(b, ids, n, max_tokens, true, c);
+    return submit_(b, ids, n, max_tokens, true, -1, c);
 }
 
 /* The fake model's greedy continuation (EOS ends it, not included). */
@@ -197,6 +214,7 @@ void check_against_reference(const int32_t *p, int n, int max_tokens,
     for (int i = 0; i < m; i++)
         cr_assert_eq(c->toks[i], ref[i], "token %d", i);
     cr_assert_eq(c->res.finish, eos ? PL_FINISH_STOP : PL_FINISH_LENGTH);
+    cr_assert_eq(c->eos, eos, "the EOS comes in a delta of its own");
     cr_assert_eq(c->res.prompt_tokens, n);
     cr_assert_eq(c->res.completion_tokens, m + (eos ? 1 : 0));
     size_t letters_n = 0;

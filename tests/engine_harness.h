@@ -28,6 +28,10 @@ typedef struct collect {
     size_t len;
     int n_deltas;
     bool done;
+    bool eos;                    /* the reply ended with an EOS delta (not in toks) */
+    int n_lp;                    /* logprob entries received */
+    float lp[MAXLEN];
+    size_t lp_len[MAXLEN];       /* their token text's length */
     pl_result res;
 } collect;
 
@@ -53,6 +57,9 @@ void run_until_done(struct event_base *base, collect *c, int n);
 /** Submit a greedy request of ids; asserts it is accepted. */
 uint64_t submit_ids(pl_backend *b, const int32_t *ids, int n, int max_tokens,
                     collect *c);
+/** The same with logprobs and top (0..PL_MAX_TOP_LOGPROBS) alternatives. */
+uint64_t submit_ids_lp(pl_backend *b, const int32_t *ids, int n, int max_tokens, int top,
+                       collect *c);
 /** The same with ignore_eos: exactly max_tokens come back. */
 uint64_t submit_ids_no_eos(pl_backend *b, const int32_t *ids, int n, int max_tokens,
                            collect *c);

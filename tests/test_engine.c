@@ -18,6 +18,44 @@ Test(engine, single_request_matches_reference)
     json_decref(s);
 }
 
+/* Every generated token comes with its logprobs, the EOS too (its own
+ * delta, no text), async and sync: as many entries as completion_tokens. */
+static void eos_logprobs_case(bool async)
+{
+    struct event_base *base = event_base_new();
+    eng_cfg cfg = base_cfg;
+    cfg.async = async;
+    pl_backend *b = make_engine(base, cfg);
+    int32_t p[12], ref[MAXLEN];
+    bool eos = false;
+    int m = 0;
+    for (int seed = 1; !eos; seed++) {         /* a prompt whose reply ends with EOS */
+        make_prompt(p, 12, seed);
+        m = reference(p, 12, 40, ref, &eos);
+        cr_assert_lt(seed, 500);
+    }
+    collect c = {0};
+    submit_ids_lp(b, p, 12, 40, 1, &c);
+    run_until_done(base, &c, 1);
+    check_against_reference(p, 12, 40, &c);
+    cr_assert_eq(c.n_lp, m + 1, "logprobs %d for %d tokens and the EOS", c.n_lp, m);
+    cr_assert_eq(c.n_lp, c.res.completion_tokens);
+    cr_assert_eq(c.lp_len[m], 0, "the EOS entry has no text");
+    cr_assert_float_eq(c.lp[m], -0.25f, 1e-6);
+    pl_backend_free(b);
+    event_base_free(base);
+}
+
+Test(engine, eos_has_its_logprobs_async)
+{
+    eos_logprobs_case(true);
+}
+
+Test(engine, eos_has_its_logprobs_sync)
+{
+    eos_logprobs_case(false);
+}
+
 /* A runner reporting no token (all-NaN logits on a GPU) ends that request
  * with a clean error; the others, and later requests, are unaffected. */
 static void no_token_case(bool async)

@@ -11,6 +11,9 @@ typedef struct got {
     pl_finish finish;
     int completion_tokens;
     int started;                 /* order of the first delta, from 1 */
+    int tokens, lps;             /* token ids and logprob entries seen */
+    int32_t last_tok;
+    size_t last_lp_len;
 } got;
 
 static int n_started;
@@ -19,6 +22,14 @@ static void on_delta(void *ud, const pl_delta *d)
 {
     got *g = ud;
     strncat(g->text, d->text, d->len);
+    for (int i = 0; i < d->n_tokens; i++) {
+        g->tokens++;
+        g->last_tok = d->tokens[i];
+        if (d->logprobs) {
+            g->lps++;
+            g->last_lp_len = d->logprobs[i].token_len;
+        }
+    }
     if (!g->deltas++)
         g->started = ++n_started;
 }
@@ -47,7 +58,7 @@ static void teardown(void)
     event_base_free(base);
 }
 
-static uint64_t submit(got *g, int max_tokens, const char *stop, uint64_t seed)
+static uint64_t submit_lp(got *g, int max_tokens, const char *stop, uint64_t seed, bool lp)
 {
     pl_chat_message m = {"user", "question"};
     pl_gen_request r = {.messages = &m, .n_messages = 1};
@@ -55,6 +66,8 @@ static uint64_t submit(got *g, int max_tokens, const char *stop, uint64_t seed)
     r.sampling.max_tokens = max_tokens;
     r.sampling.seed = seed;
     r.sampling.has_seed = true;
+    r.sampling.logprobs = lp;
+    r.sampling.top_logprobs = lp ? 2 : 0;
     char *stops[1] = {(char *)stop};
     if (stop) {
         r.sampling.stop[0] = stops[0];
@@ -64,6 +77,11 @@ static uint64_t submit(got *g, int max_tokens, const char *stop, uint64_t seed)
     pl_sink s = {on_delta, on_done, g};
     cr_assert_eq(pl_backend_submit(mb, &r, s, &id, NULL), 0);
     return id;
+}
+
+static uint64_t submit(got *g, int max_tokens, const char *stop, uint64_t seed)
+{
+    return submit_lp(g, max_tokens, stop, seed, false);
 }
 
 TestSuite(mock, .init = setup_cap2, .fini = teardown, .timeout = 20);
@@ -173,4 +191,23 @@ Test(mock, max_tokens_beyond_the_context)
     cr_assert_eq(g2.completion_tokens, 15, "cut where the context ends");
     pl_backend_free(m2);
     event_base_free(b2);
+}
+
+/* A reply without max_tokens ends as a model's does, with an EOS token of
+ * its own: counted, with a logprobs entry of no text; max_tokens has none. */
+Test(mock, natural_stop_ends_with_an_eos_token)
+{
+    got a = {0}, b = {0};
+    submit_lp(&a, 0, NULL, 3, true);
+    submit_lp(&b, 5, NULL, 3, true);
+    event_base_dispatch(base);
+    cr_expect_eq(a.finish, PL_FINISH_STOP);
+    cr_expect_eq(a.last_tok, PL_MOCK_EOS);
+    cr_expect_eq(a.last_lp_len, 0);
+    cr_expect_eq(a.tokens, a.completion_tokens);
+    cr_expect_eq(a.lps, a.completion_tokens, "%d logprobs, %d tokens", a.lps,
+                 a.completion_tokens);
+    cr_expect_eq(b.finish, PL_FINISH_LENGTH);
+    cr_expect_eq(b.lps, 5);
+    cr_expect_neq(b.last_tok, PL_MOCK_EOS);
 }

@@ -2,11 +2,13 @@
  * end-of-generation and length checks, the text it adds, stop strings,
  * and the delta that carries it to the sink. Runs on the engine thread.
  *
- * Each generated token (but an end-of-generation one) gives one delta
- * with its id. Its text is held back while it could still be the start of
- * a stop string or ends inside a UTF-8 sequence, so a delta never shows
- * either; such a delta has the id and empty text, and the held text comes
- * with a later delta (at the latest the last one). Out of memory on this
+ * Each generated token gives one delta with its id (and its logprobs when
+ * asked), an end-of-generation one too: it adds no text, but clients that
+ * score replies (lm-evaluation-harness slices echo + logprobs by position)
+ * count it as usage does. Text is held back while it could still be the
+ * start of a stop string or ends inside a UTF-8 sequence, so a delta never
+ * shows either; such a delta has the id and empty text, and the held text
+ * comes with a later delta (at the latest the last one). Out of memory on this
  * path ends the request with a 500 (its DONE was reserved when it
  * arrived): never a reply with text silently missing.
  */
@@ -169,15 +171,13 @@ void pl_engine_fail_oom_(pl_engine *e, eng_req *r, pl_batch_seq *s)
 static int token_delta_(pl_engine *e, eng_req *r, int32_t tok, bool eog, bool final,
                         const pl_step_output *out, int k)
 {
-    if (eog && !r->pending_len)
-        return 0;
     eng_msg *m = new_delta_(e, r);
     if (!m)
         return -1;
-    if (eog)                                     /* flush what was held */
-        return delta_end_(e, m, take_text_(r, m, r->pending_len));
     if (add_token_(e, r, m, tok, out, k) < 0)
         return delta_end_(e, m, -1);
+    if (eog)                                     /* flush what was held */
+        return delta_end_(e, m, take_text_(r, m, r->pending_len));
     return delta_end_(e, m, text_step_(e, r, m, tok, final));
 }
 

@@ -319,15 +319,24 @@ static int mock_step(mock_req *r)
     char word[128];
     int wl = r->produced < r->limit ? mock_next_word(r, word, sizeof word) : -1;
     if (wl < 0) {
+        /* Echo mode stops when the prompt is replayed; cut short by
+         * max_tokens it is a "length" finish like any other. A natural
+         * stop is the model's end-of-sequence: a token of its own, counted
+         * and given logprobs as the engine gives its EOS. */
+        bool stop = !r->score_only && (r->natural_stop || (r->echo && mock_echo_done(r)));
+        bool eos = stop && r->natural_stop;
+        int32_t tok = PL_MOCK_EOS;
+        if (eos) {
+            r->word[0] = '\0';
+            r->produced++;
+        }
         /* Flush held-back text: the stop string never completed. */
-        if (r->text_len) {
-            pl_delta d = {.text = r->text, .len = r->text_len};
+        if (r->text_len || eos) {
+            pl_delta d = {.text = r->text ? r->text : "", .len = r->text_len, .tokens = &tok,
+                          .n_tokens = eos, .logprobs = eos ? mock_logprobs(r, tok) : NULL};
             if (mock_deliver(r, &d) < 0)
                 return 1;
         }
-        /* Echo mode stops when the prompt is replayed; cut short by
-         * max_tokens it is a "length" finish like any other. */
-        bool stop = !r->score_only && (r->natural_stop || (r->echo && mock_echo_done(r)));
         mock_finish(r, stop ? PL_FINISH_STOP : PL_FINISH_LENGTH);
         return 1;
     }
