@@ -13,6 +13,8 @@
 #ifndef PL_API_OAI_TOOLS_H
 #define PL_API_OAI_TOOLS_H
 
+#include <string.h>
+
 #include <event2/buffer.h>
 #include <jansson.h>
 
@@ -25,6 +27,12 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
 
 /** A function name OpenAI accepts: [a-zA-Z0-9_-]{1,64}. */
 bool pl_oai_tool_name_valid(const char *s);
+
+/** Whether p's tool format (set by pl_oai_tools_prepare) is f. */
+static inline bool pl_oai_tool_format_is(const pl_oai_params *p, const char *f)
+{
+    return p->tool_format && !strcmp(p->tool_format, f);
+}
 
 /** Whether replies of p are parsed for tool calls. */
 static inline bool pl_oai_tools_active(const pl_oai_params *p)
