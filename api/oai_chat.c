@@ -39,7 +39,8 @@ static int chat_prepare(pl_oai_call *c)
     if (!c->p.stream)
         return 0;
     chat_ep *e = c->ep;
-    e->prefix = pl_oai_chunk_prefix(c->id, c->p.chat, c->created, c->model->name);
+    e->prefix = pl_oai_chunk_prefix(c->id, c->p.chat, c->created, c->model->name,
+                                    c->p.include_usage);
     return e->prefix ? 0 : -1;
 }
 
@@ -82,35 +83,31 @@ static void chat_stream_reasoning(pl_oai_call *c, pl_oai_choice *ch, const pl_de
 static void chat_stream_tool_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
 {
     pl_oai_put_tool_delta_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index, d->tool_calls,
-                                d->n_tool_calls);
+                                d->n_tool_calls, c->p.legacy_functions);
 }
 
-/* Stream with tools, at the end: held text as calls, or as content.
- * Returns true when calls went out (their chunks end the choice). */
+/* Stream with tools, at the end: the held text as calls and what is left
+ * of it as content (oai_tools.h, pl_oai_tools_reply), with the finish
+ * chunk. Returns false when nothing was held. */
 static bool finish_held(pl_oai_call *c, pl_oai_choice *ch)
 {
     size_t n = ch->text ? evbuffer_get_length(ch->text) : 0;
     if (!pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT || !n)
         return false;
     const char *t = (const char *)evbuffer_pullup(ch->text, -1);
-    char *content = NULL;
-    json_t *calls = ch->finish == PL_FINISH_STOP && t
-                        ? pl_oai_tools_parse_reply(&c->p, t, n, &content) : NULL;
-    struct evbuffer *b = pl_sse_buf(c->sse);
-    pl_delta d = {.text = calls ? content : t, .len = calls ? (content ? strlen(content) : 0) : n};
-    if (d.len && d.text)
-        pl_oai_put_delta_chunk(b, prefix_of(c), true, ch->index, &d, &ch->text_offset);
-    if (calls)
-        pl_oai_put_tool_chunks(b, prefix_of(c), ch->index, calls);
-    json_decref(calls);
-    free(content);
-    return calls != NULL;
+    pl_oai_tool_reply r;
+    pl_oai_tools_reply(&c->p, t, n, ch->finish, &r);
+    pl_oai_tools_put_end(&c->p, pl_sse_buf(c->sse), prefix_of(c), ch->index, &r, t, n,
+                         &ch->text_offset);
+    pl_oai_tool_reply_free(&r);
+    return true;
 }
 
 static void chat_stream_choice_end(pl_oai_call *c, pl_oai_choice *ch, const pl_result *r)
 {
     if (ch->up_tool_finish)
-        pl_oai_put_tool_finish_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index);
+        pl_oai_put_tool_finish_chunk(pl_sse_buf(c->sse), prefix_of(c), ch->index,
+                                     c->p.legacy_functions ? "function_call" : "tool_calls");
     else if (!finish_held(c, ch))
         pl_oai_put_finish_chunk(pl_sse_buf(c->sse), prefix_of(c), c->p.chat, ch->index,
                                 ch->finish);
@@ -144,20 +141,13 @@ static json_t *choice_json(pl_oai_call *c, pl_oai_choice *ch)
         json_decref(lp);
         return NULL;
     }
-    char *content = NULL;
-    json_t *calls = pl_oai_tools_active(&c->p) && ch->finish == PL_FINISH_STOP
-                        ? pl_oai_tools_parse_reply(&c->p, text, len, &content) : NULL;
     json_t *o = pl_oai_choice_json(c->p.chat, ch->index, text, len, lp, ch->finish);
-    if (o && calls) {              /* the reply was a call: content is what is left */
-        json_t *msg = json_object_get(o, "message");
-        json_object_set_new(msg, "content",
-                            content ? pl_json_string_lossy(content, strlen(content)) : json_null());
-        json_object_set_new(msg, "tool_calls", calls);
-        json_object_set_new(o, "finish_reason", json_string("tool_calls"));
-        calls = NULL;
+    if (o && pl_oai_tools_active(&c->p)) {   /* calls, and what is left as content */
+        pl_oai_tool_reply r;
+        pl_oai_tools_reply(&c->p, text, len, ch->finish, &r);
+        pl_oai_tools_set_message(&c->p, o, &r);
+        pl_oai_tool_reply_free(&r);
     }
-    json_decref(calls);
-    free(content);
     if (o && ch->up_calls) {       /* the upstream's calls, as it sent them */
         size_t i;
         json_t *call, *msg = json_object_get(o, "message");
@@ -168,6 +158,8 @@ static json_t *choice_json(pl_oai_call *c, pl_oai_choice *ch)
         json_object_set(msg, "tool_calls", ch->up_calls);
         if (ch->up_tool_finish)
             json_object_set_new(o, "finish_reason", json_string("tool_calls"));
+        if (c->p.legacy_functions)
+            pl_oai_tools_legacy_message(o);
     }
     if (o && ch->split)            /* vLLM's reasoning_content: a string or null */
         json_object_set_new(json_object_get(o, "message"), "reasoning_content",

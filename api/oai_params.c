@@ -543,6 +543,8 @@ int pl_oai_parse(json_t *body, bool chat, pl_oai_params *p, pl_err *err)
     if (!json_is_string(model))
         return INVALID("model", "'model' must be a string");
     p->model = json_string_value(model);
+    if (chat && pl_oai_legacy_functions(body, p, err) < 0)
+        return -1;
     if (check_unsupported(body, err) < 0 || get_bool(body, "echo", &p->echo, err) < 0)
         return -1;
     if (p->echo && chat)

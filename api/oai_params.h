@@ -50,6 +50,10 @@ typedef struct pl_oai_params {
     const char *tool_format;     /**< set once the model is known */
     pl_json_ws json_ws;          /**< the backend's, for the call grammar */
     bool tools_upstream;         /**< the backend's upstream handles tools */
+    /** The request used the legacy functions / function_call fields
+     *  (mapped onto tools / tool_choice): replies carry message
+     *  .function_call and finish_reason "function_call". */
+    bool legacy_functions;
     pl_thinking thinking;        /**< chat_template_kwargs.enable_thinking */
     /* reasoning (api/oai_reasoning.c) */
     const char *reasoning_effort;  /**< "low", "medium", "high" or NULL */
@@ -78,6 +82,12 @@ char *pl_oai_params_own(pl_oai_params *p, char *s);
 int pl_oai_check_tool_message(json_t *msg, int i, pl_err *err);
 /* api/oai_tools.c: tools, tool_choice, parallel_tool_calls into p. */
 int pl_oai_parse_tools(json_t *body, pl_oai_params *p, pl_err *err);
+/* api/oai_tools.c: the legacy chat fields rewritten in body as tools do it
+ * (older LangChain, instructor's FUNCTIONS mode): functions -> tools (one
+ * call per reply), function_call -> tool_choice, assistant function_call
+ * history -> tool_calls, "function" messages -> "tool" results; sets
+ * p->legacy_functions when functions were given. 0, or -1 with a 400. */
+int pl_oai_legacy_functions(json_t *body, pl_oai_params *p, pl_err *err);
 
 /**
  * Validate body into p (p borrows strings from body, which must outlive

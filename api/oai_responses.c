@@ -520,19 +520,20 @@ static void settle_calls(pl_oai_call *c)
     }
     json_array_foreach(e->calls, i, tc)
         json_object_del(tc, "index");
-    if (e->calls || !pl_oai_tools_active(&c->p) || ch->finish != PL_FINISH_STOP ||
-        ch->tool_state == PL_TOOLS_TEXT)
+    if (e->calls || !pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT)
         return;
     size_t n = evbuffer_get_length(ch->text);
-    char *content = NULL;
     const char *t = (const char *)evbuffer_pullup(ch->text, -1);
-    e->calls = t ? pl_oai_tools_parse_reply(&c->p, t, n, &content) : NULL;
-    if (e->calls) {
+    pl_oai_tool_reply r;                 /* a call cut by max_output_tokens is dropped */
+    pl_oai_tools_reply(&c->p, t, n, ch->finish, &r);
+    if (!r.text_is_content) {
         evbuffer_drain(ch->text, n);
-        if (content)
-            evbuffer_add(ch->text, content, strlen(content));
+        if (r.content)
+            evbuffer_add(ch->text, r.content, strlen(r.content));
+        e->calls = r.calls;
+        r.calls = NULL;
     }
-    free(content);
+    pl_oai_tool_reply_free(&r);
 }
 
 /* The finished response (new ref), stored when asked; NULL on out of

@@ -141,6 +141,99 @@ int pl_oai_parse_tools(json_t *body, pl_oai_params *p, pl_err *err)
     return parse_tool_choice_(body, p, err);
 }
 
+/* ---- legacy functions / function_call ---- */
+
+static json_t *non_null_(json_t *body, const char *key)
+{
+    json_t *v = json_object_get(body, key);
+    return json_is_null(v) ? NULL : v;
+}
+
+/* functions[i] -> {"type": "function", "function": functions[i]}. */
+static int legacy_tools_(json_t *body, json_t *fns, pl_err *err)
+{
+    if (non_null_(body, "tools"))
+        return INVALID("functions", "'functions' and 'tools' cannot be used together");
+    if (!json_is_array(fns))
+        return INVALID("functions", "'functions' must be an array of function definitions");
+    json_t *tools = json_array();
+    size_t i;
+    json_t *f;
+    json_array_foreach(fns, i, f)
+        json_array_append_new(tools, json_pack("{s:s, s:O}", "type", "function", "function", f));
+    if (!tools || json_array_size(tools) != json_array_size(fns) ||
+        json_object_set_new(body, "tools", tools) < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    if (!non_null_(body, "parallel_tool_calls"))   /* one function_call per reply */
+        json_object_set_new(body, "parallel_tool_calls", json_false());
+    return 0;
+}
+
+/* function_call "none" | "auto" | {"name"} -> tool_choice. */
+static int legacy_choice_(json_t *body, json_t *fc, pl_err *err)
+{
+    if (non_null_(body, "tool_choice"))
+        return INVALID("function_call", "'function_call' and 'tool_choice' cannot be used "
+                                        "together");
+    const char *s = json_string_value(fc);
+    const char *name = json_string_value(json_object_get(fc, "name"));
+    json_t *tc;
+    if (s && (!strcmp(s, "none") || !strcmp(s, "auto")))
+        tc = json_string(s);
+    else if (name)
+        tc = json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name);
+    else
+        return INVALID("function_call", "'function_call' must be \"none\", \"auto\" or "
+                                        "{\"name\": ...}");
+    if (!tc || json_object_set_new(body, "tool_choice", tc) < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
+/* History: an assistant message's function_call becomes its one tool call,
+ * a "function" message (with its "name", as the legacy API has it) the
+ * result of the call before it. */
+static int legacy_history_(json_t *body, pl_err *err)
+{
+    char id[40] = "call_0";
+    size_t i;
+    json_t *m;
+    json_array_foreach(json_object_get(body, "messages"), i, m) {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        json_t *fc = json_object_get(m, "function_call");
+        int rc = 0;
+        if (role && !strcmp(role, "assistant") && json_is_object(fc)) {
+            snprintf(id, sizeof id, "call_%zu", i);
+            rc = json_object_set_new(m, "tool_calls", json_pack("[{s:s, s:s, s:O}]", "id", id,
+                                                                "type", "function",
+                                                                "function", fc));
+            json_object_del(m, "function_call");
+        } else if (role && !strcmp(role, "function") &&
+                   json_is_string(json_object_get(m, "name"))) {
+            rc = json_object_set_new(m, "role", json_string("tool"));
+            if (rc == 0)
+                rc = json_object_set_new(m, "tool_call_id", json_string(id));
+        }
+        if (rc < 0)
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+int pl_oai_legacy_functions(json_t *body, pl_oai_params *p, pl_err *err)
+{
+    json_t *fns = non_null_(body, "functions"), *fc = non_null_(body, "function_call");
+    if (fc && !fns && !non_null_(body, "tools"))
+        return INVALID("function_call", "'function_call' needs 'functions'");
+    if (legacy_history_(body, err) < 0 || (fns && legacy_tools_(body, fns, err) < 0) ||
+        (fc && legacy_choice_(body, fc, err) < 0))
+        return -1;
+    p->legacy_functions = fns != NULL;
+    json_object_del(body, "functions");
+    json_object_del(body, "function_call");
+    return 0;
+}
+
 /* ---- the prompt ---- */
 
 static bool fmt_is_(const pl_oai_params *p, const char *f)

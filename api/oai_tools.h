@@ -51,11 +51,51 @@ char *pl_oai_tools_one_call_regex(const pl_oai_params *p, pl_err *err);
  *  reply to one call in the model's form. 0 or -1 with *err. */
 int pl_oai_tools_prepare_harmony(pl_oai_params *p, json_t *body, pl_err *err);
 
+/** Whether p forces a call (tool_choice "required" or a named function):
+ *  its reply's text is then never content. */
+static inline bool pl_oai_tools_forced(const pl_oai_params *p)
+{
+    return p->tool_choice == PL_TOOL_CHOICE_REQUIRED || p->tool_choice == PL_TOOL_CHOICE_NAMED;
+}
+
 /** Tool calls in text (a new array of OpenAI tool_call objects), or NULL
  *  when the text is not a well-formed call of a known tool. *content gets
- *  the text outside the calls (malloc'd, NULL when empty). */
+ *  the text outside the calls (malloc'd, NULL when empty). cut: the reply
+ *  ended at max_tokens: a last call left unfinished is dropped (its text
+ *  is not content, nor is an opener cut short), so the array may be
+ *  empty; NULL still means no call was begun. */
 json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_t len,
-                                 char **content);
+                                 bool cut, char **content);
+
+/** What a reply with tools becomes (chat completions). */
+typedef struct pl_oai_tool_reply {
+    bool text_is_content;        /**< no call: the text is the content */
+    json_t *calls;               /**< the complete calls (owned), NULL: none */
+    char *content;               /**< else: the text outside calls (malloc'd) or NULL */
+    const char *finish;          /**< finish_reason: "length" when cut (calls
+                                      or not), "stop" for a named function
+                                      (as OpenAI and vLLM), "tool_calls",
+                                      "function_call" (legacy functions) */
+} pl_oai_tool_reply;
+
+/** Read a reply's text [len] (p with tools active) that ended with finish
+ *  (STOP or LENGTH; others leave the text as content). A cut call is
+ *  dropped: complete calls come back as calls with finish "length". With a
+ *  forced call, text is never content. Free with pl_oai_tool_reply_free. */
+void pl_oai_tools_reply(const pl_oai_params *p, const char *text, size_t len,
+                        pl_finish finish, pl_oai_tool_reply *r);
+void pl_oai_tool_reply_free(pl_oai_tool_reply *r);
+/** Set a non-streamed chat choice's message and finish_reason from r. */
+void pl_oai_tools_set_message(const pl_oai_params *p, json_t *choice,
+                              const pl_oai_tool_reply *r);
+/** The end of a streamed choice that held its text (text[len]): content,
+ *  call chunks and the finish chunk, as r says. */
+void pl_oai_tools_put_end(const pl_oai_params *p, struct evbuffer *b, const char *prefix,
+                          int index, const pl_oai_tool_reply *r, const char *text,
+                          size_t len, size_t *text_offset);
+/** Legacy functions: a message's tool_calls (the first) as function_call,
+ *  finish_reason "tool_calls" as "function_call". */
+void pl_oai_tools_legacy_message(json_t *choice);
 
 /** The text a call starts with in p's format ("<tool_call>", "{", ...). */
 const char *pl_oai_tools_opener(const pl_oai_params *p);
@@ -68,17 +108,20 @@ enum { PL_TOOLS_UNDECIDED = 0, PL_TOOLS_TEXT = 1, PL_TOOLS_HOLD = 2 };
 int pl_oai_tools_classify(const pl_oai_params *p, const char *t, size_t n);
 
 /** Stream chunks for calls of choice index: for each call its id, type and
- *  name with empty arguments, then argument fragments; then the finish
- *  chunk with "tool_calls". */
-void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, json_t *calls);
+ *  name with empty arguments, then argument fragments (legacy: the first
+ *  call as delta.function_call). No finish chunk. */
+void pl_oai_put_tool_chunks(struct evbuffer *b, const char *prefix, int index, json_t *calls,
+                            bool legacy);
 
 /* Upstream tool calls (a backend with ops->upstream_tools): */
 /** A stream chunk of choice index with the upstream's tool-call fragments,
- *  as OpenAI streams them (index, id, type, function name, arguments). */
+ *  as OpenAI streams them (index, id, type, function name, arguments);
+ *  legacy: the first call's fragments as delta.function_call. */
 void pl_oai_put_tool_delta_chunk(struct evbuffer *b, const char *prefix, int index,
-                                 const pl_tool_call_delta *t, int n);
-/** The finish chunk of choice index with finish_reason "tool_calls". */
-void pl_oai_put_tool_finish_chunk(struct evbuffer *b, const char *prefix, int index);
+                                 const pl_tool_call_delta *t, int n, bool legacy);
+/** The finish chunk of choice index (delta {}) with this finish_reason. */
+void pl_oai_put_tool_finish_chunk(struct evbuffer *b, const char *prefix, int index,
+                                  const char *finish);
 /** Merge fragments into *calls (created on first use): one OpenAI
  *  tool_call object per index, the arguments concatenated. -1 on OOM. */
 int pl_oai_merge_tool_deltas(json_t **calls, const pl_tool_call_delta *t, int n);

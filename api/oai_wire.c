@@ -157,7 +157,8 @@ json_t *pl_oai_logprobs_json(pl_oai_logprobs *lp)
     return o;
 }
 
-char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char *model)
+char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char *model,
+                          bool usage_null)
 {
     struct evbuffer *b = evbuffer_new();
     if (!b)
@@ -166,6 +167,8 @@ char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char
                         id, chat ? "chat.completion.chunk" : "text_completion",
                         (long long)created);
     pl_oai_put_string(b, model, strlen(model));
+    if (usage_null)          /* every chunk before the usage chunk, as OpenAI sends them */
+        ADD_LIT(b, ",\"usage\":null");
     ADD_LIT(b, ",\"choices\":[");
     return pl_evbuffer_take(b);
 }
@@ -191,8 +194,8 @@ static void put_chunk_start(struct evbuffer *b, const char *prefix, int index)
 void pl_oai_put_role_chunk(struct evbuffer *b, const char *prefix, int index)
 {
     put_chunk_start(b, prefix, index);
-    ADD_LIT(b, "\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
-               "\"finish_reason\":null}]}\n\n");
+    ADD_LIT(b, "\"delta\":{\"role\":\"assistant\",\"content\":\"\",\"refusal\":null},"
+               "\"logprobs\":null,\"finish_reason\":null}]}\n\n");
 }
 
 static void put_text_chunk(struct evbuffer *b, const char *prefix, bool chat, const char *key,
@@ -255,8 +258,9 @@ json_t *pl_oai_choice_json(bool chat, int index, const char *text, size_t len, j
         lp = json_null();
     const char *fr = pl_finish_name(finish);
     if (chat)
-        return json_pack("{s:i, s:{s:s, s:o}, s:o, s:s?}", "index", index, "message", "role",
-                         "assistant", "content", t, "logprobs", lp, "finish_reason", fr);
+        return json_pack("{s:i, s:{s:s, s:o, s:n}, s:o, s:s?}", "index", index, "message",
+                         "role", "assistant", "content", t, "refusal", "logprobs", lp,
+                         "finish_reason", fr);
     return json_pack("{s:i, s:o, s:o, s:s?}", "index", index, "text", t, "logprobs", lp,
                      "finish_reason", fr);
 }

@@ -54,10 +54,12 @@ void pl_oai_put_string(struct evbuffer *b, const char *s, size_t len);
 
 /**
  * The constant start of every stream chunk of one reply, up to and
- * including "choices":[ (with the "data: " SSE field). Caller frees;
- * NULL on out-of-memory.
+ * including "choices":[ (with the "data: " SSE field); usage_null adds
+ * "usage":null (stream_options.include_usage: the chunks before the usage
+ * chunk carry it). Caller frees; NULL on out-of-memory.
  */
-char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char *model);
+char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char *model,
+                          bool usage_null);
 
 /** The contents of b as a NUL-terminated string (caller frees); frees b.
  *  NULL on out-of-memory. */

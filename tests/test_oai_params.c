@@ -163,6 +163,61 @@ Test(oai_params, errors_name_the_param)
     }
 }
 
+/* The legacy functions / function_call fields as tools / tool_choice
+ * (older LangChain, instructor's FUNCTIONS mode), history included;
+ * prediction and web_search_options keep their 400. */
+Test(oai_params, legacy_functions_become_tools)
+{
+    pl_oai_params p;
+    pl_err e;
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"w?\"},"
+                       "{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":"
+                       "\"get_w\",\"arguments\":\"{}\"}},{\"role\":\"function\",\"name\":"
+                       "\"get_w\",\"content\":\"21\"}],\"functions\":[{\"name\":\"get_w\","
+                       "\"parameters\":{\"type\":\"object\"}}],\"function_call\":{\"name\":"
+                       "\"get_w\"}}", true, &p, &e), 0, "%s", e.message);
+    cr_expect(p.legacy_functions);
+    cr_expect_eq(json_array_size(p.tools), 1);
+    cr_expect_eq(p.tool_choice, PL_TOOL_CHOICE_NAMED);
+    cr_expect_str_eq(p.tool_name, "get_w");
+    cr_expect_not(p.parallel_tool_calls, "one function_call per reply");
+    cr_expect_str_eq(p.messages[2].role, "tool");
+    json_t *m = json_object_get(body, "messages");
+    cr_expect_str_eq(json_string_value(json_object_get(json_array_get(m, 2), "tool_call_id")),
+                     json_string_value(json_object_get(json_array_get(json_object_get(
+                         json_array_get(m, 1), "tool_calls"), 0), "id")));
+    pl_oai_params_free(&p);
+    cr_assert_eq(parse("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"functions\":[{\"name\":\"f\"}],\"function_call\":\"none\"}", true, &p,
+                       &e), 0, "%s", e.message);
+    cr_expect_eq(p.tool_choice, PL_TOOL_CHOICE_NONE);
+    pl_oai_params_free(&p);
+    static const struct { const char *extra, *param; } bad[] = {
+        {"\"functions\":[{\"name\":\"f\"}],\"tools\":[]", "functions"},
+        {"\"functions\":{}", "functions"},
+        {"\"function_call\":\"auto\"", "function_call"},
+        {"\"functions\":[{\"name\":\"f\"}],\"function_call\":\"always\"", "function_call"},
+        {"\"functions\":[{\"name\":\"f\"}],\"function_call\":\"auto\",\"tool_choice\":\"auto\"",
+         "function_call"},
+        {"\"functions\":[{\"name\":\"bad name\"}]", "tools[0]"},
+        {"\"prediction\":{\"type\":\"content\",\"content\":\"x\"}", "prediction"},
+        {"\"web_search_options\":{}", "web_search_options"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char js[512];
+        snprintf(js, sizeof js, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\","
+                 "\"content\":\"x\"}],%s}", bad[i].extra);
+        cr_expect_eq(parse(js, true, &p, &e), -1, "%s accepted", js);
+        cr_expect_eq(e.status, 400);
+        cr_expect_str_eq(e.param, bad[i].param, "%s: %s", js, e.message);
+        pl_oai_params_free(&p);
+    }
+    cr_expect_eq(parse("{\"model\":\"m\",\"prompt\":\"x\",\"functions\":[{\"name\":\"f\"}]}",
+                       false, &p, &e), -1, "not a completions field");
+    cr_expect_str_eq(e.param, "functions");
+    pl_oai_params_free(&p);
+}
+
 Test(oai_params, null_means_absent_and_tools_empty_is_fine)
 {
     pl_oai_params p;

@@ -320,11 +320,12 @@ static int mock_step(mock_req *r)
     int wl = r->produced < r->limit ? mock_next_word(r, word, sizeof word) : -1;
     if (wl < 0) {
         /* Echo mode stops when the prompt is replayed; cut short by
-         * max_tokens it is a "length" finish like any other. A natural
-         * stop is the model's end-of-sequence: a token of its own, counted
-         * and given logprobs as the engine gives its EOS. */
+         * max_tokens it is a "length" finish like any other. The natural
+         * stop of random words is the model's end-of-sequence: a token of
+         * its own, counted and given logprobs as the engine gives its EOS
+         * (echoed and forced text end as a grammar's final state does). */
         bool stop = !r->score_only && (r->natural_stop || (r->echo && mock_echo_done(r)));
-        bool eos = stop && r->natural_stop;
+        bool eos = stop && r->natural_stop && !r->echo;
         int32_t tok = PL_MOCK_EOS;
         if (eos) {
             r->word[0] = '\0';

@@ -27,9 +27,9 @@ typedef struct pl_mock_opts {
     pl_json_ws json_ws;          /**< whitespace of constrained JSON */
 } pl_mock_opts;
 
-/** The id of the mock's end-of-sequence token: a reply without max_tokens
- *  ends with it (text "", counted in completion_tokens, with logprobs when
- *  asked); word tokens are hashes below it. */
+/** The id of the mock's end-of-sequence token: a reply of random words
+ *  without max_tokens ends with it (text "", counted in completion_tokens,
+ *  with logprobs when asked); word tokens are hashes below it. */
 #define PL_MOCK_EOS 0x8000
 
 /** Create a mock backend on the given loop. Free with pl_backend_free. */
