@@ -49,6 +49,12 @@ if [ $want_test = 1 ]; then
     # (small wheels) and gguf (pure Python).
     .venv/bin/python -c "import safetensors, tokenizers, gguf" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check safetensors tokenizers gguf
+    # Clients as users run them (tests/python/test_clients.py): litellm and
+    # langchain-openai beside the openai SDK; lm-evaluation-harness scores a
+    # task through parley end to end (test_lm_eval_eos.py; 0.4 needs no torch).
+    .venv/bin/python -c "import litellm, langchain_openai, lm_eval" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check litellm langchain-openai \
+            "lm_eval>=0.4"
     # The contract test: schemathesis against api/openapi.yaml.
     .venv/bin/python -c "import schemathesis" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check schemathesis

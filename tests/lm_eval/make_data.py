@@ -8,6 +8,11 @@ beside this file read (no dataset hub is reachable from here):
                   place is shuffled with a fixed seed.
   data/gen.jsonl  generate_until: {"question", "answer"}, one-word answers
                   after a fixed few-shot prefix (parley_gen.yaml).
+  data/eos.jsonl  multiple choice whose choices are one token, the mark that
+                  ends an assistant's reply in a ChatML conversation
+                  (parley_eos.yaml): after most of them SmolLM2's next token
+                  is its end-of-sequence, the case where lm_eval's
+                  echo + logprobs slice needs that token's entry.
 
 Deterministic: running it again rewrites the same bytes.
 Usage: python3 tests/lm_eval/make_data.py
@@ -73,6 +78,29 @@ def gen_items():
     return items
 
 
+EOS_SYSTEM = "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+EOS_REPLIES = [("What color is the sky on a clear day?", "The sky is blue"),
+               ("What is the capital of France?", "The capital of France is Paris"),
+               ("What is the opposite of up?", "The opposite of up is down"),
+               ("What is the capital of Italy?", "The capital of Italy is Rome"),
+               ("What color is grass?", "Grass is green"),
+               ("What is the opposite of hot?", "The opposite of hot is cold"),
+               ("What animal says moo?", "A cow says moo"),
+               ("What is two plus two?", "Two plus two is four")]
+EOS_MARKS = [".", "!", "?", ","]
+
+
+def eos_items(rng):
+    items = []
+    for q, reply in EOS_REPLIES:
+        marks = EOS_MARKS[:]
+        rng.shuffle(marks)
+        items.append({"context": EOS_SYSTEM + "<|im_start|>user\n" + q +
+                      "<|im_end|>\n<|im_start|>assistant\n" + reply,
+                      "choices": marks, "answer": marks.index(".")})
+    return items
+
+
 def write(name, items):
     with open(os.path.join(HERE, "data", name), "w") as f:
         for it in items:
@@ -83,6 +111,7 @@ def main():
     os.makedirs(os.path.join(HERE, "data"), exist_ok=True)
     write("mc.jsonl", mc_items(random.Random(19)))
     write("gen.jsonl", gen_items())
+    write("eos.jsonl", eos_items(random.Random(34)))
 
 
 if __name__ == "__main__":
