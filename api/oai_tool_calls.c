@@ -173,6 +173,7 @@ json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_
     *content = NULL;
     while (len && isspace((unsigned char)*text))
         text++, len--;
+    size_t whole = len;
     if (cut)
         len = drop_partial_opener_(p, text, len);
     while (len && isspace((unsigned char)text[len - 1]))
@@ -188,6 +189,10 @@ json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_
             ok = parse_mistral_(p, text, len, cut, calls);
         else
             ok = parse_tagged_(p, text, len, cut, calls, rest);
+        if (!ok && len < whole) {    /* only an opener's start: dropped, no call */
+            evbuffer_drain(rest, evbuffer_get_length(rest));
+            ok = evbuffer_add(rest, text, len) == 0;
+        }
     }
     if (!ok || (!cut && json_array_size(calls) == 0)) {
         json_decref(calls);
