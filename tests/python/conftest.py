@@ -6,6 +6,8 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from http.server import BaseHTTPRequestHandler
 
 import pytest
@@ -85,6 +87,17 @@ def request(s, method, path, body=None, headers=None, timeout=60):
     payload = r.read()
     c.close()
     return r.status, {k.lower(): v for k, v in r.getheaders()}, payload
+
+
+def post_json(url, body, timeout=120):
+    """POST body as JSON to url: (status, decoded JSON reply), errors too."""
+    req = urllib.request.Request(url, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
 
 
 def raw(s, data, wait=2.0):

@@ -16,12 +16,10 @@ parsed the way it parses it.
 import json
 import math
 import os
-import urllib.error
-import urllib.request
 
 import pytest
 
-from conftest import Server
+from conftest import Server, post_json
 
 openai = pytest.importorskip("openai")
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -31,16 +29,6 @@ FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 @pytest.fixture
 def oai(mock_server):
     return openai.OpenAI(base_url=mock_server.url + "/v1", api_key="unused")
-
-
-def post(url, body):
-    req = urllib.request.Request(url, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def check_shape(lp, text, n_prompt, k):
@@ -109,12 +97,13 @@ def test_echo_streamed_mock(oai):
 
 def test_echo_refusals(mock_server):
     u = mock_server.url
-    st, e = post(u + "/v1/completions", {"model": "mock", "prompt": "a", "max_tokens": 0})
+    st, e = post_json(u + "/v1/completions", {"model": "mock", "prompt": "a", "max_tokens": 0})
     assert st == 400 and e["error"]["param"] == "max_tokens"
-    st, e = post(u + "/v1/chat/completions", {"model": "mock", "echo": True,
-                                               "messages": [{"role": "user", "content": "a"}]})
+    st, e = post_json(u + "/v1/chat/completions", {"model": "mock", "echo": True,
+                                                    "messages": [{"role": "user",
+                                                                  "content": "a"}]})
     assert st == 400 and e["error"]["param"] == "echo"
-    st, e = post(u + "/v1/completions", {"model": "mock", "prompt": "a", "echo": 1})
+    st, e = post_json(u + "/v1/completions", {"model": "mock", "prompt": "a", "echo": 1})
     assert st == 400 and e["error"]["param"] == "echo"
 
 
@@ -126,8 +115,8 @@ def fixture_cases():
 
 
 def echo_logprobs(url, ids, k=1):
-    st, r = post(url + "/v1/completions", {"model": "smollm2-135m-instruct", "prompt": ids,
-                                           "max_tokens": 0, "echo": True, "logprobs": k})
+    st, r = post_json(url + "/v1/completions", {"model": "smollm2-135m-instruct", "prompt": ids,
+                                                "max_tokens": 0, "echo": True, "logprobs": k})
     assert st == 200, r
     return r["choices"][0]
 
@@ -174,7 +163,7 @@ def test_lm_eval_loglikelihood_request(model_url):
     ctxlens = [len(c["ids"]) // 2 for c in cases]
     body = {"model": "smollm2-135m-instruct", "prompt": [c["ids"] for c in cases],
             "temperature": 0, "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True}
-    st, out = post(model_url + "/v1/completions", body)
+    st, out = post_json(model_url + "/v1/completions", body)
     assert st == 200, out
     choices = sorted(out["choices"], key=lambda ch: ch["index"])
     assert len(choices) == 3

@@ -27,12 +27,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, post_json
 
 FIXTURES = os.path.join(ROOT, "tests", "fixtures", "lm_eval_eos_fixtures.json")
 MODEL = "smollm2-135m-instruct"
@@ -55,16 +54,6 @@ def all_choices(fx):
     """(context ids, continuation ids, fixture choice) of every choice."""
     return [(c["context_ids"], c["continuation_ids"], c) for d in fx["docs"]
             for c in d["choices"]]
-
-
-def post(url, body):
-    req = urllib.request.Request(url, json.dumps(body).encode(),
-                                 {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def stream(url, body):
@@ -103,7 +92,7 @@ def score_all(url, fx):
         batch = cases[i:i + 8]
         body = {"model": MODEL, "prompt": [c + k for c, k, _ in batch], "temperature": 0,
                 "max_tokens": 1, "logprobs": 1, "seed": 1234, "echo": True}
-        st, out = post(url + "/v1/completions", body)
+        st, out = post_json(url + "/v1/completions", body)
         assert st == 200, out
         assert out["usage"]["completion_tokens"] == len(batch)
         for ch in out["choices"]:
@@ -138,7 +127,7 @@ def test_completion_of_only_eos_has_its_logprob(model_url, fx):
     ctx, cont, _, _ = eos_replies(model_url, fx)[0]
     body = {"model": MODEL, "prompt": ctx + cont, "temperature": 0, "max_tokens": 5,
             "logprobs": 2}
-    st, out = post(model_url + "/v1/completions", body)
+    st, out = post_json(model_url + "/v1/completions", body)
     assert st == 200, out
     ch = out["choices"][0]
     assert ch["text"] == "" and ch["finish_reason"] == "stop"
@@ -155,7 +144,7 @@ def test_completion_of_only_eos_has_its_logprob(model_url, fx):
 
 def chat_entries_and_usage(url, body):
     """(content entries, completion_tokens, finish) whole and streamed."""
-    st, out = post(url + "/v1/chat/completions", body)
+    st, out = post_json(url + "/v1/chat/completions", body)
     assert st == 200, out
     whole = (out["choices"][0]["logprobs"]["content"], out["usage"]["completion_tokens"],
              out["choices"][0]["finish_reason"])
