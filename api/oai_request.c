@@ -324,11 +324,23 @@ static void split_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
 static bool split_end(pl_oai_call *c, pl_oai_choice *ch)
 {
     piece_ctx x = {c, ch, NULL, true};
+    /* max_tokens cut a harmony call's arguments: the complete calls stay,
+     * the cut one is dropped from a whole reply (a stream has sent its
+     * bytes), and the finish is "length" (as for the other formats) */
+    bool cut_call = ch->split->fmt == PL_OAI_REASONING_HARMONY &&
+                    ch->split->harmony.part == PL_HARMONY_CALL && ch->finish == PL_FINISH_LENGTH;
     if (!pl_oai_split_finish(ch->split, on_piece, &x))
         return false;
     c->usage.reasoning_tokens += ch->split->reasoning_tokens;
-    if (ch->split->n_calls)
+    if (ch->split->n_calls && !cut_call)
         ch->up_tool_finish = true;
+    if (cut_call && !c->p.stream && ch->up_calls) {
+        json_array_remove(ch->up_calls, json_array_size(ch->up_calls) - 1);
+        if (!json_array_size(ch->up_calls)) {
+            json_decref(ch->up_calls);
+            ch->up_calls = NULL;
+        }
+    }
     pl_oai_settled st = pl_oai_split_settle(ch->split);
     size_t nr = ch->reasoning ? evbuffer_get_length(ch->reasoning) : 0;
     ch->reasoning_shown = st.has_reasoning || nr > 0 ||

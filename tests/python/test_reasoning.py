@@ -316,6 +316,19 @@ def test_harmony_tool_call(hmock):
     assert r.choices[0].message.content == '{"city":"Oslo"}'
 
 
+def test_harmony_call_cut_by_max_tokens(hmock):
+    # the call's arguments cut: no call (its JSON is not whole), "length"
+    cut = CALL.replace('{"city":"Oslo"}', '{"city": "Oslo", "units": "metric"}')
+    full = ask(hmock, cut, tools=[WEATHER]).usage.completion_tokens
+    r = ask(hmock, cut, tools=[WEATHER], max_tokens=full - 1)
+    c = r.choices[0]
+    assert c.finish_reason == "length", c
+    assert c.message.tool_calls is None and not c.message.content, c.message
+    assert c.message.reasoning_content == "Need the weather. "
+    s = streamed(hmock, cut, tools=[WEATHER], max_tokens=full - 1)
+    assert s["finish"] == "length"
+
+
 def test_harmony_required_call_is_constrained(hmock):
     jsonschema = pytest.importorskip("jsonschema")
     r = ask(hmock, "x", tools=[WEATHER], tool_choice="required", n=6, seed=1)
@@ -448,7 +461,7 @@ def test_harmony_tool_round_trip(harmony):
     jsonschema = pytest.importorskip("jsonschema")
     co = ids(harmony, "co")[0]
     msgs = [{"role": "user", "content": "Weather in Oslo?"}]
-    kw = dict(model=harmony.name, max_tokens=80, temperature=0, tools=[WEATHER],
+    kw = dict(model=harmony.name, max_tokens=200, temperature=0, tools=[WEATHER],
               tool_choice="required", logit_bias={str(co): 100})
     r = harmony.client.chat.completions.create(messages=msgs, **kw)
     c = r.choices[0]
