@@ -21,6 +21,16 @@
 #define RE_QWEN2 RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+" \
     "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* gpt-oss's o200k (tokenizer.ggml.pre "gpt-4o"), as llama.cpp writes it:
+ * tiktoken's upper- and lower-case letter classes become "a letter that
+ * is not a-z" and "a letter that is not A-Z", so that a non-ASCII letter
+ * counts as both (llama.cpp matches its categories that way). */
+#define RE_GPT4O_WORD(A, B)                                                      \
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))" A "((?=[\\p{L}])([^A-Z]))" B \
+    RE_CONTRACTIONS_CI "?"
+#define RE_GPT4O RE_GPT4O_WORD("*", "+") "|" RE_GPT4O_WORD("+", "*")                \
+    "|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 #define PL_PRETOK_MAX_RE 4
 
 typedef struct pre_def {
@@ -42,6 +52,7 @@ static const pre_def pre_defs[] = {
      {RE_LLAMA3, NULL}, true},
     {{"qwen2", "qwen2.5", "deepseek-r1-qwen", "stablelm2", NULL},
      {RE_QWEN2, NULL}, false},
+    {{"gpt-4o", "llama4", NULL}, {RE_GPT4O, NULL}, false},
 };
 
 struct pl_pretok {
@@ -100,7 +111,7 @@ pl_pretok *pl_pretok_init(const char *pre, bool *ignore_merges, char *err,
     if (!d) {
         snprintf(err, errlen, "unsupported tokenizer.ggml.pre '%s' "
                  "(supported: default, gpt2, smollm, llama3/llama-bpe, "
-                 "qwen2 and their aliases)", pre);
+                 "qwen2, gpt-4o and their aliases)", pre);
         return NULL;
     }
     int n = 0;
