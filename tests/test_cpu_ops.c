@@ -37,7 +37,8 @@ static void fill(float *x, int n, float scale)
 /* Random quantised row of n elements of type t (valid fp16 scales). */
 static size_t qbytes(pl_ggml_type t)
 {
-    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q5_0 ? 22 : t == PL_GGML_TYPE_Q4_1 ? 20 : 18;
+    return t == PL_GGML_TYPE_Q8_0 ? 34 : t == PL_GGML_TYPE_Q5_0 ? 22 : t == PL_GGML_TYPE_Q4_1 ? 20
+           : t == PL_GGML_TYPE_MXFP4 ? 17 : 18;
 }
 
 static void random_qrow(pl_ggml_type t, uint8_t *dst, int n)
@@ -45,6 +46,13 @@ static void random_qrow(pl_ggml_type t, uint8_t *dst, int n)
     size_t bb = qbytes(t);
     for (int b = 0; b < n / PL_QK; b++) {
         uint8_t *p = dst + b * bb;
+        if (t == PL_GGML_TYPE_MXFP4) {  /* E8M0 scales 2^-9 .. 2^-4, 1 in 16 subnormal */
+            for (size_t j = 0; j < bb; j++)
+                p[j] = (uint8_t)(rng_state = rng_state * 6364136223846793005ULL + 1,
+                                 rng_state >> 56);
+            p[0] = p[0] % 16 == 0 ? p[0] % 2 : (uint8_t)(119 + p[0] % 6);
+            continue;
+        }
         uint16_t d = pl_fp32_to_fp16(0.01f + 0.05f * fabsf(frand()));
         uint16_t m = pl_fp32_to_fp16(0.2f * frand());
         memcpy(p, &d, 2);
@@ -55,8 +63,10 @@ static void random_qrow(pl_ggml_type t, uint8_t *dst, int n)
     }
 }
 
-static const pl_ggml_type QTYPES[4] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1, PL_GGML_TYPE_Q8_0,
-                                       PL_GGML_TYPE_Q5_0};
+#define N_QTYPES 5
+static const pl_ggml_type QTYPES[N_QTYPES] = {PL_GGML_TYPE_Q4_0, PL_GGML_TYPE_Q4_1,
+                                              PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_Q5_0,
+                                              PL_GGML_TYPE_MXFP4};
 
 Test(cpu_ops, fp16_conversions)
 {
@@ -77,7 +87,7 @@ Test(cpu_ops, dequant_matches_quant_reference)
 {
     uint8_t q[34 * 8];
     float a[256], b[256];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_QTYPES; k++) {
         random_qrow(QTYPES[k], q, 256);
         cr_assert_eq(pl_op_dequant_row(QTYPES[k], q, a, 256), 0);
         cr_assert_eq(pl_dequant_row(QTYPES[k], q, b, 256), 0);
@@ -134,7 +144,7 @@ Test(cpu_ops, qdot_kernels)
     uint8_t w[34 * N / PL_QK];
     float x[N], wf[N], xf[N];
     pl_q8_act a[N / PL_QK];
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < N_QTYPES; k++)
         for (int rep = 0; rep < 20; rep++) {
             random_qrow(QTYPES[k], w, N);
             fill(x, N, 2.0f);
@@ -171,7 +181,7 @@ Test(cpu_ops, qmatmul_rows_matches_qdot)
         }
 }
 
-/* Q4_0, Q4_1, Q5_0 and Q8_0 sum in block order on every path (this CPU's, and
+/* Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 sum in block order on every path (this CPU's, and
  * under PARLEY_CPU_ISA the lesser ones'): the matmul equals the scalar
  * reference bit for bit, for 1 row (decode), a few, and more rows than one
  * chunk of the multi-row kernel (256), over output ranges that do not
@@ -183,7 +193,7 @@ Test(cpu_ops, qmatmul_block_order_equals_reference)
     static uint8_t w[O * 34 * N / PL_QK];
     static float x[260 * N], y[260 * O];
     static pl_q8_act a[260 * N / PL_QK];
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < N_QTYPES; k++) {
         pl_ggml_type t = QTYPES[k];
         size_t rb = qbytes(t) * N / PL_QK;
         random_qrow(t, w, O * N);

@@ -1,6 +1,6 @@
 /* test_model_meta.c - the metadata paths of the architecture table
  * (backends/engine/model/model_meta.c) on the tiny family models of
- * tests/fixtures/gen_families.py, edited in memory: a missing, mistyped,
+ * tests/fixtures/gen_families.py and gen_moe.py, edited in memory: a missing, mistyped,
  * out-of-range or contradictory key, and a key of a feature parley does
  * not implement, is one error line naming the key; every truncation of a
  * file and a few thousand byte flips of its metadata are an error or a
@@ -97,11 +97,51 @@ static void experts(pl_gguf *g)
     kv_of(g, "qwen3.attention.head_count_kv")->key =
         (pl_gguf_str){"qwen3.attention.head_count", 26};
 }
-static void yarn(pl_gguf *g)
+static void longrope(pl_gguf *g)
 {
     pl_gguf_kv *kv = kv_of(g, "gemma3.rope.scaling.type");
-    kv->v.str = (pl_gguf_str){"yarn", 4};
+    kv->v.str = (pl_gguf_str){"longrope", 8};
 }
+/* Experts (tiny_qwen3moe, tiny_mixtral, tiny_gptoss). */
+static void used_over(pl_gguf *g) { kv_of(g, "qwen3moe.expert_used_count")->v.u64 = 9; }
+static void used_zero(pl_gguf *g) { kv_of(g, "qwen3moe.expert_used_count")->v.u64 = 0; }
+static void count_missing(pl_gguf *g) { drop(g, "qwen3moe.expert_count"); }
+static void count_huge(pl_gguf *g) { kv_of(g, "qwen3moe.expert_count")->v.u64 = 100000; }
+static void count_other(pl_gguf *g) { kv_of(g, "qwen3moe.expert_count")->v.u64 = 7; }
+/* context_length (its default is harmless) renamed to another key */
+static void rename_ctx(pl_gguf *g, const char *arch, const char *key, uint64_t v)
+{
+    char k[96];
+    snprintf(k, sizeof k, "%s.context_length", arch);
+    pl_gguf_kv *kv = kv_of(g, k);
+    kv->key = (pl_gguf_str){key, strlen(key)};
+    kv->v.u64 = v;
+}
+static void gating_sigmoid(pl_gguf *g)
+{
+    rename_ctx(g, "qwen3moe", "qwen3moe.expert_gating_func", 2);
+}
+static void gating_softmax_oss(pl_gguf *g)
+{
+    rename_ctx(g, "gpt-oss", "gpt-oss.expert_gating_func", 1);
+}
+static void shared_experts(pl_gguf *g)
+{
+    rename_ctx(g, "qwen3moe", "qwen3moe.expert_shared_count", 1);
+}
+static void yarn_log_mul(pl_gguf *g)
+{
+    rename_ctx(g, "gpt-oss", "gpt-oss.rope.scaling.yarn_log_multiplier", 1);
+}
+static void norm_w_int(pl_gguf *g)
+{
+    pl_gguf_kv *kv = kv_of(g, "qwen3moe.expert_weights_norm");
+    kv->type = PL_GGUF_TYPE_UINT32;
+    kv->v.u64 = 1;
+}
+static void oss_no_window(pl_gguf *g) { drop(g, "gpt-oss.attention.sliding_window"); }
+static void oss_no_ff_exp(pl_gguf *g) { drop(g, "gpt-oss.expert_feed_forward_length"); }
+static void mixtral_dense(pl_gguf *g) { drop(g, "llama.expert_count"); }
 static void layers_huge(pl_gguf *g) { kv_of(g, "qwen3.block_count")->v.u64 = 1u << 30; }
 static void layers_more(pl_gguf *g) { kv_of(g, "qwen3.block_count")->v.u64 = 3; }
 static void cap_zero(pl_gguf *g) { kv_of(g, "gemma2.final_logit_softcapping")->v.f64 = 0; }
@@ -138,8 +178,8 @@ Test(model_meta, bad_keys_are_named)
     check("tiny_gemma3.gguf", key_len_odd, "must be even");
     check("tiny_gemma3.gguf", value_len, "gemma3.attention.value_length: 16 differs");
     check("tiny_qwen3.gguf", experts, "qwen3.expert_count: mixture-of-experts");
-    check("tiny_gemma3.gguf", yarn, "gemma3.rope.scaling.type: unsupported rope scaling "
-                                    "type 'yarn'");
+    check("tiny_gemma3.gguf", longrope, "gemma3.rope.scaling.type: unsupported rope scaling "
+                                        "type 'longrope'");
     check("tiny_qwen3.gguf", layers_huge, "qwen3.block_count");
     check("tiny_qwen3.gguf", layers_more, "missing tensor blk.2.attn_norm.weight");
     check("tiny_gemma2.gguf", cap_zero, "gemma2.final_logit_softcapping: 0 must be a positive");
@@ -151,6 +191,25 @@ Test(model_meta, bad_keys_are_named)
                                                "sliding-window attention is not part of qwen3");
     check("tiny_qwen3.gguf", arch_unknown, "unsupported model architecture 'mamba'");
     check("tiny_qwen3.gguf", vocab_size, "qwen3.vocab_size: does not equal");
+}
+
+Test(model_meta, bad_expert_keys_are_named)
+{
+    check("tiny_qwen3moe.gguf", used_over, "qwen3moe.expert_used_count: 9 is out of range [1, 8]");
+    check("tiny_qwen3moe.gguf", used_zero, "qwen3moe.expert_used_count: 0 is out of range");
+    check("tiny_qwen3moe.gguf", count_missing, "qwen3moe.expert_count: missing");
+    check("tiny_qwen3moe.gguf", count_huge, "qwen3moe.expert_count: 100000 is out of range");
+    check("tiny_qwen3moe.gguf", count_other, "tensor blk.0.ffn_gate_inp.weight: shape");
+    check("tiny_qwen3moe.gguf", gating_sigmoid, "qwen3moe.expert_gating_func: gating "
+                                                "function 2 is not supported");
+    check("tiny_gptoss.gguf", gating_softmax_oss, "gpt-oss.expert_gating_func: gating "
+                                                  "function 1 is not supported");
+    check("tiny_qwen3moe.gguf", shared_experts, "qwen3moe.expert_shared_count: shared experts");
+    check("tiny_gptoss.gguf", yarn_log_mul, "gpt-oss.rope.scaling.yarn_log_multiplier: YaRN's");
+    check("tiny_qwen3moe.gguf", norm_w_int, "qwen3moe.expert_weights_norm: expected a bool");
+    check("tiny_gptoss.gguf", oss_no_window, "gpt-oss.attention.sliding_window: missing");
+    check("tiny_gptoss.gguf", oss_no_ff_exp, "gpt-oss.expert_feed_forward_length: missing");
+    check("tiny_mixtral.gguf", mixtral_dense, "llama.expert_used_count: 2 is out of range [0, 0]");
 }
 
 /* A gemma3 file read as gemma2 (the name changed in place): its q/k norm
@@ -213,6 +272,8 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
     mangle("tiny_gemma2.gguf");
     mangle("tiny_gemma3.gguf");
     mangle("tiny_mistral.gguf");
+    mangle("tiny_qwen3moe.gguf");
+    mangle("tiny_gptoss_q8.gguf");
 }
 
 /* The fuzz target's seeds (tests/fuzz/make_model_corpus.py) are models of

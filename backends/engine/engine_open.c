@@ -328,6 +328,11 @@ static pl_runner *open_cuda(const pl_engine_open_opts *o, engine_text *t,
     const pl_engine_config *c = o->cfg;
     if (!pl_cuda_available(err, n))
         return NULL;
+    if (pl_model_has_moe(t->model)) {
+        snprintf(err, n, "the CUDA runner does not run %s's layers yet (experts, "
+                 "attention sinks, YaRN): use --device cpu", t->model->arch_name);
+        return NULL;
+    }
     want->num_blocks = 0;            /* sized from free GPU memory */
     /* 0: the model's context, capped by what the KV cache holds. */
     want->max_model_len = c->max_model_len;

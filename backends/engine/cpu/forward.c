@@ -9,6 +9,7 @@
  * takes it, so results do not depend on threads or timing.
  */
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/cpu/forward_internal.h"
 #include "backends/engine/cpu/qdot_amx.h"
 
 #include <assert.h>
@@ -20,89 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct pl_cpu_fwd {
-    const pl_model *m;
-    pl_pool *pool;
-    pl_fwd_opts o;
-    int q_dim, kv_dim, max_in;
-    void *k_cache, *v_cache;     /* (n_layer, num_blocks, n_head_kv, block_size,
-                                    head_dim) of halves when o.kv_f16, else
-                                    floats: a head's rows of a block are
-                                    contiguous, so attention streams them */
-    size_t kv_esz;               /* 2 or 4 */
-    float *x, *xn, *q, *k, *v, *att, *tmp; /* (max_rows, width) */
-    float *gate, *up;            /* (max_rows, n_ff) */
-    pl_q8_act *xq;               /* (max_rows, max_in / 32) */
-    float *attn_scr;             /* (n_threads, group * max_ctx) */
-    float *att_sc;               /* (ATT_SPLIT_ROWS, n_head, max_ctx) split
-                                    attention's scores, then probabilities */
-    float *xo;                   /* (max_out, n_embd) */
-    const pl_fwd_batch *b;       /* the call in progress */
-    const int32_t *out_rows;     /* rows of x whose logits the call computes */
-    float *logits;               /* the call's logits (n_out, n_vocab) */
-    struct phase *ph;            /* (n_layer * PH_PER_LAYER + PH_OUTSIDE) the call's plan */
-    int n_ph;
-    struct span *spans;          /* (max_spans) the plan's matmul slices */
-    int n_spans, max_spans;
-    int last_rows;               /* rows of the last pl_cpu_forward, whose
-                                    final hidden states x still holds */
-};
-
-#define MM_MAX 3
-#define MM_PER_LAYER 7           /* weights in plan_layer's matmuls */
-#define UNIT_BYTES (16 * 1024)   /* quantised weight bytes per unit, about */
-
-/* The units of a slice not yet taken, [front, back) in one word: the
- * thread that took the slice claims units from the front, any other from
- * the back, each with one CAS. A cache line each: owners claim often. */
-typedef struct span {
-    _Alignas(64) _Atomic uint64_t fb;
-} span;
-
-/* Up to MM_MAX matmuls sharing one input: y[i] = x @ w[i]^T, split into
- * slices of size[i] output features, and slices into units of unit[i]. */
-typedef struct mm_job {
-    int n, n_rows, cols, any_q, n_slices;
-    int use_f32[MM_MAX], size[MM_MAX], chunks[MM_MAX], unit[MM_MAX];
-    const float *x;
-    const pl_weight *w[MM_MAX];
-    float *y[MM_MAX];
-    span *spans;                 /* (n_slices) */
-} mm_job;
-
-/* A step runs as one pool run: a list of phases, each a set of work items
- * that depend only on earlier phases (so a thread that takes an item of
- * phase k waits for every item before k). Row phases do per-row work and
- * then quantise that row of `next`'s input when its matmul needs q8. */
-typedef enum ph_kind {
-    PH_EMBED,          /* x[r] = embedding of token r */
-    PH_ATTN_IN,        /* (layer > 0: x[r] += tmp[r]) xn[r] = rmsnorm(x[r]) */
-    PH_QKV_FINISH,     /* biases, rope, K/V of row r into its cache slot */
-    PH_ATTN,           /* attention of (row, kv head[, query heads]) */
-    PH_ATT_SCORES,     /* split attention: scores of (row, kv head, positions) */
-    PH_ATT_SOFTMAX,    /* split attention: softmax of (row, query head) */
-    PH_ATT_VALUES,     /* split attention: (row, kv head, dims) of the outputs */
-    PH_ROW_Q8,         /* only the quantisation of next's input */
-    PH_FFN_IN,         /* x[r] += tmp[r]; xn[r] = rmsnorm(x[r]) */
-    PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
-    PH_FINAL_ADD,      /* x[r] += tmp[r] */
-    PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
-    PH_SOFTCAP,        /* a SOFTCAP_CHUNK slice of a logits row, soft-capped */
-    PH_MM,             /* one chunk of output features of mm */
-} ph_kind;
-
-typedef struct phase {
-    ph_kind kind;
-    int layer, n;                /* n work items */
-    int split;                   /* items per (row, kv head): PH_ATTN's query
-                                    head slices, PH_ATT_SCORES' position
-                                    chunks, PH_ATT_VALUES' dim chunks */
-    atomic_int taken;            /* items handed out so far */
-    const mm_job *next;          /* row phases: the matmul fed by this row */
-    mm_job mm;                   /* PH_MM */
-} phase;
-
-#define PH_PER_LAYER 12
 #define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
 #define SOFTCAP_CHUNK 16384      /* logits per soft-capping item */
 #define ATT_SPLIT_ROWS 2         /* most rows for the split attention */
@@ -149,7 +67,7 @@ static int max_spans(const pl_model *m, int nth)
     return (m->n_layer * MM_PER_LAYER + 1) * (2 * nth + 1);
 }
 
-static phase *ph_add(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next)
+phase *pl_fwd_ph_add_(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next)
 {
     phase *ph = &f->ph[f->n_ph++];
     *ph = (phase){.kind = kind, .layer = layer, .n = n, .next = next};
@@ -161,7 +79,7 @@ static phase *ph_add(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job
 static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
                                const pl_weight *const *w, float *const *y)
 {
-    phase *ph = ph_add(f, PH_MM, -1, 0, NULL);
+    phase *ph = pl_fwd_ph_add_(f, PH_MM, -1, 0, NULL);
     mm_job *j = &ph->mm;
     *j = (mm_job){.n = n, .n_rows = n_rows, .cols = w[0]->cols, .x = x,
                   .spans = f->spans + f->n_spans};
@@ -189,9 +107,7 @@ static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
     return j;
 }
 
-/* Claims a unit of span sp, from its front (its owner) or its back (any
- * other thread); -1 when none is left. */
-static int span_take(span *sp, int from_back)
+int pl_fwd_span_take_(span *sp, int from_back)
 {
     uint64_t v = atomic_load_explicit(&sp->fb, memory_order_relaxed);
     for (;;) {
@@ -252,6 +168,15 @@ static const int32_t *row_blocks(const pl_fwd_batch *b, int r)
     return b->block_table + (size_t)b->row_seq[r] * b->max_blocks_per_seq;
 }
 
+/* YaRN's magnitude factor on the rotated dims of each head (llama.cpp
+ * scales cos and sin by it). */
+static void rope_scale(float *x, int n_heads, int hd, int n_rot, float s)
+{
+    for (int h = 0; h < n_heads; h++)
+        for (int i = 0; i < n_rot; i++)
+            x[(size_t)h * hd + i] *= s;
+}
+
 /* Rope q/k of row r, add biases, and store its k/v into their cache slots. */
 static void qkv_finish(pl_cpu_fwd *f, int l, int r)
 {
@@ -273,6 +198,10 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
         pl_op_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, y->attn_k_norm, hd, m->rms_eps);
     pl_op_rope(q, m->n_head, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
     pl_op_rope(k, m->n_head_kv, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
+    if (m->rope_mscale > 0 && m->rope_mscale != 1.0f) {
+        rope_scale(q, m->n_head, hd, m->n_rot, m->rope_mscale);
+        rope_scale(k, m->n_head_kv, hd, m->n_rot, m->rope_mscale);
+    }
     int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
     kv_store(f, kv_at(f, f->k_cache, l, blk), slot, k);
@@ -301,7 +230,8 @@ static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
                           .v_base = kv_at(f, f->v_cache, l, 0) +
                                     f->kv_esz * kh * f->o.block_size * hd,
                           .kv_f16 = f->o.kv_f16,
-                          .block_table = row_blocks(f->b, r)};
+                          .block_table = row_blocks(f->b, r),
+                          .sinks = f->m->layers[l].attn_sinks};
 }
 
 /* Attention item it: (row, kv head, 1 of ph->split slices of its query
@@ -315,6 +245,8 @@ static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
     int r = it / per, kh = it % per / ph->split, hd = m->head_dim;
     pl_attn_args a = attn_args(f, ph->layer, r, kh);
     size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
+    if (a.sinks)
+        a.sinks += (it % per) * nq;  /* this item's first query head */
     pl_op_attention(&a, f->q + off, nq, f->b->positions[r] + 1, f->att + off,
                     f->attn_scr + (size_t)ith * (m->n_head / m->n_head_kv) * f->o.max_ctx);
     if (ph->next)
@@ -334,7 +266,12 @@ static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
     size_t ctx = (size_t)f->o.max_ctx;
     if (ph->kind == PH_ATT_SOFTMAX) {
         int r = it / m->n_head, first = attn_first(f, ph->layer, r);
-        pl_op_softmax(f->att_sc + (size_t)it * ctx + first, f->b->positions[r] + 1 - first);
+        const float *sinks = m->layers[ph->layer].attn_sinks;
+        float *sc = f->att_sc + (size_t)it * ctx + first;
+        if (sinks)
+            pl_op_softmax_sink(sc, f->b->positions[r] + 1 - first, sinks[it % m->n_head]);
+        else
+            pl_op_softmax(sc, f->b->positions[r] + 1 - first);
         return;
     }
     int per = m->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
@@ -394,6 +331,9 @@ static void swiglu_item(pl_cpu_fwd *f, const mm_job *next, int it)
     size_t off = (size_t)r * n_ff + c0;
     if (f->m->ffn_act == PL_FFN_GELU_TANH)
         pl_op_geglu(f->gate + off, f->up + off, len);
+    else if (f->m->ffn_act == PL_FFN_SWIGLU_OAI)
+        pl_op_swiglu_oai(f->gate + off, f->up + off, len, PL_OAI_SWIGLU_ALPHA,
+                         PL_OAI_SWIGLU_LIMIT);
     else
         pl_op_swiglu(f->gate + off, f->up + off, len);
     if (next->any_q)
@@ -416,8 +356,12 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
         break;
     case PH_QKV_FINISH: qkv_finish(f, ph->layer, r); break;
     case PH_FFN_IN:
+        if (y->bo)
+            add_row(t, y->bo, e);
         add_block_out(x, t, y->attn_post_norm, e, m->rms_eps);
         pl_op_rmsnorm(xn, x, y->ffn_norm, e, m->rms_eps);
+        if (m->n_expert > 0)
+            pl_fwd_moe_route_(f, ph->layer, r);
         break;
     case PH_SWIGLU:
         swiglu_item(f, ph->next, r);
@@ -447,11 +391,11 @@ static int mm_phase(pl_cpu_fwd *f, phase *ph, int ith)
     int done = 0;
     for (int s = atomic_fetch_add(&ph->taken, 1); s < j->n_slices;
          s = atomic_fetch_add(&ph->taken, 1))
-        for (int u; (u = span_take(&j->spans[s], 0)) >= 0; done++)
+        for (int u; (u = pl_fwd_span_take_(&j->spans[s], 0)) >= 0; done++)
             mm_unit(f, j, s, u);
     for (int k = 0; k < j->n_slices; k++) {
         int s = (k + ith) % j->n_slices;
-        for (int u; (u = span_take(&j->spans[s], 1)) >= 0; done++)
+        for (int u; (u = pl_fwd_span_take_(&j->spans[s], 1)) >= 0; done++)
             mm_unit(f, j, s, u);
     }
     return done;
@@ -494,6 +438,8 @@ static void plan_worker(void *arg, int ith, int nth)
         int mine = 0;
         if (ph->kind == PH_MM)
             mine = mm_phase(f, ph, ith);
+        else if (ph->kind >= PH_MOE_GROUP)
+            mine = pl_fwd_moe_phase_(f, ph, ith);
         else
             for (int it = atomic_fetch_add(&ph->taken, 1); it < ph->n;
                  it = atomic_fetch_add(&ph->taken, 1), mine++)
@@ -510,11 +456,11 @@ static void plan_output(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits
     const pl_weight *w[] = {&m->output};
     float *y[] = {logits};
     f->out_rows = rows;
-    phase *norm = ph_add(f, PH_OUT_NORM, -1, n, NULL);
+    phase *norm = pl_fwd_ph_add_(f, PH_OUT_NORM, -1, n, NULL);
     norm->next = ph_add_mm(f, f->xo, n, 1, w, y);
     f->logits = logits;
     if (m->final_softcap > 0)
-        ph_add(f, PH_SOFTCAP, -1, n * ((m->n_vocab + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK), NULL);
+        pl_fwd_ph_add_(f, PH_SOFTCAP, -1, n * ((m->n_vocab + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK), NULL);
 }
 
 /* Query heads of a (row, kv head) go to one attention item, which reads
@@ -554,14 +500,14 @@ static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
     if (n <= ATT_SPLIT_ROWS && nth > 1 && min_ctx > 0 && max_ctx >= min_ctx) {
         int nc = (max_ctx + ATT_CHUNK - 1) / ATT_CHUNK;
         int nd = (m->head_dim + ATT_DIMS - 1) / ATT_DIMS;
-        ph_add(f, PH_ATT_SCORES, l, kv_items * nc, NULL)->split = nc;
-        ph_add(f, PH_ATT_SOFTMAX, l, n * m->n_head, NULL);
-        ph_add(f, PH_ATT_VALUES, l, kv_items * nd, NULL)->split = nd;
+        pl_fwd_ph_add_(f, PH_ATT_SCORES, l, kv_items * nc, NULL)->split = nc;
+        pl_fwd_ph_add_(f, PH_ATT_SOFTMAX, l, n * m->n_head, NULL);
+        pl_fwd_ph_add_(f, PH_ATT_VALUES, l, kv_items * nd, NULL)->split = nd;
     } else {
         int split = attn_split(group, kv_items, nth);
-        ph_add(f, PH_ATTN, l, kv_items * split, NULL)->split = split;
+        pl_fwd_ph_add_(f, PH_ATTN, l, kv_items * split, NULL)->split = split;
     }
-    return ph_add(f, PH_ROW_Q8, l, n, NULL);
+    return pl_fwd_ph_add_(f, PH_ROW_Q8, l, n, NULL);
 }
 
 static void plan_layer(pl_cpu_fwd *f, int l, int n)
@@ -570,9 +516,9 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     const pl_weight *wqkv[] = {&y->wq, &y->wk, &y->wv}, *wo[] = {&y->wo};
     const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
     float *yqkv[] = {f->q, f->k, f->v}, *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
-    phase *in = ph_add(f, PH_ATTN_IN, l, n, NULL);
+    phase *in = pl_fwd_ph_add_(f, PH_ATTN_IN, l, n, NULL);
     in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
-    ph_add(f, PH_QKV_FINISH, l, n, NULL);
+    pl_fwd_ph_add_(f, PH_QKV_FINISH, l, n, NULL);
     phase *q8 = plan_attention(f, l, n);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
     phase *at = q8 - 1;          /* the attention phase whose items write att */
@@ -582,9 +528,13 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
         at->next = q8->next;     /* each item's outputs are whole q8 blocks */
     if (!q8->next->any_q || at->next)
         q8->n = 0;
-    phase *ffn = ph_add(f, PH_FFN_IN, l, n, NULL);
+    phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
+    if (f->m->n_expert > 0) {
+        pl_fwd_moe_plan_(f, l, n);
+        return;
+    }
     ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
-    phase *sw = ph_add(f, PH_SWIGLU, l, n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
+    phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l, n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
     sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
 }
 
@@ -616,11 +566,11 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
     f->b = b;
     f->n_ph = 0;
     f->n_spans = 0;
-    ph_add(f, PH_EMBED, -1, b->n_rows, NULL);
+    pl_fwd_ph_add_(f, PH_EMBED, -1, b->n_rows, NULL);
     for (int l = 0; l < m->n_layer; l++)
         plan_layer(f, l, b->n_rows);
     if (m->n_layer > 0)
-        ph_add(f, PH_FINAL_ADD, m->n_layer, b->n_rows, NULL);
+        pl_fwd_ph_add_(f, PH_FINAL_ADD, m->n_layer, b->n_rows, NULL);
     if (b->n_out > 0)
         plan_output(f, b->out_rows, b->n_out, logits);
     pl_pool_run(f->pool, plan_worker, f);
@@ -678,7 +628,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->o = *o;
     f->q_dim = m->n_head * m->head_dim;
     f->kv_dim = m->n_head_kv * m->head_dim;
-    f->max_in = m->n_ff > f->q_dim ? m->n_ff : f->q_dim;
+    int n_ff = m->n_expert > 0 ? 0 : m->n_ff;   /* experts keep their own buffers */
+    f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     size_t R = (size_t)o->max_rows;
     size_t kv = (size_t)m->n_layer * o->num_blocks * o->block_size * f->kv_dim;
@@ -693,8 +644,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->att = alloc_f(R * f->q_dim, &bad);
     f->k = alloc_f(R * f->kv_dim, &bad);
     f->v = alloc_f(R * f->kv_dim, &bad);
-    f->gate = alloc_f(R * m->n_ff, &bad);
-    f->up = alloc_f(R * m->n_ff, &bad);
+    f->gate = alloc_f(R * n_ff, &bad);
+    f->up = alloc_f(R * n_ff, &bad);
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
     f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * (m->n_head / m->n_head_kv) * o->max_ctx,
                           &bad);
@@ -705,8 +656,12 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->spans = aligned_alloc(64, (size_t)f->max_spans * sizeof(span));
     if (bad || !f->xq || !f->ph || !f->spans)
         goto fail;
-    if (m->n_embd % PL_QK || m->n_ff % PL_QK || f->q_dim % PL_QK) {
+    if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
+        pl_cpu_fwd_free(f);
+        return NULL;
+    }
+    if (pl_fwd_moe_init_(f, err, errlen) != 0) {
         pl_cpu_fwd_free(f);
         return NULL;
     }
@@ -728,5 +683,6 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
     free(f->xq);
     free(f->ph);
     free(f->spans);
+    pl_fwd_moe_free_(f);
     free(f);
 }

@@ -102,6 +102,30 @@ void pl_op_softcap(float *x, int n, float cap)
         x[i] = cap * tanh_rational(x[i] * inv);
 }
 
+void pl_op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit)
+{
+    for (int i = 0; i < n; i++) {
+        float g = gate[i] < limit ? gate[i] : limit;
+        float u = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        gate[i] = g / (1.0f + expf(-alpha * g)) * (u + 1.0f);
+    }
+}
+
+void pl_op_softmax_sink(float *x, int n, float sink)
+{
+    float mx = sink;
+    for (int i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    double sum = expf(sink - mx);
+    for (int i = 0; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
 float pl_op_softmax(float *x, int n)
 {
     float mx = -INFINITY;
@@ -192,7 +216,11 @@ static void attention_from(attn_scores_fn *scores, attn_values_fn *values,
 {
     scores(a, q, n_q, a->first, n_ctx, scratch, (size_t)n_ctx);
     for (int h = 0; h < n_q; h++)
-        pl_op_softmax(scratch + (size_t)h * n_ctx + a->first, n_ctx - a->first);
+        if (a->sinks)
+            pl_op_softmax_sink(scratch + (size_t)h * n_ctx + a->first, n_ctx - a->first,
+                               a->sinks[h]);
+        else
+            pl_op_softmax(scratch + (size_t)h * n_ctx + a->first, n_ctx - a->first);
     values(a, scratch, (size_t)n_ctx, n_q, n_ctx, 0, a->head_dim, out);
 }
 

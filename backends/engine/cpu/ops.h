@@ -83,11 +83,19 @@ void pl_op_swiglu(float *gate, const float *up, int n);
  *  gelu(approximate="tanh")): 0.5 g (1 + tanh(sqrt(2/pi) g (1 + 0.044715 g^2))). */
 void pl_op_geglu(float *gate, const float *up, int n);
 
+/** gpt-oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i],
+ *  -limit, limit), gate[i] = g / (1 + exp(-alpha g)) * (u + 1). Plain C on
+ *  every path (libm's expf): the same bits whatever the ISA. */
+void pl_op_swiglu_oai(float *gate, const float *up, int n, float alpha, float limit);
+
 /** x[i] = cap * tanh(x[i] / cap) (Gemma 2's soft-capping); cap > 0. */
 void pl_op_softcap(float *x, int n, float cap);
 
 /** In-place softmax over n values; returns log(sum exp(x - max)) + max. */
 float pl_op_softmax(float *x, int n);
+/** The same with one more logit, `sink`, in the denominator only (an
+ *  attention sink): x[i] = exp(x[i]) / (exp(sink) + sum exp(x)). */
+void pl_op_softmax_sink(float *x, int n, float sink);
 
 /** dot product and y += a * x over n floats (AVX2 when available). */
 float pl_op_dot_f32(const float *a, const float *b, int n);
@@ -116,6 +124,8 @@ typedef struct pl_attn_args {
                                       window); 0: from the start */
     float softcap;               /**< scores become softcap * tanh(s /
                                       softcap) before the softmax; 0: none */
+    const float *sinks;          /**< (n_q) each query head's sink logit in
+                                      its softmax's denominator; NULL: none */
 } pl_attn_args;
 
 #define PL_ATTN_MAX_F16_HEAD_DIM 512
@@ -125,7 +135,8 @@ void pl_op_attention(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
 /** pl_op_attention in parts, to split one query row's group over threads
  *  with every output value unchanged: the scaled (and soft-capped) scores
  *  of positions [t0, t1) into scores[h * stride + t]; then, after
- *  pl_op_softmax of each head's scores [first, n_ctx), dims [d0, d1) of out
+ *  pl_op_softmax (pl_op_softmax_sink with sinks) of each head's scores
+ *  [first, n_ctx), dims [d0, d1) of out
  *  (d0 a multiple of 8) from the probabilities p[h * stride + t],
  *  t in [first, n_ctx). */
 void pl_op_attn_scores(const pl_attn_args *a, const float *q, int n_q, int t0, int t1,

@@ -10,6 +10,8 @@
  *   Q4_0: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
  *   Q4_1: fp16 d, fp16 m, 16 bytes;    x = d * q + m
  *   Q8_0: fp16 d, 32 int8;              x = d * q
+ *   MXFP4: u8 e (E8M0), 16 bytes;       x = 2^(e - 128) * v[q], v the
+ *          doubled FP4 values (quant.h)
  * Nibble j (low) is element j, nibble j (high) is element j + 16.
  */
 #include "backends/engine/cpu/ops.h"
@@ -57,7 +59,7 @@ static inline float h2f(const uint8_t *p)
 int pl_op_qdot_supported(pl_ggml_type t)
 {
     return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q8_0 ||
-           pl_qdot_k_supported(t);
+           t == PL_GGML_TYPE_MXFP4 || pl_qdot_k_supported(t);
 }
 
 static void dequant_q4(const uint8_t *b, float *y, int has_m)
@@ -144,6 +146,14 @@ float pl_op_qdot_ref(pl_ggml_type t, const void *w, const pl_q8_act *a, int n)
                         ((qs[j] >> 4) | (qh >> (j + 16) & 1) << 4) * a[i].qs[j + 16];
             float d = h2f(blk);
             acc += d * a[i].d * (float)isum + -16.0f * d * a[i].s;
+            continue;
+        }
+        if (t == PL_GGML_TYPE_MXFP4) {  /* signed values from the table */
+            const uint8_t *blk = b + i * 17, *qs = blk + 1;
+            for (int j = 0; j < 16; j++)
+                isum += pl_mxfp4_values[qs[j] & 0x0f] * a[i].qs[j] +
+                        pl_mxfp4_values[qs[j] >> 4] * a[i].qs[j + 16];
+            acc += pl_e8m0_half(blk[0]) * a[i].d * (float)isum;
             continue;
         }
         if (t == PL_GGML_TYPE_Q8_0) {

@@ -1,5 +1,5 @@
-/* qdot_block_order.c - the Q4_0, Q4_1, Q5_0 and Q8_0 kernels, 8 weight
- * rows at a time (see qdot_block_order.h).
+/* qdot_block_order.c - the Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 kernels, 8
+ * weight rows at a time (see qdot_block_order.h).
  *
  * They sum as the scalar reference does, block after block: each of 8
  * weight rows is dotted with an activation block into 8 int32 partials, the
@@ -16,7 +16,10 @@
  * blocks per register) ran no faster on Zen 4, in cache or from memory, and
  * was dropped. Q5_0 (most matrices of llama.cpp's Q4_K_M files of small
  * models, Gemma 3 270M's among them) joined them: its lane-wise kernels
- * left prefill at about half llama.cpp's speed there.
+ * left prefill at about half llama.cpp's speed there. MXFP4 (gpt-oss's
+ * experts) is Q8_0's signed path: its nibbles become the doubled FP4 values
+ * by one byte shuffle, and its E8M0 scale a float by shifting the byte into
+ * the exponent.
  */
 #include "backends/engine/cpu/qdot_block_order.h"
 
@@ -78,16 +81,28 @@ T2 static inline __m256i q5_high_bits(const uint8_t *qh)
     return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 }
 
+/* Whether a type's quants are signed bytes (the sign trick below). */
+static inline int signed_quants(pl_ggml_type t)
+{
+    return t == PL_GGML_TYPE_Q8_0 || t == PL_GGML_TYPE_MXFP4;
+}
+
 /* The 32 quants of the block at blk as bytes, element j in byte j: signed
- * for Q8_0, else unsigned (Q4_0 and Q4_1 0..15, Q5_0 0..31). */
+ * for Q8_0 and MXFP4 (its nibbles looked up in the doubled FP4 values),
+ * else unsigned (Q4_0 and Q4_1 0..15, Q5_0 0..31). */
 T2 static inline __m256i block_quants(pl_ggml_type t, const uint8_t *blk)
 {
     if (t == PL_GGML_TYPE_Q8_0)
         return _mm256_loadu_si256((const __m256i *)(const void *)(blk + 2));
-    size_t qo = t == PL_GGML_TYPE_Q4_1 ? 4 : t == PL_GGML_TYPE_Q5_0 ? 6 : 2;
+    size_t qo = t == PL_GGML_TYPE_Q4_1 ? 4 : t == PL_GGML_TYPE_Q5_0 ? 6
+                : t == PL_GGML_TYPE_MXFP4 ? 1 : 2;
     __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(blk + qo));
     __m128i m = _mm_set1_epi8(0x0f);
     __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
+    if (t == PL_GGML_TYPE_MXFP4)
+        return _mm256_shuffle_epi8(_mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4,
+                                                    -6, -8, -12, 0, 1, 2, 3, 4, 6, 8, 12, 0, -1,
+                                                    -2, -3, -4, -6, -8, -12), u);
     return t == PL_GGML_TYPE_Q5_0 ? _mm256_or_si256(u, q5_high_bits(blk + 2)) : u;
 }
 
@@ -95,7 +110,7 @@ T2 static inline __m256i block_quants(pl_ggml_type t, const uint8_t *blk)
 T2 static inline __m256i block_isum8(pl_ggml_type t, const uint8_t *blk, __m256i aq)
 {
     __m256i q = block_quants(t, blk), p;
-    if (t == PL_GGML_TYPE_Q8_0)
+    if (signed_quants(t))
         p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(aq, q));
     else
         p = _mm256_maddubs_epi16(q, aq);
@@ -123,13 +138,37 @@ T2 static inline void gather_scales(const uint8_t *blk0, __m256i idx, __m256 *d,
     *m = _mm256_cvtph_ps(_mm256_extracti128_si256(p, 1));
 }
 
+/* MXFP4's scales of one block of 8 rows: the E8M0 byte e at each block's
+ * start as 2^(e - 128) (pl_e8m0_half: subnormal below e = 2). */
+T2 static inline __m256 gather_e8m0_half(const uint8_t *blk0, __m256i idx)
+{
+    __m256i e = _mm256_and_si256(_mm256_i32gather_epi32((const int *)(const void *)blk0, idx, 1),
+                                 _mm256_set1_epi32(0xff));
+    __m256i norm = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    __m256i small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(norm, sub, small));
+}
+
+/* The scales of one block of 8 rows: d, and Q4_1's m. */
+T2 static inline void block_scales(pl_ggml_type t, const uint8_t *blk0, __m256i idx, __m256 *d,
+                                   __m256 *m)
+{
+    if (t == PL_GGML_TYPE_MXFP4) {
+        *d = gather_e8m0_half(blk0, idx);
+        *m = _mm256_setzero_ps();
+        return;
+    }
+    gather_scales(blk0, idx, d, m);
+}
+
 /* One block's contribution for 8 rows, the reference's float steps:
  * d * d_a * isum (+ m * s_a), m = -8 d for Q4_0, -16 d for Q5_0. */
 T2 static inline __m256 block_value(pl_ggml_type t, __m256 d, __m256 m, __m256i isum,
                                     const pl_q8_act *a)
 {
     __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(a->d)), _mm256_cvtepi32_ps(isum));
-    if (t == PL_GGML_TYPE_Q8_0)
+    if (signed_quants(t))
         return v;
     if (t == PL_GGML_TYPE_Q4_0)
         m = _mm256_mul_ps(_mm256_set1_ps(-8.0f), d);
@@ -154,7 +193,7 @@ T2 static inline __m256 block8_avx2(pl_ggml_type t, size_t bb, const uint8_t *w,
     for (int r = 0; r < 8; r++)
         s[r] = block_isum8(t, blk0 + (size_t)r * row_bytes, aq);
     __m256 d, m;
-    gather_scales(blk0, idx, &d, &m);
+    block_scales(t, blk0, idx, &d, &m);
     return _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a + b));
 }
 
@@ -215,7 +254,7 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
                                          const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
                                          int ldy)                                                \
     {                                                                                            \
-        int q8 = t == PL_GGML_TYPE_Q8_0;                                                         \
+        int q8 = signed_quants(t);                                                               \
         size_t bb = block_bytes(t);                                                              \
         __m256i idx = row_offsets(row_bytes);                                                    \
         for (int b = 0; b < n_blk; b++) {                                                        \
@@ -226,7 +265,7 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
                 wq[j] = q8 ? _mm256_abs_epi8(ws[j]) : ws[j];                                     \
             }                                                                                    \
             __m256 d, m;                                                                         \
-            gather_scales(blk0, idx, &d, &m);                                                    \
+            block_scales(t, blk0, idx, &d, &m);                                                  \
             for (int r = 0; r < n_rows; r++) {                                                   \
                 const pl_q8_act *a = x + (size_t)r * n_blk + b;                                  \
                 __m256i aq = _mm256_loadu_si256((const __m256i *)a->qs), s[8];                   \

@@ -1,4 +1,4 @@
-/* qdot_block_order.h - Q4_0, Q4_1, Q5_0 and Q8_0 weight rows against one
+/* qdot_block_order.h - Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 weight rows against one
  * q8 activation row in block order (qdot_block_order.c): each output is
  * pl_op_qdot_ref's sum bit for bit, the per-block integer dot then
  * acc += d_w * d_a * isum (+ m_w * s_a), block after block. The rows of
@@ -12,11 +12,12 @@
 
 #include "backends/engine/cpu/ops.h"
 
-/** True for the types summed in block order: Q4_0, Q4_1, Q5_0 and Q8_0. */
+/** True for the types summed in block order: Q4_0, Q4_1, Q5_0, Q8_0 and
+ *  MXFP4. */
 static inline int pl_qdot_block_order_type(pl_ggml_type t)
 {
     return t == PL_GGML_TYPE_Q4_0 || t == PL_GGML_TYPE_Q4_1 || t == PL_GGML_TYPE_Q5_0 ||
-           t == PL_GGML_TYPE_Q8_0;
+           t == PL_GGML_TYPE_Q8_0 || t == PL_GGML_TYPE_MXFP4;
 }
 
 /** y[o] = pl_op_qdot_ref(t, row o of w, a, n_blk * 32) for o in [o0, o1),

@@ -44,6 +44,7 @@ typedef enum pl_ggml_type {
     PL_GGML_TYPE_Q6_K = 14,
     PL_GGML_TYPE_Q8_K = 15,
     PL_GGML_TYPE_BF16 = 30,
+    PL_GGML_TYPE_MXFP4 = 39,     /**< OCP microscaling FP4 (gpt-oss experts) */
 } pl_ggml_type;
 
 typedef struct pl_gguf_str {

@@ -164,6 +164,7 @@ static const type_info types_[] = {
     {PL_GGML_TYPE_Q5_K, "Q5_K", 256, 2 + 2 + 12 + 32 + 128},
     {PL_GGML_TYPE_Q6_K, "Q6_K", 256, 128 + 64 + 16 + 2},
     {PL_GGML_TYPE_Q8_K, "Q8_K", 256, 4 + 256 + 32},
+    {PL_GGML_TYPE_MXFP4, "MXFP4", 32, 1 + 16},
 };
 
 static const type_info *type_info_(pl_ggml_type t)

@@ -16,19 +16,26 @@
 #define fail_ pl_model_fail_
 
 /* The sizes a tensor's dimensions are named by. */
-typedef enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD } dim;
+typedef enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP } dim;
 
-/* One per-layer tensor: its GGUF name, a vector (float *) or a matrix
- * (pl_weight) at `off` in pl_layer, and its shape. */
+/* What a slot holds at `off` in pl_layer: a vector (float *, `rows`
+ * elements), a matrix (pl_weight), one matrix per expert (pl_experts,
+ * n_expert of them) or one vector per expert (float *, n_expert rows of
+ * `cols`). */
+typedef enum slot_kind { S_VEC, S_MAT, S_EXPS, S_VEC2 } slot_kind;
+
+/* One per-layer tensor: its GGUF name, kind, shape and field. */
 typedef struct slot {
     const char *fmt;
-    bool mat;
-    dim rows, cols;              /* a vector has `rows` elements */
+    slot_kind kind;
+    dim rows, cols;
     size_t off;
 } slot;
 
-#define VEC(f, d, field) {f, false, d, d, offsetof(pl_layer, field)}
-#define MAT(f, r, c, field) {f, true, r, c, offsetof(pl_layer, field)}
+#define VEC(f, d, field) {f, S_VEC, d, d, offsetof(pl_layer, field)}
+#define MAT(f, r, c, field) {f, S_MAT, r, c, offsetof(pl_layer, field)}
+#define EXPS(f, r, c, field) {f, S_EXPS, r, c, offsetof(pl_layer, field)}
+#define VEC2(f, c, field) {f, S_VEC2, D_EXP, c, offsetof(pl_layer, field)}
 
 static const slot slots_[PL_T_COUNT] = {
     [PL_T_ATTN_NORM] = VEC("blk.%d.attn_norm.weight", D_EMBD, attn_norm),
@@ -47,7 +54,19 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_UP] = MAT("blk.%d.ffn_up.weight", D_FF, D_EMBD, w_up),
     [PL_T_DOWN] = MAT("blk.%d.ffn_down.weight", D_EMBD, D_FF, w_down),
     [PL_T_FFN_POST_NORM] = VEC("blk.%d.post_ffw_norm.weight", D_EMBD, ffn_post_norm),
+    [PL_T_BO] = VEC("blk.%d.attn_output.bias", D_EMBD, bo),
+    [PL_T_SINKS] = VEC("blk.%d.attn_sinks.weight", D_HEADS, attn_sinks),
+    [PL_T_GATE_INP] = MAT("blk.%d.ffn_gate_inp.weight", D_EXP, D_EMBD, gate_inp),
+    [PL_T_GATE_INP_B] = VEC("blk.%d.ffn_gate_inp.bias", D_EXP, gate_inp_b),
+    [PL_T_GATE_EXPS] = EXPS("blk.%d.ffn_gate_exps.weight", D_FF_EXP, D_EMBD, gate_exps),
+    [PL_T_UP_EXPS] = EXPS("blk.%d.ffn_up_exps.weight", D_FF_EXP, D_EMBD, up_exps),
+    [PL_T_DOWN_EXPS] = EXPS("blk.%d.ffn_down_exps.weight", D_EMBD, D_FF_EXP, down_exps),
+    [PL_T_GATE_EXPS_B] = VEC2("blk.%d.ffn_gate_exps.bias", D_FF_EXP, gate_exps_b),
+    [PL_T_UP_EXPS_B] = VEC2("blk.%d.ffn_up_exps.bias", D_FF_EXP, up_exps_b),
+    [PL_T_DOWN_EXPS_B] = VEC2("blk.%d.ffn_down_exps.bias", D_EMBD, down_exps_b),
 };
+
+#define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
 
 /* A load in progress: the file, the runner's packing wish and which of the
  * file's tensors were taken. */
@@ -67,6 +86,9 @@ static int dim_size(const pl_model *m, dim d)
     case D_Q: return m->n_head * m->head_dim;
     case D_KV: return m->n_head_kv * m->head_dim;
     case D_FF: return m->n_ff;
+    case D_HEADS: return m->n_head;
+    case D_EXP: return m->n_expert;
+    case D_FF_EXP: return m->n_ff_exp;
     default: return m->head_dim;
     }
 }
@@ -77,6 +99,26 @@ static const pl_gguf_tensor *take(loader *ld, const char *name)
     if (t)
         ld->used[t - ld->g->tensors] = true;
     return t;
+}
+
+/* YaRN's correction dim of a rotation count beta (llama.cpp's
+ * ggml_rope_yarn_corr_dim, in float as there). */
+static float yarn_corr_dim(int n_rot, int orig_ctx, float beta, float base)
+{
+    return (float)n_rot * logf((float)orig_ctx / (beta * 2 * (float)M_PI)) / (2 * logf(base));
+}
+
+/* The factor on frequency i of YaRN's angle: 1/factor (interpolated) below
+ * the ramp's start, 1 (extrapolated) past its end, linear between. */
+static double yarn_mix(int n_rot, float base, float factor, int orig_ctx, int i)
+{
+    float lo = floorf(yarn_corr_dim(n_rot, orig_ctx, 32.0f, base));
+    float hi = ceilf(yarn_corr_dim(n_rot, orig_ctx, 1.0f, base));
+    lo = lo > 0 ? lo : 0;
+    hi = hi < n_rot - 1 ? hi : (float)(n_rot - 1);
+    float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
+    float ramp = 1 - (y < 0 ? 0 : y > 1 ? 1 : y);
+    return (1.0 - ramp) / factor + ramp;
 }
 
 void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
@@ -96,6 +138,8 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
                 double sm = (orig_ctx / wl - low_ff) / (high_ff - low_ff);
                 f = (1.0 - sm) * f / factor + sm * f;
             }
+        } else if (scaling && strcmp(scaling, "yarn") == 0 && factor > 0) {
+            f *= yarn_mix(n_rot, base, factor, orig_ctx, i);
         }
         if (factors)
             f /= factors[i];
@@ -103,16 +147,21 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
     }
 }
 
-/* A 1-D f32 copy of a vector tensor of n elements (norms, biases). */
-static int load_vec(loader *ld, const char *name, int n, bool required, float **out)
+/* An f32 copy of a vector tensor of n elements (norms, biases), or with
+ * rows > 0 of a 2-D one of `rows` such vectors (per-expert biases). */
+static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool required,
+                         float **out)
 {
     const pl_gguf_tensor *t = take(ld, name);
     *out = NULL;
     if (!t)
         return required ? fail_(ld->err, ld->len, "missing tensor %s", name) : 0;
-    if (t->ne[0] != (uint64_t)n || t->n_dims != 1)
-        return fail_(ld->err, ld->len, "tensor %s: shape [%llu] != [%d]", name,
-                     (unsigned long long)t->ne[0], n);
+    if (t->ne[0] != (uint64_t)n || t->n_dims != (rows > 0 ? 2u : 1u) ||
+        (rows > 0 && t->ne[1] != (uint64_t)rows))
+        return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu] != [%d, %d]", name,
+                     (unsigned long long)t->ne[0],
+                     (unsigned long long)(t->n_dims > 1 ? t->ne[1] : 1), n, rows > 0 ? rows : 1);
+    n *= rows > 0 ? rows : 1;
     size_t be = 0;
     if (!pl_ggml_type_block(t->type, &be, NULL) || n % (int)be != 0)
         return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
@@ -127,6 +176,11 @@ static int load_vec(loader *ld, const char *name, int n, bool required, float **
         if (!isfinite((*out)[i]))
             return fail_(ld->err, ld->len, "tensor %s: element %d is not finite", name, i);
     return 0;
+}
+
+static int load_vec(loader *ld, const char *name, int n, bool required, float **out)
+{
+    return load_vec_rows(ld, name, n, 0, required, out);
 }
 
 static int load_weight(loader *ld, const pl_gguf_tensor *t, const char *name, int rows,
@@ -160,33 +214,85 @@ static int load_weight(loader *ld, const pl_gguf_tensor *t, const char *name, in
     return 0;
 }
 
+/* One matrix per expert from a 3-D tensor [cols, rows, n]: kept packed
+ * when the runner reads the type packed (with no keep_packed function,
+ * every type but F32, F16 and BF16: quantised experts are too big to
+ * widen), else dequantised to f32. */
+static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
+                        pl_experts *x)
+{
+    const pl_gguf_tensor *t = take(ld, name);
+    size_t be = 0, bb = 0;
+    if (!t)
+        return fail_(ld->err, ld->len, "missing tensor %s", name);
+    if (t->n_dims != 3 || t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows ||
+        t->ne[2] != (uint64_t)n)
+        return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu, %llu] != [%d, %d, %d]",
+                     name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+                     (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 1), cols, rows, n);
+    float probe[256];
+    if (!pl_ggml_type_block(t->type, &be, &bb) || cols % (int)be != 0 || be > 256 ||
+        pl_dequant_row(t->type, t->data, probe, (int64_t)be) != 0)
+        return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
+                     pl_ggml_type_name(t->type));
+    size_t row_bytes = (size_t)cols / be * bb;
+    *x = (pl_experts){.w = {.type = t->type, .rows = rows, .cols = cols,
+                            .row_bytes = row_bytes, .q = t->data},
+                      .n = n, .stride = (size_t)rows * row_bytes};
+    bool is_float = t->type == PL_GGML_TYPE_F32 || t->type == PL_GGML_TYPE_F16 ||
+                    t->type == PL_GGML_TYPE_BF16;
+    if (ld->packed ? ld->packed(t->type) : !is_float)
+        return 0;
+    size_t per = (size_t)rows * cols;
+    x->w.f32 = malloc(sizeof(float) * per * (size_t)n);
+    if (!x->w.f32)
+        return fail_(ld->err, ld->len, "out of memory for %s", name);
+    for (size_t r = 0; r < (size_t)rows * n; r++)
+        pl_dequant_row(t->type, (const uint8_t *)t->data + r * row_bytes, x->w.f32 + r * cols,
+                       cols);
+    return 0;
+}
+
+/* Slot s of layer l into its field of y; a matrix that is optional and
+ * absent is left empty. The router is kept in f32 (it is small, and its
+ * logits choose the experts: no quantisation between a token and its
+ * choice). */
+static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
+{
+    const slot *sl = &slots_[s];
+    void *field = (char *)&m->layers[l] + sl->off;
+    char name[96];
+    if (s == PL_T_FFN_NORM && m->info->ffn_norm_name)
+        snprintf(name, sizeof name, "blk.%d.%s.weight", l, m->info->ffn_norm_name);
+    else
+        snprintf(name, sizeof name, sl->fmt, l);
+    int rows = dim_size(m, sl->rows), cols = dim_size(m, sl->cols);
+    switch (sl->kind) {
+    case S_MAT: {
+        const pl_gguf_tensor *t = take(ld, name);
+        if (!t && !required)
+            return 0;
+        pl_keep_packed_fn packed = ld->f32 || s == PL_T_GATE_INP ? NULL : ld->packed;
+        return load_weight(ld, t, name, rows, cols, packed, field);
+    }
+    case S_EXPS: return load_experts(ld, name, m->n_expert, rows, cols, field);
+    case S_VEC2: return load_vec_rows(ld, name, cols, rows, required, field);
+    default: return load_vec(ld, name, rows, required, field);
+    }
+}
+
 /* Layer l's tensors: those its architecture needs (missing: an error),
- * and its optional ones when the file has them. */
+ * and its optional ones when the file has them. A layer with experts
+ * needs the expert block instead of the dense feed-forward. */
 static int load_layer(pl_model *m, loader *ld, int l)
 {
-    pl_layer *y = &m->layers[l];
-    uint32_t need = m->info->need, want = need | m->info->optional;
-    for (int s = 0; s < PL_T_COUNT; s++) {
-        if (!(want & PL_T_BIT(s)))
-            continue;
-        const slot *sl = &slots_[s];
-        char name[96];
-        snprintf(name, sizeof name, sl->fmt, l);
-        bool required = need & PL_T_BIT(s);
-        int rc;
-        if (sl->mat) {
-            const pl_gguf_tensor *t = take(ld, name);
-            if (!t && !required)
-                continue;
-            rc = load_weight(ld, t, name, dim_size(m, sl->rows), dim_size(m, sl->cols),
-                             ld->f32 ? NULL : ld->packed, (pl_weight *)((char *)y + sl->off));
-        } else {
-            rc = load_vec(ld, name, dim_size(m, sl->rows), required,
-                          (float **)(void *)((char *)y + sl->off));
-        }
-        if (rc)
+    uint32_t need = m->info->need;
+    if (m->n_expert > 0)
+        need = (need & ~DENSE_FFN) | m->info->moe_need;
+    uint32_t want = need | m->info->optional;
+    for (int s = 0; s < PL_T_COUNT; s++)
+        if ((want & PL_T_BIT(s)) && load_slot(m, ld, s, l, need & PL_T_BIT(s)))
             return -1;
-    }
     return 0;
 }
 
@@ -297,6 +403,15 @@ bool pl_model_has_extensions(const pl_model *m)
            m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim);
 }
 
+bool pl_model_has_moe(const pl_model *m)
+{
+    for (int l = 0; l < m->n_layer; l++)
+        if (m->layers[l].attn_sinks || m->layers[l].bo)
+            return true;
+    return m->n_expert > 0 || (m->rope_mscale > 0 && m->rope_mscale != 1.0f) ||
+           m->ffn_act == PL_FFN_SWIGLU_OAI;
+}
+
 void pl_model_free(pl_model *m)
 {
     if (!m)
@@ -305,8 +420,10 @@ void pl_model_free(pl_model *m)
         pl_layer *y = &m->layers[l];
         for (int s = 0; s < PL_T_COUNT; s++) {
             char *field = (char *)y + slots_[s].off;
-            if (slots_[s].mat)
+            if (slots_[s].kind == S_MAT)
                 free(((pl_weight *)(void *)field)->f32);
+            else if (slots_[s].kind == S_EXPS)
+                free(((pl_experts *)(void *)field)->w.f32);
             else
                 free(*(float **)(void *)field);
         }

@@ -6,8 +6,11 @@
  * 2/3, SmolLM2, TinyLlama, Mistral, with a sliding window when the file
  * declares one), qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm),
  * gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping, alternate
- * sliding layers) and gemma3 (gemma2's blocks, q/k norms, 5 local layers
- * per global one with their own RoPE base). Each row says which tensors the
+ * sliding layers), gemma3 (gemma2's blocks, q/k norms, 5 local layers
+ * per global one with their own RoPE base), and the mixtures of experts:
+ * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
+ * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
+ * biased router and experts, clamped SwiGLU). Each row says which tensors the
  * architecture needs, which are optional, and its per-layer properties;
  * every number comes from the file's metadata (model_meta.c), and a key
  * parley does not implement is refused at load, naming the key.
@@ -29,6 +32,20 @@
  *
  * with x = token_embd[id] * embd_scale at the start and
  * logits = softcap(rmsnorm(x, output_norm) @ output^T; final_softcap).
+ *
+ * With attention sinks (gpt-oss) each head's softmax denominator has one
+ * more term, exp(sink[head]); o gets a bias bo when present. A layer with
+ * experts (n_expert > 0) replaces f by
+ *
+ *   r  = h @ gate_inp^T (+ gate_inp_b)                      (n_expert) logits
+ *   PL_MOE_SOFTMAX:      p = softmax(r); E = top n_expert_used of p;
+ *                        w_e = p_e / sum_E p (when moe_norm_w) else p_e
+ *   PL_MOE_TOPK_SOFTMAX: E = top n_expert_used of r; w = softmax(r_E)
+ *   f  = sum over e in E (in order of rank) of
+ *        w_e (act(h @ gate_e^T + bg_e) * (h @ up_e^T + bu_e) @ down_e^T + bd_e)
+ *
+ * act PL_FFN_SWIGLU_OAI is gpt-oss's: g = min(g, 7), u = clamp(u, -7, 7),
+ * g / (1 + exp(-1.702 g)) * (u + 1).
  */
 #ifndef PL_MODEL_H
 #define PL_MODEL_H
@@ -45,6 +62,8 @@ typedef enum pl_model_arch {
     PL_MODEL_ARCH_QWEN3,
     PL_MODEL_ARCH_GEMMA2,
     PL_MODEL_ARCH_GEMMA3,
+    PL_MODEL_ARCH_QWEN3MOE,
+    PL_MODEL_ARCH_GPT_OSS,
     PL_MODEL_ARCH_COUNT,
 } pl_model_arch;
 
@@ -52,7 +71,28 @@ typedef enum pl_model_arch {
 typedef enum pl_ffn_act {
     PL_FFN_SILU = 0,             /**< SwiGLU: g / (1 + exp(-g)) */
     PL_FFN_GELU_TANH,            /**< GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
+    PL_FFN_SWIGLU_OAI,           /**< gpt-oss's clamped SwiGLU (see above) */
 } pl_ffn_act;
+
+#define PL_OAI_SWIGLU_ALPHA 1.702f /**< gpt-oss's reference implementation */
+#define PL_OAI_SWIGLU_LIMIT 7.0f
+
+/** Whether an architecture's layers have experts. */
+typedef enum pl_moe_kind {
+    PL_MOE_NONE = 0,             /**< never: the expert keys are refused */
+    PL_MOE_OPTIONAL,             /**< when expert_count > 0 (llama: Mixtral) */
+    PL_MOE_ALWAYS,               /**< every layer */
+} pl_moe_kind;
+
+/** How the router's logits become expert weights (model.h's formula). */
+typedef enum pl_moe_gating {
+    PL_MOE_SOFTMAX = 0,          /**< softmax, top-k, renormalised (optional) */
+    PL_MOE_TOPK_SOFTMAX,         /**< top-k of the logits, softmax over them */
+} pl_moe_gating;
+
+/** Most experts a layer may have, and most chosen per token. */
+#define PL_MOE_MAX_EXPERTS 512
+#define PL_MOE_MAX_USED 32
 
 /** The per-layer tensors an architecture may have (bits of pl_arch's
  *  `need` and `optional`); names and shapes are in model.c's slot table. */
@@ -73,6 +113,16 @@ typedef enum pl_tensor_slot {
     PL_T_UP,                     /**< blk.N.ffn_up.weight */
     PL_T_DOWN,                   /**< blk.N.ffn_down.weight */
     PL_T_FFN_POST_NORM,          /**< blk.N.post_ffw_norm.weight (n_embd) */
+    PL_T_BO,                     /**< blk.N.attn_output.bias (n_embd) */
+    PL_T_SINKS,                  /**< blk.N.attn_sinks.weight (n_head) */
+    PL_T_GATE_INP,               /**< blk.N.ffn_gate_inp.weight (n_expert, n_embd) */
+    PL_T_GATE_INP_B,             /**< blk.N.ffn_gate_inp.bias (n_expert) */
+    PL_T_GATE_EXPS,              /**< blk.N.ffn_gate_exps.weight (n_expert, n_ff_exp, n_embd) */
+    PL_T_UP_EXPS,                /**< blk.N.ffn_up_exps.weight (n_expert, n_ff_exp, n_embd) */
+    PL_T_DOWN_EXPS,              /**< blk.N.ffn_down_exps.weight (n_expert, n_embd, n_ff_exp) */
+    PL_T_GATE_EXPS_B,            /**< blk.N.ffn_gate_exps.bias (n_expert, n_ff_exp) */
+    PL_T_UP_EXPS_B,              /**< blk.N.ffn_up_exps.bias (n_expert, n_ff_exp) */
+    PL_T_DOWN_EXPS_B,            /**< blk.N.ffn_down_exps.bias (n_expert, n_embd) */
     PL_T_COUNT,
 } pl_tensor_slot;
 
@@ -109,6 +159,16 @@ typedef struct pl_arch {
      *  layers (gemma 27B), where llama.cpp uses 1/sqrt(n_embd / n_head)
      *  (query_pre_attn_scalar, which the converter does not write); 0: none. */
     int wide_query_scale_layers;
+    pl_moe_kind moe;             /**< experts: never, when the file has them, always */
+    pl_moe_gating gating;
+    bool moe_norm_w;             /**< PL_MOE_SOFTMAX's renormalisation unless
+                                      expert_weights_norm says otherwise */
+    /** With experts, the tensor bits that replace the dense FFN's
+     *  (GATE, UP, DOWN) in `need`. */
+    uint32_t moe_need;
+    /** The FFN norm's tensor when not blk.N.ffn_norm.weight (gpt-oss:
+     *  "post_attention_norm"); NULL: ffn_norm. */
+    const char *ffn_norm_name;
 } pl_arch;
 
 /** The architecture table's row for a general.architecture, or NULL. */
@@ -125,6 +185,25 @@ typedef struct pl_weight {
     float *f32;                  /**< (rows, cols) dequantised, owned; NULL when
                                       not kept (see pl_model_opts) */
 } pl_weight;
+
+/** The experts of one matrix of a layer: n matrices of the same shape,
+ *  stored one after the other (a GGUF 3-D tensor, ne = [cols, rows, n]). */
+typedef struct pl_experts {
+    pl_weight w;                 /**< expert 0 (q, f32) and the common shape */
+    int n;
+    size_t stride;               /**< bytes from one expert's packed matrix to
+                                      the next (rows * row_bytes) */
+} pl_experts;
+
+/** Expert e of x as one matrix (borrowed pointers). */
+static inline pl_weight pl_experts_at(const pl_experts *x, int e)
+{
+    pl_weight w = x->w;
+    w.q = (const char *)x->w.q + (size_t)e * x->stride;
+    if (w.f32)
+        w.f32 += (size_t)e * w.rows * w.cols;
+    return w;
+}
 
 typedef struct pl_layer {
     float *attn_norm;            /**< (n_embd) */
@@ -148,6 +227,16 @@ typedef struct pl_layer {
     const float *rope_inv_freq;  /**< (n_rot/2) this layer's frequencies: the
                                       model's rope_inv_freq or
                                       rope_inv_freq_swa (borrowed) */
+    float *bo;                   /**< (n_embd) attention output bias (gpt-oss) */
+    float *attn_sinks;           /**< (n_head) one logit per head added to the
+                                      softmax's denominator (gpt-oss), or NULL */
+    /* Experts (n_expert > 0; then w_gate, w_up, w_down are absent). */
+    pl_weight gate_inp;          /**< (n_expert, n_embd) router, f32 kept */
+    float *gate_inp_b;           /**< (n_expert) router bias, or NULL */
+    pl_experts gate_exps, up_exps; /**< n_expert x (n_ff_exp, n_embd) */
+    pl_experts down_exps;        /**< n_expert x (n_embd, n_ff_exp) */
+    float *gate_exps_b, *up_exps_b; /**< (n_expert, n_ff_exp) biases, or NULL */
+    float *down_exps_b;          /**< (n_expert, n_embd) */
 } pl_layer;
 
 typedef struct pl_model {
@@ -164,6 +253,9 @@ typedef struct pl_model {
                                       the architecture has its own) */
     float *rope_inv_freq_swa;    /**< (n_rot/2) sliding layers' table, or NULL
                                       when they use rope_inv_freq */
+    float rope_mscale;           /**< rotated dims of q and k are multiplied by
+                                      it (YaRN's 1 + 0.1 ln(factor), times
+                                      rope.scaling.attn_factor); 0 or 1: none */
     float attn_scale;            /**< multiplies q.k before soft-capping */
     float attn_softcap;          /**< scores become c * tanh(s / c); 0: none */
     float final_softcap;         /**< logits likewise; 0: none */
@@ -173,6 +265,11 @@ typedef struct pl_model {
     int n_swa;                   /**< the sliding window of local layers; 0: no
                                       layer slides */
     int n_swa_layers;            /**< how many layers slide */
+    int n_expert;                /**< experts per layer; 0: a dense model */
+    int n_expert_used;           /**< experts each token takes (top-k) */
+    int n_ff_exp;                /**< an expert's feed-forward width */
+    pl_moe_gating moe_gating;
+    bool moe_norm_w;             /**< PL_MOE_SOFTMAX renormalises the top-k */
     int32_t bos_id, eos_id;      /**< -1 when absent */
     pl_weight tok_embd;          /**< (n_vocab, n_embd) */
     pl_weight output;            /**< (n_vocab, n_embd); equals tok_embd when tied */
@@ -210,9 +307,18 @@ void pl_model_free(pl_model *m);
  *  those yet. */
 bool pl_model_has_extensions(const pl_model *m);
 
-/** Compute rope inverse frequencies: base^(-2i/n_rot), then llama3-style or
- *  linear scaling (type "llama3"/"linear"/"none"), then divided by
- *  factors[i] when factors is non-NULL. out has n_rot/2 entries. */
+/** Whether m has experts or another layer of gpt-oss: attention sinks, an
+ *  attention output bias, YaRN's scaled RoPE, the clamped SwiGLU. For
+ *  runners that do not run those yet. */
+bool pl_model_has_moe(const pl_model *m);
+
+/** Compute rope inverse frequencies: base^(-2i/n_rot), then llama3-style,
+ *  linear or YaRN scaling (type "llama3"/"linear"/"yarn"/"none"), then
+ *  divided by factors[i] when factors is non-NULL. out has n_rot/2 entries.
+ *  YaRN (llama.cpp's rope_yarn, beta_fast 32, beta_slow 1): frequency i
+ *  blends f / factor and f by a ramp over i between the correction dims of
+ *  the two betas at orig_ctx; its magnitude factor is pl_model's
+ *  rope_mscale, applied apart. */
 void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
                          float factor, float low_ff, float high_ff, int orig_ctx,
                          const float *factors);

@@ -127,9 +127,9 @@ typedef struct unsupported_key {
 } unsupported_key;
 
 static const unsupported_key unsupported_[] = {
-    {"expert_count", 0, "mixture-of-experts layers"},
-    {"expert_used_count", 0, "mixture-of-experts layers"},
     {"expert_shared_count", 0, "shared experts"},
+    {"expert_weights_scale", 1, "scaled expert weights"},
+    {"expert_group_count", 0, "grouped expert routing"},
     {"leading_dense_block_count", 0, "mixture-of-experts layers"},
     {"pooling_type", 0, "pooled embeddings (an embedding model)"},
     {"logit_scale", 1, "a logit scale"},
@@ -143,7 +143,11 @@ static const unsupported_key unsupported_[] = {
     {"attention.kv_lora_rank", 0, "multi-head latent attention"},
     {"attention.layer_norm_epsilon", NAN, "LayerNorm (parley has RMSNorm)"},
     {"rope.dimension_sections", NAN, "multimodal RoPE sections"},
-    {"rope.scaling.attn_factor", 1, "a RoPE attention factor"},
+    {"rope.scaling.yarn_log_multiplier", 0, "YaRN's log multiplier (DeepSeek)"},
+    {"rope.scaling.yarn_ext_factor", 1, "a YaRN extrapolation factor"},
+    {"rope.scaling.yarn_attn_factor", 1, "a YaRN attention factor"},
+    {"rope.scaling.yarn_beta_fast", 32, "a YaRN beta_fast other than 32"},
+    {"rope.scaling.yarn_beta_slow", 1, "a YaRN beta_slow other than 1"},
     {"use_parallel_residual", 0, "parallel residual blocks"},
     {"nextn_predict_layers", 0, "multi-token prediction layers"},
     {"ssm.conv_kernel", NAN, "state-space layers"},
@@ -162,9 +166,19 @@ static double kv_number(const pl_gguf_kv *kv)
     return NAN;
 }
 
+/* Keys of experts, refused in architectures without them. */
+static const char *const expert_keys_[] = {"expert_count", "expert_used_count",
+                                           "expert_feed_forward_length"};
+
 static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
     char k[128];
+    for (size_t i = 0; m->info->moe == PL_MOE_NONE && i < 3; i++) {
+        const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, expert_keys_[i]));
+        if (kv && kv_number(kv) != 0)
+            return pl_model_fail_(err, len, "%s: mixture-of-experts layers are not part of "
+                                  "%s", k, m->arch_name);
+    }
     for (size_t i = 0; i < sizeof unsupported_ / sizeof unsupported_[0]; i++) {
         const unsupported_key *u = &unsupported_[i];
         const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, u->key));
@@ -271,6 +285,55 @@ static int read_attn_scales(pl_model *m, const pl_gguf *g, char *err, size_t len
     return 0;
 }
 
+/* expert_weights_norm (a bool) and expert_gating_func (llama.cpp's enum:
+ * 1 softmax, 3 softmax over the top-k), which must be the architecture's. */
+static int read_moe_gating(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    m->moe_gating = m->info->gating;
+    m->moe_norm_w = m->info->moe_norm_w;
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "expert_weights_norm"));
+    if (kv && kv->type != PL_GGUF_TYPE_BOOL)
+        return pl_model_fail_(err, len, "%s: expected a bool, got %s", k, type_name(kv->type));
+    if (kv)
+        m->moe_norm_w = kv->v.b;
+    int want = m->moe_gating == PL_MOE_SOFTMAX ? 1 : 3, f;
+    if (meta_int(m, g, "expert_gating_func", 0, 16, want, &f, err, len))
+        return -1;
+    if (f != want)
+        return pl_model_fail_(err, len, "%s: gating function %d is not supported for %s "
+                              "(it routes by %s, %d)",
+                              arch_key(k, sizeof k, m, "expert_gating_func"), f, m->arch_name,
+                              want == 1 ? "softmax" : "a softmax over the top k", want);
+    return 0;
+}
+
+/* Experts: expert_count (required where every layer has experts, else 0
+ * for a dense file), expert_used_count, and an expert's width
+ * (expert_feed_forward_length; qwen3moe defaults it as llama.cpp does,
+ * llama files to feed_forward_length). */
+static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    const pl_arch *a = m->info;
+    if (a->moe == PL_MOE_NONE)
+        return 0;
+    bool always = a->moe == PL_MOE_ALWAYS;
+    if (meta_int(m, g, "expert_count", always ? 1 : 0, PL_MOE_MAX_EXPERTS, always ? -1 : 0,
+                 &m->n_expert, err, len))
+        return -1;
+    int max_used = m->n_expert < PL_MOE_MAX_USED ? m->n_expert : PL_MOE_MAX_USED, ff_def;
+    if (m->n_expert == 0)
+        return meta_int(m, g, "expert_used_count", 0, 0, 0, &m->n_expert_used, err, len);
+    if (meta_int(m, g, "expert_used_count", 1, max_used, -1, &m->n_expert_used, err, len))
+        return -1;
+    ff_def = a->arch == PL_MODEL_ARCH_QWEN3MOE ? m->n_ff / m->n_expert_used
+             : a->arch == PL_MODEL_ARCH_LLAMA ? m->n_ff : -1;
+    if (meta_int(m, g, "expert_feed_forward_length", 1, MAX_DIM, ff_def >= 1 ? ff_def : -1,
+                 &m->n_ff_exp, err, len))
+        return -1;
+    return read_moe_gating(m, g, err, len);
+}
+
 int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
     if (refuse_unsupported(m, g, err, len) ||
@@ -282,7 +345,7 @@ int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
         meta_pos_float(m, g, "attention.layer_norm_rms_epsilon",
                        m->info->norm_eps_required ? 0 : 1e-5f, &m->rms_eps, err, len) ||
         meta_pos_float(m, g, "rope.freq_base", 10000.0f, &m->rope_base, err, len) ||
-        read_attn_scales(m, g, err, len))
+        read_attn_scales(m, g, err, len) || read_moe(m, g, err, len))
         return -1;
     uint64_t v;
     m->bos_id = pl_gguf_get_u64(g, "tokenizer.ggml.bos_token_id", &v) == 0 && v <= INT32_MAX
@@ -368,9 +431,9 @@ static int read_rope_scaling(const pl_model *m, const pl_gguf *g, char *type, si
     pl_gguf_str s = kv->v.str;
     snprintf(type, n, "%.*s", (int)(s.len < n ? s.len : n - 1), s.ptr);
     if (s.len >= n || (strcmp(type, "none") && strcmp(type, "linear") &&
-                       strcmp(type, "llama3")))
+                       strcmp(type, "llama3") && strcmp(type, "yarn")))
         return pl_model_fail_(err, len, "%s: unsupported rope scaling type '%.*s' "
-                              "(supported: none, linear, llama3)", k,
+                              "(supported: none, linear, llama3, yarn)", k,
                               (int)(s.len > 32 ? 32 : s.len), s.ptr);
     return 0;
 }
@@ -379,7 +442,7 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
                         size_t len)
 {
     char type[32], k[128];
-    float factor, lo, hi, base_swa = m->info->swa_rope_base;
+    float factor, lo, hi, attn_factor, base_swa = m->info->swa_rope_base;
     int orig;
     if (pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.freq_base_swa"))) {
         if (base_swa <= 0)
@@ -392,12 +455,15 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
         meta_pos_float(m, g, "rope.scaling.factor", 1.0f, &factor, err, len) ||
         meta_pos_float(m, g, "rope.scaling.low_freq_factor", 1.0f, &lo, err, len) ||
         meta_pos_float(m, g, "rope.scaling.high_freq_factor", 4.0f, &hi, err, len) ||
+        meta_pos_float(m, g, "rope.scaling.attn_factor", 1.0f, &attn_factor, err, len) ||
         meta_int(m, g, "rope.scaling.original_context_length", 1, INT_MAX, m->n_ctx_train,
                  &orig, err, len))
         return -1;
     if (!strcmp(type, "llama3") && !(hi > lo))
         return pl_model_fail_(err, len, "%s.rope.scaling.high_freq_factor: %g must exceed "
                               "low_freq_factor %g", m->arch_name, hi, lo);
+    /* llama.cpp's rope_yarn scales cos and sin by this (mscale) */
+    m->rope_mscale = attn_factor * (!strcmp(type, "yarn") ? 1.0f + 0.1f * logf(factor) : 1.0f);
     if (factors)
         snprintf(type, sizeof type, "none");   /* the factors carry the scaling */
     size_t n = (size_t)(m->n_rot / 2);

@@ -8,6 +8,8 @@
  *   Q5_1 (32):  f16 d, m; u8 qh[4]; u8 qs[16] x = d * q + m
  *   Q8_0 (32):  f16 d; i8 qs[32]              x = d * q
  *   Q8_1 (32):  f16 d, s; i8 qs[32]           x = d * q
+ *   MXFP4 (32): u8 e (E8M0); u8 qs[16]      x = 2^(e - 128) * v[q], v the
+ *               doubled FP4 values pl_mxfp4_values
  * In the 32-element types, element j < 16 is the low nibble of qs[j] and
  * element j + 16 the high nibble; Q5 adds bit j (resp. j + 16) of qh.
  * The K-quants are 256-element super-blocks of 16 or 8 sub-blocks, each
@@ -193,6 +195,18 @@ static void deq_q8_k_(const uint8_t *b, float *y)
         y[j] = d * (float)(int8_t)b[4 + j];
 }
 
+const int8_t pl_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+static void deq_mxfp4_(const uint8_t *b, float *y)
+{
+    float d = pl_e8m0_half(b[0]);
+    const uint8_t *qs = b + 1;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (float)pl_mxfp4_values[qs[j] & 0xf];
+        y[j + 16] = d * (float)pl_mxfp4_values[qs[j] >> 4];
+    }
+}
+
 static void deq_f32_(const uint8_t *b, float *y) { memcpy(y, b, 4); }
 static void deq_f16_(const uint8_t *b, float *y) { *y = f16_(b); }
 static void deq_bf16_(const uint8_t *b, float *y)
@@ -220,6 +234,7 @@ static deq_block_fn deq_fn_(pl_ggml_type t)
     case PL_GGML_TYPE_Q5_K: return deq_q5_k_;
     case PL_GGML_TYPE_Q6_K: return deq_q6_k_;
     case PL_GGML_TYPE_Q8_K: return deq_q8_k_;
+    case PL_GGML_TYPE_MXFP4: return deq_mxfp4_;
     default: return NULL;
     }
 }

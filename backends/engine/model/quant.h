@@ -33,4 +33,19 @@ static inline void pl_k4_scales(const uint8_t *s, int *sc, int *mn)
     }
 }
 
+/** MXFP4's 16 FP4 (E2M1) values, doubled to integers (ggml's kvalues_mxfp4):
+ *  element x = pl_e8m0_half(e) * pl_mxfp4_values[nibble]. */
+extern const int8_t pl_mxfp4_values[16];
+
+/** Half the E8M0 scale 2^(e - 127), exactly, as a float: 2^(e - 128)
+ *  (subnormal for e < 2). MXFP4's block scale, paired with the doubled
+ *  values above. */
+static inline float pl_e8m0_half(uint8_t e)
+{
+    uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
 #endif

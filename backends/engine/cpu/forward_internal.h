@@ -1,0 +1,129 @@
+/* forward_internal.h - what forward.c (the pass and its dense layers) and
+ * forward_moe.c (the expert blocks) share: the forward state, the plan's
+ * phases and its matmul jobs. Not for use outside backends/engine/cpu/.
+ */
+#ifndef PL_CPU_FORWARD_INTERNAL_H
+#define PL_CPU_FORWARD_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/engine/cpu/forward.h"
+
+struct pl_fwd_moe;
+
+struct pl_cpu_fwd {
+    const pl_model *m;
+    pl_pool *pool;
+    pl_fwd_opts o;
+    int q_dim, kv_dim, max_in;
+    void *k_cache, *v_cache;     /* (n_layer, num_blocks, n_head_kv, block_size,
+                                    head_dim) of halves when o.kv_f16, else
+                                    floats: a head's rows of a block are
+                                    contiguous, so attention streams them */
+    size_t kv_esz;               /* 2 or 4 */
+    float *x, *xn, *q, *k, *v, *att, *tmp; /* (max_rows, width) */
+    float *gate, *up;            /* (max_rows, n_ff) */
+    pl_q8_act *xq;               /* (max_rows, max_in / 32) */
+    float *attn_scr;             /* (n_threads, group * max_ctx) */
+    float *att_sc;               /* (ATT_SPLIT_ROWS, n_head, max_ctx) split
+                                    attention's scores, then probabilities */
+    float *xo;                   /* (max_out, n_embd) */
+    struct pl_fwd_moe *moe;      /* the expert blocks' buffers, or NULL */
+    const pl_fwd_batch *b;       /* the call in progress */
+    const int32_t *out_rows;     /* rows of x whose logits the call computes */
+    float *logits;               /* the call's logits (n_out, n_vocab) */
+    struct phase *ph;            /* (n_layer * PH_PER_LAYER + PH_OUTSIDE) the call's plan */
+    int n_ph;
+    struct span *spans;          /* (max_spans) the plan's matmul slices */
+    int n_spans, max_spans;
+    int last_rows;               /* rows of the last pl_cpu_forward, whose
+                                    final hidden states x still holds */
+};
+
+#define MM_MAX 3
+#define MM_PER_LAYER 7           /* weights in plan_layer's matmuls */
+#define UNIT_BYTES (16 * 1024)   /* quantised weight bytes per unit, about */
+
+/* The units of a slice not yet taken, [front, back) in one word: the
+ * thread that took the slice claims units from the front, any other from
+ * the back, each with one CAS. A cache line each: owners claim often. */
+typedef struct span {
+    _Alignas(64) _Atomic uint64_t fb;
+} span;
+
+/* Claims a unit of span sp, from its front (its owner) or its back (any
+ * other thread); -1 when none is left. */
+int pl_fwd_span_take_(span *sp, int from_back);
+
+/* Up to MM_MAX matmuls sharing one input: y[i] = x @ w[i]^T, split into
+ * slices of size[i] output features, and slices into units of unit[i]. */
+typedef struct mm_job {
+    int n, n_rows, cols, any_q, n_slices;
+    int use_f32[MM_MAX], size[MM_MAX], chunks[MM_MAX], unit[MM_MAX];
+    const float *x;
+    const pl_weight *w[MM_MAX];
+    float *y[MM_MAX];
+    span *spans;                 /* (n_slices) */
+} mm_job;
+
+/* A step runs as one pool run: a list of phases, each a set of work items
+ * that depend only on earlier phases (so a thread that takes an item of
+ * phase k waits for every item before k). Row phases do per-row work and
+ * then quantise that row of `next`'s input when its matmul needs q8. */
+typedef enum ph_kind {
+    PH_EMBED,          /* x[r] = embedding of token r */
+    PH_ATTN_IN,        /* (layer > 0: x[r] += tmp[r]) xn[r] = rmsnorm(x[r]) */
+    PH_QKV_FINISH,     /* biases, rope, K/V of row r into its cache slot */
+    PH_ATTN,           /* attention of (row, kv head[, query heads]) */
+    PH_ATT_SCORES,     /* split attention: scores of (row, kv head, positions) */
+    PH_ATT_SOFTMAX,    /* split attention: softmax of (row, query head) */
+    PH_ATT_VALUES,     /* split attention: (row, kv head, dims) of the outputs */
+    PH_ROW_Q8,         /* only the quantisation of next's input */
+    PH_FFN_IN,         /* x[r] += tmp[r] (+ bo); xn[r] = rmsnorm(x[r]);
+                          with experts, row r's routing (forward_moe.c) */
+    PH_SWIGLU,         /* gate[r] = silu(gate[r]) * up[r] */
+    PH_FINAL_ADD,      /* x[r] += tmp[r] */
+    PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
+    PH_SOFTCAP,        /* a SOFTCAP_CHUNK slice of a logits row, soft-capped */
+    PH_MM,             /* one chunk of output features of mm */
+    PH_MOE_GROUP,      /* one item: the rows of each chosen expert, in order */
+    PH_MOE_GATHER,     /* the input of (row, rank) at its expert's place */
+    PH_MOE_UP,         /* units (expert, features): act(gate) * up, q8 */
+    PH_MOE_DOWN,       /* units (expert, features) of the down projection */
+    PH_MOE_COMBINE,    /* tmp[r] = sum over ranks of weight * expert output */
+} ph_kind;
+
+typedef struct phase {
+    ph_kind kind;
+    int layer, n;                /* n work items */
+    int split;                   /* items per (row, kv head): PH_ATTN's query
+                                    head slices, PH_ATT_SCORES' position
+                                    chunks, PH_ATT_VALUES' dim chunks */
+    atomic_int taken;            /* items handed out so far */
+    const mm_job *next;          /* row phases: the matmul fed by this row */
+    mm_job mm;                   /* PH_MM */
+} phase;
+
+#define PH_PER_LAYER 14          /* the most a layer adds (one with experts) */
+#define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
+
+/* Appends a phase of n items to the plan. */
+phase *pl_fwd_ph_add_(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next);
+
+/* The expert blocks (forward_moe.c). init: the buffers for f's model and
+ * options (nothing without experts); 0, or -1 with a message in err (out
+ * of memory, experts of a type without a CPU kernel). */
+int pl_fwd_moe_init_(pl_cpu_fwd *f, char *err, size_t len);
+void pl_fwd_moe_free_(pl_cpu_fwd *f);
+/* Row r of layer l after its FFN norm (xn): the router's choice, and the
+ * row's q8 blocks when the experts read them. */
+void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r);
+/* The phases of layer l's expert block over n rows, after PH_FFN_IN. */
+void pl_fwd_moe_plan_(pl_cpu_fwd *f, int l, int n);
+/* A thread's share of a PH_MOE_* phase; returns the items it finished
+ * (which pl_pool_done counts). */
+int pl_fwd_moe_phase_(pl_cpu_fwd *f, phase *ph, int ith);
+
+#endif
