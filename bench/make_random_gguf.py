@@ -24,7 +24,10 @@ architectures, compared with the CPU runner on a GPU machine
 ref-gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping that bites,
 sliding window 16 on alternate layers, head_dim 256), ref-gemma3 (q/k norms,
 5 local layers of window 16 per global one, 4:1 heads of 256 as Gemma 3
-270M). The metadata keys are those llama.cpp's converter writes.
+270M); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
+1024, 64 experts of width 512, top 8; ~1.8 GB in Q8_0) and qwen3moe-tiny,
+experts as 3-D tensors, the router f32 as llama-quantize leaves it. The
+metadata keys are those llama.cpp's converter writes.
 """
 import argparse
 import os
@@ -52,6 +55,14 @@ SHAPES = {
     "ref-gemma3": dict(arch="gemma3", n_layer=6, n_embd=256, n_ff=512, n_head=4, n_head_kv=1,
                        head_dim=256, n_vocab=0, ctx=4096, rope_base=1000000.0, tied=True,
                        qk_norm=True, post_norms=True, window=16, std=0.06),
+    # Qwen3-30B-A3B's blocks scaled to 2 cores (issue 37's benchmark):
+    # 64 experts of width 512 (n_ff), 8 per token, q/k norms
+    "qwen3moe-bench": dict(arch="qwen3moe", n_layer=16, n_embd=1024, n_ff=512, n_head=16,
+                           n_head_kv=4, n_vocab=0, ctx=4096, rope_base=1000000.0,
+                           tied=False, n_expert=64, n_expert_used=8, qk_norm=True),
+    "qwen3moe-tiny": dict(arch="qwen3moe", n_layer=2, n_embd=128, n_ff=64, n_head=2,
+                          n_head_kv=1, n_vocab=0, ctx=1024, rope_base=1000000.0,
+                          tied=False, n_expert=8, n_expert_used=2, qk_norm=True),
 }
 GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
 FILE_TYPE = {"bf16": 32, "q8_0": 7}       # general.file_type (LlamaFileType)
@@ -196,6 +207,7 @@ def bf16_to_f32(b):
 
 def to_q8_0(x):
     """Blocks of 32 along each row: fp16 d = amax/127, int8 q = round(x/d)."""
+    x = x.reshape(-1, x.shape[-1])
     rows, cols = x.shape
     b = x.reshape(rows, cols // 32, 32)
     d = (np.abs(b).max(axis=2) / 127.0).astype(np.float16)
@@ -221,18 +233,28 @@ def geometry(shape, n_tok):
     return s
 
 
+def ffn_plan(s, b):
+    E, F, X = s["n_embd"], s["n_ff"], s.get("n_expert", 0)
+    if not X:
+        return [(b + "ffn_gate.weight", (F, E), "w"), (b + "ffn_up.weight", (F, E), "w"),
+                (b + "ffn_down.weight", (E, F), "w")]
+    return [(b + "ffn_gate_inp.weight", (X, E), "router"),
+            (b + "ffn_gate_exps.weight", (X, F, E), "w"),
+            (b + "ffn_up_exps.weight", (X, F, E), "w"),
+            (b + "ffn_down_exps.weight", (X, E, F), "w")]
+
+
 def plan(s):
     """(name, shape, kind) in file order; q/k are in GGUF (llama.cpp) order."""
-    E, F, hd = s["n_embd"], s["n_ff"], s["head_dim"]
+    E, hd = s["n_embd"], s["head_dim"]
     q, kv = s["n_head"] * hd, s["n_head_kv"] * hd
     out = [("token_embd.weight", (s["n_vocab"], E), "w")]
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
         out += [(b + "attn_norm.weight", (E,), "norm"), (b + "attn_q.weight", (q, E), "w"),
                 (b + "attn_k.weight", (kv, E), "w"), (b + "attn_v.weight", (kv, E), "w"),
-                (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm"),
-                (b + "ffn_gate.weight", (F, E), "w"), (b + "ffn_up.weight", (F, E), "w"),
-                (b + "ffn_down.weight", (E, F), "w")]
+                (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm")]
+        out += ffn_plan(s, b)
         if s.get("qk_norm"):
             out += [(b + "attn_q_norm.weight", (hd,), "norm"),
                     (b + "attn_k_norm.weight", (hd,), "norm")]
@@ -252,7 +274,7 @@ def tensor_value(name, shp, kind, seed, std):
 
 
 def encode(x, kind, wtype):
-    if kind == "norm":
+    if kind in ("norm", "router"):
         return GGML_F32, x.astype(np.float32).tobytes()
     if wtype == "q8_0":
         return GGML_Q8_0, to_q8_0(x).tobytes()
@@ -261,7 +283,7 @@ def encode(x, kind, wtype):
 
 def stored_value(x, kind, wtype):
     """The value the file holds (what a reader dequantises to), float32."""
-    if kind == "norm":
+    if kind in ("norm", "router"):
         return x.astype(np.float32)
     if wtype == "q8_0":
         return from_q8_0(to_q8_0(x), *x.shape)
@@ -318,7 +340,11 @@ def model_kvs(shape, s, tok, wtype):
            (a + "rope.dimension_count", T_U32, s["head_dim"]),
            (a + "attention.layer_norm_rms_epsilon", T_F32, 1e-5),
            (a + "vocab_size", T_U32, s["n_vocab"])]
-    if s["head_dim"] != s["n_embd"] // s["n_head"]:
+    if s.get("n_expert"):
+        kvs += [(a + "expert_count", T_U32, s["n_expert"]),
+                (a + "expert_used_count", T_U32, s["n_expert_used"]),
+                (a + "expert_feed_forward_length", T_U32, s["n_ff"])]
+    if s["head_dim"] != s["n_embd"] // s["n_head"] or s.get("n_expert"):
         kvs += [(a + "attention.key_length", T_U32, s["head_dim"]),
                 (a + "attention.value_length", T_U32, s["head_dim"])]
     if s.get("window"):
@@ -348,11 +374,12 @@ def cmd_model(a):
     tok = tokenizer_kvs(a.tokenizer)
     s = geometry(a.shape, n_tokens(tok))
     for name, shp, kind in plan(s):
-        if kind == "w" and a.type == "q8_0" and shp[1] % 32:
-            sys.exit(f"{name}: {shp[1]} columns is not a multiple of 32 (Q8_0)")
+        if kind == "w" and a.type == "q8_0" and shp[-1] % 32:
+            sys.exit(f"{name}: {shp[-1]} columns is not a multiple of 32 (Q8_0)")
     specs, order = [], plan(s)
     for name, shp, kind in order:
-        gt = GGML_F32 if kind == "norm" else (GGML_Q8_0 if a.type == "q8_0" else GGML_BF16)
+        gt = GGML_F32 if kind in ("norm", "router") else (
+            GGML_Q8_0 if a.type == "q8_0" else GGML_BF16)
         n = int(np.prod(shp))
         nbytes = n * 4 if gt == GGML_F32 else (n // 32 * 34 if gt == GGML_Q8_0 else n * 2)
         specs.append((name, shp, gt, nbytes))
