@@ -7,7 +7,8 @@ must give the same tokens and the same logprobs (to the 6 digits the API
 prints; the scalar path already differs from AVX2 there, at every one of
 the 24 tokens) on each; /status must name the path in use. Both real models:
 SmolLM2 (Q4_1) and Gemma 3 270M (Q4_K_M: Q4_K, Q5_0, Q6_K and Q8_0
-matrices, sliding-window layers, a prompt longer than its 512 window).
+matrices, sliding-window layers, a prompt longer than its 512 window); and
+the tiny gpt-oss with MXFP4 experts and Q8_0 attention (gen_moe.py).
 """
 import json
 import os
@@ -73,11 +74,15 @@ def run(cap, model=MODEL_PATH, repeat=12):
         assert s.stop() == 0
 
 
-@pytest.mark.parametrize("model", ["smollm2", "gemma3"])
+GPTOSS_Q8 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "fixtures", "tiny_gptoss_q8.gguf")
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma3", "gptoss_q8"])
 def test_simd_paths_agree_bit_for_bit(model):
     if not HAS_AVX2:
         pytest.skip("no AVX2: only the scalar path exists here")
-    path_of = {"smollm2": (MODEL_PATH, 12), "gemma3": (GEMMA, 70)}
+    path_of = {"smollm2": (MODEL_PATH, 12), "gemma3": (GEMMA, 70), "gptoss_q8": (GPTOSS_Q8, 3)}
     if model == "gemma3" and not os.path.exists(GEMMA):
         if os.environ.get("PARLEY_GEMMA_MODEL"):
             pytest.fail("PARLEY_GEMMA_MODEL=%s is missing" % GEMMA)
