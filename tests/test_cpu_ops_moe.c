@@ -2,7 +2,8 @@
  * mixture-of-experts models brought: MXFP4 dot products at every E8M0
  * scale, gpt-oss's clamped SwiGLU and the softmax with an attention sink
  * against their definitions in double, and attention with sinks, whole and
- * in its parts (the split attention's), against a double computation.
+ * in its parts (the split attention's), against a double computation; the
+ * router's choice and the grouping of rows by expert.
  * (MXFP4 is also among the block-order types of test_cpu_ops, which runs
  * under each PARLEY_CPU_ISA cap.) */
 #include <criterion/criterion.h>
@@ -161,4 +162,71 @@ Test(cpu_ops_moe, attention_with_sinks)
             }
         }
     }
+}
+
+/* The router against its definition in double: softmax (or not), the k
+ * largest in order with ties to the lower index, weights renormalised (or
+ * a softmax over the k). */
+Test(cpu_ops_moe, moe_route)
+{
+    enum { E = 40, K = 6 };
+    for (int mode = 0; mode < 3; mode++)
+        for (int rep = 0; rep < 20; rep++) {
+            float lg[E], orig[E], w[K];
+            int32_t sel[K];
+            fill(orig, E, 3.0f);
+            orig[7] = orig[3] = 5.0f;               /* a tie at the top: 3 first */
+            memcpy(lg, orig, sizeof lg);
+            int topk = mode == 2, norm = mode == 1;
+            pl_op_moe_route(lg, E, K, topk, norm, sel, w);
+            cr_assert(sel[0] == 3 && sel[1] == 7, "ties go to the lower index");
+            double mx = -1e30, z = 0, zk = 0, sk = 0;
+            for (int e = 0; e < E; e++)
+                mx = fmax(mx, orig[e]);
+            for (int e = 0; e < E; e++)
+                z += exp(orig[e] - mx);
+            for (int j = 0; j < K; j++) {
+                if (j)
+                    cr_assert_geq(orig[sel[j - 1]], orig[sel[j]], "rank order");
+                zk += exp(orig[sel[j]] - orig[sel[0]]);
+                sk += exp(orig[sel[j]] - mx) / z;
+            }
+            for (int e = 0; e < E; e++) {          /* nothing left out beats the k-th */
+                int in = 0;
+                for (int j = 0; j < K; j++)
+                    in |= sel[j] == e;
+                cr_assert(in || orig[e] <= orig[sel[K - 1]], "expert %d left out", e);
+            }
+            for (int j = 0; j < K; j++) {
+                double p = exp(orig[sel[j]] - mx) / z;
+                double want = topk ? exp(orig[sel[j]] - orig[sel[0]]) / zk : norm ? p / sk : p;
+                cr_assert_float_eq(w[j], want, 1e-6, "mode %d rank %d", mode, j);
+            }
+        }
+}
+
+/* The grouping: each expert's places are one run, in the pairs' order;
+ * slot_of and row_of are inverse. */
+Test(cpu_ops_moe, moe_group)
+{
+    enum { E = 13, K = 3, N = 50 };
+    int32_t sel[N * K], counts[E], off[E + 1], slot[N * K], row[N * K];
+    for (int i = 0; i < N * K; i++)
+        sel[i] = (int32_t)((i * 7 + i / 5) % (E - 2));   /* two experts unused */
+    pl_op_moe_group(sel, N * K, K, E, counts, off, slot, row);
+    cr_assert_eq(off[0], 0);
+    cr_assert_eq(off[E], N * K);
+    for (int e = 0; e < E; e++) {
+        cr_assert_eq(off[e + 1] - off[e], counts[e]);
+        int last = -1;
+        for (int i = 0; i < N * K; i++)
+            if (sel[i] == e) {
+                cr_assert(slot[i] >= off[e] && slot[i] < off[e + 1], "pair %d", i);
+                cr_assert_gt(slot[i], last, "pair %d out of order", i);
+                last = slot[i];
+            }
+    }
+    cr_assert(counts[E - 1] == 0 && counts[E - 2] == 0);
+    for (int i = 0; i < N * K; i++)
+        cr_assert_eq(row[slot[i]], i / K);
 }

@@ -3,8 +3,8 @@
  * PH_FFN_IN's row items), then the call's rows are grouped by expert:
  *
  *   PH_MOE_GROUP    one item: a counting sort of the (row, rank) pairs by
- *                   expert, rows ascending within each, so every expert's
- *                   inputs are one run of places;
+ *                   expert, rows ascending within each (pl_op_moe_group),
+ *                   so every expert's inputs are one run of places;
  *   PH_MOE_GATHER   each place gets its row's q8 input (f32 for float
  *                   experts): the quantised kernels read them as one batch;
  *   PH_MOE_UP       units of (expert, a slice of its features): gate and up
@@ -44,7 +44,7 @@ struct pl_fwd_moe {
     int32_t *row_of;             /* (max_slots) the row at each place */
     int32_t *act_e, *act_off, *act_cnt; /* (n_expert) active experts, first
                                            place, places */
-    int32_t *count;              /* (n_expert) the grouping's counters */
+    int32_t *count, *offsets;    /* (n_expert), (n_expert + 1) the grouping's */
     int n_active, units[2];      /* this layer's; units of UP and DOWN */
     pl_q8_act *xg;               /* (max_slots, n_embd / 32) gathered inputs */
     float *xgf;                  /* (max_slots, n_embd) the same in f32 (float
@@ -149,6 +149,7 @@ int pl_fwd_moe_init_(pl_cpu_fwd *f, char *err, size_t len)
     mo->act_off = alloc_z(E, sizeof(int32_t), &bad);
     mo->act_cnt = alloc_z(E, sizeof(int32_t), &bad);
     mo->count = alloc_z(E, sizeof(int32_t), &bad);
+    mo->offsets = alloc_z(E + 1, sizeof(int32_t), &bad);
     mo->xg = alloc_z(S * (ne / PL_QK), sizeof(pl_q8_act), &bad);
     mo->xgf = f32_in ? alloc_z(S * ne, sizeof(float), &bad) : NULL;
     mo->hq = alloc_z(S * (nf / PL_QK), sizeof(pl_q8_act), &bad);
@@ -169,29 +170,12 @@ void pl_fwd_moe_free_(pl_cpu_fwd *f)
     if (!mo)
         return;
     void *p[] = {mo->sel, mo->wt, mo->slot_of, mo->row_of, mo->act_e, mo->act_off,
-                 mo->act_cnt, mo->count, mo->xg, mo->xgf, mo->hq, mo->h, mo->y, mo->scr,
-                 mo->spans};
+                 mo->act_cnt, mo->count, mo->offsets, mo->xg, mo->xgf, mo->hq, mo->h, mo->y,
+                 mo->scr, mo->spans};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(mo);
     f->moe = NULL;
-}
-
-/* The k largest of v[0..n) in descending order into idx (ties: the lower
- * index first). */
-static void top_k(const float *v, int n, int k, int32_t *idx)
-{
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int i = 0; i < j && !taken; i++)
-                taken = idx[i] == e;
-            if (!taken && (best < 0 || v[e] > v[best]))
-                best = e;
-        }
-        idx[j] = best;
-    }
 }
 
 void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r)
@@ -205,18 +189,8 @@ void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r)
     for (int e = 0; e < E; e++)
         lg[e] = pl_op_dot_f32(y->gate_inp.f32 + (size_t)e * ne, xn, ne) +
                 (y->gate_inp_b ? y->gate_inp_b[e] : 0.0f);
-    if (m->moe_gating == PL_MOE_SOFTMAX)
-        pl_op_softmax(lg, E);
-    int32_t *sel = mo->sel + (size_t)r * k;
-    float *wt = mo->wt + (size_t)r * k, sum = 0.0f;
-    top_k(lg, E, k, sel);
-    for (int j = 0; j < k; j++)
-        sum += wt[j] = lg[sel[j]];
-    if (m->moe_gating == PL_MOE_TOPK_SOFTMAX)
-        pl_op_softmax(wt, k);
-    else
-        for (int j = 0; m->moe_norm_w && j < k; j++)
-            wt[j] /= sum;
+    pl_op_moe_route(lg, E, k, m->moe_gating == PL_MOE_TOPK_SOFTMAX, m->moe_norm_w,
+                    mo->sel + (size_t)r * k, mo->wt + (size_t)r * k);
     if (!is_f32(&y->gate_exps))
         pl_op_quantize_row_q8(xn, f->xq + (size_t)r * (ne / PL_QK), ne);
 }
@@ -235,23 +209,15 @@ static void runs_init(span *sp, int nth, int n)
 static void moe_group(pl_cpu_fwd *f, const phase *ph)
 {
     struct pl_fwd_moe *mo = f->moe;
-    int E = f->m->n_expert, n = f->b->n_rows * mo->k, a = 0, off = 0;
-    memset(mo->count, 0, sizeof(int32_t) * (size_t)E);
-    for (int i = 0; i < n; i++)
-        mo->count[mo->sel[i]]++;
+    int E = f->m->n_expert, a = 0;
+    pl_op_moe_group(mo->sel, f->b->n_rows * mo->k, mo->k, E, mo->count, mo->offsets,
+                    mo->slot_of, mo->row_of);
     for (int e = 0; e < E; e++) {
         if (!mo->count[e])
             continue;
         mo->act_e[a] = e;
-        mo->act_off[a] = off;
+        mo->act_off[a] = mo->offsets[e];
         mo->act_cnt[a++] = mo->count[e];
-        off += mo->count[e];
-        mo->count[e] = off - mo->count[e];
-    }
-    for (int i = 0; i < n; i++) {
-        int s = mo->count[mo->sel[i]]++;
-        mo->slot_of[i] = s;
-        mo->row_of[s] = i / mo->k;
     }
     mo->n_active = a;
     const pl_layer *y = &f->m->layers[ph->layer];

@@ -147,6 +147,23 @@ void pl_op_attn_values(const pl_attn_args *a, const float *p, size_t stride, int
 void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_ctx,
                          float *out, float *scratch);
 
+/** A mixture-of-experts router's choice for one token (model.h's formula):
+ *  from its n_expert logits (biases added; overwritten), the k experts in
+ *  rank order into sel (ties: the lower index first) and their weights into
+ *  w. topk_softmax: softmax over the top k logits (gpt-oss); else softmax
+ *  over all, the top k of it, renormalised to sum 1 when norm_w. Plain C:
+ *  the same bits on every ISA path (ops_moe.c). */
+void pl_op_moe_route(float *logits, int n_expert, int k, int topk_softmax, int norm_w,
+                     int32_t *sel, float *w);
+
+/** The places of a step's (row, rank) pairs grouped by expert: sel holds
+ *  n_pairs expert ids (row-major, k per row); counts/offsets (n_expert,
+ *  n_expert + 1) each expert's pairs and first place; slot_of[i] the place
+ *  of pair i and row_of[place] its row (i / k); within an expert, places
+ *  follow the pairs' order (a stable counting sort). */
+void pl_op_moe_group(const int32_t *sel, int n_pairs, int k, int n_expert, int32_t *counts,
+                     int32_t *offsets, int32_t *slot_of, int32_t *row_of);
+
 /** dst[i] = src[i] as an IEEE half, rounded to nearest even (F16C when
  * the CPU has it; the same values either way). */
 void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n);
