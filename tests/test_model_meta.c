@@ -281,7 +281,8 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
  * table's paths. */
 Test(model_meta, fuzz_seeds_load)
 {
-    static const char *const seeds[] = {"llama_swa", "qwen2", "qwen3", "gemma2", "gemma3"};
+    static const char *const seeds[] = {"llama_swa", "qwen2", "qwen3", "gemma2", "gemma3",
+                                        "qwen3moe", "gpt_oss"};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char name[96], err[256];
         snprintf(name, sizeof name, "../fuzz/model_corpus/%s.gguf", seeds[i]);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """make_model_corpus.py - the seed corpus of fuzz_model.c: for each
 architecture of the table (llama with a sliding window, qwen2, qwen3,
-gemma2, gemma3), a one-layer model as llama.cpp's converter lays it out,
+gemma2, gemma3, qwen3moe with Q8_0 experts, gpt-oss with MXFP4 experts), a
+one-layer model as llama.cpp's converter lays it out,
 with Q8_0 matrices and f32 norms (a few KB each), and a vocabulary (byte
 BPE or SentencePiece with specials) - written by the gguf package's
 GGUFWriter into tests/fuzz/model_corpus/.
@@ -10,10 +11,10 @@ import os
 
 import numpy as np
 from gguf import GGMLQuantizationType as T
-from gguf import GGUFWriter, TokenType, quants
+from gguf import GGUFWriter, RopeScalingType, TokenType, quants
 
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_corpus")
-E, FF, HD, NV = 32, 32, 32, 8
+E, FF, HD, NV, X = 32, 32, 32, 8, 4
 
 
 def vocab(w, spm):
@@ -34,7 +35,8 @@ def vocab(w, spm):
         w.add_token_merges(["a b"])
 
 
-def model(name, arch, extra_keys, extra_tensors, spm=False, tied=True):
+def model(name, arch, extra_keys, extra_tensors, spm=False, tied=True, moe=False,
+          ffn_norm="ffn_norm"):
     path = os.path.join(OUT, name + ".gguf")
     w = GGUFWriter(path, arch)
     w.add_block_count(1)
@@ -54,14 +56,20 @@ def model(name, arch, extra_keys, extra_tensors, spm=False, tied=True):
         x = rng.standard_normal((rows, cols)).astype(np.float32)
         w.add_tensor(n, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
 
-    def vec(n, k):
-        w.add_tensor(n, np.ones(k, dtype=np.float32))
+    def vec(n, *shape):
+        w.add_tensor(n, np.ones(shape, dtype=np.float32))
+
+    def exps(n, qt):              # 4 experts of 32 x 32
+        x = rng.standard_normal((X, 32, 32)).astype(np.float32)
+        w.add_tensor("blk.0.%s.weight" % n, quants.quantize(x, qt), raw_dtype=qt)
+    vec.exps = exps
     mat("token_embd.weight", NV, E)
     vec("output_norm.weight", E)
-    for n in ["attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"]:
+    dense = [] if moe else ["ffn_gate", "ffn_up", "ffn_down"]
+    for n in ["attn_q", "attn_k", "attn_v", "attn_output"] + dense:
         mat("blk.0.%s.weight" % n, 32, 32)
     vec("blk.0.attn_norm.weight", E)
-    vec("blk.0.ffn_norm.weight", E)
+    vec("blk.0.%s.weight" % ffn_norm, E)
     extra_tensors(vec)
     if not tied:
         mat("output.weight", NV, E)
@@ -87,6 +95,39 @@ def main():
     model("gemma3", "gemma3", lambda w: (w.add_sliding_window(4),
                                          w.add_sliding_window_pattern([True])),
           lambda vec: (qk(vec), post(vec)), spm=True)
+
+    def experts(w, extra=None):
+        w.add_expert_count(X)
+        w.add_expert_used_count(2)
+        w.add_expert_feed_forward_length(FF)
+        if extra:
+            extra(w)
+
+    def exps(vec, qt, bias=False):
+        vec("blk.0.ffn_gate_inp.weight", X, E)
+        for n in ("gate", "up", "down"):
+            vec.exps("ffn_%s_exps" % n, qt)
+            if bias:
+                vec("blk.0.ffn_%s_exps.bias" % n, X, 32)
+        if bias:
+            vec("blk.0.ffn_gate_inp.bias", X)
+    model("qwen3moe", "qwen3moe", experts, lambda vec: (qk(vec), exps(vec, T.Q8_0)),
+          tied=False, moe=True)
+
+    def oss_keys(w):
+        w.add_sliding_window(4)
+        w.add_rope_scaling_type(RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+
+    def oss_tensors(vec):
+        for x in "qkv":
+            vec("blk.0.attn_%s.bias" % x, 32)
+        vec("blk.0.attn_output.bias", E)
+        vec("blk.0.attn_sinks.weight", 1)
+        exps(vec, T.MXFP4, bias=True)
+    model("gpt_oss", "gpt-oss", lambda w: experts(w, oss_keys), oss_tensors, tied=False,
+          moe=True, ffn_norm="post_attention_norm")
 
 
 if __name__ == "__main__":
