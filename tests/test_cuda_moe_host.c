@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/cuda/moe_plan.cuh"
 #include "backends/engine/cuda/moe_weights.h"
 #include "backends/engine/model/gguf.h"
@@ -103,4 +104,21 @@ Test(cuda_moe_host, max_tiles_bounds_every_plan)
             }
             cr_assert_geq(pl_cuda_moe_max_tiles(n_pairs, E), even, "n %d E %d", n_pairs, E);
         }
+}
+
+/* Until the forward pass calls the expert kernels, the runner refuses a
+ * model with experts at once, naming it (no GPU needed: before any CUDA
+ * call). */
+Test(cuda_moe_host, runner_refuses_experts_for_now)
+{
+    pl_gguf *g;
+    pl_model *m = load("tiny_gptoss_mxfp4.gguf", &g);
+    pl_runner_info want = {.block_size = 16, .max_seqs = 4, .max_rows = 64,
+                           .max_model_len = 256};
+    pl_cuda_opts co = {.gpu_memory_utilization = 0.5};
+    char err[256] = "";
+    cr_assert_null(pl_cuda_runner_new(m, &want, &co, err, sizeof err));
+    cr_assert(strstr(err, "gpt-oss") && strstr(err, "experts"), "%s", err);
+    pl_model_free(m);
+    pl_gguf_free(g);
 }

@@ -292,6 +292,11 @@ cuda_fail:
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
                               const pl_cuda_opts *o, char *err, size_t errlen)
 {
+    if (pl_model_has_moe(m)) {   /* moe_*.cu exist; the forward pass does not call them yet */
+        snprintf(err, errlen, "the CUDA runner does not run %s's experts, attention sinks or "
+                 "YaRN yet", m->arch_name);
+        return NULL;
+    }
     cuda_runner *r = calloc(1, sizeof *r);
     if (!r) {
         snprintf(err, errlen, "out of memory");
