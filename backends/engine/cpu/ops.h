@@ -151,7 +151,8 @@ void pl_op_attention_ref(const pl_attn_args *a, const float *q, int n_q, int n_c
  *  from its n_expert logits (biases added; overwritten), the k experts in
  *  rank order into sel (ties: the lower index first) and their weights into
  *  w. topk_softmax: softmax over the top k logits (gpt-oss); else softmax
- *  over all, the top k of it, renormalised to sum 1 when norm_w. Plain C:
+ *  over all, the top k of it, renormalised to sum 1 when norm_w;
+ *  n_expert <= 512, k <= n_expert. Plain C:
  *  the same bits on every ISA path (ops_moe.c). */
 void pl_op_moe_route(float *logits, int n_expert, int k, int topk_softmax, int norm_w,
                      int32_t *sel, float *w);

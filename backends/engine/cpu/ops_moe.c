@@ -5,20 +5,20 @@
 
 #include <string.h>
 
+#define MAX_EXPERTS 512             /* model.h's PL_MOE_MAX_EXPERTS */
+
 /* The k largest of v[0..n) in descending order into idx (ties: the lower
- * index first). */
+ * index first); n <= MAX_EXPERTS. */
 static void top_k(const float *v, int n, int k, int32_t *idx)
 {
+    uint64_t taken[MAX_EXPERTS / 64] = {0};
     for (int j = 0; j < k; j++) {
         int best = -1;
-        for (int e = 0; e < n; e++) {
-            int taken = 0;
-            for (int i = 0; i < j && !taken; i++)
-                taken = idx[i] == e;
-            if (!taken && (best < 0 || v[e] > v[best]))
+        for (int e = 0; e < n; e++)
+            if (!(taken[e >> 6] >> (e & 63) & 1) && (best < 0 || v[e] > v[best]))
                 best = e;
-        }
         idx[j] = best;
+        taken[best >> 6] |= 1ull << (best & 63);
     }
 }
 
