@@ -3,7 +3,8 @@
  * scale, gpt-oss's clamped SwiGLU and the softmax with an attention sink
  * against their definitions in double, and attention with sinks, whole and
  * in its parts (the split attention's), against a double computation; the
- * router's choice and the grouping of rows by expert.
+ * router's choice, the grouping of rows by expert, its gather and the
+ * weighted sum.
  * (MXFP4 is also among the block-order types of test_cpu_ops, which runs
  * under each PARLEY_CPU_ISA cap.) */
 #include <criterion/criterion.h>
@@ -229,4 +230,44 @@ Test(cpu_ops_moe, moe_group)
     cr_assert(counts[E - 1] == 0 && counts[E - 2] == 0);
     for (int i = 0; i < N * K; i++)
         cr_assert_eq(row[slot[i]], i / K);
+}
+
+/* The gather copies each place's row whole, whatever the row's bytes; the
+ * places outside [s0, s1) are left alone. */
+Test(cpu_ops_moe, moe_gather)
+{
+    enum { N = 6, S = 9, B = 36 };              /* 36 bytes: a q8 block's size */
+    uint8_t x[N * B], out[S * B];
+    int32_t row_of[S] = {5, 0, 0, 3, 1, 5, 2, 4, 0};
+    for (int i = 0; i < N * B; i++)
+        x[i] = (uint8_t)(i * 13 + 7);
+    memset(out, 0xAB, sizeof out);
+    pl_op_moe_gather(x, B, row_of, 2, 8, out);
+    for (int s = 0; s < S; s++)
+        for (int c = 0; c < B; c++)
+            cr_assert_eq(out[s * B + c], s < 2 || s >= 8 ? 0xAB : x[row_of[s] * B + c],
+                         "place %d byte %d", s, c);
+}
+
+/* The combine: within float rounding of the double sum (k roundings of
+ * the magnitudes' sum); with one expert, exactly w * y. */
+Test(cpu_ops_moe, moe_combine)
+{
+    enum { P = 12, K = 4, D = 33 };
+    float y[P * D], w[K], out[D];
+    int32_t slot[K] = {7, 2, 11, 0};
+    fill(y, P * D, 3.0f);
+    fill(w, K, 1.0f);
+    pl_op_moe_combine(y, slot, w, K, D, out);
+    for (int c = 0; c < D; c++) {
+        double s = 0.0, a = 0.0;
+        for (int j = 0; j < K; j++) {
+            s += (double)w[j] * y[slot[j] * D + c];
+            a += fabs((double)w[j] * y[slot[j] * D + c]);
+        }
+        cr_assert_leq(fabs(out[c] - s), 4 * 1.2e-7 * a + 1e-30, "c %d", c);
+    }
+    pl_op_moe_combine(y, slot + 2, w + 2, 1, D, out);
+    for (int c = 0; c < D; c++)
+        cr_assert_eq(out[c], w[2] * y[11 * D + c]);
 }

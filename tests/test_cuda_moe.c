@@ -5,7 +5,8 @@
  * grouped GEMM on bf16 and MXFP4 experts (a float64 product of the
  * dequantised weights and the bf16 inputs: 1e-4 normalised, fp32 order
  * only), the activations (pl_op_swiglu, pl_op_geglu, pl_op_swiglu_oai:
- * bf16 outputs, 8e-3) and the weighted sum; then a whole expert block of
+ * bf16 outputs, 8e-3), the permute (pl_op_moe_gather: the same bytes)
+ * and the weighted sum (pl_op_moe_combine: 1e-6); then a whole expert block of
  * tiny_gptoss_mxfp4's layer 0 against the same steps in float64 on the
  * host (1e-2: bf16 activations between the GEMMs). Skipped without a GPU.
  */
@@ -237,7 +238,31 @@ Test(cuda_moe, activations_match_reference)
     }
 }
 
-Test(cuda_moe, combine_sums_in_rank_order)
+/* The permute is a copy: pl_op_moe_gather's bytes, a plan's places. */
+Test(cuda_moe, permute_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    enum { N = 9, K = 4, E = 16, D = 96, NP = N * K };
+    float x[N * D];
+    pl_bf16 xb[N * D], ref[NP * D], got[NP * D];
+    int32_t sel[NP], cnt[E], off[E + 1], slot[NP], row[NP];
+    tu_fill(x, N * D, 4.0f);
+    for (int i = 0; i < N * D; i++)
+        xb[i] = pl_fp32_to_bf16(x[i]);
+    random_sel(sel, N, K, E);
+    pl_op_moe_group(sel, NP, K, E, cnt, off, slot, row);
+    pl_op_moe_gather(xb, sizeof(pl_bf16) * D, row, 0, NP, ref);
+    pl_bf16 *dx = tu_dev(xb, sizeof xb), *dp = tu_dev(NULL, sizeof got);
+    int32_t *dr = tu_dev(row, sizeof row);
+    OK(pl_cuda_moe_permute(dx, dr, dp, NP, D, 0));
+    tu_get(got, dp, sizeof got);
+    cr_assert(!memcmp(got, ref, sizeof got));
+    cudaFree(dx); cudaFree(dp); cudaFree(dr);
+}
+
+/* The weighted sum against pl_op_moe_combine, row by row (the device may
+ * fuse the multiply-adds: 1e-6 normalised). */
+Test(cuda_moe, combine_matches_reference)
 {
     SKIP_WITHOUT_GPU();
     enum { N = 5, K = 3, D = 70 };
@@ -248,12 +273,7 @@ Test(cuda_moe, combine_sums_in_rank_order)
     for (int i = 0; i < N * K; i++)
         slot[i] = (i * 7) % (N * K);               /* a permutation */
     for (int r = 0; r < N; r++)
-        for (int c = 0; c < D; c++) {
-            float s = wt[r * K] * y[slot[r * K] * D + c];
-            for (int j = 1; j < K; j++)
-                s += wt[r * K + j] * y[slot[r * K + j] * D + c];
-            ref[r * D + c] = s;
-        }
+        pl_op_moe_combine(y, slot + r * K, wt + r * K, K, D, ref + r * D);
     float *dy = tu_dev(y, sizeof y), *dw = tu_dev(wt, sizeof wt), *dout = tu_dev(NULL, sizeof out);
     int32_t *dsl = tu_dev(slot, sizeof slot);
     OK(pl_cuda_moe_combine(dy, dsl, dw, dout, N, K, D, 0));

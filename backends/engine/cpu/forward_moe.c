@@ -233,12 +233,11 @@ static void moe_gather(pl_cpu_fwd *f, const phase *ph, int s)
 {
     struct pl_fwd_moe *mo = f->moe;
     const pl_layer *y = &f->m->layers[ph->layer];
-    size_t ne = (size_t)f->m->n_embd, r = (size_t)mo->row_of[s];
+    size_t ne = (size_t)f->m->n_embd;
     if (is_f32(&y->gate_exps))
-        memcpy(mo->xgf + s * ne, f->xn + r * ne, sizeof(float) * ne);
+        pl_op_moe_gather(f->xn, sizeof(float) * ne, mo->row_of, s, s + 1, mo->xgf);
     else
-        memcpy(mo->xg + s * (ne / PL_QK), f->xq + r * (ne / PL_QK),
-               sizeof(pl_q8_act) * (ne / PL_QK));
+        pl_op_moe_gather(f->xq, sizeof(pl_q8_act) * (ne / PL_QK), mo->row_of, s, s + 1, mo->xg);
 }
 
 /* out[i, o - o0] = x_i . row o of w for places [p0, p0 + cnt), o in
@@ -323,14 +322,8 @@ static void moe_combine(pl_cpu_fwd *f, int r)
 {
     struct pl_fwd_moe *mo = f->moe;
     int ne = f->m->n_embd, k = mo->k;
-    float *t = f->tmp + (size_t)r * ne;
-    const int32_t *slot = mo->slot_of + (size_t)r * k;
-    const float *wt = mo->wt + (size_t)r * k;
-    for (int j = 0; j < k; j++) {
-        const float *yj = mo->y + (size_t)slot[j] * ne;
-        for (int i = 0; i < ne; i++)
-            t[i] = j ? t[i] + wt[j] * yj[i] : wt[j] * yj[i];
-    }
+    pl_op_moe_combine(mo->y, mo->slot_of + (size_t)r * k, mo->wt + (size_t)r * k, k, ne,
+                      f->tmp + (size_t)r * ne);
 }
 
 /* UP or DOWN: this thread's run, then what is left of the others'; the

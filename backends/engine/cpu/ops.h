@@ -165,6 +165,17 @@ void pl_op_moe_route(float *logits, int n_expert, int k, int topk_softmax, int n
 void pl_op_moe_group(const int32_t *sel, int n_pairs, int k, int n_expert, int32_t *counts,
                      int32_t *offsets, int32_t *slot_of, int32_t *row_of);
 
+/** The gather of pl_op_moe_group's places: for places [s0, s1), row s of
+ *  out = row row_of[s] of x (rows of row_bytes: f32, q8 or bf16 alike). */
+void pl_op_moe_gather(const void *x, size_t row_bytes, const int32_t *row_of, int s0, int s1,
+                      void *out);
+
+/** One row's expert outputs combined: out[c] = sum over j < k, in rank
+ *  order (w[0] y[slot[0]] first, then adding), of w[j] * y[slot[j]][c],
+ *  for c < dim; y holds the places' rows of dim floats. */
+void pl_op_moe_combine(const float *y, const int32_t *slot, const float *w, int k, int dim,
+                       float *out);
+
 /** dst[i] = src[i] as an IEEE half, rounded to nearest even (F16C when
  * the CPU has it; the same values either way). */
 void pl_op_f32_to_f16_row(uint16_t *dst, const float *src, int n);

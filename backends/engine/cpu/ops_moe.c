@@ -55,3 +55,21 @@ void pl_op_moe_group(const int32_t *sel, int n_pairs, int k, int n_expert, int32
     for (int i = 0; i < n_pairs; i++)   /* the counts, restored */
         counts[sel[i]]++;
 }
+
+void pl_op_moe_gather(const void *x, size_t row_bytes, const int32_t *row_of, int s0, int s1,
+                      void *out)
+{
+    for (int s = s0; s < s1; s++)
+        memcpy((char *)out + (size_t)s * row_bytes,
+               (const char *)x + (size_t)row_of[s] * row_bytes, row_bytes);
+}
+
+void pl_op_moe_combine(const float *y, const int32_t *slot, const float *w, int k, int dim,
+                       float *out)
+{
+    for (int j = 0; j < k; j++) {
+        const float *yj = y + (size_t)slot[j] * (size_t)dim;
+        for (int c = 0; c < dim; c++)
+            out[c] = j ? out[c] + w[j] * yj[c] : w[j] * yj[c];
+    }
+}
