@@ -141,8 +141,9 @@ stage_test() {
         return 1
     fi
     export PARLEY_REF_MODEL="$ref" PARLEY_MODEL="$ref"   # test_cuda_runner: any model
-    for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner test_cuda_constrain; do
-        run_test "$b" || st=1
+    for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner \
+             test_cuda_constrain test_cuda_moe test_cuda_moe_host; do
+        PARLEY_SRC="$(dirname "$D")" run_test "$b" || st=1   # test_cuda_moe*: the tree's tests/fixtures
     done
     # The newer architectures (qwen3, gemma2, gemma3) against the CPU runner,
     # on random models written here (bench/make_random_gguf.py ref-*).
@@ -193,8 +194,8 @@ stage_sanitize() {
     PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1
     export PARLEY_REF_MODEL PARLEY_MODEL="$PARLEY_REF_MODEL"
     for tool in memcheck racecheck; do
-        for b in test_cuda_kernels test_cuda_constrain test_cuda_ref test_cuda_runner; do
-            $cs --tool $tool "$D/bin/$b" --jobs 1 >"$OUT/${tool}_$b.log" 2>&1 || st=1
+        for b in test_cuda_kernels test_cuda_constrain test_cuda_moe test_cuda_ref test_cuda_runner; do
+            PARLEY_SRC="$(dirname "$D")" $cs --tool $tool "$D/bin/$b" --jobs 1 >"$OUT/${tool}_$b.log" 2>&1 || st=1
             # the kernels named in reports (cuBLAS's own are nvjet*/sm90_*)
             log "sanitize $tool $b: $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/${tool}_$b.log" | sort | uniq -c | tr '\n' ' ')$(grep -ho 'access at [A-Za-z0-9_]*' "$OUT/${tool}_$b.log" | sort -u | sed 's/access at /; kernel /' | tr '\n' ' ')"
         done
