@@ -111,7 +111,9 @@ void pl_op_swiglu_oai(float *gate, const float *up, int n, float alpha, float li
     }
 }
 
-void pl_op_softmax_sink(float *x, int n, float sink)
+/* Softmax of x[0..n) with sink's term in the denominator (-INFINITY:
+ * none); the log of the denominator. */
+static float softmax_with(float *x, int n, float sink)
 {
     float mx = sink;
     for (int i = 0; i < n; i++)
@@ -124,23 +126,12 @@ void pl_op_softmax_sink(float *x, int n, float sink)
     float inv = (float)(1.0 / sum);
     for (int i = 0; i < n; i++)
         x[i] *= inv;
-}
-
-float pl_op_softmax(float *x, int n)
-{
-    float mx = -INFINITY;
-    for (int i = 0; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        x[i] = expf(x[i] - mx);
-        sum += x[i];
-    }
-    float inv = (float)(1.0 / sum);
-    for (int i = 0; i < n; i++)
-        x[i] *= inv;
     return (float)log(sum) + mx;
 }
+
+void pl_op_softmax_sink(float *x, int n, float sink) { softmax_with(x, n, sink); }
+
+float pl_op_softmax(float *x, int n) { return softmax_with(x, n, -INFINITY); }
 
 static inline const char *kv_row(const pl_attn_args *a, const void *base, int t)
 {
