@@ -9,7 +9,6 @@ gpt-oss is driven through /v1/completions: its chat format (harmony) is
 another part of issue 37.
 """
 import concurrent.futures
-import http.client
 import json
 import os
 import time
@@ -17,7 +16,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, request
 
 openai = pytest.importorskip("openai")
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -49,21 +48,13 @@ def srv(request, tmp_path_factory):
 
 
 def post(s, path, body):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=120)
-    c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = json.loads(r.read() or b"null")
-    c.close()
-    return r.status, data
+    st, _, data = request(s, "POST", path, body, timeout=120)
+    return st, json.loads(data or b"null")
 
 
 def get(s, path):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=60)
-    c.request("GET", path)
-    r = c.getresponse()
-    data = r.read()
-    c.close()
-    return r.status, data
+    st, _, data = request(s, "GET", path)
+    return st, data
 
 
 def chat(s):
