@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -438,8 +439,8 @@ def report(args, thr, steps, py, multi, asy, elapsed, interrupted):
     L.append(f"### Engine core: CPU engine vs llama.cpp ({time.strftime('%Y-%m-%d', time.gmtime())}"
              f"{', quick' if args.quick else ''}{', interrupted: partial' if interrupted else ''})")
     L.append("")
-    model_arg = "" if args.model == DEFAULT_MODEL else f" --model {args.model}"
-    L.append(f"Command: `bench/bench_engine.py{' --quick' if args.quick else ''}{model_arg}` "
+    argv = shlex.join(sys.argv[1:])              # as run: --only, --conc, ... included
+    L.append(f"Command: `bench/bench_engine.py{' ' + argv if argv else ''}` "
              f"({elapsed/60:.1f} min). Machine: {machine()}; the clients share the "
              f"cores with the server. Model: {os.path.basename(args.model)}. "
              f"Both servers `--threads {args.threads}`; requests: ~100-token prompt "
