@@ -35,10 +35,10 @@ static void fill(float *x, int n, float scale)
 Test(cpu_ops_moe, mxfp4_every_scale)
 {
     uint8_t w[8 * 17 * 2];
-    float x[64], y[2 * 8], f[32];
+    float x[128], y[2 * 8], f[32];
     pl_q8_act a[4];
-    fill(x, 64, 1.0f);
-    pl_op_quantize_row_q8(x, a, 64);
+    fill(x, 128, 1.0f);               /* two rows of 64 */
+    pl_op_quantize_row_q8(x, a, 128);
     for (int base = 0; base < 256; base += 8) {
         for (int r = 0; r < 8; r++)
             for (int b = 0; b < 2; b++) {
