@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler
@@ -116,6 +117,33 @@ def raw(s, data, wait=2.0):
         pass
     c.close()
     return out
+
+
+def debate_job(s, experiment, max_tokens, timeout=300):
+    """Run a two-round, three-agent debate (constrained answers) on the model
+    that s serves; (the job's final state, its q1 transcript as JSON)."""
+    spec = {"experiment": experiment, "num_rounds": 2, "models": {s.name: {}},
+            "sampling": {"temperature": 0, "max_tokens": max_tokens},
+            "agents": [{"id": "p0", "model": s.name, "system_prompt": "Be brief."},
+                       {"id": "p1", "model": s.name, "system_prompt": "Be careful."},
+                       {"id": "mod", "role": "moderator", "model": s.name,
+                        "speak_after_within_round": ["p0", "p1"]}],
+            "validation": {"enabled": True, "mode": "constrained"},
+            "questions": [{"id": "q1", "text": "What is 2 plus 3?",
+                           "choices": ["4", "5", "6", "7"], "answer": "B"}]}
+    st, _, b = request(s, "POST", "/v1/jobs", spec, timeout=120)
+    assert st == 201, b
+    jid, t0 = json.loads(b)["id"], time.time()
+    while True:
+        st, _, body = request(s, "GET", "/v1/jobs/" + jid)
+        state = json.loads(body)["state"] if st == 200 else None
+        if state not in ("running", "starting"):
+            break
+        assert time.time() - t0 < timeout, "job did not finish"
+        time.sleep(0.2)
+    st, _, body = request(s, "GET", "/v1/jobs/%s/transcripts/q1" % jid)
+    assert st == 200, body
+    return state, json.loads(body)
 
 
 class QuietJSONHandler(BaseHTTPRequestHandler):

@@ -11,12 +11,11 @@ for chat_template_kwargs.enable_thinking=false).
 import http.client
 import json
 import os
-import time
 import urllib.parse
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, debate_job
 
 openai = pytest.importorskip("openai")
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -61,15 +60,6 @@ def post(s, path, body):
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
     data = json.loads(r.read() or b"null")
-    c.close()
-    return r.status, data
-
-
-def get(s, path):
-    c = http.client.HTTPConnection(s.host, s.port, timeout=60)
-    c.request("GET", path)
-    r = c.getresponse()
-    data = r.read()
     c.close()
     return r.status, data
 
@@ -120,33 +110,11 @@ def test_required_tool_call(srv):
 
 
 def test_debate_job(srv):
-    spec = {"experiment": "fam_" + srv.name.replace("-", "_"), "num_rounds": 2,
-            "models": {srv.name: {}},
-            # room for the constrained reply: a reasoning line of up to 400
-            # characters (a token per byte in the tiny vocabularies), then
-            # the answer line
-            "sampling": {"temperature": 0, "max_tokens": 160 if "270m" in srv.name else 450},
-            "agents": [{"id": "p0", "model": srv.name, "system_prompt": "Be brief."},
-                       {"id": "p1", "model": srv.name, "system_prompt": "Be careful."},
-                       {"id": "mod", "role": "moderator", "model": srv.name,
-                        "speak_after_within_round": ["p0", "p1"]}],
-            "validation": {"enabled": True, "mode": "constrained"},
-            "questions": [{"id": "q1", "text": "What is 2 plus 3?",
-                           "choices": ["4", "5", "6", "7"], "answer": "B"}]}
-    st, b = post(srv, "/v1/jobs", spec)
-    assert st == 201, b
-    jid, t0 = b["id"], time.time()
-    while True:
-        st, body = get(srv, "/v1/jobs/" + jid)
-        state = json.loads(body)["state"] if st == 200 else None
-        if state not in ("running", "starting"):
-            break
-        assert time.time() - t0 < 300, "job did not finish"
-        time.sleep(0.2)
-    assert state in ("done", "succeeded", "finished", "completed", None), body
-    st, body = get(srv, "/v1/jobs/%s/transcripts/q1" % jid)
-    assert st == 200, body
-    t = json.loads(body)
+    # room for the constrained reply: a reasoning line of up to 400
+    # characters (a token per byte in the tiny vocabularies), then the answer
+    state, t = debate_job(srv, "fam_" + srv.name.replace("-", "_"),
+                          160 if "270m" in srv.name else 450)
+    assert state in ("done", "succeeded", "finished", "completed", None), t
     assert json.dumps(t).count("Answer:") >= 3      # every agent answered, both rounds
 
 

@@ -11,12 +11,11 @@ another part of issue 37.
 import concurrent.futures
 import json
 import os
-import time
 import urllib.parse
 
 import pytest
 
-from conftest import ROOT, Server, request
+from conftest import ROOT, Server, debate_job, request
 
 openai = pytest.importorskip("openai")
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -112,28 +111,8 @@ def test_prefix_cache_serves_a_repeated_prompt(srv):
 def test_debate_job(srv):
     if not chat(srv):
         pytest.skip("gpt-oss speaks harmony: its chat is tested with that format")
-    spec = {"experiment": "moe_" + srv.name, "num_rounds": 2, "models": {srv.name: {}},
-            "sampling": {"temperature": 0, "max_tokens": 450},
-            "agents": [{"id": "p0", "model": srv.name, "system_prompt": "Be brief."},
-                       {"id": "p1", "model": srv.name, "system_prompt": "Be careful."},
-                       {"id": "mod", "role": "moderator", "model": srv.name,
-                        "speak_after_within_round": ["p0", "p1"]}],
-            "validation": {"enabled": True, "mode": "constrained"},
-            "questions": [{"id": "q1", "text": "What is 2 plus 3?",
-                           "choices": ["4", "5", "6", "7"], "answer": "B"}]}
-    st, b = post(srv, "/v1/jobs", spec)
-    assert st == 201, b
-    jid, t0 = b["id"], time.time()
-    while True:
-        st, body = get(srv, "/v1/jobs/" + jid)
-        state = json.loads(body)["state"] if st == 200 else None
-        if state not in ("running", "starting"):
-            break
-        assert time.time() - t0 < 300, "job did not finish"
-        time.sleep(0.2)
-    st, body = get(srv, "/v1/jobs/%s/transcripts/q1" % jid)
-    assert st == 200, body
-    assert json.dumps(json.loads(body)).count("Answer:") >= 3   # every agent, both rounds
+    _, t = debate_job(srv, "moe_" + srv.name, 450)
+    assert json.dumps(t).count("Answer:") >= 3   # every agent, both rounds
 
 
 def find(d, key):
