@@ -53,6 +53,15 @@ void pl_dfa_free(pl_dfa *d);
 /** Whether the DFA matches all n bytes of s. */
 bool pl_dfa_match(const pl_dfa *d, const char *s, size_t n);
 
+/**
+ * The same language as a GBNF grammar (llama.cpp's grammar format; one rule,
+ * root), over code points: what an upstream llama-server is given to
+ * enforce a regex. Returns malloc'd text the caller frees, or NULL with a
+ * message in err (the parser's errors, a byte that is not UTF-8, or a
+ * grammar too large).
+ */
+char *pl_regex_gbnf(const char *pattern, size_t len, char *err, size_t errlen);
+
 /** Append pattern-escaped text (every regex metacharacter backslashed)
  *  to buf at *len (cap bytes; grows with realloc). Returns 0 or -1. */
 int pl_regex_escape_append(char **buf, size_t *len, size_t *cap, const char *text,
