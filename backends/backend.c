@@ -48,6 +48,11 @@ const char *pl_constraint_name(pl_constraint_kind k)
     }
 }
 
+int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err)
+{
+    return b->ops->check_constraint ? b->ops->check_constraint(b, k, err) : 0;
+}
+
 void pl_sampling_defaults(pl_sampling *s)
 {
     memset(s, 0, sizeof *s);

@@ -353,7 +353,15 @@ typedef struct pl_backend_ops {
      *  finished: its cached blocks may go at once. May be NULL (the
      *  backend keeps no cache of its own to steer). */
     void (*retain)(pl_backend *b, uint64_t conversation_key, int next_need);
+    /** Whether chat requests with a constraint of kind k are enforced: 0,
+     *  or -1 with a 400 in *err naming what cannot enforce it (a remote
+     *  upstream that ignores or refuses it, or has no field for it). May
+     *  be NULL: every kind is enforced. */
+    int (*check_constraint)(pl_backend *b, pl_constraint_kind k, pl_err *err);
 } pl_backend_ops;
+
+/** ops->check_constraint, or 0 when the backend has none. */
+int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err);
 
 /** The next need of a finished conversation (pl_backend_ops.retain). */
 #define PL_NEED_DONE (-1)

@@ -156,6 +156,10 @@ const pl_option pl_options[] = {
         "remote backends: tries before the first token (refused, 5xx, 429, timeouts)"),
     OPT("upstream-health-interval-ms", PL_OPT_INT, 50, 3600000, "2000", NULL, NULL,
         upstream_health_interval_ms, M, "remote backends: health check period"),
+    OPT("upstream-probe-timeout-ms", PL_OPT_INT, 0, 600000, "20000", NULL, NULL,
+        upstream_probe_timeout_ms, M,
+        "remote backends: start-up wait for the probes that check each upstream enforces "
+        "constraints (0: no probe; constraints are sent unverified)"),
     OPT("upstream-affinity", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, upstream_affinity, M,
         "remote backends: send a conversation back to the replica that served it"),
     OPT("api-key", PL_OPT_LIST, 0, 0, "", "PARLEY_API_KEY", NULL, api_key, S,

@@ -51,6 +51,7 @@ typedef struct pl_opts {
     int upstream_token_timeout_ms;
     int upstream_attempts;
     int upstream_health_interval_ms;
+    int upstream_probe_timeout_ms;
     bool upstream_affinity;
     char *log_format;            /**< text|json */
     bool access_log;             /**< one line per HTTP request */

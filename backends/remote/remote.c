@@ -91,16 +91,19 @@ static int remote_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                          uint64_t *id, pl_err *err)
 {
     remote_backend *rb = (remote_backend *)b;
-    remote_req *r = calloc(1, sizeof *r);
-    if (!r)
-        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    char *body = pl_remote_body(req, rb, err);   /* 400: a constraint it cannot enforce */
+    remote_req *r = body ? calloc(1, sizeof *r) : NULL;
+    if (!r) {
+        free(body);
+        return body ? pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory") : -1;
+    }
     r->rb = rb;
     r->sink = sink;
     r->chat = req->messages != NULL;
     r->key = req->affinity_key ? req->affinity_key : req->conversation_key;
     r->t_submit = pl_remote_now_ms();
-    r->body = pl_remote_body(req, rb->upstream_model, rb->o.kind);
-    r->body_len = r->body ? strlen(r->body) : 0;
+    r->body = body;
+    r->body_len = strlen(body);
     r->timer = evtimer_new(b->base, pl_remote_req_on_timer, r);
     r->errbody = evbuffer_new();
     pl_sse_reader_init(&r->sse, 0);
@@ -229,6 +232,11 @@ static int remote_max_model_len(pl_backend *b)
     return ml;
 }
 
+static int remote_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err)
+{
+    return pl_remote_check_constraint((remote_backend *)b, k, true, NULL, NULL, err);
+}
+
 static void remote_free(pl_backend *b)
 {
     remote_backend *rb = (remote_backend *)b;
@@ -240,6 +248,7 @@ static void remote_free(pl_backend *b)
         }
     }
     pl_remote_health_stop(rb);
+    pl_remote_cprobe_stop(rb);
     pl_curl_loop_free(rb->loop);
     for (int i = 0; i < rb->n_reps; i++) {
         free(rb->reps[i].base_url);
@@ -270,6 +279,7 @@ static const pl_backend_ops remote_ops = {
     .detokenize = remote_detokenize,
     .tokenizer_info = remote_tokenizer_info,
     .max_model_len = remote_max_model_len,
+    .check_constraint = remote_check_constraint,
     .free = remote_free,
 };
 
@@ -418,6 +428,7 @@ pl_backend *pl_remote_new(struct event_base *base, const pl_remote_opts *o, char
         rb->upstream_model = strdup(rb->base.model);
     if (rb->o.kind == PL_REMOTE_AUTO)
         rb->o.kind = rb->reps[0].kind != PL_REMOTE_AUTO ? rb->reps[0].kind : PL_REMOTE_OPENAI;
+    pl_remote_cprobe_startup(rb, rb->o.probe_timeout_ms);
     pl_remote_health_start(rb);
     for (int i = 0; i < rb->n_reps; i++)
         pl_info("model '%s': upstream %s (%s, %s model '%s', capacity %d)", rb->base.model,

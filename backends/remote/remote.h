@@ -15,7 +15,8 @@
 
 #include "backends/backend.h"
 
-/** What the upstream runs; it only picks where capacity is read from. */
+/** What the upstream runs: where capacity is read from, and the fields a
+ *  constraint is sent in (remote_constrain.c). */
 typedef enum pl_remote_kind {
     PL_REMOTE_AUTO = 0,          /**< guess from GET /v1/models (--upstream) */
     PL_REMOTE_OPENAI,
@@ -49,7 +50,14 @@ typedef struct pl_remote_opts {
     int max_attempts;            /**< tries before the first token (>= 1) */
     int health_interval_ms;      /**< health check period */
     bool affinity;               /**< route keys back to their replica */
+    /** Start-up constraint probe: how long to wait for every replica's
+     *  reply (remote_cprobe.c); 0: no probe, constraints are sent
+     *  unverified. */
+    int probe_timeout_ms;
 } pl_remote_opts;
+
+/** In the message of every constraint probe (fakes in tests spot it). */
+#define PL_REMOTE_PROBE_MARK "parley constraint probe"
 
 /**
  * Create the backend on base. Each replica is probed once (blocking, at

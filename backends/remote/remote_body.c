@@ -5,7 +5,9 @@
  * vLLM's guided decoding or chat_template_kwargs), with the model renamed
  * and streaming forced on. n is fanned out by the API (one backend request
  * per choice, each with its own seed), so each upstream request asks for 1.
- * A job's request is built from its messages and sampling parameters.
+ * A job's request is built from its messages and sampling parameters. A
+ * constraint goes in the fields the upstream's kind enforces
+ * (remote_constrain.c).
  */
 #include <math.h>
 #include <string.h>
@@ -75,37 +77,6 @@ static void put_sampling(json_t *o, const pl_sampling *s, pl_remote_kind kind)
     }
 }
 
-/* A constraint from a job (no client body to forward): response_format for
- * JSON, vLLM's guided_* for choice and regex (an upstream without them
- * answers 400, never silently unconstrained). */
-static void put_constraint(json_t *o, const pl_sampling *s)
-{
-    json_t *v = s->constraint_text ? json_loads(s->constraint_text, JSON_DECODE_ANY, NULL)
-                                   : NULL;
-    switch (s->constraint) {
-    case PL_CONSTRAINT_JSON_OBJECT:
-        json_object_set_new(o, "response_format", json_pack("{s:s}", "type", "json_object"));
-        break;
-    case PL_CONSTRAINT_JSON_SCHEMA:
-        if (v)
-            json_object_set_new(o, "response_format",
-                                json_pack("{s:s,s:{s:s,s:O}}", "type", "json_schema",
-                                          "json_schema", "name", "constraint", "schema", v));
-        break;
-    case PL_CONSTRAINT_CHOICE:
-        if (v)
-            json_object_set(o, "guided_choice", v);
-        break;
-    case PL_CONSTRAINT_REGEX:
-        if (s->constraint_text)
-            json_object_set_new(o, "guided_regex", json_string(s->constraint_text));
-        break;
-    default:
-        break;
-    }
-    json_decref(v);
-}
-
 static void put_logprobs(json_t *o, const pl_sampling *s, bool chat)
 {
     if (!s->logprobs)
@@ -119,7 +90,7 @@ static void put_logprobs(json_t *o, const pl_sampling *s, bool chat)
     }
 }
 
-char *pl_remote_body(const pl_gen_request *req, const char *upstream_model, pl_remote_kind kind)
+json_t *pl_remote_body_json(const pl_gen_request *req, const remote_target *t, pl_err *err)
 {
     bool chat = req->messages != NULL;
     json_t *o;
@@ -135,16 +106,33 @@ char *pl_remote_body(const pl_gen_request *req, const char *upstream_model, pl_r
             json_object_set_new(o, "messages", messages_json(req));
         else
             json_object_set_new(o, "prompt", prompt_json(req));
-        put_sampling(o, &req->sampling, kind);
+        put_sampling(o, &req->sampling, t->kind);
         put_logprobs(o, &req->sampling, chat);
-        put_constraint(o, &req->sampling);
     }
-    if (!o)
+    if (!o) {
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
         return NULL;
-    put_common(o, upstream_model);
+    }
+    if (pl_remote_put_constraint(o, req, t, err) < 0) {
+        json_decref(o);
+        return NULL;
+    }
+    put_common(o, t->model);
     if (req->sampling.has_seed)
         json_object_set_new(o, "seed", json_integer((json_int_t)(req->sampling.seed & 0x7FFFFFFFFFFFFFFFull)));
-    char *s = json_dumps(o, JSON_COMPACT);
+    return o;
+}
+
+char *pl_remote_body(const pl_gen_request *req, remote_backend *rb, pl_err *err)
+{
+    if (pl_remote_check_constraint(rb, req->sampling.constraint, req->messages != NULL,
+                                   req->oai_body, NULL, err) < 0)
+        return NULL;
+    remote_target t = pl_remote_target_of(rb);
+    json_t *o = pl_remote_body_json(req, &t, err);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (o && !s)
+        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     json_decref(o);
     return s;
 }

@@ -16,6 +16,33 @@
 
 typedef struct remote_backend remote_backend;
 
+/** What a replica does with one family of constraints (remote_constrain.c):
+ *  what its start-up probe saw, or that its kind has no field for them. */
+typedef enum remote_cstate {
+    REMOTE_C_UNKNOWN = 0,        /**< not probed (yet): sent, unverified */
+    REMOTE_C_ENFORCED,           /**< the probe's reply matched the constraint */
+    REMOTE_C_IGNORED,            /**< the probe's reply did not: the field is dropped */
+    REMOTE_C_REFUSED,            /**< the upstream refused the probe's field (4xx) */
+    REMOTE_C_UNSUPPORTED,        /**< the kind cannot express it (Ollama: a regex) */
+} remote_cstate;
+
+typedef enum remote_cfamily {
+    REMOTE_CF_REGEX = 0,         /**< regex and choice */
+    REMOTE_CF_JSON,              /**< JSON schema and json_object */
+    REMOTE_CF_N,
+} remote_cfamily;
+
+/** A replica's constraint support (remote_cprobe.c fills it). */
+typedef struct remote_caps {
+    remote_cstate state[REMOTE_CF_N];
+    char why[REMOTE_CF_N][160];  /**< what the probe saw, for messages */
+    bool style_known;            /**< vLLM: /version or a probe decided guided */
+    bool guided;                 /**< vLLM: guided_* (before 0.10.2), not structured_outputs */
+    int version;                 /**< vLLM's /version as major*10000+minor*100+patch; 0 unknown */
+    int probes;                  /**< probe rounds started */
+    struct remote_cprobe *inflight;  /**< a probe on the loop, or NULL */
+} remote_caps;
+
 typedef struct remote_replica {
     remote_backend *rb;
     int index;
@@ -36,6 +63,7 @@ typedef struct remote_replica {
     pl_curl_xfer hx;
     struct evbuffer *hbody;
     int hstage;                  /**< 0: GET models, 1: capacity probe */
+    remote_caps caps;            /**< constraint support (remote_cprobe.c) */
 } remote_replica;
 
 typedef struct remote_aff {
@@ -95,8 +123,50 @@ void pl_remote_apply_capacity(remote_replica *rep, const char *body, size_t len)
 /** Apply a models body to rep; returns 0, -1 if it is not a model list. */
 int pl_remote_apply_models(remote_replica *rep, const char *body, size_t len);
 
+/** Whom a body is for: the kind and, for vLLM, its field style. */
+typedef struct remote_target {
+    pl_remote_kind kind;
+    bool guided;                 /**< vLLM: guided_* rather than structured_outputs */
+    int version;                 /**< vLLM's version (remote_caps.version); 0 unknown */
+    const char *model;           /**< the upstream's model id */
+    const char *url;             /**< a replica's base URL, for messages */
+} remote_target;
+
 /* remote_body.c */
-/** The upstream request body (malloc'd JSON text) for req. */
-char *pl_remote_body(const pl_gen_request *req, const char *upstream_model, pl_remote_kind kind);
+/** The upstream request body for req, as JSON (new reference), or NULL
+ *  with err: a 400 for a constraint t cannot carry, 500 on OOM. */
+json_t *pl_remote_body_json(const pl_gen_request *req, const remote_target *t, pl_err *err);
+/** The body as malloc'd JSON text for rb's model-level target, or NULL
+ *  with err (as pl_remote_body_json). */
+char *pl_remote_body(const pl_gen_request *req, remote_backend *rb, pl_err *err);
+
+/* remote_constrain.c: constraints in each kind's own fields */
+/** The target of rb's requests: its kind, and the field style of the
+ *  first replica whose style is known. */
+remote_target pl_remote_target_of(remote_backend *rb);
+/** Add to o what makes t's upstream enforce req's constraint and its
+ *  tool_choice; for an OpenAI request only what the upstream would not
+ *  understand of the client's own fields. 0, or -1 with a 400 in err. */
+int pl_remote_put_constraint(json_t *o, const pl_gen_request *req, const remote_target *t,
+                             pl_err *err);
+/** Whether rb's replicas enforce a constraint of kind k (and, with a
+ *  client body, its tool_choice): 0, or -1 with a 400 in err naming the
+ *  upstream and the constraint; param names the request's field. */
+int pl_remote_check_constraint(remote_backend *rb, pl_constraint_kind k, bool chat,
+                               const json_t *client, const char *param, pl_err *err);
+/** A replica's constraint support for /status (new reference). */
+json_t *pl_remote_caps_json(const remote_replica *rep);
+/** Name of a state ("enforced", ...). */
+const char *pl_remote_cstate_name(remote_cstate s);
+
+/* remote_cprobe.c: one tiny constrained request per family and replica */
+/** Probe every healthy replica now, blocking up to timeout_ms in all
+ *  (start-up). */
+void pl_remote_cprobe_startup(remote_backend *rb, int timeout_ms);
+/** Probe rep on the loop if its support is still unknown (a replica that
+ *  came up after start-up); at most a few rounds per replica. */
+void pl_remote_cprobe_async(remote_replica *rep);
+/** Stop probes on the loop (before the loop is freed). */
+void pl_remote_cprobe_stop(remote_backend *rb);
 
 #endif

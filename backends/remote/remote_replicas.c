@@ -153,13 +153,13 @@ json_t *pl_remote_replicas_json(remote_backend *rb)
     for (int i = 0; i < rb->n_reps; i++) {
         remote_replica *r = &rb->reps[i];
         json_array_append_new(a, json_pack(
-            "{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s}", "url", r->shown_url,
+            "{s:s, s:s, s:b, s:i, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s, s:o}", "url", r->shown_url,
             "kind", pl_remote_kind_name(r->kind), "healthy", r->healthy, "outstanding",
             r->outstanding, "capacity", pl_remote_replica_capacity(r), "reported_capacity",
             r->reported_cap, "max_model_len", r->max_model_len, "requests",
             (json_int_t)r->requests, "errors", (json_int_t)r->errors, "retries",
             (json_int_t)r->retries, "ejections", (json_int_t)r->ejections, "last_error",
-            r->last_error));
+            r->last_error, "constraints", pl_remote_caps_json(r)));
     }
     return a;
 }
@@ -203,6 +203,7 @@ static void health_done(pl_curl_xfer *x, CURLcode rc)
         } else {
             set_health(rep, true, NULL);
             rep->consecutive_failures = 0;
+            pl_remote_cprobe_async(rep);      /* a replica that came up late */
             const char *path = pl_remote_capacity_path(rep->kind);
             if (path) {
                 char url[2048];

@@ -11,6 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
+#include "backends/remote/remote.h"
+
 #define FAKE_MAX_STEPS 64
 
 struct pl_fake_upstream {
@@ -21,8 +25,11 @@ struct pl_fake_upstream {
     pl_fake_step steps[FAKE_MAX_STEPS];
     char *bodies[FAKE_MAX_STEPS];
     int n_steps, next_step;
-    int requests, client_closed;
+    int requests, client_closed, probes;
     char *last_body;
+    pl_fake_flavour flavour;
+    char *probe_regex, *probe_json;  /* the last probe bodies */
+    int probe_delays, probe_delay_ms;
 };
 
 typedef struct fake_conn {
@@ -165,9 +172,70 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, int status, const ch
     return rc;
 }
 
+/* ---- flavours: what each enforces when probed ---- */
+
+static const char *const owners[] = {"fake", "vllm", "vllm", "vllm", "vllm", "sglang",
+                                     "llamacpp", "library"};
+static const char *const versions[] = {NULL, "0.11.0", "0.9.2", "0.12.0", NULL, NULL, NULL, NULL};
+
+static bool has_rf(json_t *b, const char *type)
+{
+    const char *t = json_string_value(json_object_get(json_object_get(b, "response_format"),
+                                                      "type"));
+    return t && !strcmp(t, type);
+}
+
+/* Whether flavour fl would enforce a regex (json false) or a JSON schema
+ * (json true) sent in body b. */
+static bool enforces(pl_fake_flavour fl, json_t *b, bool json)
+{
+    json_t *so = json_object_get(b, "structured_outputs");
+    bool so_ok = fl == PL_FAKE_VLLM || fl == PL_FAKE_VLLM_NEW;
+    bool guided_ok = fl == PL_FAKE_VLLM || fl == PL_FAKE_VLLM_OLD || fl == PL_FAKE_VLLM_NOVERSION;
+    bool rf = has_rf(b, "json_schema") && fl != PL_FAKE_PLAIN;
+    if (json)
+        return rf || (so_ok && json_object_get(so, "json")) ||
+               (guided_ok && json_object_get(b, "guided_json")) ||
+               (fl == PL_FAKE_LLAMACPP && json_object_get(b, "json_schema"));
+    return (so_ok && json_object_get(so, "regex")) ||
+           (guided_ok && json_object_get(b, "guided_regex")) ||
+           (fl == PL_FAKE_SGLANG && json_object_get(b, "regex")) ||
+           (fl == PL_FAKE_LLAMACPP && json_object_get(b, "grammar"));
+}
+
+static enum MHD_Result answer_probe(pl_fake_upstream *f, struct MHD_Connection *c,
+                                    const char *body)
+{
+    json_t *b = json_loads(body, 0, NULL);
+    bool json = body && strstr(body, "boolean") != NULL;   /* the {"ok": boolean} probe */
+    pthread_mutex_lock(&f->mu);
+    f->probes++;
+    char **slot = json ? &f->probe_json : &f->probe_regex;
+    free(*slot);
+    *slot = strdup(body);
+    bool ok = enforces(f->flavour, b, json);
+    int delay = f->probe_delays > 0 ? f->probe_delay_ms : 0;
+    f->probe_delays -= f->probe_delays > 0;
+    pthread_mutex_unlock(&f->mu);
+    if (delay)
+        usleep((useconds_t)delay * 1000);
+    json_decref(b);
+    const char *text = !ok ? "Hello there" : json ? "{\"ok\": true}" : "123";
+    json_t *r = json_pack("{s:s, s:[{s:i, s:{s:s, s:s}, s:s}]}", "object", "chat.completion",
+                          "choices", "index", 0, "message", "role", "assistant", "content", text,
+                          "finish_reason", "stop");
+    char *reply = json_dumps(r, JSON_COMPACT);
+    json_decref(r);
+    enum MHD_Result rc = reply_text(c, 200, reply, 0);
+    free(reply);
+    return rc;
+}
+
 static enum MHD_Result answer_post(pl_fake_upstream *f, struct MHD_Connection *c,
                                    const char *url, fake_conn *fc)
 {
+    if (fc->body && strstr(fc->body, PL_REMOTE_PROBE_MARK))
+        return answer_probe(f, c, fc->body);
     pl_fake_step s;
     take_step(f, &s);
     pthread_mutex_lock(&f->mu);
@@ -197,10 +265,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     pl_fake_upstream *f = cls;
     if (!strcmp(method, "GET")) {
         char body[256];
+        pthread_mutex_lock(&f->mu);
+        pl_fake_flavour fl = f->flavour;
+        pthread_mutex_unlock(&f->mu);
         snprintf(body, sizeof body, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":"
-                 "\"model\",\"owned_by\":\"fake\",\"max_model_len\":2048}]}", f->model);
+                 "\"model\",\"owned_by\":\"%s\",\"max_model_len\":2048}]}", f->model,
+                 owners[fl]);
         if (!strcmp(url, "/v1/models"))
             return reply_text(c, 200, body, 0);
+        if (!strcmp(url, "/version") && versions[fl]) {
+            snprintf(body, sizeof body, "{\"version\":\"%s\"}", versions[fl]);
+            return reply_text(c, 200, body, 0);
+        }
         return reply_text(c, 404, "{\"error\":{\"message\":\"not found\"}}", 0);
     }
     fake_conn *fc = *con_cls;
@@ -215,6 +291,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         memcpy(b + fc->len, upload, *upload_size);
         fc->body = b;
         fc->len += *upload_size;
+        b[fc->len] = '\0';
         *upload_size = 0;
         return MHD_YES;
     }
@@ -259,6 +336,8 @@ void pl_fake_stop(pl_fake_upstream *f)
     for (int i = 0; i < f->n_steps; i++)
         free(f->bodies[i]);
     free(f->last_body);
+    free(f->probe_regex);
+    free(f->probe_json);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -304,4 +383,36 @@ char *pl_fake_last_body(pl_fake_upstream *f)
     char *b = f->last_body ? strdup(f->last_body) : NULL;
     pthread_mutex_unlock(&f->mu);
     return b;
+}
+
+void pl_fake_set_flavour(pl_fake_upstream *f, pl_fake_flavour fl)
+{
+    pthread_mutex_lock(&f->mu);
+    f->flavour = fl;
+    pthread_mutex_unlock(&f->mu);
+}
+
+int pl_fake_probes(pl_fake_upstream *f)
+{
+    pthread_mutex_lock(&f->mu);
+    int n = f->probes;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+char *pl_fake_probe_body(pl_fake_upstream *f, const char *family)
+{
+    pthread_mutex_lock(&f->mu);
+    const char *b = strcmp(family, "json") ? f->probe_regex : f->probe_json;
+    char *s = b ? strdup(b) : NULL;
+    pthread_mutex_unlock(&f->mu);
+    return s;
+}
+
+void pl_fake_delay_probes(pl_fake_upstream *f, int n, int ms)
+{
+    pthread_mutex_lock(&f->mu);
+    f->probe_delays = n;
+    f->probe_delay_ms = ms;
+    pthread_mutex_unlock(&f->mu);
 }

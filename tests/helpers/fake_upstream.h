@@ -40,6 +40,23 @@ typedef struct pl_fake_step {
 
 typedef struct pl_fake_upstream pl_fake_upstream;
 
+/** What a fake pretends to be: the owned_by its /v1/models lists, its
+ *  /version, and the constraint fields it enforces when parley probes it
+ *  (a probe's message holds PL_REMOTE_PROBE_MARK; it takes no script step
+ *  and is not counted by pl_fake_requests). A probe whose field the fake
+ *  enforces gets a reply that matches it ("123", {"ok": true}), any other
+ *  gets "Hello there". */
+typedef enum pl_fake_flavour {
+    PL_FAKE_PLAIN = 0,           /**< owned_by "fake"; enforces nothing */
+    PL_FAKE_VLLM,                /**< 0.11.0: structured_outputs, guided_*, response_format */
+    PL_FAKE_VLLM_OLD,            /**< 0.9.2: guided_*, response_format */
+    PL_FAKE_VLLM_NEW,            /**< 0.12.0: structured_outputs, response_format */
+    PL_FAKE_VLLM_NOVERSION,      /**< no /version; guided_*, response_format */
+    PL_FAKE_SGLANG,              /**< regex, ebnf, response_format */
+    PL_FAKE_LLAMACPP,            /**< grammar, json_schema, response_format */
+    PL_FAKE_OLLAMA,              /**< owned_by "library"; response_format */
+} pl_fake_flavour;
+
 /** Start on 127.0.0.1, a free port; model is the id /v1/models lists. */
 pl_fake_upstream *pl_fake_start(const char *model);
 void pl_fake_stop(pl_fake_upstream *f);
@@ -53,5 +70,14 @@ int pl_fake_requests(pl_fake_upstream *f);
 int pl_fake_client_closed(pl_fake_upstream *f);
 /** The last POST body (malloc'd copy; the caller frees), or NULL. */
 char *pl_fake_last_body(pl_fake_upstream *f);
+/** Set the flavour (before a backend probes it). */
+void pl_fake_set_flavour(pl_fake_upstream *f, pl_fake_flavour fl);
+/** Hold the reply to each of the next n probes for ms (a slow upstream). */
+void pl_fake_delay_probes(pl_fake_upstream *f, int n, int ms);
+/** Probes received so far. */
+int pl_fake_probes(pl_fake_upstream *f);
+/** The last probe body of a family ("regex": one asking "[0-9]{3}",
+ *  "json": the other), malloc'd, or NULL. */
+char *pl_fake_probe_body(pl_fake_upstream *f, const char *family);
 
 #endif
