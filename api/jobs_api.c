@@ -14,6 +14,7 @@
 #include "schedulers/dispatch.h"
 #include "src/base/json_pack.h"
 #include "src/base/log.h"
+#include "src/jobs/job_constraints.h"
 #include "src/jobs/persist.h"
 
 static api_job *find_job(pl_jobs_api *a, const char *id, size_t len)
@@ -55,6 +56,8 @@ static int resolve_models(pl_jobs_api *a, const pl_job_spec *s, pl_backend **bs,
         bs[m] = e->backend;
         ds[m] = e->dispatch;
     }
+    if (!p->n)
+        pl_job_check_constraints(s, bs, p);
     return p->n ? -1 : 0;
 }
 

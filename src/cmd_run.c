@@ -22,6 +22,7 @@
 #include <event2/thread.h>
 
 #include "schedulers/dispatch.h"
+#include "src/jobs/job_constraints.h"
 #include "src/jobs/job_spec.h"
 #include "src/jobs/jobs.h"
 #include "src/base/log.h"
@@ -225,6 +226,18 @@ static int open_backends(run_ctx *rc, const run_args *ra, const pl_job_spec *s,
         }
     }
     return 0;
+}
+
+/* A constrained job on a model that cannot enforce it stops here, with
+ * the spec's other problems' format (FILE:LINE). */
+static int check_constraints(const run_args *ra, const pl_job_spec *s, pl_backend **bs)
+{
+    pl_spec_problems p = {0};
+    int rc = pl_job_check_constraints(s, bs, &p);
+    if (rc < 0)
+        print_problems(ra->job_file, &ra->lines, &p);
+    pl_spec_problems_free(&p);
+    return rc;
 }
 
 /* ---- the loop ---- */
@@ -488,6 +501,8 @@ int pl_cmd_run(int argc, char **argv)
     rc.served = calloc((size_t)spec.n_models, sizeof *rc.served);
     int n_models = spec.n_models;
     int orc = rc.base && bs && rc.served ? open_backends(&rc, &ra, &spec, bs) : -1;
+    if (orc == 0 && check_constraints(&ra, &spec, bs) < 0)
+        orc = -2;
     if (orc < 0) {
         pl_job_spec_free(&spec);
         status = orc == -2 ? 2 : 3;

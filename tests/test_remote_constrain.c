@@ -4,19 +4,23 @@
  * bodies they receive (tests/helpers/fake_upstream.c). The start-up probes
  * decide what is refused (an upstream that ignores a field, a kind with no
  * field for it), /status shows it, a replica that answers its probe late is
- * probed again on the loop. */
+ * probed again on the loop, and a constrained job on an upstream that
+ * cannot enforce it is refused before it starts (jobs API and parley run). */
 #include <criterion/criterion.h>
 #include <event2/event.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backends/engine/constrain/regex.h"
 #include "backends/remote/remote.h"
 #include "tests/helpers/fake_upstream.h"
+#include "tests/helpers/server_proc.h"
 
 static struct event_base *base;
 static pl_fake_upstream *fake;
@@ -383,4 +387,74 @@ Test(remote_constrain, a_late_replica_is_probed_on_the_loop)
     }
     cr_assert(enforced_now(), "regex %s", support("regex"));
     cr_assert_geq(pl_fake_probes(fake), 4);
+}
+
+/* ---- jobs ---- */
+
+static const char *job_json(const char *mode)
+{
+    static char j[1024];
+    snprintf(j, sizeof j, "{\"experiment\":\"c_%s\",\"models\":{\"m\":{}},\"agents\":[{\"id\":"
+             "\"a\",\"model\":\"m\"}],\"num_rounds\":1,\"validation\":{\"mode\":\"%s\"},"
+             "\"questions\":[{\"id\":\"q1\",\"text\":\"?\",\"choices\":[\"x\",\"y\"]}]}",
+             mode, mode);
+    return j;
+}
+
+Test(remote_constrain, a_constrained_job_on_ollama_is_refused_at_start, .timeout = 120)
+{
+    fake = pl_fake_start("m");
+    pl_fake_set_flavour(fake, PL_FAKE_OLLAMA);
+    char dir[] = "/tmp/parley-rc-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    setenv("PARLEY_JOBS_DIR", dir, 1);
+    pl_test_server s;
+    const char *a[] = {"--backend", "ollama", "--base-url", pl_fake_url(fake),
+                       "--served-model-name", "m", "--log-level", "error", NULL};
+    cr_assert_eq(pl_test_server_start(&s, a), 0);
+    char url[256];
+    snprintf(url, sizeof url, "%s/v1/jobs", s.url);
+    pl_test_resp r;
+    const char *j = job_json("constrained");
+    cr_assert_eq(pl_test_http("POST", url, j, strlen(j), &r), 0);
+    cr_assert_eq(r.status, 400, "%s", r.body);
+    cr_assert(strstr(r.body, "validation.mode") && strstr(r.body, "(ollama)") &&
+              strstr(r.body, pl_fake_url(fake)) && strstr(r.body, "reprompt"), "%s", r.body);
+    pl_test_resp_free(&r);
+    j = job_json("reprompt");
+    cr_assert_eq(pl_test_http("POST", url, j, strlen(j), &r), 0);
+    cr_assert_eq(r.status, 201, "reprompt runs unconstrained: %s", r.body);
+    pl_test_resp_free(&r);
+    cr_assert_eq(pl_test_server_stop(&s), 0);
+}
+
+Test(remote_constrain, parley_run_refuses_the_debate_example_on_ollama, .timeout = 120)
+{
+    fake = pl_fake_start("m");
+    pl_fake_set_flavour(fake, PL_FAKE_OLLAMA);
+    char path[512], out[] = "/tmp/parley-rc-XXXXXX", errf[600];
+    cr_assert_not_null(mkdtemp(out));
+    const char *src = getenv("PARLEY_SRC");
+    snprintf(path, sizeof path, "%s/examples/debate.yaml", src ? src : ".");
+    snprintf(errf, sizeof errf, "%s/stderr", out);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(errf, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+        dup2(fd, 2);
+        execl(pl_test_bin(), pl_test_bin(), "run", path, "--backend", "ollama", "--base-url",
+              pl_fake_url(fake), "--output", out, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    char err[4096] = "";
+    FILE *f = fopen(errf, "r");
+    size_t n = f ? fread(err, 1, sizeof err - 1, f) : 0;
+    err[n] = '\0';
+    if (f)
+        fclose(f);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status %d: %s", st, err);
+    cr_assert(strstr(err, "debate.yaml:") && strstr(err, "validation.mode") &&
+              strstr(err, "does not enforce a regex constraint"), "%s", err);
+    cr_assert_eq(pl_fake_requests(fake), 0, "nothing generated");
 }
