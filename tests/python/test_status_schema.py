@@ -114,6 +114,9 @@ def test_status_is_described(tmp_path, monkeypatch):
         check(st, status_schema, "status", seen)
         st = status(front.url)
         assert st["models"]["mock"]["replicas"]
+        # the mock upstream enforces both probes; the down replica was not probed
+        reps = st["models"]["mock"]["replicas"]
+        assert [r["constraints"]["regex"] for r in reps] == ["enforced", "unknown"], reps
         check(st, status_schema, "status", seen)
     finally:
         if front:
@@ -130,6 +133,8 @@ def test_status_is_described(tmp_path, monkeypatch):
     for k in ("status.models", "status.jobs", "status.finished_jobs",
               "status.models{}.requests", "status.models{}.replicas",
               "status.models{}.admission",
+              "status.models{}.replicas[].constraints",
+              "status.models{}.replicas[].constraints.notes",
               "status.jobs[].pools", "status.finished_jobs[].recent_failures"):
         assert k in seen, k
 
