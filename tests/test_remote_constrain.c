@@ -25,6 +25,7 @@
 static struct event_base *base;
 static pl_fake_upstream *fake;
 static pl_backend *be;
+static pl_test_server srv;       /* stopped by teardown, also after a failure */
 
 typedef struct outcome {
     int done;
@@ -49,6 +50,9 @@ static void setup(void)
 
 static void teardown(void)
 {
+    if (srv.pid > 0)
+        pl_test_server_stop(&srv);
+    srv.pid = 0;
     pl_backend_free(be);
     be = NULL;
     pl_fake_stop(fake);
@@ -352,6 +356,36 @@ Test(remote_constrain, an_upstream_that_ignores_the_fields_is_refused)
     json_decref(b);
 }
 
+/* A probe's reply: what it says about the upstream. */
+static void probe_says(const char *text, const char *finish, const char *regex, const char *json)
+{
+    fake = pl_fake_start("m");
+    pl_fake_set_probe_reply(fake, text, finish);
+    const char *u[1] = {pl_fake_url(fake)};
+    pl_remote_opts o = {.model = "m", .kind = PL_REMOTE_LLAMACPP, .urls = u, .n_urls = 1,
+                        .upper_bound = 4, .max_attempts = 1, .health_interval_ms = 60000,
+                        .probe_timeout_ms = 5000};
+    char err[256];
+    be = pl_remote_new(base, &o, err, sizeof err);
+    cr_assert_not_null(be, "%s", err);
+    cr_assert_str_eq(support("regex"), regex, "%s", text);
+    cr_assert_str_eq(support("json_schema"), json, "%s", text);
+    pl_backend_free(be);
+    be = NULL;
+    pl_fake_stop(fake);
+    fake = NULL;
+}
+
+Test(remote_constrain, probe_replies_are_judged)
+{
+    probe_says("12", "length", "unknown", "ignored");      /* cut: tells nothing */
+    probe_says("12", "stop", "ignored", "ignored");
+    probe_says("Hello! How can", "length", "ignored", "ignored");
+    probe_says("{ \"ok\" :\n  false }", "stop", "ignored", "enforced");
+    probe_says("{\n \"ok\": tr", "length", "ignored", "unknown");
+    probe_says("{\"ok\": true, \"x\": 1}", "stop", "ignored", "ignored");
+}
+
 Test(remote_constrain, no_probe_sends_unverified)
 {
     open_as(PL_FAKE_PLAIN, PL_REMOTE_OPENAI, 0);
@@ -408,12 +442,11 @@ Test(remote_constrain, a_constrained_job_on_ollama_is_refused_at_start, .timeout
     char dir[] = "/tmp/parley-rc-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     setenv("PARLEY_JOBS_DIR", dir, 1);
-    pl_test_server s;
     const char *a[] = {"--backend", "ollama", "--base-url", pl_fake_url(fake),
                        "--served-model-name", "m", "--log-level", "error", NULL};
-    cr_assert_eq(pl_test_server_start(&s, a), 0);
+    cr_assert_eq(pl_test_server_start(&srv, a), 0);
     char url[256];
-    snprintf(url, sizeof url, "%s/v1/jobs", s.url);
+    snprintf(url, sizeof url, "%s/v1/jobs", srv.url);
     pl_test_resp r;
     const char *j = job_json("constrained");
     cr_assert_eq(pl_test_http("POST", url, j, strlen(j), &r), 0);
@@ -425,7 +458,8 @@ Test(remote_constrain, a_constrained_job_on_ollama_is_refused_at_start, .timeout
     cr_assert_eq(pl_test_http("POST", url, j, strlen(j), &r), 0);
     cr_assert_eq(r.status, 201, "reprompt runs unconstrained: %s", r.body);
     pl_test_resp_free(&r);
-    cr_assert_eq(pl_test_server_stop(&s), 0);
+    cr_assert_eq(pl_test_server_stop(&srv), 0);
+    srv.pid = 0;
 }
 
 Test(remote_constrain, parley_run_refuses_the_debate_example_on_ollama, .timeout = 120)

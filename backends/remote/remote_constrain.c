@@ -56,8 +56,7 @@ static bool bad_state(remote_cstate s)
 
 remote_target pl_remote_target_of(remote_backend *rb)
 {
-    remote_target t = {.kind = rb->o.kind, .model = rb->upstream_model,
-                       .url = rb->n_reps ? rb->reps[0].base_url : ""};
+    remote_target t = {.kind = rb->o.kind, .model = rb->upstream_model};
     for (int i = 0; i < rb->n_reps; i++)
         if (rb->reps[i].caps.style_known) {
             t.guided = rb->reps[i].caps.guided;
@@ -326,7 +325,7 @@ static int refuse(remote_backend *rb, const remote_replica *rep, pl_constraint_k
 {
     return pl_err_set(err, 400, "invalid_request_error", param, "constraint_not_enforced",
                       "model '%s': the upstream %s (%s) does not enforce a %s constraint%s%s%s: "
-                      "%s", rb->base.model, rep->base_url, pl_remote_kind_name(rep->kind),
+                      "%s", rb->base.model, rep->shown_url, pl_remote_kind_name(rep->kind),
                       pl_constraint_name(k), param ? " (" : "", param ? param : "",
                       param ? ")" : "", why);
 }
@@ -339,7 +338,7 @@ static int check_tools(remote_backend *rb, const json_t *c, pl_err *err)
     return pl_err_set(err, 400, "invalid_request_error", "tool_choice", "constraint_not_enforced",
                       "model '%s': the upstream %s (ollama) does not enforce tool_choice %s%s%s: "
                       "Ollama's OpenAI API has no tool_choice; send \"auto\"", rb->base.model,
-                      rb->n_reps ? rb->reps[0].base_url : "", name ? "naming '" : "\"required\"",
+                      rb->n_reps ? rb->reps[0].shown_url : "", name ? "naming '" : "\"required\"",
                       name ? name : "", name ? "'" : "");
 }
 

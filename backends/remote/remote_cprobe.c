@@ -67,11 +67,11 @@ static char *probe_body(const remote_replica *rep, remote_cfamily f)
     pl_gen_request req = {.messages = msgs, .n_messages = 1, .add_generation_prompt = true};
     pl_sampling_defaults(&req.sampling);
     req.sampling.temperature = 0;
-    req.sampling.max_tokens = f == REMOTE_CF_REGEX ? 8 : 48;
+    req.sampling.max_tokens = f == REMOTE_CF_REGEX ? 6 : 24;
     req.sampling.constraint = f == REMOTE_CF_REGEX ? PL_CONSTRAINT_REGEX : PL_CONSTRAINT_JSON_SCHEMA;
     req.sampling.constraint_text = f == REMOTE_CF_REGEX ? CPROBE_REGEX : CPROBE_SCHEMA;
     remote_target t = {.kind = rep->kind, .guided = rep->caps.guided, .version = rep->caps.version,
-                       .model = rep->rb->upstream_model, .url = rep->base_url};
+                       .model = rep->rb->upstream_model};
     pl_err err = {0};
     json_t *o = pl_remote_body_json(&req, &t, &err);
     char *s = NULL;
@@ -125,28 +125,45 @@ static void set_state(remote_replica *rep, remote_cfamily f, remote_cstate s, co
     snprintf(rep->caps.why[f], sizeof rep->caps.why[f], fmt, a, b);
 }
 
-static bool reply_matches(remote_cfamily f, const char *text)
+/* How a probe's reply compares with its constraint: 2 matches, 1 is a
+ * prefix of a match (a reply cut at max_tokens tells nothing), 0 cannot
+ * be one. JSON is compared without its whitespace, which upstreams are
+ * free to add. */
+static int reply_match(remote_cfamily f, const char *text)
 {
+    size_t n = strlen(text);
     if (f == REMOTE_CF_REGEX)
-        return strlen(text) == 3 && strspn(text, "0123456789") == 3;
-    json_t *v = json_loads(text, 0, NULL);
-    bool ok = json_is_object(v) && json_object_size(v) == 1 &&
-              json_is_boolean(json_object_get(v, "ok"));
-    json_decref(v);
-    return ok;
+        return strspn(text, "0123456789") != n || n > 3 ? 0 : n == 3 ? 2 : 1;
+    char t[64];
+    size_t k = 0;
+    for (; *text && k < sizeof t - 1; text++)
+        if (!strchr(" \t\r\n", *text))
+            t[k++] = *text;
+    t[k] = '\0';
+    static const char *const want[] = {"{\"ok\":true}", "{\"ok\":false}"};
+    for (int i = 0; i < 2; i++)
+        if (!strncmp(t, want[i], k))
+            return k == strlen(want[i]) ? 2 : 1;
+    return 0;
 }
 
 static void judge_ok(remote_replica *rep, remote_cfamily f, const char *body, size_t len)
 {
     const char *field = field_of(rep, f);
     json_t *root = json_loadb(body, len, 0, NULL);
-    const char *text = json_string_value(json_object_get(json_object_get(
-        json_array_get(json_object_get(root, "choices"), 0), "message"), "content"));
-    if (!text)
+    json_t *ch = json_array_get(json_object_get(root, "choices"), 0);
+    const char *text = json_string_value(json_object_get(json_object_get(ch, "message"),
+                                                         "content"));
+    const char *fin = json_string_value(json_object_get(ch, "finish_reason"));
+    int m = text ? reply_match(f, text) : -1;
+    if (m < 0)
         set_state(rep, f, REMOTE_C_UNKNOWN, "the probe's reply was no chat completion%s%s", "",
                   "");
-    else if (reply_matches(f, text))
+    else if (m == 2)
         set_state(rep, f, REMOTE_C_ENFORCED, "%s%s", "", "");
+    else if (m == 1 && fin && !strcmp(fin, "length"))
+        set_state(rep, f, REMOTE_C_UNKNOWN, "the probe's reply was cut at max_tokens: "
+                  "\"%.60s\"%s", text, "");
     else
         set_state(rep, f, REMOTE_C_IGNORED, "it ignores %s: a probe constrained by it came back "
                   "as \"%.60s\"", field, text);
@@ -314,10 +331,10 @@ static void log_caps(const remote_replica *rep)
         if (s == REMOTE_C_IGNORED || s == REMOTE_C_REFUSED)
             pl_warn("model '%s': upstream %s (%s) does not enforce %s constraints (%s): "
                     "requests and jobs with one are refused", rep->rb->base.model,
-                    rep->base_url, pl_remote_kind_name(rep->kind), what, rep->caps.why[f]);
+                    rep->shown_url, pl_remote_kind_name(rep->kind), what, rep->caps.why[f]);
         else if (s == REMOTE_C_UNKNOWN && rep->caps.why[f][0])
             pl_warn("model '%s': upstream %s: %s constraints unverified (%s)",
-                    rep->rb->base.model, rep->base_url, what, rep->caps.why[f]);
+                    rep->rb->base.model, rep->shown_url, what, rep->caps.why[f]);
     }
 }
 

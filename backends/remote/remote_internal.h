@@ -129,7 +129,6 @@ typedef struct remote_target {
     bool guided;                 /**< vLLM: guided_* rather than structured_outputs */
     int version;                 /**< vLLM's version (remote_caps.version); 0 unknown */
     const char *model;           /**< the upstream's model id */
-    const char *url;             /**< a replica's base URL, for messages */
 } remote_target;
 
 /* remote_body.c */

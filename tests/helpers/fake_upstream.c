@@ -30,6 +30,7 @@ struct pl_fake_upstream {
     pl_fake_flavour flavour;
     char *probe_regex, *probe_json;  /* the last probe bodies */
     int probe_delays, probe_delay_ms;
+    char *probe_text, *probe_finish;  /* set: every probe's answer */
 };
 
 typedef struct fake_conn {
@@ -221,9 +222,12 @@ static enum MHD_Result answer_probe(pl_fake_upstream *f, struct MHD_Connection *
         usleep((useconds_t)delay * 1000);
     json_decref(b);
     const char *text = !ok ? "Hello there" : json ? "{\"ok\": true}" : "123";
+    pthread_mutex_lock(&f->mu);
     json_t *r = json_pack("{s:s, s:[{s:i, s:{s:s, s:s}, s:s}]}", "object", "chat.completion",
-                          "choices", "index", 0, "message", "role", "assistant", "content", text,
-                          "finish_reason", "stop");
+                          "choices", "index", 0, "message", "role", "assistant", "content",
+                          f->probe_text ? f->probe_text : text, "finish_reason",
+                          f->probe_finish ? f->probe_finish : "stop");
+    pthread_mutex_unlock(&f->mu);
     char *reply = json_dumps(r, JSON_COMPACT);
     json_decref(r);
     enum MHD_Result rc = reply_text(c, 200, reply, 0);
@@ -338,6 +342,8 @@ void pl_fake_stop(pl_fake_upstream *f)
     free(f->last_body);
     free(f->probe_regex);
     free(f->probe_json);
+    free(f->probe_text);
+    free(f->probe_finish);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -414,5 +420,15 @@ void pl_fake_delay_probes(pl_fake_upstream *f, int n, int ms)
     pthread_mutex_lock(&f->mu);
     f->probe_delays = n;
     f->probe_delay_ms = ms;
+    pthread_mutex_unlock(&f->mu);
+}
+
+void pl_fake_set_probe_reply(pl_fake_upstream *f, const char *text, const char *finish)
+{
+    pthread_mutex_lock(&f->mu);
+    free(f->probe_text);
+    free(f->probe_finish);
+    f->probe_text = text ? strdup(text) : NULL;
+    f->probe_finish = finish ? strdup(finish) : NULL;
     pthread_mutex_unlock(&f->mu);
 }

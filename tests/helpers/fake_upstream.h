@@ -72,6 +72,9 @@ int pl_fake_client_closed(pl_fake_upstream *f);
 char *pl_fake_last_body(pl_fake_upstream *f);
 /** Set the flavour (before a backend probes it). */
 void pl_fake_set_flavour(pl_fake_upstream *f, pl_fake_flavour fl);
+/** Answer every probe with text and finish_reason finish instead (NULL:
+ *  the flavour's answer). Copied. */
+void pl_fake_set_probe_reply(pl_fake_upstream *f, const char *text, const char *finish);
 /** Hold the reply to each of the next n probes for ms (a slow upstream). */
 void pl_fake_delay_probes(pl_fake_upstream *f, int n, int ms);
 /** Probes received so far. */
