@@ -76,7 +76,9 @@ static bool has_(const uint8_t *set, int c)
 
 /* ---- what a node matches ---- */
 
-static bool nullable_(const rx_node *n)
+/* only false: whether n matches the empty string; only true: whether it
+ * matches nothing else. */
+static bool empty_(const rx_node *n, bool only)
 {
     switch (n->type) {
     case RX_EMPTY:
@@ -85,38 +87,28 @@ static bool nullable_(const rx_node *n)
         return false;
     case RX_CAT:
         for (const rx_node *k = n->kid; k; k = k->next)
-            if (!nullable_(k))
+            if (!empty_(k, only))
                 return false;
         return true;
-    case RX_ALT:
+    case RX_ALT:                 /* some kid matches "", or every kid only "" */
         for (const rx_node *k = n->kid; k; k = k->next)
-            if (nullable_(k))
-                return true;
-        return false;
+            if (empty_(k, only) != only)
+                return !only;
+        return only;
     case RX_REP:
-        return n->min == 0 || nullable_(n->kid);
+        return (only ? n->max : n->min) == 0 || empty_(n->kid, only);
     }
     return false;
 }
 
-/* Matches nothing but the empty string. */
+static bool nullable_(const rx_node *n)
+{
+    return empty_(n, false);
+}
+
 static bool only_empty_(const rx_node *n)
 {
-    switch (n->type) {
-    case RX_EMPTY:
-        return true;
-    case RX_SET:
-        return false;
-    case RX_CAT:
-    case RX_ALT:
-        for (const rx_node *k = n->kid; k; k = k->next)
-            if (!only_empty_(k))
-                return false;
-        return true;
-    case RX_REP:
-        return n->max == 0 || only_empty_(n->kid);
-    }
-    return false;
+    return empty_(n, true);
 }
 
 /* The byte length k of the UTF-8 sequences a concatenation of k byte sets
