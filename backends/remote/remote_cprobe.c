@@ -15,6 +15,7 @@
  * no version, a second round tries guided_* when structured_outputs was
  * not enforced.
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,10 +120,15 @@ static int probe_easy(cprobe_one *one, remote_replica *rep, struct curl_slist *h
 /* ---- what the replies say ---- */
 
 static void set_state(remote_replica *rep, remote_cfamily f, remote_cstate s, const char *fmt,
-                      const char *a, const char *b)
+                      ...) __attribute__((format(printf, 4, 5)));
+static void set_state(remote_replica *rep, remote_cfamily f, remote_cstate s, const char *fmt,
+                      ...)
 {
+    va_list ap;
     rep->caps.state[f] = s;
-    snprintf(rep->caps.why[f], sizeof rep->caps.why[f], fmt, a, b);
+    va_start(ap, fmt);
+    vsnprintf(rep->caps.why[f], sizeof rep->caps.why[f], fmt, ap);
+    va_end(ap);
 }
 
 /* How a probe's reply compares with its constraint: 2 matches, 1 is a
@@ -157,13 +163,12 @@ static void judge_ok(remote_replica *rep, remote_cfamily f, const char *body, si
     const char *fin = json_string_value(json_object_get(ch, "finish_reason"));
     int m = text ? reply_match(f, text) : -1;
     if (m < 0)
-        set_state(rep, f, REMOTE_C_UNKNOWN, "the probe's reply was no chat completion%s%s", "",
-                  "");
+        set_state(rep, f, REMOTE_C_UNKNOWN, "the probe's reply was no chat completion");
     else if (m == 2)
-        set_state(rep, f, REMOTE_C_ENFORCED, "%s%s", "", "");
+        set_state(rep, f, REMOTE_C_ENFORCED, "%s", "");
     else if (m == 1 && fin && !strcmp(fin, "length"))
         set_state(rep, f, REMOTE_C_UNKNOWN, "the probe's reply was cut at max_tokens: "
-                  "\"%.60s\"%s", text, "");
+                  "\"%.60s\"", text);
     else
         set_state(rep, f, REMOTE_C_IGNORED, "it ignores %s: a probe constrained by it came back "
                   "as \"%.60s\"", field, text);
@@ -176,18 +181,16 @@ static void judge(cprobe_one *one, remote_replica *rep, CURLcode rc)
     size_t len = evbuffer_get_length(one->out);
     const char *body = (const char *)evbuffer_pullup(one->out, -1);
     if (rc != CURLE_OK) {
-        set_state(rep, f, REMOTE_C_UNKNOWN, "probe: %s%s", curl_easy_strerror(rc), "");
+        set_state(rep, f, REMOTE_C_UNKNOWN, "probe: %s", curl_easy_strerror(rc));
     } else if (one->status == 200) {
         judge_ok(rep, f, body ? body : "", len);
     } else {
         pl_err e;
-        char st[16];
         pl_remote_error_from_body(&e, one->status, body, len);
-        snprintf(st, sizeof st, "%ld", one->status);
         bool names_field = one->status >= 400 && one->status < 500 &&
                            strstr(e.message, field_of(rep, f));
         set_state(rep, f, names_field ? REMOTE_C_REFUSED : REMOTE_C_UNKNOWN,
-                  "it answered the probe HTTP %s: %.100s", st, e.message);
+                  "it answered the probe HTTP %ld: %.100s", one->status, e.message);
     }
 }
 
@@ -311,7 +314,7 @@ static void run_round(remote_backend *rb, const bool *pick, double end_ms)
             cprobe_one *one = &ps[i]->one[f];
             if (one->x.easy && one->status != -1)
                 set_state(&rb->reps[i], one->f, REMOTE_C_UNKNOWN,
-                          "the probe had no reply in time%s%s", "", "");
+                          "the probe had no reply in time");
             if (one->x.easy)
                 curl_multi_remove_handle(m, one->x.easy);
         }
