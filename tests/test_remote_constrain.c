@@ -26,6 +26,7 @@ static struct event_base *base;
 static pl_fake_upstream *fake;
 static pl_backend *be;
 static pl_test_server srv;       /* stopped by teardown, also after a failure */
+static char tmp[64];             /* removed by teardown */
 
 typedef struct outcome {
     int done;
@@ -53,6 +54,12 @@ static void teardown(void)
     if (srv.pid > 0)
         pl_test_server_stop(&srv);
     srv.pid = 0;
+    if (tmp[0]) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
+        cr_assert_eq(system(cmd), 0);
+        tmp[0] = '\0';
+    }
     pl_backend_free(be);
     be = NULL;
     pl_fake_stop(fake);
@@ -423,6 +430,48 @@ Test(remote_constrain, a_late_replica_is_probed_on_the_loop)
     cr_assert_geq(pl_fake_probes(fake), 4);
 }
 
+/* ---- through the HTTP API ---- */
+
+static void serve_ollama(void)
+{
+    fake = pl_fake_start("m");
+    pl_fake_set_flavour(fake, PL_FAKE_OLLAMA);
+    const char *a[] = {"--backend", "ollama", "--base-url", pl_fake_url(fake),
+                       "--served-model-name", "m", "--log-level", "error", NULL};
+    cr_assert_eq(pl_test_server_start(&srv, a), 0);
+}
+
+static long chat(const char *extra, bool stream, pl_test_resp *r)
+{
+    char url[256], body[1024];
+    snprintf(url, sizeof url, "%s/v1/chat/completions", srv.url);
+    snprintf(body, sizeof body, "{\"model\":\"m\",\"stream\":%s,\"max_tokens\":4,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],%s}",
+             stream ? "true" : "false", extra);
+    cr_assert_eq(pl_test_http("POST", url, body, strlen(body), r), 0);
+    return r->status;
+}
+
+Test(remote_constrain, the_api_refuses_what_the_upstream_cannot_enforce, .timeout = 120)
+{
+    serve_ollama();
+    pl_test_resp r;
+    for (int stream = 0; stream < 2; stream++) {
+        cr_assert_eq(chat("\"guided_regex\":\"[AB]\"", stream, &r), 400, "%s", r.body);
+        cr_assert(strstr(r.body, "constraint_not_enforced") && strstr(r.body, "(ollama)") &&
+                  strstr(r.body, "\"param\":\"guided_regex\""), "%s", r.body);
+        pl_test_resp_free(&r);
+    }
+    cr_assert_eq(pl_fake_requests(fake), 0);
+    cr_assert_eq(chat("\"response_format\":{\"type\":\"json_schema\",\"json_schema\":"
+                      "{\"name\":\"n\",\"schema\":{\"type\":\"object\"}}}", false, &r), 200,
+                 "%s", r.body);
+    pl_test_resp_free(&r);
+    char *b = pl_fake_last_body(fake);
+    cr_assert(strstr(b, "\"response_format\""), "%s", b);
+    free(b);
+}
+
 /* ---- jobs ---- */
 
 static const char *job_json(const char *mode)
@@ -437,14 +486,10 @@ static const char *job_json(const char *mode)
 
 Test(remote_constrain, a_constrained_job_on_ollama_is_refused_at_start, .timeout = 120)
 {
-    fake = pl_fake_start("m");
-    pl_fake_set_flavour(fake, PL_FAKE_OLLAMA);
-    char dir[] = "/tmp/parley-rc-XXXXXX";
-    cr_assert_not_null(mkdtemp(dir));
-    setenv("PARLEY_JOBS_DIR", dir, 1);
-    const char *a[] = {"--backend", "ollama", "--base-url", pl_fake_url(fake),
-                       "--served-model-name", "m", "--log-level", "error", NULL};
-    cr_assert_eq(pl_test_server_start(&srv, a), 0);
+    snprintf(tmp, sizeof tmp, "/tmp/parley-rc-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmp));
+    setenv("PARLEY_JOBS_DIR", tmp, 1);
+    serve_ollama();
     char url[256];
     snprintf(url, sizeof url, "%s/v1/jobs", srv.url);
     pl_test_resp r;
@@ -466,8 +511,10 @@ Test(remote_constrain, parley_run_refuses_the_debate_example_on_ollama, .timeout
 {
     fake = pl_fake_start("m");
     pl_fake_set_flavour(fake, PL_FAKE_OLLAMA);
-    char path[512], out[] = "/tmp/parley-rc-XXXXXX", errf[600];
-    cr_assert_not_null(mkdtemp(out));
+    char path[512], errf[600];
+    snprintf(tmp, sizeof tmp, "/tmp/parley-rc-XXXXXX");
+    cr_assert_not_null(mkdtemp(tmp));
+    const char *out = tmp;
     const char *src = getenv("PARLEY_SRC");
     snprintf(path, sizeof path, "%s/examples/debate.yaml", src ? src : ".");
     snprintf(errf, sizeof errf, "%s/stderr", out);
