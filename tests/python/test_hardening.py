@@ -537,7 +537,10 @@ def test_job_memory_does_not_grow_with_questions_done(make_server, tmp_path):
     the mock answers far faster than transcripts reach the disk, so a runner
     that holds finished transcripts (or their questions) until it ends grows
     by ~11 KiB per question (57 MB for these 5,000 on 18dcfa4); it must stay
-    within 2.5 KiB per question above what the submitted job itself takes."""
+    within 5 KiB per question above what the submitted job itself takes
+    (measured 1.7-3.0 KiB: the peak and the baseline both move with when
+    the sample falls and with malloc's arenas; 2.5 failed one CI run in
+    a few)."""
     n = 5000
     env = dict(os.environ, PARLEY_JOBS_DIR=str(tmp_path))
     s = make_server(env=env)
@@ -558,7 +561,7 @@ def test_job_memory_does_not_grow_with_questions_done(make_server, tmp_path):
     assert len(list((tmp_path / "mem" / "transcripts").iterdir())) == n
     if os.environ.get("PARLEY_SANITIZED"):
         return                          # ASan's quarantine holds freed memory
-    assert peak - submitted < 2.5 * n, (submitted, peak)
+    assert peak - submitted < 5 * n, (submitted, peak)
 
 
 def test_job_size_limits(make_server, tmp_path):
