@@ -1,5 +1,6 @@
 /* kv_write.cu - paged KV cache write kernel: bf16, or fp8 e4m3 with a
  * dequantisation scale per KV head. */
+#include <string.h>
 #include <cuda_fp8.h>
 
 #include "backends/engine/cuda/kv_write.cuh"
@@ -59,7 +60,9 @@ extern "C" int pl_cuda_kv_write(const float *qkv, int row_stride, int k_off, int
     PL_CUDA_ARG(qkv && positions && row_seq && block_table && kv.k && kv.v);
     PL_CUDA_ARG(g.n_kv_heads > 0 && g.head_dim > 0 && g.block_size > 0);
     PL_CUDA_ARG(g.max_blocks_per_seq > 0 && g.n_blocks > 0 && n_rows >= 0);
-    PL_CUDA_ARG(g.dtype == PL_KV_BF16 || g.dtype == PL_KV_FP8);
+    int dtype;                  /* read as an int: a C caller may pass any value, and */
+    memcpy(&dtype, &g.dtype, sizeof dtype);    /* C++ may not load it as the enum */
+    PL_CUDA_ARG(dtype == PL_KV_BF16 || dtype == PL_KV_FP8);
     int width = g.n_kv_heads * g.head_dim;
     PL_CUDA_ARG(k_off + width <= row_stride && v_off + width <= row_stride);
     if (n_rows == 0)
