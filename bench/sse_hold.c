@@ -43,8 +43,8 @@ static int open_stream(const char *host, int port, int max_tokens)
                       "{\"model\":\"mock\",\"stream\":true,\"max_tokens\":%d,"
                       "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", max_tokens);
     int n = snprintf(req, sizeof req,
-                     "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %d\r\n\r\n%s", bl, body);
+                     "POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %d\r\n\r\n%s", host, port, bl, body);
     if (write(fd, req, (size_t)n) != n) {
         perror("write");
         exit(1);
