@@ -12,7 +12,7 @@
 
 pl_oai_reasoning_fmt pl_oai_reasoning_format(pl_backend *b)
 {
-    const char *f = b->ops->reasoning_format ? b->ops->reasoning_format(b) : NULL;
+    const char *f = pl_backend_reasoning_format(b);
     if (f && !strcmp(f, "qwen3"))
         return PL_OAI_REASONING_QWEN3;
     if (f && !strcmp(f, "harmony"))

@@ -53,6 +53,11 @@ int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err
     return b->ops->check_constraint ? b->ops->check_constraint(b, k, err) : 0;
 }
 
+const char *pl_backend_reasoning_format(pl_backend *b)
+{
+    return b->ops->reasoning_format ? b->ops->reasoning_format(b) : NULL;
+}
+
 void pl_sampling_defaults(pl_sampling *s)
 {
     memset(s, 0, sizeof *s);

@@ -363,6 +363,9 @@ typedef struct pl_backend_ops {
 /** ops->check_constraint, or 0 when the backend has none. */
 int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err);
 
+/** ops->reasoning_format, or NULL when the backend has none. */
+const char *pl_backend_reasoning_format(pl_backend *b);
+
 /** The next need of a finished conversation (pl_backend_ops.retain). */
 #define PL_NEED_DONE (-1)
 
