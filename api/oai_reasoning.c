@@ -162,18 +162,23 @@ static bool harmony_out(pl_oai_split *s, const pl_harmony_out *o, pl_oai_piece_f
     return fn(ud, &p);
 }
 
+typedef struct harmony_ctx {
+    pl_oai_split *s;
+    pl_oai_piece_fn fn;
+    void *ud;
+} harmony_ctx;
+
+static bool harmony_each(void *ud, const pl_harmony_out *o)
+{
+    harmony_ctx *x = ud;
+    return harmony_out(x->s, o, x->fn, x->ud);
+}
+
 static bool harmony_bytes(pl_oai_split *s, const char *text, size_t len, pl_oai_piece_fn fn,
                           void *ud)
 {
-    char buf[CHUNK + PL_HARMONY_SLACK];
-    pl_harmony_out o = {.buf = buf};
-    for (size_t at = 0; at < len;) {
-        size_t n = len - at < CHUNK ? len - at : CHUNK;
-        at += pl_harmony_stream_feed(&s->harmony, text + at, n, &o);
-        if (!harmony_out(s, &o, fn, ud))
-            return false;
-    }
-    return true;
+    harmony_ctx x = {s, fn, ud};
+    return pl_harmony_stream_feed_all(&s->harmony, text, len, harmony_each, &x);
 }
 
 bool pl_oai_split_feed(pl_oai_split *s, const char *text, size_t len, int n_tokens,

@@ -1,5 +1,6 @@
 /* job_reasoning.c - a job reply's reasoning set apart from its text (see
  * jobs_internal.h, pl_job_reply_split). */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,41 +29,41 @@ static int buf_put(text_buf *b, const char *s, size_t n)
     return 0;
 }
 
+typedef struct split_bufs {
+    text_buf content, reasoning;
+} split_bufs;
+
 /* A body goes to the content (final, or commentary to no one) or to the
  * reasoning (analysis, and calls: a job offers no tools). */
-static int harmony_put(text_buf *content, text_buf *reasoning, const pl_harmony_out *o)
+static bool harmony_put(void *ud, const pl_harmony_out *o)
 {
+    split_bufs *b = ud;
     if (!o->n)
-        return 0;
-    return buf_put(o->part == PL_HARMONY_CONTENT ? content : reasoning, o->buf, o->n);
+        return true;
+    return buf_put(o->part == PL_HARMONY_CONTENT ? &b->content : &b->reasoning, o->buf,
+                   o->n) == 0;
 }
 
 static int split_harmony(char **text, size_t *len, char **reasoning)
 {
-    enum { CHUNK = 512 };
-    char buf[CHUNK + PL_HARMONY_SLACK];
-    text_buf c = {0}, r = {0};
+    char buf[PL_HARMONY_SLACK];
+    pl_harmony_out o = {.buf = buf};
+    split_bufs b = {0};
     pl_harmony_stream s;
     pl_harmony_stream_init(&s);
-    for (size_t at = 0; at < *len;) {
-        size_t n = *len - at < CHUNK ? *len - at : CHUNK;
-        pl_harmony_out o = {.buf = buf};
-        at += pl_harmony_stream_feed(&s, *text + at, n, &o);
-        if (harmony_put(&c, &r, &o) < 0)
-            goto fail;
-    }
-    pl_harmony_out o = {.buf = buf};
+    if (!pl_harmony_stream_feed_all(&s, *text, *len, harmony_put, &b))
+        goto fail;
     pl_harmony_stream_finish(&s, &o);
-    if (harmony_put(&c, &r, &o) < 0 || buf_put(&c, "", 0) < 0)
+    if (!harmony_put(&b, &o) || buf_put(&b.content, "", 0) < 0)
         goto fail;
     free(*text);
-    *text = c.p;
-    *len = c.n;
-    *reasoning = r.p;   /* NULL: none */
+    *text = b.content.p;
+    *len = b.content.n;
+    *reasoning = b.reasoning.p;   /* NULL: none */
     return 0;
 fail:
-    free(c.p);
-    free(r.p);
+    free(b.content.p);
+    free(b.reasoning.p);
     return -1;
 }
 

@@ -235,6 +235,21 @@ size_t pl_harmony_stream_feed(pl_harmony_stream *s, const char *text, size_t len
     return len;
 }
 
+bool pl_harmony_stream_feed_all(pl_harmony_stream *s, const char *text, size_t len,
+                                pl_harmony_out_fn fn, void *ud)
+{
+    enum { CHUNK = 256 };
+    char buf[CHUNK + PL_HARMONY_SLACK];
+    pl_harmony_out o = {.buf = buf};
+    for (size_t at = 0; at < len;) {
+        size_t n = len - at < CHUNK ? len - at : CHUNK;
+        at += pl_harmony_stream_feed(s, text + at, n, &o);
+        if (!fn(ud, &o))
+            return false;
+    }
+    return true;
+}
+
 void pl_harmony_stream_finish(pl_harmony_stream *s, pl_harmony_out *out)
 {
     out->n = 0;

@@ -84,4 +84,14 @@ size_t pl_harmony_stream_feed(pl_harmony_stream *s, const char *text, size_t len
  *  bytes. */
 void pl_harmony_stream_finish(pl_harmony_stream *s, pl_harmony_out *out);
 
+/** Takes one feed's output (its buffer lives only during the call);
+ *  false stops the walk. */
+typedef bool (*pl_harmony_out_fn)(void *ud, const pl_harmony_out *o);
+
+/** Feed all of text[0..len) a piece at a time (stack buffers), each
+ *  output to fn, the empty ones too (a header may complete). False when
+ *  fn stopped it. */
+bool pl_harmony_stream_feed_all(pl_harmony_stream *s, const char *text, size_t len,
+                                pl_harmony_out_fn fn, void *ud);
+
 #endif
