@@ -15,6 +15,7 @@
 
 #include "api/jobs_api_internal.h"
 #include "api/respond.h"
+#include "src/base/json_dump.h"
 #include "src/base/json_pack.h"
 
 struct job_stream {
@@ -66,7 +67,7 @@ static void on_pause(void *ud, bool paused)
  * be NULL: a failed json_pack), with nothing sent. */
 static int send_event(job_stream *st, const char *name, json_t *data)
 {
-    char *s = data ? json_dumps(data, JSON_COMPACT) : NULL;
+    char *s = data ? pl_json_dumps(data, NULL) : NULL;
     json_decref(data);
     if (!s)
         return -1;

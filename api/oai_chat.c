@@ -15,6 +15,7 @@
 #include "api/oai_request.h"
 #include "api/oai_tools.h"
 #include "api/respond.h"
+#include "src/base/json_dump.h"
 
 /* The chunk prefix of a stream: everything up to "choices":[. */
 typedef struct chat_ep {
@@ -49,7 +50,8 @@ static int chat_prepare(pl_oai_call *c)
 /* Send o (stolen) as one "data:" event; out-of-memory sends the error. */
 static void stream_send_json(pl_oai_call *c, json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    size_t n = 0;
+    char *s = o ? pl_json_dumps(o, &n) : NULL;
     json_decref(o);
     if (!s) {
         static const char oom[] = "{\"error\":{\"message\":\"out of memory\","
@@ -57,7 +59,7 @@ static void stream_send_json(pl_oai_call *c, json_t *o)
         pl_sse_send_data(c->sse, oom, sizeof oom - 1);
         return;
     }
-    pl_sse_send_data(c->sse, s, strlen(s));
+    pl_sse_send_data(c->sse, s, n);
     free(s);
 }
 

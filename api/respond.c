@@ -2,6 +2,7 @@
 #include "api/respond.h"
 
 #include "api/access_log.h"
+#include "src/base/json_dump.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -40,14 +41,19 @@ const char *pl_http_reason(int status)
 static const char oom_body[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
                                "\"server_error\",\"param\":null,\"code\":null}}\n";
 
+static int evbuffer_sink(void *out, const char *bytes, size_t n)
+{
+    return evbuffer_add(out, bytes, n);
+}
+
 void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
 {
     struct evbuffer *out = evbuffer_new();
-    char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    int rc = out && body ? pl_json_dump(body, evbuffer_sink, out) : -1;
     json_decref(body);
     evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
                       "application/json");
-    if (!s || !out || evbuffer_add(out, s, strlen(s)) < 0 || evbuffer_add(out, "\n", 1) < 0) {
+    if (rc < 0 || evbuffer_add(out, "\n", 1) < 0) {
         /* Out of memory: a 500 with a static body (reference, no copy). */
         status = 500;
         if (out)
@@ -56,7 +62,6 @@ void pl_reply_json(struct evhttp_request *req, int status, json_t *body)
         if (out)
             evbuffer_add_reference(out, oom_body, sizeof oom_body - 1, NULL, NULL);
     }
-    free(s);
     if (out && evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
         /* The length a GET would have, and no body: a body here would be
          * read as the start of the next pipelined response. */

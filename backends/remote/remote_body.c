@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/remote/remote_internal.h"
+#include "src/base/json_dump.h"
 
 static void put_common(json_t *o, const char *model)
 {
@@ -130,7 +131,7 @@ char *pl_remote_body(const pl_gen_request *req, remote_backend *rb, pl_err *err)
         return NULL;
     remote_target t = pl_remote_target_of(rb);
     json_t *o = pl_remote_body_json(req, &t, err);
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    char *s = o ? pl_json_dumps(o, NULL) : NULL;
     if (o && !s)
         pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     json_decref(o);
