@@ -55,6 +55,14 @@ static access_rec *find_(const struct evhttp_request *req, access_rec ***where)
     return NULL;
 }
 
+/* snprintf(dst, cap, "%s", src) without printf's cost on every request. */
+static void copy_cut(char *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 static void remote_of(struct evhttp_request *req, char *out, size_t n)
 {
     struct evhttp_connection *c = evhttp_request_get_connection(req);
@@ -62,7 +70,7 @@ static void remote_of(struct evhttp_request *req, char *out, size_t n)
     ev_uint16_t port = 0;
     if (c)
         evhttp_connection_get_peer(c, (char **)&addr, &port);
-    snprintf(out, n, "%s", addr ? addr : "-");
+    copy_cut(out, n, addr ? addr : "-");
 }
 
 void pl_access_begin(struct evhttp_request *req, const char *method, const char *path,
@@ -81,9 +89,9 @@ void pl_access_begin(struct evhttp_request *req, const char *method, const char 
     memset(r, 0, sizeof *r);
     r->req = req;
     r->t0 = now_s();
-    snprintf(r->method, sizeof r->method, "%s", method);
-    snprintf(r->path, sizeof r->path, "%s", path);
-    snprintf(r->id, sizeof r->id, "%s", request_id ? request_id : "-");
+    copy_cut(r->method, sizeof r->method, method);
+    copy_cut(r->path, sizeof r->path, path);
+    copy_cut(r->id, sizeof r->id, request_id ? request_id : "-");
     remote_of(req, r->remote, sizeof r->remote);
     access_rec **s = slot_(req);
     r->next = *s;

@@ -81,12 +81,19 @@ static int check_unsupported(json_t *body, pl_err *err)
     return 0;
 }
 
+/* "messages[i].key" in buf, for an error's param: built only when one is
+ * reported, since a long conversation would pay a snprintf per message. */
+static const char *msg_param(char *buf, size_t n, int i, const char *key)
+{
+    snprintf(buf, n, "messages[%d].%s", i, key);
+    return buf;
+}
+
 /* content: a string, or an array of {type:"text", text} parts. */
 static int parse_content(pl_oai_params *p, json_t *msg, int i, const char **out, pl_err *err)
 {
     json_t *c = json_object_get(msg, "content");
     char param[64];
-    snprintf(param, sizeof param, "messages[%d].content", i);
     if (!c || json_is_null(c)) {
         /* OpenAI allows a missing content only on an assistant message
          * that carries tool calls. */
@@ -95,12 +102,14 @@ static int parse_content(pl_oai_params *p, json_t *msg, int i, const char **out,
             *out = "";
             return 0;
         }
-        return INVALID(param, "'%s' is required: a string or an array of text parts", param);
+        return INVALID(msg_param(param, sizeof param, i, "content"),
+                       "'%s' is required: a string or an array of text parts", param);
     }
     if (json_is_string(c)) {
         *out = json_string_value(c);
         return 0;
     }
+    msg_param(param, sizeof param, i, "content");
     if (!json_is_array(c))
         return INVALID(param, "'%s' must be a string or an array of text parts", param);
     size_t total = 1, k;
@@ -141,9 +150,9 @@ static int parse_reasoning_content(json_t *msg, int i, const char **out, pl_err 
         json_t *v = get(msg, key);
         if (!v)
             continue;
-        snprintf(param, sizeof param, "messages[%d].%s", i, key);
         if (!json_is_string(v))
-            return INVALID(param, "'%s' must be a string", param);
+            return INVALID(msg_param(param, sizeof param, i, key), "'%s' must be a string",
+                           param);
         *out = json_string_value(v);
         return 0;
     }
@@ -165,16 +174,17 @@ static int parse_messages(json_t *body, pl_oai_params *p, pl_err *err)
     for (int i = 0; i < p->n_messages; i++) {
         json_t *msg = json_array_get(m, (size_t)i);
         char param[64];
-        snprintf(param, sizeof param, "messages[%d].role", i);
         json_t *role = json_object_get(msg, "role");
         if (!json_is_object(msg) || !json_is_string(role))
-            return INVALID(param, "'%s' must be a string", param);
+            return INVALID(msg_param(param, sizeof param, i, "role"), "'%s' must be a string",
+                           param);
         const char *r = json_string_value(role);
         int ok = 0;
         for (const char **q = roles; *q; q++)
             ok |= !strcmp(*q, r);
         if (!ok)
-            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
+            return pl_err_set(err, 400, "invalid_request_error",
+                              msg_param(param, sizeof param, i, "role"), NULL,
                               "'%s': role '%s' is not supported (system, user, assistant, "
                               "developer, tool)", param, r);
         p->messages[i].role = strcmp(r, "developer") ? r : "system";

@@ -104,3 +104,32 @@ def test_text_lines_and_off(tmp_path):
     s = LoggedServer(quiet_dir, "--no-access-log")
     exercise(s.url)
     assert not [ln for ln in s.lines() if " access " in ln]
+
+
+def test_generated_ids_and_cut_fields(tmp_path):
+    """Ids parley makes: a prefix and 24 hex digits, the last 8 a counter; a
+    path longer than the log's field is cut, not dropped."""
+    s = LoggedServer(tmp_path, "--log-format", "json")
+    msgs = [{"role": "user", "content": "a"}]
+    ids, reqs = [], []
+    for _ in range(3):
+        _, h, body = post(s.url + "/v1/chat/completions",
+                          {"model": "mock", "messages": msgs, "max_tokens": 2})
+        reqs.append(h["X-Request-Id"])
+        ids.append(json.loads(body)["id"])
+    assert all(re.fullmatch(r"req-[0-9a-f]{24}", r) for r in reqs), reqs
+    assert all(re.fullmatch(r"chatcmpl-[0-9a-f]{24}", i) for i in ids), ids
+    assert len(set(reqs + ids)) == 6
+    counters = [int(x[-8:], 16) for x in reqs]
+    assert counters == sorted(counters) and len(set(counters)) == 3
+    long_path = "/no/" + "p" * 500
+    try:
+        urllib.request.urlopen(s.url + long_path, timeout=10)
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+    acc = [json.loads(ln) for ln in s.lines()]
+    acc = [o for o in acc if o.get("msg") == "access"]
+    cut = [o for o in acc if o["status"] == 404]
+    assert len(cut) == 1 and long_path.startswith(cut[0]["path"])
+    assert 100 < len(cut[0]["path"]) < len(long_path)
+    assert {o["request_id"] for o in acc if o["status"] == 200} == set(reqs)
