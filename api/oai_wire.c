@@ -28,12 +28,44 @@ void pl_oai_put_string(struct evbuffer *b, const char *s, size_t len)
     ADD_LIT(b, "\"");
 }
 
+/* v in decimal, ending at end; returns where it starts. No printf: this
+ * runs for every streamed token and every byte of every logprob. */
+static char *fmt_uint(char *end, unsigned long long v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
+static void put_uint(struct evbuffer *b, unsigned long long v)
+{
+    char t[24];
+    char *p = fmt_uint(t + sizeof t, v);
+    evbuffer_add(b, p, (size_t)(t + sizeof t - p));
+}
+
+/* [b0,b1,...]: the token's bytes, in one evbuffer_add per 64 bytes. */
 static void put_bytes(struct evbuffer *b, const char *tok, size_t len)
 {
-    ADD_LIT(b, "[");
-    for (size_t i = 0; i < len; i++)
-        evbuffer_add_printf(b, i ? ",%u" : "%u", (unsigned char)tok[i]);
-    ADD_LIT(b, "]");
+    char t[64 * 4 + 2];
+    size_t n = 0;
+    t[n++] = '[';
+    for (size_t i = 0; i < len; i++) {
+        char d[4];
+        char *p = fmt_uint(d + sizeof d, (unsigned char)tok[i]);
+        if (i)
+            t[n++] = ',';
+        memcpy(t + n, p, (size_t)(d + sizeof d - p));
+        n += (size_t)(d + sizeof d - p);
+        if (n > sizeof t - 5) {
+            evbuffer_add(b, t, n);
+            n = 0;
+        }
+    }
+    t[n++] = ']';
+    evbuffer_add(b, t, n);
 }
 
 /* One chat logprobs "content" entry. */
@@ -99,7 +131,7 @@ static void put_body(struct evbuffer *b, int k, bool chat, bool first, const pl_
         } else if (k == 2) {
             put_top_map(b, lp);
         } else {
-            evbuffer_add_printf(b, "%zu", *offset);
+            put_uint(b, *offset);
             *offset += lp->token_len;
         }
     }
@@ -107,7 +139,9 @@ static void put_body(struct evbuffer *b, int k, bool chat, bool first, const pl_
 
 static void put_key(struct evbuffer *b, int k, bool chat)
 {
-    evbuffer_add_printf(b, "%s\"%s\":[", k ? "," : "{", chat ? "content" : completion_keys[k]);
+    ADD_LIT(b, k ? ",\"" : "{\"");
+    ADD_LIT(b, chat ? "content" : completion_keys[k]);
+    ADD_LIT(b, "\":[");
 }
 
 int pl_oai_logprobs_init(pl_oai_logprobs *lp, bool chat)
@@ -188,7 +222,9 @@ char *pl_evbuffer_take(struct evbuffer *b)
 static void put_chunk_start(struct evbuffer *b, const char *prefix, int index)
 {
     evbuffer_add(b, prefix, strlen(prefix));
-    evbuffer_add_printf(b, "{\"index\":%d,", index);
+    ADD_LIT(b, "{\"index\":");
+    put_uint(b, (unsigned)index);
+    ADD_LIT(b, ",");
 }
 
 void pl_oai_put_role_chunk(struct evbuffer *b, const char *prefix, int index)
@@ -202,7 +238,9 @@ static void put_text_chunk(struct evbuffer *b, const char *prefix, bool chat, co
                            int index, const pl_delta *d, size_t *offset)
 {
     put_chunk_start(b, prefix, index);
-    evbuffer_add_printf(b, chat ? "\"delta\":{\"%s\":\"" : "\"%s\":\"", key);
+    ADD_LIT(b, chat ? "\"delta\":{\"" : "\"");
+    ADD_LIT(b, key);
+    ADD_LIT(b, "\":\"");
     pl_json_escape(b, d->text, d->len);
     ADD_LIT(b, chat ? "\"},\"logprobs\":" : "\",\"logprobs\":");
     if (d->logprobs) {
