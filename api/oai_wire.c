@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api/respond.h"
+#include "src/base/json_dump.h"
 
 /* Append a string literal without its NUL. */
 #define ADD_LIT(b, lit) evbuffer_add((b), (lit), strlen(lit))
@@ -28,21 +29,11 @@ void pl_oai_put_string(struct evbuffer *b, const char *s, size_t len)
     ADD_LIT(b, "\"");
 }
 
-/* v in decimal, ending at end; returns where it starts. No printf: this
- * runs for every streamed token and every byte of every logprob. */
-static char *fmt_uint(char *end, unsigned long long v)
-{
-    do {
-        *--end = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    return end;
-}
-
+/* v in decimal. No printf: this runs for every streamed token. */
 static void put_uint(struct evbuffer *b, unsigned long long v)
 {
     char t[24];
-    char *p = fmt_uint(t + sizeof t, v);
+    char *p = pl_json_fmt_uint(t + sizeof t, v);
     evbuffer_add(b, p, (size_t)(t + sizeof t - p));
 }
 
@@ -54,7 +45,7 @@ static void put_bytes(struct evbuffer *b, const char *tok, size_t len)
     t[n++] = '[';
     for (size_t i = 0; i < len; i++) {
         char d[4];
-        char *p = fmt_uint(d + sizeof d, (unsigned char)tok[i]);
+        char *p = pl_json_fmt_uint(d + sizeof d, (unsigned char)tok[i]);
         if (i)
             t[n++] = ',';
         memcpy(t + n, p, (size_t)(d + sizeof d - p));

@@ -113,15 +113,20 @@ static int put_string_(dumper *d, const char *str, size_t n)
     return 0;
 }
 
+char *pl_json_fmt_uint(char *end, unsigned long long v)
+{
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
 static void put_integer_(dumper *d, json_int_t v)
 {
     char t[24];
-    char *p = t + sizeof t;
     unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
+    char *p = pl_json_fmt_uint(t + sizeof t, u);
     if (v < 0)
         *--p = '-';
     put_(d, p, (size_t)(t + sizeof t - p));

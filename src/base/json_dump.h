@@ -31,6 +31,11 @@ typedef int (*pl_json_sink)(void *ud, const char *bytes, size_t n);
  * PL_JSON_DUMP_MAX_DEPTH, or the sink refused. */
 int pl_json_dump(const json_t *v, pl_json_sink sink, void *ud);
 
+/** The decimal digits of v, written to end just before end (20 bytes at
+ * most, no NUL); returns where they start. JSON's integers, and the stream
+ * chunks api/oai_wire.c writes by hand, without printf's cost. */
+char *pl_json_fmt_uint(char *end, unsigned long long v);
+
 /** The same text as a NUL-terminated string the caller frees; its length
  * in *len when len is not NULL. NULL on the failures above or out of
  * memory. */
