@@ -442,16 +442,22 @@ def test_harmony_prompt_is_jinja2s(harmony, conv, tools, effort):
 def test_harmony_constraint_after_analysis(harmony):
     jsonschema = pytest.importorskip("jsonschema")
     analys, end = ids(harmony, "analysis")[0], ids(harmony, "<|end|>")[0]
-    # into the analysis channel, and out of it at once (where "analysis"
-    # is one token, as in gpt-oss's vocabulary, the favoured token is also
-    # the message written in it)
-    kw = dict(model=harmony.name, max_tokens=80, temperature=0, response_format=RF,
-              logit_bias={str(analys): 100, str(end): 100})
+    # into the analysis channel ("analysis" beats "final" in the header),
+    # and out of it at once: <|end|> is favoured more than "analysis", so
+    # the message is empty whatever the random weights say. (Equal biases
+    # left the body to the model's own logits, which move with the prompt's
+    # "Current date:" line: on 2026-11-27 tiny_gptoss wrote "analysis"
+    # seven times over.)
+    # max_tokens: the markers (about a dozen tokens) and the longest reply
+    # the constraint lets through ({"a": n} with its three whitespace runs
+    # of up to 22 bytes and a 16-byte integer: 68 bytes, a token at least
+    # a byte)
+    kw = dict(model=harmony.name, max_tokens=100, temperature=0, response_format=RF,
+              logit_bias={str(analys): 50, str(end): 100})
     r = ask(harmony, "x", **kw)
     c = r.choices[0]
     assert c.finish_reason == "stop"
-    assert c.message.reasoning_content == ("analysis" if ids(harmony, "analysis") == [analys]
-                                           else "")
+    assert c.message.reasoning_content == ""
     jsonschema.validate(json.loads(c.message.content), SCHEMA)
     s = streamed(harmony, "x", **kw)
     assert (s["reasoning"], s["content"]) == (c.message.reasoning_content, c.message.content)
