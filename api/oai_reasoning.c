@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/constrain/constraint.h"
+#include "backends/constrain/constraint.h"
 
 #define CHUNK 256                /* bytes split at a time (stack buffers) */
 

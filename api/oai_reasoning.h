@@ -2,8 +2,8 @@
  * OpenAI request core (api/oai_request.c), by the model's reasoning format
  * (backend.h, reasoning_format):
  *
- *   - "qwen3": <think> ... </think> (backends/engine/text/reasoning.h);
- *   - "harmony": gpt-oss's channels (backends/engine/text/harmony.h),
+ *   - "qwen3": <think> ... </think> (backends/text/reasoning.h);
+ *   - "harmony": gpt-oss's channels (backends/text/harmony.h),
  *     whose calls to functions.NAME come out as tool-call fragments.
  *
  * Each delta of a reply is split into pieces (reasoning text, content
@@ -27,8 +27,8 @@
 #include <stddef.h>
 
 #include "api/oai_params.h"
-#include "backends/engine/text/harmony.h"
-#include "backends/engine/text/reasoning.h"
+#include "backends/text/harmony.h"
+#include "backends/text/reasoning.h"
 
 typedef enum pl_oai_reasoning_fmt {
     PL_OAI_REASONING_NONE = 0,
@@ -46,7 +46,7 @@ pl_oai_reasoning_fmt pl_oai_reasoning_format(pl_backend *b);
 int pl_oai_reasoning_prepare(pl_oai_params *p, pl_backend *b, pl_err *err);
 
 /** The regex of "reasoning first, then re" for a format (malloc'd), NULL
- *  on OOM. re is a whole-output pattern (backends/engine/constrain). */
+ *  on OOM. re is a whole-output pattern (backends/constrain). */
 char *pl_oai_reasoning_wrap(pl_oai_reasoning_fmt fmt, const char *re);
 
 /** A piece of a reply. */

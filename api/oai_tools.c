@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "api/oai_wire.h"
-#include "backends/engine/constrain/json_schema.h"
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/json_schema.h"
+#include "backends/constrain/regex.h"
 
 #define INVALID(param, ...) \
     pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)

@@ -341,9 +341,9 @@ typedef struct pl_backend_ops {
     const char *(*tool_format)(pl_backend *b);
     /** How the model marks its reasoning in a reply, by the name of vLLM's
      *  reasoning parser: "qwen3" (<think> ... </think>, split by
-     *  backends/engine/text/reasoning.h into reasoning_content and
+     *  backends/text/reasoning.h into reasoning_content and
      *  content), "harmony" (gpt-oss's channels, split by
-     *  backends/engine/text/harmony.h into reasoning, content and tool
+     *  backends/text/harmony.h into reasoning, content and tool
      *  calls), or NULL: none. May be NULL itself: none. */
     const char *(*reasoning_format)(pl_backend *b);
     /** Retention hint (DESIGN.md, "Conversation-aware KV"): how soon the

@@ -17,9 +17,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/engine/constrain/constraint.h"
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/constrain/constraint.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/tokenizer.h"
 
 static const char *tok_bytes(void *ud, int32_t id, size_t *len)
 {

@@ -19,10 +19,10 @@
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/engine_hf.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/tokenizer.h"
 
 static double clock_s(clockid_t id)
 {

@@ -29,7 +29,7 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/common.cuh"
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "src/options.h"
 

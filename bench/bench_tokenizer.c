@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/tokenizer.h"
 
 static double now_s(void)
 {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/runner_ref.h"
 

@@ -27,7 +27,7 @@ typedef struct pl_seq_sampling {
     const struct pl_logit_bias *logit_bias; /**< backends/backend.h */
     int n_logit_bias;
     bool ignore_eos;
-    /** Constrained decoding (backends/engine/constrain/token_fsm.h): the
+    /** Constrained decoding (backends/constrain/token_fsm.h): the
      *  automaton, or NULL, and its state after the known history. A runner
      *  advances the state by the id a placeholder row stands for, masks
      *  the tokens the state refuses and samples (so the mask of step N+1

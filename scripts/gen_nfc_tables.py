@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""gen_nfc_tables.py - the Unicode tables of backends/engine/text/nfc.c.
+"""gen_nfc_tables.py - the Unicode tables of backends/text/nfc.c.
 
-Writes backends/engine/text/nfc_tables.h from Python's unicodedata (the
+Writes backends/text/nfc_tables.h from Python's unicodedata (the
 Unicode version of the Python that runs it): canonical combining classes,
 canonical decompositions (one level; nfc.c applies them recursively;
 Hangul syllables are computed, not listed) and the primary composites

@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 #include "backends/mock/mock.h"
 #include "backends/remote/remote.h"
 #include "src/base/log.h"

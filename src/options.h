@@ -14,7 +14,7 @@
 
 #include <jansson.h>
 
-#include "backends/engine/engine_config.h"
+#include "backends/engine_config.h"
 #include "src/base/yaml_load.h"
 
 /** Values of every option. Strings are owned (free with pl_opts_free). */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/constrain/token_fsm.h"
+#include "backends/constrain/token_fsm.h"
 
 #define FR_EOG 2                 /* the end-of-generation token */
 #define FR_ALPHA "ab{}\":, 0123\xc3\xa9"

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/quant.h"
 
 static volatile uint64_t sink_;

@@ -32,10 +32,10 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/engine_hf.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/tokenizer.h"
 
 typedef struct loaded {
     pl_gguf *gguf;

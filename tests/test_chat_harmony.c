@@ -1,5 +1,5 @@
 /* test_chat_harmony.c - gpt-oss's chat template
- * (backends/engine/text/chat_template_harmony.c) against jinja2.
+ * (backends/text/chat_template_harmony.c) against jinja2.
  *
  * tests/fixtures/harmony_templates.json (gen_harmony_fixtures.py) holds the
  * template's source, tool sets, conversations (reasoning, final answers,
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/engine/text/chat_template.h"
+#include "backends/text/chat_template.h"
 #include "tests/helpers/chat_fixture.h"
 
 static json_t *doc;

@@ -1,4 +1,4 @@
-/* test_chat_template.c - backends/engine/text/chat_template.c against jinja2.
+/* test_chat_template.c - backends/text/chat_template.c against jinja2.
  *
  * tests/fixtures/chat_templates.json (made by gen_chat_template_fixtures.py)
  * holds the official template sources of each family, conversations, and
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/text/chat_template.h"
+#include "backends/text/chat_template.h"
 #include "tests/helpers/chat_fixture.h"
 
 static json_t *load_fixture(void)

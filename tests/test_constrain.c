@@ -1,4 +1,4 @@
-/* test_constrain.c - backends/engine/constrain: the regex engine against
+/* test_constrain.c - backends/constrain: the regex engine against
  * hand-checked matches, JSON schemas against documents, and token masks
  * against brute force (each allowed token keeps the automaton alive, each
  * refused one kills it) on a synthetic vocabulary and on SmolLM2's. */
@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/constrain/constraint.h"
-#include "backends/engine/constrain/json_schema.h"
-#include "backends/engine/constrain/regex.h"
-#include "backends/engine/constrain/token_fsm.h"
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/constrain/constraint.h"
+#include "backends/constrain/json_schema.h"
+#include "backends/constrain/regex.h"
+#include "backends/constrain/token_fsm.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/tokenizer.h"
 #include "tests/helpers/model_path.h"
 
 static pl_dfa *compile(const char *re)

@@ -21,7 +21,7 @@
 #include "backends/engine/cpu/qdot_amx.h"
 #include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/tile_emu.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "src/base/cpu_features.h"
 #include "src/base/half.h"

@@ -8,7 +8,7 @@
  * (.device/run.sh test); the packing is tested on the CPU (test_fsm_flat). */
 #include "tests/cuda_test_util.h"
 
-#include "backends/engine/constrain/fsm_flat.h"
+#include "backends/constrain/fsm_flat.h"
 #include "backends/engine/cuda/constrain.cuh"
 #include "backends/engine/cuda/sample.cuh"
 #include "backends/engine/sampler.h"

@@ -19,7 +19,7 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/runner_ref.h"
 

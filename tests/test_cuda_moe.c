@@ -19,7 +19,7 @@
 #include "backends/engine/cuda/moe_plan.cuh"
 #include "backends/engine/cuda/moe_route.cuh"
 #include "backends/engine/cuda/moe_weights.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/quant.h"
 
 /* Logits whose sorted values are at least 0.01 apart (no near ties). */

@@ -10,7 +10,7 @@
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/cuda/moe_plan.cuh"
 #include "backends/engine/cuda/moe_weights.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/quant.h"
 
 static pl_model *load(const char *name, pl_gguf **g)

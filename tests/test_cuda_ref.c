@@ -14,7 +14,7 @@
 #include "tests/cuda_test_util.h"
 
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/runner_ref.h"
 

@@ -14,9 +14,9 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cuda/cuda_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/tokenizer.h"
 #include "tests/helpers/model_path.h"
 
 #define NS 4                     /* sequences */

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/text/detok.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/text/detok.h"
+#include "backends/formats/gguf.h"
 #include "tests/helpers/model_path.h"
 
 /* Feed one chunk and check the text emitted and the return value. */

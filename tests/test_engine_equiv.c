@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 #include "tests/helpers/server_proc.h"
 
 /* Near-tie margin (logit = logprob gap, nats) for --no-batch-invariant:

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 #include "schedulers/dispatch.h"
 #include "tests/engine_harness.h"
 #include "tests/fake_runner.h"

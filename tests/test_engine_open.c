@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 #include "src/options.h"
 #include "tests/helpers/model_path.h"
 

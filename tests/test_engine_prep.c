@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "backends/engine/engine_internal.h"
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 #include "src/base/io_pool.h"
 
 #define DEADLINE_S 60            /* only a broken build waits this long */

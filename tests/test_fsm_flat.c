@@ -8,7 +8,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "backends/engine/constrain/fsm_flat.h"
+#include "backends/constrain/fsm_flat.h"
 #include "backends/engine/sampler.h"
 #include "schedulers/batch_step.h"
 #include "tests/fsm_ref.h"

@@ -24,7 +24,7 @@
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/helpers/forced.h"
 #include "tests/helpers/model_path.h"

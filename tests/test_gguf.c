@@ -1,4 +1,4 @@
-/* test_gguf.c - tests of backends/engine/model/gguf.c: a valid GGUF image built
+/* test_gguf.c - tests of backends/formats/gguf.c: a valid GGUF image built
  * in memory, every truncation of it, hostile headers, counts, dimensions,
  * types and data offsets, and the real default model when present.
  */
@@ -11,7 +11,7 @@
 
 #include <jansson.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "tests/helpers/model_path.h"
 
 

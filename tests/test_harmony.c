@@ -1,5 +1,5 @@
 /* test_harmony.c - gpt-oss replies split by channel
- * (backends/engine/text/harmony.c): the message forms the model writes and
+ * (backends/text/harmony.c): the message forms the model writes and
  * that llama.cpp's and vLLM's harmony parsers read (analysis, final,
  * commentary preambles, calls with the recipient in the role or in the
  * channel, content types), replies that are not harmony, replies cut
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/text/harmony.h"
+#include "backends/text/harmony.h"
 
 typedef struct split {
     char reasoning[512], content[512], calls[512];   /* calls: "name(args);" */

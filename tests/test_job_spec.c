@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/regex.h"
 #include "src/jobs/job_spec.h"
 #include "src/base/yaml_load.h"
 

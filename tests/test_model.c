@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "backends/engine/cpu/cpu_runner.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 
 enum { E = 32, NH = 2, NKV = 1, HD = 16, FF = 64, NV = 8 };

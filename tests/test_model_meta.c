@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 
 typedef struct image {

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "api/oai_reasoning.h"
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/regex.h"
 
 static pl_dfa *compile(pl_oai_reasoning_fmt fmt, const char *inner)
 {

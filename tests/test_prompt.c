@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/chat_template.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/chat_template.h"
+#include "backends/text/tokenizer.h"
 #include "src/jobs/prompt.h"
 #include "tests/helpers/model_path.h"
 

@@ -1,4 +1,4 @@
-/* test_reasoning.c - the <think> split (backends/engine/text/reasoning.c)
+/* test_reasoning.c - the <think> split (backends/text/reasoning.c)
  * against vLLM's qwen3 reasoning parser's own cases (its
  * tests/reasoning/test_qwen3_reasoning_parser.py: reasoning, content,
  * streamed and whole), and the stream's result for every way of cutting a
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/text/reasoning.h"
+#include "backends/text/reasoning.h"
 
 typedef struct split_case {
     const char *output;

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/regex.h"
 #include "backends/remote/remote.h"
 #include "tests/helpers/fake_upstream.h"
 #include "tests/helpers/server_proc.h"

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/engine/model/safetensors.h"
+#include "backends/formats/safetensors.h"
 
 /* An image: the u64 header length, the header, data_len bytes 0, 1, 2... */
 static uint8_t *image(const char *header, size_t data_len, size_t *size)

@@ -12,8 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/tokenizer.h"
 
 #include "tests/helpers/model_path.h"
 

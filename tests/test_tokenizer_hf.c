@@ -1,5 +1,5 @@
 /* test_tokenizer_hf.c - tokenizer.json and tokenizer_config.json
- * (backends/engine/text/tokenizer_hf*.c): for each style the families use
+ * (backends/text/tokenizer_hf*.c): for each style the families use
  * (tests/fixtures/hf_tok/), the ids of varied texts equal the `tokenizers`
  * library's (tests/fixtures/gen_hf_tokenizer_fixtures.py), with and
  * without the special tokens; the chat template and special tokens come
@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/text/tokenizer_hf.h"
-#include "backends/engine/text/tokenizer_internal.h"
+#include "backends/text/tokenizer_hf.h"
+#include "backends/text/tokenizer_internal.h"
 
 static const char *src_(void)
 {

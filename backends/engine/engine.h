@@ -24,7 +24,7 @@
 #include <stdint.h>
 
 #include "backends/backend.h"
-#include "backends/engine/engine_config.h"
+#include "backends/engine_config.h"
 #include "backends/engine/runner.h"
 
 /**

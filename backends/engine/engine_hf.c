@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "backends/engine/model/hf_json.h"
+#include "backends/formats/hf_json.h"
 #include "backends/engine/model/quantize.h"
 
 static void add_eos_(pl_engine_hf *h, json_t *v)

@@ -12,7 +12,7 @@
 
 #include "backends/backend.h"
 #include "backends/engine/model/hf_model.h"
-#include "backends/engine/text/tokenizer_hf.h"
+#include "backends/text/tokenizer_hf.h"
 
 #define PL_ENGINE_HF_MAX_EOS 16
 

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "backends/engine/constrain/constraint.h"
+#include "backends/constrain/constraint.h"
 #include "backends/engine/engine.h"
 #include "schedulers/batch.h"
 #include "schedulers/dispatch.h"

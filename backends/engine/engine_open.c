@@ -1,7 +1,7 @@
 /* engine_open.c - GGUF file or Hugging Face checkpoint (engine_hf.h) ->
  * model + tokenizer + chat template + runner -> engine backend. The text
  * hooks the engine calls live here too. */
-#include "backends/engine/engine_open.h"
+#include "backends/engine_open.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -10,16 +10,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/engine/text/chat_template.h"
+#include "backends/text/chat_template.h"
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
 #include "backends/engine/engine_hf.h"
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/tokenizer.h"
 #include "src/base/log.h"
 
 #define CTX_SEQS 4               /* sequences of its context the cache must hold */

@@ -2,7 +2,7 @@
  * (sampler.h). All scratch is sized at pl_sampler_new(). */
 #include "backends/engine/sampler.h"
 
-#include "backends/engine/constrain/token_fsm.h"
+#include "backends/constrain/token_fsm.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/constrain/constraint.h"
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/constraint.h"
+#include "backends/constrain/regex.h"
 
 #define MOCK_MAX_STATES 4096
 

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/constrain/constraint.h"
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/constraint.h"
+#include "backends/constrain/regex.h"
 #include "backends/remote/remote_internal.h"
 
 /* Where a client put its constraint. */

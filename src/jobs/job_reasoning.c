@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/text/harmony.h"
-#include "backends/engine/text/reasoning.h"
+#include "backends/text/harmony.h"
+#include "backends/text/reasoning.h"
 #include "src/jobs/jobs_internal.h"
 
 typedef struct text_buf {

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/tokenizer.h"
 
 static void check_message(const char *err)
 {

@@ -1,6 +1,6 @@
 /* fuzz_reasoning.c - libFuzzer target: a reasoning model's reply split into
  * reasoning, content and calls (api/oai_reasoning.c over
- * backends/engine/text/reasoning.c and harmony.c), and a chat request
+ * backends/text/reasoning.c and harmony.c), and a chat request
  * rendered by the templates that read reasoning, tools and efforts
  * (gpt-oss's harmony, Qwen3's ChatML).
  *
@@ -20,7 +20,7 @@
 #include "api/oai_params.h"
 #include "api/oai_reasoning.h"
 #include "api/oai_tools.h"
-#include "backends/engine/text/chat_template.h"
+#include "backends/text/chat_template.h"
 
 /* The pieces of one reply, merged: a kind byte then its bytes, a new
  * group where the kind changes or a call begins. */

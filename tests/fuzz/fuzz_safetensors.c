@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backends/engine/model/safetensors.h"
+#include "backends/formats/safetensors.h"
 
 static volatile uint64_t sink_;
 

@@ -8,9 +8,9 @@
  *
  * Build and run from the repository root:
  *   clang -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -I. \
- *     tests/fuzz/fuzz_tokenizer.c backends/engine/text/tokenizer*.c \
- *     backends/engine/text/pretokenize.c backends/engine/text/detok.c \
- *     backends/engine/model/gguf.c -lpcre2-8 -o fuzz_tokenizer
+ *     tests/fuzz/fuzz_tokenizer.c backends/text/tokenizer*.c \
+ *     backends/text/pretokenize.c backends/text/detok.c \
+ *     backends/formats/gguf.c -lpcre2-8 -o fuzz_tokenizer
  *   ./fuzz_tokenizer -max_total_time=60
  */
 #include <stdint.h>
@@ -18,9 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/engine/text/detok.h"
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/text/tokenizer.h"
+#include "backends/text/detok.h"
+#include "backends/formats/gguf.h"
+#include "backends/text/tokenizer.h"
 
 static const char *const vocabs[] = {
     "tests/fixtures/bpe_gpt2.gguf", "tests/fixtures/bpe_llama3.gguf",

@@ -8,7 +8,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 
 #define PL_FAM_NEAR_TIE 1e-3f    /* float64 top-2 gap below which either is right */

@@ -16,8 +16,8 @@
 #include <jansson.h>
 
 #include "backends/backend.h"
-#include "backends/engine/constrain/constraint.h"
-#include "backends/engine/constrain/regex.h"
+#include "backends/constrain/constraint.h"
+#include "backends/constrain/regex.h"
 
 #define TOOL_MAX_STATES 8192
 #define TOOL_MAX_LEN 400

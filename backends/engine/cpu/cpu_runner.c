@@ -13,7 +13,7 @@
 
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/qdot_amx.h"
-#include "backends/engine/constrain/token_fsm.h"
+#include "backends/constrain/token_fsm.h"
 #include "backends/engine/sampler.h"
 
 #define N_OUTBUF (PL_RUNNER_MAX_INFLIGHT + 1)

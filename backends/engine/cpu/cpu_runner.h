@@ -11,7 +11,7 @@
 
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/cpu/qdot_amx.h"
-#include "backends/engine/engine_config.h"
+#include "backends/engine_config.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 
 #define PL_QK 32                 /**< elements per quant block */
 

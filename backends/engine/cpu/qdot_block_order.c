@@ -26,7 +26,7 @@
 #include <string.h>
 #include "backends/engine/cpu/qdot_vnni.h"
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "src/base/cpu_features.h"
 
 #if defined(__x86_64__)

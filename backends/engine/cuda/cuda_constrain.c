@@ -6,7 +6,7 @@
  * reference on each, so its address keys the cache safely. */
 #include <string.h>
 
-#include "backends/engine/constrain/token_fsm.h"
+#include "backends/constrain/token_fsm.h"
 #include "backends/engine/cuda/cuda_runner_internal.h"
 #include "src/base/log.h"
 

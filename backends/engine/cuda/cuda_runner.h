@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backends/engine/engine_config.h"
+#include "backends/engine_config.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/runner.h"
 

@@ -3,7 +3,7 @@
 #ifndef PL_CUDA_SAMPLE_CUH
 #define PL_CUDA_SAMPLE_CUH
 
-#include "backends/engine/constrain/fsm_flat.h"
+#include "backends/constrain/fsm_flat.h"
 #include "backends/engine/cuda/common.cuh"
 
 #ifdef __cplusplus

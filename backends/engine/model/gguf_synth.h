@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 
 typedef struct pl_gguf_synth pl_gguf_synth;
 

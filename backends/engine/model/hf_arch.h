@@ -32,7 +32,7 @@
 #include <stdbool.h>
 
 #include "backends/engine/model/gguf_synth.h"
-#include "backends/engine/model/hf_json.h"
+#include "backends/formats/hf_json.h"
 
 /** A dimension of a tensor's expected shape, from config.json. */
 typedef enum pl_hf_dim {

@@ -12,9 +12,9 @@
 
 #include "backends/engine/model/gguf_synth.h"
 #include "backends/engine/model/hf_arch.h"
-#include "backends/engine/model/hf_json.h"
+#include "backends/formats/hf_json.h"
 #include "backends/engine/model/hf_weights.h"
-#include "backends/engine/model/safetensors.h"
+#include "backends/formats/safetensors.h"
 #include "src/base/log.h"
 
 struct pl_hf_model {

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 
 typedef struct pl_hf_opts {
     /** The type of the weight matrices: the CPU runner's --cpu-weight-type

@@ -15,8 +15,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "backends/engine/model/gguf.h"
-#include "backends/engine/model/safetensors.h"
+#include "backends/formats/gguf.h"
+#include "backends/formats/safetensors.h"
 
 typedef struct pl_hf_conv {
     const pl_st_tensor *src;     /**< a vector [cols] or a matrix [rows, cols] */

@@ -54,7 +54,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 
 typedef enum pl_model_arch {
     PL_MODEL_ARCH_LLAMA = 0,

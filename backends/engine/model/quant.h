@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 #include "src/base/half.h"   /* pl_fp16_to_fp32, pl_bf16_to_fp32 (one copy) */
 
 /** Dequantise n elements of type t from src (packed blocks, any alignment)

@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backends/engine/model/gguf.h"
+#include "backends/formats/gguf.h"
 
 /** Whether pl_quantize_row writes type t. */
 bool pl_quantize_supported(pl_ggml_type t);

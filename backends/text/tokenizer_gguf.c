@@ -1,0 +1,190 @@
+/* tokenizer_gguf.c - pl_tokenizer_from_gguf: gathers tokenizer.ggml.* from
+ * a GGUF into a pl_tokenizer_vocab (with llama.cpp's defaults for absent
+ * keys) and builds the tokenizer from it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/text/tokenizer_internal.h"
+
+typedef struct gguf_vocab {
+    pl_tokenizer_vocab v;
+    const char **tokens;
+    uint32_t *token_lens;
+    float *scores;
+    int32_t *types;
+    const char **merges;
+    uint32_t *merge_lens;
+    char *pre;
+} gguf_vocab;
+
+static void gguf_vocab_free(gguf_vocab *g)
+{
+    free(g->tokens);
+    free(g->token_lens);
+    free(g->scores);
+    free(g->types);
+    free(g->merges);
+    free(g->merge_lens);
+    free(g->pre);
+}
+
+/* The array under key with the given element type, or NULL. */
+static const pl_gguf_kv *find_array(const pl_gguf *g, const char *key,
+                                    pl_gguf_type elem)
+{
+    const pl_gguf_kv *kv = pl_gguf_find(g, key);
+    if (!kv || kv->type != PL_GGUF_TYPE_ARRAY || kv->v.arr.type != elem)
+        return NULL;
+    return kv;
+}
+
+static int read_strings(const pl_gguf_kv *kv, const char ***s, uint32_t **len)
+{
+    uint64_t n = kv->v.arr.n;
+    *s = malloc(sizeof **s * (n ? n : 1));
+    *len = malloc(sizeof **len * (n ? n : 1));
+    if (!*s || !*len)
+        return -1;
+    for (uint64_t i = 0; i < n; i++) {
+        pl_gguf_str str = pl_gguf_arr_str(kv, i);
+        if (str.len > UINT32_MAX)
+            return -1;
+        (*s)[i] = str.ptr;
+        (*len)[i] = (uint32_t)str.len;
+    }
+    return 0;
+}
+
+static int32_t get_id(const pl_gguf *g, const char *key, int32_t dflt)
+{
+    uint64_t u;
+    if (pl_gguf_get_u64(g, key, &u) || u > INT32_MAX)
+        return dflt;
+    return (int32_t)u;
+}
+
+static int get_flag(const pl_gguf *g, const char *key)
+{
+    const pl_gguf_kv *kv = pl_gguf_find(g, key);
+    if (!kv || kv->type != PL_GGUF_TYPE_BOOL)
+        return -1;
+    return kv->v.b ? 1 : 0;
+}
+
+static int read_model(const pl_gguf *g, gguf_vocab *gv, char *err,
+                      size_t errlen)
+{
+    pl_gguf_str s;
+    if (pl_gguf_get_str(g, "tokenizer.ggml.model", &s)) {
+        snprintf(err, errlen, "GGUF has no tokenizer.ggml.model");
+        return -1;
+    }
+    if (s.len == 4 && !memcmp(s.ptr, "gpt2", 4)) {
+        gv->v.model = PL_TOKENIZER_MODEL_GPT2;
+    } else if (s.len == 5 && !memcmp(s.ptr, "llama", 5)) {
+        gv->v.model = PL_TOKENIZER_MODEL_LLAMA;
+    } else {
+        snprintf(err, errlen, "unsupported tokenizer.ggml.model '%.*s' "
+                 "(supported: gpt2, llama)", (int)(s.len > 64 ? 64 : s.len),
+                 s.ptr);
+        return -1;
+    }
+    if (!pl_gguf_get_str(g, "tokenizer.ggml.pre", &s)) {
+        gv->pre = strndup(s.ptr, s.len);
+        if (!gv->pre)
+            return -1;
+        gv->v.pre = gv->pre;
+    }
+    return 0;
+}
+
+static int read_tokens(const pl_gguf *g, gguf_vocab *gv, char *err,
+                       size_t errlen)
+{
+    const pl_gguf_kv *kv = find_array(g, "tokenizer.ggml.tokens",
+                                      PL_GGUF_TYPE_STRING);
+    if (!kv || kv->v.arr.n == 0 || kv->v.arr.n > INT32_MAX) {
+        snprintf(err, errlen, "GGUF has no valid tokenizer.ggml.tokens");
+        return -1;
+    }
+    uint64_t n = kv->v.arr.n;
+    gv->v.n_tokens = (int32_t)n;
+    if (read_strings(kv, &gv->tokens, &gv->token_lens))
+        return -1;
+    const pl_gguf_kv *sc = find_array(g, "tokenizer.ggml.scores",
+                                      PL_GGUF_TYPE_FLOAT32);
+    const pl_gguf_kv *ty = pl_gguf_find(g, "tokenizer.ggml.token_type");
+    if (sc && sc->v.arr.n == n) {
+        if (!(gv->scores = malloc(sizeof *gv->scores * n)))
+            return -1;
+        for (uint64_t i = 0; i < n; i++)
+            gv->scores[i] = pl_gguf_arr_f32(sc, i);
+    }
+    if (ty && ty->type == PL_GGUF_TYPE_ARRAY && ty->v.arr.n == n &&
+        ty->v.arr.type != PL_GGUF_TYPE_STRING) {
+        if (!(gv->types = malloc(sizeof *gv->types * n)))
+            return -1;
+        for (uint64_t i = 0; i < n; i++)
+            gv->types[i] = (int32_t)pl_gguf_arr_int(ty, i);
+    }
+    gv->v.tokens = gv->tokens;
+    gv->v.token_lens = gv->token_lens;
+    gv->v.scores = gv->scores;
+    gv->v.types = gv->types;
+    return 0;
+}
+
+static int read_merges(const pl_gguf *g, gguf_vocab *gv, char *err,
+                       size_t errlen)
+{
+    const pl_gguf_kv *kv = find_array(g, "tokenizer.ggml.merges",
+                                      PL_GGUF_TYPE_STRING);
+    if (gv->v.model != PL_TOKENIZER_MODEL_GPT2)
+        return 0;
+    if (!kv || kv->v.arr.n > INT32_MAX) {
+        snprintf(err, errlen, "gpt2 tokenizer without tokenizer.ggml.merges");
+        return -1;
+    }
+    gv->v.n_merges = (int32_t)kv->v.arr.n;
+    if (read_strings(kv, &gv->merges, &gv->merge_lens))
+        return -1;
+    gv->v.merges = gv->merges;
+    gv->v.merge_lens = gv->merge_lens;
+    return 0;
+}
+
+static void read_specials(const pl_gguf *g, gguf_vocab *gv)
+{
+    bool spm = gv->v.model == PL_TOKENIZER_MODEL_LLAMA;
+    /* llama.cpp's defaults when a key is absent */
+    gv->v.bos = get_id(g, "tokenizer.ggml.bos_token_id", spm ? 1 : 11);
+    gv->v.eos = get_id(g, "tokenizer.ggml.eos_token_id", spm ? 2 : 11);
+    gv->v.unk = get_id(g, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1);
+    gv->v.pad = get_id(g, "tokenizer.ggml.padding_token_id", -1);
+    gv->v.eot = get_id(g, "tokenizer.ggml.eot_token_id", -1);
+    gv->v.eom = get_id(g, "tokenizer.ggml.eom_token_id", -1);
+    gv->v.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token");
+    gv->v.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token");
+    gv->v.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix");
+}
+
+pl_tokenizer *pl_tokenizer_from_gguf(const pl_gguf *g, char *err,
+                                     size_t errlen)
+{
+    gguf_vocab gv;
+    pl_tokenizer *t = NULL;
+    memset(&gv, 0, sizeof gv);
+    err[0] = '\0';
+    if (read_model(g, &gv, err, errlen) || read_tokens(g, &gv, err, errlen) ||
+        read_merges(g, &gv, err, errlen))
+        goto done;
+    read_specials(g, &gv);
+    t = pl_tokenizer_init(&gv.v, err, errlen);
+done:
+    if (!t && !err[0])
+        snprintf(err, errlen, "out of memory reading the tokenizer");
+    gguf_vocab_free(&gv);
+    return t;
+}
