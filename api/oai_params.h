@@ -47,7 +47,7 @@ typedef struct pl_oai_params {
     int tool_choice;             /**< PL_TOOL_CHOICE_* */
     const char *tool_name;       /**< the named function (borrowed) */
     bool parallel_tool_calls;    /**< default true */
-    const char *tool_format;     /**< set once the model is known */
+    const struct pl_tool_format *tool_format; /**< set once the model is known */
     pl_json_ws json_ws;          /**< the backend's, for the call grammar */
     bool tools_upstream;         /**< the backend's upstream handles tools */
     /** The request used the legacy functions / function_call fields
@@ -58,12 +58,13 @@ typedef struct pl_oai_params {
     /* reasoning (api/oai_reasoning.c) */
     const char *reasoning_effort;  /**< "low", "medium", "high" or NULL */
     const char *model_identity;  /**< chat_template_kwargs.model_identity */
-    int reasoning_fmt;           /**< pl_oai_reasoning_fmt, once the model is known */
+    const struct pl_reasoning_format *reasoning_fmt; /**< once the model is known;
+                                      NULL: none */
     bool constraint_after_reasoning; /**< the constraint lets the model
                                       reason first (already wrapped) */
     bool tools_native;           /**< the template renders tools and history
                                       calls; calls come back parsed from the
-                                      reply's channels (tool_format harmony) */
+                                      reply's channels (a native tool_format) */
 } pl_oai_params;
 
 enum {

@@ -278,17 +278,17 @@ typedef struct piece_ctx {
     bool lp_sent;
 } piece_ctx;
 
-static bool on_piece(void *ud, const pl_oai_piece *p)
+static bool on_piece(void *ud, const pl_reply_piece *p)
 {
     piece_ctx *x = ud;
     pl_delta d = {.text = p->text, .len = p->len};
     pl_tool_call_delta t = {.index = p->index};
     char id[40];
-    if (p->kind == PL_OAI_PIECE_CALL_BEGIN) {
+    if (p->kind == PL_REPLY_PIECE_CALL_BEGIN) {
         pl_oai_call_id(id, sizeof id);
         t.id = id;
         t.name = p->name;
-    } else if (p->kind == PL_OAI_PIECE_CALL_ARGS) {
+    } else if (p->kind == PL_REPLY_PIECE_CALL_ARGS) {
         t.arguments = p->text;
         t.arguments_len = p->len;
     } else if (!x->lp_sent) {
@@ -297,9 +297,9 @@ static bool on_piece(void *ud, const pl_oai_piece *p)
         d.logprobs = x->d->logprobs;
         x->lp_sent = true;
     }
-    if (p->kind == PL_OAI_PIECE_REASONING)
+    if (p->kind == PL_REPLY_PIECE_REASONING)
         return deliver_reasoning(x->c, x->ch, &d);
-    if (p->kind != PL_OAI_PIECE_CONTENT)
+    if (p->kind != PL_REPLY_PIECE_CONTENT)
         d = (pl_delta){.tool_calls = &t, .n_tool_calls = 1};
     return deliver(x->c, x->ch, &d);
 }
@@ -309,7 +309,7 @@ static void split_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
     if (!c->p.stream && ch->lp.arr[0])
         pl_oai_logprobs_add(&ch->lp, d, &ch->text_offset);
     piece_ctx x = {c, ch, d, !c->p.stream || !d->logprobs};
-    if (!pl_oai_split_feed(ch->split, d->text, d->len, d->n_tokens, on_piece, &x))
+    if (!pl_reply_split_feed(ch->split, d->text, d->len, d->n_tokens, on_piece, &x))
         return;
     if (!x.lp_sent) {             /* only tags or headers: the logprobs alone */
         pl_delta e = {.text = "", .tokens = d->tokens, .n_tokens = d->n_tokens,
@@ -324,12 +324,12 @@ static void split_delta(pl_oai_call *c, pl_oai_choice *ch, const pl_delta *d)
 static bool split_end(pl_oai_call *c, pl_oai_choice *ch)
 {
     piece_ctx x = {c, ch, NULL, true};
-    /* max_tokens cut a harmony call's arguments: the complete calls stay,
-     * the cut one is dropped from a whole reply (a stream has sent its
-     * bytes), and the finish is "length" (as for the other formats) */
-    bool cut_call = ch->split->fmt == PL_OAI_REASONING_HARMONY &&
-                    ch->split->harmony.part == PL_HARMONY_CALL && ch->finish == PL_FINISH_LENGTH;
-    if (!pl_oai_split_finish(ch->split, on_piece, &x))
+    /* max_tokens cut a call's arguments (calls in the reply's channels):
+     * the complete calls stay, the cut one is dropped from a whole reply
+     * (a stream has sent its bytes), and the finish is "length" (as for
+     * the other formats) */
+    bool cut_call = ch->split->in_call && ch->finish == PL_FINISH_LENGTH;
+    if (!pl_reply_split_finish(ch->split, on_piece, &x))
         return false;
     c->usage.reasoning_tokens += ch->split->reasoning_tokens;
     if (ch->split->n_calls && !cut_call)
@@ -341,7 +341,7 @@ static bool split_end(pl_oai_call *c, pl_oai_choice *ch)
             ch->up_calls = NULL;
         }
     }
-    pl_oai_settled st = pl_oai_split_settle(ch->split);
+    pl_reply_settled st = pl_reply_split_settle(ch->split);
     size_t nr = ch->reasoning ? evbuffer_get_length(ch->reasoning) : 0;
     ch->reasoning_shown = st.has_reasoning || nr > 0 ||
                           (c->p.stream && ch->split->saw_open);
@@ -455,10 +455,10 @@ static int choice_alloc(pl_oai_call *c, pl_oai_choice *ch, bool keep_text)
     if (keep_text || !c->p.stream || pl_oai_tools_active(&c->p))
         if (!(ch->text = evbuffer_new()))
             return -1;
-    if (c->p.chat && c->p.reasoning_fmt != PL_OAI_REASONING_NONE) {
+    if (c->p.chat && c->p.reasoning_fmt) {
         if (!(ch->split = malloc(sizeof *ch->split)))
             return -1;
-        pl_oai_split_init(ch->split, c->p.reasoning_fmt,
+        pl_reply_split_init(ch->split, c->p.reasoning_fmt,
                           c->p.tools_native && c->p.tools &&
                               c->p.tool_choice != PL_TOOL_CHOICE_NONE);
         if ((keep_text || !c->p.stream) && !(ch->reasoning = evbuffer_new()))

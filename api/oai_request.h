@@ -61,9 +61,10 @@ typedef struct pl_oai_choice {
     size_t text_offset;          /**< completions logprobs text_offset */
     int tool_state;              /**< stream with tools: PL_TOOLS_* */
     json_t *up_calls;            /**< the upstream's tool calls (merged deltas),
-                                      or a harmony reply's */
-    struct pl_oai_split *split;  /**< a model with a reasoning format: the
-                                      reply's split (api/oai_reasoning.h);
+                                      or those of the reply's split */
+    struct pl_reply_split *split; /**< a model with a reasoning format: the
+                                      reply's split (backends/text/
+                                      reasoning_format.h);
                                       text then holds the content only */
     struct evbuffer *reasoning;  /**< the reasoning text, when kept */
     bool reasoning_shown;        /**< the reply has reasoning (a string in

@@ -1,9 +1,10 @@
 /* oai_tool_calls.c - replies back into tool calls (oai_tools.h): the
- * model's call text parsed into OpenAI tool_call objects, their stream
+ * model's call text, parsed by its tool format (backends/text/
+ * tool_format.h), as OpenAI tool_call objects, their stream
  * chunks, and an upstream's tool-call deltas passed on or merged. */
 #include "api/oai_tools.h"
+#include "api/oai_reasoning.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,201 +14,37 @@
 
 /* ---- replies ---- */
 
-const char *pl_oai_tools_opener(const pl_oai_params *p)
-{
-    return pl_oai_tool_format_is(p, "llama3") ? "{" : pl_oai_tool_format_is(p, "mistral") ? "[TOOL_CALLS]" : "<tool_call>";
-}
-
 int pl_oai_tools_classify(const pl_oai_params *p, const char *t, size_t n)
 {
-    while (n && (*t == ' ' || *t == '\n' || *t == '\t' || *t == '\r'))
-        t++, n--;
-    const char *op = pl_oai_tools_opener(p);
-    size_t on = strlen(op), k = n < on ? n : on;
-    if (p->tool_choice != PL_TOOL_CHOICE_AUTO || (k == on && !memcmp(t, op, on)))
-        return PL_TOOLS_HOLD;
-    return memcmp(t, op, k) ? PL_TOOLS_TEXT : PL_TOOLS_UNDECIDED;
+    return pl_tool_format_classify(p->tool_format, p->tool_choice != PL_TOOL_CHOICE_AUTO, t, n);
 }
 
-static bool known_tool_(const pl_oai_params *p, const char *name)
+/* {"name", "arguments"} -> an OpenAI tool_call with a new id. */
+static json_t *to_call_(json_t *c)
 {
-    size_t i;
-    json_t *t;
-    json_array_foreach(p->tools, i, t)
-        if (!strcmp(json_string_value(json_object_get(json_object_get(t, "function"), "name")),
-                    name))
-            return true;
-    return false;
-}
-
-/* {"name", "arguments"|"parameters"} -> an OpenAI tool_call; NULL if not. */
-static json_t *to_call_(const pl_oai_params *p, json_t *o)
-{
-    const char *name = json_string_value(json_object_get(o, "name"));
-    json_t *a = json_object_get(o, "arguments");
-    if (!a)
-        a = json_object_get(o, "parameters");
-    if (!json_is_object(o) || !name || !known_tool_(p, name) || !a ||
-        (!json_is_object(a) && !json_is_string(a)))
-        return NULL;
-    char *as = json_is_string(a) ? strdup(json_string_value(a)) : json_dumps(a, JSON_COMPACT);
     char id[40];
-    snprintf(id, sizeof id, "call_%08x%08x%08x", (unsigned)rand(), (unsigned)rand(),
-             (unsigned)rand());
-    json_t *c = as ? json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function",
-                               "function", "name", name, "arguments", as)
-                   : NULL;
-    free(as);
-    return c;
-}
-
-static bool append_call_(const pl_oai_params *p, json_t *calls, const char *s, size_t n)
-{
-    json_t *o = json_loadb(s, n, JSON_DECODE_ANY, NULL);
-    json_t *c = o ? to_call_(p, o) : NULL;
-    json_decref(o);
-    return c && json_array_append_new(calls, c) == 0;
-}
-
-/* Where the JSON object at t ends (past its '}'), or 0 when t[0..n) ends
- * inside it: a call cut by max_tokens. */
-static size_t object_end_(const char *t, size_t n)
-{
-    int depth = 0;
-    bool str = false, esc = false;
-    for (size_t i = 0; i < n; i++) {
-        char c = t[i];
-        if (esc)
-            esc = false;
-        else if (str)
-            esc = c == '\\', str = c != '"';
-        else if (c == '"')
-            str = true;
-        else if (c == '{' || c == '[')
-            depth++;
-        else if ((c == '}' || c == ']') && --depth <= 0)
-            return depth == 0 && t[0] == '{' ? i + 1 : 0;
-    }
-    return 0;
-}
-
-/* The calls of a cut reply's JSON: the complete objects from t on (comma
- * separated, as in an array), up to the first unfinished one. */
-static bool append_complete_(const pl_oai_params *p, json_t *calls, const char *t, size_t n)
-{
-    size_t i = 0;
-    for (;;) {
-        while (i < n && (isspace((unsigned char)t[i]) || t[i] == ','))
-            i++;
-        size_t k = i < n && t[i] == '{' ? object_end_(t + i, n - i) : 0;
-        if (!k)
-            return true;
-        if (!append_call_(p, calls, t + i, k))
-            return false;
-        i += k;
-    }
-}
-
-/* <tool_call> blocks; text around them is content. cut: the last block
- * may be unfinished (dropped unless its JSON is whole). */
-static bool parse_tagged_(const pl_oai_params *p, const char *t, size_t n, bool cut,
-                          json_t *calls, struct evbuffer *content)
-{
-    static const char open[] = "<tool_call>", close[] = "</tool_call>";
-    const char *end = t + n;
-    bool any = false;
-    while (t < end) {
-        const char *o = memmem(t, (size_t)(end - t), open, sizeof open - 1);
-        evbuffer_add(content, t, (size_t)((o ? o : end) - t));
-        if (!o)
-            break;
-        any = true;
-        const char *body = o + sizeof open - 1;
-        const char *c = memmem(body, (size_t)(end - body), close, sizeof close - 1);
-        size_t bn = (size_t)((c ? c : end) - body);
-        if (!c && cut)
-            return append_complete_(p, calls, body, bn);
-        if (!append_call_(p, calls, body, bn))
-            return false;
-        t = c ? c + sizeof close - 1 : end;
-    }
-    return any;
-}
-
-static bool parse_mistral_(const pl_oai_params *p, const char *t, size_t n, bool cut,
-                           json_t *calls)
-{
-    static const char open[] = "[TOOL_CALLS]";
-    if (n < sizeof open - 1 || memcmp(t, open, sizeof open - 1))
-        return false;
-    t += sizeof open - 1, n -= sizeof open - 1;
-    while (n && isspace((unsigned char)*t))
-        t++, n--;
-    json_t *arr = json_loadb(t, n, 0, NULL);
-    if (!arr && cut && n && *t == '[')
-        return append_complete_(p, calls, t + 1, n - 1);
-    size_t i;
-    json_t *o;
-    bool ok = json_is_array(arr) && json_array_size(arr) > 0;
-    json_array_foreach(arr, i, o) {
-        json_t *c = ok ? to_call_(p, o) : NULL;
-        ok = c && json_array_append_new(calls, c) == 0;
-    }
-    json_decref(arr);
-    return ok;
-}
-
-/* A cut reply may end inside the opener itself: that tail is no text. */
-static size_t drop_partial_opener_(const pl_oai_params *p, const char *t, size_t n)
-{
-    const char *op = pl_oai_tools_opener(p);
-    for (size_t k = strlen(op) - 1; k > 0; k--)
-        if (n >= k && !memcmp(t + n - k, op, k))
-            return n - k;
-    return n;
+    pl_oai_call_id(id, sizeof id);
+    return json_pack("{s:s, s:s, s:O}", "id", id, "type", "function", "function", c);
 }
 
 json_t *pl_oai_tools_parse_reply(const pl_oai_params *p, const char *text, size_t len,
                                  bool cut, char **content)
 {
-    *content = NULL;
-    while (len && isspace((unsigned char)*text))
-        text++, len--;
-    size_t whole = len;
-    if (cut)
-        len = drop_partial_opener_(p, text, len);
-    while (len && isspace((unsigned char)text[len - 1]))
-        len--;
-    json_t *calls = json_array();
-    struct evbuffer *rest = evbuffer_new();
-    bool ok = false;
-    if (calls && rest) {
-        if (pl_oai_tool_format_is(p, "llama3"))
-            ok = len && text[0] == '{' &&
-                 (cut ? append_complete_(p, calls, text, len) : append_call_(p, calls, text, len));
-        else if (pl_oai_tool_format_is(p, "mistral"))
-            ok = parse_mistral_(p, text, len, cut, calls);
-        else
-            ok = parse_tagged_(p, text, len, cut, calls, rest);
-        if (!ok && len < whole) {    /* only an opener's start: dropped, no call */
-            evbuffer_drain(rest, evbuffer_get_length(rest));
-            ok = evbuffer_add(rest, text, len) == 0;
+    json_t *found = pl_tool_format_parse(p->tool_format, p->tools, text, len, cut, content);
+    json_t *calls = found ? json_array() : NULL;
+    size_t i;
+    json_t *c;
+    json_array_foreach(found, i, c) {
+        if (calls && json_array_append_new(calls, to_call_(c)) < 0) {
+            json_decref(calls);
+            calls = NULL;
         }
     }
-    if (!ok || (!cut && json_array_size(calls) == 0)) {
-        json_decref(calls);
-        if (rest)
-            evbuffer_free(rest);
-        return NULL;
+    json_decref(found);
+    if (found && !calls) {
+        free(*content);
+        *content = NULL;
     }
-    char *c = pl_evbuffer_take(rest);
-    size_t n = c ? strlen(c) : 0;
-    while (n && isspace((unsigned char)c[n - 1]))
-        c[--n] = '\0';
-    if (c && n)
-        *content = c;
-    else
-        free(c);
     return calls;
 }
 

@@ -1,6 +1,7 @@
 /* oai_tools.c - tools, tool_choice and tool history into the prompt, and
- * the call grammar as a constraint (oai_tools.h; replies back into
- * tool_calls are oai_tool_calls.c's). */
+ * the call grammar as a constraint, by the model's tool format
+ * (oai_tools.h, backends/text/tool_format.h; replies back into tool_calls
+ * are oai_tool_calls.c's). */
 #include "api/oai_tools.h"
 
 #include <ctype.h>
@@ -15,19 +16,6 @@
 #define INVALID(param, ...) \
     pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)
 #define MAX_PARALLEL 4           /* calls in one constrained reply */
-
-static const char HERMES_PRE[] =
-    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
-static const char HERMES_POST[] =
-    "\n</tools>\n\nFor each function call, return a json object with function name and "
-    "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": "
-    "<function-name>, \"arguments\": <args-json-object>}\n</tool_call>";
-static const char LLAMA3_PRE[] =
-    "Given the following functions, please respond with a JSON for a function call with "
-    "its proper arguments that best answers the given prompt.\n\nRespond in the format "
-    "{\"name\": function name, \"parameters\": dictionary of argument name and its value}."
-    " Do not use variables.\n";
 
 /* ---- request validation (called from oai_params.c) ---- */
 
@@ -236,27 +224,6 @@ int pl_oai_legacy_functions(json_t *body, pl_oai_params *p, pl_err *err)
 
 /* ---- the prompt ---- */
 
-static bool fmt_is_(const pl_oai_params *p, const char *f)
-{
-    return pl_oai_tool_format_is(p, f);
-}
-
-/* The call text of one function in p's format. */
-static void put_call_(struct evbuffer *b, const pl_oai_params *p, const char *name,
-                      const char *args)
-{
-    json_t *n = json_string(name);
-    char *ns = json_dumps(n, JSON_ENCODE_ANY);
-    const char *key = fmt_is_(p, "llama3") ? "parameters" : "arguments";
-    if (fmt_is_(p, "hermes") || fmt_is_(p, "generic"))
-        evbuffer_add_printf(b, "<tool_call>\n{\"name\": %s, \"%s\": %s}\n</tool_call>",
-                            ns ? ns : "\"\"", key, args);
-    else
-        evbuffer_add_printf(b, "{\"name\": %s, \"%s\": %s}", ns ? ns : "\"\"", key, args);
-    free(ns);
-    json_decref(n);
-}
-
 /* An assistant turn's content followed by its calls. */
 static char *render_calls_(const pl_oai_params *p, const char *content, json_t *calls)
 {
@@ -266,67 +233,27 @@ static char *render_calls_(const pl_oai_params *p, const char *content, json_t *
     evbuffer_add(b, content, strlen(content));
     if (content[0])
         evbuffer_add(b, "\n", 1);
-    if (fmt_is_(p, "mistral"))
-        evbuffer_add_printf(b, "[TOOL_CALLS] [");
-    size_t k;
-    json_t *c;
-    json_array_foreach(calls, k, c) {
-        json_t *fn = json_object_get(c, "function"), *a = json_object_get(fn, "arguments");
-        char *as = json_is_string(a) ? strdup(json_string_value(a))
-                   : a ? json_dumps(a, JSON_COMPACT) : strdup("{}");
-        if (k)
-            evbuffer_add(b, fmt_is_(p, "mistral") ? ", " : "\n", fmt_is_(p, "mistral") ? 2 : 1);
-        put_call_(b, p, json_string_value(json_object_get(fn, "name")), as ? as : "{}");
-        free(as);
-    }
-    if (fmt_is_(p, "mistral"))
-        evbuffer_add(b, "]", 1);
-    return pl_evbuffer_take(b);
-}
-
-/* The tool list in the format's words. */
-static char *render_tools_(const pl_oai_params *p)
-{
-    struct evbuffer *b = evbuffer_new();
-    if (!b)
+    if (p->tool_format->render_calls(b, calls) < 0) {
+        evbuffer_free(b);
         return NULL;
-    bool hermes = !fmt_is_(p, "llama3") && !fmt_is_(p, "mistral");
-    evbuffer_add_printf(b, "%s", hermes ? HERMES_PRE
-                                 : fmt_is_(p, "llama3") ? LLAMA3_PRE : "[AVAILABLE_TOOLS] [");
-    size_t i;
-    json_t *t;
-    json_array_foreach(p->tools, i, t) {
-        char *s = json_dumps(t, JSON_COMPACT);
-        if (fmt_is_(p, "mistral"))
-            evbuffer_add_printf(b, "%s%s", i ? ", " : "", s ? s : "{}");
-        else
-            evbuffer_add_printf(b, "\n%s", s ? s : "{}");
-        free(s);
     }
-    evbuffer_add_printf(b, "%s", hermes ? HERMES_POST
-                                 : fmt_is_(p, "mistral") ? "][/AVAILABLE_TOOLS]" : "");
     return pl_evbuffer_take(b);
 }
 
 /* A tool result as the format shows it: its own role where the template
- * has one, else a user turn with the result wrapped. */
+ * has one, else the format's role with the result wrapped. */
 static int render_tool_result_(pl_oai_params *p, pl_chat_message *m)
 {
-    if (fmt_is_(p, "hermes"))
-        return 0;                 /* Qwen's template wraps "tool" itself */
-    if (fmt_is_(p, "llama3")) {
-        m->role = "ipython";
+    const pl_tool_format *f = p->tool_format;
+    if (f->result_role)
+        m->role = f->result_role;
+    if (!f->result_wrap)
         return 0;
-    }
-    size_t n = strlen(m->content) + 64;
+    size_t n = strlen(m->content) + strlen(f->result_wrap) + 1;
     char *s = malloc(n);
     if (!s)
         return -1;
-    if (fmt_is_(p, "mistral"))
-        snprintf(s, n, "[TOOL_RESULTS] %s [/TOOL_RESULTS]", m->content);
-    else
-        snprintf(s, n, "<tool_response>\n%s\n</tool_response>", m->content);
-    m->role = "user";
+    snprintf(s, n, f->result_wrap, m->content);
     m->content = pl_oai_params_own(p, s);
     return m->content ? 0 : -1;
 }
@@ -338,8 +265,7 @@ static void merge_user_runs_(pl_oai_params *p)
     int w = 0;
     for (int r = 0; r < p->n_messages; r++) {
         pl_chat_message *m = &p->messages[r];
-        if (w > 0 && !strcmp(m->role, "user") && !strcmp(p->messages[w - 1].role, "user") &&
-            !fmt_is_(p, "hermes")) {
+        if (w > 0 && !strcmp(m->role, "user") && !strcmp(p->messages[w - 1].role, "user")) {
             size_t n = strlen(p->messages[w - 1].content) + strlen(m->content) + 2;
             char *s = malloc(n);
             if (s && pl_oai_params_own(p, s)) {
@@ -370,7 +296,7 @@ static int render_history_(pl_oai_params *p, json_t *body)
             !(m->content = pl_oai_params_own(p, render_calls_(p, m->content, calls))))
             return -1;
     }
-    if (results)
+    if (results && p->tool_format->merge_user_runs)
         merge_user_runs_(p);
     return 0;
 }
@@ -379,10 +305,10 @@ static int render_history_(pl_oai_params *p, json_t *body)
  * Llama 3.1 and Mistral put it before the first user turn's text. */
 static int add_tools_(pl_oai_params *p)
 {
-    char *tools = pl_oai_params_own(p, render_tools_(p));
+    char *tools = pl_oai_params_own(p, p->tool_format->render_tools(p->tools));
     if (!tools)
         return -1;
-    bool in_user = fmt_is_(p, "llama3") || fmt_is_(p, "mistral");
+    bool in_user = p->tool_format->tools_in_user;
     for (int i = 0; i < p->n_messages; i++) {
         pl_chat_message *m = &p->messages[i];
         if (strcmp(m->role, in_user ? "user" : "system"))
@@ -426,16 +352,7 @@ static int put_call_regex_(struct evbuffer *b, const pl_oai_params *p, json_t *f
         free(ns), free(args), free(esc);
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     }
-    bool tags = fmt_is_(p, "hermes") || fmt_is_(p, "generic");
-    if (fmt_is_(p, "harmony"))    /* the name unquoted: strip the escaped quotes */
-        evbuffer_add_printf(b, "<\\|channel\\|>commentary to=functions\\.%.*s "
-                               "<\\|constrain\\|>json<\\|message\\|>%s",
-                            (int)strlen(esc) - 2, esc + 1, args);
-    else
-        evbuffer_add_printf(b, "%s\\{\"name\": %s, \"%s\": %s\\}%s",
-                            tags ? "<tool_call>\\n" : "", esc,
-                            fmt_is_(p, "llama3") ? "parameters" : "arguments", args,
-                            tags ? "\\n</tool_call>" : "");
+    p->tool_format->call_regex(b, esc, args);
     free(ns), free(args), free(esc);
     return 0;
 }
@@ -474,36 +391,38 @@ char *pl_oai_tools_one_call_regex(const pl_oai_params *p, pl_err *err)
     return NULL;
 }
 
+/* tool_choice required or named: the reply is the call (or calls) of an
+ * allowed function, in the format's grammar. */
 static int add_call_constraint_(pl_oai_params *p, pl_err *err)
 {
     if (p->sampling.constraint != PL_CONSTRAINT_NONE)
         return INVALID("tool_choice", "'tool_choice' \"required\" or a named function cannot "
                                       "be combined with response_format or guided decoding");
-    struct evbuffer *one = evbuffer_new(), *all = evbuffer_new();
-    if (!one || !all || put_one_call_(one, p, err) < 0) {
-        if (one)
-            evbuffer_free(one);
-        if (all)
-            evbuffer_free(all);
-        return err->status ? -1 : pl_err_set(err, 500, "server_error", NULL, NULL, "oom");
-    }
-    char *c = pl_evbuffer_take(one);
-    bool many = p->parallel_tool_calls && p->tool_choice == PL_TOOL_CHOICE_REQUIRED &&
-                !fmt_is_(p, "llama3");
-    const char *sep = fmt_is_(p, "mistral") ? ", " : "\\n";
-    if (fmt_is_(p, "mistral"))
-        evbuffer_add_printf(all, "\\[TOOL_CALLS\\] \\[");
-    evbuffer_add_printf(all, "%s", c ? c : "");
-    if (many)
-        evbuffer_add_printf(all, "(?:%s%s){0,%d}", sep, c ? c : "", MAX_PARALLEL - 1);
-    if (fmt_is_(p, "mistral"))
-        evbuffer_add_printf(all, "\\]");
-    free(c);
-    char *re = pl_evbuffer_take(all);
+    char *one = pl_oai_tools_one_call_regex(p, err);
+    if (!one)
+        return -1;
+    bool many = p->parallel_tool_calls && p->tool_choice == PL_TOOL_CHOICE_REQUIRED;
+    char *re = p->tool_format->reply_regex(one, many, MAX_PARALLEL);
+    free(one);
     if (!re)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     p->sampling.constraint = PL_CONSTRAINT_REGEX;
     p->sampling.constraint_text = re;
+    p->constraint_after_reasoning = p->tool_format->native;
+    return 0;
+}
+
+int pl_oai_tools_prepare_native(pl_oai_params *p, json_t *body, pl_err *err)
+{
+    json_t *msgs = json_object_get(body, "messages");
+    p->tools_native = true;
+    for (int i = 0; i < p->n_messages; i++) {
+        json_t *calls = json_object_get(json_array_get(msgs, (size_t)i), "tool_calls");
+        if (json_is_array(calls) && json_array_size(calls) > 0)
+            p->messages[i].tool_calls = calls;
+    }
+    if (p->tools && pl_oai_tools_forced(p))
+        return add_call_constraint_(p, err);
     return 0;
 }
 
@@ -515,10 +434,10 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
         p->tools_upstream = true;
         return 0;
     }
-    p->tool_format = b->ops->tool_format ? b->ops->tool_format(b) : "generic";
+    p->tool_format = pl_backend_tool_format(b);
     p->json_ws = b->json_ws;
-    if (fmt_is_(p, "harmony"))
-        return pl_oai_tools_prepare_harmony(p, body, err);
+    if (p->tool_format->native)
+        return pl_oai_tools_prepare_native(p, body, err);
     err->status = 0;
     if (render_history_(p, body) < 0)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -526,7 +445,7 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
         return 0;
     if (add_tools_(p) < 0)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    if (p->tool_choice == PL_TOOL_CHOICE_REQUIRED || p->tool_choice == PL_TOOL_CHOICE_NAMED)
+    if (pl_oai_tools_forced(p))
         return add_call_constraint_(p, err);
     return 0;
 }

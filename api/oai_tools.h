@@ -1,9 +1,11 @@
 /* oai_tools.h - OpenAI tool calling over any backend: tools go into the
- * prompt in the model's chat-template family (backend.h, tool_format:
- * Qwen 2.5 / Hermes <tool_call> tags, Llama 3.1 JSON, Mistral
- * [TOOL_CALLS], a generic Hermes-like format otherwise), history turns
+ * prompt in the model's tool format (backend.h, tool_format; the formats
+ * themselves are backends/text/tool_format.h's: Qwen 2.5 / Hermes
+ * <tool_call> tags, Llama 3.1 JSON, Mistral [TOOL_CALLS], a generic
+ * Hermes-like format otherwise, gpt-oss's native harmony), history turns
  * with tool_calls and tool results are rendered the same way, and the
- * reply text is parsed back into message.tool_calls.
+ * reply text is parsed back into message.tool_calls. This file keeps
+ * OpenAI's side: the tools array, tool_choice, call objects and chunks.
  *
  * tool_choice "required" or a named function constrains decoding to the
  * call's grammar with the arguments' JSON schema (a regex constraint), so
@@ -19,6 +21,7 @@
 #include <jansson.h>
 
 #include "api/oai_params.h"
+#include "backends/text/tool_format.h"
 
 /** Render tools and tool history (body's messages) into p's messages for backend b's
  *  format, and add the call constraint for required/named. 0, or -1 with
@@ -27,12 +30,6 @@ int pl_oai_tools_prepare(pl_oai_params *p, json_t *body, pl_backend *b, pl_err *
 
 /** A function name OpenAI accepts: [a-zA-Z0-9_-]{1,64}. */
 bool pl_oai_tool_name_valid(const char *s);
-
-/** Whether p's tool format (set by pl_oai_tools_prepare) is f. */
-static inline bool pl_oai_tool_format_is(const pl_oai_params *p, const char *f)
-{
-    return p->tool_format && !strcmp(p->tool_format, f);
-}
 
 /** Whether replies of p are parsed for tool calls. */
 static inline bool pl_oai_tools_active(const pl_oai_params *p)
@@ -46,10 +43,11 @@ static inline bool pl_oai_tools_active(const pl_oai_params *p)
  *  or NULL with *err (400 naming the parameters that cannot be compiled). */
 char *pl_oai_tools_one_call_regex(const pl_oai_params *p, pl_err *err);
 
-/** tool_format "harmony" (api/oai_tools_harmony.c): tools and history
- *  calls stay structured for the template; required/named constrain the
- *  reply to one call in the model's form. 0 or -1 with *err. */
-int pl_oai_tools_prepare_harmony(pl_oai_params *p, json_t *body, pl_err *err);
+/** A native tool format (p->tool_format, set): tools and history calls
+ *  stay structured for the template; required/named constrain the reply
+ *  to one call in the model's form, after its reasoning. 0 or -1 with
+ *  *err. */
+int pl_oai_tools_prepare_native(pl_oai_params *p, json_t *body, pl_err *err);
 
 /** Whether p forces a call (tool_choice "required" or a named function):
  *  its reply's text is then never content. */
@@ -97,11 +95,12 @@ void pl_oai_tools_put_end(const pl_oai_params *p, struct evbuffer *b, const char
  *  finish_reason "tool_calls" as "function_call". */
 void pl_oai_tools_legacy_message(json_t *choice);
 
-/** The text a call starts with in p's format ("<tool_call>", "{", ...). */
-const char *pl_oai_tools_opener(const pl_oai_params *p);
-
 /** A stream with tools holds its text back while it may be a call. */
-enum { PL_TOOLS_UNDECIDED = 0, PL_TOOLS_TEXT = 1, PL_TOOLS_HOLD = 2 };
+enum {
+    PL_TOOLS_UNDECIDED = PL_TOOL_FORMAT_UNDECIDED,
+    PL_TOOLS_TEXT = PL_TOOL_FORMAT_TEXT,
+    PL_TOOLS_HOLD = PL_TOOL_FORMAT_HOLD,
+};
 /** For the reply's first n bytes t (after leading white space): HOLD when
  *  it is a call (or a call is required), TEXT when it cannot be one, else
  *  UNDECIDED. */

@@ -2,6 +2,8 @@
  * parameter defaults and copies, the admission point of a backend. */
 #include "backends/backend.h"
 #include "backends/req_metrics.h"
+#include "backends/text/reasoning_format.h"
+#include "backends/text/tool_format.h"
 #include "schedulers/dispatch.h"
 
 #include <stdarg.h>
@@ -53,9 +55,15 @@ int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err
     return b->ops->check_constraint ? b->ops->check_constraint(b, k, err) : 0;
 }
 
-const char *pl_backend_reasoning_format(pl_backend *b)
+const pl_reasoning_format *pl_backend_reasoning_format(pl_backend *b)
 {
     return b->ops->reasoning_format ? b->ops->reasoning_format(b) : NULL;
+}
+
+const pl_tool_format *pl_backend_tool_format(pl_backend *b)
+{
+    const pl_tool_format *f = b->ops->tool_format ? b->ops->tool_format(b) : NULL;
+    return f ? f : &pl_tool_generic;
 }
 
 void pl_sampling_defaults(pl_sampling *s)

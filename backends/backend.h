@@ -163,7 +163,7 @@ typedef struct pl_gen_request {
     bool add_generation_prompt;  /**< chat: end with the assistant header */
     pl_thinking thinking;        /**< chat: chat_template_kwargs.enable_thinking */
     /** chat: the request's tools (OpenAI's "tools" array, borrowed) for a
-     *  template that renders them itself (tool_format "harmony"); NULL:
+     *  template that renders them itself (a native tool_format); NULL:
      *  none. */
     json_t *tools;
     /** chat: reasoning_effort ("low", "medium", "high") for a template
@@ -278,6 +278,8 @@ typedef struct pl_sink {
 
 typedef struct pl_backend pl_backend;
 struct pl_dispatch_kv;
+struct pl_tool_format;
+struct pl_reasoning_format;
 
 /** The table of functions a backend implements. */
 typedef struct pl_backend_ops {
@@ -332,20 +334,19 @@ typedef struct pl_backend_ops {
     json_t *(*tokenizer_info)(pl_backend *b, pl_err *err);
     /** Stop producing, abort everything, join threads, free. */
     void (*free)(pl_backend *b);
-    /** How the model writes tool calls, from its chat-template family:
-     *  "hermes" (Qwen 2.5 / Hermes <tool_call>), "llama3" (Llama 3.1 JSON),
-     *  "mistral" ([TOOL_CALLS]), "harmony" (gpt-oss: the template renders
-     *  tools, calls and results itself from pl_gen_request.tools and
-     *  pl_chat_message.tool_calls; calls come back in the reply's
-     *  channels) or "generic". May be NULL: "generic". */
-    const char *(*tool_format)(pl_backend *b);
-    /** How the model marks its reasoning in a reply, by the name of vLLM's
-     *  reasoning parser: "qwen3" (<think> ... </think>, split by
-     *  backends/text/reasoning.h into reasoning_content and
-     *  content), "harmony" (gpt-oss's channels, split by
-     *  backends/text/harmony.h into reasoning, content and tool
-     *  calls), or NULL: none. May be NULL itself: none. */
-    const char *(*reasoning_format)(pl_backend *b);
+    /** How the model writes tool calls (backends/text/tool_format.h),
+     *  from its chat-template family: Qwen 2.5 / Hermes <tool_call>, Llama
+     *  3.1 JSON, Mistral [TOOL_CALLS], gpt-oss's harmony (native: the
+     *  template renders tools, calls and results itself from
+     *  pl_gen_request.tools and pl_chat_message.tool_calls; calls come
+     *  back in the reply's channels) or generic. Static. May be NULL:
+     *  generic (pl_backend_tool_format). */
+    const struct pl_tool_format *(*tool_format)(pl_backend *b);
+    /** How the model marks its reasoning in a reply
+     *  (backends/text/reasoning_format.h): qwen3's <think> ... </think>,
+     *  gpt-oss's harmony channels (reasoning, content and tool calls), or
+     *  NULL: none. Static. May be NULL itself: none. */
+    const struct pl_reasoning_format *(*reasoning_format)(pl_backend *b);
     /** Retention hint (DESIGN.md, "Conversation-aware KV"): how soon the
      *  conversation with this key (a request's conversation_key) needs its
      *  cached prefix again: 0 = now, larger = later (its place in the
@@ -364,7 +365,10 @@ typedef struct pl_backend_ops {
 int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err);
 
 /** ops->reasoning_format, or NULL when the backend has none. */
-const char *pl_backend_reasoning_format(pl_backend *b);
+const struct pl_reasoning_format *pl_backend_reasoning_format(pl_backend *b);
+
+/** ops->tool_format, or the generic format when the backend has none. */
+const struct pl_tool_format *pl_backend_tool_format(pl_backend *b);
 
 /** The next need of a finished conversation (pl_backend_ops.retain). */
 #define PL_NEED_DONE (-1)

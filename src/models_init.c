@@ -9,6 +9,8 @@
 #include "backends/engine_open.h"
 #include "backends/mock/mock.h"
 #include "backends/remote/remote.h"
+#include "backends/text/reasoning_format.h"
+#include "backends/text/tool_format.h"
 #include "src/base/log.h"
 #include "src/base/redact.h"
 
@@ -54,7 +56,9 @@ static pl_backend *open_mock(struct event_base *base, const pl_opts *o, const ch
         .capacity = o->mock_capacity,
         .seed = (uint64_t)o->mock_seed,
         .echo = strcmp(o->mock_mode, "echo") == 0,
-        .reasoning = strcmp(o->mock_reasoning, "none") ? o->mock_reasoning : NULL,
+        /* gpt-oss's harmony is both a reasoning and a tool format */
+        .reasoning = pl_reasoning_format_find(o->mock_reasoning),
+        .tools = pl_tool_format_find(o->mock_reasoning),
         .max_model_len = o->engine.max_model_len,
         .json_ws = (pl_json_ws)o->engine.core.json_ws,
     };

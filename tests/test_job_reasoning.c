@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/text/reasoning_format.h"
 #include "src/jobs/jobs_internal.h"
 
 typedef struct split {
@@ -18,7 +19,7 @@ static split run(const char *format, const char *reply)
 {
     split s = {.text = strdup(reply), .len = strlen(reply)};
     cr_assert(s.text);
-    s.rc = pl_job_reply_split(format, &s.text, &s.len, &s.reasoning);
+    s.rc = pl_job_reply_split(pl_reasoning_format_find(format), &s.text, &s.len, &s.reasoning);
     cr_assert_eq(strlen(s.text), s.len);
     return s;
 }

@@ -12,9 +12,9 @@
 #include "api/oai_reasoning.h"
 #include "backends/constrain/regex.h"
 
-static pl_dfa *compile(pl_oai_reasoning_fmt fmt, const char *inner)
+static pl_dfa *compile(const pl_reasoning_format *fmt, const char *inner)
 {
-    char *re = pl_oai_reasoning_wrap(fmt, inner);
+    char *re = fmt->wrap(inner);
     cr_assert_not_null(re);
     char err[256];
     pl_dfa *d = pl_regex_compile(re, strlen(re), 0, 4096, err, sizeof err);
@@ -30,7 +30,7 @@ static bool match(const pl_dfa *d, const char *s)
 
 Test(oai_reasoning, qwen3_constraint_after_think)
 {
-    pl_dfa *d = compile(PL_OAI_REASONING_QWEN3, "\\{\"a\": [0-9]+\\}");
+    pl_dfa *d = compile(&pl_reasoning_qwen3, "\\{\"a\": [0-9]+\\}");
     static const char *const yes[] = {
         "{\"a\": 1}", "<think></think>{\"a\": 1}", "<think>plan\nmore</think>{\"a\": 12}",
         "<think>a < b, </th and </thinking> are text</think>{\"a\": 1}",
@@ -50,7 +50,7 @@ Test(oai_reasoning, qwen3_constraint_after_think)
 
 Test(oai_reasoning, harmony_constraint_after_analysis)
 {
-    pl_dfa *d = compile(PL_OAI_REASONING_HARMONY, "<\\|channel\\|>final<\\|message\\|>ok");
+    pl_dfa *d = compile(&pl_reasoning_harmony, "<\\|channel\\|>final<\\|message\\|>ok");
     cr_expect(match(d, "<|channel|>final<|message|>ok"));
     cr_expect(match(d, "<|channel|>analysis<|message|>a < b<|end|><|start|>assistant"
                        "<|channel|>final<|message|>ok"));
@@ -70,12 +70,12 @@ typedef struct got {
     int n;
 } got;
 
-static bool collect(void *ud, const pl_oai_piece *p)
+static bool collect(void *ud, const pl_reply_piece *p)
 {
     got *g = ud;
     static const char kinds[] = "RCBA";
     size_t l = strlen(g->text);
-    if (p->kind == PL_OAI_PIECE_CALL_BEGIN)
+    if (p->kind == PL_REPLY_PIECE_CALL_BEGIN)
         snprintf(g->text + l, sizeof g->text - l, "B[%d %s]", p->index, p->name);
     else
         snprintf(g->text + l, sizeof g->text - l, "%c[%.*s]", kinds[p->kind], (int)p->len,
@@ -107,27 +107,27 @@ static void merged(const char *in, char *out)
     out[o] = '\0';
 }
 
-static void split_all(pl_oai_split *s, const char *reply, size_t cut, got *g)
+static void split_all(pl_reply_split *s, const char *reply, size_t cut, got *g)
 {
     size_t len = strlen(reply);
     for (size_t at = 0; at < len; at += cut)
-        cr_assert(pl_oai_split_feed(s, reply + at, len - at < cut ? len - at : cut, 1, collect,
+        cr_assert(pl_reply_split_feed(s, reply + at, len - at < cut ? len - at : cut, 1, collect,
                                     g));
-    cr_assert(pl_oai_split_finish(s, collect, g));
+    cr_assert(pl_reply_split_finish(s, collect, g));
 }
 
 Test(oai_reasoning, qwen3_pieces_in_order_however_cut)
 {
     const char *reply = "pre<think>a</thi b</think>post";
     for (size_t cut = 1; cut <= strlen(reply); cut++) {
-        pl_oai_split s;
-        pl_oai_split_init(&s, PL_OAI_REASONING_QWEN3, false);
+        pl_reply_split s;
+        pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
         got g = {0};
         char m[1024];
         split_all(&s, reply, cut, &g);
         merged(g.text, m);
         cr_expect_str_eq(m, "C[pre]R[a</thi b]C[post]", "cut %zu: %s", cut, g.text);
-        pl_oai_settled st = pl_oai_split_settle(&s);
+        pl_reply_settled st = pl_reply_split_settle(&s);
         cr_expect(st.has_reasoning && !st.rejoin);
         cr_expect_eq(st.content_skip, 3, "text before <think> is dropped when whole");
     }
@@ -137,25 +137,25 @@ Test(oai_reasoning, qwen3_counts_tokens_inside)
 {
     /* one token a delta: <think>, three inside, </think>, two after */
     static const char *const toks[] = {"<think>", "a", " b", " c", "</think>", "d", " e"};
-    pl_oai_split s;
-    pl_oai_split_init(&s, PL_OAI_REASONING_QWEN3, false);
+    pl_reply_split s;
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
     got g = {0};
     for (size_t i = 0; i < 7; i++)
-        pl_oai_split_feed(&s, toks[i], strlen(toks[i]), 1, collect, &g);
+        pl_reply_split_feed(&s, toks[i], strlen(toks[i]), 1, collect, &g);
     cr_expect_eq(s.reasoning_tokens, 3);
 }
 
 Test(oai_reasoning, qwen3_settles_as_vllm)
 {
-    pl_oai_split s;
+    pl_reply_split s;
     got g = {0};
-    pl_oai_split_init(&s, PL_OAI_REASONING_QWEN3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
     split_all(&s, "x<think>never closed", 4, &g);
-    pl_oai_settled st = pl_oai_split_settle(&s);
+    pl_reply_settled st = pl_reply_split_settle(&s);
     cr_expect(st.rejoin && !st.has_reasoning);   /* content: "x" + "<think>" + "never closed" */
-    pl_oai_split_init(&s, PL_OAI_REASONING_QWEN3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
     split_all(&s, "no block", 3, &g);
-    st = pl_oai_split_settle(&s);
+    st = pl_reply_split_settle(&s);
     cr_expect(!st.rejoin && !st.has_reasoning && st.content_skip == 0);
 }
 
@@ -165,19 +165,19 @@ Test(oai_reasoning, harmony_calls_and_channels)
                         "<|channel|>commentary to=functions.f <|constrain|>json<|message|>"
                         "{\"x\":1}";
     for (size_t cut = 1; cut <= 9; cut++) {
-        pl_oai_split s;
-        pl_oai_split_init(&s, PL_OAI_REASONING_HARMONY, true);
+        pl_reply_split s;
+        pl_reply_split_init(&s, &pl_reasoning_harmony, true);
         got g = {0};
         char m[1024];
         split_all(&s, reply, cut, &g);
         merged(g.text, m);
         cr_expect_str_eq(m, "R[why]B[0 f]A[{\"x\":1}]", "cut %zu: %s", cut, g.text);
         cr_expect_eq(s.n_calls, 1);
-        cr_expect(pl_oai_split_settle(&s).has_reasoning);
+        cr_expect(pl_reply_split_settle(&s).has_reasoning);
     }
     /* without calls (tool_choice none) the call's text is content */
-    pl_oai_split s;
-    pl_oai_split_init(&s, PL_OAI_REASONING_HARMONY, false);
+    pl_reply_split s;
+    pl_reply_split_init(&s, &pl_reasoning_harmony, false);
     got g = {0};
     char m[1024];
     split_all(&s, reply, 5, &g);
@@ -188,15 +188,15 @@ Test(oai_reasoning, harmony_calls_and_channels)
 
 Test(oai_reasoning, stops_when_told)
 {
-    pl_oai_split s;
-    pl_oai_split_init(&s, PL_OAI_REASONING_QWEN3, false);
+    pl_reply_split s;
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
     got g = {.stop_after = 1};
-    cr_expect(!pl_oai_split_feed(&s, "a<think>b</think>c", 18, 5, collect, &g));
+    cr_expect(!pl_reply_split_feed(&s, "a<think>b</think>c", 18, 5, collect, &g));
     cr_expect_eq(g.n, 1);
-    pl_oai_split_init(&s, PL_OAI_REASONING_HARMONY, true);
+    pl_reply_split_init(&s, &pl_reasoning_harmony, true);
     got h = {.stop_after = 1};
     const char *r = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final"
                     "<|message|>y";
-    cr_expect(!pl_oai_split_feed(&s, r, strlen(r), 5, collect, &h));
+    cr_expect(!pl_reply_split_feed(&s, r, strlen(r), 5, collect, &h));
     cr_expect_eq(h.n, 1);
 }

@@ -20,7 +20,8 @@ static void setup_(const char *format, const char *tool_choice)
     body = json_loads(js, 0, NULL);
     pl_err e;
     cr_assert_eq(pl_oai_parse(body, true, &p, &e), 0, "%s", e.message);
-    p.tool_format = format;
+    p.tool_format = pl_tool_format_find(format);
+    cr_assert_not_null(p.tool_format, "%s", format);
 }
 
 static void teardown_(void)

@@ -214,13 +214,13 @@ static json_t *eng_tokenizer_info_(pl_backend *b, pl_err *err)
     return j;
 }
 
-static const char *eng_tool_format_(pl_backend *b)
+static const struct pl_tool_format *eng_tool_format_(pl_backend *b)
 {
     pl_engine *e = (pl_engine *)b;
-    return e->text.tool_format ? e->text.tool_format(e->text.ud) : "generic";
+    return e->text.tool_format ? e->text.tool_format(e->text.ud) : NULL;
 }
 
-static const char *eng_reasoning_format_(pl_backend *b)
+static const struct pl_reasoning_format *eng_reasoning_format_(pl_backend *b)
 {
     pl_engine *e = (pl_engine *)b;
     return e->text.reasoning_format ? e->text.reasoning_format(e->text.ud) : NULL;

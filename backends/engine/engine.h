@@ -52,9 +52,9 @@ typedef struct pl_engine_text {
     json_t *(*tokenizer_info)(void *ud);
     /** The tool-call format of the chat template (backend.h,
      *  tool_format); may be NULL. */
-    const char *(*tool_format)(void *ud);
+    const struct pl_tool_format *(*tool_format)(void *ud);
     /** The reasoning format (backend.h, reasoning_format); may be NULL. */
-    const char *(*reasoning_format)(void *ud);
+    const struct pl_reasoning_format *(*reasoning_format)(void *ud);
     /** Frees ud when the backend is freed; may be NULL. */
     void (*free)(void *ud);
 } pl_engine_text;

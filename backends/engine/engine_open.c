@@ -114,26 +114,14 @@ static bool model_template(const engine_text *t, pl_gguf_str *src)
     return pl_gguf_get_str(t->gguf, "tokenizer.chat_template", src) == 0;
 }
 
-static const char *text_tool_format(void *ud)
+static const struct pl_tool_format *text_tool_format(void *ud)
 {
-    const pl_chat_style *s = &((engine_text *)ud)->style;
-    if (s->tmpl == PL_CHAT_TMPL_CHATML && (s->flags & PL_CHAT_F_QWEN_TOOLS))
-        return "hermes";
-    if (s->tmpl == PL_CHAT_TMPL_LLAMA3)
-        return "llama3";
-    if (s->tmpl == PL_CHAT_TMPL_MISTRAL)
-        return "mistral";
-    if (s->tmpl == PL_CHAT_TMPL_HARMONY)
-        return "harmony";
-    return "generic";
+    return pl_chat_style_tool_format(&((engine_text *)ud)->style);
 }
 
-static const char *text_reasoning_format(void *ud)
+static const struct pl_reasoning_format *text_reasoning_format(void *ud)
 {
-    const pl_chat_style *s = &((engine_text *)ud)->style;
-    if (s->tmpl == PL_CHAT_TMPL_HARMONY)
-        return "harmony";
-    return s->flags & PL_CHAT_F_QWEN3_THINK ? "qwen3" : NULL;
+    return pl_chat_style_reasoning_format(&((engine_text *)ud)->style);
 }
 
 /* A special token's text, null when the vocabulary has none (or its text

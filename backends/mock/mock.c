@@ -591,15 +591,14 @@ static void mock_free(pl_backend *b)
     free(mb);
 }
 
-static const char *mock_reasoning_format(pl_backend *b)
+static const struct pl_reasoning_format *mock_reasoning_format(pl_backend *b)
 {
     return ((mock_backend *)b)->o.reasoning;
 }
 
-static const char *mock_tool_format(pl_backend *b)
+static const struct pl_tool_format *mock_tool_format(pl_backend *b)
 {
-    const char *r = ((mock_backend *)b)->o.reasoning;
-    return r && !strcmp(r, "harmony") ? "harmony" : "generic";
+    return ((mock_backend *)b)->o.tools;
 }
 
 static const pl_backend_ops mock_ops = {

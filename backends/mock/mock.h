@@ -18,11 +18,12 @@ typedef struct pl_mock_opts {
     int capacity;
     uint64_t seed;
     int echo;                    /**< 1: echo the prompt's words */
-    /** The reasoning format its replies are read in (backend.h
-     *  reasoning_format: "qwen3", "harmony", which is its tool format
-     *  too), so that echoed text tests the API's splitting; NULL: none.
-     *  Borrowed for the backend's life. */
-    const char *reasoning;
+    /** The reasoning format its replies are read in (backend.h,
+     *  reasoning_format), so that echoed text tests the API's splitting;
+     *  NULL: none. Static. */
+    const struct pl_reasoning_format *reasoning;
+    /** Its tool format (backend.h, tool_format); NULL: generic. Static. */
+    const struct pl_tool_format *tools;
     int max_model_len;
     pl_json_ws json_ws;          /**< whitespace of constrained JSON */
 } pl_mock_opts;

@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "backends/text/chat_template_internal.h"
+#include "backends/text/reasoning_format.h"
+#include "backends/text/tool_format.h"
 
 static const char *const tmpl_names[] = {
     [PL_CHAT_TMPL_CHATML] = "chatml",   [PL_CHAT_TMPL_LLAMA3] = "llama3",
@@ -185,6 +187,25 @@ int pl_chat_style_for_arch(pl_chat_style *s, const char *arch)
     if (!strcmp(arch, "gemma3"))
         s->flags |= PL_CHAT_F_GEMMA_SYSTEM;
     return 0;
+}
+
+const pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s)
+{
+    switch (s->tmpl) {
+    case PL_CHAT_TMPL_CHATML:
+        return s->flags & PL_CHAT_F_QWEN_TOOLS ? &pl_tool_hermes : &pl_tool_generic;
+    case PL_CHAT_TMPL_LLAMA3: return &pl_tool_llama3;
+    case PL_CHAT_TMPL_MISTRAL: return &pl_tool_mistral;
+    case PL_CHAT_TMPL_HARMONY: return &pl_tool_harmony;
+    default: return &pl_tool_generic;
+    }
+}
+
+const pl_reasoning_format *pl_chat_style_reasoning_format(const pl_chat_style *s)
+{
+    if (s->tmpl == PL_CHAT_TMPL_HARMONY)
+        return &pl_reasoning_harmony;
+    return s->flags & PL_CHAT_F_QWEN3_THINK ? &pl_reasoning_qwen3 : NULL;
 }
 
 void pl_chat_style_free(pl_chat_style *s)

@@ -126,6 +126,15 @@ void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t);
  *  architecture without one. */
 int pl_chat_style_for_arch(pl_chat_style *s, const char *arch);
 
+/** The tool-call format of a style's template (tool_format.h): hermes
+ *  for Qwen 2.5's tool branch, llama3, mistral, harmony, else generic.
+ *  Static, never NULL. */
+const struct pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s);
+
+/** The reasoning format of a style's template (reasoning_format.h):
+ *  harmony, qwen3 for Qwen3's thinking, else NULL. Static. */
+const struct pl_reasoning_format *pl_chat_style_reasoning_format(const pl_chat_style *s);
+
 /** Free what pl_chat_style_init allocated; s is reset to UNKNOWN. */
 void pl_chat_style_free(pl_chat_style *s);
 

@@ -487,7 +487,8 @@ static int keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *te
 /* The reply's reasoning apart from its text, by its model's format. */
 static int split_reply(pl_job *j, job_req *jr, char **reasoning)
 {
-    const char *fmt = pl_backend_reasoning_format(j->backends[jr->cr->model]);
+    const struct pl_reasoning_format *fmt =
+        pl_backend_reasoning_format(j->backends[jr->cr->model]);
     if (pl_job_reply_split(fmt, &jr->text, &jr->len, reasoning) < 0)
         return -1;
     jr->cap = jr->text ? jr->len + 1 : 0;

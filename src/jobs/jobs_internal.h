@@ -23,15 +23,17 @@ typedef struct job_conv {
 } job_conv;
 
 /* A finished reply's reasoning set apart (job_reasoning.c), by the model's
- * reasoning format (backend.h, reasoning_format): "qwen3" moves the
- * <think> block's text to *reasoning and keeps what follows it in *text
- * (as vLLM's parser splits a whole reply); "harmony" (gpt-oss) keeps the
- * final channel's text and moves analysis (and any call: jobs offer no
- * tools) to *reasoning; else nothing changes. *text (malloc'd) may be
- * replaced, *len follows it; *reasoning is malloc'd or NULL (none). The
- * answer is then read, and other agents see, only the text. 0, or -1 on
- * out of memory (*text unchanged). */
-int pl_job_reply_split(const char *format, char **text, size_t *len, char **reasoning);
+ * reasoning format (backend.h, reasoning_format; NULL: none), as the
+ * format splits a whole reply (backends/text/reasoning_format.h,
+ * split_whole): qwen3 moves the <think> block's text to *reasoning and
+ * keeps what follows it in *text (as vLLM's parser splits a whole reply);
+ * harmony (gpt-oss) keeps the final channel's text and moves analysis (and
+ * any call: jobs offer no tools) to *reasoning; else nothing changes.
+ * *text (malloc'd) may be replaced, *len follows it; *reasoning is
+ * malloc'd or NULL (none). The answer is then read, and other agents see,
+ * only the text. 0, or -1 on out of memory (*text unchanged). */
+int pl_job_reply_split(const struct pl_reasoning_format *format, char **text, size_t *len,
+                       char **reasoning);
 
 /* An in-flight request: the backend's sink context. */
 typedef struct job_req {

@@ -42,11 +42,11 @@ static void put(merged *m, const void *p, size_t len)
     m->n += len;
 }
 
-static bool collect(void *ud, const pl_oai_piece *p)
+static bool collect(void *ud, const pl_reply_piece *p)
 {
     merged *m = ud;
     int kind = (int)p->kind;
-    if (kind == PL_OAI_PIECE_CALL_BEGIN) {
+    if (kind == PL_REPLY_PIECE_CALL_BEGIN) {
         put(m, "\1B", 2);
         put(m, p->name, strlen(p->name));
         put(m, &(char){(char)('0' + p->index % 10)}, 1);
@@ -57,15 +57,15 @@ static bool collect(void *ud, const pl_oai_piece *p)
         }
         put(m, p->text, p->len);
     }
-    m->last = p->len || kind == PL_OAI_PIECE_CALL_BEGIN ? kind : m->last;
+    m->last = p->len || kind == PL_REPLY_PIECE_CALL_BEGIN ? kind : m->last;
     return true;
 }
 
-static void split(pl_oai_reasoning_fmt fmt, bool calls, const char *reply, size_t len,
+static void split(const pl_reasoning_format *fmt, bool calls, const char *reply, size_t len,
                   uint32_t seed, merged *m)
 {
-    pl_oai_split s;
-    pl_oai_split_init(&s, fmt, calls);
+    pl_reply_split s;
+    pl_reply_split_init(&s, fmt, calls);
     for (size_t at = 0; at < len;) {
         size_t cut = len - at;
         if (seed) {
@@ -73,10 +73,10 @@ static void split(pl_oai_reasoning_fmt fmt, bool calls, const char *reply, size_
             size_t c = 1 + (seed >> 16) % 24;
             cut = c < cut ? c : cut;
         }
-        pl_oai_split_feed(&s, reply + at, cut, 1, collect, m);
+        pl_reply_split_feed(&s, reply + at, cut, 1, collect, m);
         at += cut;
     }
-    pl_oai_split_finish(&s, collect, m);
+    pl_reply_split_finish(&s, collect, m);
 }
 
 /* The request as the API hands it to a gpt-oss model (tools, calls and
@@ -85,8 +85,10 @@ static void render_all(json_t *body)
 {
     pl_oai_params p = {0};
     pl_err e;
-    if (!json_is_object(body) || pl_oai_parse(body, true, &p, &e) < 0 ||
-        pl_oai_tools_prepare_harmony(&p, body, &e) < 0)
+    if (!json_is_object(body) || pl_oai_parse(body, true, &p, &e) < 0)
+        goto done;
+    p.tool_format = &pl_tool_harmony;
+    if (pl_oai_tools_prepare_native(&p, body, &e) < 0)
         goto done;
     pl_gen_request r;
     pl_oai_to_request(&p, &r);
@@ -113,7 +115,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
-    pl_oai_reasoning_fmt fmt = data[0] & 1 ? PL_OAI_REASONING_HARMONY : PL_OAI_REASONING_QWEN3;
+    const pl_reasoning_format *fmt = data[0] & 1 ? &pl_reasoning_harmony : &pl_reasoning_qwen3;
     bool calls = data[0] & 2;
     const char *reply = (const char *)data + 2;
     size_t len = size - 2;
