@@ -11,6 +11,9 @@ export PARLEY_GEMMA_MODEL="${PARLEY_GEMMA_MODEL:-$(scripts/fetch_model.sh gemma3
 echo "== Layering (scripts/check_layers.sh)"
 scripts/check_layers.sh
 
+echo "== Formats by vtable, never by name (scripts/check_formats.sh)"
+scripts/check_formats.sh
+
 echo "== Sizes (scripts/check_sizes.sh)"
 scripts/check_sizes.sh
 
