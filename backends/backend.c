@@ -1,5 +1,6 @@
 /* backend.c - shared helpers of the backend interface: errors, sampling
- * parameter defaults and copies, the admission point of a backend. */
+ * parameter defaults and copies, submit and abort through the request
+ * metrics (req_metrics.h), the admission point of a backend. */
 #include "backends/backend.h"
 #include "backends/req_metrics.h"
 #include "backends/text/reasoning_format.h"
@@ -152,6 +153,25 @@ int pl_backend_check_length(const pl_gen_request *req, int n, int max_len, pl_er
                           req->messages ? "messages" : "prompt", req->sampling.max_tokens,
                           req->messages ? "messages" : "prompt");
     return 0;
+}
+
+int pl_backend_submit(pl_backend *b, const pl_gen_request *r, pl_sink s,
+                      uint64_t *id, pl_err *e)
+{
+    pl_sink tracked;
+    pl_req_track *t = pl_req_track_begin(pl_backend_metrics(b), s, &tracked);
+    if (b->ops->submit(b, r, tracked, id, e) < 0) {
+        pl_req_track_rejected(t);
+        return -1;
+    }
+    pl_req_track_submitted(t, *id);
+    return 0;
+}
+
+void pl_backend_abort(pl_backend *b, uint64_t id)
+{
+    pl_req_metrics_abort(b->metrics, id);
+    b->ops->abort(b, id);
 }
 
 void pl_backend_free(pl_backend *b)

@@ -392,7 +392,7 @@ struct pl_backend {
     pl_json_ws json_ws;
 };
 
-/** Submit through the request metrics (req_metrics.c): same contract as
+/** Submit through the request metrics (req_metrics.h): same contract as
  *  ops->submit; the sink is wrapped to time and count the request. */
 int pl_backend_submit(pl_backend *b, const pl_gen_request *r, pl_sink s,
                       uint64_t *id, pl_err *e);

@@ -1,5 +1,6 @@
 /* req_metrics.c - request metrics fed by a sink wrapper around every
- * backend request (pl_backend_submit / pl_backend_abort). */
+ * backend request (backend.c's pl_backend_submit / pl_backend_abort call
+ * the trackers here). */
 #include "backends/req_metrics.h"
 
 #include <stdlib.h>
@@ -198,7 +199,7 @@ static void track_done(void *ud, const pl_result *r)
     unhash_(t);
     pl_sink inner = t->inner;
     if (t->in_submit)
-        t->done_early = true;    /* pl_backend_submit recycles it */
+        t->done_early = true;    /* pl_req_track_submitted recycles it */
     else
         recycle_(t);
     inner.on_done(inner.ud, r);
@@ -216,40 +217,50 @@ static pl_req_track *track_get_(pl_req_metrics *m)
     return t;
 }
 
-int pl_backend_submit(pl_backend *b, const pl_gen_request *r, pl_sink s,
-                      uint64_t *id, pl_err *e)
+pl_req_track *pl_req_track_begin(pl_req_metrics *m, pl_sink inner, pl_sink *wrapped)
 {
-    pl_req_metrics *m = pl_backend_metrics(b);
     pl_req_track *t = m ? track_get_(m) : NULL;
-    if (!t)
-        return b->ops->submit(b, r, s, id, e);   /* OOM: serve untracked */
-    t->inner = s;
+    if (!t) {
+        *wrapped = inner;        /* OOM: served untracked */
+        return NULL;
+    }
+    t->inner = inner;
     t->t_submit = t->t_last = pl_mono_s();
     t->in_submit = true;
     m->live++;
-    if (b->ops->submit(b, r, (pl_sink){track_delta, track_done, t}, id, e) < 0) {
-        m->live--;
-        m->rejected++;
-        recycle_(t);
-        return -1;
-    }
+    *wrapped = (pl_sink){track_delta, track_done, t};
+    return t;
+}
+
+void pl_req_track_rejected(pl_req_track *t)
+{
+    if (!t)
+        return;
+    t->m->live--;
+    t->m->rejected++;
+    recycle_(t);
+}
+
+void pl_req_track_submitted(pl_req_track *t, uint64_t id)
+{
+    if (!t)
+        return;
+    pl_req_metrics *m = t->m;
     m->submitted++;
     if (t->done_early) {
         recycle_(t);
-        return 0;
+        return;
     }
     t->in_submit = false;
-    t->id = *id;
+    t->id = id;
     pl_req_track **p = bucket_(m, t->id);
     t->next = *p;
     *p = t;
     t->hashed = true;
-    return 0;
 }
 
-void pl_backend_abort(pl_backend *b, uint64_t id)
+void pl_req_metrics_abort(pl_req_metrics *m, uint64_t id)
 {
-    pl_req_metrics *m = b->metrics;
     if (m)
         for (pl_req_track *t = *bucket_(m, id); t; t = t->next)
             if (t->id == id) {
@@ -260,7 +271,6 @@ void pl_backend_abort(pl_backend *b, uint64_t id)
                 recycle_(t);
                 break;
             }
-    b->ops->abort(b, id);
 }
 
 static double mean_(const pl_hist *h)

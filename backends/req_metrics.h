@@ -1,9 +1,9 @@
 /* req_metrics.h - request-level metrics of a backend, the same for every
  * backend: counters and fixed-bucket histograms fed from the sink callbacks.
  *
- * pl_backend_submit() wraps the caller's sink in a tracker that times the
- * request (submit, first token, each later delta, done) and counts its
- * tokens and finish reason, then calls the caller's sink. Sinks run on the
+ * pl_backend_submit() (backend.c) wraps the caller's sink in a tracker
+ * that times the request (submit, first token, each later delta, done) and
+ * counts its tokens and finish reason, then calls the caller's sink. Sinks run on the
  * main thread, so the counters are plain integers: no locks, no atomics.
  * Trackers are recycled through a free list, so steady-state serving does
  * not allocate; observing a histogram is a short scan of fixed bounds.
@@ -74,6 +74,22 @@ typedef struct pl_req_metrics {
 pl_req_metrics *pl_backend_metrics(pl_backend *b);
 /** Free a metrics block and its trackers (pl_backend_free does this). */
 void pl_req_metrics_free(pl_req_metrics *m);
+
+/** Start tracking a request of m (NULL: none): *wrapped is the sink to
+ *  give the backend's submit; it times and counts the request, then calls
+ *  inner. Returns the tracker, or NULL (then *wrapped = inner: the request
+ *  is served untracked) when m is NULL or out of memory. */
+pl_req_track *pl_req_track_begin(pl_req_metrics *m, pl_sink inner, pl_sink *wrapped);
+/** The submit returned -1: counted as rejected, t recycled (NULL is
+ *  ignored). */
+void pl_req_track_rejected(pl_req_track *t);
+/** The submit returned 0 with id: t is kept by id for an abort, or
+ *  recycled when the request already ended inside submit (NULL is
+ *  ignored). */
+void pl_req_track_submitted(pl_req_track *t, uint64_t id);
+/** The caller aborts id: counted as finished_reason abort and its tracker
+ *  recycled; nothing when m is NULL or id is not tracked. */
+void pl_req_metrics_abort(pl_req_metrics *m, uint64_t id);
 
 /** A summary for GET /status (new reference): submitted, in_flight,
  *  prompt/generation/cached tokens, finished by reason, and the mean TTFT,

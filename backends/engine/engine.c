@@ -1,13 +1,21 @@
-/* engine.c - the engine as a pl_backend (main-thread side): options and
- * geometry, submit/abort/pause into the inbox, the registry of live
- * requests, capacity, statistics, tokenize/detokenize, start and stop. */
+/* engine.c - the engine as a pl_backend: options and geometry, the
+ * backend's operations (submit is engine_prep.c's; abort, pause and
+ * retention hints go into the inbox), capacity, statistics,
+ * tokenize/detokenize, start and stop. The top of the engine's files: it
+ * calls the others, none calls it. Main thread: pl_engine_backend_new
+ * makes its caller the engine's main thread (e->main_role); the
+ * operations that touch main-thread state assert it. */
 #include "backends/engine/engine_internal.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/event.h>
+#include "backends/engine/engine_chan.h"
+#include "backends/engine/engine_kv.h"
+#include "backends/engine/engine_loop.h"
+#include "backends/engine/engine_prep.h"
+#include "backends/engine/engine_req.h"
+#include "backends/engine/engine_stats.h"
 
 void pl_engine_options_defaults(pl_engine_options *o)
 {
@@ -25,106 +33,12 @@ int pl_engine_capacity_for(int max_num_seqs, int num_blocks, int block_size,
     return c < 1 ? 1 : (int)c;
 }
 
-/* ---- registry of live requests (main thread) ---- */
-
-static uint32_t sub_hash_(uint64_t id)
-{
-    id ^= id >> 33;
-    id *= 0xff51afd7ed558ccdull;
-    id ^= id >> 33;
-    return (uint32_t)id;
-}
-
-static int sub_grow_(pl_engine *e)
-{
-    uint32_t nb = e->subs ? (e->subs_mask + 1) * 2 : 256;
-    eng_sub **nt = calloc(nb, sizeof *nt);
-    if (!nt)
-        return -1;
-    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++) {
-        eng_sub *s = e->subs[i];
-        while (s) {
-            eng_sub *next = s->next;
-            uint32_t h = sub_hash_(s->id) & (nb - 1);
-            s->next = nt[h];
-            nt[h] = s;
-            s = next;
-        }
-    }
-    free(e->subs);
-    e->subs = nt;
-    e->subs_mask = nb - 1;
-    return 0;
-}
-
-int pl_engine_sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
-{
-    if ((!e->subs || (uint32_t)e->n_subs > e->subs_mask) && sub_grow_(e) < 0)
-        return -1;
-    eng_sub *s = malloc(sizeof *s);
-    if (!s)
-        return -1;
-    uint32_t h = sub_hash_(id) & e->subs_mask;
-    *s = (eng_sub){.id = id, .sink = sink, .next = e->subs[h]};
-    e->subs[h] = s;
-    e->n_subs++;
-    return 0;
-}
-
-eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id)
-{
-    if (!e->subs)
-        return NULL;
-    for (eng_sub *s = e->subs[sub_hash_(id) & e->subs_mask]; s; s = s->next)
-        if (s->id == id)
-            return s;
-    return NULL;
-}
-
-void pl_engine_sub_remove_(pl_engine *e, uint64_t id)
-{
-    if (!e->subs)
-        return;
-    eng_sub **pp = &e->subs[sub_hash_(id) & e->subs_mask];
-    for (; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == id) {
-            eng_sub *s = *pp;
-            *pp = s->next;
-            free(s);
-            e->n_subs--;
-            return;
-        }
-    }
-}
-
 /* ---- backend operations ---- */
-
-/* Token ids from a client name tokens of this vocabulary: 400 otherwise,
- * as OpenAI and vLLM answer (never ignored). */
-int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
-                         pl_err *err)
-{
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= e->n_vocab)
-            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
-                              "%s: token id %d is out of range [0, %d) for this model", param,
-                              (int)ids[i], e->n_vocab);
-    return 0;
-}
-
-void pl_engine_control_(pl_engine *e, uint64_t id, eng_msg_type type)
-{
-    eng_msg *m = calloc(1, sizeof *m);
-    if (!m)
-        return;
-    m->type = type;
-    m->id = id;
-    pl_engine_inbox_push_(e, m);
-}
 
 static void eng_abort_(pl_backend *b, uint64_t id)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     eng_sub *s = pl_engine_sub_find_(e, id);
     if (!s)
         return;
@@ -138,6 +52,7 @@ static void eng_abort_(pl_backend *b, uint64_t id)
 static void eng_retain_(pl_backend *b, uint64_t key, int next_need)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     eng_msg *m = key ? calloc(1, sizeof *m) : NULL;
     if (!m)
         return;
@@ -150,6 +65,7 @@ static void eng_retain_(pl_backend *b, uint64_t key, int next_need)
 static void eng_set_paused_(pl_backend *b, uint64_t id, bool paused)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     eng_sub *s = pl_engine_sub_find_(e, id);
     if (s && s->preparing)
         s->paused = paused;               /* applied when it reaches the inbox */
@@ -231,8 +147,6 @@ static int eng_max_model_len_(pl_backend *b)
     return ((pl_engine *)b)->max_len;
 }
 
-json_t *pl_engine_stats_json_(pl_engine *e);
-
 static json_t *eng_stats_(pl_backend *b)
 {
     return pl_engine_stats_json_((pl_engine *)b);
@@ -241,12 +155,10 @@ static json_t *eng_stats_(pl_backend *b)
 static void eng_free_(pl_backend *b)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     pl_engine_prep_free_(e);
     if (e->thread_started) {
-        pthread_mutex_lock(&e->in_lock);
-        e->stop = true;
-        pthread_cond_signal(&e->in_cond);
-        pthread_mutex_unlock(&e->in_lock);
+        pl_engine_inbox_stop_(e);
         pthread_join(e->thread, NULL);
     }
     pl_engine_queue_free_(&e->inbox);
@@ -256,12 +168,7 @@ static void eng_free_(pl_backend *b)
         next = m->next;
         pl_engine_msg_free_(m);
     }
-    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++)
-        for (eng_sub *s = e->subs[i], *next; s; s = next) {
-            next = s->next;
-            free(s);
-        }
-    free(e->subs);
+    pl_engine_subs_free_(e);
     free(e->lp_scratch);
     free(e->top_scratch);
     for (int i = 0; i < PL_RUNNER_MAX_INFLIGHT; i++)
@@ -373,6 +280,7 @@ pl_backend *pl_engine_backend_new(struct event_base *base, const char *model,
         pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
         return NULL;
     }
+    pl_thread_role_set(&e->main_role);
     e->ops = engine_ops;
     e->ops.kind = runner->ops->name;
     e->base.ops = &e->ops;

@@ -1,6 +1,23 @@
-/* engine_internal.h - the engine backend's state, shared by engine.c (the
- * backend table, main thread), engine_queue.c (inbox/outbox and delivery)
- * and engine_loop.c (the engine thread's step loop). */
+/* engine_internal.h - the engine backend's state: the types every file of
+ * backends/engine/ shares (a request, a message, the registry's record, the
+ * step statistics, pl_engine). Functions are declared by the header of the
+ * file that defines them; the files call one way
+ * (scripts/check_engine_calls.sh), lowest first:
+ *
+ *   engine_kv.c     the KV view for admission          both threads
+ *   engine_req.c    messages and requests: new, free,   any, engine thread
+ *                   deferred free, DONE; the clock
+ *   engine_chan.c   inbox, outbox, the registry of      main, engine thread
+ *                   live requests, delivery to sinks
+ *   engine_stats.c  the statistics snapshot             engine thread, any
+ *   engine_text.c   what a sampled token does           engine thread
+ *   engine_prep.c   submit and preparation              main, prepare workers
+ *   engine_loop.c   the step loop                       engine thread
+ *   engine.c        the pl_backend: ops, new, free      main thread
+ *
+ * Which thread owns a field is written below and checked: functions that
+ * may run only on the main or the engine thread assert it
+ * (PL_ASSERT_ON_THREAD(&e->main_role) / (&e->engine_role)). */
 #ifndef PL_ENGINE_INTERNAL_H
 #define PL_ENGINE_INTERNAL_H
 
@@ -12,6 +29,7 @@
 #include "schedulers/batch.h"
 #include "schedulers/dispatch.h"
 #include "schedulers/kv_blocks.h"
+#include "src/base/thread_role.h"
 
 struct event;
 
@@ -137,6 +155,11 @@ typedef struct pl_engine {
     int max_len;                  /* effective context: min(max_model_len,
                                      num_blocks * block_size) */
 
+    /* Thread roles: the main thread is the one that made the engine
+     * (pl_engine_backend_new), the engine thread takes its role as it
+     * starts and drops it as it ends (thread_role.h). */
+    pl_thread_role main_role, engine_role;
+
     /* engine thread only */
     pl_kv_blocks *kv;
     pl_batch *batch;
@@ -192,80 +215,5 @@ typedef struct pl_engine {
     pl_top_logprob *top_scratch;
     int lp_scratch_cap;
 } pl_engine;
-
-double pl_engine_now_ms_(void);
-
-/* engine_queue.c */
-void pl_engine_queue_push_(eng_queue *q, eng_msg *m);
-eng_msg *pl_engine_msg_get_(pl_engine *e);           /* engine thread */
-void pl_engine_msg_clear_(eng_msg *m);
-void pl_engine_msg_free_(eng_msg *m);
-void pl_engine_post_(pl_engine *e);                  /* flush pending_out */
-void pl_engine_inbox_push_(pl_engine *e, eng_msg *m); /* main thread */
-/* m, then (may be NULL) right after it: the engine thread takes both in
- * one drain, before it schedules anything (main thread). */
-void pl_engine_inbox_push2_(pl_engine *e, eng_msg *m, eng_msg *then);
-int pl_engine_wake_init_(pl_engine *e);
-void pl_engine_wake_free_(pl_engine *e);
-void pl_engine_queue_free_(eng_queue *q);
-
-/* engine.c: the main-thread registry, and control messages */
-int pl_engine_sub_add_(pl_engine *e, uint64_t id, pl_sink sink);
-eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id);
-void pl_engine_sub_remove_(pl_engine *e, uint64_t id);
-void pl_engine_control_(pl_engine *e, uint64_t id, eng_msg_type type);
-/* Token ids from a client: 0, or a 400 naming param when one is outside
- * the vocabulary (any thread). */
-int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
-                         pl_err *err);
-
-/* engine_prep.c: submit, and the prepare workers (main thread) */
-int pl_engine_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink, uint64_t *id,
-                      pl_err *err);
-/* The prompt's ids: copied from prompt_tokens or encoded (any thread). */
-int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
-                          pl_err *err);
-/* threads <= 0: none. Sets ops.late_errors when there are workers. */
-int pl_engine_prep_init_(pl_engine *e, int threads);
-/* Waits for the workers; what they prepared is dropped (no sink called). */
-void pl_engine_prep_free_(pl_engine *e);
-
-/* engine_loop.c */
-void *pl_engine_thread_main_(void *arg);
-void pl_engine_req_free_(eng_req *r);
-void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
-                          const pl_err *err);
-
-/* engine_kv.c: the KV view for admission */
-/** Main thread, at submit: count r's blocks until the engine sees it. */
-void pl_engine_kv_submit_(pl_engine *e, eng_req *r);
-/** Main thread: a request handed to a prepare worker (its prompt not
- *  tokenised yet) is counted by the running prompt estimate until it
- *  lands (pl_engine_kv_submit_) or fails; returns the blocks counted, to
- *  give back to pl_engine_kv_unhold_ either way. */
-int pl_engine_kv_hold_(pl_engine *e, int max_tokens);
-void pl_engine_kv_unhold_(pl_engine *e, int blocks);
-/** Engine thread, as r leaves the inbox (before anything may free it). */
-void pl_engine_kv_seen_(pl_engine *e, const eng_req *r);
-/** Engine thread: a reply of n tokens ended (stop or length). */
-void pl_engine_kv_reply_(pl_engine *e, int n);
-/** Engine thread: publish the figures (before posting DONEs, so that a
- *  completion's blocks are free in the view its DONE pumps). */
-void pl_engine_kv_publish_(pl_engine *e);
-/** ops->kv. */
-bool pl_engine_kv_view_(pl_backend *b, pl_dispatch_kv *out);
-
-/* engine_text.c: outputs of one step, per sequence */
-/** The request failed for lack of memory on the engine thread: it ends
- *  with a 500 its client sees. */
-void pl_engine_fail_oom_(pl_engine *e, eng_req *r, pl_batch_seq *s);
-void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
-                         const pl_step_output *out, int k);
-/* engine_text.c: prompt logprobs of a step's rows into their requests */
-void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
-                            const pl_step_output *out);
-/* engine_text.c: queue r's echoed prompt (once, before its first token) */
-/** The echoed prompt as one delta. -1 on out of memory. */
-int pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s);
 
 #endif

@@ -17,14 +17,16 @@
  * are free in the view its DONE makes dispatch read. The main thread
  * counts what it submitted until the engine thread has counted it, with
  * the same formula (pl_dispatch_kv_need: prompt + reply budget), so a
- * view read right after a submit already holds that request. */
-#include "backends/engine/engine_internal.h"
+ * view read right after a submit already holds that request. Each
+ * function asserts its thread (engine_kv.h). */
+#include "backends/engine/engine_kv.h"
 
 /* Weight of a new sample of the prompt footprint (one per step). */
 #define PROMPT_EWMA 0.0625
 
 void pl_engine_kv_submit_(pl_engine *e, eng_req *r)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     pl_dispatch_kv kv = {.block_size = e->opt.block_size,
                          .reply_tokens = atomic_load_explicit(&e->kv_reply_est,
                                                               memory_order_relaxed)};
@@ -34,6 +36,7 @@ void pl_engine_kv_submit_(pl_engine *e, eng_req *r)
 
 int pl_engine_kv_hold_(pl_engine *e, int max_tokens)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     pl_dispatch_kv kv;
     if (!pl_engine_kv_view_(&e->base, &kv))
         return 0;
@@ -44,16 +47,19 @@ int pl_engine_kv_hold_(pl_engine *e, int max_tokens)
 
 void pl_engine_kv_unhold_(pl_engine *e, int blocks)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     e->kv_submitted -= (uint64_t)blocks;
 }
 
 void pl_engine_kv_seen_(pl_engine *e, const eng_req *r)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     e->kv_seen_local += (uint64_t)r->kv_blocks;
 }
 
 void pl_engine_kv_reply_(pl_engine *e, int n)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     pl_dispatch_est_observe(&e->kv_replies, n);
 }
 
@@ -73,6 +79,7 @@ static void sample_prompt_(pl_engine *e, const pl_batch_kv_acct *a, const pl_kv_
 
 void pl_engine_kv_publish_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     if (!e->kv_rule)
         return;
     int reply = pl_dispatch_est_value(&e->kv_replies);
@@ -93,6 +100,7 @@ void pl_engine_kv_publish_(pl_engine *e)
 bool pl_engine_kv_view_(pl_backend *b, pl_dispatch_kv *out)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     if (!e->kv_rule)
         return false;
     uint64_t seen = atomic_load_explicit(&e->kv_seen, memory_order_acquire);

@@ -1,60 +1,19 @@
 /* engine_loop.c - the engine thread: take requests and aborts from the
  * inbox; while fewer than max_inflight steps run, schedule the next one
  * into the free input buffer and launch it; otherwise wait for the oldest
- * step and process its sampled ids (DESIGN.md, "engine step pipeline"). */
-#include "backends/engine/engine_internal.h"
+ * step and process its sampled ids (DESIGN.md, "engine step pipeline").
+ * Everything here runs on the engine thread, which owns the scheduler, the
+ * KV blocks and the runner; the functions it calls assert it. */
+#include "backends/engine/engine_loop.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-double pl_engine_now_ms_(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-void pl_engine_req_free_(eng_req *r)
-{
-    if (!r)
-        return;
-    free(r->prompt);
-    free(r->plp);
-    free(r->ptop_ids);
-    free(r->ptop_lp);
-    free(r->pending);
-    pl_sampling_free(&r->sp);
-    pl_token_fsm_release(r->fsm);
-    if (r->done_msg)
-        pl_engine_msg_free_(r->done_msg);
-    free(r);
-}
-
-/* A finished or aborted request may still be referenced by steps in
- * flight (its sampling state, logit bias): free it once every step
- * launched so far has been retired. */
-static void req_defer_free_(pl_engine *e, eng_req *r)
-{
-    r->free_after = e->n_launched;
-    r->next = e->deferred;
-    e->deferred = r;
-}
-
-static void deferred_sweep_(pl_engine *e)
-{
-    eng_req **pp = &e->deferred;
-    while (*pp) {
-        eng_req *r = *pp;
-        if (r->free_after <= e->n_retired) {
-            *pp = r->next;
-            pl_engine_req_free_(r);
-        } else {
-            pp = &r->next;
-        }
-    }
-}
+#include "backends/engine/engine_chan.h"
+#include "backends/engine/engine_kv.h"
+#include "backends/engine/engine_req.h"
+#include "backends/engine/engine_stats.h"
+#include "backends/engine/engine_text.h"
 
 static pl_seq_sampling seq_sampling_(const eng_req *r)
 {
@@ -76,33 +35,6 @@ static pl_seq_sampling seq_sampling_(const eng_req *r)
         .fsm_state = 0,
     };
     return s;
-}
-
-/* Queue r's DONE message (now or with this step's messages): the one
- * reserved when it arrived, so it cannot fail; a second DONE of one
- * request (a broken invariant) is dropped. */
-void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
-                          const pl_err *err)
-{
-    eng_msg *m = r->done_msg;
-    if (!m)
-        return;
-    r->done_msg = NULL;
-    pl_engine_msg_clear_(m);
-    m->type = ENG_MSG_DONE;
-    m->id = r->id;
-    pl_batch_seq *s = r->seq;
-    m->res.finish = f;
-    m->res.prompt_tokens = r->n_prompt;
-    m->res.completion_tokens = s ? pl_batch_seq_generated(s) : 0;
-    m->res.cached_tokens = s && s->n_cached > 0 ? s->n_cached : 0;
-    m->res.queue_ms = r->t_sched > 0 ? r->t_sched - r->t_submit : 0;
-    m->res.ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
-    if (err)
-        m->err = *err;
-    if (f == PL_FINISH_STOP || f == PL_FINISH_LENGTH)
-        pl_engine_kv_reply_(e, m->res.completion_tokens);
-    pl_engine_queue_push_(&e->pending_out, m);
 }
 
 static void on_submit_(pl_engine *e, eng_req *r)
@@ -140,7 +72,7 @@ static void on_control_(pl_engine *e, eng_msg *m)
     if (m->type == ENG_MSG_ABORT) {
         eng_req *r = s->ud;
         pl_batch_finish(e->batch, s);     /* blocks freed now */
-        req_defer_free_(e, r);
+        pl_engine_req_defer_free_(e, r);
         e->st_local.aborted++;
     } else {
         pl_batch_set_paused(e->batch, s, m->type == ENG_MSG_PAUSE);
@@ -152,13 +84,8 @@ static void on_control_(pl_engine *e, eng_msg *m)
  * false when the engine is stopping. */
 static bool inbox_drain_(pl_engine *e, bool block)
 {
-    pthread_mutex_lock(&e->in_lock);
-    while (block && !e->inbox.head && !e->stop)
-        pthread_cond_wait(&e->in_cond, &e->in_lock);
-    eng_msg *m = e->inbox.head;
-    e->inbox.head = e->inbox.tail = NULL;
-    bool stop = e->stop;
-    pthread_mutex_unlock(&e->in_lock);
+    bool stop;
+    eng_msg *m = pl_engine_inbox_take_(e, block, &stop);
     if (m)
         e->stalled = false;
     bool any = m != NULL;
@@ -180,18 +107,6 @@ static bool inbox_drain_(pl_engine *e, bool block)
     return !stop;
 }
 
-static void stats_publish_(pl_engine *e)
-{
-    eng_stats *s = &e->st_local;
-    s->running = pl_batch_num_running(e->batch);
-    s->waiting = pl_batch_num_waiting(e->batch);
-    pl_kv_blocks_stats(e->kv, &s->kv);
-    pl_engine_kv_publish_(e);
-    pthread_mutex_lock(&e->stats_lock);
-    e->st_shared = *s;
-    pthread_mutex_unlock(&e->stats_lock);
-}
-
 /* End one sequence's request with a server error. */
 static void fail_seq_(pl_engine *e, pl_batch_seq *s, const char *msg)
 {
@@ -202,7 +117,7 @@ static void fail_seq_(pl_engine *e, pl_batch_seq *s, const char *msg)
     pl_err_set(&err, 500, "server_error", NULL, NULL, "%s", msg);
     pl_engine_emit_done_(e, r, PL_FINISH_ERROR, &err);
     pl_batch_finish(e->batch, s);
-    req_defer_free_(e, r);
+    pl_engine_req_defer_free_(e, r);
 }
 
 /* A runner failure fails every sequence of the step. */
@@ -292,13 +207,13 @@ static void finish_oldest_(pl_engine *e)
             if (r && r->echo && !r->echo_sent && s->state != PL_SEQ_FINISHED) {
                 if (pl_engine_emit_prompt_(e, r, s) < 0) {  /* before its first token */
                     pl_engine_fail_oom_(e, r, s);
-                    req_defer_free_(e, r);
+                    pl_engine_req_defer_free_(e, r);
                     continue;
                 }
                 if (r->score_only) {                 /* scored: no token */
                     pl_engine_emit_done_(e, r, PL_FINISH_LENGTH, NULL);
                     pl_batch_finish(e->batch, s);
-                    req_defer_free_(e, r);
+                    pl_engine_req_defer_free_(e, r);
                     continue;
                 }
             }
@@ -307,13 +222,13 @@ static void finish_oldest_(pl_engine *e)
             e->st_local.tokens_out++;
             pl_engine_on_token_(e, s, out->sampled[k], out, k);
             if (s->state == PL_SEQ_FINISHED)
-                req_defer_free_(e, r);
+                pl_engine_req_defer_free_(e, r);
         }
     }
     pl_batch_step_retire(e->batch, f.st);
     e->step_busy[f.st - e->steps] = false;
     e->n_retired++;
-    deferred_sweep_(e);
+    pl_engine_req_sweep_(e);
     pl_engine_kv_publish_(e);        /* before the DONEs go */
     pl_engine_post_(e);
     e->st_local.steps_done++;
@@ -337,18 +252,18 @@ static void loop_(pl_engine *e)
         bool block = e->stalled && e->n_inflight == 0;
         if (block) {
             idle_check_(e);
-            stats_publish_(e);
+            pl_engine_stats_publish_(e);
         }
         if (!inbox_drain_(e, block))
             return;
         if (e->n_inflight < e->max_inflight && pl_batch_has_seqs(e->batch) &&
             launch_next_(e)) {
-            stats_publish_(e);
+            pl_engine_stats_publish_(e);
             continue;
         }
         if (e->n_inflight > 0) {
             finish_oldest_(e);
-            stats_publish_(e);
+            pl_engine_stats_publish_(e);
             continue;
         }
         e->stalled = true;
@@ -358,6 +273,7 @@ static void loop_(pl_engine *e)
 void *pl_engine_thread_main_(void *arg)
 {
     pl_engine *e = arg;
+    pl_thread_role_set(&e->engine_role);
     e->stalled = true;
     loop_(e);
     /* Stopping: let the runner finish what it has, drop everything. */
@@ -381,5 +297,6 @@ void *pl_engine_thread_main_(void *arg)
         e->deferred = r->next;
         pl_engine_req_free_(r);
     }
+    pl_thread_role_clear(&e->engine_role);    /* the main thread's again */
     return NULL;
 }

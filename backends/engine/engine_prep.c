@@ -14,16 +14,23 @@
  * token ids is a copy, and text tokenises at ~20 MB/s (8 KiB: ~0.4 ms).
  * What a worker finds (a DFA too large, a prompt too long) comes back as
  * the request's result before its first token (the backend's late_errors).
+ *
+ * Threads: submit and a worker's completion (prep_done_) run on the main
+ * thread (asserted); prep_work_ on a worker, where it reads only its own
+ * eng_prep, what is fixed once the engine is open (the text hooks, the
+ * geometry, the runner's abilities) and the locked constraint cache.
  */
-#include "backends/engine/engine_internal.h"
+#include "backends/engine/engine_prep.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backends/engine/engine_chan.h"
+#include "backends/engine/engine_kv.h"
+#include "backends/engine/engine_req.h"
 #include "src/base/io_pool.h"
 
 #define PREP_INLINE_BYTES 8192   /* text prompts up to this tokenise inline */
@@ -47,6 +54,19 @@ typedef struct eng_prep {
     int kv_held;                 /* blocks counted while it prepares
                                     (pl_engine_kv_hold_) */
 } eng_prep;
+
+/* Token ids from a client name tokens of this vocabulary: 400 otherwise,
+ * as OpenAI and vLLM answer (never ignored). */
+int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
+                         pl_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->n_vocab)
+            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
+                              "%s: token id %d is out of range [0, %d) for this model", param,
+                              (int)ids[i], e->n_vocab);
+    return 0;
+}
 
 int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
                           pl_err *err)
@@ -73,69 +93,6 @@ static int check_bias_(pl_engine *e, const pl_sampling *sp, pl_err *err)
         if (pl_engine_check_ids_(e, &sp->logit_bias[i].token, 1, "logit_bias", err) < 0)
             return -1;
     return 0;
-}
-
-/* Echo: the prompt comes back first; with logprobs the runner scores every
- * prompt row (arrays for them here, NaN for the first token). */
-static int echo_setup_(pl_engine *e, const pl_gen_request *req, eng_req *r, pl_err *err)
-{
-    r->echo = req->echo;
-    r->score_only = req->echo && req->score_only;
-    if (r->score_only)
-        r->max_new = 1;          /* the sampled token is dropped */
-    if (!req->echo || !req->sampling.logprobs)
-        return 0;
-    if (!e->runner->can_prompt_logprobs)
-        return pl_err_set(err, 400, "invalid_request_error", "echo", "unsupported_parameter",
-                          "echo with logprobs (prompt logprobs) is not supported by the %s "
-                          "runner yet", e->runner->ops->name);
-    int k = req->sampling.top_logprobs;
-    k = k < 0 ? 0 : k > PL_MAX_TOP_LOGPROBS ? PL_MAX_TOP_LOGPROBS : k;
-    size_t n = (size_t)r->n_prompt;
-    r->n_top_prompt = k;
-    r->plp = malloc(n * sizeof *r->plp);
-    r->ptop_ids = calloc(n * (size_t)k + 1, sizeof *r->ptop_ids);
-    r->ptop_lp = calloc(n * (size_t)k + 1, sizeof *r->ptop_lp);
-    if (!r->plp || !r->ptop_ids || !r->ptop_lp)
-        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        r->plp[i] = i ? 0.0f : NAN;
-    return 0;
-}
-
-/* The engine's request from the prompt's ids (taken) and the automaton
- * (a reference, taken): the length checks, the sampling copy, echo.
- * NULL with *err (ids freed, fsm released). Any thread. */
-static eng_req *req_build_(pl_engine *e, const pl_gen_request *req, int32_t *ids, int n,
-                           const pl_token_fsm *fsm, pl_err *err)
-{
-    eng_req *r = NULL;
-    if (pl_backend_check_length(req, n, e->max_len, err) < 0)
-        goto fail;
-    r = calloc(1, sizeof *r);
-    if (!r || pl_sampling_copy(&r->sp, &req->sampling) < 0) {
-        pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
-        goto fail;
-    }
-    r->fsm = fsm;
-    fsm = NULL;
-    if (r->fsm)
-        r->sp.ignore_eos = false; /* the grammar decides where the end is allowed */
-    r->prompt = ids;
-    ids = NULL;
-    r->n_prompt = n;
-    r->max_new = req->sampling.max_tokens > 0 ? req->sampling.max_tokens : e->max_len - n;
-    r->priority = req->priority;
-    r->conv_key = req->conversation_key;
-    r->reply_private = req->reply_private;
-    if (echo_setup_(e, req, r, err) < 0)
-        goto fail;
-    return r;
-fail:
-    pl_token_fsm_release(fsm);
-    free(ids);
-    pl_engine_req_free_(r);
-    return NULL;
 }
 
 /* The constraint from the cache, or a check of its text (so a bad one is
@@ -291,8 +248,8 @@ static void prep_work_(void *ud)
     int n = 0;
     if (pl_engine_prompt_ids_(e, &p->req, &ids, &n, &p->err) < 0)
         return;
-    p->r = req_build_(e, &p->req, ids, n, p->fsm, &p->err);
-    p->fsm = NULL;               /* req_build_ took it */
+    p->r = pl_engine_req_new_(e, &p->req, ids, n, p->fsm, &p->err);
+    p->fsm = NULL;               /* pl_engine_req_new_ took it */
 }
 
 /* Back on the main loop: into the inbox, or the error to the sink; nothing
@@ -301,6 +258,7 @@ static void prep_done_(void *ud)
 {
     eng_prep *p = ud;
     pl_engine *e = p->e;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     pl_engine_kv_unhold_(e, p->kv_held);
     eng_sub *s = e->closing ? NULL : pl_engine_sub_find_(e, p->id);
     eng_msg *m = s && p->r ? calloc(1, sizeof *m) : NULL;
@@ -380,6 +338,7 @@ int pl_engine_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink, ui
                       pl_err *err)
 {
     pl_engine *e = (pl_engine *)b;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     const pl_token_fsm *fsm = NULL;
     bool compile;
     if (check_bias_(e, &req->sampling, err) < 0 ||
@@ -394,12 +353,13 @@ int pl_engine_submit_(pl_backend *b, const pl_gen_request *req, pl_sink sink, ui
         pl_token_fsm_release(fsm);
         return -1;
     }
-    eng_req *r = req_build_(e, req, ids, n, fsm, err);
+    eng_req *r = pl_engine_req_new_(e, req, ids, n, fsm, err);
     return r ? submit_ready_(e, r, sink, id, err) : -1;
 }
 
 int pl_engine_prep_init_(pl_engine *e, int threads)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     if (threads <= 0)
         return 0;
     e->prep = pl_io_pool_new(e->base.base, threads);
@@ -411,6 +371,7 @@ int pl_engine_prep_init_(pl_engine *e, int threads)
 
 void pl_engine_prep_free_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     e->closing = true;           /* prepared requests are dropped, not sent */
     pl_io_pool_free(e->prep);    /* waits for the workers, runs prep_done_ */
     e->prep = NULL;

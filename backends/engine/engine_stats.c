@@ -1,10 +1,27 @@
-/* engine_stats.c - the engine's statistics as JSON: step timing (schedule,
- * process, execute, idle gap), rows, queues and the KV cache. */
-#include "backends/engine/engine_internal.h"
+/* engine_stats.c - the engine's statistics: the snapshot the engine thread
+ * publishes under stats_lock at each step, and that snapshot as JSON (step
+ * timing: schedule, process, execute, idle gap; rows, queues, the KV
+ * cache), read on the main thread. */
+#include "backends/engine/engine_stats.h"
 
 #include <string.h>
 
+#include "backends/engine/engine_kv.h"
+#include "backends/engine/engine_req.h"
 #include "src/base/io_pool.h"
+
+void pl_engine_stats_publish_(pl_engine *e)
+{
+    PL_ASSERT_ON_THREAD(&e->engine_role);
+    eng_stats *s = &e->st_local;
+    s->running = pl_batch_num_running(e->batch);
+    s->waiting = pl_batch_num_waiting(e->batch);
+    pl_kv_blocks_stats(e->kv, &s->kv);
+    pl_engine_kv_publish_(e);
+    pthread_mutex_lock(&e->stats_lock);
+    e->st_shared = *s;
+    pthread_mutex_unlock(&e->stats_lock);
+}
 
 static double per_(double total, uint64_t n)
 {

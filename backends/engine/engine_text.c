@@ -1,6 +1,7 @@
 /* engine_text.c - what one sampled token does to its request: the
  * end-of-generation and length checks, the text it adds, stop strings,
- * and the delta that carries it to the sink. Runs on the engine thread.
+ * and the delta that carries it to the sink. Runs on the engine thread
+ * (asserted in the functions engine_text.h declares).
  *
  * Each generated token gives one delta with its id (and its logprobs when
  * asked), an end-of-generation one too: it adds no text, but clients that
@@ -12,11 +13,13 @@
  * path ends the request with a 500 (its DONE was reserved when it
  * arrived): never a reply with text silently missing.
  */
-#include "backends/engine/engine_internal.h"
+#include "backends/engine/engine_text.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/engine_chan.h"
+#include "backends/engine/engine_req.h"
 #include "backends/stopstr.h"
 
 static int realloc_into_(void **p, size_t bytes)
@@ -159,6 +162,7 @@ static int delta_end_(pl_engine *e, eng_msg *m, int rc)
 
 void pl_engine_fail_oom_(pl_engine *e, eng_req *r, pl_batch_seq *s)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     pl_err err;
     pl_err_set(&err, 500, "server_error", NULL, NULL,
                "out of memory producing the reply");
@@ -184,6 +188,7 @@ static int token_delta_(pl_engine *e, eng_req *r, int32_t tok, bool eog, bool fi
 void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
                          const pl_step_output *out, int k)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     eng_req *r = s->ud;
     if (r->t_first == 0)
         r->t_first = pl_engine_now_ms_();
@@ -215,7 +220,7 @@ void pl_engine_on_token_(pl_engine *e, pl_batch_seq *s, int32_t tok,
 void pl_engine_prompt_rows_(pl_engine *e, const pl_batch_step *st,
                             const pl_step_output *out)
 {
-    (void)e;
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     const pl_step_input *in = &st->in;
     for (int k = 0; k < in->n_seqs; k++) {
         pl_batch_seq *s = st->seqs[k];
@@ -264,6 +269,7 @@ static int prompt_delta_(pl_engine *e, eng_req *r, eng_msg *m, const pl_batch_se
 
 int pl_engine_emit_prompt_(pl_engine *e, eng_req *r, const pl_batch_seq *s)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     r->echo_sent = true;
     eng_msg *m = new_delta_(e, r);
     return m ? delta_end_(e, m, prompt_delta_(e, r, m, s)) : -1;

@@ -1,67 +1,79 @@
-/* engine_queue.c - the engine's inbox and outbox: locked FIFO queues of
- * recycled messages, the eventfd that wakes the main loop, and delivery of
- * deltas and results to the sinks on the main thread. */
-#include "backends/engine/engine_internal.h"
+/* engine_chan.c - the channels between the threads: the inbox and the
+ * outbox (locked FIFO queues of recycled messages), the eventfd that wakes
+ * the main loop, the main thread's registry of live requests, and delivery
+ * of deltas and results to the sinks on the main thread.
+ *
+ * Threads: the main thread pushes to the inbox, owns the registry and
+ * delivers; the engine thread takes from the inbox and posts to the
+ * outbox. in_lock and out_lock guard what both touch; each function
+ * asserts the thread it may run on. */
+#include "backends/engine/engine_chan.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
-void pl_engine_queue_push_(eng_queue *q, eng_msg *m)
+#include "backends/engine/engine_req.h"
+
+/* ---- inbox: main -> engine ---- */
+
+void pl_engine_inbox_push_(pl_engine *e, eng_msg *m)
 {
-    m->next = NULL;
-    if (q->tail)
-        q->tail->next = m;
-    else
-        q->head = m;
-    q->tail = m;
+    pl_engine_inbox_push2_(e, m, NULL);
 }
 
-void pl_engine_msg_free_(eng_msg *m)
+void pl_engine_inbox_push2_(pl_engine *e, eng_msg *m, eng_msg *then)
 {
-    free(m->text);
-    free(m->tokens);
-    free(m->lp);
-    free(m->top_ids);
-    free(m->top_lp);
-    free(m);
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    pthread_mutex_lock(&e->in_lock);
+    pl_engine_queue_push_(&e->inbox, m);
+    if (then)
+        pl_engine_queue_push_(&e->inbox, then);
+    pthread_cond_signal(&e->in_cond);
+    pthread_mutex_unlock(&e->in_lock);
 }
 
-void pl_engine_queue_free_(eng_queue *q)
+void pl_engine_control_(pl_engine *e, uint64_t id, eng_msg_type type)
 {
-    eng_msg *m = q->head;
-    while (m) {
-        eng_msg *next = m->next;
-        if (m->req)
-            pl_engine_req_free_(m->req);
-        pl_engine_msg_free_(m);
-        m = next;
-    }
-    q->head = q->tail = NULL;
+    eng_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return;
+    m->type = type;
+    m->id = id;
+    pl_engine_inbox_push_(e, m);
 }
 
-/* Clear a recycled message for reuse (its buffers stay). */
-void pl_engine_msg_clear_(eng_msg *m)
+void pl_engine_inbox_stop_(pl_engine *e)
 {
-    m->req = NULL;
-    m->len = 0;
-    m->n = 0;
-    m->n_top = 0;
-    m->has_logprobs = false;
-    m->prompt = false;
-    memset(&m->res, 0, sizeof m->res);
-    m->next = NULL;
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    pthread_mutex_lock(&e->in_lock);
+    e->stop = true;
+    pthread_cond_signal(&e->in_cond);
+    pthread_mutex_unlock(&e->in_lock);
 }
 
-/* A cleared message for the engine thread: from its local cache, refilled
- * in one go from the messages the main thread has recycled. NULL on OOM. */
+eng_msg *pl_engine_inbox_take_(pl_engine *e, bool block, bool *stop)
+{
+    PL_ASSERT_ON_THREAD(&e->engine_role);
+    pthread_mutex_lock(&e->in_lock);
+    while (block && !e->inbox.head && !e->stop)
+        pthread_cond_wait(&e->in_cond, &e->in_lock);
+    eng_msg *m = e->inbox.head;
+    e->inbox.head = e->inbox.tail = NULL;
+    *stop = e->stop;
+    pthread_mutex_unlock(&e->in_lock);
+    return m;
+}
+
+/* ---- outbox: engine -> main ---- */
+
 eng_msg *pl_engine_msg_get_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     if (!e->local_free) {
         pthread_mutex_lock(&e->out_lock);
         e->local_free = e->msg_free;
@@ -77,9 +89,9 @@ eng_msg *pl_engine_msg_get_(pl_engine *e)
     return m;
 }
 
-/* Hand this step's messages to the main thread and wake it once. */
 void pl_engine_post_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->engine_role);
     if (!e->pending_out.head)
         return;
     pthread_mutex_lock(&e->out_lock);
@@ -97,20 +109,94 @@ void pl_engine_post_(pl_engine *e)
     while (w < 0 && errno == EINTR);
 }
 
-void pl_engine_inbox_push_(pl_engine *e, eng_msg *m)
+/* ---- registry of live requests (main thread) ---- */
+
+static uint32_t sub_hash_(uint64_t id)
 {
-    pl_engine_inbox_push2_(e, m, NULL);
+    id ^= id >> 33;
+    id *= 0xff51afd7ed558ccdull;
+    id ^= id >> 33;
+    return (uint32_t)id;
 }
 
-void pl_engine_inbox_push2_(pl_engine *e, eng_msg *m, eng_msg *then)
+static int sub_grow_(pl_engine *e)
 {
-    pthread_mutex_lock(&e->in_lock);
-    pl_engine_queue_push_(&e->inbox, m);
-    if (then)
-        pl_engine_queue_push_(&e->inbox, then);
-    pthread_cond_signal(&e->in_cond);
-    pthread_mutex_unlock(&e->in_lock);
+    uint32_t nb = e->subs ? (e->subs_mask + 1) * 2 : 256;
+    eng_sub **nt = calloc(nb, sizeof *nt);
+    if (!nt)
+        return -1;
+    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++) {
+        eng_sub *s = e->subs[i];
+        while (s) {
+            eng_sub *next = s->next;
+            uint32_t h = sub_hash_(s->id) & (nb - 1);
+            s->next = nt[h];
+            nt[h] = s;
+            s = next;
+        }
+    }
+    free(e->subs);
+    e->subs = nt;
+    e->subs_mask = nb - 1;
+    return 0;
 }
+
+int pl_engine_sub_add_(pl_engine *e, uint64_t id, pl_sink sink)
+{
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    if ((!e->subs || (uint32_t)e->n_subs > e->subs_mask) && sub_grow_(e) < 0)
+        return -1;
+    eng_sub *s = malloc(sizeof *s);
+    if (!s)
+        return -1;
+    uint32_t h = sub_hash_(id) & e->subs_mask;
+    *s = (eng_sub){.id = id, .sink = sink, .next = e->subs[h]};
+    e->subs[h] = s;
+    e->n_subs++;
+    return 0;
+}
+
+eng_sub *pl_engine_sub_find_(pl_engine *e, uint64_t id)
+{
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    if (!e->subs)
+        return NULL;
+    for (eng_sub *s = e->subs[sub_hash_(id) & e->subs_mask]; s; s = s->next)
+        if (s->id == id)
+            return s;
+    return NULL;
+}
+
+void pl_engine_sub_remove_(pl_engine *e, uint64_t id)
+{
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    if (!e->subs)
+        return;
+    eng_sub **pp = &e->subs[sub_hash_(id) & e->subs_mask];
+    for (; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            eng_sub *s = *pp;
+            *pp = s->next;
+            free(s);
+            e->n_subs--;
+            return;
+        }
+    }
+}
+
+void pl_engine_subs_free_(pl_engine *e)
+{
+    PL_ASSERT_ON_THREAD(&e->main_role);
+    for (uint32_t i = 0; e->subs && i <= e->subs_mask; i++)
+        for (eng_sub *s = e->subs[i], *next; s; s = next) {
+            next = s->next;
+            free(s);
+        }
+    free(e->subs);
+    e->subs = NULL;
+}
+
+/* ---- delivery (main thread) ---- */
 
 /* Logprob arrays of a delta, built in reusable scratch. */
 static const pl_token_logprob *delta_logprobs_(pl_engine *e, const eng_msg *m)
@@ -181,6 +267,7 @@ static void deliver_(pl_engine *e, eng_msg *m)
 static void wake_cb_(evutil_socket_t fd, short what, void *arg)
 {
     pl_engine *e = arg;
+    PL_ASSERT_ON_THREAD(&e->main_role);
     uint64_t v;
     if (read(fd, &v, sizeof v) < 0 && errno != EAGAIN)
         return;
@@ -203,6 +290,7 @@ static void wake_cb_(evutil_socket_t fd, short what, void *arg)
 
 int pl_engine_wake_init_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->wake_fd < 0)
         return -1;
@@ -215,6 +303,7 @@ int pl_engine_wake_init_(pl_engine *e)
 
 void pl_engine_wake_free_(pl_engine *e)
 {
+    PL_ASSERT_ON_THREAD(&e->main_role);
     if (e->wake_ev)
         event_free(e->wake_ev);
     e->wake_ev = NULL;
