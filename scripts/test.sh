@@ -17,6 +17,9 @@ scripts/check_formats.sh
 echo "== Sizes (scripts/check_sizes.sh)"
 scripts/check_sizes.sh
 
+echo "== The engine's files call one way (scripts/check_engine_calls.sh)"
+scripts/check_engine_calls.sh build
+
 echo "== Criterion suite (release build)"
 meson test -C build --print-errorlogs --num-processes 2
 
