@@ -19,7 +19,7 @@ other_meaning() {
     backends/text/tool_*.c | backends/text/reasoning_*.c) return 0 ;;  # the formats
     backends/text/tool_format.[ch] | backends/text/reasoning_format.[ch]) return 0 ;;
     backends/text/pretokenize.c) return 0 ;;     # GGUF pre-tokenizer names
-    backends/engine/model/*) return 0 ;;         # architectures, rope_scaling types
+    backends/engine/model/* | backends/engine/families/*) return 0 ;;  # architectures, rope_scaling types
     tests/*) return 0 ;;
     esac
     return 1

@@ -14,6 +14,9 @@ scripts/check_layers.sh
 echo "== Formats by vtable, never by name (scripts/check_formats.sh)"
 scripts/check_formats.sh
 
+echo "== One file per model family (scripts/check_families.sh)"
+scripts/check_families.sh && echo "check_families: ok"
+
 echo "== Sizes (scripts/check_sizes.sh)"
 scripts/check_sizes.sh
 

@@ -16,6 +16,7 @@
 
 #include "backends/engine/cpu/cpu_runner.h"
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/families/family.h"
 #include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/helpers/forced.h"
@@ -347,7 +348,7 @@ Test(cpu_forward, tiny_qwen2_matches_llama_cpp)
     cr_assert_not_null(g, "%s", err);
     pl_model *m = pl_model_load(g, NULL, err, sizeof err);
     cr_assert_not_null(m, "%s", err);
-    cr_assert_eq(m->arch, PL_MODEL_ARCH_QWEN2);
+    cr_assert_eq(m->family, &pl_family_qwen2);
     cr_assert(m->rope_neox, "qwen2 rotates NeoX-style");
     json_error_t je;
     json_t *fx = json_load_file(jpath, 0, &je);

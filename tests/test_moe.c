@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/families/family.h"
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/model.h"
@@ -214,16 +215,16 @@ Test(moe, table_properties)
     pl_test_loaded q = pl_test_load_fixture("tiny_qwen3moe.gguf", NULL);
     pl_test_loaded mx = pl_test_load_fixture("tiny_mixtral.gguf", NULL);
     pl_test_loaded g = pl_test_load_fixture("tiny_gptoss.gguf", NULL);
-    cr_expect(q.m->arch == PL_MODEL_ARCH_QWEN3MOE && q.m->n_expert == 8 &&
+    cr_expect(q.m->family == &pl_family_qwen3moe && q.m->n_expert == 8 &&
               q.m->n_expert_used == 3 && q.m->n_ff_exp == 32);
     cr_expect(q.m->moe_gating == PL_MOE_SOFTMAX && q.m->moe_norm_w);
     cr_expect(q.m->layers[0].attn_q_norm && !q.m->layers[0].w_gate.q &&
               q.m->layers[1].gate_exps.n == 8);
-    cr_expect(mx.m->arch == PL_MODEL_ARCH_LLAMA && mx.m->n_expert == 8 &&
+    cr_expect(mx.m->family == &pl_family_llama && mx.m->n_expert == 8 &&
               mx.m->n_expert_used == 2 && !mx.m->rope_neox && mx.m->moe_norm_w);
     cr_expect_eq(mx.m->n_ff_exp, mx.m->n_ff);
     const pl_model *o = g.m;
-    cr_expect(o->arch == PL_MODEL_ARCH_GPT_OSS && o->moe_gating == PL_MOE_TOPK_SOFTMAX &&
+    cr_expect(o->family == &pl_family_gpt_oss && o->moe_gating == PL_MOE_TOPK_SOFTMAX &&
               o->n_expert_used == 4 && o->ffn_act == PL_FFN_SWIGLU_OAI && o->rope_neox);
     for (int l = 0; l < 3; l++) {
         cr_expect_eq(o->layers[l].n_swa, l % 2 == 0 ? w : 0, "gpt-oss layer %d", l);

@@ -16,6 +16,7 @@
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
 #include "backends/engine/engine_hf.h"
+#include "backends/engine/families/family.h"
 #include "backends/formats/gguf.h"
 #include "backends/engine/model/hf_cache.h"
 #include "backends/engine/model/model.h"
@@ -205,7 +206,7 @@ static int pick_template(engine_text *t, const pl_engine_open_opts *o, char *err
     }
     if (t->style.tmpl != PL_CHAT_TMPL_UNKNOWN)
         return 0;
-    if (!src.ptr && pl_chat_style_for_arch(&t->style, t->model->arch_name) == 0) {
+    if (!src.ptr && pl_family_chat_style(t->model->family, &t->style) == 0) {
         pl_info("%s has no chat template: using %s's", o->model_path, t->model->arch_name);
         return 0;
     }
@@ -321,6 +322,11 @@ static pl_runner *open_cuda(const pl_engine_open_opts *o, engine_text *t,
                  "attention sinks, YaRN): use --device cpu", t->model->arch_name);
         return NULL;
     }
+    if (!pl_family_runs(t->model->family, PL_FAMILY_RUNS_CUDA)) {
+        snprintf(err, n, "the CUDA runner does not run %s models: use --device cpu",
+                 t->model->arch_name);
+        return NULL;
+    }
     want->num_blocks = 0;            /* sized from free GPU memory */
     /* 0: the model's context, capped by what the KV cache holds. */
     want->max_model_len = c->max_model_len;
@@ -343,6 +349,10 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
 {
     const pl_model *m = t->model;
     const pl_engine_config *c = o->cfg;
+    if (!pl_family_runs(m->family, PL_FAMILY_RUNS_CPU)) {
+        snprintf(err, n, "the CPU runner does not run %s models", m->arch_name);
+        return NULL;
+    }
     if (c->cuda.kv_cache_dtype == PL_CUDA_KV_FP8 || c->cuda.kv_cache_dtype == PL_CUDA_KV_FP8_E4M3) {
         snprintf(err, n, "--kv-cache-dtype fp8 needs the CUDA backend (the CPU runner's "
                  "cache: --kv-cache-f16)");

@@ -179,16 +179,6 @@ void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t)
         s->flags = PL_CHAT_F_BOS;
 }
 
-int pl_chat_style_for_arch(pl_chat_style *s, const char *arch)
-{
-    if (strcmp(arch, "gemma2") && strcmp(arch, "gemma3"))
-        return -1;
-    pl_chat_style_from_tmpl(s, PL_CHAT_TMPL_GEMMA);
-    if (!strcmp(arch, "gemma3"))
-        s->flags |= PL_CHAT_F_GEMMA_SYSTEM;
-    return 0;
-}
-
 const pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s)
 {
     switch (s->tmpl) {

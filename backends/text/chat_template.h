@@ -119,13 +119,6 @@ int pl_chat_style_init(pl_chat_style *s, const char *jinja_src);
  *  no default system prompt; gemma with BOS; mistral as v0.2 (legacy). */
 void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t);
 
-/** The style of an architecture's official template, for a file that
- *  carries none (Gemma 3 270M's GGUF has no tokenizer.chat_template):
- *  gemma2 (Gemma 2's, no system role), gemma3 (Gemma 3's, the system text
- *  folded into the first user turn). 0, or -1 (s untouched) for an
- *  architecture without one. */
-int pl_chat_style_for_arch(pl_chat_style *s, const char *arch);
-
 /** The tool-call format of a style's template (tool_format.h): hermes
  *  for Qwen 2.5's tool branch, llama3, mistral, harmony, else generic.
  *  Static, never NULL. */

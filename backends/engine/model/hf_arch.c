@@ -1,79 +1,22 @@
-/* hf_arch.c - the table of Hugging Face architectures (hf_arch.h): their
- * config.json keys onto GGUF metadata, as llama.cpp's convert_hf_to_gguf.py
- * writes them, and their tensors.
+/* hf_arch.c - Hugging Face architectures (hf_arch.h): the config.json keys
+ * every family shares onto GGUF metadata, as llama.cpp's
+ * convert_hf_to_gguf.py writes them, and the global tensors. Each family's
+ * own keys and layer tensors are in its file (backends/engine/families/).
  */
 #include "backends/engine/model/hf_arch.h"
+
+#include "backends/engine/families/family.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 
-typedef int (*hparams_fn)(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
-                          pl_gguf_synth *s, char *err, size_t n);
-
-struct pl_hf_arch {
-    const char *hf_name;         /* config.json architectures[0] */
-    const char *gguf;            /* general.architecture */
-    const pl_hf_tmap *layer;
-    float norm_shift;
-    bool default_tied;           /* tie_word_embeddings when config.json omits it */
-    bool always_bias;            /* q/k/v biases whatever attention_bias says */
-    double default_theta;
-    hparams_fn extra;            /* the family's own keys, or NULL */
-    /* A composite (vision + text) model: the text model's keys under
-     * text_config with these defaults (what transformers leaves out of a
-     * sub-config), its tensors under language_model. NULL: a text model. */
-    const pl_hf_default *text_config;
-};
-
-#define L_ "model.layers.%d."
-#define B_ "blk.%d."
-#define ATTN_(P)                                                                      \
-    {L_ "input_layernorm.weight", B_ "attn_norm.weight", PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}, \
-    {L_ "self_attn.q_proj.weight", B_ "attn_q.weight", PL_HF_DIM_Q, PL_HF_DIM_HIDDEN,    \
-     (P) ? PL_HF_T_PERMUTE_Q : 0},                                          \
-    {L_ "self_attn.k_proj.weight", B_ "attn_k.weight", PL_HF_DIM_KV, PL_HF_DIM_HIDDEN,   \
-     (P) ? PL_HF_T_PERMUTE_K : 0},                                          \
-    {L_ "self_attn.v_proj.weight", B_ "attn_v.weight", PL_HF_DIM_KV, PL_HF_DIM_HIDDEN, 0}, \
-    {L_ "self_attn.o_proj.weight", B_ "attn_output.weight", PL_HF_DIM_HIDDEN, PL_HF_DIM_Q, 0}, \
-    {L_ "self_attn.q_proj.bias", B_ "attn_q.bias", PL_HF_DIM_Q, 0,                       \
-     PL_HF_T_BIAS | ((P) ? PL_HF_T_PERMUTE_Q : 0)},                         \
-    {L_ "self_attn.k_proj.bias", B_ "attn_k.bias", PL_HF_DIM_KV, 0,                      \
-     PL_HF_T_BIAS | ((P) ? PL_HF_T_PERMUTE_K : 0)},                         \
-    {L_ "self_attn.v_proj.bias", B_ "attn_v.bias", PL_HF_DIM_KV, 0, PL_HF_T_BIAS}
-#define MLP_                                                                             \
-    {L_ "mlp.gate_proj.weight", B_ "ffn_gate.weight", PL_HF_DIM_FF, PL_HF_DIM_HIDDEN, 0}, \
-    {L_ "mlp.up_proj.weight", B_ "ffn_up.weight", PL_HF_DIM_FF, PL_HF_DIM_HIDDEN, 0},     \
-    {L_ "mlp.down_proj.weight", B_ "ffn_down.weight", PL_HF_DIM_HIDDEN, PL_HF_DIM_FF, 0}
-#define QK_NORM_                                                                          \
-    {L_ "self_attn.q_norm.weight", B_ "attn_q_norm.weight", PL_HF_DIM_HEAD, 0, PL_HF_T_NORM}, \
-    {L_ "self_attn.k_norm.weight", B_ "attn_k_norm.weight", PL_HF_DIM_HEAD, 0, PL_HF_T_NORM}
-#define PLAIN_NORM_ \
-    {L_ "post_attention_layernorm.weight", B_ "ffn_norm.weight", PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}
-#define SANDWICH_NORMS_                                                                   \
-    {L_ "post_attention_layernorm.weight", B_ "post_attention_norm.weight",              \
-     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},                                                 \
-    {L_ "pre_feedforward_layernorm.weight", B_ "ffn_norm.weight", PL_HF_DIM_HIDDEN, 0,   \
-     PL_HF_T_NORM},                                                                      \
-    {L_ "post_feedforward_layernorm.weight", B_ "post_ffw_norm.weight", PL_HF_DIM_HIDDEN, \
-     0, PL_HF_T_NORM}
-#define END_ {NULL, NULL, 0, 0, 0}
-
-/* llama's GGUF rope rotates adjacent pairs, so q and k rows are permuted
- * from Hugging Face's rotate-half order (llama.cpp's converter does the
- * same); the NeoX-rope families keep Hugging Face's order. */
-static const pl_hf_tmap llama_layer_[] = {ATTN_(1), PLAIN_NORM_, MLP_, END_};
-static const pl_hf_tmap qwen2_layer_[] = {ATTN_(0), PLAIN_NORM_, MLP_, END_};
-static const pl_hf_tmap qwen3_layer_[] = {ATTN_(0), QK_NORM_, PLAIN_NORM_, MLP_, END_};
-static const pl_hf_tmap gemma2_layer_[] = {ATTN_(0), SANDWICH_NORMS_, MLP_, END_};
-static const pl_hf_tmap gemma3_layer_[] = {ATTN_(0), QK_NORM_, SANDWICH_NORMS_, MLP_, END_};
-
 static const pl_hf_tmap globals_[] = {
     {"model.embed_tokens.weight", "token_embd.weight", PL_HF_DIM_VOCAB, PL_HF_DIM_HIDDEN, 0},
     {"model.norm.weight", "output_norm.weight", PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},
     {"lm_head.weight", "output.weight", PL_HF_DIM_VOCAB, PL_HF_DIM_HIDDEN, PL_HF_T_OPTIONAL},
-    END_,
+    PL_HF_END,
 };
 
 static int geti_(const pl_hf_json *c, const char *key, bool req, long long lo, long long hi,
@@ -203,157 +146,8 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
     return a->extra ? a->extra(a, c, sh, s, err, n) : 0;
 }
 
-/* Mistral v0.1's sliding window (every layer slides over it). */
-static int llama_window_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
-                         pl_gguf_synth *s, char *err, size_t n)
-{
-    int w = 0;
-    (void)sh;
-    if (geti_(c, "sliding_window", false, 1, 1 << 24, 0, &w, err, n))
-        return -1;
-    if (w > 0 && put_u32_(s, a, "attention.sliding_window", w))
-        return snprintf(err, n, "out of memory"), -1;
-    return 0;
-}
-
-/* Qwen's use_sliding_window (off in the released models) is refused. */
-static int qwen_window_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
-                        pl_gguf_synth *s, char *err, size_t n)
-{
-    bool on = false;
-    (void)a, (void)sh, (void)s;
-    if (pl_hf_json_bool(c, "use_sliding_window", false, &on, err, n) < 0)
-        return -1;
-    if (on)
-        return pl_hf_json_fail(c, "use_sliding_window", err, n, "sliding-window attention "
-                               "is not supported for %s", a->hf_name);
-    return 0;
-}
-
-/* Gemma 2 and 3: the query scale the GGUF model assumes (llama.cpp's:
- * 1/sqrt(head_dim), or 1/sqrt(hidden/heads) for the 27B, which has `wide`
- * layers) must be the checkpoint's query_pre_attn_scalar. */
-static int gemma_query_scale_(const pl_hf_json *c, const pl_hf_shape *sh, int wide, char *err,
-                              size_t n)
-{
-    double q = sh->head_dim;
-    if (getf_(c, "query_pre_attn_scalar", 1e-6, 1e9, sh->head_dim, &q, err, n))
-        return -1;
-    double want = sh->n_layer == wide ? (double)sh->n_embd / sh->n_head : sh->head_dim;
-    if (fabs(q - want) > 1e-6)
-        return pl_hf_json_fail(c, "query_pre_attn_scalar", err, n, "%g: the GGUF model "
-                               "scales queries by 1/sqrt(%g)", q, want);
-    return 0;
-}
-
-static int gemma2_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl_gguf_synth *s,
-                   char *err, size_t n)
-{
-    double attn = 0, fin = 0;
-    int w = 0;
-    if (pl_hf_json_num(c, "attn_logit_softcapping", true, 1e-6, 1e9, &attn, err, n) < 0 ||
-        pl_hf_json_num(c, "final_logit_softcapping", true, 1e-6, 1e9, &fin, err, n) < 0 ||
-        geti_(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
-        gemma_query_scale_(c, sh, 46, err, n))
-        return -1;
-    if (put_f32_(s, a, "attn_logit_softcapping", attn) ||
-        put_f32_(s, a, "final_logit_softcapping", fin) ||
-        put_u32_(s, a, "attention.sliding_window", w))
-        return snprintf(err, n, "out of memory"), -1;
-    return 0;
-}
-
-/* Which Gemma 3 layers slide: sliding_window_pattern (a period), or newer
- * configs' layer_types, which must follow a period (one full layer last in
- * each). 0 with *period, or -1. */
-static int gemma3_period_(const pl_hf_json *c, int n_layer, int *period, char *err, size_t n)
-{
-    json_t *lt = pl_hf_json_get(c, "layer_types"), *v;
-    size_t i;
-    if (geti_(c, "sliding_window_pattern", false, 1, 4096, 6, period, err, n))
-        return -1;
-    if (lt && (!json_is_array(lt) || json_array_size(lt) != (size_t)n_layer))
-        return pl_hf_json_fail(c, "layer_types", err, n, "must list num_hidden_layers %d "
-                               "layer types", n_layer);
-    if (lt && !pl_hf_json_get(c, "sliding_window_pattern")) {
-        *period = n_layer + 1;         /* no full layer: every layer slides */
-        json_array_foreach(lt, i, v) {
-            const char *t = json_string_value(v);
-            if (t && !strcmp(t, "full_attention")) {
-                *period = (int)i + 1;
-                break;
-            }
-        }
-    }
-    json_array_foreach(lt, i, v) {
-        const char *t = json_string_value(v);
-        bool slides = t && !strcmp(t, "sliding_attention");
-        if ((!t || (!slides && strcmp(t, "full_attention"))) ||
-            slides != ((int)i % *period < *period - 1))
-            return pl_hf_json_fail(c, "layer_types", err, n, "layer %zu: '%s' does not "
-                                   "follow a full layer every %d", i, t ? t : "?", *period);
-    }
-    return 0;
-}
-
-static int gemma3_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, pl_gguf_synth *s,
-                   char *err, size_t n)
-{
-    double local = 10000;
-    int w = 0, period = 6;
-    if (geti_(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
-        gemma3_period_(c, sh->n_layer, &period, err, n) ||
-        getf_(c, "rope_local_base_freq", 1, 1e12, 10000, &local, err, n) ||
-        gemma_query_scale_(c, sh, 62, err, n))
-        return -1;
-    if (pl_hf_json_get(c, "attn_logit_softcapping") || pl_hf_json_get(c, "final_logit_softcapping"))
-        return pl_hf_json_fail(c, pl_hf_json_get(c, "attn_logit_softcapping")
-                               ? "attn_logit_softcapping" : "final_logit_softcapping", err, n,
-                               "Gemma 3 has no soft-capping");
-    if (put_u32_(s, a, "attention.sliding_window", w) ||
-        put_u32_(s, a, "attention.sliding_window_pattern", period) ||
-        put_f32_(s, a, "rope.freq_base_swa", local))
-        return snprintf(err, n, "out of memory"), -1;
-    return 0;
-}
-
-/* transformers' Gemma3TextConfig defaults (the multimodal checkpoints'
- * text_config lists only what differs from them). */
-static const pl_hf_default gemma3_text_[] = {
-    {"vocab_size", 262208, true, false}, {"hidden_size", 2304, true, false},
-    {"intermediate_size", 9216, true, false}, {"num_hidden_layers", 26, true, false},
-    {"num_attention_heads", 8, true, false}, {"num_key_value_heads", 4, true, false},
-    {"head_dim", 256, true, false}, {"max_position_embeddings", 131072, true, false},
-    {"rms_norm_eps", 1e-6, false, false}, {"rope_theta", 1000000.0, false, false},
-    {"query_pre_attn_scalar", 256, false, false}, {"sliding_window", 4096, true, false},
-    {"rope_local_base_freq", 10000.0, false, false}, {"tie_word_embeddings", 1, false, true},
-    {NULL, 0, false, false},
-};
-
-static const pl_hf_arch archs_[] = {
-    {"LlamaForCausalLM", "llama", llama_layer_, 0, false, false, 10000, llama_window_},
-    {"MistralForCausalLM", "llama", llama_layer_, 0, false, false, 10000, llama_window_},
-    {"Qwen2ForCausalLM", "qwen2", qwen2_layer_, 0, false, true, 10000, qwen_window_},
-    {"Qwen3ForCausalLM", "qwen3", qwen3_layer_, 0, false, false, 10000, qwen_window_},
-    {"Gemma2ForCausalLM", "gemma2", gemma2_layer_, 1, true, false, 10000, gemma2_},
-    {"Gemma3ForCausalLM", "gemma3", gemma3_layer_, 1, true, false, 1000000, gemma3_},
-    {"Gemma3ForConditionalGeneration", "gemma3", gemma3_layer_, 1, true, false, 1000000,
-     gemma3_, gemma3_text_},
-};
-
-const pl_hf_arch *pl_hf_arch_find(const char *name)
-{
-    for (size_t i = 0; i < sizeof archs_ / sizeof archs_[0]; i++)
-        if (!strcmp(archs_[i].hf_name, name))
-            return &archs_[i];
-    return NULL;
-}
-
-const char *pl_hf_arch_names(void)
-{
-    return "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-           "Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3ForConditionalGeneration (its text)";
-}
+const pl_hf_arch *pl_hf_arch_find(const char *name) { return pl_family_find_hf(name); }
+const char *pl_hf_arch_names(void) { return pl_family_names(true); }
 
 const char *pl_hf_arch_gguf(const pl_hf_arch *a) { return a->gguf; }
 const pl_hf_default *pl_hf_arch_text_config(const pl_hf_arch *a) { return a->text_config; }

@@ -1,12 +1,13 @@
-/* hf_arch.h - the Hugging Face architectures parley reads, one table:
- * config.json's `architectures` name -> the GGUF architecture, config.json's
- * keys -> GGUF metadata (the keys llama.cpp's converter writes, which the
- * model loader reads), and every tensor's Hugging Face name -> its GGUF
- * name, expected shape and layout change.
+/* hf_arch.h - the Hugging Face architectures parley reads: config.json's
+ * `architectures` name -> the GGUF architecture, config.json's keys -> GGUF
+ * metadata (the keys llama.cpp's converter writes, which the model loader
+ * reads), and every tensor's Hugging Face name -> its GGUF name, expected
+ * shape and layout change.
  *
- * Used by hf_model.c only. A new dense family is one entry in hf_arch.c's
- * table: its layer tensors, its norm shift, and a function for its own
- * config.json keys.
+ * Used by hf_model.c only. The shared keys and the global tensors are here
+ * (hf_arch.c); each architecture (struct pl_hf_arch, families/family.h) is
+ * a row of its family's file in backends/engine/families/: its layer
+ * tensors, its norm shift, and a function for its own config.json keys.
  *
  * The hook for mixture-of-experts families (Qwen3-MoE, Mixtral, gpt-oss;
  * issue 37), once the model loader runs them:
@@ -70,9 +71,11 @@ typedef struct pl_hf_shape {
 
 typedef struct pl_hf_arch pl_hf_arch;
 
-/** The entry for config.json's architectures[0], or NULL. */
+/** The entry for config.json's architectures[0] among the families', or
+ *  NULL. */
 const pl_hf_arch *pl_hf_arch_find(const char *name);
-/** The names the table knows, comma separated. */
+/** The names the families read, comma separated (from the family
+ *  registry; a per-thread buffer). */
 const char *pl_hf_arch_names(void);
 const char *pl_hf_arch_gguf(const pl_hf_arch *a);
 /** A composite (vision + text) model's text_config defaults, or NULL for a

@@ -327,11 +327,12 @@ static int load_globals(pl_model *m, loader *ld)
     return load_vec(ld, "output_norm.weight", m->n_embd, true, &m->output_norm);
 }
 
-/* llama3's rope_freqs.weight (llama files only, as llama.cpp reads it). */
+/* llama3's rope_freqs.weight (where the family reads it, as llama.cpp
+ * does: llama files only). */
 static int load_rope(pl_model *m, loader *ld)
 {
     float *factors = NULL;
-    if (m->arch == PL_MODEL_ARCH_LLAMA && pl_gguf_tensor_find(ld->g, "rope_freqs.weight") &&
+    if (m->info->rope_freqs_tensor && pl_gguf_tensor_find(ld->g, "rope_freqs.weight") &&
         load_vec(ld, "rope_freqs.weight", m->n_rot / 2, true, &factors))
         return -1;
     int rc = pl_model_read_rope_(m, ld->g, factors, ld->err, ld->len);

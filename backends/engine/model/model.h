@@ -2,18 +2,18 @@
  * hyperparameters from metadata, weights borrowed from the mapping, and f32
  * copies for the batched (BLAS) path.
  *
- * Architectures come from one table (model_arch.c, pl_arch): llama (Llama
- * 2/3, SmolLM2, TinyLlama, Mistral, with a sliding window when the file
- * declares one), qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm),
+ * Each family is one file in backends/engine/families/ (family.h): llama
+ * (Llama 2/3, SmolLM2, TinyLlama, Mistral, with a sliding window when the
+ * file declares one), qwen2 (q/k/v biases), qwen3 (per-head q/k RMSNorm),
  * gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping, alternate
  * sliding layers), gemma3 (gemma2's blocks, q/k norms, 5 local layers
  * per global one with their own RoPE base), and the mixtures of experts:
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
- * biased router and experts, clamped SwiGLU). Each row says which tensors the
- * architecture needs, which are optional, and its per-layer properties;
- * every number comes from the file's metadata (model_meta.c), and a key
- * parley does not implement is refused at load, naming the key.
+ * biased router and experts, clamped SwiGLU). Its pl_arch row, below, says
+ * which tensors the family needs, which are optional, and its per-layer
+ * properties; every number comes from the file's metadata (model_meta.c),
+ * and a key parley does not implement is refused at load, naming the key.
  *
  * Weights are (rows = output features, cols = input features), ne[0] = cols
  * contiguous, as GGUF stores them. One layer's forward pass, for the runners:
@@ -56,16 +56,8 @@
 
 #include "backends/formats/gguf.h"
 
-typedef enum pl_model_arch {
-    PL_MODEL_ARCH_LLAMA = 0,
-    PL_MODEL_ARCH_QWEN2,
-    PL_MODEL_ARCH_QWEN3,
-    PL_MODEL_ARCH_GEMMA2,
-    PL_MODEL_ARCH_GEMMA3,
-    PL_MODEL_ARCH_QWEN3MOE,
-    PL_MODEL_ARCH_GPT_OSS,
-    PL_MODEL_ARCH_COUNT,
-} pl_model_arch;
+struct pl_model;
+struct pl_family;
 
 /** The feed-forward's gate activation: act(gate) * up. */
 typedef enum pl_ffn_act {
@@ -128,11 +120,9 @@ typedef enum pl_tensor_slot {
 
 #define PL_T_BIT(s) (1u << (s))
 
-/** One row of the architecture table (model_arch.c): how a
- *  general.architecture reads its file. */
+/** What the model loader follows for a family (its pl_family's `model`,
+ *  backends/engine/families/): how its general.architecture reads its file. */
 typedef struct pl_arch {
-    const char *name;            /**< general.architecture */
-    pl_model_arch arch;
     uint32_t need;               /**< PL_T_BIT()s every layer must have */
     uint32_t optional;           /**< PL_T_BIT()s a layer may have */
     bool rope_neox;              /**< rotate (x[i], x[i + n_rot/2]), else adjacent pairs */
@@ -169,12 +159,13 @@ typedef struct pl_arch {
     /** The FFN norm's tensor when not blk.N.ffn_norm.weight (gpt-oss:
      *  "post_attention_norm"); NULL: ffn_norm. */
     const char *ffn_norm_name;
+    /** Reads rope_freqs.weight (llama3's per-frequency factors) when the
+     *  file has it; else the tensor is refused as unused. */
+    bool rope_freqs_tensor;
+    /** With experts, expert_feed_forward_length when the file omits it;
+     *  NULL: the key is required. */
+    int (*expert_ff_default)(const struct pl_model *m);
 } pl_arch;
-
-/** The architecture table's row for a general.architecture, or NULL. */
-const pl_arch *pl_arch_find(const char *name, size_t len);
-/** Comma-separated names of the table's architectures (static). */
-const char *pl_arch_names(void);
 
 /** One weight matrix. */
 typedef struct pl_weight {
@@ -240,9 +231,9 @@ typedef struct pl_layer {
 } pl_layer;
 
 typedef struct pl_model {
-    pl_model_arch arch;
-    const pl_arch *info;         /**< its row of the architecture table */
-    char arch_name[32];
+    const struct pl_family *family; /**< its family (families/family.h) */
+    const pl_arch *info;         /**< the family's loader rules (&family->model) */
+    char arch_name[32];          /**< general.architecture, for messages */
     int n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab;
     int n_ctx_train;             /**< context length from metadata */
     int n_rot;                   /**< rotated dims per head */

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/engine/families/family.h"
+
 #define MAX_LAYERS 4096
 #define MAX_DIM (1 << 20)
 
@@ -206,13 +208,13 @@ int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len)
         return pl_model_fail_(err, len, "general.architecture: expected a string, got %s",
                               type_name(kv->type));
     pl_gguf_str s = kv->v.str;
-    m->info = pl_arch_find(s.ptr, s.len);
-    if (!m->info)
+    m->family = pl_family_find(s.ptr, s.len);
+    if (!m->family)
         return pl_model_fail_(err, len, "general.architecture: unsupported model "
                               "architecture '%.*s' (supported: %s)",
-                              (int)(s.len > 64 ? 64 : s.len), s.ptr, pl_arch_names());
-    snprintf(m->arch_name, sizeof m->arch_name, "%s", m->info->name);
-    m->arch = m->info->arch;
+                              (int)(s.len > 64 ? 64 : s.len), s.ptr, pl_family_names(false));
+    m->info = &m->family->model;
+    snprintf(m->arch_name, sizeof m->arch_name, "%s", m->family->name);
     m->rope_neox = m->info->rope_neox;
     m->ffn_act = m->info->act;
     return 0;
@@ -310,8 +312,7 @@ static int read_moe_gating(pl_model *m, const pl_gguf *g, char *err, size_t len)
 
 /* Experts: expert_count (required where every layer has experts, else 0
  * for a dense file), expert_used_count, and an expert's width
- * (expert_feed_forward_length; qwen3moe defaults it as llama.cpp does,
- * llama files to feed_forward_length). */
+ * (expert_feed_forward_length; its default is the family's rule). */
 static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
     const pl_arch *a = m->info;
@@ -326,8 +327,7 @@ static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
         return meta_int(m, g, "expert_used_count", 0, 0, 0, &m->n_expert_used, err, len);
     if (meta_int(m, g, "expert_used_count", 1, max_used, -1, &m->n_expert_used, err, len))
         return -1;
-    ff_def = a->arch == PL_MODEL_ARCH_QWEN3MOE ? m->n_ff / m->n_expert_used
-             : a->arch == PL_MODEL_ARCH_LLAMA ? m->n_ff : -1;
+    ff_def = a->expert_ff_default ? a->expert_ff_default(m) : -1;
     if (meta_int(m, g, "expert_feed_forward_length", 1, MAX_DIM, ff_def >= 1 ? ff_def : -1,
                  &m->n_ff_exp, err, len))
         return -1;

@@ -1,0 +1,201 @@
+/* family.h - a model family, one unit (issue 46): one pl_family row, in its
+ * own file here (llama.c, qwen2.c, qwen3.c, qwen3moe.c, gemma2.c, gemma3.c,
+ * gpt_oss.c), is the only place a family is described:
+ *
+ *   - its GGUF general.architecture name, and the Hugging Face
+ *     `architectures` names it reads (with their config.json mapping and
+ *     tensor maps, built from the shared pieces below);
+ *   - its hyperparameter rules, tensor needs and layer pattern (which layers
+ *     slide, which have experts): the pl_arch row the model loader follows
+ *     (model.h);
+ *   - its chat style for a file that carries no template (through it the
+ *     tool-call and reasoning formats follow, backends/text);
+ *   - which runners run it.
+ *
+ * The registry (registry.c) lists the families built in (meson generates
+ * family_list.h from the family files named in meson.build) and those a
+ * program registers at run time (a test's own family). Every list of names
+ * in messages and --help comes from it. Nothing outside this folder and the
+ * shared builders compares a family's name or switches on it
+ * (scripts/check_families.sh).
+ *
+ * A new family is one new file defining `const pl_family pl_family_<name>`
+ * plus its name in meson.build's family list; tests/family_testfam.c is one
+ * registered from a test alone.
+ */
+#ifndef PL_FAMILY_H
+#define PL_FAMILY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "backends/engine/model/hf_arch.h"
+#include "backends/engine/model/model.h"
+#include "backends/text/chat_template.h"
+
+/** A family's own config.json keys, after the shared ones
+ *  (pl_hf_arch_hparams): 0, or -1 with err naming the key. */
+typedef int (*pl_hf_hparams_fn)(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
+                                pl_gguf_synth *s, char *err, size_t n);
+
+/** One config.json `architectures` name a family reads (hf_arch.h). */
+struct pl_hf_arch {
+    const char *hf_name;         /**< config.json architectures[0] */
+    const char *gguf;            /**< general.architecture written (the family's name) */
+    const pl_hf_tmap *layer;     /**< per-layer tensors, ending with hf == NULL */
+    float norm_shift;            /**< added to RMSNorm weights (Gemma: 1) */
+    bool default_tied;           /**< tie_word_embeddings when config.json omits it */
+    bool always_bias;            /**< q/k/v biases whatever attention_bias says */
+    double default_theta;        /**< rope_theta when config.json omits it */
+    pl_hf_hparams_fn extra;      /**< the family's own keys, or NULL */
+    /** A composite (vision + text) model: the text model's keys under
+     *  text_config with these defaults (what transformers leaves out of a
+     *  sub-config), its tensors under language_model. NULL: a text model. */
+    const pl_hf_default *text_config;
+};
+
+/** The style of a family's official template, for a file that carries
+ *  none (Gemma 3 270M's GGUF has no tokenizer.chat_template). */
+typedef struct pl_family_chat {
+    pl_chat_tmpl tmpl;
+    unsigned flags;              /**< PL_CHAT_F_* added to tmpl's canonical style */
+} pl_family_chat;
+
+/** Runners (bits of pl_family's runners). */
+enum {
+    PL_FAMILY_RUNS_CPU = 1u << 0,
+    /** The CUDA runner: besides, it refuses a model whose layers
+     *  pl_model_has_moe names (llama files with experts). */
+    PL_FAMILY_RUNS_CUDA = 1u << 1,
+};
+
+typedef struct pl_family {
+    const char *name;            /**< general.architecture (GGUF) */
+    const char *note;            /**< said after the name in lists, or NULL */
+    pl_arch model;               /**< what the model loader follows (model.h) */
+    const pl_hf_arch *hf;        /**< the HF architectures it reads (n_hf), or NULL */
+    int n_hf;
+    const pl_family_chat *chat;  /**< for files without a template; NULL: none */
+    unsigned runners;            /**< PL_FAMILY_RUNS_* */
+} pl_family;
+
+/** The built-in families, pl_family_<file name> (family_list.h: generated
+ *  from meson.build's list). */
+#define PL_FAMILY(n) extern const pl_family pl_family_##n;
+#include "backends/engine/families/family_list.h"
+#undef PL_FAMILY
+
+/** The family of a general.architecture (len bytes, not NUL-terminated),
+ *  or NULL. */
+const pl_family *pl_family_find(const char *name, size_t len);
+
+/** The HF architecture named name (config.json architectures[0]) among
+ *  every family's, or NULL. */
+const pl_hf_arch *pl_family_find_hf(const char *name);
+
+/** The families' GGUF names ("llama (with or without experts), qwen2,
+ *  ..."), or (hf) their HF architecture names, comma separated, for
+ *  messages and --help. The string lives in a per-thread buffer until the
+ *  thread's next call. */
+const char *pl_family_names(bool hf);
+
+/** Adds f (borrowed: must outlive every use) to the registry: for programs
+ *  and tests with families of their own. Not thread-safe: call before any
+ *  model is loaded. 0, or -1 when its name is taken or the registry full. */
+int pl_family_register(const pl_family *f);
+
+/** Sets s to the family's style for files without a template: 0, or -1 (s
+ *  untouched) for a family without one. */
+int pl_family_chat_style(const pl_family *f, pl_chat_style *s);
+
+/** Whether f's row says runner (PL_FAMILY_RUNS_*) runs it. */
+bool pl_family_runs(const pl_family *f, unsigned runner);
+
+/* ---- shared builders of the family files ----------------------------- */
+
+/** pl_arch tensor bits every family combines. */
+#define PL_FAM_B(s) PL_T_BIT(PL_T_##s)
+#define PL_FAM_DENSE                                                                 \
+    (PL_FAM_B(ATTN_NORM) | PL_FAM_B(WQ) | PL_FAM_B(WK) | PL_FAM_B(WV) | PL_FAM_B(WO) | \
+     PL_FAM_B(FFN_NORM) | PL_FAM_B(GATE) | PL_FAM_B(UP) | PL_FAM_B(DOWN))
+#define PL_FAM_QKV_BIAS (PL_FAM_B(BQ) | PL_FAM_B(BK) | PL_FAM_B(BV))
+#define PL_FAM_QK_NORM (PL_FAM_B(Q_NORM) | PL_FAM_B(K_NORM))
+#define PL_FAM_POST_NORMS (PL_FAM_B(ATTN_POST_NORM) | PL_FAM_B(FFN_POST_NORM))
+/** The expert block that replaces GATE, UP and DOWN in a layer with experts. */
+#define PL_FAM_EXPERTS \
+    (PL_FAM_B(GATE_INP) | PL_FAM_B(GATE_EXPS) | PL_FAM_B(UP_EXPS) | PL_FAM_B(DOWN_EXPS))
+#define PL_FAM_EXPERT_BIASES                                                         \
+    (PL_FAM_B(GATE_INP_B) | PL_FAM_B(GATE_EXPS_B) | PL_FAM_B(UP_EXPS_B) |            \
+     PL_FAM_B(DOWN_EXPS_B))
+
+/** Rows of a pl_hf_tmap per-layer table (HF name -> GGUF name, shape). */
+#define PL_HF_L_ "model.layers.%d."
+#define PL_HF_B_ "blk.%d."
+/** Attention: norm, q/k/v/o and the optional q/k/v biases; P: permute q and
+ *  k rows from rotate-half to adjacent pairs (llama's rope). */
+#define PL_HF_ATTN(P)                                                                \
+    {PL_HF_L_ "input_layernorm.weight", PL_HF_B_ "attn_norm.weight", PL_HF_DIM_HIDDEN, 0, \
+     PL_HF_T_NORM},                                                                  \
+    {PL_HF_L_ "self_attn.q_proj.weight", PL_HF_B_ "attn_q.weight", PL_HF_DIM_Q,      \
+     PL_HF_DIM_HIDDEN, (P) ? PL_HF_T_PERMUTE_Q : 0},                                 \
+    {PL_HF_L_ "self_attn.k_proj.weight", PL_HF_B_ "attn_k.weight", PL_HF_DIM_KV,     \
+     PL_HF_DIM_HIDDEN, (P) ? PL_HF_T_PERMUTE_K : 0},                                 \
+    {PL_HF_L_ "self_attn.v_proj.weight", PL_HF_B_ "attn_v.weight", PL_HF_DIM_KV,     \
+     PL_HF_DIM_HIDDEN, 0},                                                           \
+    {PL_HF_L_ "self_attn.o_proj.weight", PL_HF_B_ "attn_output.weight", PL_HF_DIM_HIDDEN, \
+     PL_HF_DIM_Q, 0},                                                                \
+    {PL_HF_L_ "self_attn.q_proj.bias", PL_HF_B_ "attn_q.bias", PL_HF_DIM_Q, 0,       \
+     PL_HF_T_BIAS | ((P) ? PL_HF_T_PERMUTE_Q : 0)},                                  \
+    {PL_HF_L_ "self_attn.k_proj.bias", PL_HF_B_ "attn_k.bias", PL_HF_DIM_KV, 0,      \
+     PL_HF_T_BIAS | ((P) ? PL_HF_T_PERMUTE_K : 0)},                                  \
+    {PL_HF_L_ "self_attn.v_proj.bias", PL_HF_B_ "attn_v.bias", PL_HF_DIM_KV, 0, PL_HF_T_BIAS}
+/** The gated MLP. */
+#define PL_HF_MLP                                                                    \
+    {PL_HF_L_ "mlp.gate_proj.weight", PL_HF_B_ "ffn_gate.weight", PL_HF_DIM_FF,      \
+     PL_HF_DIM_HIDDEN, 0},                                                           \
+    {PL_HF_L_ "mlp.up_proj.weight", PL_HF_B_ "ffn_up.weight", PL_HF_DIM_FF,          \
+     PL_HF_DIM_HIDDEN, 0},                                                           \
+    {PL_HF_L_ "mlp.down_proj.weight", PL_HF_B_ "ffn_down.weight", PL_HF_DIM_HIDDEN,  \
+     PL_HF_DIM_FF, 0}
+/** Per-head q/k RMSNorms. */
+#define PL_HF_QK_NORM                                                                \
+    {PL_HF_L_ "self_attn.q_norm.weight", PL_HF_B_ "attn_q_norm.weight", PL_HF_DIM_HEAD, 0, \
+     PL_HF_T_NORM},                                                                  \
+    {PL_HF_L_ "self_attn.k_norm.weight", PL_HF_B_ "attn_k_norm.weight", PL_HF_DIM_HEAD, 0, \
+     PL_HF_T_NORM}
+/** One norm between attention and MLP (the FFN's input norm). */
+#define PL_HF_PLAIN_NORM                                                             \
+    {PL_HF_L_ "post_attention_layernorm.weight", PL_HF_B_ "ffn_norm.weight",         \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}
+/** Gemma's sandwich: post-attention, pre- and post-feed-forward norms. */
+#define PL_HF_SANDWICH_NORMS                                                         \
+    {PL_HF_L_ "post_attention_layernorm.weight", PL_HF_B_ "post_attention_norm.weight", \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},                                             \
+    {PL_HF_L_ "pre_feedforward_layernorm.weight", PL_HF_B_ "ffn_norm.weight",        \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},                                             \
+    {PL_HF_L_ "post_feedforward_layernorm.weight", PL_HF_B_ "post_ffw_norm.weight",  \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}
+#define PL_HF_END {NULL, NULL, 0, 0, 0}
+
+/** config.json readers for the families' own keys (family_hf.c): an
+ *  integer in [lo, hi] (absent: dflt, or an error when req), a number in
+ *  [lo, hi] (absent: dflt); 0 or -1 with err naming the key. */
+int pl_family_hf_int(const pl_hf_json *c, const char *key, bool req, long long lo,
+                     long long hi, int dflt, int *out, char *err, size_t n);
+int pl_family_hf_num(const pl_hf_json *c, const char *key, double lo, double hi,
+                     double dflt, double *out, char *err, size_t n);
+/** Writes "<a's GGUF name>.<key>" into s: 0, or -1 with "out of memory". */
+int pl_family_hf_put_u32(pl_gguf_synth *s, const pl_hf_arch *a, const char *key, int v,
+                         char *err, size_t n);
+int pl_family_hf_put_f32(pl_gguf_synth *s, const pl_hf_arch *a, const char *key, double v,
+                         char *err, size_t n);
+/** Qwen's use_sliding_window (off in the released models) is refused. */
+int pl_family_hf_no_window(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
+                           pl_gguf_synth *s, char *err, size_t n);
+/** Gemma 2 and 3: the checkpoint's query_pre_attn_scalar must be the query
+ *  scale the GGUF model assumes (model.h's wide_query_scale_layers: wide
+ *  when the model has that many layers). */
+int pl_family_hf_query_scale(const pl_hf_json *c, const pl_hf_shape *sh, int wide, char *err,
+                             size_t n);
+
+#endif
