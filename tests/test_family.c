@@ -16,6 +16,7 @@
 
 #include "api/oai_params.h"
 #include "api/oai_tools.h"
+#include "backends/text/tool_format.h"
 #include "backends/engine/families/family.h"
 #include "backends/engine_open.h"
 #include "src/options.h"
@@ -139,7 +140,7 @@ Test(family, engine_renders_parses_and_generates, .timeout = 120)
 
     /* Its tool calls: the style's format, read back by the API. */
     cr_assert_not_null(bt->ops->tool_format);
-    cr_expect_str_eq(bt->ops->tool_format(bt), "hermes");
+    cr_expect_eq(bt->ops->tool_format(bt), &pl_tool_hermes, "the hermes format");
     json_t *body = json_loads("{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":"
                               "\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":"
                               "\"get_w\",\"parameters\":{\"type\":\"object\"}}}]}", 0, NULL);
