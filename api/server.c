@@ -37,6 +37,7 @@ typedef struct route_t {
     unsigned methods;
     pl_route_fn fn;
     void *ud;
+    uint64_t hits;               /* requests routed to it (GET /metrics) */
 } route_t;
 
 struct pl_server {
@@ -219,14 +220,18 @@ static bool check_key(pl_server *s, struct evhttp_request *req, const char *path
     if (!strcmp(path, "/health") || !strcmp(path, "/dashboard"))
         return false;
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    int key = pl_auth_check_key(s->auth, evhttp_find_header(in, "Authorization"));
+    /* Anthropic's SDKs send the key as x-api-key */
+    const char *bearer = evhttp_find_header(in, "Authorization");
+    const char *x_key = evhttp_find_header(in, "x-api-key");
+    int key = bearer || !x_key ? pl_auth_check_key(s->auth, bearer)
+                               : pl_auth_check_api_key(s->auth, x_key);
     if (key < 0) {
         struct evkeyvalq *out = evhttp_request_get_output_headers(req);
         evhttp_add_header(out, "WWW-Authenticate", "Bearer");
         pl_reply_errorf(req, 401, "invalid_request_error", NULL, "invalid_api_key",
-                        evhttp_find_header(in, "Authorization")
-                            ? "Incorrect API key provided"
-                            : "You didn't provide an API key; send 'Authorization: Bearer KEY'");
+                        bearer || x_key ? "Incorrect API key provided"
+                                        : "You didn't provide an API key; send "
+                                          "'Authorization: Bearer KEY' or 'x-api-key: KEY'");
         return true;
     }
     s->current_key = key;
@@ -268,6 +273,7 @@ static void route(pl_server *s, struct evhttp_request *req, const char *path)
         if (!route_matches(r, path))
             continue;
         if (r->methods & m) {
+            r->hits++;
             if (!check_content_type(req))
                 r->fn(s, req, path, r->ud);
             return;
@@ -339,6 +345,15 @@ static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         pl_prom_family(out, f[i].name, f[i].type, f[i].help);
         pl_prom_sample(out, f[i].name, i ? "_total" : "", NULL, v[i]);
+    }
+    pl_prom_family(out, "parley:http_requests", "counter",
+                   "Requests routed to each endpoint (its route pattern).");
+    for (int i = 0; i < s->n_routes; i++) {
+        char esc[256], labels[300];
+        pl_prom_escape(esc, sizeof esc, s->routes[i].pattern);
+        snprintf(labels, sizeof labels, "endpoint=\"%s\"", esc);
+        pl_prom_sample(out, "parley:http_requests", "_total", labels,
+                       (double)s->routes[i].hits);
     }
 }
 
