@@ -350,10 +350,18 @@ static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
                    "Requests routed to each endpoint (its route pattern).");
     for (int i = 0; i < s->n_routes; i++) {
         char esc[256], labels[300];
+        uint64_t hits = 0;
+        int j = 0;
+        while (j < i && strcmp(s->routes[j].pattern, s->routes[i].pattern))
+            j++;
+        if (j < i)
+            continue;            /* a pattern registered twice is one endpoint */
+        for (j = i; j < s->n_routes; j++)
+            if (!strcmp(s->routes[j].pattern, s->routes[i].pattern))
+                hits += s->routes[j].hits;
         pl_prom_escape(esc, sizeof esc, s->routes[i].pattern);
         snprintf(labels, sizeof labels, "endpoint=\"%s\"", esc);
-        pl_prom_sample(out, "parley:http_requests", "_total", labels,
-                       (double)s->routes[i].hits);
+        pl_prom_sample(out, "parley:http_requests", "_total", labels, (double)hits);
     }
 }
 
