@@ -223,8 +223,9 @@ static bool check_key(pl_server *s, struct evhttp_request *req, const char *path
     /* Anthropic's SDKs send the key as x-api-key */
     const char *bearer = evhttp_find_header(in, "Authorization");
     const char *x_key = evhttp_find_header(in, "x-api-key");
-    int key = bearer || !x_key ? pl_auth_check_key(s->auth, bearer)
-                               : pl_auth_check_api_key(s->auth, x_key);
+    int key = pl_auth_check_key(s->auth, bearer);
+    if (key < 0 && x_key)        /* either header may hold the key */
+        key = pl_auth_check_api_key(s->auth, x_key);
     if (key < 0) {
         struct evkeyvalq *out = evhttp_request_get_output_headers(req);
         evhttp_add_header(out, "WWW-Authenticate", "Bearer");

@@ -311,6 +311,10 @@ def test_api_keys():
         st, b = post(s, "/v1/messages", {"model": "mock", "max_tokens": 5, "messages": user("x")},
                      {"anthropic-version": "2023-06-01"})
         anthropic_error(st, b, 401, "authentication_error", "x-api-key")
+        # either header may hold the key (Claude Code sends both when told a token too)
+        st, b = post(s, "/v1/messages", {"model": "mock", "max_tokens": 5, "messages": user("x")},
+                     {"Authorization": "Bearer stale", "x-api-key": "sekrit"})
+        assert st == 200, b
         # the key works on the OpenAI endpoints too
         st, b = post(s, "/v1/chat/completions", {"model": "mock", "messages": user("x")},
                      {"x-api-key": "sekrit"})
@@ -437,3 +441,34 @@ def test_litellm_anthropic_provider(mock):
     assert tc and tc[0].function.name == "get_weather"
     assert json.loads(tc[0].function.arguments) == {"city": "Oslo"}
     assert r.choices[0].finish_reason == "tool_calls"
+
+
+def test_through_a_gateway():
+    """parley as a gateway (--upstream) in front of a parley mock: the
+    upstream gets the chat-form body, its calls come back as tool_use."""
+    up = start("--backend", "mock", "--served-model-name", "mock", "--mock-mode", "echo")
+    gw = start("--upstream", up.url + "/v1")
+    try:
+        r = gw.client.messages.create(model="mock", max_tokens=20, messages=user("via the gateway"))
+        assert r.content[0].text == "via the gateway" and r.stop_reason == "end_turn"
+        assert r.usage.output_tokens == 3
+        with gw.client.messages.stream(model="mock", max_tokens=20,
+                                       messages=user("streamed through")) as st:
+            assert "".join(st.text_stream) == "streamed through"
+        for stream in (False, True):
+            if stream:
+                with gw.client.messages.stream(model="mock", max_tokens=100, tools=[WEATHER],
+                                               messages=user(CALL)) as st:
+                    r = st.get_final_message()
+            else:
+                r = gw.client.messages.create(model="mock", max_tokens=100, tools=[WEATHER],
+                                              messages=user(CALL))
+            assert r.stop_reason == "tool_use", stream
+            assert [b.type for b in r.content] == ["tool_use"], stream
+            assert r.content[0].name == "get_weather" and r.content[0].input == {"city": "Oslo"}
+        st, b = post(gw, "/v1/messages", {"model": "mock", "max_tokens": 5,
+                                          "messages": user("x"), "temperature": 9})
+        anthropic_error(st, b, 400, "invalid_request_error", "temperature")
+    finally:
+        assert gw.stop() == 0
+        assert up.stop() == 0
