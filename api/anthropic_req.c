@@ -429,7 +429,8 @@ static int map_scalars(json_t *body, json_t *chat, bool need_max_tokens, pl_err 
         return BAD(e, "model", "Field required");
     if (!json_is_string(model))
         return BAD(e, "model", "must be a string");
-    if (need_max_tokens && !json_object_get(body, "max_tokens"))
+    json_t *mt = json_object_get(body, "max_tokens");
+    if (need_max_tokens && (!mt || json_is_null(mt)))
         return BAD(e, "max_tokens", "Field required");
     for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
         json_t *v = json_object_get(body, same[i]);

@@ -325,6 +325,8 @@ def test_api_keys():
 
 BAD = [
     ({"model": "mock", "messages": user("x")}, 400, "invalid_request_error", "max_tokens: Field required"),
+    ({"model": "mock", "max_tokens": None, "messages": user("x")}, 400, "invalid_request_error",
+     "max_tokens: Field required"),
     ({"max_tokens": 5, "messages": user("x")}, 400, "invalid_request_error", "model: Field required"),
     ({"model": "mock", "max_tokens": 5}, 400, "invalid_request_error", "messages: Field required"),
     ({"model": "mock", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]},
