@@ -19,8 +19,9 @@
  * (the SDKs take it from there).
  *
  * stop_reason: "tool_use" when calls came back, "max_tokens" when cut,
- * else "end_turn" (a matched stop sequence is not told apart from the
- * model's end: backends do not report which stop string matched).
+ * "stop_sequence" (and stop_sequence) when one of the request's stop
+ * sequences ended it (pl_result.stop_index: the engine and the mock tell,
+ * a remote upstream does not), else "end_turn".
  */
 #include "api/anthropic.h"
 
@@ -93,11 +94,30 @@ json_t *pl_anthropic_error_json(const pl_err *e)
 
 /* ---- the message ---- */
 
+/* The stop sequence that ended the reply, when the backend tells and it is
+ * one of the request's (not a stop string parley added), else NULL. */
+static const char *matched_stop(const pl_oai_call *c)
+{
+    const pl_oai_choice *ch = &c->choices[0];
+    int i = ch->stop_index - 1;
+    if (ch->finish != PL_FINISH_STOP || i < 0 || i >= c->p.sampling.n_stop)
+        return NULL;
+    const char *s = c->p.sampling.stop[i];
+    json_t *asked = json_object_get(c->body, "stop"), *v;
+    size_t k;
+    json_array_foreach(asked, k, v)
+        if (!strcmp(json_string_value(v), s))
+            return s;
+    return NULL;
+}
+
 static const char *stop_reason(const pl_oai_call *c)
 {
     if (c->choices[0].finish == PL_FINISH_LENGTH)
         return "max_tokens";
-    return json_array_size(ep_of(c)->calls) ? "tool_use" : "end_turn";
+    if (json_array_size(ep_of(c)->calls))
+        return "tool_use";
+    return matched_stop(c) ? "stop_sequence" : "end_turn";
 }
 
 static json_t *usage_json(const pl_oai_call *c)
@@ -165,6 +185,8 @@ static json_t *message_json(const pl_oai_call *c, bool done)
     for (size_t k = 0; k < json_array_size(ep_of(c)->calls); k++)
         json_array_append_new(content, tool_use_block(c, k, true));
     json_object_set_new(o, "stop_reason", json_string(stop_reason(c)));
+    if (matched_stop(c) && !json_array_size(ep_of(c)->calls))
+        json_object_set_new(o, "stop_sequence", json_string(matched_stop(c)));
     json_object_set_new(o, "usage", usage_json(c));
     return o;
 }
@@ -318,9 +340,10 @@ static void msg_stream_end(pl_oai_call *c)
         put_text(c, t, n);
     stream_calls(c);
     json_t *u = usage_json(c);
+    const char *seq = json_array_size(ep_of(c)->calls) ? NULL : matched_stop(c);
     send_event(c, "message_delta",
-               json_pack("{s:{s:s, s:n}, s:o}", "delta", "stop_reason", stop_reason(c),
-                         "stop_sequence", "usage", u));
+               json_pack("{s:{s:s, s:o}, s:o}", "delta", "stop_reason", stop_reason(c),
+                         "stop_sequence", seq ? json_string(seq) : json_null(), "usage", u));
     send_event(c, "message_stop", json_object());
 }
 

@@ -96,6 +96,22 @@ def test_max_tokens_cut(mock):
     assert r.content[0].text == "one two" and r.usage.output_tokens == 2
 
 
+def test_stop_sequences(mock):
+    r = mock.client.messages.create(model="mock", max_tokens=50, stop_sequences=["END", "zz"],
+                                    messages=user("one two END three"))
+    assert r.content[0].text == "one two "
+    assert r.stop_reason == "stop_sequence" and r.stop_sequence == "END"
+    with mock.client.messages.stream(model="mock", max_tokens=50, stop_sequences=["zz", "END"],
+                                     messages=user("one two END three")) as st:
+        assert "".join(st.text_stream) == "one two "
+        f = st.get_final_message()
+    assert f.stop_reason == "stop_sequence" and f.stop_sequence == "END"
+    # not matched: the model's own end
+    r = mock.client.messages.create(model="mock", max_tokens=50, stop_sequences=["zz"],
+                                    messages=user("one two"))
+    assert r.stop_reason == "end_turn" and r.stop_sequence is None
+
+
 def test_blocks_system_and_history(mock):
     r = mock.client.messages.create(
         model="mock", max_tokens=50, system=[{"type": "text", "text": "Be brief."}],
@@ -268,6 +284,20 @@ def test_engine_thinking_matches_chat(qwen3):
                                           extra_body={"temperature": 0}) as st:
             f = st.get_final_message()
         assert "".join(b.text for b in f.content if b.type == "text") == text
+
+
+def test_engine_stop_sequence(qwen3):
+    kw = dict(model=qwen3.name, max_tokens=24, messages=user("Hello"),
+              thinking={"type": "disabled"}, extra_body={"temperature": 0})
+    full = "".join(b.text for b in qwen3.client.messages.create(**kw).content
+                   if b.type == "text")
+    # random weights write bytes that are not UTF-8 (U+FFFD in JSON): the
+    # stop is the first whole character after the first
+    stop = next((ch for ch in full[1:] if ch != "\ufffd" and ch.strip()), None)
+    assert stop, full
+    r = qwen3.client.messages.create(stop_sequences=[stop], **kw)
+    assert r.stop_reason == "stop_sequence" and r.stop_sequence == stop
+    assert r.content[0].text == full[:full.index(stop)]
 
 
 def test_engine_count_tokens(qwen3):
