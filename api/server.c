@@ -325,6 +325,29 @@ static void status_hook(pl_server *s, json_t *st, void *ud)
                                   (json_int_t)s->stalled_streams));
 }
 
+/* parley:http_requests_total{endpoint}: requests routed to each route
+ * pattern (a pattern registered twice, for other methods, is one). */
+static void route_metrics(pl_server *s, struct evbuffer *out)
+{
+    pl_prom_family(out, "parley:http_requests", "counter",
+                   "Requests routed to each endpoint (its route pattern).");
+    for (int i = 0; i < s->n_routes; i++) {
+        char esc[256], labels[300];
+        uint64_t hits = 0;
+        int j = 0;
+        while (j < i && strcmp(s->routes[j].pattern, s->routes[i].pattern))
+            j++;
+        if (j < i)
+            continue;
+        for (j = i; j < s->n_routes; j++)
+            if (!strcmp(s->routes[j].pattern, s->routes[i].pattern))
+                hits += s->routes[j].hits;
+        pl_prom_escape(esc, sizeof esc, s->routes[i].pattern);
+        snprintf(labels, sizeof labels, "endpoint=\"%s\"", esc);
+        pl_prom_sample(out, "parley:http_requests", "_total", labels, (double)hits);
+    }
+}
+
 /* The HTTP front's counters in GET /metrics. */
 static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
 {
@@ -347,23 +370,7 @@ static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
         pl_prom_family(out, f[i].name, f[i].type, f[i].help);
         pl_prom_sample(out, f[i].name, i ? "_total" : "", NULL, v[i]);
     }
-    pl_prom_family(out, "parley:http_requests", "counter",
-                   "Requests routed to each endpoint (its route pattern).");
-    for (int i = 0; i < s->n_routes; i++) {
-        char esc[256], labels[300];
-        uint64_t hits = 0;
-        int j = 0;
-        while (j < i && strcmp(s->routes[j].pattern, s->routes[i].pattern))
-            j++;
-        if (j < i)
-            continue;            /* a pattern registered twice is one endpoint */
-        for (j = i; j < s->n_routes; j++)
-            if (!strcmp(s->routes[j].pattern, s->routes[i].pattern))
-                hits += s->routes[j].hits;
-        pl_prom_escape(esc, sizeof esc, s->routes[i].pattern);
-        snprintf(labels, sizeof labels, "endpoint=\"%s\"", esc);
-        pl_prom_sample(out, "parley:http_requests", "_total", labels, (double)hits);
-    }
+    route_metrics(s, out);
 }
 
 static void accept_resume(evutil_socket_t fd, short what, void *arg)
