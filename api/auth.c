@@ -101,7 +101,16 @@ int pl_auth_check_key(const pl_auth *a, const char *authorization)
         return 0;
     if (!authorization || strncasecmp(authorization, "Bearer ", 7))
         return -1;
-    const char *g = authorization + 7;
+    return pl_auth_check_api_key(a, authorization + 7);
+}
+
+int pl_auth_check_api_key(const pl_auth *a, const char *key)
+{
+    if (!a->need_key)
+        return 0;
+    if (!key)
+        return -1;
+    const char *g = key;
     while (*g == ' ')
         g++;
     size_t glen = strlen(g);

@@ -32,6 +32,9 @@ bool pl_auth_needs_key(const pl_auth *a);
 /** The key index for an Authorization header value, or -1. With no keys
  *  configured every caller is key 0. */
 int pl_auth_check_key(const pl_auth *a, const char *authorization);
+/** The key index for a bare key (Anthropic's x-api-key header), or -1;
+ *  compared as pl_auth_check_key compares a bearer token. */
+int pl_auth_check_api_key(const pl_auth *a, const char *key);
 /** May a page from origin call us? host: the request's Host header. */
 bool pl_auth_origin_allowed(const pl_auth *a, const char *origin, const char *host);
 

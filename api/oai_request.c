@@ -373,6 +373,7 @@ static void on_done(void *ud, const pl_result *r)
     choice_release(c, ch);
     ch->finish = r->finish;
     ch->up_tool_finish = r->tool_calls;
+    ch->stop_index = r->stop_index;
     c->usage.completion_tokens += r->completion_tokens;
     if (ch->index % c->p.n == 0) {  /* each prompt counts once, as OpenAI counts */
         c->usage.prompt_tokens += r->prompt_tokens;

@@ -56,6 +56,8 @@ typedef struct pl_oai_choice {
     bool active;                 /**< submitted and not done */
     pl_finish finish;
     bool up_tool_finish;         /**< the upstream finished with "tool_calls" */
+    int stop_index;              /**< pl_result.stop_index: the stop string
+                                      that ended it (index + 1), 0: none */
     struct evbuffer *text;       /**< the whole text, when kept (else NULL) */
     pl_oai_logprobs lp;          /**< non-stream, logprobs requested */
     size_t text_offset;          /**< completions logprobs text_offset */

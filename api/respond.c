@@ -2,6 +2,7 @@
 #include "api/respond.h"
 
 #include "api/access_log.h"
+#include "api/anthropic.h"
 #include "src/base/json_dump.h"
 
 #include <stdarg.h>
@@ -126,7 +127,10 @@ void pl_reply_error(struct evhttp_request *req, const pl_err *e)
         snprintf(v, sizeof v, "%d", e->retry_after_s);
         evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", v);
     }
-    pl_reply_json(req, e->status, pl_err_to_json(e));
+    /* Anthropic's clients read Anthropic's error shape, whoever replies
+     * (the router's 401 and 429 too) */
+    bool anthropic = pl_anthropic_path(evhttp_request_get_uri(req));
+    pl_reply_json(req, e->status, anthropic ? pl_anthropic_error_json(e) : pl_err_to_json(e));
 }
 
 void pl_reply_errorf(struct evhttp_request *req, int status, const char *type,

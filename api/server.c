@@ -37,6 +37,7 @@ typedef struct route_t {
     unsigned methods;
     pl_route_fn fn;
     void *ud;
+    uint64_t hits;               /* requests routed to it (GET /metrics) */
 } route_t;
 
 struct pl_server {
@@ -219,14 +220,19 @@ static bool check_key(pl_server *s, struct evhttp_request *req, const char *path
     if (!strcmp(path, "/health") || !strcmp(path, "/dashboard"))
         return false;
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
-    int key = pl_auth_check_key(s->auth, evhttp_find_header(in, "Authorization"));
+    /* Anthropic's SDKs send the key as x-api-key */
+    const char *bearer = evhttp_find_header(in, "Authorization");
+    const char *x_key = evhttp_find_header(in, "x-api-key");
+    int key = pl_auth_check_key(s->auth, bearer);
+    if (key < 0 && x_key)        /* either header may hold the key */
+        key = pl_auth_check_api_key(s->auth, x_key);
     if (key < 0) {
         struct evkeyvalq *out = evhttp_request_get_output_headers(req);
         evhttp_add_header(out, "WWW-Authenticate", "Bearer");
         pl_reply_errorf(req, 401, "invalid_request_error", NULL, "invalid_api_key",
-                        evhttp_find_header(in, "Authorization")
-                            ? "Incorrect API key provided"
-                            : "You didn't provide an API key; send 'Authorization: Bearer KEY'");
+                        bearer || x_key ? "Incorrect API key provided"
+                                        : "You didn't provide an API key; send "
+                                          "'Authorization: Bearer KEY' or 'x-api-key: KEY'");
         return true;
     }
     s->current_key = key;
@@ -268,6 +274,7 @@ static void route(pl_server *s, struct evhttp_request *req, const char *path)
         if (!route_matches(r, path))
             continue;
         if (r->methods & m) {
+            r->hits++;
             if (!check_content_type(req))
                 r->fn(s, req, path, r->ud);
             return;
@@ -318,6 +325,29 @@ static void status_hook(pl_server *s, json_t *st, void *ud)
                                   (json_int_t)s->stalled_streams));
 }
 
+/* parley:http_requests_total{endpoint}: requests routed to each route
+ * pattern (a pattern registered twice, for other methods, is one). */
+static void route_metrics(pl_server *s, struct evbuffer *out)
+{
+    pl_prom_family(out, "parley:http_requests", "counter",
+                   "Requests routed to each endpoint (its route pattern).");
+    for (int i = 0; i < s->n_routes; i++) {
+        char esc[256], labels[300];
+        uint64_t hits = 0;
+        int j = 0;
+        while (j < i && strcmp(s->routes[j].pattern, s->routes[i].pattern))
+            j++;
+        if (j < i)
+            continue;
+        for (j = i; j < s->n_routes; j++)
+            if (!strcmp(s->routes[j].pattern, s->routes[i].pattern))
+                hits += s->routes[j].hits;
+        pl_prom_escape(esc, sizeof esc, s->routes[i].pattern);
+        snprintf(labels, sizeof labels, "endpoint=\"%s\"", esc);
+        pl_prom_sample(out, "parley:http_requests", "_total", labels, (double)hits);
+    }
+}
+
 /* The HTTP front's counters in GET /metrics. */
 static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
 {
@@ -340,6 +370,7 @@ static void metrics_hook(pl_server *s, struct evbuffer *out, void *ud)
         pl_prom_family(out, f[i].name, f[i].type, f[i].help);
         pl_prom_sample(out, f[i].name, i ? "_total" : "", NULL, v[i]);
     }
+    route_metrics(s, out);
 }
 
 static void accept_resume(evutil_socket_t fd, short what, void *arg)

@@ -263,6 +263,10 @@ typedef struct pl_result {
     double ttft_ms;              /**< submit -> first token */
     const pl_err *error;         /**< set when finish == PL_FINISH_ERROR */
     bool tool_calls;             /**< finish_reason "tool_calls" (upstream tools) */
+    /** A stop string ended the reply: sampling.stop[stop_index - 1]; 0:
+     *  none (the model's end, a constraint's), or the backend cannot tell
+     *  (remote). */
+    int stop_index;
 } pl_result;
 
 /**

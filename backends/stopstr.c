@@ -6,7 +6,16 @@
 size_t pl_stopstr_scan(const char *pending, size_t len, char *const *stops, int n,
                        bool *stopped)
 {
-    *stopped = false;
+    int which;
+    size_t k = pl_stopstr_scan_at(pending, len, stops, n, &which);
+    *stopped = which >= 0;
+    return k;
+}
+
+size_t pl_stopstr_scan_at(const char *pending, size_t len, char *const *stops, int n,
+                          int *which)
+{
+    *which = -1;
     size_t first = len;
     for (int i = 0; i < n; i++) {
         size_t sl = strlen(stops[i]);
@@ -15,10 +24,10 @@ size_t pl_stopstr_scan(const char *pending, size_t len, char *const *stops, int 
         const char *hit = memmem(pending, len, stops[i], sl);
         if (hit && (size_t)(hit - pending) < first) {
             first = (size_t)(hit - pending);
-            *stopped = true;
+            *which = i;
         }
     }
-    if (*stopped)
+    if (*which >= 0)
         return first;
     /* Hold back the longest tail that is a proper prefix of a stop string. */
     size_t hold = 0;

@@ -21,6 +21,10 @@
  */
 size_t pl_stopstr_scan(const char *pending, size_t len, char *const *stops, int n,
                        bool *stopped);
+/** pl_stopstr_scan that also says which stop string occurs first: *which
+ *  is its index, -1 when none does. */
+size_t pl_stopstr_scan_at(const char *pending, size_t len, char *const *stops, int n,
+                          int *which);
 
 /** Length of the longest complete-UTF-8 prefix of s[0..len). */
 size_t pl_utf8_complete_len(const char *s, size_t len);

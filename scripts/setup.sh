@@ -55,6 +55,9 @@ if [ $want_test = 1 ]; then
     .venv/bin/python -c "import litellm, langchain_openai, lm_eval" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check litellm langchain-openai \
             "lm_eval>=0.4"
+    # Anthropic's SDK against /v1/messages (tests/python/test_anthropic.py).
+    .venv/bin/python -c "import anthropic" 2>/dev/null ||
+        .venv/bin/pip install -q --disable-pip-version-check "anthropic==2.10.0"
     # The contract test: schemathesis against api/openapi.yaml.
     .venv/bin/python -c "import schemathesis" 2>/dev/null ||
         .venv/bin/pip install -q --disable-pip-version-check schemathesis

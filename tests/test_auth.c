@@ -71,3 +71,25 @@ Test(auth, star_or_api_keys_turn_the_check_off)
     cr_expect(pl_auth_host_allowed(a, "evil.example"), "with keys, the key protects");
     pl_auth_free(a);
 }
+
+/* Anthropic's SDKs send the key bare, in x-api-key: the same keys, the
+ * same indices, as a bearer token. */
+Test(auth, x_api_key_is_a_bare_key)
+{
+    const char *keys[] = {"alpha", "beta"};
+    pl_auth_opts o = {.keys = keys, .n_keys = 2};
+    pl_auth *a = pl_auth_new(&o);
+    cr_assert_not_null(a);
+    cr_expect_eq(pl_auth_check_api_key(a, "alpha"), 0);
+    cr_expect_eq(pl_auth_check_api_key(a, "beta"), 1);
+    cr_expect_eq(pl_auth_check_api_key(a, " beta "), 1);
+    cr_expect_eq(pl_auth_check_key(a, "Bearer beta"), 1);
+    cr_expect_eq(pl_auth_check_api_key(a, "Bearer beta"), -1);
+    cr_expect_eq(pl_auth_check_api_key(a, "alph"), -1);
+    cr_expect_eq(pl_auth_check_api_key(a, ""), -1);
+    cr_expect_eq(pl_auth_check_api_key(a, NULL), -1);
+    pl_auth_free(a);
+    pl_auth *none = pl_auth_new(&(pl_auth_opts){0});
+    cr_expect_eq(pl_auth_check_api_key(none, NULL), 0);
+    pl_auth_free(none);
+}

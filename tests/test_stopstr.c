@@ -59,3 +59,15 @@ Test(stopstr, utf8_complete_len)
     cr_expect_eq(pl_utf8_complete_len("\xE4\xBD\xA0", 3), 3u);
     cr_expect_eq(pl_utf8_complete_len("\xE4\xBD", 2), 0u);
 }
+
+Test(stopstr, says_which_stop_occurs_first)
+{
+    char *stops[] = {"END", "xy", "zz"};
+    int which;
+    cr_expect_eq(pl_stopstr_scan_at("abc xy END", 10, stops, 3, &which), 4u);
+    cr_expect_eq(which, 1);
+    cr_expect_eq(pl_stopstr_scan_at("END xy", 6, stops, 3, &which), 0u);
+    cr_expect_eq(which, 0);
+    cr_expect_eq(pl_stopstr_scan_at("abc z", 5, stops, 3, &which), 4u);   /* "z" held */
+    cr_expect_eq(which, -1);
+}

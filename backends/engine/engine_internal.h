@@ -58,6 +58,8 @@ typedef struct eng_req {
                                      logprobs, [0] NaN; NULL otherwise */
     int32_t *ptop_ids;            /* (n_prompt, n_top_prompt) */
     float *ptop_lp;               /* (n_prompt, n_top_prompt) */
+    int stop_index;               /* pl_result.stop_index: set when a stop
+                                     string matched */
     char *pending;                /* text not yet emitted */
     size_t pending_len, pending_cap;
     uint64_t free_after;          /* deferred free: once this many steps

@@ -189,6 +189,7 @@ void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
     m->res.cached_tokens = s && s->n_cached > 0 ? s->n_cached : 0;
     m->res.queue_ms = r->t_sched > 0 ? r->t_sched - r->t_submit : 0;
     m->res.ttft_ms = r->t_first > 0 ? r->t_first - r->t_submit : 0;
+    m->res.stop_index = f == PL_FINISH_STOP ? r->stop_index : 0;
     if (err)
         m->err = *err;
     if (f == PL_FINISH_STOP || f == PL_FINISH_LENGTH)

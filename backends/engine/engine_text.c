@@ -120,10 +120,12 @@ static int text_step_(pl_engine *e, eng_req *r, eng_msg *m, int32_t tok, bool fi
     const char *b = e->text.token_bytes(e->text.ud, tok, &len);
     if (b && len && pending_append_(r, b, len) < 0)
         return -1;
-    bool stopped = false;
-    size_t emit = pl_stopstr_scan(r->pending, r->pending_len, r->sp.stop,
-                                  r->sp.n_stop, &stopped);
+    int which;
+    size_t emit = pl_stopstr_scan_at(r->pending, r->pending_len, r->sp.stop,
+                                     r->sp.n_stop, &which);
+    bool stopped = which >= 0;
     if (stopped) {
+        r->stop_index = which + 1;
         r->pending_len = emit;
         final = true;
     }

@@ -30,6 +30,7 @@ typedef struct mock_req {
     int produced, limit; /* limit: max tokens, or a natural stop point */
     int natural_stop;    /* 1: reaching limit finishes with "stop" */
     int prompt_tokens;
+    int stop_index;      /* pl_result.stop_index */
     pl_mock_prompt *prompt;   /* echo: the prompt delta not yet delivered */
     bool score_only;     /* echo with max_tokens 0: nothing generated */
     int paused, running;
@@ -252,7 +253,8 @@ static void mock_finish_err(mock_req *r, pl_finish f, const pl_err *err)
 {
     mock_backend *mb = r->mb;
     pl_result res = {.finish = f, .prompt_tokens = r->prompt_tokens,
-                     .completion_tokens = r->produced, .error = err};
+                     .completion_tokens = r->produced, .error = err,
+                     .stop_index = r->stop_index};
     pl_sink sink = r->sink;
     mb->counts.completed++;
     mock_req_free(r);
@@ -297,8 +299,11 @@ static const pl_token_logprob *mock_logprobs(mock_req *r, int32_t tok)
 
 static int mock_emit(mock_req *r, int32_t tok)
 {
-    bool stopped;
-    size_t n = pl_stopstr_scan(r->text, r->text_len, r->sp.stop, r->sp.n_stop, &stopped);
+    int which;
+    size_t n = pl_stopstr_scan_at(r->text, r->text_len, r->sp.stop, r->sp.n_stop, &which);
+    bool stopped = which >= 0;
+    if (stopped)
+        r->stop_index = which + 1;
     if (n > 0 || tok >= 0) {
         pl_delta d = {.text = r->text, .len = n, .tokens = &tok, .n_tokens = tok >= 0,
                       .logprobs = tok >= 0 ? mock_logprobs(r, tok) : NULL};
