@@ -21,6 +21,7 @@
 #include "backends/engine/model/hf_model.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/model/quant.h"
+#include "src/base/half.h"
 
 #define E 32   /* hidden */
 #define H 2    /* heads */
@@ -254,6 +255,54 @@ Test(hf_model, quantised_at_load_and_bf16_in_place)
     cr_expect_eq(pl_gguf_tensor_find(pl_hf_model_gguf(m), "blk.0.attn_v.weight")->type,
                  PL_GGML_TYPE_BF16);
     pl_hf_model_free(m);
+}
+
+/* By default (--cpu-weight-type auto) a checkpoint keeps its own
+ * precision: bf16 stays bf16 (in place), f16 stays f16, nothing is
+ * quantised unless asked. */
+static pl_hf_model *open_own(void)
+{
+    char err[512];
+    write_files();
+    pl_hf_opts o = {.weight_type = PL_GGML_TYPE_Q8_0, .own_precision = true, .threads = 2};
+    pl_hf_model *m = pl_hf_model_open(dir_, &o, err, sizeof err);
+    cr_assert(m, "%s", err);
+    return m;
+}
+
+Test(hf_model, own_precision_by_default)
+{
+    pl_hf_model *m = open_own();
+    cr_expect_eq(pl_gguf_tensor_find(pl_hf_model_gguf(m), "blk.0.ffn_down.weight")->type,
+                 PL_GGML_TYPE_F32);
+    pl_hf_model_free(m);
+    for (int half = 0; half < 2; half++) {
+        make_llama();
+        for (int i = 0; i < nt_; i++) {
+            tensor *t = &ts_[i];
+            size_t n = t->nbytes / 4;
+            for (size_t k = 0; k < n; k++) {
+                float f;
+                memcpy(&f, t->data + 4 * k, 4);
+                uint16_t h = half ? pl_fp32_to_fp16(f) : pl_fp32_to_bf16(f);
+                memcpy(t->data + 2 * k, &h, 2);
+            }
+            t->nbytes = n * 2;
+            snprintf(t->dtype, sizeof t->dtype, half ? "F16" : "BF16");
+        }
+        m = open_own();
+        pl_ggml_type want = half ? PL_GGML_TYPE_F16 : PL_GGML_TYPE_BF16;
+        const pl_gguf *g = pl_hf_model_gguf(m);
+        const char *names[] = {"blk.0.attn_v.weight", "blk.1.attn_q.weight",
+                               "blk.0.ffn_down.weight", "token_embd.weight", "output.weight"};
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+            cr_expect_eq(pl_gguf_tensor_find(g, names[i])->type, want, "%s", names[i]);
+        const pl_gguf_tensor *v = pl_gguf_tensor_find(g, "blk.0.attn_v.weight");
+        cr_expect_eq(memcmp(v->data, find("model.layers.0.self_attn.v_proj.weight")->data,
+                            v->nbytes), 0);
+        cr_expect_eq(pl_hf_model_stats(m)->n_converted, 1 + NL * 4);   /* norms, q, k */
+        pl_hf_model_free(m);
+    }
 }
 
 Test(hf_model, tied_embeddings)
