@@ -38,6 +38,49 @@ static char *slurp_(const char *path, size_t *n)
     return b;
 }
 
+/* A copy of text (n bytes) where every integer literal too long for
+ * jansson's 64-bit integers (outside strings) ends in ".0", a real: what
+ * transformers 5 writes for an unlimited model_max_length (int(1e30)).
+ * NULL when out of memory. */
+static char *big_ints_as_reals_(const char *text, size_t n, size_t *out_n)
+{
+    char *o = malloc(2 * n + 2);
+    size_t k = 0;
+    bool in_str = false;
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        char ch = text[i];
+        o[k++] = ch;
+        if (in_str) {
+            if (ch == '\\' && i + 1 < n)
+                o[k++] = text[++i];
+            else if (ch == '"')
+                in_str = false;
+            continue;
+        }
+        if (ch == '"') {
+            in_str = true;
+            continue;
+        }
+        bool start = (ch >= '0' && ch <= '9') && (i == 0 || !strchr("0123456789.eE+-", text[i - 1]));
+        if (!start)
+            continue;
+        size_t j = i + 1;
+        while (j < n && text[j] >= '0' && text[j] <= '9')
+            j++;
+        memcpy(o + k, text + i + 1, j - i - 1);
+        k += j - i - 1;
+        if (j - i > 18 && (j >= n || !strchr(".eE", text[j]))) {
+            o[k++] = '.';
+            o[k++] = '0';
+        }
+        i = j - 1;
+    }
+    *out_n = k;
+    return o;
+}
+
 int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool required,
                     char *err, size_t errlen)
 {
@@ -65,6 +108,13 @@ int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool requi
         goto fail;
     }
     j->root = json_loadb(text, n, JSON_REJECT_DUPLICATES, &je);
+    if (!j->root && strstr(je.text, "too big integer")) {
+        size_t n2 = 0;
+        char *t2 = big_ints_as_reals_(text, n, &n2);
+        if (t2)
+            j->root = json_loadb(t2, n2, JSON_REJECT_DUPLICATES, &je);
+        free(t2);
+    }
     free(text);
     if (!j->root) {
         snprintf(err, errlen, "%s:%d: %s", j->path, je.line, je.text);

@@ -276,10 +276,12 @@ static int layer_types_(const pl_hf_json *c, const char *arch, const pl_arch *in
     int nl = (int)u64_(g, arch, "block_count", 0);
     int w = (int)u64_(g, arch, "attention.sliding_window", 0);
     int p = (int)u64_(g, arch, "attention.sliding_window_pattern", info->swa_period);
-    long long wp = p;            /* transformers 5's copy of the period */
+    /* transformers 5's period, from which it builds layer_types when a
+     * config has none (given layer_types, it is a stale default) */
+    long long wp = p;
     if (pl_hf_json_int(c, "_sliding_window_pattern", false, 1, 1 << 20, &wp, err, n) < 0)
         return -1;
-    for (int i = 0; i < nl && w > 0; i++)
+    for (int i = 0; i < nl && w > 0 && !lt; i++)
         if ((p == 1 || (p > 1 && i % p < p - 1)) != (wp == 1 || (wp > 1 && i % wp < wp - 1)))
             return pl_hf_json_fail(c, "_sliding_window_pattern", err, n, "%lld, but parley "
                                    "runs a full layer every %d", wp, p);
