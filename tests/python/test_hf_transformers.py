@@ -43,7 +43,23 @@ def logits(d, ids, wtype):
 
 
 def test_every_family_has_a_transformers_checkpoint():
-    assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3"}
+    assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
+                             "qwen3-bf16", "gemma3-bf16"}
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f.endswith("-bf16")])
+def test_bf16_checkpoint_runs_in_bf16_by_default(family, tmp_path):
+    """A bf16 checkpoint, by default (auto) and as bf16, is transformers'
+    float32 forward of its bf16 weights within 1e-3: nothing quantised
+    unasked. q8_0, asked for, is measurably further off."""
+    d, ref = folder(family, tmp_path)
+    assert json.load(open(d / "config.json"))["dtype"] == "bfloat16"
+    want = np.array(ref["logits"])
+    own = np.abs(logits(d, ref["ids"], "auto") - want).max()
+    assert own < 1e-3, f"{family}: own precision {own:.2e} from transformers"
+    assert np.abs(logits(d, ref["ids"], "bf16") - want).max() == own
+    q8 = np.abs(logits(d, ref["ids"], "q8_0") - want).max()
+    assert q8 > 10 * own
 
 
 @pytest.mark.parametrize("family", FAMILIES)
