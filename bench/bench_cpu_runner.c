@@ -55,7 +55,8 @@ int main(int argc, char **argv)
         meta = g;
     /* As the engine loads it: f32 copies only for the f32 GEMM path. */
     pl_model_opts mo = {.keep_f32 = argc > 5 && atoi(argv[5]) < 1000000,
-                        .keep_packed = pl_op_qdot_supported};
+                        .keep_packed = pl_op_keep_packed,
+                        .keep_packed_experts = pl_op_qdot_supported};
     pl_model *m = meta ? pl_model_load(meta, &mo, err, sizeof(err)) : NULL;
     if (!m) {
         fprintf(stderr, "%s\n", err);

@@ -97,10 +97,11 @@ const pl_option pl_options[] = {
     OPT("revision", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.revision, M,
         "--model ORG/NAME: the revision in the local Hugging Face cache, a ref (main) or a "
         "snapshot's commit hash (default: refs/main)"),
-    OPT("cpu-weight-type", PL_OPT_STRING, 0, 0, "q8_0", NULL,
-        "f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k", engine.cpu.weight_type, M,
-        "CPU: the GGUF type a Hugging Face checkpoint's weight matrices are quantised to at "
-        "load (a GGUF model keeps its own types; CUDA takes checkpoints as bf16)"),
+    OPT("cpu-weight-type", PL_OPT_STRING, 0, 0, "auto", NULL,
+        "auto|f32|f16|bf16|q8_0|q4_0|q4_1|q5_0|q5_1|q4_k|q6_k", engine.cpu.weight_type, M,
+        "CPU: the GGUF type a Hugging Face checkpoint's weight matrices become at load; auto "
+        "keeps each in its own precision (bf16, f16, f32; FP8 as bf16), as vLLM serves it "
+        "(a GGUF model keeps its own types; CUDA takes checkpoints as bf16)"),
     OPT("batch-invariant", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.batch_invariant, M,
         "CPU: quantised kernels for every batch size, so a request's tokens do not depend "
         "on what it is batched with (--no-batch-invariant: f32 GEMM for big batches)"),

@@ -74,7 +74,8 @@ static int load(loaded *l, const char *spec, const char *wtype, bool model, char
             return -1;
         l->meta = l->gguf;
     }
-    pl_model_opts mo = {.keep_f32 = false, .keep_packed = pl_op_qdot_supported};
+    pl_model_opts mo = {.keep_f32 = false, .keep_packed = pl_op_keep_packed,
+                        .keep_packed_experts = pl_op_qdot_supported};
     if (model && !(l->model = pl_model_load(l->meta, &mo, err, n)))
         return -1;
     return 0;

@@ -21,6 +21,7 @@
 #include "backends/engine/model/hf_model.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/model/quant.h"
+#include "src/base/half.h"
 
 #define E 32   /* hidden */
 #define H 2    /* heads */
@@ -256,6 +257,54 @@ Test(hf_model, quantised_at_load_and_bf16_in_place)
     pl_hf_model_free(m);
 }
 
+/* By default (--cpu-weight-type auto) a checkpoint keeps its own
+ * precision: bf16 stays bf16 (in place), f16 stays f16, nothing is
+ * quantised unless asked. */
+static pl_hf_model *open_own(void)
+{
+    char err[512];
+    write_files();
+    pl_hf_opts o = {.weight_type = PL_GGML_TYPE_Q8_0, .own_precision = true, .threads = 2};
+    pl_hf_model *m = pl_hf_model_open(dir_, &o, err, sizeof err);
+    cr_assert(m, "%s", err);
+    return m;
+}
+
+Test(hf_model, own_precision_by_default)
+{
+    pl_hf_model *m = open_own();
+    cr_expect_eq(pl_gguf_tensor_find(pl_hf_model_gguf(m), "blk.0.ffn_down.weight")->type,
+                 PL_GGML_TYPE_F32);
+    pl_hf_model_free(m);
+    for (int half = 0; half < 2; half++) {
+        make_llama();
+        for (int i = 0; i < nt_; i++) {
+            tensor *t = &ts_[i];
+            size_t n = t->nbytes / 4;
+            for (size_t k = 0; k < n; k++) {
+                float f;
+                memcpy(&f, t->data + 4 * k, 4);
+                uint16_t h = half ? pl_fp32_to_fp16(f) : pl_fp32_to_bf16(f);
+                memcpy(t->data + 2 * k, &h, 2);
+            }
+            t->nbytes = n * 2;
+            snprintf(t->dtype, sizeof t->dtype, half ? "F16" : "BF16");
+        }
+        m = open_own();
+        pl_ggml_type want = half ? PL_GGML_TYPE_F16 : PL_GGML_TYPE_BF16;
+        const pl_gguf *g = pl_hf_model_gguf(m);
+        const char *names[] = {"blk.0.attn_v.weight", "blk.1.attn_q.weight",
+                               "blk.0.ffn_down.weight", "token_embd.weight", "output.weight"};
+        for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+            cr_expect_eq(pl_gguf_tensor_find(g, names[i])->type, want, "%s", names[i]);
+        const pl_gguf_tensor *v = pl_gguf_tensor_find(g, "blk.0.attn_v.weight");
+        cr_expect_eq(memcmp(v->data, find("model.layers.0.self_attn.v_proj.weight")->data,
+                            v->nbytes), 0);
+        cr_expect_eq(pl_hf_model_stats(m)->n_converted, 1 + NL * 4);   /* norms, q, k */
+        pl_hf_model_free(m);
+    }
+}
+
 Test(hf_model, tied_embeddings)
 {
     drop("lm_head.weight");
@@ -344,15 +393,108 @@ Test(hf_model, refuses_bad_configs)
     json_object_set_new(cfg_, "num_key_value_heads", json_integer(3));
     refused("key 'num_key_value_heads'", "does not divide");
     make_llama();
-    json_object_set_new(cfg_, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "yarn",
+    json_object_set_new(cfg_, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "longrope",
                                                         "factor", 4.0));
-    refused("key 'rope_scaling.rope_type'", "yarn");
+    refused("key 'rope_scaling.rope_type'", "longrope");
     make_llama();
     json_object_set_new(cfg_, "quantization_config", json_pack("{s:s}", "quant_method", "gptq"));
     refused("key 'quantization_config.quant_method'", "gptq");
     make_llama();
     json_object_set_new(cfg_, "vocab_size", json_string("forty"));
     refused("key 'vocab_size'", "integer");
+}
+
+static float meta_f32(const pl_hf_model *m, const char *key)
+{
+    float f = NAN;
+    pl_gguf_get_f32(pl_hf_model_gguf(m), key, &f);
+    return f;
+}
+
+/* transformers 5 writes rope_theta and the scaling inside rope_parameters;
+ * a reader of the top-level key alone took 10,000 for a Qwen3's 1e6. */
+Test(hf_model, transformers5_rope_parameters)
+{
+    json_object_del(cfg_, "rope_theta");
+    json_object_set_new(cfg_, "rope_parameters", json_pack("{s:f, s:s}", "rope_theta", 1e6,
+                                                           "rope_type", "default"));
+    pl_hf_model *m = open_as(PL_GGML_TYPE_F32);
+    cr_expect_eq(meta_f32(m, "llama.rope.freq_base"), 1e6f);
+    cr_expect_null(pl_gguf_find(pl_hf_model_gguf(m), "llama.rope.scaling.type"));
+    pl_hf_model_free(m);
+    json_object_set_new(cfg_, "rope_parameters",
+                        json_pack("{s:f, s:s, s:f, s:f, s:f, s:i}", "rope_theta", 5e5,
+                                  "rope_type", "llama3", "factor", 8.0, "low_freq_factor", 1.0,
+                                  "high_freq_factor", 4.0, "original_max_position_embeddings",
+                                  64));
+    m = open_as(PL_GGML_TYPE_F32);
+    pl_gguf_str st;
+    uint64_t v = 0;
+    cr_expect_eq(meta_f32(m, "llama.rope.freq_base"), 5e5f);
+    cr_expect_eq(meta_f32(m, "llama.rope.scaling.factor"), 8.0f);
+    cr_expect(pl_gguf_get_str(pl_hf_model_gguf(m), "llama.rope.scaling.type", &st) == 0 &&
+              st.len == 6 && !memcmp(st.ptr, "llama3", 6));
+    cr_expect(pl_gguf_get_u64(pl_hf_model_gguf(m), "llama.rope.scaling.original_context_length",
+                              &v) == 0 && v == 64);
+    pl_hf_model_free(m);
+    /* YaRN with transformers' defaults; and its attention_factor */
+    json_object_set_new(cfg_, "rope_parameters",
+                        json_pack("{s:f, s:s, s:f, s:i, s:f}", "rope_theta", 1e4, "rope_type",
+                                  "yarn", "factor", 4.0, "original_max_position_embeddings", 32,
+                                  "attention_factor", 2 * (0.1 * log(4.0) + 1)));
+    m = open_as(PL_GGML_TYPE_F32);
+    cr_expect_float_eq(meta_f32(m, "llama.rope.scaling.attn_factor"), 2.0f, 1e-6f);
+    pl_hf_model_free(m);
+    json_object_set_new(json_object_get(cfg_, "rope_parameters"), "beta_fast", json_real(16));
+    refused("key 'rope_parameters.beta_fast'", "32");
+    /* both layouts, disagreeing */
+    json_object_set_new(cfg_, "rope_parameters", json_pack("{s:f, s:s}", "rope_theta", 1e6,
+                                                           "rope_type", "default"));
+    json_object_set_new(cfg_, "rope_theta", json_real(1e4));
+    refused("key 'rope_theta'", "rope_parameters.rope_theta");
+    json_object_set_new(cfg_, "rope_theta", json_real(1e6));
+    json_object_set_new(cfg_, "rope_scaling", json_pack("{s:s, s:f}", "rope_type", "linear",
+                                                        "factor", 2.0));
+    refused("key 'rope_scaling'", "disagrees with rope_parameters");
+    json_object_del(cfg_, "rope_scaling");
+    json_object_set_new(cfg_, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta",
+                                                           1e6, "rope_type", "dynamic",
+                                                           "factor", 2.0));
+    refused("key 'rope_parameters.rope_type'", "dynamic");
+    json_object_set_new(cfg_, "rope_parameters", json_pack("{s:f, s:s, s:f}", "rope_theta",
+                                                           1e6, "rope_type", "default",
+                                                           "factor", 2.0));
+    refused("key 'rope_parameters.factor'", "default");
+    json_object_set_new(cfg_, "rope_parameters", json_pack("{s:f, s:f}", "rope_theta", 1e6,
+                                                           "partial_rotary_factor", 0.5));
+    refused("key 'rope_parameters'", "partial_rotary_factor 0.5");
+}
+
+/* Keys that change the numbers are read or refused, never defaulted. */
+Test(hf_model, unread_and_contradicting_keys)
+{
+    json_object_set_new(cfg_, "use_qk_norm", json_true());
+    refused("config.json: key 'use_qk_norm'", "does not read it");
+    make_llama();
+    json_object_set_new(cfg_, "hidden_act", json_string("gelu"));
+    refused("key 'hidden_act'", "silu");
+    make_llama();
+    json_object_set_new(cfg_, "mlp_bias", json_true());
+    refused("key 'mlp_bias'", NULL);
+    make_llama();
+    json_object_set_new(cfg_, "layer_types", json_pack("[s, s]", "sliding_attention",
+                                                       "full_attention"));
+    refused("key 'layer_types'", "layer 0");
+    make_llama();
+    json_object_set_new(cfg_, "layer_types", json_pack("[s, s]", "full_attention",
+                                                       "full_attention"));
+    json_object_set_new(cfg_, "dtype", json_string("bfloat16"));
+    json_object_set_new(cfg_, "torch_dtype", json_string("float16"));
+    refused("key 'dtype'", "torch_dtype");
+    json_object_del(cfg_, "torch_dtype");
+    json_object_set_new(cfg_, "transformers_version", json_string("5.23.0"));
+    json_object_set_new(cfg_, "use_cache", json_true());
+    pl_hf_model_free(open_as(PL_GGML_TYPE_F32));
 }
 
 Test(hf_model, refuses_bad_tensors)
@@ -527,6 +669,22 @@ Test(hf_model, gemma3_composite_text_model)
     refused("config.json: key 'text_config.num_key_value_heads'", "does not divide");
     json_object_set_new(cfg_, "text_config", json_string("gemma"));
     refused("config.json: key 'text_config': must be an object", NULL);
+    /* transformers 5: one rope block per layer type */
+    make_gemma3_composite("model.language_model.");
+    json_t *tc = json_object_get(cfg_, "text_config");
+    json_object_set_new(tc, "rope_parameters",
+                        json_pack("{s:{s:f, s:s}, s:{s:f, s:s}}", "full_attention", "rope_theta",
+                                  2e6, "rope_type", "default", "sliding_attention",
+                                  "rope_theta", 2e4, "rope_type", "default"));
+    json_object_set_new(tc, "layer_types", json_pack("[s, s]", "sliding_attention",
+                                                     "sliding_attention"));
+    json_object_set_new(tc, "_sliding_window_pattern", json_integer(6));
+    pl_hf_model *m = open_as(PL_GGML_TYPE_F32);
+    cr_expect_eq(meta_f32(m, "gemma3.rope.freq_base"), 2e6f);
+    cr_expect_eq(meta_f32(m, "gemma3.rope.freq_base_swa"), 2e4f);
+    pl_hf_model_free(m);
+    json_object_set_new(tc, "rope_local_base_freq", json_real(1e4));
+    refused("key 'text_config.rope_local_base_freq'", "sliding_attention.rope_theta");
     make_gemma3_composite("model.language_model.");
     json_object_set_new(json_object_get(cfg_, "text_config"), "intermediate_size",
                         json_integer(FF * 2));

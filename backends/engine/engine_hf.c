@@ -85,13 +85,14 @@ int pl_engine_hf_open(pl_engine_hf *h, const char *dir, const char *weight_type,
 {
     memset(h, 0, sizeof *h);
     *tok = NULL;
-    int wt = pl_quantize_type_parse(weight_type ? weight_type : "q8_0");
+    bool own = !weight_type || !strcmp(weight_type, "auto");
+    int wt = own ? PL_GGML_TYPE_BF16 : pl_quantize_type_parse(weight_type);
     if (wt < 0) {
-        snprintf(err, errlen, "weight type '%s' is not one parley writes (%s)", weight_type,
-                 pl_quantize_type_names());
+        snprintf(err, errlen, "weight type '%s' is not one parley writes (auto, %s)",
+                 weight_type, pl_quantize_type_names());
         return -1;
     }
-    pl_hf_opts o = {.weight_type = (pl_ggml_type)wt, .threads = threads};
+    pl_hf_opts o = {.weight_type = (pl_ggml_type)wt, .own_precision = own, .threads = threads};
     if (read_eos_(h, dir, err, errlen) < 0 || read_sampling_(h, dir, err, errlen) < 0 ||
         !(*tok = pl_tokenizer_from_hf(dir, &h->text, err, errlen)) ||
         !(h->files = pl_hf_model_open(dir, &o, err, errlen)))

@@ -31,8 +31,8 @@ typedef struct pl_engine_hf {
 
 /**
  * Open checkpoint folder dir for a runner: weight_type is what the weight
- * matrices become ("q8_0", ... for the CPU's --cpu-weight-type; "bf16" for
- * CUDA), threads converts them. *tok receives the tokenizer (the caller
+ * matrices become ("q8_0", ... for the CPU's --cpu-weight-type; "auto" (or
+ * NULL): each in its own precision; "bf16" for CUDA), threads converts them. *tok receives the tokenizer (the caller
  * frees it). Checks that every token id fits the model's vocabulary.
  * Returns 0, or -1 with "FILE: tensor or key: why" in err (h is then
  * empty).

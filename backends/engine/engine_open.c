@@ -236,7 +236,7 @@ static int open_files(engine_text *t, const pl_engine_open_opts *o, bool cpu, ch
     if (kind == PL_MODEL_KIND_HF) {
         const pl_cpu_opts *c = &o->cfg->cpu;
         const char *wt = !cpu ? "bf16" : c->weight_type && c->weight_type[0]
-                                             ? c->weight_type : "q8_0";
+                                             ? c->weight_type : "auto";
         if (pl_engine_hf_open(&t->hf, path, wt, c->threads, &t->tok, err, n) < 0)
             return -1;
         t->meta = pl_hf_model_gguf(t->hf.files);
@@ -266,7 +266,8 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
      * copies; the GPU takes bf16 straight from the GGUF's tensors (an 8B
      * bf16 model once got 32 GB of unused f32 copies and ~50 s of load). */
     pl_model_opts mo = {.keep_f32 = cpu && !o->cfg->cpu.batch_invariant,
-                        .keep_packed = cpu ? pl_op_qdot_supported : pl_keep_packed_all};
+                        .keep_packed = cpu ? pl_op_keep_packed : pl_keep_packed_all,
+                        .keep_packed_experts = cpu ? pl_op_qdot_supported : NULL};
     t->model = pl_model_load(t->meta, &mo, e2, sizeof e2);
     if (!t->model) {
         snprintf(err, n, "%s: %s", o->model_path, e2);

@@ -20,6 +20,10 @@ typedef struct pl_hf_json {
     json_t *view;                /**< where keys are looked up when set (owned):
                                       a sub-object, see pl_hf_json_narrow */
     char prefix[64];             /**< the view's key path, for messages */
+    json_t *seen;                /**< the first part of every key looked up
+                                      (owned; keys of the view when narrowed),
+                                      for pl_hf_json_unread */
+    json_t *defaulted;           /**< the keys pl_hf_json_narrow filled (owned) */
 } pl_hf_json;
 
 /** A default for a key a config may leave out. */
@@ -44,8 +48,19 @@ int pl_hf_json_load(pl_hf_json *j, const char *dir, const char *name, bool requi
                     char *err, size_t errlen);
 void pl_hf_json_free(pl_hf_json *j);
 
-/** The value at a dotted key, or NULL (absent or null). */
+/** The value at a dotted key, or NULL (absent or null). Every lookup,
+ *  found or not, marks the key's first part as read. */
 json_t *pl_hf_json_get(const pl_hf_json *j, const char *key);
+
+/** True when key (a top-level key of the view) was filled in by
+ *  pl_hf_json_narrow's defaults rather than written in the file. */
+bool pl_hf_json_is_default(const pl_hf_json *j, const char *key);
+
+/** The first top-level key of the view (or root), in file order, that
+ *  holds a value (not null), is in the file (not a default), was never
+ *  looked up and is not in
+ *  harmless[] (NULL-ended; may be NULL); NULL when there is none. */
+const char *pl_hf_json_unread(const pl_hf_json *j, const char *const *harmless);
 
 int pl_hf_json_int(const pl_hf_json *j, const char *key, bool required, long long lo,
                    long long hi, long long *out, char *err, size_t errlen);

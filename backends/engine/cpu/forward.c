@@ -10,6 +10,7 @@
  */
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/forward_internal.h"
+#include "backends/engine/cpu/hdot.h"
 #include "backends/engine/cpu/qdot_amx.h"
 
 #include <assert.h>
@@ -87,9 +88,14 @@ static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
     for (int i = 0; i < n; i++) {
         j->w[i] = w[i];
         j->y[i] = y[i];
-        j->use_f32[i] = !pl_op_qdot_supported(w[i]->type) ||
-                        (w[i]->f32 && n_rows >= f->o.gemm_min_rows);
-        j->any_q |= !j->use_f32[i];
+        /* F16/BF16 (a checkpoint in its own precision) without an f32 copy,
+         * or with few rows: their own kernels on the f32 activations */
+        if (pl_op_hdot_supported(w[i]->type) && w[i]->q)
+            j->use_f32[i] = w[i]->f32 && n_rows >= f->o.gemm_min_rows;
+        else
+            j->use_f32[i] = !pl_op_qdot_supported(w[i]->type) ||
+                            (w[i]->f32 && n_rows >= f->o.gemm_min_rows);
+        j->any_q |= !j->use_f32[i] && !pl_op_hdot_supported(w[i]->type);
         j->size[i] = mm_chunk(w[i], j->use_f32[i], nth);
         j->chunks[i] = (w[i]->rows + j->size[i] - 1) / j->size[i];
         j->unit[i] = mm_unit_rows(w[i], j->use_f32[i], j->size[i]);
@@ -134,6 +140,9 @@ static void mm_unit(const pl_cpu_fwd *f, const mm_job *j, int s, int u)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n_rows, o1 - o0, w->cols,
                     1.0f, j->x, w->cols, w->f32 + (size_t)o0 * w->cols, w->cols,
                     0.0f, j->y[i] + o0, w->rows);
+    else if (pl_op_hdot_supported(w->type))
+        pl_op_hmatmul_rows(w->type, w->q, w->row_bytes, j->x, w->cols, j->n_rows,
+                           j->y[i], w->rows, o0, o1);
     else if (f->o.amx && pl_amx_supported(w->type))
         pl_amx_qmatmul((pl_amx_mode)f->o.amx, w->type, w->q, w->row_bytes, f->xq,
                        w->cols / PL_QK, j->n_rows, j->y[i], w->rows, o0, o1);

@@ -35,6 +35,9 @@ const char *pl_op_kernel_path(void);
 
 /** True when the quantised dot kernels support weight type t. */
 int pl_op_qdot_supported(pl_ggml_type t);
+/** The dense matrix types the CPU runner reads packed (pl_model_opts'
+ *  keep_packed): the quantised kernels' and F16/BF16 (hdot.h). */
+int pl_op_keep_packed(pl_ggml_type t);
 /** Dequantise n elements (a multiple of the type's block) of type t.
  *  F32, F16, BF16, Q4_0, Q4_1, Q8_0 here, other types through
  *  pl_dequant_row (quant.h); -1 when unsupported. */

@@ -62,6 +62,11 @@ int pl_op_qdot_supported(pl_ggml_type t)
            t == PL_GGML_TYPE_MXFP4 || pl_qdot_k_supported(t);
 }
 
+int pl_op_keep_packed(pl_ggml_type t)
+{
+    return pl_op_qdot_supported(t) || t == PL_GGML_TYPE_F16 || t == PL_GGML_TYPE_BF16;
+}
+
 static void dequant_q4(const uint8_t *b, float *y, int has_m)
 {
     float d = h2f(b), m = has_m ? h2f(b + 2) : -8.0f * d;

@@ -12,6 +12,7 @@
  * Queries scale as gemma2's (62 layers: the 27B). As llama.cpp's
  * src/models/gemma3-iswa.cpp. */
 #include "backends/engine/families/family.h"
+#include "backends/engine/model/hf_config.h"
 
 #include <string.h>
 
@@ -59,7 +60,7 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
     int w = 0, period = 6;
     if (pl_family_hf_int(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
         period_(c, sh->n_layer, &period, err, n) ||
-        pl_family_hf_num(c, "rope_local_base_freq", 1, 1e12, 10000, &local, err, n) ||
+        pl_hf_config_swa_theta(c, 10000, &local, err, n) ||
         pl_family_hf_query_scale(c, sh, pl_family_gemma3.model.wide_query_scale_layers, err, n))
         return -1;
     if (pl_hf_json_get(c, "attn_logit_softcapping") || pl_hf_json_get(c, "final_logit_softcapping"))

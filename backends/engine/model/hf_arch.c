@@ -4,6 +4,7 @@
  * own keys and layer tensors are in its file (backends/engine/families/).
  */
 #include "backends/engine/model/hf_arch.h"
+#include "backends/engine/model/hf_config.h"
 
 #include "backends/engine/families/family.h"
 
@@ -79,55 +80,57 @@ static int shape_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, cha
     return 0;
 }
 
-/* rope_scaling: none, linear or llama3 (what the model loader applies). */
-static int rope_scaling_(const pl_hf_arch *a, const pl_hf_json *c, pl_gguf_synth *s, int n_ctx,
-                         char *err, size_t n)
+/* The rope metadata from hf_config.c's reading of either layout. */
+static int rope_scaling_(const pl_hf_arch *a, const pl_hf_rope *r, pl_gguf_synth *s, char *err,
+                         size_t n)
 {
-    const char *type = "default";
-    const char *key = pl_hf_json_get(c, "rope_scaling.rope_type") ? "rope_scaling.rope_type"
-                                                                   : "rope_scaling.type";
-    double f = 1, lo = 1, hi = 4, orig = n_ctx;
-    if (!pl_hf_json_get(c, "rope_scaling"))
-        return 0;
-    if (pl_hf_json_str(c, key, true, &type, err, n) < 0)
-        return -1;
-    if (!strcmp(type, "default"))
-        return 0;
-    if (strcmp(type, "linear") && strcmp(type, "llama3"))
-        return pl_hf_json_fail(c, key, err, n, "rope scaling '%s' is not supported (parley "
-                               "applies default, linear and llama3)", type);
-    if (pl_hf_json_num(c, "rope_scaling.factor", true, 1e-3, 1e6, &f, err, n) < 0 ||
-        getf_(c, "rope_scaling.low_freq_factor", 1e-6, 1e6, 1, &lo, err, n) ||
-        getf_(c, "rope_scaling.high_freq_factor", 1e-6, 1e6, 4, &hi, err, n) ||
-        getf_(c, "rope_scaling.original_max_position_embeddings", 1, 1 << 24, n_ctx, &orig,
-              err, n))
-        return -1;
     char k[128];
+    if (!strcmp(r->type, "none"))
+        return 0;
     snprintf(k, sizeof k, "%s.rope.scaling.type", a->gguf);
-    if (pl_gguf_synth_str(s, k, type) || put_f32_(s, a, "rope.scaling.factor", f) ||
-        put_f32_(s, a, "rope.scaling.low_freq_factor", lo) ||
-        put_f32_(s, a, "rope.scaling.high_freq_factor", hi) ||
-        put_u32_(s, a, "rope.scaling.original_context_length", (int)orig))
+    if (pl_gguf_synth_str(s, k, r->type) || put_f32_(s, a, "rope.scaling.factor", r->factor) ||
+        put_f32_(s, a, "rope.scaling.low_freq_factor", r->low_freq_factor) ||
+        put_f32_(s, a, "rope.scaling.high_freq_factor", r->high_freq_factor) ||
+        put_f32_(s, a, "rope.scaling.attn_factor", r->attn_factor) ||
+        put_u32_(s, a, "rope.scaling.original_context_length", r->orig_ctx))
         return snprintf(err, n, "out of memory"), -1;
+    return 0;
+}
+
+/* The rotated dimensions: the whole head, or partial_rotary_factor of it
+ * for the families whose q/k rows keep Hugging Face's rotate-half order
+ * (a permuted family's rows would pair across the rotated part). */
+static int rope_dims_(const pl_hf_arch *a, const pl_hf_json *c, const pl_hf_shape *sh,
+                      const pl_hf_rope *r, int *dims, char *err, size_t n)
+{
+    bool permuted = false;
+    for (const pl_hf_tmap *e = a->layer; e->hf; e++)
+        permuted |= (e->flags & PL_HF_T_PERMUTE_Q) != 0;
+    double d = sh->head_dim * r->partial;
+    *dims = (int)lround(d);
+    const char *key = pl_hf_json_get(c, "rope_parameters") ? "rope_parameters" :
+                      "partial_rotary_factor";
+    if (r->partial != 1 && permuted)
+        return pl_hf_json_fail(c, key, err, n, "partial_rotary_factor %g: only 1 (rope on the "
+                               "whole head) is supported for %s", r->partial, a->hf_name);
+    if (fabs(d - *dims) > 1e-6 || *dims % 2 || *dims < 2)
+        return pl_hf_json_fail(c, key, err, n, "partial_rotary_factor %g of head_dim %d is "
+                               "not an even number of dimensions", r->partial, sh->head_dim);
     return 0;
 }
 
 int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
                        pl_gguf_synth *s, char *err, size_t n)
 {
-    double eps, theta;
-    int n_ctx;
+    double eps;
+    int n_ctx, dims;
+    pl_hf_rope r;
     if (shape_(a, c, sh, err, n) ||
         geti_(c, "max_position_embeddings", false, 1, 1 << 24, 2048, &n_ctx, err, n) ||
         getf_(c, "rms_norm_eps", 1e-12, 0.5, 1e-6, &eps, err, n) ||
-        getf_(c, "rope_theta", 1, 1e12, a->default_theta, &theta, err, n))
+        pl_hf_config_rope(c, a->default_theta, n_ctx, &r, err, n) ||
+        rope_dims_(a, c, sh, &r, &dims, err, n))
         return -1;
-    double prf = 1;
-    if (getf_(c, "partial_rotary_factor", 0, 1, 1, &prf, err, n))
-        return -1;
-    if (prf != 1)
-        return pl_hf_json_fail(c, "partial_rotary_factor", err, n, "only 1 (rope on the whole "
-                               "head) is supported for %s", a->hf_name);
     if (pl_gguf_synth_str(s, "general.architecture", a->gguf) ||
         put_u32_(s, a, "block_count", sh->n_layer) ||
         put_u32_(s, a, "embedding_length", sh->n_embd) ||
@@ -136,14 +139,14 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
         put_u32_(s, a, "attention.head_count_kv", sh->n_head_kv) ||
         put_u32_(s, a, "attention.key_length", sh->head_dim) ||
         put_u32_(s, a, "attention.value_length", sh->head_dim) ||
-        put_u32_(s, a, "rope.dimension_count", sh->head_dim) ||
+        put_u32_(s, a, "rope.dimension_count", dims) ||
         put_u32_(s, a, "vocab_size", sh->n_vocab) || put_u32_(s, a, "context_length", n_ctx) ||
         put_f32_(s, a, "attention.layer_norm_rms_epsilon", eps) ||
-        put_f32_(s, a, "rope.freq_base", theta))
+        put_f32_(s, a, "rope.freq_base", r.theta))
         return snprintf(err, n, "out of memory"), -1;
-    if (rope_scaling_(a, c, s, n_ctx, err, n))
+    if (rope_scaling_(a, &r, s, err, n) || (a->extra && a->extra(a, c, sh, s, err, n)))
         return -1;
-    return a->extra ? a->extra(a, c, sh, s, err, n) : 0;
+    return pl_hf_config_finish(c, a->gguf, &r, s, err, n);
 }
 
 const pl_hf_arch *pl_hf_arch_find(const char *name) { return pl_family_find_hf(name); }

@@ -178,10 +178,13 @@ static int check_shape_(const pl_hf_model *m, const pl_st_tensor *t, const pl_hf
     return -1;
 }
 
-/* The matrix type: the one asked for, else Q8_0, else F16 when the row
- * length is not a whole number of blocks. */
-static pl_ggml_type mat_type_(pl_hf_model *m, int cols)
+/* The matrix type: its own (own_precision), or the one asked for, else
+ * Q8_0, else F16 when the row length is not a whole number of blocks. */
+static pl_ggml_type mat_type_(pl_hf_model *m, const pl_st_tensor *t, int cols)
 {
+    if (m->o.own_precision)
+        return t->dtype == PL_ST_F16 ? PL_GGML_TYPE_F16 : t->dtype == PL_ST_F32
+               ? PL_GGML_TYPE_F32 : PL_GGML_TYPE_BF16;
     pl_ggml_type c[3] = {m->o.weight_type, PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_F16};
     for (int i = 0; i < 3; i++) {
         size_t be = 0;
@@ -238,7 +241,7 @@ static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err
         c.permute_heads = e->flags & PL_HF_T_PERMUTE_Q ? m->sh.n_head : m->sh.n_head_kv;
     if (e->flags & PL_HF_T_NORM)
         c.shift = pl_hf_arch_norm_shift(m->arch);
-    c.type = e->d1 ? mat_type_(m, c.cols) : PL_GGML_TYPE_F32;
+    c.type = e->d1 ? mat_type_(m, t, c.cols) : PL_GGML_TYPE_F32;
     if (pl_hf_conv_check(&c, err, n) < 0)
         return -1;
     const void *data = t->data;
@@ -368,7 +371,8 @@ pl_hf_model *pl_hf_model_open(const char *dir, const pl_hf_opts *o, char *err, s
     pl_info("%s: %s checkpoint, %d tensors (%.0f MiB%s), %d converted to %s (%.0f MiB, %d "
             "matrices in another type for their row length) in %.2f s", dir,
             pl_hf_arch_gguf(m->arch), m->stats.n_tensors, m->stats.mib_read,
-            m->stats.fp8 ? ", FP8" : "", m->n_convs, pl_ggml_type_name(o->weight_type),
+            m->stats.fp8 ? ", FP8" : "", m->n_convs,
+            o->own_precision ? "their own precision" : pl_ggml_type_name(o->weight_type),
             m->stats.mib_written, m->stats.n_fallback, m->stats.seconds);
     return m;
 }

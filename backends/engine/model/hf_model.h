@@ -20,6 +20,11 @@ typedef struct pl_hf_opts {
      *  Q8_0, then F16. Vectors (norms, biases) stay F32. Matrices already
      *  stored as this type (bf16 for bf16) are used in place, not copied. */
     pl_ggml_type weight_type;
+    /** Each matrix in its own precision instead: F16, BF16 and F32 as
+     *  stored (in place), FP8 dequantised to BF16 (the CPU has no FP8
+     *  kernels; BF16 holds an e4m3 value exactly, its scaled product
+     *  nearly). weight_type is then unused. */
+    bool own_precision;
     int threads;                 /**< conversion threads; 0 = the cores */
 } pl_hf_opts;
 

@@ -73,6 +73,7 @@ static const slot slots_[PL_T_COUNT] = {
 typedef struct loader {
     const pl_gguf *g;
     pl_keep_packed_fn packed;
+    pl_keep_packed_fn packed_experts; /* NULL: packed */
     bool f32;
     bool *used;                  /* (g->n_tensors) */
     char *err;
@@ -241,7 +242,8 @@ static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
                       .n = n, .stride = (size_t)rows * row_bytes};
     bool is_float = t->type == PL_GGML_TYPE_F32 || t->type == PL_GGML_TYPE_F16 ||
                     t->type == PL_GGML_TYPE_BF16;
-    if (ld->packed ? ld->packed(t->type) : !is_float)
+    pl_keep_packed_fn packed = ld->packed_experts ? ld->packed_experts : ld->packed;
+    if (packed ? packed(t->type) : !is_float)
         return 0;
     size_t per = (size_t)rows * cols;
     x->w.f32 = malloc(sizeof(float) * per * (size_t)n);
@@ -363,7 +365,9 @@ int pl_keep_packed_all(pl_ggml_type t)
 pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, size_t len)
 {
     loader ld = {.g = g, .f32 = opts ? opts->keep_f32 : true,
-                 .packed = opts ? opts->keep_packed : NULL, .err = err, .len = len};
+                 .packed = opts ? opts->keep_packed : NULL,
+                 .packed_experts = opts ? opts->keep_packed_experts : NULL, .err = err,
+                 .len = len};
     pl_model *m = calloc(1, sizeof(*m));
     ld.used = calloc(g->n_tensors ? g->n_tensors : 1, sizeof *ld.used);
     if (!m || !ld.used) {

@@ -281,6 +281,8 @@ typedef struct pl_model_opts {
     /** When !keep_f32: nonzero for the types the runner's kernels read
      *  packed, which then get no f32 copy. NULL: every type gets one. */
     pl_keep_packed_fn keep_packed;
+    /** The same for expert matrices; NULL: keep_packed. */
+    pl_keep_packed_fn keep_packed_experts;
 } pl_model_opts;
 
 /** Load from an opened GGUF (borrowed: must outlive the model). opts may be
