@@ -389,3 +389,41 @@ def test_out_of_range_token_ids_are_400(model_url):
     assert st == 400 and err["param"] == "tokens" and str(n_vocab) in err["message"], b
     st, _, b = request(s, "POST", "/detokenize", {"model": model, "tokens": [1, n_vocab - 1]})
     assert st == 200, b
+
+
+def token_id_contract(s):
+    """What a server answers for token ids at and past its vocabulary (the
+    size it states in /v1/models): a list of (what, status, param)."""
+    st, _, b = request(s, "GET", "/v1/models")
+    m = json.loads(b)["data"][0]
+    model, n_vocab = m["id"], m["vocab_size"]
+    assert isinstance(n_vocab, int) and n_vocab > 0, m
+    chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    done = {"model": model, "prompt": [1, 2], "max_tokens": 1}
+    out = []
+    for what, path, body in [
+            ("bias last", "/v1/chat/completions", dict(chat, logit_bias={str(n_vocab - 1): 1})),
+            ("bias past", "/v1/chat/completions", dict(chat, logit_bias={str(n_vocab): 5})),
+            ("bias far", "/v1/chat/completions", dict(chat, logit_bias={"99999999": -100})),
+            ("prompt last", "/v1/completions", dict(done, prompt=[1, n_vocab - 1])),
+            ("prompt past", "/v1/completions", dict(done, prompt=[1, n_vocab])),
+            ("detok last", "/detokenize", {"model": model, "tokens": [1, n_vocab - 1]}),
+            ("detok past", "/detokenize", {"model": model, "tokens": [1, n_vocab]}),
+            ("detok 200", "/detokenize", {"model": model, "tokens": [n_vocab + 200]})]:
+        st, _, b = request(s, "POST", path, body)
+        param = json.loads(b)["error"]["param"] if st != 200 else None
+        if st == 400:
+            assert "out of range [0, %d)" % n_vocab in json.loads(b)["error"]["message"], b
+        out.append((what, st, param))
+    return out
+
+
+def test_mock_keeps_the_engines_token_id_contract(make_server, model_url):
+    """The mock states its vocabulary in /v1/models and refuses ids past it
+    as the engine does (400 naming the parameter), so tests against the
+    mock learn the engine's contract."""
+    u = urllib.parse.urlparse(model_url)
+    engine = token_id_contract(type("S", (), {"host": u.hostname, "port": u.port}))
+    mock = token_id_contract(make_server("--backend", "mock", "--mock-token-delay-ms", "0"))
+    assert mock == engine, (mock, engine)
+    assert [st for _, st, _ in engine] == [200, 400, 400, 200, 400, 200, 400, 400], engine
