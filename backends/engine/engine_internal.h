@@ -240,10 +240,11 @@ void pl_engine_emit_done_(pl_engine *e, eng_req *r, pl_finish f,
 /** Main thread, at submit: count r's blocks until the engine sees it. */
 void pl_engine_kv_submit_(pl_engine *e, eng_req *r);
 /** Main thread: a request handed to a prepare worker (its prompt not
- *  tokenised yet) is counted by the running prompt estimate until it
- *  lands (pl_engine_kv_submit_) or fails; returns the blocks counted, to
- *  give back to pl_engine_kv_unhold_ either way. */
-int pl_engine_kv_hold_(pl_engine *e, int max_tokens);
+ *  tokenised yet) is counted until it lands (pl_engine_kv_submit_) or
+ *  fails, for prompt_bound tokens (an upper bound of a text prompt's, from
+ *  its bytes) or, with 0, the running prompt estimate; returns the blocks
+ *  counted, to give back to pl_engine_kv_unhold_ either way. */
+int pl_engine_kv_hold_(pl_engine *e, int prompt_bound, int max_tokens);
 void pl_engine_kv_unhold_(pl_engine *e, int blocks);
 /** Engine thread, as r leaves the inbox (before anything may free it). */
 void pl_engine_kv_seen_(pl_engine *e, const eng_req *r);

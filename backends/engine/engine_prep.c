@@ -173,6 +173,22 @@ static size_t prompt_bytes_(const pl_gen_request *req)
     return n;
 }
 
+/* Tokens a text prompt has at most, before it is tokenised: a token of
+ * text covers at least one byte, and the template's special tokens and
+ * headers are allowed PREP_TEMPLATE_TOKENS a message (and the prompt's
+ * BOS). Admission counts this while a worker tokenises (a burst of long
+ * prompts counted by the running estimate was admitted past the cache);
+ * the real count replaces it when the worker is done. 0 for token ids:
+ * the estimate, as before. */
+#define PREP_TEMPLATE_TOKENS 64
+static int prompt_bound_(const pl_gen_request *req)
+{
+    if (req->prompt_tokens)
+        return 0;
+    size_t n = prompt_bytes_(req) + (size_t)PREP_TEMPLATE_TOKENS * ((size_t)req->n_messages + 1);
+    return n > (size_t)1 << 30 ? 1 << 30 : (int)n;
+}
+
 /* ---- the worker's half ---- */
 
 static void prep_free_(eng_prep *p)
@@ -368,7 +384,7 @@ static int submit_prep_(pl_engine *e, const pl_gen_request *req, const pl_token_
         goto oom;
     }
     pl_engine_sub_find_(e, p->id)->preparing = true;
-    p->kv_held = pl_engine_kv_hold_(e, req->sampling.max_tokens);
+    p->kv_held = pl_engine_kv_hold_(e, prompt_bound_(req), req->sampling.max_tokens);
     *id = p->id;
     return 0;
 oom:
