@@ -427,3 +427,39 @@ def test_mock_keeps_the_engines_token_id_contract(make_server, model_url):
     mock = token_id_contract(make_server("--backend", "mock", "--mock-token-delay-ms", "0"))
     assert mock == engine, (mock, engine)
     assert [st for _, st, _ in engine] == [200, 400, 400, 200, 400, 200, 400, 400], engine
+
+
+def test_burst_of_long_prompts_is_admitted_as_the_cache_holds_it(make_server):
+    """Six distinct long text prompts at once, a K/V cache that holds two,
+    chunked prefill: each is admitted when its whole prompt fits, so none
+    is preempted and no partial prefill is thrown away (prefill rows never
+    exceed the prompts' tokens). Event-driven: waits for the replies only."""
+    from conftest import MODEL_PATH
+    s = make_server("--model", MODEL_PATH, "--kv-cache-mb", "36", "--max-model-len", "1024",
+                    "--max-num-batched-tokens", "256", "--log-level", "warn")
+    words = "river stone quiet lamp orange window seven market winter paper".split()
+    prompts = ["Note %d: " % i + " ".join(words[(i * 7 + j * 3) % 10] + str((i * 13 + j) % 97)
+                                         for j in range(230)) for i in range(6)]
+    st, _, b = request(s, "GET", "/v1/models")
+    model = json.loads(b)["data"][0]["id"]
+    n = [json.loads(request(s, "POST", "/tokenize", {"model": model, "prompt": p})[2])["count"]
+         for p in prompts]
+    st, _, b = request(s, "GET", "/status")
+    before = json.loads(b)["models"][model]
+    block, total = before["kv"]["block_size"], before["kv"]["num_blocks"]
+    need = [(k + 4 + block - 1) // block for k in n]
+    assert sum(sorted(need)[:2]) <= total < sum(sorted(need)[:3]), (need, total)
+    out = [None] * len(prompts)
+
+    def go(i):
+        out[i] = request(s, "POST", "/v1/completions", {"model": model, "prompt": prompts[i],
+                                                        "max_tokens": 4, "temperature": 0},
+                         timeout=600)[0]
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert out == [200] * len(prompts), out
+    st, _, b = request(s, "GET", "/status")
+    after = json.loads(b)["models"][model]
+    assert after["preemptions"] - before["preemptions"] == 0, after
+    assert after["prefill_rows"] - before["prefill_rows"] <= sum(n), (after["prefill_rows"], n)
