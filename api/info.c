@@ -29,13 +29,21 @@ static int capacity_now(pl_model_entry *m)
     return c.capacity;
 }
 
+/* A model as /v1/models lists it; vocab_size where the backend knows it
+ * (token ids a client names are checked against it). */
 static json_t *model_json(pl_model_entry *m)
 {
     pl_backend *b = m->backend;
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:i}", "id", m->name, "object", "model",
-                     "created", (json_int_t)m->created, "owned_by", "parley", "backend",
-                     b->ops->kind, "max_model_len", b->ops->max_model_len(b), "capacity",
-                     capacity_now(m));
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:i, s:i}", "id", m->name, "object",
+                          "model", "created", (json_int_t)m->created, "owned_by", "parley",
+                          "backend", b->ops->kind, "max_model_len", b->ops->max_model_len(b),
+                          "capacity", capacity_now(m));
+    int nv = pl_backend_vocab_size(b);
+    if (j && nv > 0 && json_object_set_new(j, "vocab_size", json_integer(nv)) < 0) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
 }
 
 static void models(pl_server *s, struct evhttp_request *req, const char *path, void *ud)

@@ -67,6 +67,22 @@ const pl_tool_format *pl_backend_tool_format(pl_backend *b)
     return f ? f : &pl_tool_generic;
 }
 
+int pl_backend_vocab_size(pl_backend *b)
+{
+    return b->ops->vocab_size ? b->ops->vocab_size(b) : 0;
+}
+
+int pl_backend_check_ids(const int32_t *ids, int n, int n_vocab, const char *param,
+                         pl_err *err)
+{
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
+                              "%s: token id %d is out of range [0, %d) for this model", param,
+                              (int)ids[i], n_vocab);
+    return 0;
+}
+
 void pl_sampling_defaults(pl_sampling *s)
 {
     memset(s, 0, sizeof *s);

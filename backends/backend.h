@@ -363,7 +363,22 @@ typedef struct pl_backend_ops {
      *  upstream that ignores or refuses it, or has no field for it). May
      *  be NULL: every kind is enforced. */
     int (*check_constraint)(pl_backend *b, pl_constraint_kind k, pl_err *err);
+    /** The ids its vocabulary has: every token id a client names (a prompt
+     *  of ids, logit_bias, /detokenize) is in [0, vocab_size), or the
+     *  request is a 400 (pl_backend_check_ids). May be NULL: unknown (a
+     *  remote upstream checks its own). */
+    int (*vocab_size)(pl_backend *b);
 } pl_backend_ops;
+
+/** ops->vocab_size, or 0 when the backend does not know it. */
+int pl_backend_vocab_size(pl_backend *b);
+
+/** Token ids named by a client (param: "prompt", "logit_bias", "tokens")
+ *  against a vocabulary of n_vocab ids: 0, or -1 with a 400 naming the
+ *  first id out of [0, n_vocab), as OpenAI and vLLM answer (never ignored).
+ *  The engine and the mock answer the same. */
+int pl_backend_check_ids(const int32_t *ids, int n, int n_vocab, const char *param,
+                         pl_err *err);
 
 /** ops->check_constraint, or 0 when the backend has none. */
 int pl_backend_check_constraint(pl_backend *b, pl_constraint_kind k, pl_err *err);

@@ -232,9 +232,44 @@ static bool defer_for_share_(const pl_batch *b, const pl_batch_step *st,
     return false;
 }
 
+/* Blocks the running sequences still prefilling lack for the prompt ids
+ * not scheduled yet: theirs before any admission counts on them. (A
+ * decode's next block is growth, which preemption answers, as before.) */
+static long running_lack_(const pl_batch *b)
+{
+    long n = 0;
+    for (int i = 0; i < b->n_running; i++) {
+        const pl_batch_seq *s = b->running[i];
+        if (s->n_tokens - s->num_computed <= 1)
+            continue;
+        long need = ((long)s->n_tokens + b->block_size - 1) / b->block_size;
+        n += need > s->n_blocks ? need - s->n_blocks : 0;
+    }
+    return n;
+}
+
+/* Whether waiting s, a prompt longer than one step's budget (prefilled in
+ * chunks over several steps), fits whole in the blocks an allocation can
+ * get now beyond those the running prefills still need. Admitting it on
+ * its first chunk alone let a burst of long prompts in, then preempted
+ * them when a later chunk found no block and threw their partial
+ * prefills away. A prompt one step can take is allocated whole when it
+ * is scheduled whole, as before. With nothing running s goes
+ * (pl_batch_add keeps a prompt within the cache). */
+static bool prompt_fits_(const pl_batch *b, const pl_batch_seq *s)
+{
+    if (b->n_running == 0 || s->n_tokens <= b->cfg.max_num_batched_tokens)
+        return true;
+    long need = ((long)s->n_tokens + b->block_size - 1) / b->block_size;
+    if (!s->prompt_logprobs)
+        need -= pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
+                                         (s->n_tokens - 1) / b->block_size);
+    return need <= pl_kv_blocks_num_available(b->kv) - running_lack_(b);
+}
+
 /* Admit waiting sequences in order while seats, budget and blocks last.
- * The first one that does not get its blocks stops admission, so nothing
- * younger overtakes it. One deferred for a shared prefix is passed over
+ * The first one whose prompt does not fit, or that does not get its
+ * blocks, stops admission, so nothing younger overtakes it. One deferred for a shared prefix is passed over
  * this step (at most defer_steps times). */
 static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
 {
@@ -254,6 +289,8 @@ static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
             i++;
             continue;
         }
+        if (!prompt_fits_(b, s))
+            return;
         pl_batch_admit_(b, s);
         int left = s->n_tokens - s->num_computed;
         int n = left < budget ? left : budget;

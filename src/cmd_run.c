@@ -155,8 +155,16 @@ static int model_opts(const run_args *ra, const pl_job_spec *s, const pl_job_mod
     if (pl_config_model(ra->job_file, &ra->lines, base, m->options, NULL, o, err,
                         sizeof err) < 0)
         goto fail;
-    if (pl_opts_parse_scope(o, RUN_SCOPE, ra->argc, ra->argv, 2, pos, 4, &npos, err,
-                            sizeof err) != 0)
+    char *file_model = strdup(o->model ? o->model : "");
+    if (!file_model || pl_opts_parse_scope(o, RUN_SCOPE, ra->argc, ra->argv, 2, pos, 4, &npos,
+                                           err, sizeof err) != 0) {
+        free(file_model);
+        goto fail;
+    }
+    bool cli_model = strcmp(file_model, o->model ? o->model : "") != 0;
+    free(file_model);
+    if (pl_config_model_check(ra->job_file, &ra->lines, base, m->options, o, cli_model, err,
+                              sizeof err) < 0)
         goto fail;
     return 0;
 fail:

@@ -126,34 +126,62 @@ static int cfg_model_keys(cfg_ctx *c, pl_opts *o, const char *base, json_t *m)
     return 0;
 }
 
-/* A remote model needs its upstream's URL; `backend: vllm` without one is
- * served by parley's own engine and needs the model (seed 000's
- * model_definitions run as written). */
-static bool cfg_names_model(json_t *m)
+/* The key of m (or of its `options:`) that names a model for the engine,
+ * as a key path under base into kp; false when none does. */
+static bool cfg_model_key(json_t *m, const char *base, char *kp, size_t n)
 {
+    static const char *const keys[] = {"model_name", "model", "path"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        if (json_object_get(m, keys[i])) {
+            snprintf(kp, n, "%s.%s", base, keys[i]);
+            return true;
+        }
+    }
     json_t *opt = json_object_get(m, "options");
-    return json_object_get(m, "model_name") || json_object_get(m, "model") ||
-           json_object_get(m, "path") || (json_is_object(opt) && cfg_names_model(opt));
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s.options", base);
+    return json_is_object(opt) && cfg_model_key(opt, sub, kp, n);
 }
 
-static int cfg_remote_check(cfg_ctx *c, const char *base, json_t *m, const pl_opts *o)
+/* A remote model needs its upstream's URL; `backend: vllm` without one is
+ * served by parley's own engine and needs the model (seed 000's
+ * model_definitions run as written): its own, or the command line's, not
+ * one inherited from the environment or the server's options. A model on
+ * a backend that loads none is a warning. */
+static int cfg_backend_check(cfg_ctx *c, const char *base, json_t *m, const pl_opts *o,
+                             bool cli_model)
 {
     static const char *remote = "|vllm|sglang|llamacpp|ollama|openai|parley|";
-    char kp[600], pat[200];
+    char kp[600], mk[600], pat[200];
+    bool named = cfg_model_key(m, base, mk, sizeof mk);
     snprintf(pat, sizeof pat, "|%s|", o->backend);
-    if (!strstr(remote, pat) || o->base_url[0])
-        return 0;
+    bool is_remote = strstr(remote, pat) != NULL;
     snprintf(kp, sizeof kp, "%s.backend", base);
-    if (!strcmp(o->backend, "vllm")) {
-        if (cfg_names_model(m))     /* its own model, not one inherited */
-            return 0;
-        return cfg_fail(c, kp, "backend vllm needs model_name (a Hugging Face name or "
-                        "checkpoint folder, served by parley's own engine) or base_url (an "
-                        "upstream vLLM server's URL with /v1)");
+    if (is_remote && !o->base_url[0] && strcmp(o->backend, "vllm") != 0) {
+        snprintf(pat, sizeof pat, "backend %s needs base_url (the upstream's URL with /v1)",
+                 o->backend);
+        return cfg_fail(c, kp, pat);
     }
-    snprintf(pat, sizeof pat, "backend %s needs base_url (the upstream's URL with /v1)",
-             o->backend);
-    return cfg_fail(c, kp, pat);
+    if (is_remote && !o->base_url[0] && !named && !cli_model)
+        return cfg_fail(c, kp, "backend vllm needs model_name or base_url: model_name (a GGUF "
+                        "file, a Hugging Face checkpoint folder, or ORG/NAME in the local "
+                        "Hugging Face cache) runs it on parley's own engine; base_url (a vLLM "
+                        "server's URL with /v1) sends its requests to that server");
+    const char *why = !strcmp(o->backend, "mock") ? "loads no model (its replies are generated)"
+                      : is_remote ? "with base_url sends requests to the upstream, which serves "
+                                    "its own model (upstream_model names it)"
+                                  : NULL;
+    if (named && why)
+        fprintf(stderr, "parley: warning: %s:%d: %s: ignored: backend %s %s\n", c->path,
+                pl_linemap_line(&c->lines, mk), mk, o->backend, why);
+    return 0;
+}
+
+int pl_config_model_check(const char *path, const pl_linemap *lines, const char *base,
+                          json_t *m, const pl_opts *o, bool cli_model, char *err, size_t errlen)
+{
+    cfg_ctx c = {.path = path, .lines = *lines, .err = err, .errlen = errlen};
+    return json_is_object(m) ? cfg_backend_check(&c, base, m, o, cli_model) : 0;
 }
 
 int pl_config_model(const char *path, const pl_linemap *lines, const char *base,
@@ -183,7 +211,7 @@ static int cfg_models(cfg_ctx *c, const char *section, json_t *models,
         pl_model_cfg *mc = &cfg->models[cfg->n_models++];
         mc->name = strdup(name);
         pl_opts_copy(&mc->opts, o);
-        if (cfg_model_keys(c, &mc->opts, base, m) < 0 || cfg_remote_check(c, base, m, &mc->opts) < 0)
+        if (cfg_model_keys(c, &mc->opts, base, m) < 0 || cfg_backend_check(c, base, m, &mc->opts, false) < 0)
             return -1;
     }
     return 0;

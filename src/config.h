@@ -51,4 +51,16 @@ void pl_config_free(pl_config *cfg);
 int pl_config_model(const char *path, const pl_linemap *lines, const char *base,
                     json_t *m, const char *skip, pl_opts *o, char *err, size_t errlen);
 
+/**
+ * After every source of options is applied (o), check what model
+ * definition m at base needs of its backend: a remote one its base_url;
+ * seed 000's `backend: vllm` its base_url or a model for parley's engine
+ * (model_name in m, or the command line's when cli_model), the error naming
+ * both ways. A model named for a backend that ignores it (mock, a remote
+ * upstream) is one warning line on stderr naming the backend. Returns 0,
+ * or -1 with "FILE:LINE: key 'models.x.backend': message" in err.
+ */
+int pl_config_model_check(const char *path, const pl_linemap *lines, const char *base,
+                          json_t *m, const pl_opts *o, bool cli_model, char *err, size_t errlen);
+
 #endif

@@ -136,6 +136,13 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
     /* Seed 000's `backend: vllm` without base_url: parley's engine serves
      * the model (model_name) itself, on the GPU when there is one. */
     bool local_vllm = kind == PL_REMOTE_VLLM && !o->base_url[0] && o->model[0];
+    if (kind == PL_REMOTE_VLLM && !o->base_url[0] && !o->model[0]) {
+        snprintf(err, errlen, "backend vllm needs --model or --base-url: --model (a GGUF file, "
+                 "a Hugging Face checkpoint folder, or ORG/NAME in the local Hugging Face "
+                 "cache) runs it on parley's own engine; --base-url (a vLLM server's URL with "
+                 "/v1) sends its requests to that server");
+        return NULL;
+    }
     if (kind > 0 && !local_vllm)
         return pl_models_open_remote(base, o, kind, name, o->base_url, NULL, err, errlen);
     if (!strcmp(o->backend, "mock"))

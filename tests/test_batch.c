@@ -627,3 +627,34 @@ Test(batch, kv_account_subtracts_the_shared_cached_prefix)
     assert_idle(&h);
     h_free(&h);
 }
+
+/* A burst of long prompts under chunked prefill, with a cache that holds
+ * two of them: each is admitted when its whole prompt fits beside what
+ * the running sequences' known ids still need, not on its first chunk, so
+ * nothing is preempted and no partial prefill is thrown away (every
+ * prompt row is computed once), in no more steps. */
+Test(batch, chunked_burst_admitted_as_the_cache_holds_it)
+{
+    harness h;
+    h_init(&h, 10, 8, 12, 64);    /* 16-token prompts + 3: 5 blocks each, 2 fit */
+    for (int i = 1; i <= 6; i++)
+        add(&h, (uint64_t)i, 16, 3, 0);
+    int done[8] = {0}, rows = 0, steps = 0, peak = 0;
+    while (pl_batch_has_seqs(h.b)) {
+        cr_assert_lt(steps++, 1000, "no progress");
+        pl_batch_schedule(h.b, &h.st[0]);
+        h.n_preempted += h.st[0].n_preempted;
+        rows += h.st[0].in.n_rows;
+        if (pl_batch_num_running(h.b) > peak)
+            peak = pl_batch_num_running(h.b);
+        h_process(&h, &h.st[0], done, 8);
+    }
+    for (int i = 1; i <= 6; i++)
+        cr_assert_eq(done[i], 1);
+    cr_assert_eq(h.n_preempted, 0, "no preemption");
+    cr_assert_eq(rows, 6 * (16 + 2), "each row computed once (16 prompt rows and 2 decode "
+                 "rows a sequence; its last token is not fed): %d", rows);
+    cr_assert_eq(peak, 2, "two at a time: the cache holds two");
+    assert_idle(&h);
+    h_free(&h);
+}

@@ -346,6 +346,43 @@ Test(cmd_run, model_definition_read_like_serve, .init = setup, .fini = teardown,
     cr_assert(strstr(err, "job.yaml:5: key 'models.m.mock_capacty'"), "%s", err);
 }
 
+/* Seed 000's model definition as the seed writes it (backend vllm,
+ * vllm_config, no model_name, no base_url) stops with FILE:LINE naming
+ * both ways to run it, also when PARLEY_MODEL is set (the environment's
+ * model is not silently served under the seed's name); a model_name on the
+ * mock, which loads nothing, is a warning naming the backend. */
+Test(cmd_run, seed_model_definition_names_both_ways, .init = setup, .fini = teardown,
+     .timeout = 60)
+{
+    char path[128], err[8192];
+    snprintf(path, sizeof path, "%s/job.yaml", dir);
+    write_text(path, "experiment: seed\nmodel_definitions:\n  llama31_8b:\n    backend: vllm\n"
+                     "    vllm_config:\n      max_num_seqs_upper_bound: 256\nagents:\n"
+                     "  - id: a\n    model: llama31_8b\nvalidation: {enabled: false}\n"
+                     "questions:\n  - {id: q, text: t}\n");
+    const char *args[] = {path, "--output", dir, NULL};
+    for (int env = 0; env < 2; env++) {
+        if (env)
+            setenv("PARLEY_MODEL", "/nonexistent/model.gguf", 1);
+        else
+            unsetenv("PARLEY_MODEL");
+        cr_assert_eq(run(args, err, sizeof err), 2, "%s", err);
+        cr_assert(strstr(err, "job.yaml:4: key 'model_definitions.llama31_8b.backend': backend "
+                              "vllm needs model_name or base_url: model_name (a GGUF file, a "
+                              "Hugging Face checkpoint folder, or ORG/NAME in the local Hugging "
+                              "Face cache) runs it on parley's own engine; base_url (a vLLM "
+                              "server's URL with /v1) sends its requests to that server"),
+                  "%s", err);
+    }
+    write_text(path, "experiment: m\nmodels:\n  m:\n    backend: mock\n"
+                     "    model_name: meta-llama/Llama-3.1-8B-Instruct\nagents:\n  - id: a\n"
+                     "validation: {enabled: false}\nquestions:\n  - {id: q, text: t}\n");
+    const char *margs[] = {path, "--mock-token-delay-ms", "0", "--output", dir, NULL};
+    cr_assert_eq(run(margs, err, sizeof err), 0, "%s", err);
+    cr_assert(strstr(err, "warning: ") && strstr(err, "job.yaml:5: models.m.model_name: ignored: "
+                                                      "backend mock loads no model"), "%s", err);
+}
+
 /* max_num_seqs_upper_bound reaches the engine: its max_num_seqs is the
  * bound. The capacity rule (issue 41): admission is bounded by the upper
  * bound and the KV blocks requests need (--stats "admission"), and the

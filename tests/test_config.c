@@ -287,8 +287,9 @@ Test(config, remote_model_errors_name_file_line_key)
 {
     static const struct { const char *text, *want; } cases[] = {
         {"models:\n  m:\n    backend: vllm\n", ":3: key 'models.m.backend': backend vllm needs "
-         "model_name (a Hugging Face name or checkpoint folder, served by parley's own engine) "
-         "or base_url"},
+         "model_name or base_url: model_name (a GGUF file, a Hugging Face checkpoint folder, or "
+         "ORG/NAME in the local Hugging Face cache) runs it on parley's own engine; base_url (a "
+         "vLLM server's URL with /v1) sends its requests to that server"},
         {"models:\n  m:\n    backend: sglang\n    base_url: ftp://x/v1\n",
          ":4: key 'models.m.base_url': key 'base_url': 'ftp://x/v1' is not an http"},
         {"models:\n  m:\n    backend: parley\n    base_url: [\"http://a/v1\", 7]\n",

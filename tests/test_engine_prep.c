@@ -382,3 +382,42 @@ Test(engine_prep, preparing_requests_count_in_the_kv_view, .timeout = 240)
     cr_expect(!gone.done);
     close_engine(b);
 }
+
+/* Issue 52: a text prompt on a prepare worker is counted in the KV view by
+ * an upper bound of its tokens (its bytes), not by the running estimate
+ * (0 before any request: a burst of long prompts was admitted past the
+ * cache); the worker's real count replaces it. Read right after submit,
+ * before the loop runs the worker's completion. */
+Test(engine_prep, a_text_prompt_counts_its_size_while_preparing, .timeout = 240)
+{
+    hook_reset(false);
+    pl_backend *b = open_engine();
+    static char text[12000];
+    for (size_t i = 0; i + 8 < sizeof text; i += 8)
+        memcpy(text + i, "abc def ", 8);
+    text[sizeof text - 9] = '\0';
+    pl_gen_request r = {.prompt = text};
+    pl_sampling_defaults(&r.sampling);
+    r.sampling.max_tokens = 16;
+    int32_t *ids;
+    int n;
+    pl_err e;
+    cr_assert_eq(b->ops->tokenize(b, &r, true, &ids, &n, &e), 0, "%s", e.message);
+    free(ids);
+    pl_dispatch_kv kv;
+    cr_assert(b->ops->kv(b, &kv));
+    cr_assert_eq(kv.reserved, 0);
+    collect c = {0};
+    uint64_t id;
+    cr_assert_eq(pl_backend_submit(b, &r, (pl_sink){on_delta, on_done, &c}, &id, &e), 0, "%s",
+                 e.message);
+    cr_assert(b->ops->kv(b, &kv));
+    int real = (n + 16 + 15) / 16;
+    cr_assert_geq(kv.reserved, real, "%d blocks counted for a prompt of %d tokens (%d blocks)",
+                  kv.reserved, n, real);
+    loop_until(g_base, is_done, &c, "the request (too long for the context: a 400)");
+    loop_until(g_base, prep_idle, b, "the workers done");
+    cr_assert(b->ops->kv(b, &kv));
+    cr_expect_eq(kv.reserved, 0, "%d", kv.reserved);
+    close_engine(b);
+}

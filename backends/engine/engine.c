@@ -147,6 +147,11 @@ static int eng_max_model_len_(pl_backend *b)
     return ((pl_engine *)b)->max_len;
 }
 
+static int eng_vocab_size_(pl_backend *b)
+{
+    return ((pl_engine *)b)->n_vocab;
+}
+
 static json_t *eng_stats_(pl_backend *b)
 {
     return pl_engine_stats_json_((pl_engine *)b);
@@ -204,6 +209,7 @@ static const pl_backend_ops engine_ops = {
     .tool_format = eng_tool_format_,
     .reasoning_format = eng_reasoning_format_,
     .retain = eng_retain_,
+    .vocab_size = eng_vocab_size_,
 };
 
 /* Resolve 0 = "the runner's" and check the options against it. */

@@ -34,13 +34,13 @@ void pl_engine_kv_submit_(pl_engine *e, eng_req *r)
     e->kv_submitted += (uint64_t)r->kv_blocks;
 }
 
-int pl_engine_kv_hold_(pl_engine *e, int max_tokens)
+int pl_engine_kv_hold_(pl_engine *e, int prompt_bound, int max_tokens)
 {
     PL_ASSERT_ON_THREAD(&e->main_role);
     pl_dispatch_kv kv;
     if (!pl_engine_kv_view_(&e->base, &kv))
         return 0;
-    int blocks = pl_dispatch_kv_need(&kv, 0, max_tokens);
+    int blocks = pl_dispatch_kv_need(&kv, prompt_bound, max_tokens);
     e->kv_submitted += (uint64_t)blocks;
     return blocks;
 }

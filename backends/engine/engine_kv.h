@@ -9,10 +9,11 @@
 /** Main thread, at submit: count r's blocks until the engine sees it. */
 void pl_engine_kv_submit_(pl_engine *e, eng_req *r);
 /** Main thread: a request handed to a prepare worker (its prompt not
- *  tokenised yet) is counted by the running prompt estimate until it
- *  lands (pl_engine_kv_submit_) or fails; returns the blocks counted, to
- *  give back to pl_engine_kv_unhold_ either way. */
-int pl_engine_kv_hold_(pl_engine *e, int max_tokens);
+ *  tokenised yet) is counted until it lands (pl_engine_kv_submit_) or
+ *  fails, for prompt_bound tokens (an upper bound of a text prompt's, from
+ *  its bytes) or, with 0, the running prompt estimate; returns the blocks
+ *  counted, to give back to pl_engine_kv_unhold_ either way. */
+int pl_engine_kv_hold_(pl_engine *e, int prompt_bound, int max_tokens);
 /** Main thread. */
 void pl_engine_kv_unhold_(pl_engine *e, int blocks);
 /** Engine thread, as r leaves the inbox (before anything may free it). */

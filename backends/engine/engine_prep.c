@@ -60,12 +60,7 @@ typedef struct eng_prep {
 int pl_engine_check_ids_(pl_engine *e, const int32_t *ids, int n, const char *param,
                          pl_err *err)
 {
-    for (int i = 0; i < n; i++)
-        if (ids[i] < 0 || ids[i] >= e->n_vocab)
-            return pl_err_set(err, 400, "invalid_request_error", param, NULL,
-                              "%s: token id %d is out of range [0, %d) for this model", param,
-                              (int)ids[i], e->n_vocab);
-    return 0;
+    return pl_backend_check_ids(ids, n, e->n_vocab, param, err);
 }
 
 int pl_engine_prompt_ids_(pl_engine *e, const pl_gen_request *req, int32_t **ids, int *n,
@@ -128,6 +123,22 @@ static size_t prompt_bytes_(const pl_gen_request *req)
     for (int i = 0; i < req->n_messages; i++)
         n += strlen(req->messages[i].content ? req->messages[i].content : "");
     return n;
+}
+
+/* Tokens a text prompt has at most, before it is tokenised: a token of
+ * text covers at least one byte, and the template's special tokens and
+ * headers are allowed PREP_TEMPLATE_TOKENS a message (and the prompt's
+ * BOS). Admission counts this while a worker tokenises (a burst of long
+ * prompts counted by the running estimate was admitted past the cache);
+ * the real count replaces it when the worker is done. 0 for token ids:
+ * the estimate, as before. */
+#define PREP_TEMPLATE_TOKENS 64
+static int prompt_bound_(const pl_gen_request *req)
+{
+    if (req->prompt_tokens)
+        return 0;
+    size_t n = prompt_bytes_(req) + (size_t)PREP_TEMPLATE_TOKENS * ((size_t)req->n_messages + 1);
+    return n > (size_t)1 << 30 ? 1 << 30 : (int)n;
 }
 
 /* ---- the worker's half ---- */
@@ -326,7 +337,7 @@ static int submit_prep_(pl_engine *e, const pl_gen_request *req, const pl_token_
         goto oom;
     }
     pl_engine_sub_find_(e, p->id)->preparing = true;
-    p->kv_held = pl_engine_kv_hold_(e, req->sampling.max_tokens);
+    p->kv_held = pl_engine_kv_hold_(e, prompt_bound_(req), req->sampling.max_tokens);
     *id = p->id;
     return 0;
 oom:

@@ -385,6 +385,20 @@ static void mock_tick(evutil_socket_t fd, short what, void *arg)
     mock_schedule(r);
 }
 
+/* The engine's contract for client token ids: a prompt of ids and
+ * logit_bias name ids of the vocabulary. */
+static int mock_check_ids(const pl_gen_request *req, pl_err *err)
+{
+    if (req->prompt_tokens && pl_backend_check_ids(req->prompt_tokens, req->n_prompt_tokens,
+                                                   PL_MOCK_VOCAB, "prompt", err) < 0)
+        return -1;
+    for (int i = 0; i < req->sampling.n_logit_bias; i++)
+        if (pl_backend_check_ids(&req->sampling.logit_bias[i].token, 1, PL_MOCK_VOCAB,
+                                 "logit_bias", err) < 0)
+            return -1;
+    return 0;
+}
+
 static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
                        uint64_t *id, pl_err *err)
 {
@@ -394,6 +408,8 @@ static int mock_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
         return pl_err_set(err, 503, "server_error", NULL, "mock_failure",
                           "mock backend: scripted failure");
     }
+    if (mock_check_ids(req, err) < 0)
+        return -1;
     mock_req *r = calloc(1, sizeof *r);
     if (!r || pl_sampling_copy(&r->sp, &req->sampling) < 0 || mock_slot_alloc(mb, r) < 0) {
         free(r);
@@ -541,6 +557,8 @@ static int mock_tokenize(pl_backend *b, const pl_gen_request *req, bool add_spec
 static int mock_detokenize(pl_backend *b, const int32_t *ids, int n, char **text,
                            pl_err *err)
 {
+    if (pl_backend_check_ids(ids, n, PL_MOCK_VOCAB, "tokens", err) < 0)
+        return -1;
     size_t cap = (size_t)n * 8 + 1, len = 0;
     char *out = malloc(cap);
     if (!out)
@@ -582,6 +600,11 @@ static json_t *mock_tokenizer_info(pl_backend *b, pl_err *err)
     return j;
 }
 
+static int mock_vocab_size(pl_backend *b)
+{
+    return PL_MOCK_VOCAB;
+}
+
 static void mock_free(pl_backend *b)
 {
     mock_backend *mb = (mock_backend *)b;
@@ -620,6 +643,7 @@ static const pl_backend_ops mock_ops = {
     .free = mock_free,
     .tool_format = mock_tool_format,
     .reasoning_format = mock_reasoning_format,
+    .vocab_size = mock_vocab_size,
 };
 
 pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o)

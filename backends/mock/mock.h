@@ -33,6 +33,10 @@ typedef struct pl_mock_opts {
  *  with logprobs when asked); word tokens are hashes below it. */
 #define PL_MOCK_EOS 0x8000
 
+/** The mock's vocabulary: word ids [0, PL_MOCK_EOS) and the end token.
+ *  Token ids a client names past it are a 400, as the engine answers. */
+#define PL_MOCK_VOCAB (PL_MOCK_EOS + 1)
+
 /** Create a mock backend on the given loop. Free with pl_backend_free. */
 pl_backend *pl_mock_new(struct event_base *base, const pl_mock_opts *o);
 

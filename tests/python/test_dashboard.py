@@ -84,7 +84,8 @@ def test_dashboard_shows_model_pools_and_job_progress(tmp_path, monkeypatch):
         time.sleep(0.5)
         dom = dump_dom(s.url + "/dashboard")
         assert text_of(dom, "model-name") == ["mock"]
-        assert re.findall(r'class="capacity-why">([^<]*)</b>', dom) == ["slots (24)"], \
+        assert re.findall(r'class="why capacity-why" title="slots \(24\)">([^<]*)</span>', dom) \
+            == ["slots (24)"], \
             "the capacity's why: the mock reports no KV"
         job = dom[dom.index('data-job="%s"' % jid):]
         done, total = map(int, re.search(r'class="job-progress">(\d+) / (\d+)<', job).groups())
@@ -237,6 +238,37 @@ def test_dashboard_api_key_is_typed_once_and_sent_as_bearer(tmp_path):
         assert sent and all(h is None for h in sent), sent
         if auth:
             b.wait_js("document.getElementById('auth').className === 'shown'")
+    finally:
+        b.close()
+        assert s.stop() == 0
+
+
+def test_dashboard_tiles_hold_numbers_at_1280px(tmp_path):
+    """On an engine (capacity by KV blocks) at 1280 px: every tile's value
+    is a number (the capacity's reason is its hover text and a short line
+    below it, not a sentence in a number cell), and no tile overflows."""
+    from cdp import Browser
+    from conftest import MODEL_PATH
+    s = Server("--model", MODEL_PATH, "--log-level", "warn", "--kv-cache-mb", "64")
+    b = Browser(CHROMIUM, str(tmp_path / "cdp"))
+    try:
+        b.page("Page.navigate", {"url": s.url + "/dashboard"})
+        b.wait_js("!!document.querySelector('.model .capacity')")
+        assert b.js("window.innerWidth") == 1280
+        cells = b.js("[...document.querySelectorAll('.model .kv > div')].map(d => ({"
+                     "label: d.firstChild.textContent, value: d.querySelector('b').textContent,"
+                     "over: d.scrollWidth > d.clientWidth || "
+                     "[...d.children].some(c => c.scrollWidth > c.clientWidth)}))")
+        assert cells, "no tiles"
+        for c in cells:
+            assert re.fullmatch(r"—|-?\d+(\.\d+)?( ms|%)?|\d+ / \d+", c["value"]), c
+            assert not c["over"], c
+        cap = b.js("(() => { const e = document.querySelector('.model .capacity');"
+                   "return {n: e.textContent, title: e.parentElement.title,"
+                   "line: e.parentElement.querySelector('.capacity-why').textContent}; })()")
+        assert re.fullmatch(r"\d+", cap["n"]) and int(cap["n"]) >= 1, cap
+        assert re.search(r"\d+ free − \d+ promised of \d+ blocks .* a request", cap["title"]), cap
+        assert cap["line"].startswith("KV: "), cap
     finally:
         b.close()
         assert s.stop() == 0

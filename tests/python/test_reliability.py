@@ -389,3 +389,77 @@ def test_out_of_range_token_ids_are_400(model_url):
     assert st == 400 and err["param"] == "tokens" and str(n_vocab) in err["message"], b
     st, _, b = request(s, "POST", "/detokenize", {"model": model, "tokens": [1, n_vocab - 1]})
     assert st == 200, b
+
+
+def token_id_contract(s):
+    """What a server answers for token ids at and past its vocabulary (the
+    size it states in /v1/models): a list of (what, status, param)."""
+    st, _, b = request(s, "GET", "/v1/models")
+    m = json.loads(b)["data"][0]
+    model, n_vocab = m["id"], m["vocab_size"]
+    assert isinstance(n_vocab, int) and n_vocab > 0, m
+    chat = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    done = {"model": model, "prompt": [1, 2], "max_tokens": 1}
+    out = []
+    for what, path, body in [
+            ("bias last", "/v1/chat/completions", dict(chat, logit_bias={str(n_vocab - 1): 1})),
+            ("bias past", "/v1/chat/completions", dict(chat, logit_bias={str(n_vocab): 5})),
+            ("bias far", "/v1/chat/completions", dict(chat, logit_bias={"99999999": -100})),
+            ("prompt last", "/v1/completions", dict(done, prompt=[1, n_vocab - 1])),
+            ("prompt past", "/v1/completions", dict(done, prompt=[1, n_vocab])),
+            ("detok last", "/detokenize", {"model": model, "tokens": [1, n_vocab - 1]}),
+            ("detok past", "/detokenize", {"model": model, "tokens": [1, n_vocab]}),
+            ("detok 200", "/detokenize", {"model": model, "tokens": [n_vocab + 200]})]:
+        st, _, b = request(s, "POST", path, body)
+        param = json.loads(b)["error"]["param"] if st != 200 else None
+        if st == 400:
+            assert "out of range [0, %d)" % n_vocab in json.loads(b)["error"]["message"], b
+        out.append((what, st, param))
+    return out
+
+
+def test_mock_keeps_the_engines_token_id_contract(make_server, model_url):
+    """The mock states its vocabulary in /v1/models and refuses ids past it
+    as the engine does (400 naming the parameter), so tests against the
+    mock learn the engine's contract."""
+    u = urllib.parse.urlparse(model_url)
+    engine = token_id_contract(type("S", (), {"host": u.hostname, "port": u.port}))
+    mock = token_id_contract(make_server("--backend", "mock", "--mock-token-delay-ms", "0"))
+    assert mock == engine, (mock, engine)
+    assert [st for _, st, _ in engine] == [200, 400, 400, 200, 400, 200, 400, 400], engine
+
+
+def test_burst_of_long_prompts_is_admitted_as_the_cache_holds_it(make_server):
+    """Six distinct long text prompts at once, a K/V cache that holds two,
+    chunked prefill: each is admitted when its whole prompt fits, so none
+    is preempted and no partial prefill is thrown away (prefill rows never
+    exceed the prompts' tokens). Event-driven: waits for the replies only."""
+    from conftest import MODEL_PATH
+    s = make_server("--model", MODEL_PATH, "--kv-cache-mb", "36", "--max-model-len", "1024",
+                    "--max-num-batched-tokens", "256", "--log-level", "warn")
+    words = "river stone quiet lamp orange window seven market winter paper".split()
+    prompts = ["Note %d: " % i + " ".join(words[(i * 7 + j * 3) % 10] + str((i * 13 + j) % 97)
+                                         for j in range(230)) for i in range(6)]
+    st, _, b = request(s, "GET", "/v1/models")
+    model = json.loads(b)["data"][0]["id"]
+    n = [json.loads(request(s, "POST", "/tokenize", {"model": model, "prompt": p})[2])["count"]
+         for p in prompts]
+    st, _, b = request(s, "GET", "/status")
+    before = json.loads(b)["models"][model]
+    block, total = before["kv"]["block_size"], before["kv"]["num_blocks"]
+    need = [(k + 4 + block - 1) // block for k in n]
+    assert sum(sorted(need)[:2]) <= total < sum(sorted(need)[:3]), (need, total)
+    out = [None] * len(prompts)
+
+    def go(i):
+        out[i] = request(s, "POST", "/v1/completions", {"model": model, "prompt": prompts[i],
+                                                        "max_tokens": 4, "temperature": 0},
+                         timeout=600)[0]
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(len(prompts))]
+    [t.start() for t in ts]
+    [t.join() for t in ts]
+    assert out == [200] * len(prompts), out
+    st, _, b = request(s, "GET", "/status")
+    after = json.loads(b)["models"][model]
+    assert after["preemptions"] - before["preemptions"] == 0, after
+    assert after["prefill_rows"] - before["prefill_rows"] <= sum(n), (after["prefill_rows"], n)
