@@ -191,30 +191,12 @@ static json_t *message_json(const pl_oai_call *c, bool done)
     return o;
 }
 
-/* The reply's tool calls: the upstream's (or a harmony reply's), or the
- * text parsed for calls (the text then keeps what is outside them). */
+/* The reply's tool calls, once (pl_oai_choice_settle_calls). */
 static void settle_calls(pl_oai_call *c)
 {
     msg_ep *e = ep_of(c);
-    pl_oai_choice *ch = &c->choices[0];
-    if (ch->up_calls) {
-        e->calls = ch->up_calls;
-        ch->up_calls = NULL;
-    }
-    if (e->calls || !pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT)
-        return;
-    size_t n = evbuffer_get_length(ch->text);
-    const char *t = (const char *)evbuffer_pullup(ch->text, -1);
-    pl_oai_tool_reply r;                 /* a call cut by max_tokens is dropped */
-    pl_oai_tools_reply(&c->p, t, n, ch->finish, &r);
-    if (!r.text_is_content) {
-        evbuffer_drain(ch->text, n);
-        if (r.content)
-            evbuffer_add(ch->text, r.content, strlen(r.content));
-        e->calls = r.calls;
-        r.calls = NULL;
-    }
-    pl_oai_tool_reply_free(&r);
+    if (!e->calls)
+        e->calls = pl_oai_choice_settle_calls(c, &c->choices[0]);
 }
 
 static json_t *msg_reply(pl_oai_call *c)

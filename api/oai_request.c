@@ -548,3 +548,24 @@ fail:
     call_free(c);
     return -1;
 }
+
+json_t *pl_oai_choice_settle_calls(pl_oai_call *c, pl_oai_choice *ch)
+{
+    json_t *calls = ch->up_calls;
+    ch->up_calls = NULL;
+    if (calls || !pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT)
+        return calls;
+    size_t n = evbuffer_get_length(ch->text);
+    const char *t = (const char *)evbuffer_pullup(ch->text, -1);
+    pl_oai_tool_reply r;
+    pl_oai_tools_reply(&c->p, t, n, ch->finish, &r);
+    if (!r.text_is_content) {
+        evbuffer_drain(ch->text, n);
+        if (r.content)
+            evbuffer_add(ch->text, r.content, strlen(r.content));
+        calls = r.calls;
+        r.calls = NULL;
+    }
+    pl_oai_tool_reply_free(&r);
+    return calls;
+}

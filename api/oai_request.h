@@ -139,4 +139,11 @@ typedef struct pl_oai_call_opts {
  *  (a backend refusal keeps its own status); the caller replies it. */
 int pl_oai_call_start(const pl_oai_call_opts *o, pl_err *err);
 
+/** A finished choice's tool calls (new ref; NULL: none), for the endpoints
+ *  that answer with whole calls (Responses, Anthropic's Messages): the
+ *  upstream's (or a native reply's split) as they came, else the kept text
+ *  parsed for calls (oai_tools.h), which then keeps only what is outside
+ *  them; a call cut by the length is dropped. */
+json_t *pl_oai_choice_settle_calls(pl_oai_call *c, pl_oai_choice *ch);
+
 #endif

@@ -506,34 +506,17 @@ static json_t *conversation_json(const pl_oai_call *c)
     return conv;
 }
 
-/* The reply's tool calls: the upstream's, or the text parsed for calls
- * (then the text keeps only what is outside them). */
+/* The reply's tool calls, once (pl_oai_choice_settle_calls), without the
+ * stream's call indexes. */
 static void settle_calls(pl_oai_call *c)
 {
     resp_ep *e = ep_of(c);
-    pl_oai_choice *ch = &c->choices[0];
     size_t i;
     json_t *tc;
-    if (ch->up_calls) {
-        e->calls = ch->up_calls;
-        ch->up_calls = NULL;
-    }
+    if (!e->calls)
+        e->calls = pl_oai_choice_settle_calls(c, &c->choices[0]);
     json_array_foreach(e->calls, i, tc)
         json_object_del(tc, "index");
-    if (e->calls || !pl_oai_tools_active(&c->p) || ch->tool_state == PL_TOOLS_TEXT)
-        return;
-    size_t n = evbuffer_get_length(ch->text);
-    const char *t = (const char *)evbuffer_pullup(ch->text, -1);
-    pl_oai_tool_reply r;                 /* a call cut by max_output_tokens is dropped */
-    pl_oai_tools_reply(&c->p, t, n, ch->finish, &r);
-    if (!r.text_is_content) {
-        evbuffer_drain(ch->text, n);
-        if (r.content)
-            evbuffer_add(ch->text, r.content, strlen(r.content));
-        e->calls = r.calls;
-        r.calls = NULL;
-    }
-    pl_oai_tool_reply_free(&r);
 }
 
 /* The finished response (new ref), stored when asked; NULL on out of

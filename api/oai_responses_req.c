@@ -16,6 +16,7 @@
 
 #include "api/oai_tools.h"
 #include "api/oai_wire.h"
+#include "src/base/evbuf.h"
 
 #define BAD(e, param, ...) \
     pl_err_set(e, 400, "invalid_request_error", param, NULL, __VA_ARGS__)

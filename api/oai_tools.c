@@ -12,6 +12,7 @@
 #include "api/oai_wire.h"
 #include "backends/constrain/json_schema.h"
 #include "backends/constrain/regex.h"
+#include "src/base/evbuf.h"
 
 #define INVALID(param, ...) \
     pl_err_set(err, 400, "invalid_request_error", param, NULL, __VA_ARGS__)

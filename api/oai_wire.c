@@ -12,6 +12,7 @@
 
 #include "api/respond.h"
 #include "src/base/json_dump.h"
+#include "src/base/evbuf.h"
 
 /* Append a string literal without its NUL. */
 #define ADD_LIT(b, lit) evbuffer_add((b), (lit), strlen(lit))
@@ -198,17 +199,6 @@ char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char
     return pl_evbuffer_take(b);
 }
 
-char *pl_evbuffer_take(struct evbuffer *b)
-{
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    if (s) {
-        evbuffer_remove(b, s, n);
-        s[n] = '\0';
-    }
-    evbuffer_free(b);
-    return s;
-}
 
 static void put_chunk_start(struct evbuffer *b, const char *prefix, int index)
 {

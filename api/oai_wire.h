@@ -61,9 +61,6 @@ void pl_oai_put_string(struct evbuffer *b, const char *s, size_t len);
 char *pl_oai_chunk_prefix(const char *id, bool chat, int64_t created, const char *model,
                           bool usage_null);
 
-/** The contents of b as a NUL-terminated string (caller frees); frees b.
- *  NULL on out-of-memory. */
-char *pl_evbuffer_take(struct evbuffer *b);
 /** The chat role chunk of choice index. */
 void pl_oai_put_role_chunk(struct evbuffer *b, const char *prefix, int index);
 /** A content chunk for delta d of choice index (with its logprobs). */

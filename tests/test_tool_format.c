@@ -15,6 +15,7 @@
 #include "backends/constrain/regex.h"
 #include "backends/text/reasoning_format.h"
 #include "backends/text/tool_format.h"
+#include "src/base/evbuf.h"
 
 static const pl_tool_format *const prompted[] = {
     &pl_tool_hermes, &pl_tool_generic, &pl_tool_llama3, &pl_tool_mistral,
@@ -53,7 +54,7 @@ static char *render_(const pl_tool_format *f, json_t *calls)
     struct evbuffer *b = evbuffer_new();
     cr_assert_not_null(b);
     cr_assert_eq(f->render_calls(b, calls), 0, "%s", f->name);
-    return pl_tool_take(b);
+    return pl_evbuffer_take(b);
 }
 
 /* The format's forced-reply grammar over tools (each with its schema). */
@@ -76,7 +77,7 @@ static pl_dfa *grammar_(const pl_tool_format *f, json_t *tools, bool many)
         free(ns), free(args), free(esc);
     }
     evbuffer_add(b, ")", 1);
-    char *one = pl_tool_take(b), *re = f->reply_regex(one, many, 4);
+    char *one = pl_evbuffer_take(b), *re = f->reply_regex(one, many, 4);
     char err[256];
     pl_dfa *d = pl_regex_compile(re, strlen(re), 0, 1 << 16, err, sizeof err);
     cr_assert_not_null(d, "%s: %s: %s", f->name, re, err);

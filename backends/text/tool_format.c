@@ -2,6 +2,7 @@
  * share: the streamed reply's classification, the whole reply's parse
  * around each format's own, the JSON of calls (tool_format.h). */
 #include "backends/text/tool_format.h"
+#include "src/base/evbuf.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -20,17 +21,6 @@ const pl_tool_format *pl_tool_format_find(const char *name)
     return NULL;
 }
 
-char *pl_tool_take(struct evbuffer *b)
-{
-    size_t n = evbuffer_get_length(b);
-    char *s = malloc(n + 1);
-    if (s) {
-        evbuffer_remove(b, s, n);
-        s[n] = '\0';
-    }
-    evbuffer_free(b);
-    return s;
-}
 
 /* ---- replies ---- */
 
@@ -130,7 +120,7 @@ static size_t drop_partial_opener_(const char *op, const char *t, size_t n)
 /* The text outside the calls, trailing white space trimmed; NULL: none. */
 static char *content_of_(struct evbuffer *rest)
 {
-    char *c = pl_tool_take(rest);
+    char *c = pl_evbuffer_take(rest);
     size_t n = c ? strlen(c) : 0;
     while (n && isspace((unsigned char)c[n - 1]))
         c[--n] = '\0';
@@ -209,5 +199,5 @@ char *pl_tool_list_regex(const char *open, const char *sep, const char *close,
     if (many)
         evbuffer_add_printf(b, "(?:%s%s){0,%d}", sep, one, max - 1);
     evbuffer_add_printf(b, "%s", close);
-    return pl_tool_take(b);
+    return pl_evbuffer_take(b);
 }

@@ -118,7 +118,5 @@ void pl_tool_put_tools_json(struct evbuffer *b, json_t *tools, const char *befor
  *  sep when many, close (malloc'd, NULL on OOM). */
 char *pl_tool_list_regex(const char *open, const char *sep, const char *close,
                          const char *one, bool many, int max);
-/** b's bytes as a malloc'd string; b is freed. NULL on OOM. */
-char *pl_tool_take(struct evbuffer *b);
 
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "backends/text/tool_format.h"
+#include "src/base/evbuf.h"
 
 static const char PRE[] =
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
@@ -25,7 +26,7 @@ static char *render_tools_(json_t *tools)
     evbuffer_add_printf(b, "%s", PRE);
     pl_tool_put_tools_json(b, tools, "\n", "");
     evbuffer_add_printf(b, "%s", POST);
-    return pl_tool_take(b);
+    return pl_evbuffer_take(b);
 }
 
 static int render_calls_(struct evbuffer *b, json_t *calls)

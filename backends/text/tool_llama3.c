@@ -2,6 +2,7 @@
  * calls, {"name": ..., "parameters": {...}}, the tool list before the
  * first user turn's text, results in "ipython" turns. One call a reply. */
 #include "backends/text/tool_format.h"
+#include "src/base/evbuf.h"
 
 static const char PRE[] =
     "Given the following functions, please respond with a JSON for a function call with "
@@ -16,7 +17,7 @@ static char *render_tools_(json_t *tools)
         return NULL;
     evbuffer_add_printf(b, "%s", PRE);
     pl_tool_put_tools_json(b, tools, "\n", "");
-    return pl_tool_take(b);
+    return pl_evbuffer_take(b);
 }
 
 static int render_calls_(struct evbuffer *b, json_t *calls)

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/text/tool_format.h"
+#include "src/base/evbuf.h"
 
 static const char OPEN[] = "[TOOL_CALLS]";
 
@@ -17,7 +18,7 @@ static char *render_tools_(json_t *tools)
     evbuffer_add_printf(b, "[AVAILABLE_TOOLS] [");
     pl_tool_put_tools_json(b, tools, "", ", ");
     evbuffer_add_printf(b, "][/AVAILABLE_TOOLS]");
-    return pl_tool_take(b);
+    return pl_evbuffer_take(b);
 }
 
 static int render_calls_(struct evbuffer *b, json_t *calls)
