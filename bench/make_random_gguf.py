@@ -24,7 +24,8 @@ architectures, compared with the CPU runner on a GPU machine
 ref-gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping that bites,
 sliding window 16 on alternate layers, head_dim 256), ref-gemma3 (q/k norms,
 5 local layers of window 16 per global one, 4:1 heads of 256 as Gemma 3
-270M); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
+270M), ref-qwen3moe and ref-mixtral (the expert block: 16 experts top 4, 8
+top 2); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
 1024, 64 experts of width 512, top 8; ~1.8 GB in Q8_0) and qwen3moe-tiny,
 experts as 3-D tensors, the router f32 as llama-quantize leaves it. The
 metadata keys are those llama.cpp's converter writes.
@@ -55,6 +56,15 @@ SHAPES = {
     "ref-gemma3": dict(arch="gemma3", n_layer=6, n_embd=256, n_ff=512, n_head=4, n_head_kv=1,
                        head_dim=256, n_vocab=0, ctx=4096, rope_base=1000000.0, tied=True,
                        qk_norm=True, post_norms=True, window=16, std=0.06),
+    # The CUDA runner's expert block against the CPU runner's: qwen3moe (q/k
+    # norms, 16 experts of width 128, top 4) and Mixtral (llama with experts:
+    # 8 of width 256, top 2), both with softmax gating renormalised over the k
+    "ref-qwen3moe": dict(arch="qwen3moe", n_layer=2, n_embd=256, n_ff=128, n_head=4,
+                         n_head_kv=2, head_dim=64, n_vocab=0, ctx=4096, rope_base=1000000.0,
+                         tied=False, n_expert=16, n_expert_used=4, qk_norm=True, std=0.06),
+    "ref-mixtral": dict(n_layer=2, n_embd=256, n_ff=256, n_head=4, n_head_kv=2, n_vocab=0,
+                        ctx=4096, rope_base=1000000.0, tied=False, n_expert=8,
+                        n_expert_used=2, std=0.06),
     # Qwen3-30B-A3B's blocks scaled to 2 cores (issue 37's benchmark):
     # 64 experts of width 512 (n_ff), 8 per token, q/k norms
     "qwen3moe-bench": dict(arch="qwen3moe", n_layer=16, n_embd=1024, n_ff=512, n_head=16,

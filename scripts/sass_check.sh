@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # sass_check.sh - what the attention kernels' machine code holds, read
 # without a GPU (issue 38: check the machine code before any device time).
-# For every kernel of the attention objects of a build, per architecture:
+# For every kernel of the attention, expert (issue 51) and norm objects of
+# a build, per architecture:
 # registers, stack/spills (ptxas's counts, from cuobjdump -res-usage), and
 # the SASS instructions that matter: 16-byte cp.async (LDGSTS...128),
 # ldmatrix (LDSM), movmatrix (MOVM), tensor-core MMAs (HMMA), shared stores
 # of 1 or 2 bytes (STS.U8/STS.U16: the bank-conflicting V transposition the
 # tensor-core decode kernel must not have), local memory (STL/LDL).
 # Then the checks the issue asks of the tensor-core kernels: no 2-byte
-# shared stores, 16-byte cp.async present, no spills. Exit 1 if one fails.
+# shared stores, 16-byte cp.async present, no spills; of the expert and
+# norm kernels: no local memory. Exit 1 if one fails.
 #
 # usage: scripts/sass_check.sh [BUILD_DIR] (default build)
 #   cuobjdump: from the CUDA toolkit, else the PyPI wheel
@@ -30,7 +32,8 @@ printf '%-6s %-58s %4s %5s %5s %6s %5s %5s %5s %7s %5s\n' arch kernel regs stack
     cp16 ldsm movm hmma sts1/2 lmem
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
-for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill_mma kv_write; do
+for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill_mma kv_write \
+         moe_route moe_plan moe_gemm rmsnorm; do
     for arch in sm_90 sm_80; do
         cuobjdump -res-usage -arch "$arch" "$OBJ/$f.cu.o" >"$TMP/res" 2>/dev/null || true
         cuobjdump -sass -arch "$arch" "$OBJ/$f.cu.o" >"$TMP/sass" 2>/dev/null || true
@@ -62,10 +65,17 @@ for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill
                          "cp.async $cp16, ldmatrix $ldsm, HMMA $hmma, local memory $lmem" >&2
                     status=1
                 fi ;;
+            *route_kernel*|*group_kernel*|*moe_gemm_kernel*|*combine_kernel*|*rmsnorm_kernel*)
+                # issue 51: the expert block's kernels keep their state in
+                # registers (the router's 16 logits per lane: unrolled loops)
+                if [ "$lmem" -gt 0 ] || [ "$spill" = yes ]; then
+                    echo "sass_check: $arch $fn: local memory $lmem" >&2
+                    status=1
+                fi ;;
             esac
             [ "$lmem" -gt 0 ] && echo "sass_check: $arch $fn uses local memory ($lmem)" >&2
         done < <(sort "$TMP/counts")
     done
 done
-[ $status -eq 0 ] && echo "sass_check: tensor-core attention kernels: no 1/2-byte shared stores, 16-byte cp.async, ldmatrix and HMMA present, no local memory"
+[ $status -eq 0 ] && echo "sass_check: tensor-core attention kernels: no 1/2-byte shared stores, 16-byte cp.async, ldmatrix and HMMA present, no local memory; expert and norm kernels: no local memory"
 exit $status

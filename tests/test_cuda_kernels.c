@@ -119,6 +119,27 @@ Test(cuda_kernels, rmsnorm_gathers_rows)
     cudaFree(dx); cudaFree(dw); cudaFree(dr); cudaFree(dout);
 }
 
+/* The fp32-output norm (a mixture-of-experts router's input) against
+ * pl_op_rmsnorm: fp32 sums both sides, only the order differs. */
+Test(cuda_kernels, rmsnorm_f32_matches_reference)
+{
+    SKIP_WITHOUT_GPU();
+    enum { R = 5, D = 2048 };
+    static float x[R * D], w[D], ref[D], got[R * D];
+    tu_fill(x, R * D, 2.0f);
+    tu_fill(w, D, 1.5f);
+    float *dx = tu_dev(x, sizeof x), *dw = tu_dev(w, sizeof w), *dout = tu_dev(NULL, sizeof got);
+    OK(pl_cuda_rmsnorm_f32(dx, dw, dout, R, D, 1e-6f, 0));
+    tu_get(got, dout, sizeof got);
+    for (int r = 0; r < R; r++) {
+        pl_op_rmsnorm(ref, x + r * D, w, D, 1e-6f);
+        for (int i = 0; i < D; i++)
+            cr_assert_float_eq(got[r * D + i], ref[i], 1e-5f * (1.0f + fabsf(ref[i])),
+                               "row %d col %d", r, i);
+    }
+    cudaFree(dx); cudaFree(dw); cudaFree(dout);
+}
+
 /* Gemma's post-norm residual add: x += rmsnorm(y) * post, then the next
  * norm of x (or no output), against pl_op_rmsnorm. */
 Test(cuda_kernels, post_norm_add_matches_reference)

@@ -13,9 +13,10 @@
 #                    then test_cuda_ref with every other kernel kind and the
 #                    fp8 cache, test_cuda_runner with the tensor-core kinds
 #                    and fp8 (TEST_VARIANTS narrows the second part)
-#   sanitize [attn]  compute-sanitizer memcheck + racecheck on the kernel and
-#                    runner tests, memcheck on a short serving run; attn:
-#                    the attention kernel tests only (their small cases)
+#   sanitize [attn|moe] compute-sanitizer memcheck + racecheck on the kernel
+#                    and runner tests, memcheck on a short serving run; attn:
+#                    the attention kernel tests only (their small cases); moe:
+#                    memcheck of test_cuda_moe and of the qwen3moe runner test
 #   attn             bench_cuda_attn: each attention kernel alone (8B and 1B
 #                    shapes, bf16 and fp8 caches) -> bench_attn.jsonl
 #   serve [N] [SHAPE] parley serve --backend cuda on a random 1B (or 8B) model;
@@ -145,10 +146,11 @@ stage_test() {
              test_cuda_constrain test_cuda_moe test_cuda_moe_host; do
         PARLEY_SRC="$(dirname "$D")" run_test "$b" || st=1   # test_cuda_moe*: the tree's tests/fixtures
     done
-    # The newer architectures (qwen3, gemma2, gemma3) against the CPU runner,
-    # on random models written here (bench/make_random_gguf.py ref-*).
+    # The newer architectures (qwen3, gemma2, gemma3) and the mixtures of
+    # experts (qwen3moe, Mixtral) against the CPU runner, on random models
+    # written here (bench/make_random_gguf.py ref-*).
     if [ -x "$D/bin/test_cuda_families" ]; then
-        for a in ref-qwen3 ref-gemma2 ref-gemma3; do
+        for a in ref-qwen3 ref-gemma2 ref-gemma3 ref-qwen3moe ref-mixtral; do
             make_model "$a" bf16 >/dev/null || { log "test: $a model generation FAILED"; st=1; }
         done
         PARLEY_FAMILY_MODELS="$MODELS" run_test test_cuda_families || st=1
@@ -187,8 +189,29 @@ stage_sanitize_attn() {
     return $st
 }
 
+# memcheck of the expert kernels (test_cuda_moe) and of the CUDA runner's
+# expert block end to end (test_cuda_families on ref-qwen3moe).
+stage_sanitize_moe() {
+    local st=0 rc cs="compute-sanitizer --error-exitcode 99 --tool memcheck"
+    PARLEY_SRC="$(dirname "$D")" timeout "${SANITIZE_TIMEOUT:-100}" $cs "$D/bin/test_cuda_moe" \
+        --jobs 1 >"$OUT/memcheck_moe.log" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && st=1
+    log "sanitize memcheck test_cuda_moe: rc=$rc; $(grep -h 'ERROR SUMMARY' "$OUT/memcheck_moe.log" | sort | uniq -c | tr '\n' ' ')$(grep -o 'Tested: .*' "$OUT/memcheck_moe.log" | tail -1)"
+    if [ -x "$D/bin/test_cuda_families" ] && make_model ref-qwen3moe bf16 >/dev/null; then
+        PARLEY_FAMILY_MODELS="$MODELS" timeout "${SANITIZE_TIMEOUT:-100}" $cs \
+            "$D/bin/test_cuda_families" --jobs 1 --filter 'cuda_families/qwen3moe_matches_cpu_runner' \
+            >"$OUT/memcheck_families_moe.log" 2>&1
+        rc=$?
+        [ $rc -ne 0 ] && st=1
+        log "sanitize memcheck qwen3moe runner: rc=$rc; $(grep -h 'ERROR SUMMARY' "$OUT/memcheck_families_moe.log" | sort | uniq -c | tr '\n' ' ')$(grep -o 'Tested: .*' "$OUT/memcheck_families_moe.log" | tail -1)"
+    fi
+    return $st
+}
+
 stage_sanitize() {
     [ "${1:-}" = attn ] && { stage_sanitize_attn; return; }
+    [ "${1:-}" = moe ] && { stage_sanitize_moe; return; }
     local st=0 cs="compute-sanitizer --error-exitcode 99 --target-processes all"
     export PARLEY_REF_FIXTURE="$D/fixtures/cpu_ref.txt"
     PARLEY_REF_MODEL="$(make_model ref bf16)" || return 1

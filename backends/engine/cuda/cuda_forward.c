@@ -1,8 +1,8 @@
 /* cuda_forward.c - one step's forward pass and sampling, enqueued on the
  * compute stream: feedback, embedding, per layer (norm, fused QKV GEMM,
  * RoPE, KV write, attention, output GEMM, fused add+norm, gate/up GEMM,
- * SwiGLU, down GEMM), final norm of each sequence's last row, LM head,
- * penalties and sampling. Only device addresses fixed at creation are
+ * SwiGLU, down GEMM; or with experts the block of moe_ffn), final norm of
+ * each sequence's last row, LM head, penalties and sampling. Only device addresses fixed at creation are
  * used, so a decode-only step can be captured in a graph and replayed. */
 #include <math.h>
 
@@ -16,6 +16,9 @@
 #include "backends/engine/cuda/feedback.cuh"
 #include "backends/engine/cuda/geglu.cuh"
 #include "backends/engine/cuda/head_norm.cuh"
+#include "backends/engine/cuda/moe_gemm.cuh"
+#include "backends/engine/cuda/moe_plan.cuh"
+#include "backends/engine/cuda/moe_route.cuh"
 #include "backends/engine/cuda/softcap.cuh"
 #include "backends/engine/cuda/prompt_lp.cuh"
 #include "backends/engine/cuda/rmsnorm.cuh"
@@ -109,6 +112,38 @@ static int residual_norm(cuda_runner *r, const float *post, const float *w, int 
                 : pl_cuda_add_rmsnorm(r->x, r->y, w, r->xb, n, r->n_embd, r->rms_eps, r->cs);
 }
 
+/* A layer's experts on its FFN-normed rows (xb, and again in fp32 for the
+ * router: the CPU runner routes on fp32 rows): router logits, each row's
+ * top-k and weights, the (row, rank) pairs grouped by expert, each place's
+ * input row, gate and up of every place on its expert, the activation,
+ * down, then y[r] = the weighted sum of row r's outputs in rank order (as
+ * pl_op_moe_combine). Nothing is read back: the GEMMs' grids cover the
+ * most tiles n rows can have (a bound fixed per step size, so graphs
+ * replay it) and the plan's device-side tile count stops the rest. */
+static int moe_ffn(cuda_runner *r, const pl_cuda_layer *L, int n)
+{
+    int E = r->n_embd, k = r->n_expert_used, P = n * k;
+    pl_cuda_moe_plan p = r->moe_plan;
+    p.max_tiles = pl_cuda_moe_max_tiles(P, r->n_expert);
+    if (pl_cuda_rmsnorm_f32(r->x, L->ffn_norm, r->moe_xf, n, E, r->rms_eps, r->cs) != 0
+        || pl_cuda_moe_logits(r->moe_xf, L->router, L->router_b, r->moe_logits, n, E,
+                              r->n_expert, r->cs) != 0)
+        return -1;
+    PH(pl_cuda_moe_route(r->moe_logits, n, r->n_expert, k, r->moe_topk_softmax, r->moe_norm_w,
+                         r->moe_sel, r->moe_wt, r->cs), CR_PH_MOE_ROUTE);
+    if (pl_cuda_moe_group(r->moe_sel, P, k, r->n_expert, &p, r->cs) != 0
+        || pl_cuda_moe_permute(r->xb, p.row_of, r->moe_xp, P, E, r->cs) != 0
+        || pl_cuda_moe_gemm(&L->gate_exps, r->moe_xp, r->moe_g, &p, r->cs) != 0
+        || pl_cuda_moe_gemm(&L->up_exps, r->moe_xp, r->moe_u, &p, r->cs) != 0
+        || pl_cuda_moe_act(r->moe_g, r->moe_u, r->moe_h, P, r->n_ff_exp, r->moe_act,
+                           r->cs) != 0
+        || pl_cuda_moe_gemm(&L->down_exps, r->moe_h, r->moe_y, &p, r->cs) != 0)
+        return -1;
+    PH(pl_cuda_moe_combine(r->moe_y, p.slot_of, r->moe_wt, r->y, n, k, E, r->cs),
+       CR_PH_MOE_FFN);
+    return 0;
+}
+
 static int layer(cuda_runner *r, int l, const cr_step *st)
 {
     const pl_cuda_layer *L = &r->w.layers[l];
@@ -124,6 +159,8 @@ static int layer(cuda_runner *r, int l, const cr_step *st)
         return -1;
     PH(pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim), CR_PH_O);
     PH(residual_norm(r, L->attn_post_norm, L->ffn_norm, n), CR_PH_NORM);
+    if (r->n_expert > 0)
+        return moe_ffn(r, L, n);
     PH(pl_cuda_gemm_bf16(r->gemm, r->xb, L->w_gu, r->gu, n, 2 * r->n_ff, E), CR_PH_GATE_UP);
     PH(r->geglu ? pl_cuda_geglu(r->gu, r->act, n, r->n_ff, r->cs)
                 : pl_cuda_swiglu(r->gu, r->act, n, r->n_ff, r->cs), CR_PH_SWIGLU);

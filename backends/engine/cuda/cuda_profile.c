@@ -12,7 +12,8 @@
 
 static const char *const phase_name[CR_PH_COUNT] = {
     "embed", "norm", "gemm_qkv", "rope", "kv_write", "attn_decode", "attn_prefill",
-    "gemm_o", "gemm_gate_up", "swiglu", "gemm_down", "lm_head", "sample",
+    "gemm_o", "gemm_gate_up", "swiglu", "gemm_down", "lm_head", "sample", "moe_route",
+    "moe_experts",
 };
 
 int pl_cuda_prof_init(cuda_runner *r, bool on)

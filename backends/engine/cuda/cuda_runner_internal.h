@@ -8,6 +8,7 @@
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/cuda/gemm.h"
 #include "backends/engine/cuda/kv_write.cuh"
+#include "backends/engine/cuda/moe_plan.cuh"
 #include "backends/engine/cuda/sample.cuh"
 #include "backends/engine/cuda/weights.h"
 
@@ -21,7 +22,7 @@
 /* Phases of the forward pass timed by cuda_profile.c. */
 enum { CR_PH_START = 0, CR_PH_EMBED = 0, CR_PH_NORM, CR_PH_QKV, CR_PH_ROPE, CR_PH_KV_WRITE,
        CR_PH_ATTN_DEC, CR_PH_ATTN_PF, CR_PH_O, CR_PH_GATE_UP, CR_PH_SWIGLU, CR_PH_DOWN,
-       CR_PH_HEAD, CR_PH_SAMPLE, CR_PH_COUNT };
+       CR_PH_HEAD, CR_PH_SAMPLE, CR_PH_MOE_ROUTE, CR_PH_MOE_FFN, CR_PH_COUNT };
 
 typedef struct cr_prof {
     cudaEvent_t ev[CR_PROF_EVENTS];
@@ -109,6 +110,10 @@ typedef struct cuda_runner {
     float final_softcap;         /* logits soft-capping (gemma2), 0: none */
     float embd_scale;            /* embedding rows times it (gemma: sqrt(n_embd)) */
     bool geglu;                  /* GELU-tanh gate (gemma), else SiLU */
+    /* mixtures of experts (n_expert > 0): every layer's FFN is the experts' */
+    int n_expert, n_expert_used, n_ff_exp;
+    int moe_act;                 /* pl_cuda_moe_act's act: the model's pl_ffn_act */
+    bool moe_topk_softmax, moe_norm_w; /* the gating (model.h's formula) */
     int mbps;                    /* max blocks per sequence on the device */
     /* capacities */
     int max_rows, max_seqs, bias_cap, hist_cap, hist_per_seq;
@@ -119,6 +124,16 @@ typedef struct cuda_runner {
     cr_io dio;
     float *x, *y, *qkv, *gu, *logits, *pen;
     pl_bf16 *xb, *att, *act, *xl;
+    /* expert buffers (n_expert > 0; pairs = max_rows * n_expert_used) */
+    float *moe_xf;               /* (max_rows, n_embd) fp32 normed rows: the router's input */
+    float *moe_logits;           /* (max_rows, n_expert) */
+    int32_t *moe_sel;            /* (pairs) chosen experts, rank order */
+    float *moe_wt;               /* (pairs) their weights */
+    pl_cuda_moe_plan moe_plan;   /* max_tiles for max_rows; a step uses its own bound */
+    pl_bf16 *moe_xp;             /* (pairs, n_embd) each place's input row */
+    float *moe_g, *moe_u;        /* (pairs, n_ff_exp) gate and up outputs */
+    pl_bf16 *moe_h;              /* (pairs, n_ff_exp) the activation */
+    float *moe_y;                /* (pairs, n_embd) each place's expert output */
     void *d_out;                 /* fixed sampler output block */
     pl_cuda_samp_out sout;
     int32_t *slot_tok;           /* (max_seqs) feedback ids */

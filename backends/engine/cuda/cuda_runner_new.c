@@ -10,6 +10,7 @@
 #include "backends/engine/cuda/attn_plan.h"
 #include "backends/engine/cuda/attn_prefill.cuh"
 #include "backends/engine/cuda/cuda_runner_internal.h"
+#include "backends/engine/cuda/moe_route.cuh"
 #include "src/base/log.h"
 
 extern const pl_runner_ops pl_cuda_runner_ops_;
@@ -57,6 +58,21 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
     r->final_softcap = m->final_softcap;
     r->embd_scale = m->embd_scale;
     r->geglu = m->ffn_act == PL_FFN_GELU_TANH;
+    r->n_expert = m->n_expert;
+    r->n_expert_used = m->n_expert_used;
+    r->n_ff_exp = m->n_ff_exp;
+    r->moe_act = (int)m->ffn_act;
+    r->moe_topk_softmax = m->moe_gating == PL_MOE_TOPK_SOFTMAX;
+    r->moe_norm_w = m->moe_norm_w;
+    if (r->n_expert > 0 && (r->n_expert > PL_CUDA_MOE_MAX_EXPERTS || r->n_expert_used < 1
+                            || r->n_expert_used > r->n_expert
+                            || r->n_expert_used > PL_CUDA_MOE_MAX_USED
+                            || r->n_embd % 32 != 0 || r->n_ff_exp % 32 != 0))
+        return pl_cuda_fail_(__FILE__, __LINE__, "%d experts (%d per token) of width %d over "
+                             "%d: the CUDA expert kernels take <= %d experts, <= %d per token "
+                             "and widths that are multiples of 32", r->n_expert,
+                             r->n_expert_used, r->n_ff_exp, r->n_embd,
+                             PL_CUDA_MOE_MAX_EXPERTS, PL_CUDA_MOE_MAX_USED);
     if (!pl_attn_opts_ok(r->attn) || r->final_softcap < 0.0f || !(r->embd_scale > 0.0f))
         return pl_cuda_fail_(__FILE__, __LINE__, "attention scale %g / soft-caps %g, %g / "
                              "embedding scale %g out of range", r->attn.scale,
@@ -64,9 +80,46 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
     return 0;
 }
 
+/* The expert buffers for max_rows rows: the router's, the plan's and the
+ * places' (pairs = max_rows * n_expert_used). */
+static int alloc_moe(cuda_runner *r)
+{
+    if (r->n_expert == 0)
+        return 0;
+    size_t R = (size_t)r->max_rows, E = (size_t)r->n_embd, X = (size_t)r->n_expert;
+    size_t P = R * (size_t)r->n_expert_used, F = (size_t)r->n_ff_exp;
+    pl_cuda_moe_plan *p = &r->moe_plan;
+    if (P > 0x7fffffff / (E > F ? E : F))
+        return pl_cuda_fail_(__FILE__, __LINE__, "%zu expert places: too many", P);
+    p->max_tiles = pl_cuda_moe_max_tiles((int)P, r->n_expert);
+    if (p->max_tiles > 65535)
+        return pl_cuda_fail_(__FILE__, __LINE__, "--max-num-batched-tokens %zu with %d experts "
+                             "per token: over the grouped GEMM's 65535 tiles", R,
+                             r->n_expert_used);
+    TRY(cudaMalloc((void **)&r->moe_xf, R * E * 4));
+    TRY(cudaMalloc((void **)&r->moe_logits, R * X * 4));
+    TRY(cudaMalloc((void **)&r->moe_sel, P * 4));
+    TRY(cudaMalloc((void **)&r->moe_wt, P * 4));
+    TRY(cudaMalloc((void **)&p->counts, X * 4));
+    TRY(cudaMalloc((void **)&p->offsets, (X + 1) * 4));
+    TRY(cudaMalloc((void **)&p->slot_of, P * 4));
+    TRY(cudaMalloc((void **)&p->row_of, P * 4));
+    TRY(cudaMalloc((void **)&p->tile_e, (size_t)p->max_tiles * 4));
+    TRY(cudaMalloc((void **)&p->tile_p0, (size_t)p->max_tiles * 4));
+    TRY(cudaMalloc((void **)&p->n_tiles, 4));
+    TRY(cudaMalloc((void **)&r->moe_xp, P * E * 2));
+    TRY(cudaMalloc((void **)&r->moe_g, P * F * 4));
+    TRY(cudaMalloc((void **)&r->moe_u, P * F * 4));
+    TRY(cudaMalloc((void **)&r->moe_h, P * F * 2));
+    TRY(cudaMalloc((void **)&r->moe_y, P * E * 4));
+    return 0;
+}
+
 static int alloc_activations(cuda_runner *r)
 {
     size_t R = (size_t)r->max_rows, S = (size_t)r->max_seqs, E = (size_t)r->n_embd;
+    if (alloc_moe(r) != 0)
+        return -1;
     TRY(cudaMalloc((void **)&r->x, R * E * 4));
     TRY(cudaMalloc((void **)&r->y, R * E * 4));
     TRY(cudaMalloc((void **)&r->qkv, R * (size_t)r->qkv_dim * 4));
@@ -292,9 +345,16 @@ cuda_fail:
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
                               const pl_cuda_opts *o, char *err, size_t errlen)
 {
-    if (pl_model_has_moe(m)) {   /* moe_*.cu exist; the forward pass does not call them yet */
-        snprintf(err, errlen, "the CUDA runner does not run %s's experts, attention sinks or "
-                 "YaRN yet", m->arch_name);
+    /* Experts run (cuda_forward.c's expert block: qwen3moe, Mixtral; the
+     * engine still refuses them on --device cuda until a GPU run of
+     * test_cuda_families passes, docs/gpu-validation.md); gpt-oss's
+     * attention sinks, output bias and YaRN scale do not yet. */
+    bool sinks = false;
+    for (int l = 0; l < m->n_layer; l++)
+        sinks |= m->layers[l].attn_sinks || m->layers[l].bo;
+    if (sinks || (m->rope_mscale > 0 && m->rope_mscale != 1.0f)) {
+        snprintf(err, errlen, "the CUDA runner does not run %s's attention sinks, output "
+                 "bias or YaRN scale yet", m->arch_name);
         return NULL;
     }
     cuda_runner *r = calloc(1, sizeof *r);
@@ -374,7 +434,11 @@ void pl_cuda_runner_destroy_(cuda_runner *r)
         free_slot(&r->slot[i]);
     pl_cuda_fsm_free(r);
     void *bufs[] = {r->x, r->y, r->qkv, r->gu, r->logits, r->pen, r->xb, r->att, r->act,
-                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws, r->kv_scale};
+                    r->xl, r->slot_tok, r->d_in, r->d_out, r->kv, r->split_ws, r->kv_scale,
+                    r->moe_xf, r->moe_logits, r->moe_sel, r->moe_wt, r->moe_plan.counts,
+                    r->moe_plan.offsets, r->moe_plan.slot_of, r->moe_plan.row_of,
+                    r->moe_plan.tile_e, r->moe_plan.tile_p0, r->moe_plan.n_tiles, r->moe_xp,
+                    r->moe_g, r->moe_u, r->moe_h, r->moe_y};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         cudaFree(bufs[i]);
     pl_cuda_weights_free(&r->w);

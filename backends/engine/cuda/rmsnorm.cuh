@@ -18,6 +18,14 @@ int pl_cuda_rmsnorm(const float *x, const int32_t *rows, const float *w,
                     pl_bf16 *out, int n_rows, int dim, float eps, cudaStream_t st);
 
 /**
+ * out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w in fp32 (the router's
+ * input of a mixture-of-experts layer, which the CPU runner also routes on
+ * fp32 rows). Shapes as pl_cuda_rmsnorm, no row list; out (n_rows, dim).
+ */
+int pl_cuda_rmsnorm_f32(const float *x, const float *w, float *out, int n_rows, int dim,
+                        float eps, cudaStream_t st);
+
+/**
  * Fused residual add + RMSNorm: x[r] += y[r] (in place, fp32), then
  * out[r] = rmsnorm(x[r]) * w as bf16. Shapes as pl_cuda_rmsnorm.
  */

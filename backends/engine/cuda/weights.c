@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/engine/cuda/moe_weights.h"
 #include "backends/engine/cuda/weights.h"
 #include "backends/engine/model/quant.h"
 #include "src/base/log.h"
@@ -93,6 +94,29 @@ static int upload_bias(float **dst, const pl_model *m, const pl_layer *L, size_t
     return rc;
 }
 
+/* A layer's router and experts (moe_weights.c: MXFP4 kept packed, the
+ * rest dequantised to bf16), each matrix with its biases. */
+static int upload_experts(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
+                          size_t *bytes)
+{
+    char e[200];
+    const pl_experts *x[3] = {&L->gate_exps, &L->up_exps, &L->down_exps};
+    const float *b[3] = {L->gate_exps_b, L->up_exps_b, L->down_exps_b};
+    pl_cuda_moe_w *out[3] = {&d->gate_exps, &d->up_exps, &d->down_exps};
+    if (!L->gate_inp.f32)
+        return pl_cuda_fail_(__FILE__, __LINE__, "the router is not kept in f32");
+    if (upload_f32(&d->router, L->gate_inp.f32, (size_t)m->n_expert * m->n_embd, bytes) != 0
+        || upload_f32(&d->router_b, L->gate_inp_b, (size_t)m->n_expert, bytes) != 0)
+        return -1;
+    for (int i = 0; i < 3; i++) {
+        if (pl_cuda_moe_upload(x[i], b[i], out[i], e, sizeof e) != 0)
+            return pl_cuda_fail_(__FILE__, __LINE__, "%s", e);
+        *bytes += pl_cuda_moe_bytes(x[i]) +
+                  (b[i] ? sizeof(float) * (size_t)x[i]->n * (size_t)x[i]->w.rows : 0);
+    }
+    return 0;
+}
+
 static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
                         upload_ctx *u)
 {
@@ -108,9 +132,11 @@ static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
         || upload_f32(&d->ffn_post_norm, L->ffn_post_norm, (size_t)m->n_embd, u->bytes) != 0
         || upload_bias(&d->bqkv, m, L, u->bytes) != 0
         || upload_stack(&d->wqkv, qkv, 3, u) != 0
-        || upload_stack(&d->wo, wo, 1, u) != 0
-        || upload_stack(&d->w_gu, gu, 2, u) != 0
-        || upload_stack(&d->w_down, wd, 1, u) != 0)
+        || upload_stack(&d->wo, wo, 1, u) != 0)
+        return -1;
+    if (m->n_expert > 0)
+        return upload_experts(d, m, L, u->bytes);
+    if (upload_stack(&d->w_gu, gu, 2, u) != 0 || upload_stack(&d->w_down, wd, 1, u) != 0)
         return -1;
     return 0;
 }
@@ -218,6 +244,11 @@ void pl_cuda_weights_free(pl_cuda_weights *w)
         cudaFree(d->wo);
         cudaFree(d->w_gu);
         cudaFree(d->w_down);
+        cudaFree(d->router);
+        cudaFree(d->router_b);
+        pl_cuda_moe_w_free(&d->gate_exps);
+        pl_cuda_moe_w_free(&d->up_exps);
+        pl_cuda_moe_w_free(&d->down_exps);
         cudaFree(d->q_norm);
         cudaFree(d->k_norm);
         cudaFree(d->attn_post_norm);

@@ -5,6 +5,7 @@
 #define PL_CUDA_WEIGHTS_H
 
 #include "backends/engine/cuda/common.cuh"
+#include "backends/engine/cuda/moe_gemm.cuh"
 #include "backends/engine/model/model.h"
 
 typedef struct pl_cuda_layer {
@@ -13,8 +14,13 @@ typedef struct pl_cuda_layer {
     float *bqkv;                 /**< (q_dim + 2*kv_dim) qwen2 biases, else NULL */
     pl_bf16 *wo;                 /**< (n_embd, q_dim) */
     float *ffn_norm;             /**< (n_embd) */
-    pl_bf16 *w_gu;               /**< (2*n_ff, n_embd): gate rows then up rows */
-    pl_bf16 *w_down;             /**< (n_embd, n_ff) */
+    pl_bf16 *w_gu;               /**< (2*n_ff, n_embd): gate rows then up rows;
+                                      NULL in a layer with experts */
+    pl_bf16 *w_down;             /**< (n_embd, n_ff), or NULL (experts) */
+    /* Experts (the model's n_expert > 0), moe_weights.h's upload. */
+    float *router;               /**< (n_expert, n_embd) f32, as the CPU keeps it */
+    float *router_b;             /**< (n_expert) router bias, or NULL */
+    pl_cuda_moe_w gate_exps, up_exps, down_exps; /**< their biases inside */
     float *q_norm, *k_norm;      /**< (head_dim) per-head RMSNorm of q / k (qwen3,
                                       gemma3), else NULL */
     float *attn_post_norm;       /**< (n_embd) gemma's post-norms, else NULL */

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# issue38_call1.sh - the first device call of issue 38: correctness of
-# every attention kernel kind and of the runner with each (bf16 and fp8
-# caches), each kernel alone (bench_cuda_attn), compute-sanitizer on the
-# attention tests. About 6.5 minutes on an H100 (BUDGET 380 s of stages).
+# issue51_call1.sh - the first device call of issues 51 and 38: every CUDA
+# test (the expert kernels and the CUDA runner's mixture-of-experts block
+# on qwen3moe and Mixtral against the CPU runner among them, issue 51),
+# then correctness of every attention kernel kind and of the runner with
+# each (bf16 and fp8 caches); memcheck of the expert tests; each attention
+# kernel alone (bench_cuda_attn); compute-sanitizer on the attention tests.
+# About 7 minutes on an H100 (BUDGET 380 s of stages).
 # The 8B and 1B random models for call 2 are written in the background
 # (setsid: they outlive this command while the machine stays warm).
 #
-# device tool: run {command: "bash .device/calls/issue38_call1.sh",
+# device tool: run {command: "bash .device/calls/issue51_call1.sh",
 #                   carry: [".device"], timeout_s: 420}
 # then at once (within the 30 s the machine stays warm):
-#              run {command: "bash .device/calls/issue38_call2.sh", ...}
+#              run {command: "bash .device/calls/issue51_call2.sh", ...}
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
 BUDGET=${BUDGET:-380}
@@ -23,6 +26,7 @@ mkdir -p "$W"
     >/tmp/parley-models.log 2>&1 </dev/null &
 stage 20 env
 stage 200 test
+stage 60 sanitize moe
 stage 100 attn
 stage 120 sanitize attn
 send_back

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# issue38_call2.sh [KIND KIND] - the second device call of issue 38:
+# issue51_call2.sh [KIND KIND] - the second device call (issue 38's benchmarks):
 # bench_cuda_runner at 256 sequences (prompt 512 / output 256) on the 8B
 # shape (default, prefill on tensor cores, the two best decode kinds, the
 # fp8 cache, one --cuda-profile run) and the 1B shape (the same without
@@ -10,7 +10,7 @@
 # that passed their checks in call 1's bench_cuda_attn (8B, bf16, 256 rows,
 # both contexts), else split16 and mma.
 #
-# device tool: run {command: "bash .device/calls/issue38_call2.sh",
+# device tool: run {command: "bash .device/calls/issue51_call2.sh",
 #                   carry: [".device"], timeout_s: 480}
 set -uo pipefail
 source "$(dirname "$0")/common.sh"
@@ -20,7 +20,7 @@ rm -rf "$W"
 mkdir -p "$W"
 flag() {
     case "$1" in split) echo default ;; split16) echo --split16 ;; mma) echo --decode-mma ;;
-                 rows) echo --rows-attn ;; *) echo "issue38_call2: kind $1?" >&2; echo default ;;
+                 rows) echo --rows-attn ;; *) echo "issue51_call2: kind $1?" >&2; echo default ;;
     esac
 }
 kinds="${*:-}"
