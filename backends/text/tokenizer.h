@@ -1,6 +1,7 @@
 /* tokenizer.h - text <-> token ids for GGUF models, matching llama.cpp.
  *
- * Two models: `gpt2` (byte-level BPE with merge ranks and a PCRE2
+ * Three models: `bert` (WordPiece as the tokenizers library does it, see
+ * tokenizer_wpm.c), `gpt2` (byte-level BPE with merge ranks and a PCRE2
  * pre-tokenizer chosen by tokenizer.ggml.pre) and `llama` (SentencePiece
  * BPE with scores, U+2581 for spaces, <0xNN> byte fallback).
  * A tokenizer is immutable after creation and safe to share between
@@ -31,6 +32,7 @@ typedef enum pl_token_type {
 typedef enum pl_tokenizer_model {
     PL_TOKENIZER_MODEL_GPT2 = 1,  /**< byte-level BPE with merges */
     PL_TOKENIZER_MODEL_LLAMA = 2, /**< SentencePiece BPE with scores */
+    PL_TOKENIZER_MODEL_BERT = 3,  /**< WordPiece (BertNormalizer, "##") */
 } pl_tokenizer_model;
 
 /** A vocabulary as plain arrays (what the GGUF holds), for
@@ -61,6 +63,9 @@ typedef struct pl_tokenizer_vocab {
     bool space_prefix_if_none;   /**< llama: no prefix space before text that
                                       starts with one (a Metaspace
                                       pre-tokenizer's rule) */
+    /* bert (WordPiece): BertNormalizer's switches and the model's limit */
+    bool wpm_clean_text, wpm_chinese, wpm_strip_accents, wpm_lowercase;
+    int32_t wpm_max_word_chars;  /**< longer words are unk; 0 = 100 */
 } pl_tokenizer_vocab;
 
 /** Build a tokenizer from plain arrays (copied). Returns NULL with a

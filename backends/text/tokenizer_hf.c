@@ -287,16 +287,54 @@ static int each_step_(hf_tok *h, const char *section, const char *list, step_fn 
     return 0;
 }
 
-/* Byte-level BPE or SentencePiece-style; the steps must agree. */
+/* A BertNormalizer switch: true, false, or null (then dflt). */
+static bool bert_switch_(json_t *j, const char *key, bool dflt)
+{
+    json_t *v = json_object_get(j, key);
+    return json_is_boolean(v) ? json_is_true(v) : dflt;
+}
+
+/* WordPiece: BertNormalizer, BertPreTokenizer, "##" continuation pieces. */
+static int read_wordpiece_(hf_tok *h, char *err, size_t n)
+{
+    json_t *norm = pl_hf_json_get(&h->tj, "normalizer");
+    const char *pfx = json_string_value(pl_hf_json_get(&h->tj, "model.continuing_subword_prefix"));
+    json_t *max = pl_hf_json_get(&h->tj, "model.max_input_chars_per_word");
+    if (pfx && strcmp(pfx, "##"))
+        return pl_hf_json_fail(&h->tj, "model.continuing_subword_prefix", err, n,
+                               "'%.16s' is not supported (parley reads \"##\")", pfx);
+    if (norm && !json_is_null(norm) && !str_is_(norm, "type", "BertNormalizer"))
+        return pl_hf_json_fail(&h->tj, "normalizer", err, n, "a WordPiece model needs "
+                               "BertNormalizer or none");
+    if (!str_is_(pl_hf_json_get(&h->tj, "pre_tokenizer"), "type", "BertPreTokenizer"))
+        return pl_hf_json_fail(&h->tj, "pre_tokenizer", err, n, "a WordPiece model needs "
+                               "BertPreTokenizer");
+    if (max && (!json_is_integer(max) || json_integer_value(max) <= 0 ||
+                json_integer_value(max) > (1 << 20)))
+        return pl_hf_json_fail(&h->tj, "model.max_input_chars_per_word", err, n,
+                               "must be a positive integer");
+    bool on = norm && json_is_object(norm);
+    h->v.model = PL_TOKENIZER_MODEL_BERT;
+    h->v.wpm_clean_text = on && bert_switch_(norm, "clean_text", true);
+    h->v.wpm_chinese = on && bert_switch_(norm, "handle_chinese_chars", true);
+    h->v.wpm_lowercase = on && bert_switch_(norm, "lowercase", true);
+    h->v.wpm_strip_accents = on && bert_switch_(norm, "strip_accents", h->v.wpm_lowercase);
+    h->v.wpm_max_word_chars = max ? (int32_t)json_integer_value(max) : 100;
+    return 0;
+}
+
+/* Byte-level BPE, SentencePiece-style or WordPiece; the steps must agree. */
 static int read_flavour_(hf_tok *h, char *err, size_t n)
 {
     const char *type = "?";
     h->v.add_space_prefix = 0;
     if (pl_hf_json_str(&h->tj, "model.type", true, &type, err, n) < 0)
         return -1;
+    if (!strcmp(type, "WordPiece"))
+        return read_wordpiece_(h, err, n);
     if (strcmp(type, "BPE"))
         return pl_hf_json_fail(&h->tj, "model.type", err, n, "%s models are not supported "
-                               "(parley reads BPE)", type);
+                               "(parley reads BPE and WordPiece)", type);
     const char *pfx = json_string_value(pl_hf_json_get(&h->tj, "model.continuing_subword_prefix"));
     const char *sfx = json_string_value(pl_hf_json_get(&h->tj, "model.end_of_word_suffix"));
     if ((pfx && *pfx) || (sfx && *sfx))
@@ -460,7 +498,7 @@ static int build_(hf_tok *h, const char *dir, pl_hf_text *text, char *err, size_
         return -1;
     if (pl_hf_tok_map_init_(h) < 0)
         return fail_oom_(err, n);
-    if (read_merges_(h, err, n) < 0)
+    if (h->v.model != PL_TOKENIZER_MODEL_BERT && read_merges_(h, err, n) < 0)
         return -1;
     mark_types_(h);
     h->v.n_tokens = h->n;

@@ -85,6 +85,8 @@ struct pl_tokenizer {
                                       character (they may join two words) */
     int32_t n_spm_bridge;        /**< their count; -1: too many to split
                                       the text into words */
+    bool wpm_clean_text, wpm_chinese, wpm_strip_accents, wpm_lowercase; /**< bert */
+    int32_t wpm_max_word_chars;  /**< bert: longer words are unk */
 };
 
 /* ---- maps (tokenizer_map.c) ---- */
@@ -167,6 +169,13 @@ int pl_tok_spm_encode(const pl_tokenizer *t, const char *text, size_t len,
                       bool prefix_space, pl_tok_ids *out);
 /** Build llama tables: byte_tok, decoded token bytes. */
 int pl_tok_spm_prepare(pl_tokenizer *t, char *err, size_t errlen);
+
+/** WordPiece of one raw text fragment (bert): BertNormalizer,
+ *  BertPreTokenizer, greedy longest-match pieces. */
+int pl_tok_wpm_encode(const pl_tokenizer *t, const char *text, size_t len, pl_tok_ids *out);
+/** Take v's WordPiece switches; build decoded token bytes ("##x" -> "x",
+ *  a word -> " word"). Needs v->unk. */
+int pl_tok_wpm_prepare(pl_tokenizer *t, const pl_tokenizer_vocab *v, char *err, size_t errlen);
 
 /** Token text of id (NUL terminated, in the arena). */
 static inline const char *pl_tok_text(const pl_tokenizer *t, int32_t id)
