@@ -3,7 +3,8 @@
 # parley into build/, and fetch the default model. Idempotent.
 #   scripts/setup.sh           build + model
 #   scripts/setup.sh --test    also the test tools (pytest, openai SDK, clang)
-#                              and the tests' second model (Gemma 3 270M)
+#                              and the tests' other models (Gemma 3 270M,
+#                              all-MiniLM-L6-v2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,4 +72,7 @@ ninja -C build
 scripts/fetch_model.sh
 if [ $want_test = 1 ]; then
     scripts/fetch_model.sh gemma3 >/dev/null
+    # all-MiniLM-L6-v2 (issue 50): its WordPiece vocabulary is checked
+    # against the tokenizers library (tests/python/test_wordpiece.py).
+    scripts/fetch_model.sh minilm >/dev/null
 fi
