@@ -20,22 +20,6 @@ static const pl_hf_tmap globals_[] = {
     PL_HF_END,
 };
 
-static int geti_(const pl_hf_json *c, const char *key, bool req, long long lo, long long hi,
-                 int dflt, int *out, char *err, size_t n)
-{
-    long long v = dflt;
-    int rc = pl_hf_json_int(c, key, req, lo, hi, &v, err, n);
-    *out = (int)v;
-    return rc < 0 ? -1 : 0;
-}
-
-static int getf_(const pl_hf_json *c, const char *key, double lo, double hi, double dflt,
-                 double *out, char *err, size_t n)
-{
-    *out = dflt;
-    return pl_hf_json_num(c, key, false, lo, hi, out, err, n) < 0 ? -1 : 0;
-}
-
 static int put_u32_(pl_gguf_synth *s, const pl_hf_arch *a, const char *key, int v)
 {
     char k[128];
@@ -53,12 +37,12 @@ static int put_f32_(pl_gguf_synth *s, const pl_hf_arch *a, const char *key, doub
 static int shape_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, char *err,
                   size_t n)
 {
-    if (geti_(c, "num_hidden_layers", true, 1, 4096, 0, &sh->n_layer, err, n) ||
-        geti_(c, "hidden_size", true, 1, 1 << 20, 0, &sh->n_embd, err, n) ||
-        geti_(c, "intermediate_size", true, 1, 1 << 22, 0, &sh->n_ff, err, n) ||
-        geti_(c, "num_attention_heads", true, 1, 4096, 0, &sh->n_head, err, n) ||
-        geti_(c, "num_key_value_heads", false, 1, 4096, sh->n_head, &sh->n_head_kv, err, n) ||
-        geti_(c, "vocab_size", true, 1, 1 << 24, 0, &sh->n_vocab, err, n))
+    if (pl_family_hf_int(c, "num_hidden_layers", true, 1, 4096, 0, &sh->n_layer, err, n) ||
+        pl_family_hf_int(c, "hidden_size", true, 1, 1 << 20, 0, &sh->n_embd, err, n) ||
+        pl_family_hf_int(c, "intermediate_size", true, 1, 1 << 22, 0, &sh->n_ff, err, n) ||
+        pl_family_hf_int(c, "num_attention_heads", true, 1, 4096, 0, &sh->n_head, err, n) ||
+        pl_family_hf_int(c, "num_key_value_heads", false, 1, 4096, sh->n_head, &sh->n_head_kv, err, n) ||
+        pl_family_hf_int(c, "vocab_size", true, 1, 1 << 24, 0, &sh->n_vocab, err, n))
         return -1;
     if (sh->n_head % sh->n_head_kv)
         return pl_hf_json_fail(c, "num_key_value_heads", err, n, "%d does not divide "
@@ -67,7 +51,7 @@ static int shape_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, cha
     if (!given && sh->n_embd % sh->n_head)
         return pl_hf_json_fail(c, "num_attention_heads", err, n, "%d does not divide "
                                "hidden_size %d (and no head_dim)", sh->n_head, sh->n_embd);
-    if (geti_(c, "head_dim", false, 2, 4096, sh->n_embd / sh->n_head, &sh->head_dim, err, n))
+    if (pl_family_hf_int(c, "head_dim", false, 2, 4096, sh->n_embd / sh->n_head, &sh->head_dim, err, n))
         return -1;
     if (sh->head_dim % 2)
         return pl_hf_json_fail(c, "head_dim", err, n, "must be even (rope rotates pairs)");
@@ -126,8 +110,8 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
     int n_ctx, dims;
     pl_hf_rope r;
     if (shape_(a, c, sh, err, n) ||
-        geti_(c, "max_position_embeddings", false, 1, 1 << 24, 2048, &n_ctx, err, n) ||
-        getf_(c, "rms_norm_eps", 1e-12, 0.5, 1e-6, &eps, err, n) ||
+        pl_family_hf_int(c, "max_position_embeddings", false, 1, 1 << 24, 2048, &n_ctx, err, n) ||
+        pl_family_hf_num(c, "rms_norm_eps", 1e-12, 0.5, 1e-6, &eps, err, n) ||
         pl_hf_config_rope(c, a->default_theta, n_ctx, &r, err, n) ||
         rope_dims_(a, c, sh, &r, &dims, err, n))
         return -1;
