@@ -20,6 +20,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shlex
 import shutil
 import signal
@@ -34,8 +35,17 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_MODEL = os.path.expanduser(
     "~/.cache/parley/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-LLAMA_BUILT = ("/tmp/parley-llama/llama_cpp_python-0.3.16/vendor/llama.cpp/"
-               "build/bin/llama-server")  # where bench/build_llama_server.sh puts it
+LLAMA_VER = os.environ.get("LLAMA_VER", "0.3.36")    # bench/build_llama_server.sh's
+LLAMA_BUILT = os.path.join(                            # where it puts the binary
+    os.environ.get("LLAMA_BUILD_DIR", "/tmp/parley-llama"),
+    f"llama_cpp_python-{LLAMA_VER}/vendor/llama.cpp/build/bin/llama-server")
+
+
+def llama_version(path):
+    """The llama-cpp-python release a llama-server binary was built from
+    (from bench/build_llama_server.sh's path), or 'unknown release'."""
+    m = re.search(r"llama_cpp_python-(\d+\.\d+\.\d+)", os.path.realpath(path or ""))
+    return m.group(1) if m else "unknown release"
 SYSTEM = "You are a helpful assistant."
 WORDS = ("river mountain engine garden signal harbor market lantern window "
          "summer winter paper silver ocean forest bridge castle letter music "
@@ -449,7 +459,8 @@ def report(args, thr, steps, py, multi, asy, elapsed, interrupted):
              "streams), servers alternating.")
     L.append("")
     if thr:
-        peer = "llama-server (llama.cpp of llama-cpp-python 0.3.16, --parallel N --cont-batching)"
+        peer = (f"llama-server (llama.cpp of llama-cpp-python {llama_version(args.llama_server)}, "
+                "--parallel N --cont-batching)")
         L.append(f"Throughput, output tokens/s (peer: {peer}):")
         L.append("")
         L.append("| streams | parley median (best) | llama-server median (best) | ratio of "
