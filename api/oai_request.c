@@ -461,7 +461,8 @@ static int choice_alloc(pl_oai_call *c, pl_oai_choice *ch, bool keep_text)
             return -1;
         pl_reply_split_init(ch->split, c->p.reasoning_fmt,
                           c->p.tools_native && c->p.tools &&
-                              c->p.tool_choice != PL_TOOL_CHOICE_NONE);
+                              c->p.tool_choice != PL_TOOL_CHOICE_NONE,
+                          c->p.thinking);
         if ((keep_text || !c->p.stream) && !(ch->reasoning = evbuffer_new()))
             return -1;
     }

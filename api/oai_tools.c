@@ -302,8 +302,9 @@ static int render_history_(pl_oai_params *p, json_t *body)
     return 0;
 }
 
-/* The tool list goes into the system turn (a new one when there is none);
- * Llama 3.1 and Mistral put it before the first user turn's text. */
+/* The tool list goes into the system turn (a new one when there is none),
+ * after its text or (Qwen3.5) before it; Llama 3.1 and Mistral put it
+ * before the first user turn's text. */
 static int add_tools_(pl_oai_params *p)
 {
     char *tools = pl_oai_params_own(p, p->tool_format->render_tools(p->tools));
@@ -318,7 +319,8 @@ static int add_tools_(pl_oai_params *p)
         char *s = pl_oai_params_own(p, malloc(n));
         if (!s)
             return -1;
-        snprintf(s, n, in_user ? "%s\n\n%s" : "%2$s\n\n%1$s", tools, m->content);
+        bool first = in_user || p->tool_format->tools_first;
+        snprintf(s, n, first ? "%s\n\n%s" : "%2$s\n\n%1$s", tools, m->content);
         m->content = s;
         return 0;
     }

@@ -121,7 +121,7 @@ Test(oai_reasoning, qwen3_pieces_in_order_however_cut)
     const char *reply = "pre<think>a</thi b</think>post";
     for (size_t cut = 1; cut <= strlen(reply); cut++) {
         pl_reply_split s;
-        pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
+        pl_reply_split_init(&s, &pl_reasoning_qwen3, false, PL_THINKING_DEFAULT);
         got g = {0};
         char m[1024];
         split_all(&s, reply, cut, &g);
@@ -138,7 +138,7 @@ Test(oai_reasoning, qwen3_counts_tokens_inside)
     /* one token a delta: <think>, three inside, </think>, two after */
     static const char *const toks[] = {"<think>", "a", " b", " c", "</think>", "d", " e"};
     pl_reply_split s;
-    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false, PL_THINKING_DEFAULT);
     got g = {0};
     for (size_t i = 0; i < 7; i++)
         pl_reply_split_feed(&s, toks[i], strlen(toks[i]), 1, collect, &g);
@@ -149,11 +149,11 @@ Test(oai_reasoning, qwen3_settles_as_vllm)
 {
     pl_reply_split s;
     got g = {0};
-    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false, PL_THINKING_DEFAULT);
     split_all(&s, "x<think>never closed", 4, &g);
     pl_reply_settled st = pl_reply_split_settle(&s);
     cr_expect(st.rejoin && !st.has_reasoning);   /* content: "x" + "<think>" + "never closed" */
-    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false, PL_THINKING_DEFAULT);
     split_all(&s, "no block", 3, &g);
     st = pl_reply_split_settle(&s);
     cr_expect(!st.rejoin && !st.has_reasoning && st.content_skip == 0);
@@ -166,7 +166,7 @@ Test(oai_reasoning, harmony_calls_and_channels)
                         "{\"x\":1}";
     for (size_t cut = 1; cut <= 9; cut++) {
         pl_reply_split s;
-        pl_reply_split_init(&s, &pl_reasoning_harmony, true);
+        pl_reply_split_init(&s, &pl_reasoning_harmony, true, PL_THINKING_DEFAULT);
         got g = {0};
         char m[1024];
         split_all(&s, reply, cut, &g);
@@ -177,7 +177,7 @@ Test(oai_reasoning, harmony_calls_and_channels)
     }
     /* without calls (tool_choice none) the call's text is content */
     pl_reply_split s;
-    pl_reply_split_init(&s, &pl_reasoning_harmony, false);
+    pl_reply_split_init(&s, &pl_reasoning_harmony, false, PL_THINKING_DEFAULT);
     got g = {0};
     char m[1024];
     split_all(&s, reply, 5, &g);
@@ -189,11 +189,11 @@ Test(oai_reasoning, harmony_calls_and_channels)
 Test(oai_reasoning, stops_when_told)
 {
     pl_reply_split s;
-    pl_reply_split_init(&s, &pl_reasoning_qwen3, false);
+    pl_reply_split_init(&s, &pl_reasoning_qwen3, false, PL_THINKING_DEFAULT);
     got g = {.stop_after = 1};
     cr_expect(!pl_reply_split_feed(&s, "a<think>b</think>c", 18, 5, collect, &g));
     cr_expect_eq(g.n, 1);
-    pl_reply_split_init(&s, &pl_reasoning_harmony, true);
+    pl_reply_split_init(&s, &pl_reasoning_harmony, true, PL_THINKING_DEFAULT);
     got h = {.stop_after = 1};
     const char *r = "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final"
                     "<|message|>y";

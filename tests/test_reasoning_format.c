@@ -48,7 +48,7 @@ static pl_reply_settled split_(const pl_reasoning_format *f, const char *reply, 
     pl_reply_split s;
     size_t n = strlen(reply);
     memset(g, 0, sizeof *g);
-    pl_reply_split_init(&s, f, false);
+    pl_reply_split_init(&s, f, false, PL_THINKING_DEFAULT);
     for (size_t at = 0; at < n; at += cut ? cut : n)
         cr_assert(pl_reply_split_feed(&s, reply + at, cut && n - at > cut ? cut : n - at, 1,
                                       collect_, g));

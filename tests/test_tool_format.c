@@ -216,7 +216,7 @@ Test(tool_format, harmony_forced_call_is_the_models_form)
     pl_dfa_free(d);
     /* the reasoning split reads the call the grammar allows */
     pl_reply_split s;
-    pl_reply_split_init(&s, &pl_reasoning_harmony, true);
+    pl_reply_split_init(&s, &pl_reasoning_harmony, true, PL_THINKING_DEFAULT);
     seen g = {0};
     cr_assert(pl_reply_split_feed(&s, analysed, strlen(analysed), 1, collect_, &g));
     cr_assert(pl_reply_split_finish(&s, collect_, &g));

@@ -148,6 +148,8 @@ int pl_chat_style_init(pl_chat_style *s, const char *src)
             s->flags |= PL_CHAT_F_QWEN_TOOLS;
         if (has(src, "</think>") && has(src, "last_query_index"))
             s->flags |= PL_CHAT_F_QWEN3_THINK;
+        if (has(src, "<function=") && has(src, "<parameter=") && has(src, "last_query_index"))
+            s->flags |= PL_CHAT_F_QWEN35;
         return find_chatml_default_system(src, &s->default_system);
     case PL_CHAT_TMPL_LLAMA3:
         if (!has(src, "add_generation_prompt"))
@@ -183,6 +185,8 @@ const pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s)
 {
     switch (s->tmpl) {
     case PL_CHAT_TMPL_CHATML:
+        if (s->flags & PL_CHAT_F_QWEN35)
+            return &pl_tool_qwen3_coder;
         return s->flags & PL_CHAT_F_QWEN_TOOLS ? &pl_tool_hermes : &pl_tool_generic;
     case PL_CHAT_TMPL_LLAMA3: return &pl_tool_llama3;
     case PL_CHAT_TMPL_MISTRAL: return &pl_tool_mistral;
@@ -195,6 +199,8 @@ const pl_reasoning_format *pl_chat_style_reasoning_format(const pl_chat_style *s
 {
     if (s->tmpl == PL_CHAT_TMPL_HARMONY)
         return &pl_reasoning_harmony;
+    if (s->tmpl == PL_CHAT_TMPL_CHATML && (s->flags & PL_CHAT_F_QWEN35))
+        return &pl_reasoning_qwen35;
     return s->flags & PL_CHAT_F_QWEN3_THINK ? &pl_reasoning_qwen3 : NULL;
 }
 
@@ -283,13 +289,21 @@ static size_t strip_end(const unsigned char *s, size_t n)
     return n;
 }
 
-void pl_ct_put_stripped_(pl_ct_buf *b, const char *str, size_t n)
+void pl_ct_strip_(const char *str, size_t n, size_t *a_out, size_t *e_out)
 {
     const unsigned char *s = (const unsigned char *)str;
     size_t a = 0, len;
     while (a < n && py_isspace(utf8_decode(s + a, n - a, &len)))
         a += len;
     size_t e = strip_end(s, n);
+    *a_out = a;
+    *e_out = e > a ? e : a;
+}
+
+void pl_ct_put_stripped_(pl_ct_buf *b, const char *str, size_t n)
+{
+    size_t a, e;
+    pl_ct_strip_(str, n, &a, &e);
     if (e > a)
         pl_ct_putn_(b, str + a, e - a);
 }

@@ -65,6 +65,11 @@ enum {
      *  enable_thinking=false closes an empty think block after the
      *  generation prompt. */
     PL_CHAT_F_QWEN3_THINK = 1u << 6,
+    /** chatml: Qwen3.5's template (chat_template_qwen35.c): trimmed
+     *  texts, a think block on every assistant turn after the last user
+     *  query, a generation prompt that opens the reasoning, and the
+     *  qwen3_coder tool format (<function=...><parameter=...>). */
+    PL_CHAT_F_QWEN35 = 1u << 7,
 };
 
 /** Chat-template keyword arguments (vLLM's chat_template_kwargs), as the
@@ -120,12 +125,14 @@ int pl_chat_style_init(pl_chat_style *s, const char *jinja_src);
 void pl_chat_style_from_tmpl(pl_chat_style *s, pl_chat_tmpl t);
 
 /** The tool-call format of a style's template (tool_format.h): hermes
- *  for Qwen 2.5's tool branch, llama3, mistral, harmony, else generic.
+ *  for Qwen 2.5's tool branch, qwen3_coder for Qwen3.5's, llama3,
+ *  mistral, harmony, else generic.
  *  Static, never NULL. */
 const struct pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s);
 
 /** The reasoning format of a style's template (reasoning_format.h):
- *  harmony, qwen3 for Qwen3's thinking, else NULL. Static. */
+ *  harmony, qwen3 for Qwen3's thinking, qwen35 for Qwen3.5's (whose
+ *  prompt opens the think block), else NULL. Static. */
 const struct pl_reasoning_format *pl_chat_style_reasoning_format(const pl_chat_style *s);
 
 /** Free what pl_chat_style_init allocated; s is reset to UNKNOWN. */

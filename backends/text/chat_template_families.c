@@ -104,6 +104,8 @@ static void qwen3_assistant(const pl_ct_ctx *c, int i, int last_query)
 
 int pl_ct_render_chatml_(const pl_ct_ctx *c)
 {
+    if (c->style->flags & PL_CHAT_F_QWEN35)
+        return pl_ct_render_qwen35_(c);
     bool qwen = c->style->flags & PL_CHAT_F_QWEN_TOOLS;
     bool think = c->style->flags & PL_CHAT_F_QWEN3_THINK;
     int last_query = think ? qwen3_last_query(c) : -1;

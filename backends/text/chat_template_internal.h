@@ -24,6 +24,9 @@ void pl_ct_put_(pl_ct_buf *b, const char *s);
  *  str.strip() (and Jinja's trim filter) defines it: ASCII and Unicode
  *  spaces, decoded from UTF-8. */
 void pl_ct_put_stripped_(pl_ct_buf *b, const char *s, size_t n);
+/** The bounds [*a, *e) of s[0..n) without the whitespace
+ *  pl_ct_put_stripped_ strips (*a == *e when nothing is left). */
+void pl_ct_strip_(const char *s, size_t n, size_t *a, size_t *e);
 
 /** Everything a family renderer needs. Strings are never NULL here. */
 typedef struct pl_ct_ctx {
@@ -55,6 +58,8 @@ int pl_ct_render_gemma_(const pl_ct_ctx *c);
 int pl_ct_render_phi3_(const pl_ct_ctx *c);
 int pl_ct_render_zephyr_(const pl_ct_ctx *c);
 int pl_ct_render_harmony_(const pl_ct_ctx *c);
+/** ChatML with PL_CHAT_F_QWEN35 (chat_template_qwen35.c). */
+int pl_ct_render_qwen35_(const pl_ct_ctx *c);
 
 /** Append v as transformers' tojson writes it (Python's json.dumps with
  *  ensure_ascii=False: ", " and ": " separators, floats as repr). */

@@ -8,6 +8,7 @@
 
 static const pl_reasoning_format *const formats_[] = {
     &pl_reasoning_qwen3,
+    &pl_reasoning_qwen35,
     &pl_reasoning_harmony,
 };
 
@@ -19,12 +20,13 @@ const pl_reasoning_format *pl_reasoning_format_find(const char *name)
     return NULL;
 }
 
-void pl_reply_split_init(pl_reply_split *s, const pl_reasoning_format *fmt, bool calls)
+void pl_reply_split_init(pl_reply_split *s, const pl_reasoning_format *fmt, bool calls,
+                         pl_thinking thinking)
 {
     memset(s, 0, sizeof *s);
     s->fmt = fmt;
     s->calls = calls;
-    fmt->init(s);
+    fmt->init(s, thinking);
 }
 
 char *pl_reasoning_wrap_parts(const char *pre, const char *body, const char *post,

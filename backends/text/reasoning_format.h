@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backends/backend.h"
 #include "backends/text/harmony.h"
 #include "backends/text/reasoning.h"
 
@@ -79,6 +80,8 @@ typedef struct pl_reply_split {
     size_t n_before;             /**< content bytes before the reasoning */
     bool saw_open;               /**< the reasoning began (<think>, an
                                       analysis message) */
+    bool opened_by_prompt;       /**< the prompt opened the reasoning: the
+                                      reply starts inside it (qwen35) */
     bool in_call;                /**< the reply is inside a call's arguments */
     union {                      /**< the format's own state */
         pl_reasoning_stream think;
@@ -98,7 +101,9 @@ typedef struct pl_reasoning_format {
     /** The same for a content constraint (structured outputs): the
      *  content's own marker (harmony's final channel) goes before re. */
     char *(*wrap_content)(const char *re);
-    void (*init)(pl_reply_split *s);
+    /** thinking: the request's enable_thinking (a prompt that opens the
+     *  reasoning does so unless it is off). */
+    void (*init)(pl_reply_split *s, pl_thinking thinking);
     bool (*feed)(pl_reply_split *s, const char *text, size_t len, int n_tokens,
                  pl_reply_piece_fn fn, void *ud);
     bool (*finish)(pl_reply_split *s, pl_reply_piece_fn fn, void *ud);
@@ -110,14 +115,20 @@ typedef struct pl_reasoning_format {
 } pl_reasoning_format;
 
 extern const pl_reasoning_format pl_reasoning_qwen3;
+/** Qwen3.5's: qwen3's tags, but the generation prompt opens the block
+ *  (unless enable_thinking is false), so a reply starts inside it; one
+ *  cut before </think> is all reasoning. */
+extern const pl_reasoning_format pl_reasoning_qwen35;
 extern const pl_reasoning_format pl_reasoning_harmony;
 
 /** The format of this vLLM parser name (an option such as
  *  --mock-reasoning), NULL for none. The only place a name is compared. */
 const pl_reasoning_format *pl_reasoning_format_find(const char *name);
 
-/** Start the split of one reply in format fmt (not NULL). */
-void pl_reply_split_init(pl_reply_split *s, const pl_reasoning_format *fmt, bool calls);
+/** Start the split of one reply in format fmt (not NULL), for a request
+ *  whose enable_thinking is thinking. */
+void pl_reply_split_init(pl_reply_split *s, const pl_reasoning_format *fmt, bool calls,
+                         pl_thinking thinking);
 
 /** The next len bytes of the reply (n_tokens tokens) as pieces to fn.
  *  Returns false when fn stopped it. */

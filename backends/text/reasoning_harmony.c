@@ -30,8 +30,9 @@ static char *wrap_content_(const char *re)
     return s;
 }
 
-static void init_(pl_reply_split *s)
+static void init_(pl_reply_split *s, pl_thinking thinking)
 {
+    (void)thinking;  /* harmony's prompt leaves the channel to the model */
     pl_harmony_stream_init(&s->u.harmony);
 }
 

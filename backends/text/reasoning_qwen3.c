@@ -1,6 +1,8 @@
-/* reasoning_qwen3.c - reasoning format "qwen3" (reasoning_format.h):
+/* reasoning_qwen3.c - reasoning formats "qwen3" (reasoning_format.h):
  * <think> ... </think> before the answer, split by
- * backends/text/reasoning.h as vLLM's qwen3 parser splits it. */
+ * backends/text/reasoning.h as vLLM's qwen3 parser splits it; and
+ * "qwen35", the same tags after a generation prompt that opened the
+ * block (Qwen3.5's template), so that a reply starts inside it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,9 +21,16 @@ static char *wrap_(const char *re)
     return pl_reasoning_wrap_parts("<think>", NOT_CLOSE_THINK, "</think>", re);
 }
 
-static void init_(pl_reply_split *s)
+static void init_(pl_reply_split *s, pl_thinking thinking)
 {
+    (void)thinking;  /* Qwen3's prompt never opens the block */
     pl_reasoning_stream_init(&s->u.think, false);
+}
+
+static void init_opened_(pl_reply_split *s, pl_thinking thinking)
+{
+    s->opened_by_prompt = thinking != PL_THINKING_OFF;
+    pl_reasoning_stream_init(&s->u.think, s->opened_by_prompt);
 }
 
 /* Pieces of one kind are gathered while the kind stays the same. */
@@ -103,17 +112,20 @@ static pl_reply_settled settle_(const pl_reply_split *s)
     if (s->u.think.state == PL_REASONING_AFTER) {   /* closed: what came before is dropped */
         r.has_reasoning = true;
         r.content_skip = s->n_before;
+    } else if (s->opened_by_prompt) {  /* cut inside the prompt's block */
+        r.has_reasoning = true;
     } else if (s->saw_open) {    /* never closed: the reply as written */
         r.rejoin = true;
     }
     return r;
 }
 
-static int split_whole_(char **text, size_t *len, char **reasoning)
+/* The whole reply's split (inside: the prompt opened the block). */
+static int split_whole_at_(char **text, size_t *len, char **reasoning, bool inside)
 {
     pl_text_span rs, cs;
     *reasoning = NULL;
-    if (!pl_reasoning_split(*text, *len, false, &rs, &cs))
+    if (!pl_reasoning_split(*text, *len, inside, &rs, &cs))
         return 0;
     *reasoning = strndup(*text + rs.off, rs.len);
     if (!*reasoning)
@@ -123,6 +135,37 @@ static int split_whole_(char **text, size_t *len, char **reasoning)
     *len = cs.len;
     return 0;
 }
+
+static int split_whole_(char **text, size_t *len, char **reasoning)
+{
+    return split_whole_at_(text, len, reasoning, false);
+}
+
+/* A job's reply after a prompt that may have opened the block: it did
+ * when the reply closes one it never opened. */
+static int split_whole_opened_(char **text, size_t *len, char **reasoning)
+{
+    const char *close = memmem(*text, *len, "</think>", 8);
+    const char *open = memmem(*text, *len, "<think>", 7);
+    return split_whole_at_(text, len, reasoning, close && (!open || open > close));
+}
+
+static char *wrap_opened_(const char *re)
+{
+    return pl_reasoning_wrap_parts("", NOT_CLOSE_THINK, "</think>", re);
+}
+
+const pl_reasoning_format pl_reasoning_qwen35 = {
+    .name = "qwen35",
+    .thinking_off_closes = true,
+    .wrap = wrap_opened_,
+    .wrap_content = wrap_opened_,
+    .init = init_opened_,
+    .feed = feed_,
+    .finish = finish_,
+    .settle = settle_,
+    .split_whole = split_whole_opened_,
+};
 
 const pl_reasoning_format pl_reasoning_qwen3 = {
     .name = "qwen3",

@@ -7,6 +7,8 @@
  *     that knows no tools (results as user turns in <tool_response>);
  *   - pl_tool_llama3 (tool_llama3.c): Llama 3.1's bare JSON calls;
  *   - pl_tool_mistral (tool_mistral.c): [AVAILABLE_TOOLS] / [TOOL_CALLS];
+ *   - pl_tool_qwen3_coder (tool_qwen35.c): Qwen3.5's XML calls,
+ *     <function=NAME> with a <parameter=KEY> block per argument;
  *   - pl_tool_harmony (tool_harmony.c): gpt-oss, whose template renders
  *     tools, calls and results itself (native) and whose calls come back in
  *     the reply's channels (reasoning_format.h).
@@ -36,6 +38,9 @@ typedef struct pl_tool_format {
     /** The tool list goes before the first user turn's text (else into the
      *  system turn, a new one when there is none). */
     bool tools_in_user;
+    /** In the system turn, the tool list goes before its text (else
+     *  after it). */
+    bool tools_first;
     /** A tool result's role: NULL keeps "tool" (the template has one). */
     const char *result_role;
     /** A tool result's text as a printf format of one %s (NULL: as is). */
@@ -72,6 +77,7 @@ extern const pl_tool_format pl_tool_generic;
 extern const pl_tool_format pl_tool_llama3;
 extern const pl_tool_format pl_tool_mistral;
 extern const pl_tool_format pl_tool_harmony;
+extern const pl_tool_format pl_tool_qwen3_coder;
 
 /** The format of this name (an option, a test), NULL for none. The only
  *  place a name is compared. */
