@@ -113,3 +113,34 @@ def test_moe_keys_that_change_the_numbers_are_read(family, edit, tmp_path):
     json.dump(cfg, open(d / "config.json", "w"))
     err = np.abs(logits(d, ref["ids"], "f32") - np.array(ref["logits"])).max()
     assert err > 1e-2
+
+
+# ---- the same checkpoints as llama.cpp's converter writes them -----------
+CONVERTED = [f for f in FAMILIES
+             if os.path.exists(os.path.join(FIX, "hf_transformers", f, "gguf.json"))]
+
+
+def test_every_family_has_a_converted_gguf():
+    assert set(CONVERTED) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
+                              "gemma3", "gpt-oss"}
+
+
+@pytest.mark.parametrize("family", CONVERTED)
+def test_converted_gguf_equals_transformers(family, tmp_path):
+    """llama.cpp 0.3.36's convert_hf_to_gguf.py --outtype f32 of the same
+    folder (rebuilt byte for byte, sha256): parley's logits on it are
+    transformers' within 1e-3. Where the converter leaves a config key out
+    of the file (gguf.json's "dropped"), the reference is transformers with
+    that key as the file means it, and the file is shown to differ from the
+    folder, so that a converter that starts writing it is noticed."""
+    d, ref = folder(family, tmp_path)
+    gg = json.load(open(d / "gguf.json"))
+    path = tmp_path / f"{family}.gguf"
+    path.write_bytes(gen.gguf_bytes(ref, gg))
+    want = np.array(gg.get("logits", ref["logits"]))
+    ours = logits(path, ref["ids"], "f32")
+    err = np.abs(ours - want).max()
+    assert err < 1e-3, f"{family}: converted GGUF {err:.2e} from transformers"
+    if "dropped" in gg:
+        off = np.abs(ours - np.array(ref["logits"])).max()
+        assert off > 1e-2, f"{family}: the converter now keeps {gg['dropped']}"
