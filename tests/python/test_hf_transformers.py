@@ -43,8 +43,8 @@ def logits(d, ids, wtype):
 
 
 def test_every_family_has_a_transformers_checkpoint():
-    assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3",
-                             "qwen3-bf16", "gemma3-bf16"}
+    assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
+                             "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16"}
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f.endswith("-bf16")])
@@ -73,3 +73,74 @@ def test_logits_equal_transformers(family, wtype, tmp_path):
     assert ours.shape == want.shape
     err = np.abs(ours - want).max()
     assert err < 1e-3, f"{family}: max |dlogit| {err:.2e} from transformers"
+
+
+def open_error(d, ids):
+    r = subprocess.run([TOOL, "logits", str(d), "f32"], input=json.dumps(ids),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0, "loaded"
+    return r.stderr
+
+
+# Keys of the mixtures that change the numbers: a value parley does not
+# run is refused, naming config.json and the key; one it runs differently
+# (norm_topk_prob, truncate) changes the logits, so it is read.
+@pytest.mark.parametrize("family,key,value,says", [
+    ("qwen3moe", "decoder_sparse_step", 2, "decoder_sparse_step"),
+    ("qwen3moe", "mlp_only_layers", [1], "mlp_only_layers"),
+    ("qwen3moe", "num_experts", 4, "num_local_experts"),
+    ("gpt-oss", "swiglu_limit", 5.0, "swiglu_limit"),
+    ("gpt-oss", "swiglu_alpha", 1.5, "swiglu_alpha"),
+    ("gpt-oss", "quantization_config", {"quant_method": "mxfp4"}, "quant_method"),
+])
+def test_moe_keys_parley_does_not_run_are_refused(family, key, value, says, tmp_path):
+    d, ref = folder(family, tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    cfg[key] = value
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = open_error(d, ref["ids"])
+    assert "config.json" in err and says in err, err
+
+
+@pytest.mark.parametrize("family,edit", [
+    ("qwen3moe", lambda c: c.update(norm_topk_prob=False)),
+    ("gpt-oss", lambda c: c["rope_parameters"].update(truncate=True)),
+])
+def test_moe_keys_that_change_the_numbers_are_read(family, edit, tmp_path):
+    d, ref = folder(family, tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    edit(cfg)
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = np.abs(logits(d, ref["ids"], "f32") - np.array(ref["logits"])).max()
+    assert err > 1e-2
+
+
+# ---- the same checkpoints as llama.cpp's converter writes them -----------
+CONVERTED = [f for f in FAMILIES
+             if os.path.exists(os.path.join(FIX, "hf_transformers", f, "gguf.json"))]
+
+
+def test_every_family_has_a_converted_gguf():
+    assert set(CONVERTED) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
+                              "gemma3", "gpt-oss"}
+
+
+@pytest.mark.parametrize("family", CONVERTED)
+def test_converted_gguf_equals_transformers(family, tmp_path):
+    """llama.cpp 0.3.36's convert_hf_to_gguf.py --outtype f32 of the same
+    folder (rebuilt byte for byte, sha256): parley's logits on it are
+    transformers' within 1e-3. Where the converter leaves a config key out
+    of the file (gguf.json's "dropped"), the reference is transformers with
+    that key as the file means it, and the file is shown to differ from the
+    folder, so that a converter that starts writing it is noticed."""
+    d, ref = folder(family, tmp_path)
+    gg = json.load(open(d / "gguf.json"))
+    path = tmp_path / f"{family}.gguf"
+    path.write_bytes(gen.gguf_bytes(ref, gg))
+    want = np.array(gg.get("logits", ref["logits"]))
+    ours = logits(path, ref["ids"], "f32")
+    err = np.abs(ours - want).max()
+    assert err < 1e-3, f"{family}: converted GGUF {err:.2e} from transformers"
+    if "dropped" in gg:
+        off = np.abs(ours - np.array(ref["logits"])).max()
+        assert off > 1e-2, f"{family}: the converter now keeps {gg['dropped']}"

@@ -175,6 +175,16 @@ bool pl_family_runs(const pl_family *f, unsigned runner);
      PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},                                             \
     {PL_HF_L_ "post_feedforward_layernorm.weight", PL_HF_B_ "post_ffw_norm.weight",  \
      PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}
+/** The router and one tensor per expert (Qwen3-MoE, Mixtral). */
+#define PL_HF_EXPERTS                                                                \
+    {PL_HF_L_ "mlp.gate.weight", PL_HF_B_ "ffn_gate_inp.weight", PL_HF_DIM_EXPERTS,  \
+     PL_HF_DIM_HIDDEN, PL_HF_T_F32},                                                 \
+    {PL_HF_L_ "mlp.experts.%d.gate_proj.weight", PL_HF_B_ "ffn_gate_exps.weight",    \
+     PL_HF_DIM_FF_EXP, PL_HF_DIM_HIDDEN, PL_HF_T_EXPERTS},                           \
+    {PL_HF_L_ "mlp.experts.%d.up_proj.weight", PL_HF_B_ "ffn_up_exps.weight",        \
+     PL_HF_DIM_FF_EXP, PL_HF_DIM_HIDDEN, PL_HF_T_EXPERTS},                           \
+    {PL_HF_L_ "mlp.experts.%d.down_proj.weight", PL_HF_B_ "ffn_down_exps.weight",    \
+     PL_HF_DIM_HIDDEN, PL_HF_DIM_FF_EXP, PL_HF_T_EXPERTS}
 #define PL_HF_END {NULL, NULL, 0, 0, 0}
 
 /** config.json readers for the families' own keys (family_hf.c): an
@@ -192,6 +202,12 @@ int pl_family_hf_put_f32(pl_gguf_synth *s, const pl_hf_arch *a, const char *key,
 /** Qwen's use_sliding_window (off in the released models) is refused. */
 int pl_family_hf_no_window(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
                            pl_gguf_synth *s, char *err, size_t n);
+/** A mixture of experts' shared keys: num_experts or num_local_experts,
+ *  num_experts_per_tok and an expert's width (width_key) into sh->n_expert,
+ *  sh->n_ff_exp and <arch>.expert_count, expert_used_count and
+ *  expert_feed_forward_length. */
+int pl_family_hf_experts(const pl_hf_arch *a, const pl_hf_json *c, const char *width_key,
+                         pl_hf_shape *sh, pl_gguf_synth *s, char *err, size_t n);
 /** Gemma 2 and 3: the checkpoint's query_pre_attn_scalar must be the query
  *  scale the GGUF model assumes (model.h's wide_query_scale_layers: wide
  *  when the model has that many layers). */

@@ -66,3 +66,40 @@ int pl_family_hf_query_scale(const pl_hf_json *c, const pl_hf_shape *sh, int wid
                                "scales queries by 1/sqrt(%g)", q, want);
     return 0;
 }
+
+/* The expert count: num_experts (transformers 4) or num_local_experts
+ * (transformers 5 writes it for Qwen3-MoE too); both must agree. */
+static int expert_count_(const pl_hf_json *c, int *out, char *err, size_t n)
+{
+    int a = 0, b = 0;
+    if (pl_family_hf_int(c, "num_experts", false, 1, PL_MOE_MAX_EXPERTS, 0, &a, err, n) ||
+        pl_family_hf_int(c, "num_local_experts", false, 1, PL_MOE_MAX_EXPERTS, 0, &b, err, n))
+        return -1;
+    if (a && b && a != b)
+        return pl_hf_json_fail(c, "num_local_experts", err, n, "%d disagrees with num_experts "
+                               "%d", b, a);
+    if (!a && !b)
+        return pl_hf_json_fail(c, "num_local_experts", err, n, "missing (or num_experts): "
+                               "the experts per layer");
+    *out = a ? a : b;
+    return 0;
+}
+
+int pl_family_hf_experts(const pl_hf_arch *a, const pl_hf_json *c, const char *width_key,
+                         pl_hf_shape *sh, pl_gguf_synth *s, char *err, size_t n)
+{
+    int used;
+    if (expert_count_(c, &sh->n_expert, err, n) ||
+        pl_family_hf_int(c, "num_experts_per_tok", true, 1,
+                         sh->n_expert < PL_MOE_MAX_USED ? sh->n_expert : PL_MOE_MAX_USED, 0,
+                         &used, err, n) ||
+        pl_family_hf_int(c, width_key, true, 1, 1 << 22, 0, &sh->n_ff_exp, err, n))
+        return -1;
+    /* router losses and logits are for training only */
+    pl_hf_json_get(c, "router_aux_loss_coef");
+    pl_hf_json_get(c, "output_router_logits");
+    return pl_family_hf_put_u32(s, a, "expert_count", sh->n_expert, err, n) ||
+           pl_family_hf_put_u32(s, a, "expert_used_count", used, err, n) ||
+           pl_family_hf_put_u32(s, a, "expert_feed_forward_length", sh->n_ff_exp, err, n)
+           ? -1 : 0;
+}

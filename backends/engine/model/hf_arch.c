@@ -78,6 +78,10 @@ static int rope_scaling_(const pl_hf_arch *a, const pl_hf_rope *r, pl_gguf_synth
         put_f32_(s, a, "rope.scaling.attn_factor", r->attn_factor) ||
         put_u32_(s, a, "rope.scaling.original_context_length", r->orig_ctx))
         return snprintf(err, n, "out of memory"), -1;
+    /* parley's own key: llama.cpp's converter drops truncate */
+    snprintf(k, sizeof k, "%s.rope.scaling.yarn_truncate", a->gguf);
+    if (r->yarn_exact && pl_gguf_synth_bool(s, k, 0))
+        return snprintf(err, n, "out of memory"), -1;
     return 0;
 }
 
@@ -155,6 +159,9 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_Q: return sh->n_head * sh->head_dim;
     case PL_HF_DIM_KV: return sh->n_head_kv * sh->head_dim;
     case PL_HF_DIM_HEAD: return sh->head_dim;
+    case PL_HF_DIM_HEADS: return sh->n_head;
+    case PL_HF_DIM_EXPERTS: return sh->n_expert;
+    case PL_HF_DIM_FF_EXP: return sh->n_ff_exp;
     default: return 0;
     }
 }
@@ -168,6 +175,9 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_Q: return "num_attention_heads x head_dim";
     case PL_HF_DIM_KV: return "num_key_value_heads x head_dim";
     case PL_HF_DIM_HEAD: return "head_dim";
+    case PL_HF_DIM_HEADS: return "num_attention_heads";
+    case PL_HF_DIM_EXPERTS: return "the experts per layer";
+    case PL_HF_DIM_FF_EXP: return "an expert's width";
     default: return "-";
     }
 }

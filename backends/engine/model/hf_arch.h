@@ -9,23 +9,12 @@
  * a row of its family's file in backends/engine/families/: its layer
  * tensors, its norm shift, and a function for its own config.json keys.
  *
- * The hook for mixture-of-experts families (Qwen3-MoE, Mixtral, gpt-oss;
- * issue 37), once the model loader runs them:
- *   - config.json's num_experts / num_local_experts, num_experts_per_tok,
- *     moe_intermediate_size and norm_topk_prob become <arch>.expert_count,
- *     expert_used_count, expert_feed_forward_length and
- *     expert_weights_norm in the family's hparams function;
- *   - the router "model.layers.%d.mlp.gate.weight" is an ordinary row
- *     (-> "blk.%d.ffn_gate_inp.weight", [n_expert, hidden]);
- *   - the experts, one 2-D tensor each in the checkpoint
- *     ("...mlp.experts.%d.gate_proj.weight"), become one 3-D GGUF tensor
- *     ("blk.%d.ffn_gate_exps.weight", ne = {hidden, n_ff_exp, n_expert}): a
- *     PL_HF_T_EXPERTS flag and a PL_HF_DIM_EXPERTS dimension here, and in
- *     hf_model.c's add_tensor_ one pl_hf_conv per expert writing its rows at
- *     dst + expert * (rows * row bytes) of one buffer, added to the GGUF
- *     with 3 dimensions (pl_gguf_synth takes up to 4). Conversion and FP8
- *     scales work per expert unchanged; gpt-oss's MXFP4 experts would be a
- *     dtype for hf_weights.c (U8 blocks plus E8M0 scales).
+ * Experts (qwen3moe, gpt-oss): the checkpoint holds them one 2-D tensor
+ * per expert ("...mlp.experts.%d.gate_proj.weight", PL_HF_T_EXPERTS) or
+ * all in one 3-D tensor (PL_HF_T_FUSED: transformers' gpt-oss layout,
+ * [n_expert, in, out] with gate and up interleaved along out); either way
+ * they become one GGUF tensor of n_expert matrices, ne = {cols, rows,
+ * n_expert}, as llama.cpp's converter stacks them.
  */
 #ifndef PL_HF_ARCH_H
 #define PL_HF_ARCH_H
@@ -44,6 +33,9 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_Q,                 /**< num_attention_heads * head_dim */
     PL_HF_DIM_KV,                /**< num_key_value_heads * head_dim */
     PL_HF_DIM_HEAD,              /**< head_dim */
+    PL_HF_DIM_HEADS,             /**< num_attention_heads (gpt-oss's sinks) */
+    PL_HF_DIM_EXPERTS,           /**< the experts per layer */
+    PL_HF_DIM_FF_EXP,            /**< an expert's feed-forward width */
 } pl_hf_dim;
 
 enum {
@@ -52,6 +44,16 @@ enum {
     PL_HF_T_PERMUTE_K = 4,       /**< rows: rotate-half -> interleaved, per kv head */
     PL_HF_T_NORM = 8,            /**< an RMSNorm weight (+ the arch's norm_shift) */
     PL_HF_T_BIAS = 16,           /**< only when the model has q/k/v biases */
+    /** One [d0, d1] tensor per expert: hf has a second %d, the expert. */
+    PL_HF_T_EXPERTS = 32,
+    /** Every expert in one tensor [n_expert, d1, d0], each stored (in, out):
+     *  the transpose of the GGUF matrix. */
+    PL_HF_T_FUSED = 64,
+    /** The stored last dimension interleaves two tensors (twice its size);
+     *  this one is its even entries (PL_HF_T_ODD: its odd ones). */
+    PL_HF_T_EVEN = 128,
+    PL_HF_T_ODD = 256,
+    PL_HF_T_F32 = 512,           /**< a matrix kept in f32 (per-expert biases) */
 };
 
 /** One tensor: "model.layers.%d.<...>" (per layer) or a global name. */
@@ -67,6 +69,7 @@ typedef struct pl_hf_shape {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
     bool tied;                   /**< the output head is the embedding */
     bool bias;                   /**< q/k/v projections have biases */
+    int n_expert, n_ff_exp;      /**< experts per layer and their width; 0: dense */
 } pl_hf_shape;
 
 typedef struct pl_hf_arch pl_hf_arch;

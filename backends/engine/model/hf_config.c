@@ -111,9 +111,7 @@ static int yarn_(const pl_hf_json *c, const char *blk, pl_hf_rope *r, char *err,
                                              : "rope_parameters.beta_slow", err, n,
                                "parley's YaRN has beta_fast 32 and beta_slow 1 (%g, %g)",
                                fast, slow);
-    if (!trunc)
-        return pl_hf_json_fail(c, k, err, n, "false: parley's YaRN rounds its ramp's ends "
-                               "(truncate true)");
+    r->yarn_exact = !trunc;
     r->attn_factor = af / (0.1 * log(r->factor) + 1);
     return 0;
 }

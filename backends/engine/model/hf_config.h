@@ -33,6 +33,7 @@ typedef struct pl_hf_rope {
     double low_freq_factor, high_freq_factor; /**< llama3 */
     double attn_factor;          /**< yarn: attention_factor / (0.1 ln factor + 1) */
     int orig_ctx;                /**< original_max_position_embeddings */
+    bool yarn_exact;             /**< yarn: truncate false (the ramp's ends not rounded) */
     double partial;              /**< partial_rotary_factor (1: the whole head) */
     bool has_swa;                /**< a sliding_attention block was given */
     double theta_swa;            /**< its rope_theta */

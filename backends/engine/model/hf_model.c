@@ -26,8 +26,10 @@ struct pl_hf_model {
     pl_safetensors *st;
     bool *used;                  /* per safetensors tensor */
     pl_gguf_synth *synth;
-    pl_hf_conv *convs;
+    pl_hf_conv *convs;           /* their dst lie in bufs */
     int n_convs, cap_convs;
+    void **bufs;                 /* the converted tensors, owned */
+    int n_bufs, cap_bufs;
     int block_rows, block_cols;  /* FP8 block scales */
     pl_hf_load_stats stats;
 };
@@ -156,25 +158,48 @@ static const pl_st_tensor *scale_of_(pl_hf_model *m, const char *name)
     return s ? s : find_(m, k);
 }
 
+/* The shape the table's row e expects of a checkpoint tensor: n dims in
+ * want[], their config.json names in names. */
+static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[3],
+                       char *names, size_t len)
+{
+    int d0 = pl_hf_dim_size(&m->sh, e->d0), d1 = pl_hf_dim_size(&m->sh, e->d1);
+    int k = e->flags & (PL_HF_T_EVEN | PL_HF_T_ODD) ? 2 : 1;
+    const char *n0 = pl_hf_dim_name(e->d0), *n1 = pl_hf_dim_name(e->d1), *x2 = k > 1 ? " x 2" : "";
+    if (e->flags & PL_HF_T_FUSED) {
+        want[0] = (uint64_t)m->sh.n_expert, want[1] = (uint64_t)d1, want[2] = (uint64_t)d0 * k;
+        snprintf(names, len, "%s, %s, %s%s", pl_hf_dim_name(PL_HF_DIM_EXPERTS), n1, n0, x2);
+        return 3;
+    }
+    if (!e->d1) {
+        want[0] = (uint64_t)d0 * k;
+        snprintf(names, len, "%s%s", n0, x2);
+        return 1;
+    }
+    want[0] = (uint64_t)d0, want[1] = (uint64_t)d1 * k;
+    snprintf(names, len, "%s, %s%s", n0, n1, x2);
+    return 2;
+}
+
 static int check_shape_(const pl_hf_model *m, const pl_st_tensor *t, const pl_hf_tmap *e,
                         char *err, size_t n)
 {
-    int d0 = pl_hf_dim_size(&m->sh, e->d0), d1 = pl_hf_dim_size(&m->sh, e->d1);
-    bool ok = e->d1 ? t->n_dims == 2 && t->shape[0] == (uint64_t)d0 && t->shape[1] == (uint64_t)d1
-                    : t->n_dims == 1 && t->shape[0] == (uint64_t)d0;
+    uint64_t want[3];
+    char names[160], have[96] = "", exp[96] = "";
+    int nd = want_shape_(m, e, want, names, sizeof names);
+    bool ok = t->n_dims == nd;
+    for (int d = 0; d < nd; d++) {
+        ok = ok && t->shape[d] == want[d];
+        snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%llu", d ? ", " : "",
+                 (unsigned long long)want[d]);
+    }
     if (ok)
         return 0;
-    char have[96] = "";
     for (int d = 0; d < t->n_dims && d < 4; d++)
         snprintf(have + strlen(have), sizeof have - strlen(have), "%s%llu", d ? ", " : "",
                  (unsigned long long)t->shape[d]);
-    if (e->d1)
-        snprintf(err, n, "%s: tensor '%s': shape [%s] disagrees with config.json: [%d, %d] "
-                 "(%s, %s)", t->file, t->name, have, d0, d1, pl_hf_dim_name(e->d0),
-                 pl_hf_dim_name(e->d1));
-    else
-        snprintf(err, n, "%s: tensor '%s': shape [%s] disagrees with config.json: [%d] (%s)",
-                 t->file, t->name, have, d0, pl_hf_dim_name(e->d0));
+    snprintf(err, n, "%s: tensor '%s': shape [%s] disagrees with config.json: [%s] (%s)",
+             t->file, t->name, have, exp, names);
     return -1;
 }
 
@@ -202,7 +227,8 @@ static bool in_place_(const pl_hf_conv *c)
     pl_st_dtype want = c->type == PL_GGML_TYPE_F32 ? PL_ST_F32 :
                        c->type == PL_GGML_TYPE_F16 ? PL_ST_F16 :
                        c->type == PL_GGML_TYPE_BF16 ? PL_ST_BF16 : PL_ST_DTYPE_COUNT;
-    return c->src->dtype == want && !c->scale && !c->permute_heads && c->shift == 0.0f;
+    return c->src->dtype == want && !c->scale && !c->permute_heads && c->shift == 0.0f &&
+           !c->offset && !c->row_step && !c->col_step;
 }
 
 static int push_conv_(pl_hf_model *m, const pl_hf_conv *c)
@@ -219,47 +245,114 @@ static int push_conv_(pl_hf_model *m, const pl_hf_conv *c)
     return 0;
 }
 
-static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err, size_t n)
+static int push_buf_(pl_hf_model *m, void *p)
 {
-    char hf[256], gg[128];
-    snprintf(hf, sizeof hf, e->hf, layer);
-    snprintf(gg, sizeof gg, e->gguf, layer);
-    const pl_st_tensor *t = find_(m, hf);
+    if (m->n_bufs == m->cap_bufs) {
+        int cap = m->cap_bufs ? 2 * m->cap_bufs : 64;
+        void **v = realloc(m->bufs, sizeof *v * (size_t)cap);
+        if (!v)
+            return -1;
+        m->bufs = v;
+        m->cap_bufs = cap;
+    }
+    m->bufs[m->n_bufs++] = p;
+    return 0;
+}
+
+/* Matrix x (an expert, or the one) of row e's GGUF tensor: where it lies
+ * in the checkpoint's tensor t. */
+static void place_(const pl_hf_model *m, const pl_hf_tmap *e, int x, pl_hf_conv *c)
+{
+    uint64_t k = e->flags & (PL_HF_T_EVEN | PL_HF_T_ODD) ? 2 : 1;
+    uint64_t part = e->flags & PL_HF_T_ODD ? 1 : 0;
+    if (e->flags & PL_HF_T_FUSED) {    /* [n_expert, cols, rows * k] */
+        c->offset = (uint64_t)x * (uint64_t)c->cols * (uint64_t)c->rows * k + part;
+        c->row_step = k;
+        c->col_step = (uint64_t)c->rows * k;
+    } else if (k > 1) {                /* [rows, cols * k] */
+        c->offset = part;
+        c->row_step = (uint64_t)c->cols * k;
+        c->col_step = k;
+    }
+    (void)m;
+}
+
+/* The checkpoint tensor of matrix x of row e (per-expert rows name one
+ * tensor per expert), found and checked. */
+static int source_(pl_hf_model *m, const pl_hf_tmap *e, int layer, int x,
+                   const pl_st_tensor **out, char *hf, size_t hn, char *err, size_t n)
+{
+    if (e->flags & PL_HF_T_EXPERTS)
+        snprintf(hf, hn, e->hf, layer, x);
+    else
+        snprintf(hf, hn, e->hf, layer);
+    const pl_st_tensor *t = *out = find_(m, hf);
     if (!t) {
-        if (e->flags & PL_HF_T_OPTIONAL)
+        if ((e->flags & PL_HF_T_OPTIONAL) && x == 0)
             return 0;
+        if (e->flags & PL_HF_T_EXPERTS)
+            return snprintf(err, n, "%s: tensor '%s' is missing (config.json: %d experts a "
+                            "layer)", m->dir, hf, m->sh.n_expert), -1;
         return snprintf(err, n, "%s: tensor '%s' is missing (config.json: %s with %d layers%s)",
                         m->dir, hf, pl_hf_arch_gguf(m->arch), m->sh.n_layer,
                         e->flags & PL_HF_T_BIAS ? ", q/k/v biases" : ""), -1;
     }
-    if (check_shape_(m, t, e, err, n) < 0)
-        return -1;
-    pl_hf_conv c = {.src = t, .scale = scale_of_(m, hf), .block_rows = m->block_rows,
-                    .block_cols = m->block_cols, .rows = e->d1 ? (int)t->shape[0] : 1,
-                    .cols = (int)t->shape[e->d1 ? 1 : 0]};
-    if (e->flags & (PL_HF_T_PERMUTE_Q | PL_HF_T_PERMUTE_K))
-        c.permute_heads = e->flags & PL_HF_T_PERMUTE_Q ? m->sh.n_head : m->sh.n_head_kv;
-    if (e->flags & PL_HF_T_NORM)
-        c.shift = pl_hf_arch_norm_shift(m->arch);
-    c.type = e->d1 ? mat_type_(m, t, c.cols) : PL_GGML_TYPE_F32;
-    if (pl_hf_conv_check(&c, err, n) < 0)
-        return -1;
-    const void *data = t->data;
-    if (!in_place_(&c)) {
+    return check_shape_(m, t, e, err, n);
+}
+
+/* Row e of the table for one layer: a GGUF tensor of one matrix (or
+ * vector), or of n_expert matrices from one or n_expert checkpoint
+ * tensors. */
+static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err, size_t n)
+{
+    char hf[256], gg[128];
+    bool exps = e->flags & (PL_HF_T_EXPERTS | PL_HF_T_FUSED);
+    int n_mat = exps ? m->sh.n_expert : 1;
+    int rows = e->d1 ? pl_hf_dim_size(&m->sh, e->d0) : 1;
+    int cols = pl_hf_dim_size(&m->sh, e->d1 ? e->d1 : e->d0);
+    uint8_t *buf = NULL;
+    size_t mat_bytes = 0;
+    pl_ggml_type type = PL_GGML_TYPE_F32;
+    snprintf(gg, sizeof gg, e->gguf, layer);
+    for (int x = 0; x < n_mat; x++) {
+        const pl_st_tensor *t;
+        if (source_(m, e, layer, x, &t, hf, sizeof hf, err, n) < 0)
+            return -1;
+        if (!t)
+            return 0;            /* optional, absent */
+        pl_hf_conv c = {.src = t, .scale = e->flags & PL_HF_T_FUSED ? NULL : scale_of_(m, hf),
+                        .block_rows = m->block_rows, .block_cols = m->block_cols,
+                        .rows = rows, .cols = cols};
+        place_(m, e, x, &c);
+        if (e->flags & (PL_HF_T_PERMUTE_Q | PL_HF_T_PERMUTE_K))
+            c.permute_heads = e->flags & PL_HF_T_PERMUTE_Q ? m->sh.n_head : m->sh.n_head_kv;
+        if (e->flags & PL_HF_T_NORM)
+            c.shift = pl_hf_arch_norm_shift(m->arch);
+        if (x == 0)
+            type = e->d1 && !(e->flags & PL_HF_T_F32) ? mat_type_(m, t, c.cols) : PL_GGML_TYPE_F32;
+        c.type = type;
+        if (pl_hf_conv_check(&c, err, n) < 0)
+            return -1;
+        mat_bytes = pl_hf_conv_bytes(&c);
+        if (!exps && in_place_(&c)) {
+            buf = (uint8_t *)t->data;
+            break;
+        }
         /* 64-byte aligned, as the kernels' loads like it (a GGUF's data is
          * aligned too) */
-        if (posix_memalign(&c.dst, 64, pl_hf_conv_bytes(&c) + 64) != 0)
-            c.dst = NULL;
-        if (!c.dst || push_conv_(m, &c) < 0) {
-            free(c.dst);
+        if (!buf && (posix_memalign((void **)&buf, 64, mat_bytes * (size_t)n_mat + 64) != 0 ||
+                     push_buf_(m, buf) < 0)) {
+            free(buf);
             return oom_(err, n);
         }
-        data = c.dst;
-        m->stats.mib_written += (double)pl_hf_conv_bytes(&c) / (1 << 20);
+        c.dst = buf + (size_t)x * mat_bytes;
+        if (push_conv_(m, &c) < 0)
+            return oom_(err, n);
+        m->stats.mib_written += (double)mat_bytes / (1 << 20);
     }
-    uint64_t ne[2] = {(uint64_t)c.cols, (uint64_t)c.rows};
-    if (pl_gguf_synth_tensor(m->synth, gg, c.type, e->d1 ? 2 : 1, ne, data,
-                             pl_hf_conv_bytes(&c)) < 0)
+    uint64_t ne[3] = {(uint64_t)cols, (uint64_t)rows, (uint64_t)n_mat};
+    if (pl_gguf_synth_tensor(m->synth, gg, type, exps ? 3 : e->d1 ? 2 : 1, ne, buf,
+                             mat_bytes * (size_t)n_mat) < 0)
         return oom_(err, n);
     return 0;
 }
@@ -387,8 +480,9 @@ void pl_hf_model_free(pl_hf_model *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_convs; i++)
-        free(m->convs[i].dst);
+    for (int i = 0; i < m->n_bufs; i++)
+        free(m->bufs[i]);
+    free(m->bufs);
     free(m->convs);
     free(m->used);
     pl_gguf_synth_free(m->synth);

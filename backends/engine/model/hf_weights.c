@@ -63,6 +63,20 @@ static float elem_(const pl_st_tensor *t, uint64_t i)
     }
 }
 
+/* The element of c->src at (source row sr, column j). */
+static uint64_t at_(const pl_hf_conv *c, int sr, int j)
+{
+    uint64_t rs = c->row_step ? c->row_step : (uint64_t)c->cols;
+    return c->offset + (uint64_t)sr * rs + (uint64_t)j * (c->col_step ? c->col_step : 1);
+}
+
+/* Whether c's rows are src's rows, in order and whole. */
+static bool plain_(const pl_hf_conv *c)
+{
+    return c->offset == 0 && (c->row_step == 0 || c->row_step == (uint64_t)c->cols) &&
+           c->col_step <= 1;
+}
+
 /* Hugging Face's row for row r of the permuted (interleaved) layout. */
 static int src_row_(int r, int rows, int heads)
 {
@@ -93,6 +107,11 @@ static scale_kind scale_kind_(const pl_hf_conv *c)
 int pl_hf_conv_check(const pl_hf_conv *c, char *err, size_t errlen)
 {
     bool fp8 = c->src->dtype == PL_ST_F8_E4M3 || c->src->dtype == PL_ST_F8_E5M2;
+    if (c->rows < 1 || c->cols < 1 || at_(c, c->rows - 1, c->cols - 1) >= c->src->nelem)
+        return snprintf(err, errlen, "%s: tensor '%s': a %dx%d matrix at element %llu does "
+                        "not fit its %llu elements", c->src->file, c->src->name, c->rows,
+                        c->cols, (unsigned long long)c->offset,
+                        (unsigned long long)c->src->nelem), -1;
     if (!pl_hf_dtype_supported(c->src->dtype))
         return snprintf(err, errlen, "%s: tensor '%s': dtype %s is not a weight type parley "
                         "reads (F32, F16, BF16, F8_E4M3, F8_E5M2)", c->src->file,
@@ -120,7 +139,7 @@ float pl_hf_conv_value(const pl_hf_conv *c, int r, int j)
     int sr = src_row_(r, c->rows, c->rows > 1 ? c->permute_heads : 0);
     if (c->rows == 1 && c->permute_heads > 0)
         j = src_row_(j, c->cols, c->permute_heads);
-    float v = elem_(c->src, (uint64_t)sr * (uint64_t)c->cols + (uint64_t)j);
+    float v = elem_(c->src, at_(c, sr, j));
     switch (scale_kind_(c)) {
     case SCALE_TENSOR: v *= elem_(c->scale, 0); break;
     case SCALE_CHANNEL: v *= elem_(c->scale, (uint64_t)sr); break;
@@ -142,9 +161,16 @@ size_t pl_hf_conv_bytes(const pl_hf_conv *c)
 }
 
 /* Source row sr decoded into buf, one loop per dtype (the hot path). */
-static void decode_row_(const pl_st_tensor *t, int sr, int cols, float *buf)
+static void decode_row_(const pl_hf_conv *c, int sr, float *buf)
 {
-    const uint8_t *p = t->data + (size_t)sr * (size_t)cols * pl_st_dtype_size(t->dtype);
+    const pl_st_tensor *t = c->src;
+    int cols = c->cols;
+    const uint8_t *p = t->data + at_(c, sr, 0) * pl_st_dtype_size(t->dtype);
+    if (c->col_step > 1) {       /* a strided view (experts stored transposed) */
+        for (int j = 0; j < cols; j++)
+            buf[j] = elem_(t, at_(c, sr, j));
+        return;
+    }
     switch (t->dtype) {
     case PL_ST_BF16:
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -169,7 +195,7 @@ static void decode_row_(const pl_st_tensor *t, int sr, int cols, float *buf)
         break;
     default:
         for (int j = 0; j < cols; j++)
-            buf[j] = elem_(t, (uint64_t)sr * (uint64_t)cols + (uint64_t)j);
+            buf[j] = elem_(t, at_(c, sr, j));
     }
 }
 
@@ -182,7 +208,7 @@ static void value_row_(const pl_hf_conv *c, int r, float *buf)
         return;
     }
     int sr = src_row_(r, c->rows, c->permute_heads);
-    decode_row_(c->src, sr, c->cols, buf);
+    decode_row_(c, sr, buf);
     scale_kind k = scale_kind_(c);
     if (k == SCALE_TENSOR || k == SCALE_CHANNEL) {
         float s = elem_(c->scale, k == SCALE_TENSOR ? 0 : (uint64_t)sr);
@@ -220,7 +246,7 @@ static int convert_rows_(const pl_hf_conv *c, int r0, int r1, float *buf, char *
     }
     /* Rows read in order are read once: their pages can go now, which keeps
      * a large checkpoint's peak memory near its converted size. */
-    if (!c->permute_heads && c->rows > 1) {
+    if (!c->permute_heads && c->rows > 1 && plain_(c)) {
         size_t sb = (size_t)c->cols * pl_st_dtype_size(c->src->dtype);
         pl_safetensors_drop(c->src->data + (size_t)r0 * sb, (uint64_t)(r1 - r0) * sb);
     }

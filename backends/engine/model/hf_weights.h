@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backends/formats/gguf.h"
 #include "backends/formats/safetensors.h"
@@ -27,15 +28,20 @@ typedef struct pl_hf_conv {
     pl_ggml_type type;           /**< what to write */
     void *dst;                   /**< rows * row bytes of type, owned by the caller */
     int rows, cols;
+    /** Where the matrix lies in src (one expert of a fused tensor, one half
+     *  of an interleaved one): element (r, c) is src element offset +
+     *  r * row_step + c * col_step. 0 steps: cols and 1 (src is the
+     *  matrix, row-major). */
+    uint64_t offset, row_step, col_step;
 } pl_hf_conv;
 
 /** Whether a tensor of this dtype can be converted (f32, f16, bf16, f64,
  *  F8_E4M3, F8_E5M2). */
 bool pl_hf_dtype_supported(pl_st_dtype t);
 
-/** Check that c->scale fits c->src (per tensor, per channel or per block),
- *  and that scales are only given to FP8 weights. Returns 0, or -1 with a
- *  message naming the scale tensor. */
+/** Check that c's matrix lies within c->src, that c->scale fits it (per
+ *  tensor, per channel or per block), and that scales are only given to
+ *  FP8 weights. Returns 0, or -1 with a message naming the tensor. */
 int pl_hf_conv_check(const pl_hf_conv *c, char *err, size_t errlen);
 
 /** Bytes of c->rows rows of c->type (c->cols elements each). */

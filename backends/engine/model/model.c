@@ -110,11 +110,15 @@ static float yarn_corr_dim(int n_rot, int orig_ctx, float beta, float base)
 }
 
 /* The factor on frequency i of YaRN's angle: 1/factor (interpolated) below
- * the ramp's start, 1 (extrapolated) past its end, linear between. */
-static double yarn_mix(int n_rot, float base, float factor, int orig_ctx, int i)
+ * the ramp's start, 1 (extrapolated) past its end, linear between. The
+ * ramp's ends are rounded out to whole dimensions (llama.cpp, transformers'
+ * truncate true) unless exact (gpt-oss's truncate false). */
+static double yarn_mix(int n_rot, float base, float factor, int orig_ctx, int i, bool exact)
 {
-    float lo = floorf(yarn_corr_dim(n_rot, orig_ctx, 32.0f, base));
-    float hi = ceilf(yarn_corr_dim(n_rot, orig_ctx, 1.0f, base));
+    float lo = yarn_corr_dim(n_rot, orig_ctx, 32.0f, base);
+    float hi = yarn_corr_dim(n_rot, orig_ctx, 1.0f, base);
+    lo = exact ? lo : floorf(lo);
+    hi = exact ? hi : ceilf(hi);
     lo = lo > 0 ? lo : 0;
     hi = hi < n_rot - 1 ? hi : (float)(n_rot - 1);
     float y = ((float)i - lo) / (hi - lo > 0.001f ? hi - lo : 0.001f);
@@ -139,8 +143,8 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
                 double sm = (orig_ctx / wl - low_ff) / (high_ff - low_ff);
                 f = (1.0 - sm) * f / factor + sm * f;
             }
-        } else if (scaling && strcmp(scaling, "yarn") == 0 && factor > 0) {
-            f *= yarn_mix(n_rot, base, factor, orig_ctx, i);
+        } else if (scaling && strncmp(scaling, "yarn", 4) == 0 && factor > 0) {
+            f *= yarn_mix(n_rot, base, factor, orig_ctx, i, !strcmp(scaling, "yarn_exact"));
         }
         if (factors)
             f /= factors[i];

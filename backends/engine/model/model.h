@@ -310,8 +310,9 @@ bool pl_model_has_moe(const pl_model *m);
  *  divided by factors[i] when factors is non-NULL. out has n_rot/2 entries.
  *  YaRN (llama.cpp's rope_yarn, beta_fast 32, beta_slow 1): frequency i
  *  blends f / factor and f by a ramp over i between the correction dims of
- *  the two betas at orig_ctx; its magnitude factor is pl_model's
- *  rope_mscale, applied apart. */
+ *  the two betas at orig_ctx, rounded out to whole dimensions ("yarn_exact":
+ *  not rounded, transformers' truncate false, gpt-oss); its magnitude
+ *  factor is pl_model's rope_mscale, applied apart. */
 void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
                          float factor, float low_ff, float high_ff, int orig_ctx,
                          const float *factors);

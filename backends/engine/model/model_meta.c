@@ -462,10 +462,18 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
     if (!strcmp(type, "llama3") && !(hi > lo))
         return pl_model_fail_(err, len, "%s.rope.scaling.high_freq_factor: %g must exceed "
                               "low_freq_factor %g", m->arch_name, hi, lo);
+    /* parley's own key (hf_arch.c writes it for transformers' truncate
+     * false): YaRN's ramp on its exact ends, where llama.cpp rounds them */
+    const pl_gguf_kv *tk = pl_gguf_find(g, arch_key(k, sizeof k, m,
+                                                    "rope.scaling.yarn_truncate"));
+    if (tk && (tk->type != PL_GGUF_TYPE_BOOL || strcmp(type, "yarn")))
+        return pl_model_fail_(err, len, "%s: a bool, for rope scaling type yarn only", k);
     /* llama.cpp's rope_yarn scales cos and sin by this (mscale) */
     m->rope_mscale = attn_factor * (!strcmp(type, "yarn") ? 1.0f + 0.1f * logf(factor) : 1.0f);
     if (factors)
         snprintf(type, sizeof type, "none");   /* the factors carry the scaling */
+    else if (tk && !tk->v.b)
+        snprintf(type, sizeof type, "yarn_exact");
     size_t n = (size_t)(m->n_rot / 2);
     m->rope_inv_freq = malloc(sizeof(float) * (n ? n : 1));
     bool own = m->info->swa_rope_base > 0 && m->n_swa_layers > 0;
