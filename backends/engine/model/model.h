@@ -10,7 +10,8 @@
  * per global one with their own RoPE base), and the mixtures of experts:
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
- * biased router and experts, clamped SwiGLU). Its pl_arch row, below, says
+ * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
+ * hybrid qwen35 (pl_layer.recurrent below; gated attention). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
