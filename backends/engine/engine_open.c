@@ -459,6 +459,12 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
                                                                               : NULL;
     pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s", name, m->arch_name,
             m->n_layer, m->n_embd, m->n_vocab, pl_chat_tmpl_name(t->style.tmpl));
+    if (m->n_recurrent > 0 && core.prefix_caching) {
+        /* a cache hit at P needs the recurrent state at P: no checkpoints yet */
+        core.prefix_caching = false;
+        pl_info("model %s: prefix caching off: its %d recurrent layers' state cannot be "
+                "restored at a cached prefix (no state checkpoints yet)", name, m->n_recurrent);
+    }
     pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &core, &e);
     if (!b) {
         snprintf(err, errlen, "%s", e.message);

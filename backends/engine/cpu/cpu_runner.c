@@ -182,7 +182,7 @@ static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
     pl_fwd_batch b = {.n_rows = in->n_rows, .tokens = r->tokens, .positions = in->positions,
                       .row_seq = in->row_seq, .block_table = in->block_table,
                       .max_blocks_per_seq = in->max_blocks_per_seq,
-                      .n_out = n_out, .out_rows = r->out_rows};
+                      .n_out = n_out, .out_rows = r->out_rows, .seq_slot = in->seq_slot};
     if (pl_cpu_forward(r->fwd, &b, r->logits) != 0)
         return -1;
     o->n_seqs = in->n_seqs;

@@ -113,6 +113,12 @@ static const mm_job *ph_add_mm(pl_cpu_fwd *f, const float *x, int n_rows, int n,
     return j;
 }
 
+const mm_job *pl_fwd_ph_add_mm_(pl_cpu_fwd *f, const float *x, int n_rows, int n,
+                                const pl_weight *const *w, float *const *y)
+{
+    return ph_add_mm(f, x, n_rows, n, w, y);
+}
+
 int pl_fwd_span_take_(span *sp, int from_back)
 {
     uint64_t v = atomic_load_explicit(&sp->fb, memory_order_relaxed);
@@ -186,6 +192,29 @@ static void rope_scale(float *x, int n_heads, int hd, int n_rot, float s)
             x[(size_t)h * hd + i] *= s;
 }
 
+/* A gated query projection's row r (per head: the query, then its gate)
+ * into q and qgate. */
+static void split_query_gate(pl_cpu_fwd *f, int r)
+{
+    int hd = f->m->head_dim;
+    const float *src = f->qg + (size_t)r * 2 * f->q_dim;
+    for (int h = 0; h < f->m->n_head; h++) {
+        memcpy(f->q + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)2 * h * hd,
+               sizeof(float) * hd);
+        memcpy(f->qgate + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)(2 * h + 1) * hd,
+               sizeof(float) * hd);
+    }
+}
+
+/* att[r] *= sigmoid(gate[r]): the gated attention's output gate. */
+static void attn_gate_row(pl_cpu_fwd *f, int r)
+{
+    float *a = f->att + (size_t)r * f->q_dim;
+    const float *g = f->qgate + (size_t)r * f->q_dim;
+    for (int i = 0; i < f->q_dim; i++)
+        a[i] *= 1.0f / (1.0f + expf(-g[i]));
+}
+
 /* Rope q/k of row r, add biases, and store its k/v into their cache slots. */
 static void qkv_finish(pl_cpu_fwd *f, int l, int r)
 {
@@ -194,6 +223,8 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     const pl_fwd_batch *b = f->b;
     float *q = f->q + (size_t)r * f->q_dim, *k = f->k + (size_t)r * f->kv_dim;
     float *v = f->v + (size_t)r * f->kv_dim;
+    if (m->attn_out_gate)
+        split_query_gate(f, r);
     for (int i = 0; y->bq && i < f->q_dim; i++)
         q[i] += y->bq[i];
     for (int i = 0; y->bk && i < f->kv_dim; i++) {
@@ -375,6 +406,7 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
     case PH_SWIGLU:
         swiglu_item(f, ph->next, r);
         return;
+    case PH_ATTN_GATE: attn_gate_row(f, r); break;
     case PH_FINAL_ADD:
         add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);
         break;
@@ -426,6 +458,8 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
         attn_item(f, ph, it, ith);
     else if (ph->kind >= PH_ATT_SCORES && ph->kind <= PH_ATT_VALUES)
         att_split_item(f, ph, it);
+    else if (ph->kind == PH_GDN_CONV || ph->kind == PH_GDN_RULE)
+        pl_fwd_gdn_item_(f, ph, it, ith);
     else
         row_item(f, ph, it);
 }
@@ -519,17 +553,22 @@ static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
     return pl_fwd_ph_add_(f, PH_ROW_Q8, l, n, NULL);
 }
 
-static void plan_layer(pl_cpu_fwd *f, int l, int n)
+/* Layer l's attention block over n rows (after its PH_ATTN_IN phase):
+ * q/k/v, rope and the cache, attention, the output gate when the model has
+ * one, attn_output into tmp. */
+static void plan_attention_block(pl_cpu_fwd *f, phase *in, int l, int n)
 {
     const pl_layer *y = &f->m->layers[l];
     const pl_weight *wqkv[] = {&y->wq, &y->wk, &y->wv}, *wo[] = {&y->wo};
-    const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
-    float *yqkv[] = {f->q, f->k, f->v}, *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
-    phase *in = pl_fwd_ph_add_(f, PH_ATTN_IN, l, n, NULL);
+    float *yqkv[] = {f->m->attn_out_gate ? f->qg : f->q, f->k, f->v}, *yt[] = {f->tmp};
     in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
     pl_fwd_ph_add_(f, PH_QKV_FINISH, l, n, NULL);
     phase *q8 = plan_attention(f, l, n);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
+    if (f->m->attn_out_gate) {   /* gate, then quantise, row by row */
+        q8->kind = PH_ATTN_GATE;
+        return;
+    }
     phase *at = q8 - 1;          /* the attention phase whose items write att */
     int whole = at->kind == PH_ATTN ? f->m->n_head / f->m->n_head_kv / at->split * f->m->head_dim
                                     : f->m->head_dim % ATT_DIMS ? 1 : ATT_DIMS;
@@ -537,6 +576,18 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
         at->next = q8->next;     /* each item's outputs are whole q8 blocks */
     if (!q8->next->any_q || at->next)
         q8->n = 0;
+}
+
+static void plan_layer(pl_cpu_fwd *f, int l, int n)
+{
+    const pl_layer *y = &f->m->layers[l];
+    const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
+    float *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
+    phase *in = pl_fwd_ph_add_(f, PH_ATTN_IN, l, n, NULL);
+    if (y->recurrent)
+        pl_fwd_gdn_plan_(f, in, l, n);
+    else
+        plan_attention_block(f, in, l, n);
     phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
     if (f->m->n_expert > 0) {
         pl_fwd_moe_plan_(f, l, n);
@@ -570,7 +621,7 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
 {
     const pl_model *m = f->m;
     f->last_rows = 0;
-    if (check_batch(f, b) != 0)
+    if (check_batch(f, b) != 0 || pl_fwd_gdn_check_(f, b) != 0)
         return -1;
     f->b = b;
     f->n_ph = 0;
@@ -583,6 +634,7 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits)
     if (b->n_out > 0)
         plan_output(f, b->out_rows, b->n_out, logits);
     pl_pool_run(f->pool, plan_worker, f);
+    pl_fwd_gdn_commit_(f, b);
     f->b = NULL;
     f->last_rows = b->n_rows;
     return 0;
@@ -640,6 +692,7 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     int n_ff = m->n_expert > 0 ? 0 : m->n_ff;   /* experts keep their own buffers */
     f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
+    f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
     size_t R = (size_t)o->max_rows;
     size_t kv = (size_t)m->n_layer * o->num_blocks * o->block_size * f->kv_dim;
     f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
@@ -656,6 +709,10 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->gate = alloc_f(R * n_ff, &bad);
     f->up = alloc_f(R * n_ff, &bad);
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
+    if (m->attn_out_gate) {
+        f->qg = alloc_f(R * 2 * f->q_dim, &bad);
+        f->qgate = alloc_f(R * f->q_dim, &bad);
+    }
     f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * (m->n_head / m->n_head_kv) * o->max_ctx,
                           &bad);
     f->att_sc = alloc_f((size_t)ATT_SPLIT_ROWS * m->n_head * o->max_ctx, &bad);
@@ -670,7 +727,7 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
         pl_cpu_fwd_free(f);
         return NULL;
     }
-    if (pl_fwd_moe_init_(f, err, errlen) != 0) {
+    if (pl_fwd_moe_init_(f, err, errlen) != 0 || pl_fwd_gdn_init_(f, err, errlen) != 0) {
         pl_cpu_fwd_free(f);
         return NULL;
     }
@@ -686,12 +743,13 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
     if (!f)
         return;
     float *bufs[] = {f->k_cache, f->v_cache, f->x, f->xn, f->tmp, f->q, f->att, f->k,
-                     f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc};
+                     f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc, f->qg, f->qgate};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(f->xq);
     free(f->ph);
     free(f->spans);
     pl_fwd_moe_free_(f);
+    pl_fwd_gdn_free_(f);
     free(f);
 }

@@ -30,6 +30,8 @@ typedef struct pl_fwd_opts {
     int amx;                     /**< pl_amx_mode: Q4_0, Q4_1 and Q8_0
                                       matmuls in block order, on AMX tiles
                                       from 16 rows (qdot_amx.h); 0: off */
+    int max_slots;               /**< recurrent-state slots (models with
+                                      Gated DeltaNet layers; 0: max_out) */
 } pl_fwd_opts;
 
 /** One call's batch. tokens are resolved ids (no placeholders). */
@@ -42,6 +44,12 @@ typedef struct pl_fwd_batch {
     int max_blocks_per_seq;
     int n_out;
     const int32_t *out_rows;     /**< (n_out) rows whose logits are computed */
+    /** (n_seqs) the recurrent-state slot of each sequence (models with
+     *  recurrent layers), stable for a sequence's life; NULL: the sequence
+     *  index. A sequence's rows are consecutive positions, in row order; a
+     *  first row at position 0 starts from a zero state, one at p > 0
+     *  continues its slot's state, which must be the state after p - 1. */
+    const int32_t *seq_slot;
 } pl_fwd_batch;
 
 /** Allocates scratch and the KV pool (f32). The model and pool are
@@ -50,9 +58,12 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
                            char *err, size_t errlen);
 void pl_cpu_fwd_free(pl_cpu_fwd *f);
 
-/** Run the batch: writes K/V of every row into its block, then
- *  logits (n_out, n_vocab). Returns 0, or -1 on an invalid batch (token id,
- *  position or block id out of range) with nothing written to logits. */
+/** Run the batch: writes K/V of every row into its block (recurrent
+ *  layers: advances the sequences' state slots), then logits (n_out,
+ *  n_vocab). Returns 0, or -1 on an invalid batch (token id, position or
+ *  block id out of range; a recurrent slot out of range, shared, or not at
+ *  the position before the sequence's first row) with nothing written to
+ *  logits and no state changed. */
 int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits);
 
 /** Logits (n, n_vocab) of rows of the last pl_cpu_forward call (its final

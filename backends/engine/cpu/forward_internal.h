@@ -12,6 +12,7 @@
 #include "backends/engine/cpu/forward.h"
 
 struct pl_fwd_moe;
+struct pl_fwd_gdn;
 
 struct pl_cpu_fwd {
     const pl_model *m;
@@ -31,6 +32,10 @@ struct pl_cpu_fwd {
                                     attention's scores, then probabilities */
     float *xo;                   /* (max_out, n_embd) */
     struct pl_fwd_moe *moe;      /* the expert blocks' buffers, or NULL */
+    struct pl_fwd_gdn *gdn;      /* the recurrent layers' states and buffers, or NULL */
+    float *qg, *qgate;           /* (max_rows, 2 q_dim), (max_rows, q_dim): the
+                                    gated query projection and its gate
+                                    (attn_out_gate), else NULL */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
     float *logits;               /* the call's logits (n_out, n_vocab) */
@@ -42,8 +47,8 @@ struct pl_cpu_fwd {
                                     final hidden states x still holds */
 };
 
-#define MM_MAX 3
-#define MM_PER_LAYER 7           /* weights in plan_layer's matmuls */
+#define MM_MAX 4
+#define MM_PER_LAYER 8           /* weights in a layer's matmuls, at most */
 #define UNIT_BYTES (16 * 1024)   /* quantised weight bytes per unit, about */
 
 /* The units of a slice not yet taken, [front, back) in one word: the
@@ -87,6 +92,10 @@ typedef enum ph_kind {
     PH_FINAL_ADD,      /* x[r] += tmp[r] */
     PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
     PH_SOFTCAP,        /* a SOFTCAP_CHUNK slice of a logits row, soft-capped */
+    PH_ATTN_GATE,      /* att[r] *= sigmoid(gate[r]) (attn_out_gate) */
+    PH_GDN_CONV,       /* (sequence, channel slice): conv + SiLU over its rows */
+    PH_GDN_RULE,       /* (sequence, value head): the delta rule over its rows,
+                          gated RMSNorm (forward_deltanet.c) */
     PH_MM,             /* one chunk of output features of mm */
     PH_MOE_GROUP,      /* one item: the rows of each chosen expert, in order */
     PH_MOE_GATHER,     /* the input of (row, rank) at its expert's place */
@@ -111,6 +120,25 @@ typedef struct phase {
 
 /* Appends a phase of n items to the plan. */
 phase *pl_fwd_ph_add_(pl_cpu_fwd *f, ph_kind kind, int layer, int n, const mm_job *next);
+
+/* Adds the matmul phase y[i] = x @ w[i]^T (n <= MM_MAX weights of one
+ * input width); returns its job, which a row phase before it names as
+ * `next`. */
+const mm_job *pl_fwd_ph_add_mm_(pl_cpu_fwd *f, const float *x, int n_rows, int n,
+                                const pl_weight *const *w, float *const *y);
+
+/* The recurrent layers (forward_deltanet.c). init: the state slots and
+ * buffers (nothing without recurrent layers); 0 or -1 with err. check: the
+ * batch's sequences against their slots (before anything runs), their
+ * rows grouped; 0 or -1. commit: the slots' positions after the run. plan:
+ * layer l's Gated DeltaNet block over n rows, after PH_ATTN_IN (whose
+ * `next` it sets). item: one PH_GDN_* item. */
+int pl_fwd_gdn_init_(pl_cpu_fwd *f, char *err, size_t len);
+void pl_fwd_gdn_free_(pl_cpu_fwd *f);
+int pl_fwd_gdn_check_(pl_cpu_fwd *f, const pl_fwd_batch *b);
+void pl_fwd_gdn_commit_(pl_cpu_fwd *f, const pl_fwd_batch *b);
+void pl_fwd_gdn_plan_(pl_cpu_fwd *f, phase *in, int l, int n);
+void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
 
 /* The expert blocks (forward_moe.c). init: the buffers for f's model and
  * options (nothing without experts); 0, or -1 with a message in err (out

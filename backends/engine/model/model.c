@@ -16,7 +16,11 @@
 #define fail_ pl_model_fail_
 
 /* The sizes a tensor's dimensions are named by. */
-typedef enum dim { D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP } dim;
+typedef enum dim {
+    D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP,
+    D_QG,                        /* the query projection's rows (with its gate) */
+    D_SSM_CONV, D_SSM_INNER, D_SSM_V, D_SSM_STATE, D_SSM_KERNEL,
+} dim;
 
 /* What a slot holds at `off` in pl_layer: a vector (float *, `rows`
  * elements), a matrix (pl_weight), one matrix per expert (pl_experts,
@@ -36,10 +40,11 @@ typedef struct slot {
 #define MAT(f, r, c, field) {f, S_MAT, r, c, offsetof(pl_layer, field)}
 #define EXPS(f, r, c, field) {f, S_EXPS, r, c, offsetof(pl_layer, field)}
 #define VEC2(f, c, field) {f, S_VEC2, D_EXP, c, offsetof(pl_layer, field)}
+#define VEC2R(f, r, c, field) {f, S_VEC2, r, c, offsetof(pl_layer, field)}
 
 static const slot slots_[PL_T_COUNT] = {
     [PL_T_ATTN_NORM] = VEC("blk.%d.attn_norm.weight", D_EMBD, attn_norm),
-    [PL_T_WQ] = MAT("blk.%d.attn_q.weight", D_Q, D_EMBD, wq),
+    [PL_T_WQ] = MAT("blk.%d.attn_q.weight", D_QG, D_EMBD, wq),
     [PL_T_WK] = MAT("blk.%d.attn_k.weight", D_KV, D_EMBD, wk),
     [PL_T_WV] = MAT("blk.%d.attn_v.weight", D_KV, D_EMBD, wv),
     [PL_T_WO] = MAT("blk.%d.attn_output.weight", D_EMBD, D_Q, wo),
@@ -64,6 +69,15 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_GATE_EXPS_B] = VEC2("blk.%d.ffn_gate_exps.bias", D_FF_EXP, gate_exps_b),
     [PL_T_UP_EXPS_B] = VEC2("blk.%d.ffn_up_exps.bias", D_FF_EXP, up_exps_b),
     [PL_T_DOWN_EXPS_B] = VEC2("blk.%d.ffn_down_exps.bias", D_EMBD, down_exps_b),
+    [PL_T_SSM_QKV] = MAT("blk.%d.attn_qkv.weight", D_SSM_CONV, D_EMBD, ssm_qkv),
+    [PL_T_SSM_Z] = MAT("blk.%d.attn_gate.weight", D_SSM_INNER, D_EMBD, ssm_z),
+    [PL_T_SSM_BETA] = MAT("blk.%d.ssm_beta.weight", D_SSM_V, D_EMBD, ssm_beta),
+    [PL_T_SSM_ALPHA] = MAT("blk.%d.ssm_alpha.weight", D_SSM_V, D_EMBD, ssm_alpha),
+    [PL_T_SSM_CONV] = VEC2R("blk.%d.ssm_conv1d.weight", D_SSM_CONV, D_SSM_KERNEL, ssm_conv),
+    [PL_T_SSM_DT] = VEC("blk.%d.ssm_dt.bias", D_SSM_V, ssm_dt),
+    [PL_T_SSM_A] = VEC("blk.%d.ssm_a", D_SSM_V, ssm_a),
+    [PL_T_SSM_NORM] = VEC("blk.%d.ssm_norm.weight", D_SSM_STATE, ssm_norm),
+    [PL_T_SSM_OUT] = MAT("blk.%d.ssm_out.weight", D_EMBD, D_SSM_INNER, ssm_out),
 };
 
 #define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
@@ -90,6 +104,12 @@ static int dim_size(const pl_model *m, dim d)
     case D_HEADS: return m->n_head;
     case D_EXP: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
+    case D_QG: return m->n_head * m->head_dim * (m->attn_out_gate ? 2 : 1);
+    case D_SSM_CONV: return m->ssm_conv_dim;
+    case D_SSM_INNER: return m->ssm_d_inner;
+    case D_SSM_V: return m->ssm_n_v;
+    case D_SSM_STATE: return m->ssm_d_state;
+    case D_SSM_KERNEL: return m->ssm_conv_kernel;
     default: return m->head_dim;
     }
 }
@@ -287,15 +307,26 @@ static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
     }
 }
 
+/* The attention block's tensors, which a recurrent layer replaces. */
+#define ATTN_BLOCK                                                                   \
+    (PL_T_BIT(PL_T_WQ) | PL_T_BIT(PL_T_WK) | PL_T_BIT(PL_T_WV) | PL_T_BIT(PL_T_WO) |   \
+     PL_T_BIT(PL_T_BQ) | PL_T_BIT(PL_T_BK) | PL_T_BIT(PL_T_BV) |                       \
+     PL_T_BIT(PL_T_Q_NORM) | PL_T_BIT(PL_T_K_NORM))
+
 /* Layer l's tensors: those its architecture needs (missing: an error),
  * and its optional ones when the file has them. A layer with experts
- * needs the expert block instead of the dense feed-forward. */
+ * needs the expert block instead of the dense feed-forward; a recurrent
+ * one the Gated DeltaNet block instead of attention. */
 static int load_layer(pl_model *m, loader *ld, int l)
 {
-    uint32_t need = m->info->need;
+    uint64_t need = m->info->need, opt = m->info->optional;
     if (m->n_expert > 0)
         need = (need & ~DENSE_FFN) | m->info->moe_need;
-    uint32_t want = need | m->info->optional;
+    if (m->layers[l].recurrent) {
+        need = (need & ~ATTN_BLOCK) | m->info->need_recurrent;
+        opt &= ~ATTN_BLOCK;
+    }
+    uint64_t want = need | opt;
     for (int s = 0; s < PL_T_COUNT; s++)
         if ((want & PL_T_BIT(s)) && load_slot(m, ld, s, l, need & PL_T_BIT(s)))
             return -1;
@@ -346,6 +377,19 @@ static int load_rope(pl_model *m, loader *ld)
     return rc;
 }
 
+/* Whether tensor name n is in blk.N. with N past the layers run (the
+ * multi-token-prediction blocks, which parley skips). */
+static bool mtp_tensor(const pl_gguf_str *n, const pl_model *m)
+{
+    char b[24];
+    size_t k = n->len < sizeof b - 1 ? n->len : sizeof b - 1;
+    memcpy(b, n->ptr, k);
+    b[k] = 0;
+    int blk, at = 0;
+    return sscanf(b, "blk.%d.%n", &blk, &at) == 1 && at > 0 && blk >= m->n_layer &&
+           blk < m->n_layer + m->n_layer_mtp;
+}
+
 /* A tensor no slot took would be silently ignored: refuse the file (as
  * llama.cpp does: "wrong number of tensors"). */
 static int check_all_used(const loader *ld, const pl_model *m)
@@ -354,6 +398,8 @@ static int check_all_used(const loader *ld, const pl_model *m)
         if (ld->used[i])
             continue;
         const pl_gguf_str *n = &ld->g->tensors[i].name;
+        if (m->n_layer_mtp > 0 && mtp_tensor(n, m))
+            continue;            /* a multi-token-prediction block: not run */
         return fail_(ld->err, ld->len, "tensor %.*s: not used by architecture %s (refusing "
                      "to ignore it)", (int)(n->len > 96 ? 96 : n->len), n->ptr, m->arch_name);
     }
@@ -385,7 +431,8 @@ pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, 
         fail_(err, len, "out of memory");
         goto fail;
     }
-    if (pl_model_read_swa_(m, g, err, len) || load_rope(m, &ld) || load_globals(m, &ld))
+    if (pl_model_read_swa_(m, g, err, len) || pl_model_read_ssm_(m, g, err, len) ||
+        load_rope(m, &ld) || load_globals(m, &ld))
         goto fail;
     for (int l = 0; l < m->n_layer; l++)
         if (load_layer(m, &ld, l))
@@ -405,11 +452,12 @@ bool pl_model_has_extensions(const pl_model *m)
     for (int l = 0; l < m->n_layer; l++) {
         const pl_layer *y = &m->layers[l];
         if (y->n_swa || y->attn_q_norm || y->attn_k_norm || y->attn_post_norm ||
-            y->ffn_post_norm)
+            y->ffn_post_norm || y->recurrent)
             return true;
     }
     return m->attn_softcap > 0 || m->final_softcap > 0 || m->embd_scale != 1.0f ||
-           m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim);
+           m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim) ||
+           m->attn_out_gate;
 }
 
 bool pl_model_has_moe(const pl_model *m)

@@ -10,7 +10,8 @@
  * per global one with their own RoPE base), and the mixtures of experts:
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
- * biased router and experts, clamped SwiGLU). Its pl_arch row, below, says
+ * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
+ * hybrid qwen35 (pl_layer.recurrent below; gated attention). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
@@ -115,16 +116,26 @@ typedef enum pl_tensor_slot {
     PL_T_GATE_EXPS_B,            /**< blk.N.ffn_gate_exps.bias (n_expert, n_ff_exp) */
     PL_T_UP_EXPS_B,              /**< blk.N.ffn_up_exps.bias (n_expert, n_ff_exp) */
     PL_T_DOWN_EXPS_B,            /**< blk.N.ffn_down_exps.bias (n_expert, n_embd) */
+    /* Gated DeltaNet (recurrent layers: pl_layer.recurrent) */
+    PL_T_SSM_QKV,                /**< blk.N.attn_qkv.weight (ssm_conv_dim, n_embd) */
+    PL_T_SSM_Z,                  /**< blk.N.attn_gate.weight (ssm_d_inner, n_embd) */
+    PL_T_SSM_BETA,               /**< blk.N.ssm_beta.weight (ssm_n_v, n_embd) */
+    PL_T_SSM_ALPHA,              /**< blk.N.ssm_alpha.weight (ssm_n_v, n_embd) */
+    PL_T_SSM_CONV,               /**< blk.N.ssm_conv1d.weight (ssm_conv_dim, conv_kernel) */
+    PL_T_SSM_DT,                 /**< blk.N.ssm_dt.bias (ssm_n_v) */
+    PL_T_SSM_A,                  /**< blk.N.ssm_a (ssm_n_v): -exp(A_log) */
+    PL_T_SSM_NORM,               /**< blk.N.ssm_norm.weight (ssm_d_state) */
+    PL_T_SSM_OUT,                /**< blk.N.ssm_out.weight (n_embd, ssm_d_inner) */
     PL_T_COUNT,
 } pl_tensor_slot;
 
-#define PL_T_BIT(s) (1u << (s))
+#define PL_T_BIT(s) (1ull << (s))
 
 /** What the model loader follows for a family (its pl_family's `model`,
  *  backends/engine/families/): how its general.architecture reads its file. */
 typedef struct pl_arch {
-    uint32_t need;               /**< PL_T_BIT()s every layer must have */
-    uint32_t optional;           /**< PL_T_BIT()s a layer may have */
+    uint64_t need;               /**< PL_T_BIT()s every layer must have */
+    uint64_t optional;           /**< PL_T_BIT()s a layer may have */
     bool rope_neox;              /**< rotate (x[i], x[i + n_rot/2]), else adjacent pairs */
     pl_ffn_act act;
     bool embd_scale;             /**< x = embedding * sqrt(n_embd) (gemma) */
@@ -155,7 +166,7 @@ typedef struct pl_arch {
                                       expert_weights_norm says otherwise */
     /** With experts, the tensor bits that replace the dense FFN's
      *  (GATE, UP, DOWN) in `need`. */
-    uint32_t moe_need;
+    uint64_t moe_need;
     /** The FFN norm's tensor when not blk.N.ffn_norm.weight (gpt-oss:
      *  "post_attention_norm"); NULL: ffn_norm. */
     const char *ffn_norm_name;
@@ -165,6 +176,25 @@ typedef struct pl_arch {
     /** With experts, expert_feed_forward_length when the file omits it;
      *  NULL: the key is required. */
     int (*expert_ff_default)(const struct pl_model *m);
+    /** Gated DeltaNet hybrids (qwen35): reads the ssm.* keys and which
+     *  layers are recurrent (attention.recurrent_layers, else every layer
+     *  but each full_attention_interval-th); those layers need
+     *  need_recurrent instead of `need`'s attention tensors (the FFN bits
+     *  of `need` stay). */
+    bool recurrent;
+    uint64_t need_recurrent;
+    /** Attention layers' query projection is (2 n_head head_dim, n_embd):
+     *  per head, the query then a gate; the attention output is multiplied
+     *  by sigmoid(gate) before attn_output (qwen35). */
+    bool attn_out_gate;
+    /** Reads rope.dimension_sections (multimodal RoPE): with text positions
+     *  only every section rotates by the same position, so the rotation is
+     *  the plain one; the sections must cover n_rot / 2. */
+    bool rope_sections;
+    /** Multi-token-prediction layers (nextn_predict_layers) are skipped at
+     *  load: the last that many blocks of block_count are not run and their
+     *  tensors not read. */
+    bool mtp_ignored;
 } pl_arch;
 
 /** One weight matrix. */
@@ -228,6 +258,29 @@ typedef struct pl_layer {
     pl_experts down_exps;        /**< n_expert x (n_embd, n_ff_exp) */
     float *gate_exps_b, *up_exps_b; /**< (n_expert, n_ff_exp) biases, or NULL */
     float *down_exps_b;          /**< (n_expert, n_embd) */
+    /** A Gated DeltaNet layer (pl_model's ssm_* sizes): no q/k/v/o and no
+     *  paged K/V; a fixed-size state per sequence instead (the conv's last
+     *  conv_kernel - 1 inputs, the (n_v, d_state, d_state) delta-rule
+     *  state). Per row, with heads of d = ssm_d_state:
+     *
+     *    c = silu(causal depthwise conv(h @ ssm_qkv^T; ssm_conv))  (conv_dim)
+     *    q, k, v = c[0, n_k d), c[n_k d, 2 n_k d), c[2 n_k d, ...)
+     *    per value head h (key head h % n_k):
+     *      q = l2norm(q) / sqrt(d), k = l2norm(k)
+     *      g = exp(ssm_a[h] * softplus(h @ ssm_alpha[h] + ssm_dt[h]))
+     *      b = sigmoid(h @ ssm_beta[h])
+     *      S = g S;  S += k (b (v - S^T k))^T;  o = S^T q
+     *      o = rmsnorm(o, ssm_norm) * silu(h @ ssm_z[h]^T)
+     *    x += concat(o) @ ssm_out^T */
+    bool recurrent;
+    pl_weight ssm_qkv;           /**< (ssm_conv_dim, n_embd) */
+    pl_weight ssm_z;             /**< (ssm_d_inner, n_embd) */
+    pl_weight ssm_beta, ssm_alpha; /**< (ssm_n_v, n_embd) */
+    float *ssm_conv;             /**< (ssm_conv_dim, ssm_conv_kernel) */
+    float *ssm_dt;               /**< (ssm_n_v) */
+    float *ssm_a;                /**< (ssm_n_v) */
+    float *ssm_norm;             /**< (ssm_d_state) */
+    pl_weight ssm_out;           /**< (n_embd, ssm_d_inner) */
 } pl_layer;
 
 typedef struct pl_model {
@@ -267,6 +320,18 @@ typedef struct pl_model {
     bool tied;
     float *output_norm;          /**< (n_embd) */
     pl_layer *layers;            /**< (n_layer) */
+    bool attn_out_gate;          /**< pl_arch's attn_out_gate */
+    /* Gated DeltaNet layers (pl_layer.recurrent), 0 without. */
+    int n_recurrent;             /**< how many layers are recurrent */
+    int ssm_conv_kernel;         /**< ssm.conv_kernel */
+    int ssm_d_state;             /**< ssm.state_size: a key and value head's width */
+    int ssm_n_k;                 /**< ssm.group_count: key heads */
+    int ssm_n_v;                 /**< ssm.time_step_rank: value heads (a
+                                      multiple of ssm_n_k; value head h reads
+                                      key head h % ssm_n_k, llama.cpp's order) */
+    int ssm_d_inner;             /**< ssm.inner_size = ssm_n_v * ssm_d_state */
+    int ssm_conv_dim;            /**< 2 ssm_n_k ssm_d_state + ssm_d_inner */
+    int n_layer_mtp;             /**< multi-token-prediction blocks skipped */
 } pl_model;
 
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */

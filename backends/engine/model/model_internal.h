@@ -18,6 +18,9 @@ int pl_model_fail_(char *err, size_t len, const char *fmt, ...)
 int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len);
 int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len);
 int pl_model_read_swa_(pl_model *m, const pl_gguf *g, char *err, size_t len);
+/** The Gated DeltaNet sizes (ssm.*) and which layers are recurrent, for a
+ *  family with recurrent layers; nothing for the others. */
+int pl_model_read_ssm_(pl_model *m, const pl_gguf *g, char *err, size_t len);
 /** The RoPE tables (global and sliding) and each layer's pointer to its
  *  own. factors: rope_freqs.weight's (n_rot/2) values or NULL. */
 int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,

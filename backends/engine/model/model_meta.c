@@ -168,12 +168,33 @@ static double kv_number(const pl_gguf_kv *kv)
     return NAN;
 }
 
+/* The Gated DeltaNet keys (qwen35), refused in architectures without
+ * recurrent layers. */
+static const char *const ssm_keys_[] = {"ssm.conv_kernel", "ssm.inner_size", "ssm.state_size",
+                                        "ssm.time_step_rank", "ssm.group_count",
+                                        "attention.recurrent_layers", "full_attention_interval",
+                                        NULL};
+
 /* Keys of experts, refused in architectures without them. */
 static const char *const expert_keys_[] = {"expert_count", "expert_used_count",
                                            "expert_feed_forward_length"};
 
+/* Whether the family reads a key the table refuses for the others. */
+static bool family_reads(const pl_arch *a, const char *key)
+{
+    return (a->recurrent && !strcmp(key, "ssm.conv_kernel")) ||
+           (a->rope_sections && !strcmp(key, "rope.dimension_sections")) ||
+           (a->mtp_ignored && !strcmp(key, "nextn_predict_layers"));
+}
+
 static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
+    char k0[128];
+    if (!m->info->recurrent)
+        for (const char *const *x = ssm_keys_; *x; x++)
+            if (pl_gguf_find(g, arch_key(k0, sizeof k0, m, *x)))
+                return pl_model_fail_(err, len, "%s: state-space layers are not part of %s",
+                                      k0, m->arch_name);
     char k[128];
     for (size_t i = 0; m->info->moe == PL_MOE_NONE && i < 3; i++) {
         const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, expert_keys_[i]));
@@ -184,7 +205,7 @@ static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, si
     for (size_t i = 0; i < sizeof unsupported_ / sizeof unsupported_[0]; i++) {
         const unsupported_key *u = &unsupported_[i];
         const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, u->key));
-        if (!kv)
+        if (!kv || family_reads(m->info, u->key))
             continue;
         double v = kv_number(kv);
         if (!isnan(u->neutral) && v == u->neutral)
@@ -217,6 +238,7 @@ int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len)
     snprintf(m->arch_name, sizeof m->arch_name, "%s", m->family->name);
     m->rope_neox = m->info->rope_neox;
     m->ffn_act = m->info->act;
+    m->attn_out_gate = m->info->attn_out_gate;
     return 0;
 }
 
@@ -334,14 +356,56 @@ static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
     return read_moe_gating(m, g, err, len);
 }
 
+/* block_count, less the multi-token-prediction blocks where the family
+ * skips them (nextn_predict_layers). */
+static int read_block_count(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    int n_all;
+    if (meta_int(m, g, "block_count", 1, MAX_LAYERS, -1, &n_all, err, len))
+        return -1;
+    m->n_layer = n_all;
+    if (!m->info->mtp_ignored)
+        return 0;
+    if (meta_int(m, g, "nextn_predict_layers", 0, n_all - 1, 0, &m->n_layer_mtp, err, len))
+        return -1;
+    m->n_layer = n_all - m->n_layer_mtp;
+    return 0;
+}
+
+/* rope.dimension_sections (multimodal RoPE, 4 integers): read where the
+ * family has them; text positions rotate every section alike, so they need
+ * only cover the rotated pairs. */
+static int read_rope_sections(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.dimension_sections"));
+    if (!kv || !m->info->rope_sections)
+        return 0;
+    if (kv->type != PL_GGUF_TYPE_ARRAY || !is_int_type(kv->v.arr.type) || kv->v.arr.n > 4 ||
+        kv->v.arr.n == 0)
+        return pl_model_fail_(err, len, "%s: expected up to 4 integers", k);
+    long long sum = 0;
+    for (uint64_t i = 0; i < kv->v.arr.n; i++) {
+        long long v = pl_gguf_arr_int(kv, i);
+        if (v < 0)
+            return pl_model_fail_(err, len, "%s: section %llu is negative", k,
+                                  (unsigned long long)i);
+        sum += v;
+    }
+    if (sum != m->n_rot / 2)
+        return pl_model_fail_(err, len, "%s: sections cover %lld rotated pairs, "
+                              "rope.dimension_count %d has %d", k, sum, m->n_rot, m->n_rot / 2);
+    return 0;
+}
+
 int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
     if (refuse_unsupported(m, g, err, len) ||
-        meta_int(m, g, "block_count", 1, MAX_LAYERS, -1, &m->n_layer, err, len) ||
+        read_block_count(m, g, err, len) ||
         meta_int(m, g, "embedding_length", 1, MAX_DIM, -1, &m->n_embd, err, len) ||
         meta_int(m, g, "feed_forward_length", 1, MAX_DIM, -1, &m->n_ff, err, len) ||
         meta_int(m, g, "context_length", 1, INT_MAX, 2048, &m->n_ctx_train, err, len) ||
-        read_heads(m, g, err, len) ||
+        read_heads(m, g, err, len) || read_rope_sections(m, g, err, len) ||
         meta_pos_float(m, g, "attention.layer_norm_rms_epsilon",
                        m->info->norm_eps_required ? 0 : 1e-5f, &m->rms_eps, err, len) ||
         meta_pos_float(m, g, "rope.freq_base", 10000.0f, &m->rope_base, err, len) ||
@@ -492,5 +556,65 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
     for (int l = 0; l < m->n_layer; l++)
         m->layers[l].rope_inv_freq = m->layers[l].n_swa && m->rope_inv_freq_swa
                                      ? m->rope_inv_freq_swa : m->rope_inv_freq;
+    return 0;
+}
+
+/* Which layers are recurrent: attention.recurrent_layers (one bool per
+ * block, the skipped multi-token-prediction blocks included, which must be
+ * false), else every layer but each full_attention_interval-th (llama.cpp's
+ * rule, default 4). */
+static int read_recurrent_layers(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.recurrent_layers"));
+    int n_all = m->n_layer + m->n_layer_mtp, iv;
+    if (kv) {
+        if (kv->type != PL_GGUF_TYPE_ARRAY ||
+            (kv->v.arr.type != PL_GGUF_TYPE_BOOL && !is_int_type(kv->v.arr.type)) ||
+            kv->v.arr.n != (uint64_t)n_all)
+            return pl_model_fail_(err, len, "%s: expected %d booleans (one per block)", k,
+                                  n_all);
+        for (int l = 0; l < n_all; l++) {
+            bool r = pl_gguf_arr_int(kv, (uint64_t)l) != 0;
+            if (l >= m->n_layer && r)
+                return pl_model_fail_(err, len, "%s: multi-token-prediction block %d is "
+                                      "marked recurrent", k, l);
+            if (l < m->n_layer)
+                m->layers[l].recurrent = r;
+        }
+    } else {
+        if (meta_int(m, g, "full_attention_interval", 1, MAX_LAYERS, 4, &iv, err, len))
+            return -1;
+        for (int l = 0; l < m->n_layer; l++)
+            m->layers[l].recurrent = (l + 1) % iv != 0;
+    }
+    for (int l = 0; l < m->n_layer; l++)
+        m->n_recurrent += m->layers[l].recurrent;
+    return 0;
+}
+
+int pl_model_read_ssm_(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    if (!m->info->recurrent)
+        return 0;
+    if (meta_int(m, g, "ssm.conv_kernel", 2, 64, -1, &m->ssm_conv_kernel, err, len) ||
+        meta_int(m, g, "ssm.state_size", 1, 4096, -1, &m->ssm_d_state, err, len) ||
+        meta_int(m, g, "ssm.group_count", 1, 4096, -1, &m->ssm_n_k, err, len) ||
+        meta_int(m, g, "ssm.time_step_rank", 1, 4096, -1, &m->ssm_n_v, err, len) ||
+        meta_int(m, g, "ssm.inner_size", 1, MAX_DIM, -1, &m->ssm_d_inner, err, len) ||
+        read_recurrent_layers(m, g, err, len))
+        return -1;
+    if (m->ssm_n_v % m->ssm_n_k != 0)
+        return pl_model_fail_(err, len, "%s: %d value heads are not a multiple of "
+                              "ssm.group_count's %d key heads",
+                              arch_key(k, sizeof k, m, "ssm.time_step_rank"), m->ssm_n_v,
+                              m->ssm_n_k);
+    if (m->ssm_d_inner != m->ssm_n_v * m->ssm_d_state)
+        return pl_model_fail_(err, len, "%s: %d is not ssm.time_step_rank %d x "
+                              "ssm.state_size %d (value heads as wide as key heads)",
+                              arch_key(k, sizeof k, m, "ssm.inner_size"), m->ssm_d_inner,
+                              m->ssm_n_v, m->ssm_d_state);
+    m->ssm_conv_dim = 2 * m->ssm_n_k * m->ssm_d_state + m->ssm_d_inner;
     return 0;
 }

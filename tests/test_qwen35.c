@@ -1,0 +1,292 @@
+/* test_qwen35.c - the qwen35 family (Gated DeltaNet hybrids) on the CPU
+ * forward pass, with tests/fixtures/tiny_qwen35.gguf (llama.cpp's
+ * converter on a transformers checkpoint, gen_qwen35.py) against
+ * transformers' float32 logits (tiny_qwen35_ref.json):
+ *  - teacher-forced logits of whole sequences (the chunked delta rule)
+ *    within 1e-3 of transformers, prompt logprobs within 0.02 nats mean,
+ *    the same argmax (greedy) everywhere;
+ *  - one row per call (the recurrent step) and prefill in uneven pieces
+ *    agree with the whole sequence within float tolerance;
+ *  - batch invariance: a sequence's logits are the same bits alone and
+ *    beside another sequence's rows (other slots);
+ *  - a row that does not continue its slot's state fails the call and
+ *    leaves the state as it was;
+ *  - the ops: the AVX2 step equals its scalar reference bit for bit, the
+ *    chunked form the steps within tolerance.
+ */
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/engine/cpu/forward.h"
+#include "backends/engine/cpu/ops_ssm.h"
+#include "backends/formats/gguf.h"
+#include "backends/engine/model/model.h"
+#include "tests/helpers/forced.h"
+
+#define BS 16
+#define MAX_CTX 64
+
+static pl_gguf *g_gguf;
+static pl_model *g_model;
+static json_t *g_ref;
+
+static void setup(void)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char p[1024], err[256];
+    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_qwen35_ref.json", src ? src : ".");
+    json_error_t je;
+    g_ref = json_load_file(p, 0, &je);
+    cr_assert(g_ref, "%s: %s", p, je.text);
+    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_qwen35.gguf", src ? src : ".");
+    g_gguf = pl_gguf_open(p, err, sizeof err);
+    cr_assert(g_gguf, "%s", err);
+    g_model = pl_model_load(g_gguf, NULL, err, sizeof err);
+    cr_assert(g_model, "%s", err);
+}
+
+static void teardown(void)
+{
+    pl_model_free(g_model);
+    pl_gguf_free(g_gguf);
+    json_decref(g_ref);
+}
+
+TestSuite(qwen35, .init = setup, .fini = teardown, .timeout = 120);
+
+/* Sequence i of the fixture: ids (n) and transformers' logits (n, nv). */
+static int seq_ref(int i, int32_t *ids, float *ref)
+{
+    json_t *s = json_array_get(json_object_get(g_ref, "ids"), (size_t)i);
+    json_t *lg = json_array_get(json_object_get(g_ref, "hf_logits"), (size_t)i);
+    int n = (int)json_array_size(s), nv = g_model->n_vocab;
+    for (int t = 0; t < n; t++) {
+        ids[t] = (int32_t)json_integer_value(json_array_get(s, (size_t)t));
+        json_t *row = json_array_get(lg, (size_t)t);
+        cr_assert_eq((int)json_array_size(row), nv);
+        for (int v = 0; ref && v < nv; v++)
+            ref[(size_t)t * nv + v] = (float)json_number_value(json_array_get(row, (size_t)v));
+    }
+    return n;
+}
+
+/* Rows [p0, p0 + n) of ids as sequence seq in one call. */
+static void run_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq, float *lg)
+{
+    int32_t pos[MAX_CTX], sq[MAX_CTX];
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        sq[i] = seq;
+    }
+    pl_test_fwd_run(w, ids + p0, pos, sq, n, lg);
+}
+
+static double lse(const float *x, int n)
+{
+    double mx = x[0], s = 0;
+    for (int i = 1; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++)
+        s += exp(x[i] - mx);
+    return mx + log(s);
+}
+
+Test(qwen35, loads_as_hybrid)
+{
+    const pl_model *m = g_model;
+    cr_assert_eq(m->n_layer, 4);
+    cr_assert_eq(m->n_recurrent, 3);
+    cr_assert(m->layers[0].recurrent && m->layers[2].recurrent && !m->layers[3].recurrent);
+    cr_assert(m->attn_out_gate);
+    cr_assert_eq(m->n_rot, 8);
+    cr_assert_eq(m->ssm_n_k, 2);
+    cr_assert_eq(m->ssm_n_v, 4);
+    cr_assert_eq(m->ssm_conv_dim, 128);
+    cr_assert_eq(m->layers[3].wq.rows, 2 * m->n_head * m->head_dim);
+}
+
+Test(qwen35, logits_match_transformers)
+{
+    int nv = g_model->n_vocab;
+    int32_t ids[MAX_CTX];
+    float *ref = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
+    int n_seq = (int)json_array_size(json_object_get(g_ref, "ids"));
+    for (int s = 0; s < n_seq; s++) {
+        int n = seq_ref(s, ids, ref);
+        pl_test_fwd w = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+        run_rows(&w, ids, 0, n, 0, lg);
+        double maxd = 0, dlp = 0;
+        for (int t = 0; t < n; t++) {
+            const float *a = lg + (size_t)t * nv, *b = ref + (size_t)t * nv;
+            for (int v = 0; v < nv; v++)
+                maxd = fmax(maxd, fabs(a[v] - b[v]));
+            if (t + 1 < n)
+                dlp += fabs((a[ids[t + 1]] - lse(a, nv)) - (b[ids[t + 1]] - lse(b, nv)));
+            cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv), "seq %d row %d", s, t);
+        }
+        dlp /= n - 1;
+        cr_log_info("seq %d: max |dlogit| %.2e, mean |dlp| %.2e", s, maxd, dlp);
+        cr_expect_lt(maxd, 1e-3, "seq %d: max |dlogit| %g from transformers", s, maxd);
+        cr_expect_lt(dlp, 0.02, "seq %d: mean |dlp| %g nats", s, dlp);
+        pl_test_fwd_free(&w);
+    }
+    free(ref);
+    free(lg);
+}
+
+/* The whole sequence at once (chunked form), one row a call (the
+ * recurrent step), and pieces of 5, 11 and the rest: the same logits
+ * within float tolerance. */
+Test(qwen35, chunked_equals_step)
+{
+    int nv = g_model->n_vocab;
+    int32_t ids[MAX_CTX];
+    int n = seq_ref(1, ids, NULL);
+    float *whole = malloc(sizeof(float) * MAX_CTX * nv), *part = malloc(sizeof(float) * MAX_CTX * nv);
+    pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+    pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+    pl_test_fwd w3 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+    run_rows(&w1, ids, 0, n, 0, whole);
+    for (int t = 0; t < n; t++)
+        run_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
+    double d = 0;
+    for (size_t i = 0; i < (size_t)n * nv; i++)
+        d = fmax(d, fabs(whole[i] - part[i]));
+    cr_log_info("step vs chunked: max |dlogit| %.2e", d);
+    cr_expect_lt(d, 1e-4, "one row a call differs from the whole: %g", d);
+    int cuts[] = {0, 5, 16, n};
+    for (int c = 0; c < 3; c++)
+        run_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
+    d = 0;
+    for (size_t i = 0; i < (size_t)n * nv; i++)
+        d = fmax(d, fabs(whole[i] - part[i]));
+    cr_expect_lt(d, 1e-4, "prefill in pieces differs from the whole: %g", d);
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
+    pl_test_fwd_free(&w3);
+    free(whole);
+    free(part);
+}
+
+/* Sequence 0 alone, then beside sequence 1 (before and after it, its own
+ * slot): the same bits, in prefill and in decode. */
+Test(qwen35, batch_invariant)
+{
+    int nv = g_model->n_vocab, n = 20;
+    int32_t a[MAX_CTX], b[MAX_CTX], tok[2 * MAX_CTX], pos[2 * MAX_CTX], sq[2 * MAX_CTX];
+    seq_ref(0, a, NULL);
+    seq_ref(2, b, NULL);
+    size_t row = sizeof(float) * (size_t)nv;
+    float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
+    pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
+    pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
+    run_rows(&w1, a, 0, n, 0, alone);
+    int k = 0;
+    for (int i = 0; i < 7; i++, k++)
+        tok[k] = b[i], pos[k] = i, sq[k] = 1;
+    for (int i = 0; i < n; i++, k++)
+        tok[k] = a[i], pos[k] = i, sq[k] = 0;
+    pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
+    cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
+              "prefill rows differ beside another sequence");
+    run_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
+    tok[0] = a[n], pos[0] = n, sq[0] = 0;             /* ... and first, then b's 3 rows */
+    for (int i = 0; i < 3; i++)
+        tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;
+    pl_test_fwd_run(&w2, tok, pos, sq, 4, mixed);
+    cr_assert(!memcmp(alone, mixed, row), "a decode row differs in a batch");
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
+    free(alone);
+    free(mixed);
+}
+
+/* A row that skips a position, or repeats one, fails the call and changes
+ * no state: the next right row gives what it gives without the bad call. */
+Test(qwen35, slot_position_checked)
+{
+    int nv = g_model->n_vocab, n = 12;
+    int32_t a[MAX_CTX], pos[2], sq[2] = {0, 0};
+    seq_ref(0, a, NULL);
+    float *ok = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
+    pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+    pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
+    run_rows(&w1, a, 0, n, 0, ok);
+    run_rows(&w1, a, n, 1, 0, ok + (size_t)n * nv);
+    run_rows(&w2, a, 0, n, 0, lg);
+    int32_t rows[1] = {0};
+    int bad[][2] = {{n + 1, 1}, {n - 1, 1}, {n, 2}};   /* skip, repeat, a gap inside */
+    for (int c = 0; c < 3; c++) {
+        pos[0] = bad[c][0];
+        pos[1] = bad[c][0] + bad[c][1];
+        pl_fwd_batch b = {.n_rows = 2, .tokens = a, .positions = pos, .row_seq = sq,
+                          .block_table = w2.bt, .max_blocks_per_seq = w2.mb, .n_out = 1,
+                          .out_rows = rows};
+        cr_expect_eq(pl_cpu_forward(w2.f, &b, lg), -1, "case %d accepted", c);
+    }
+    int32_t slot = 1000;                               /* out of range */
+    pos[0] = 0;
+    pl_fwd_batch b = {.n_rows = 1, .tokens = a, .positions = pos, .row_seq = sq,
+                      .block_table = w2.bt, .max_blocks_per_seq = w2.mb, .n_out = 1,
+                      .out_rows = rows, .seq_slot = &slot};
+    cr_expect_eq(pl_cpu_forward(w2.f, &b, lg), -1);
+    run_rows(&w2, a, n, 1, 0, lg);
+    cr_assert(!memcmp(lg, ok + (size_t)n * nv, sizeof(float) * nv), "state changed");
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
+    free(ok);
+    free(lg);
+}
+
+static float frand(unsigned *s)
+{
+    *s = *s * 1103515245u + 12345u;
+    return ((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+/* The AVX2 step is the scalar step's bits; 40 steps are the chunked form
+ * within tolerance (in pieces of 24 and 16). */
+Test(qwen35, ops_step_and_chunk)
+{
+    enum { D = 32, T = 40 };
+    unsigned sd = 7;
+    static float S1[D * D], S2[D * D], S3[D * D], q[T * D], k[T * D], v[T * D];
+    static float o1[T * D], o2[T * D], o3[T * D], scr[D], lg[T], bt[T];
+    for (int i = 0; i < D * D; i++)
+        S1[i] = S2[i] = S3[i] = 0.1f * frand(&sd);
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < D; i++) {
+            q[t * D + i] = frand(&sd);
+            k[t * D + i] = frand(&sd);
+            v[t * D + i] = frand(&sd);
+        }
+        pl_op_l2norm(q + t * D, D, 1e-6f, 1.0f / sqrtf(D));
+        pl_op_l2norm(k + t * D, D, 1e-6f, 1.0f);
+        lg[t] = -0.5f * (frand(&sd) + 1.0f);
+        bt[t] = 0.5f * (frand(&sd) + 1.0f);
+    }
+    for (int t = 0; t < T; t++) {
+        pl_op_gdn_step(S1, q + t * D, k + t * D, v + t * D, expf(lg[t]), bt[t], o1 + t * D, D,
+                       D, scr);
+        pl_op_gdn_step_ref(S2, q + t * D, k + t * D, v + t * D, expf(lg[t]), bt[t], o2 + t * D,
+                           D, D, scr);
+    }
+    cr_assert(!memcmp(o1, o2, sizeof o1) && !memcmp(S1, S2, sizeof S1), "avx2 != scalar");
+    float *cs = malloc(sizeof(float) * pl_op_gdn_chunk_scratch(24, D, D));
+    pl_op_gdn_chunk(S3, q, D, k, v, D, lg, bt, o3, D, 24, D, D, cs);
+    pl_op_gdn_chunk(S3, q + 24 * D, D, k + 24 * D, v + 24 * D, D, lg + 24, bt + 24, o3 + 24 * D,
+                    D, 16, D, D, cs);
+    double d = 0, ds = 0;
+    for (int i = 0; i < T * D; i++)
+        d = fmax(d, fabs(o1[i] - o3[i]));
+    for (int i = 0; i < D * D; i++)
+        ds = fmax(ds, fabs(S1[i] - S3[i]));
+    cr_expect_lt(d, 1e-5, "chunked outputs %g from the steps", d);
+    cr_expect_lt(ds, 1e-5, "chunked state %g from the steps", ds);
+    free(cs);
+}
