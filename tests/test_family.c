@@ -44,7 +44,7 @@ Test(family, registry_finds_and_lists_it)
     cr_expect_str_eq(pl_family_names(false), "llama (with or without experts), qwen2, qwen3, "
                      "qwen3moe, qwen35 (Qwen3.5 Gated DeltaNet hybrids), gemma2, gemma3, "
                      "gpt-oss, parley-testfam (a test's)");
-    cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), "
+    cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), GptOssForCausalLM, "
                      "ParleyTestFamForCausalLM"), "%s", pl_family_names(true));
     pl_chat_style s;
     cr_assert_eq(pl_family_chat_style(&pl_family_testfam, &s), 0);
