@@ -240,6 +240,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
         return 2;
     }
     pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
+                         .max_embed_inputs = o->max_embed_inputs,
                          .interactive_reserve = o->interactive_reserve,
                          .stream_buffer_bytes = o->stream_buffer_bytes,
                          .access_log = o->access_log,

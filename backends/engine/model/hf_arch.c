@@ -142,8 +142,15 @@ float pl_hf_arch_norm_shift(const pl_hf_arch *a) { return a->norm_shift; }
 const pl_hf_tmap *pl_hf_arch_layer_tensors(const pl_hf_arch *a) { return a->layer; }
 const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a)
 {
-    (void)a;
-    return globals_;
+    return a->globals ? a->globals : globals_;
+}
+
+bool pl_hf_arch_skips(const pl_hf_arch *a, const char *name)
+{
+    for (const char *const *k = a->skip; k && *k; k++)
+        if (!strcmp(name, *k))
+            return true;
+    return false;
 }
 
 int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
@@ -155,6 +162,8 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_Q: return sh->n_head * sh->head_dim;
     case PL_HF_DIM_KV: return sh->n_head_kv * sh->head_dim;
     case PL_HF_DIM_HEAD: return sh->head_dim;
+    case PL_HF_DIM_POS: return sh->n_pos;
+    case PL_HF_DIM_TYPES: return sh->n_types;
     default: return 0;
     }
 }
@@ -168,6 +177,8 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_Q: return "num_attention_heads x head_dim";
     case PL_HF_DIM_KV: return "num_key_value_heads x head_dim";
     case PL_HF_DIM_HEAD: return "head_dim";
+    case PL_HF_DIM_POS: return "max_position_embeddings";
+    case PL_HF_DIM_TYPES: return "type_vocab_size";
     default: return "-";
     }
 }
