@@ -13,6 +13,7 @@
 #include <event2/thread.h>
 
 #include "api/anthropic.h"
+#include "api/oai_embeddings.h"
 #include "api/dashboard.h"
 #include "api/info.h"
 #include "api/jobs_api.h"
@@ -276,6 +277,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
     pl_anthropic_register(srv);
+    pl_oai_embeddings_register(srv);
     responses = pl_responses_register(srv);
     jobs = pl_jobs_api_register(srv, o->jobs_dir);
     if (jobs)

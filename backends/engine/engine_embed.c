@@ -17,6 +17,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cblas.h>
 #include <event2/event.h>
 
 #include "backends/engine/cpu/encode.h"
@@ -467,6 +468,7 @@ static int start_(emb *e, struct event_base *base, int threads, char *err, size_
 {
     if (threads <= 0)
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads(1); /* the pool splits GEMMs itself */
     e->pool = pl_pool_new(threads > 0 ? threads : 1);
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!e->pool || e->wake_fd < 0)
