@@ -43,6 +43,18 @@ static json_t *model_json(pl_model_entry *m)
         json_decref(j);
         j = NULL;
     }
+    /* vLLM's "task" words: what the model serves, and an embedder's shape */
+    pl_embed_info ei;
+    bool embeds = pl_backend_embed_info(b, &ei) == 0;
+    json_t *caps = embeds ? json_pack("{s:b, s:b, s:i, s:s, s:b}", "embeddings", 1,
+                                      "generation", 0, "dimensions", ei.dim, "pooling",
+                                      ei.pooling, "normalized", ei.normalized)
+                          : json_pack("{s:b, s:b}", "embeddings", 0, "generation", 1);
+    if (j && (!caps || json_object_set_new(j, "capabilities", caps) < 0 ||
+              json_object_set_new(j, "task", json_string(embeds ? "embed" : "generate")) < 0)) {
+        json_decref(j);
+        j = NULL;
+    }
     return j;
 }
 

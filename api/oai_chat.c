@@ -212,6 +212,13 @@ static void handle(pl_server *s, struct evhttp_request *req, bool chat)
                    "The model '%s' does not exist", p.model);
         goto fail_params;
     }
+    pl_embed_info ei;
+    if (pl_backend_embed_info(m->backend, &ei) == 0) {
+        pl_err_set(&err, 400, "invalid_request_error", "model", "model_not_generative",
+                   "The model '%s' is an embedding model: it serves POST /v1/embeddings and "
+                   "does not generate text", p.model);
+        goto fail_params;
+    }
     pl_sampling_apply_model_defaults(&p.sampling, body, m->backend->sampling_defaults);
     if (pl_oai_tools_prepare(&p, body, m->backend, &err) < 0 ||
         pl_oai_reasoning_prepare(&p, m->backend, &err) < 0)

@@ -148,6 +148,11 @@ void pl_reply_errorf(struct evhttp_request *req, int status, const char *type,
 
 json_t *pl_read_json_body(struct evhttp_request *req, long max_bytes)
 {
+    return pl_read_json_body_flags(req, max_bytes, 0);
+}
+
+json_t *pl_read_json_body_flags(struct evhttp_request *req, long max_bytes, size_t flags)
+{
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
     if ((long)len > max_bytes) {
@@ -162,7 +167,7 @@ json_t *pl_read_json_body(struct evhttp_request *req, long max_bytes)
     }
     const char *data = (const char *)evbuffer_pullup(in, -1);
     json_error_t jerr;
-    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES | flags, &jerr);
     if (!root) {
         pl_reply_errorf(req, 400, "invalid_request_error", NULL, "invalid_json",
                         "malformed JSON at line %d column %d: %s", jerr.line,

@@ -34,6 +34,9 @@ json_t *pl_err_to_json(const pl_err *e);
  * an object).
  */
 json_t *pl_read_json_body(struct evhttp_request *req, long max_bytes);
+/** The same with jansson decoding flags added (JSON_ALLOW_NUL: strings
+ *  may hold \u0000, for endpoints that read them by length). */
+json_t *pl_read_json_body_flags(struct evhttp_request *req, long max_bytes, size_t flags);
 
 /** Append s[0..len) to b as the inside of a JSON string (no quotes).
  *  Each ill-formed UTF-8 sequence (its longest valid start, or one byte)

@@ -49,6 +49,8 @@ typedef void (*pl_metrics_fn)(pl_server *s, struct evbuffer *out, void *ud);
 
 typedef struct pl_server_opts {
     long max_body_bytes;         /**< 413 above */
+    int max_embed_inputs;        /**< inputs of one POST /v1/embeddings (400 above;
+                                      0: 2048) */
     long stream_buffer_bytes;    /**< per-stream output cap before pausing */
     bool access_log;             /**< one log line per request (access_log.h) */
     int interactive_reserve;     /**< slots jobs leave to OpenAI requests on

@@ -72,6 +72,11 @@ int pl_backend_vocab_size(pl_backend *b)
     return b->ops->vocab_size ? b->ops->vocab_size(b) : 0;
 }
 
+int pl_backend_embed_info(pl_backend *b, pl_embed_info *out)
+{
+    return b->ops->embed_info ? b->ops->embed_info(b, out) : -1;
+}
+
 int pl_backend_check_ids(const int32_t *ids, int n, int n_vocab, const char *param,
                          pl_err *err)
 {

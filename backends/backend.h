@@ -280,6 +280,50 @@ typedef struct pl_sink {
     void *ud;
 } pl_sink;
 
+/** One input of an embedding request: a text (tokenised with the model's
+ *  special tokens, as sentence-transformers does) or token ids (used as
+ *  given). Borrowed for the duration of embed(). */
+typedef struct pl_embed_input {
+    const char *text;            /**< UTF-8, len bytes; NULL: ids */
+    size_t len;
+    const int32_t *ids;
+    int n_ids;
+} pl_embed_input;
+
+/** An embedding request (POST /v1/embeddings), borrowed during embed(). */
+typedef struct pl_embed_request {
+    const pl_embed_input *inputs;
+    int n;
+    /** 0: an input longer than the model's limit (pl_embed_info.max_len) is
+     *  a 400 naming it; k > 0: inputs are cut to their first k tokens
+     *  (k <= max_len; a text keeps its closing special token, as the
+     *  tokenizers library truncates); -1: cut to max_len (vLLM's
+     *  truncate_prompt_tokens). */
+    int truncate;
+} pl_embed_request;
+
+/** What an embedding model is. */
+typedef struct pl_embed_info {
+    int dim;                     /**< the vectors' length */
+    int max_len;                 /**< the longest input, in tokens */
+    bool normalized;             /**< vectors come at unit L2 norm */
+    const char *pooling;         /**< "mean", "cls", "last" (static) */
+} pl_embed_info;
+
+/** An embedding request's end; pointers valid during the callback. */
+typedef struct pl_embed_result {
+    const float *vectors;        /**< (n, dim), input order; NULL on error */
+    int n, dim;
+    int prompt_tokens;           /**< tokens embedded, over all inputs */
+    const pl_err *error;         /**< set when it failed */
+} pl_embed_result;
+
+/** Called once, on the main thread, unless the request was aborted. */
+typedef struct pl_embed_sink {
+    void (*on_done)(void *ud, const pl_embed_result *r);
+    void *ud;
+} pl_embed_sink;
+
 typedef struct pl_backend pl_backend;
 struct pl_dispatch_kv;
 struct pl_tool_format;
@@ -368,7 +412,19 @@ typedef struct pl_backend_ops {
      *  request is a 400 (pl_backend_check_ids). May be NULL: unknown (a
      *  remote upstream checks its own). */
     int (*vocab_size)(pl_backend *b);
+    /** Whether the model embeds: 0 and *out, or -1 (it generates). May be
+     *  NULL: it does not embed. */
+    int (*embed_info)(pl_backend *b, pl_embed_info *out);
+    /** Queue an embedding request (never blocks; tokenising and the
+     *  forward pass run off the main thread): 0 and *id (abort() cancels
+     *  it), or -1 with *err (the sink is never called then). Present
+     *  whenever embed_info is. */
+    int (*embed)(pl_backend *b, const pl_embed_request *req, pl_embed_sink sink,
+                 uint64_t *id, pl_err *err);
 } pl_backend_ops;
+
+/** ops->embed_info: 0 and *out when b embeds, else -1. */
+int pl_backend_embed_info(pl_backend *b, pl_embed_info *out);
 
 /** ops->vocab_size, or 0 when the backend does not know it. */
 int pl_backend_vocab_size(pl_backend *b);

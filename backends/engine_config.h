@@ -112,6 +112,8 @@ typedef struct pl_engine_config {
     char *revision;              /**< a model given as ORG/NAME: its revision in
                                       the local Hugging Face cache (a ref or
                                       snapshot hash; NULL or "": refs/main) */
+    char *pooling;               /**< an embedding model's pooling ("mean",
+                                      "cls", "last"); NULL or "": its own */
     int kv_cache_mb;             /**< CPU KV cache size */
     int max_model_len;           /**< 0: chosen from the model's context and
                                       the K/V cache (engine_open.h) */

@@ -13,6 +13,7 @@
 #include <event2/thread.h>
 
 #include "api/anthropic.h"
+#include "api/oai_embeddings.h"
 #include "api/dashboard.h"
 #include "api/info.h"
 #include "api/jobs_api.h"
@@ -240,6 +241,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
         return 2;
     }
     pl_server_opts so = {.max_body_bytes = o->max_body_bytes,
+                         .max_embed_inputs = o->max_embed_inputs,
                          .interactive_reserve = o->interactive_reserve,
                          .stream_buffer_bytes = o->stream_buffer_bytes,
                          .access_log = o->access_log,
@@ -275,6 +277,7 @@ int pl_cmd_serve(pl_opts *o, const pl_config *cfg)
     pl_dashboard_register(srv);
     pl_oai_chat_register(srv);
     pl_anthropic_register(srv);
+    pl_oai_embeddings_register(srv);
     responses = pl_responses_register(srv);
     jobs = pl_jobs_api_register(srv, o->jobs_dir);
     if (jobs)

@@ -94,6 +94,11 @@ const pl_option pl_options[] = {
     OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, engine.cpu.amx, M,
         "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
         "outputs as without; needs an AMX CPU, checked at start"),
+    OPT("pooling", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.pooling, M,
+        "embedding models: mean|cls|last, how token rows become one vector (default: the model's own, "
+        "sentence-transformers' Pooling module, else mean)"),
+    OPT("max-embed-inputs", PL_OPT_INT, 1, 1000000, "2048", NULL, NULL, max_embed_inputs, S,
+        "POST /v1/embeddings: most inputs in one request (400 above)"),
     OPT("revision", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.revision, M,
         "--model ORG/NAME: the revision in the local Hugging Face cache, a ref (main) or a "
         "snapshot's commit hash (default: refs/main)"),

@@ -32,6 +32,7 @@ typedef struct pl_opts {
     char *mock_mode;             /**< random|echo */
     char *mock_reasoning;        /**< none|qwen3|harmony */
     long max_body_bytes;
+    int max_embed_inputs;
     long stream_buffer_bytes;    /**< per-stream pending output cap */
     int shutdown_timeout;        /**< s for requests in flight to end on SIGTERM */
     /** The in-process engine's options (engine_config.h): the engine,

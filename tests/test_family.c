@@ -43,9 +43,11 @@ Test(family, registry_finds_and_lists_it)
     cr_expect_eq(pl_family_register(&pl_family_testfam), -1, "a name is registered once");
     cr_expect_str_eq(pl_family_names(false), "llama (with or without experts), qwen2, qwen3, "
                      "qwen3moe, qwen35 (Qwen3.5 Gated DeltaNet hybrids), gemma2, gemma3, "
-                     "gpt-oss, parley-testfam (a test's)");
-    cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), GptOssForCausalLM, "
-                     "ParleyTestFamForCausalLM"), "%s", pl_family_names(true));
+                     "gpt-oss, bert (an encoder: embeddings), parley-testfam (a test's)");
+    cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), "
+                     "GptOssForCausalLM, "), "%s", pl_family_names(true));
+    cr_expect(strstr(pl_family_names(true), "BertModel, ParleyTestFamForCausalLM"), "%s",
+              pl_family_names(true));
     pl_chat_style s;
     cr_assert_eq(pl_family_chat_style(&pl_family_testfam, &s), 0);
     cr_expect(s.tmpl == PL_CHAT_TMPL_CHATML && s.flags == PL_CHAT_F_QWEN_TOOLS);

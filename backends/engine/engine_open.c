@@ -15,6 +15,8 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
+#include "backends/engine/engine_embed.h"
+#include "backends/engine/model/encoder.h"
 #include "backends/engine/engine_hf.h"
 #include "backends/engine/families/family.h"
 #include "backends/formats/gguf.h"
@@ -39,6 +41,9 @@ typedef struct engine_text {
     char ctx_why[160];           /**< how max_model_len was chosen (the log) */
     bool tmpl_forced;            /**< --chat-template, or the ChatML fallback
                                       for an unknown one, replaced the GGUF's */
+    bool encoder;                /**< an encoder (model/encoder.h): only the
+                                      files are open; engine_embed.h serves it */
+    char dir[4096];              /**< the checkpoint folder, or "" */
 } engine_text;
 
 static void text_free(void *ud)
@@ -239,6 +244,7 @@ static int open_files(engine_text *t, const pl_engine_open_opts *o, bool cpu, ch
                                              ? c->weight_type : "auto";
         if (pl_engine_hf_open(&t->hf, path, wt, c->threads, &t->tok, err, n) < 0)
             return -1;
+        snprintf(t->dir, sizeof t->dir, "%s", path);
         t->meta = pl_hf_model_gguf(t->hf.files);
         return 0;
     }
@@ -262,6 +268,8 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
     bool cpu = !strcmp(o->device, "cpu");
     if (open_files(t, o, cpu, err, n) < 0)
         goto fail;
+    if ((t->encoder = pl_encoder_is(t->meta)))
+        return t;
     /* Only the CPU's f32 GEMM path (not batch-invariant) wants dequantised
      * copies; the GPU takes bf16 straight from the GGUF's tensors (an 8B
      * bf16 model once got 32 GB of unused f32 copies and ~50 s of load). */
@@ -427,12 +435,45 @@ void pl_engine_model_name(const char *path, char *out, size_t n)
         *p = (char)tolower((unsigned char)*p);
 }
 
+/* The served name: --served-model-name, ORG/NAME as given, or the file's. */
+static void served_name(const pl_engine_open_opts *o, const engine_text *t, char *name,
+                        size_t n)
+{
+    if (o->served_name && o->served_name[0])
+        snprintf(name, n, "%s", o->served_name);
+    else if (t->hf.files && access(o->model_path, F_OK) != 0)
+        snprintf(name, n, "%s", o->model_path);  /* ORG/NAME, as vLLM serves it */
+    else
+        pl_engine_model_name(o->model_path, name, n);
+}
+
+/* An encoder: its files go to the embedding backend (engine_embed.h). */
+static pl_backend *open_encoder(struct event_base *base, const pl_engine_open_opts *o,
+                                engine_text *t, char *err, size_t n)
+{
+    char name[256];
+    served_name(o, t, name, sizeof name);
+    if (strcmp(o->device, "cpu"))
+        pl_warn("model %s: an encoder runs on the CPU (the CUDA runner has no encoder "
+                "kernels yet)", name);
+    pl_engine_embed_files f = {.gguf = t->gguf, .hf = t->hf, .meta = t->meta, .tok = t->tok,
+                               .dir = t->dir[0] ? t->dir : NULL};
+    t->gguf = NULL;
+    t->tok = NULL;
+    memset(&t->hf, 0, sizeof t->hf);
+    pl_backend *b = pl_engine_embed_open(base, name, &f, o->cfg, err, n);
+    text_free(t);
+    return b;
+}
+
 pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o,
                            char *err, size_t errlen)
 {
     engine_text *t = load_text(o, err, errlen);
     if (!t)
         return NULL;
+    if (t->encoder)
+        return open_encoder(base, o, t, err, errlen);
     pl_engine_options core = o->cfg->core;
     pl_runner *r = open_runner(o, t, &core, err, errlen);
     if (!r) {
@@ -440,12 +481,7 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         return NULL;
     }
     char name[256];
-    if (o->served_name && o->served_name[0])
-        snprintf(name, sizeof name, "%s", o->served_name);
-    else if (t->hf.files && access(o->model_path, F_OK) != 0)
-        snprintf(name, sizeof name, "%s", o->model_path);  /* ORG/NAME, as vLLM serves it */
-    else
-        pl_engine_model_name(o->model_path, name, sizeof name);
+    served_name(o, t, name, sizeof name);
     pl_engine_text hooks = {.ud = t, .encode = text_encode, .token_bytes = text_token_bytes,
                             .is_eog = text_is_eog, .tool_format = text_tool_format,
                             .reasoning_format = text_reasoning_format,

@@ -52,6 +52,11 @@ struct pl_hf_arch {
      *  text_config with these defaults (what transformers leaves out of a
      *  sub-config), its tensors under language_model. NULL: a text model. */
     const pl_hf_default *text_config;
+    /** The global tensors when not a decoder's (embed_tokens, norm,
+     *  lm_head; hf_arch.c), ending with hf == NULL; NULL: a decoder's. */
+    const pl_hf_tmap *globals;
+    /** Checkpoint tensors read and dropped (NULL-terminated), or NULL. */
+    const char *const *skip;
 };
 
 /** The style of a family's official template, for a file that carries

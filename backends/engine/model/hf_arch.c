@@ -146,8 +146,15 @@ float pl_hf_arch_norm_shift(const pl_hf_arch *a) { return a->norm_shift; }
 const pl_hf_tmap *pl_hf_arch_layer_tensors(const pl_hf_arch *a) { return a->layer; }
 const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a)
 {
-    (void)a;
-    return globals_;
+    return a->globals ? a->globals : globals_;
+}
+
+bool pl_hf_arch_skips(const pl_hf_arch *a, const char *name)
+{
+    for (const char *const *k = a->skip; k && *k; k++)
+        if (!strcmp(name, *k))
+            return true;
+    return false;
 }
 
 int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
@@ -162,6 +169,8 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_HEADS: return sh->n_head;
     case PL_HF_DIM_EXPERTS: return sh->n_expert;
     case PL_HF_DIM_FF_EXP: return sh->n_ff_exp;
+    case PL_HF_DIM_POS: return sh->n_pos;
+    case PL_HF_DIM_TYPES: return sh->n_types;
     default: return 0;
     }
 }
@@ -178,6 +187,8 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_HEADS: return "num_attention_heads";
     case PL_HF_DIM_EXPERTS: return "the experts per layer";
     case PL_HF_DIM_FF_EXP: return "an expert's width";
+    case PL_HF_DIM_POS: return "max_position_embeddings";
+    case PL_HF_DIM_TYPES: return "type_vocab_size";
     default: return "-";
     }
 }

@@ -36,6 +36,9 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_HEADS,             /**< num_attention_heads (gpt-oss's sinks) */
     PL_HF_DIM_EXPERTS,           /**< the experts per layer */
     PL_HF_DIM_FF_EXP,            /**< an expert's feed-forward width */
+    PL_HF_DIM_POS,               /**< max_position_embeddings (an encoder's
+                                      absolute positions) */
+    PL_HF_DIM_TYPES,             /**< type_vocab_size (token types) */
 } pl_hf_dim;
 
 enum {
@@ -67,6 +70,8 @@ typedef struct pl_hf_tmap {
 /** What config.json says about the shapes, after pl_hf_arch_hparams. */
 typedef struct pl_hf_shape {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+    int n_pos, n_types;          /**< an encoder's position and token-type
+                                      rows (its family's hparams set them) */
     bool tied;                   /**< the output head is the embedding */
     bool bias;                   /**< q/k/v projections have biases */
     int n_expert, n_ff_exp;      /**< experts per layer and their width; 0: dense */
@@ -88,6 +93,10 @@ const char *pl_hf_arch_gguf(const pl_hf_arch *a);
 const pl_hf_default *pl_hf_arch_text_config(const pl_hf_arch *a);
 /** Added to RMSNorm weights (Gemma's norms scale by 1 + w). */
 float pl_hf_arch_norm_shift(const pl_hf_arch *a);
+/** Whether checkpoint tensor name is one the architecture drops (an
+ *  encoder's pooler head and position_ids buffer, as llama.cpp's converter
+ *  drops them). */
+bool pl_hf_arch_skips(const pl_hf_arch *a, const char *name);
 /** The per-layer and global tensor tables, each ending with hf == NULL. */
 const pl_hf_tmap *pl_hf_arch_layer_tensors(const pl_hf_arch *a);
 const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a);

@@ -305,7 +305,8 @@ static int layer_types_(const pl_hf_json *c, const char *arch, const pl_arch *in
 static int act_(const pl_hf_json *c, const pl_arch *info, char *err, size_t n)
 {
     static const char *const keys[] = {"hidden_act", "hidden_activation"};
-    const char *want = info->act == PL_FFN_GELU_TANH ? "gelu_pytorch_tanh" : "silu";
+    const char *want = info->act == PL_FFN_GELU_TANH ? "gelu_pytorch_tanh" :
+                       info->act == PL_FFN_GELU_ERF ? "gelu" : "silu";
     for (int i = 0; i < 2; i++) {
         const char *a = NULL;
         if (pl_hf_json_str(c, keys[i], false, &a, err, n) < 0)

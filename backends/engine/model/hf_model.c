@@ -384,7 +384,8 @@ static int check_unused_(pl_hf_model *m, char *err, size_t n)
     for (size_t i = 0; i < pl_safetensors_count(m->st); i++) {
         const pl_st_tensor *t = pl_safetensors_at(m->st, i);
         const char *tail = strstr(t->name, "rotary_emb.inv_freq");
-        if (m->used[i] || (tail && !tail[19]) || vision_tensor_(m, t->name))
+        if (m->used[i] || (tail && !tail[19]) || vision_tensor_(m, t->name) ||
+            pl_hf_arch_skips(m->arch, t->name))
             continue;
         int l = -1;
         if (sscanf(t->name, "model.layers.%d.", &l) == 1 && l >= m->sh.n_layer)

@@ -65,6 +65,9 @@ typedef enum pl_ffn_act {
     PL_FFN_SILU = 0,             /**< SwiGLU: g / (1 + exp(-g)) */
     PL_FFN_GELU_TANH,            /**< GeGLU: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) */
     PL_FFN_SWIGLU_OAI,           /**< gpt-oss's clamped SwiGLU (see above) */
+    /** An encoder's ungated FFN (bert): gelu(h @ up^T + b) @ down^T + b,
+     *  gelu(x) = 0.5 x (1 + erf(x / sqrt 2)); encoder.h */
+    PL_FFN_GELU_ERF,
 } pl_ffn_act;
 
 #define PL_OAI_SWIGLU_ALPHA 1.702f /**< gpt-oss's reference implementation */
@@ -134,6 +137,10 @@ typedef enum pl_tensor_slot {
 /** What the model loader follows for a family (its pl_family's `model`,
  *  backends/engine/families/): how its general.architecture reads its file. */
 typedef struct pl_arch {
+    /** An encoder (bert): it embeds, it does not generate; its file is
+     *  read by pl_encoder_load (encoder.h), and pl_model_load refuses it.
+     *  need, optional and the rest below are then unused. */
+    bool encoder;
     uint64_t need;               /**< PL_T_BIT()s every layer must have */
     uint64_t optional;           /**< PL_T_BIT()s a layer may have */
     bool rope_neox;              /**< rotate (x[i], x[i + n_rot/2]), else adjacent pairs */

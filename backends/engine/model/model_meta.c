@@ -235,6 +235,10 @@ int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len)
                               "architecture '%.*s' (supported: %s)",
                               (int)(s.len > 64 ? 64 : s.len), s.ptr, pl_family_names(false));
     m->info = &m->family->model;
+    if (m->info->encoder)
+        return pl_model_fail_(err, len, "general.architecture: '%s' is an encoder: it "
+                              "embeds (POST /v1/embeddings) and does not generate",
+                              m->family->name);
     snprintf(m->arch_name, sizeof m->arch_name, "%s", m->family->name);
     m->rope_neox = m->info->rope_neox;
     m->ffn_act = m->info->act;
