@@ -336,14 +336,33 @@ static int add_tools_(pl_oai_params *p)
 
 /* ---- the call grammar ---- */
 
+/* A format that writes its own call regex from the schema. */
+static int put_call_regex_params_(struct evbuffer *b, const pl_oai_params *p, json_t *fn,
+                                  json_t *params, const char *param, pl_err *err)
+{
+    char msg[400], *esc = NULL;
+    const char *name = json_string_value(json_object_get(fn, "name"));
+    size_t len = 0, cap = 0;
+    if (pl_regex_escape_append(&esc, &len, &cap, name, strlen(name)) < 0)
+        return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+    int rc = p->tool_format->call_regex_params(b, esc, params, (int)p->json_ws, msg, sizeof msg);
+    free(esc);
+    if (rc < 0)
+        return pl_err_set(err, 400, "invalid_request_error", param, "invalid_constraint",
+                          "cannot constrain the call to its parameters: %s", msg);
+    return 0;
+}
+
 static int put_call_regex_(struct evbuffer *b, const pl_oai_params *p, json_t *fn, int i,
                            pl_err *err)
 {
     json_t *params = json_object_get(fn, "parameters");
     char msg[400], param[64];
+    snprintf(param, sizeof param, "tools[%d].function.parameters", i);
+    if (p->tool_format->call_regex_params)
+        return put_call_regex_params_(b, p, fn, params, param, err);
     char *args = params ? pl_json_schema_regex(params, p->json_ws, msg, sizeof msg)
                         : pl_json_object_regex(p->json_ws);
-    snprintf(param, sizeof param, "tools[%d].function.parameters", i);
     if (!args)
         return pl_err_set(err, 400, "invalid_request_error", param, "invalid_constraint",
                           "cannot constrain the call to its parameters: %s",

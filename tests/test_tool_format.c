@@ -18,7 +18,7 @@
 #include "src/base/evbuf.h"
 
 static const pl_tool_format *const prompted[] = {
-    &pl_tool_hermes, &pl_tool_generic, &pl_tool_llama3, &pl_tool_mistral,
+    &pl_tool_hermes, &pl_tool_generic, &pl_tool_llama3, &pl_tool_mistral, &pl_tool_qwen3_coder,
 };
 #define N_PROMPTED (sizeof prompted / sizeof prompted[0])
 
@@ -73,7 +73,17 @@ static pl_dfa *grammar_(const pl_tool_format *f, json_t *tools, bool many)
         cr_assert(args && ns && pl_regex_escape_append(&esc, &len, &cap, ns, strlen(ns)) == 0);
         if (i)
             evbuffer_add(b, "|", 1);
-        f->call_regex(b, esc, args);
+        if (f->call_regex_params) {        /* the bare name, its own argument form */
+            char *bare = NULL;
+            size_t bl = 0, bc = 0;
+            const char *nm = json_string_value(json_object_get(fn, "name"));
+            cr_assert(pl_regex_escape_append(&bare, &bl, &bc, nm, strlen(nm)) == 0);
+            cr_assert_eq(f->call_regex_params(b, bare, params, PL_JSON_WS_COMPACT, msg,
+                                              sizeof msg), 0, "%s", msg);
+            free(bare);
+        } else {
+            f->call_regex(b, esc, args);
+        }
         free(ns), free(args), free(esc);
     }
     evbuffer_add(b, ")", 1);
@@ -237,4 +247,44 @@ Test(tool_format, table_finds_each_by_name)
     cr_expect_eq(pl_reasoning_format_find("qwen3"), &pl_reasoning_qwen3);
     cr_expect_eq(pl_reasoning_format_find("harmony"), &pl_reasoning_harmony);
     cr_expect_null(pl_reasoning_format_find("none"));
+}
+
+/* qwen3_coder: a parameter's text is read by its schema type, as vLLM's
+ * qwen3_coder parser reads it (the template prints Python's True). */
+Test(tool_format, qwen3_coder_reads_values_by_schema_type)
+{
+    json_t *tools = json_loads(
+        "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":"
+        "\"object\",\"properties\":{\"n\":{\"type\":\"integer\"},\"s\":{\"type\":\"string\"},"
+        "\"b\":{\"type\":\"boolean\"},\"o\":{\"type\":\"object\"},\"x\":{\"type\":\"number\"}}}}}]",
+        0, NULL);
+    static const char reply[] =
+        "Let me look.\n\n<tool_call>\n<function=f>\n<parameter=n>\n12\n</parameter>\n"
+        "<parameter=s>\n12\n</parameter>\n<parameter=b>\nTrue\n</parameter>\n"
+        "<parameter=o>\n{\"k\": [1, 2]}\n</parameter>\n<parameter=x>\nnot a number\n"
+        "</parameter>\n</function>\n</tool_call>";
+    char *content = NULL;
+    json_t *calls = pl_tool_format_parse(&pl_tool_qwen3_coder, tools, reply, strlen(reply),
+                                         false, &content);
+    cr_assert_not_null(calls);
+    cr_expect_str_eq(content, "Let me look.");
+    free(content);
+    json_t *a = json_loads(json_string_value(json_object_get(json_array_get(calls, 0),
+                                                             "arguments")), 0, NULL);
+    json_t *want = json_loads("{\"n\": 12, \"s\": \"12\", \"b\": true, \"o\": {\"k\": [1, 2]},"
+                              " \"x\": \"not a number\"}", 0, NULL);
+    cr_expect(a && json_equal(a, want), "%s",
+              json_string_value(json_object_get(json_array_get(calls, 0), "arguments")));
+    /* cut inside the call: nothing of it is returned */
+    json_t *cut = pl_tool_format_parse(&pl_tool_qwen3_coder, tools, reply, 60, true, &content);
+    cr_assert_not_null(cut);
+    cr_expect_eq(json_array_size(cut), 0);
+    free(content);
+    content = NULL;
+    /* an unknown function is no call */
+    static const char unknown[] = "<tool_call>\n<function=g>\n</function>\n</tool_call>";
+    cr_expect_null(pl_tool_format_parse(&pl_tool_qwen3_coder, tools, unknown, strlen(unknown),
+                                        false, &content));
+    json_decref(a), json_decref(want), json_decref(calls), json_decref(cut), json_decref(tools);
+    free(content);
 }

@@ -59,6 +59,12 @@ typedef struct pl_tool_format {
     /** To b: the regex of one call of the function whose JSON-quoted name,
      *  regex-escaped, is name, its arguments matching args_re. */
     void (*call_regex)(struct evbuffer *b, const char *name, const char *args_re);
+    /** Instead of call_regex, for a format whose arguments are not one
+     *  JSON object (qwen3_coder's <parameter=KEY> blocks): to b, the regex
+     *  of one call from the function's parameters schema (NULL: none) and
+     *  the JSON whitespace ws. 0, or -1 with a reason in msg. */
+    int (*call_regex_params)(struct evbuffer *b, const char *name, json_t *params, int ws,
+                             char *msg, size_t msglen);
     /** The regex of a whole forced reply from one ("one call of any
      *  allowed function"): one call, or when many up to max (malloc'd,
      *  NULL on OOM). A native format's is already after the reasoning. */

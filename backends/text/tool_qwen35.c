@@ -13,10 +13,15 @@
  * in "tool" turns that the template wraps in <tool_response> itself. The
  * prompt text follows Qwen3.5's template (its tojson and string filters);
  * a parameter's value is read back by the type its schema gives it, as
- * vLLM's qwen3_coder parser reads it. */
+ * vLLM's qwen3_coder parser reads it, and a forced call is constrained
+ * parameter by parameter (raw text for strings, the JSON schema's regex
+ * for the rest). */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "backends/constrain/json_schema.h"
+#include "backends/constrain/regex.h"
 #include "backends/text/chat_template_internal.h"
 #include "backends/text/tool_format.h"
 #include "src/base/evbuf.h"
@@ -108,20 +113,60 @@ static int render_calls_(struct evbuffer *b, json_t *calls)
     return oom ? -1 : 0;
 }
 
-/* The call's name comes JSON-quoted and regex-escaped: its text between
- * the quotes is the regex of the bare name. The arguments' JSON regex has
- * no XML counterpart: parameters are constrained to the format (names of
- * the schema's shape, values up to their closing tag), their types are
- * checked as they are read back. */
-static void call_regex_(struct evbuffer *b, const char *name, const char *args_re)
+/* A string parameter's text: anything up to its closing tag (no "</"). */
+static const char TEXT_RE[] = "(?:[^<]|<[^/])*";
+
+/* The regex of one parameter's value by its schema: strings as raw text,
+ * booleans as the template prints them (Python's True/False) or as JSON,
+ * anything else as its JSON schema's regex. */
+static char *value_regex_(json_t *schema, int ws, char *msg, size_t msglen)
 {
-    (void)args_re;
-    size_t n = strlen(name);
-    if (n >= 2 && name[0] == '"' && name[n - 1] == '"')
-        name++, n -= 2;
-    evbuffer_add_printf(b, "<tool_call>\\n<function=%.*s>\\n"
-                        "(?:<parameter=[A-Za-z0-9_.-]+>\\n(?:[^<]|<[^/])*\\n</parameter>\\n)*"
-                        "</function>\\n</tool_call>", (int)n, name);
+    const char *ty = json_string_value(json_object_get(schema, "type"));
+    if (ty && (!strcmp(ty, "string")))
+        return strdup(TEXT_RE);
+    if (ty && !strcmp(ty, "boolean"))
+        return strdup("(?:[Tt]rue|[Ff]alse)");
+    return pl_json_schema_regex(schema, (pl_json_ws)ws, msg, msglen);
+}
+
+static bool required_(json_t *params, const char *key)
+{
+    size_t i;
+    json_t *r;
+    json_array_foreach(json_object_get(params, "required"), i, r)
+        if (json_is_string(r) && !strcmp(json_string_value(r), key))
+            return true;
+    return false;
+}
+
+/* One call: the schema's properties in its order, each a <parameter=KEY>
+ * block of its type, optional unless required; a schema without
+ * properties allows any parameters as text. */
+static int call_regex_params_(struct evbuffer *b, const char *name, json_t *params, int ws,
+                              char *msg, size_t msglen)
+{
+    evbuffer_add_printf(b, "<tool_call>\\n<function=%s>\\n", name);
+    json_t *props = json_object_get(params, "properties");
+    if (!json_is_object(props)) {
+        evbuffer_add_printf(b, "(?:<parameter=[A-Za-z0-9_.-]+>\\n%s\\n</parameter>\\n)*",
+                            TEXT_RE);
+    } else {
+        const char *key;
+        json_t *sub;
+        json_object_foreach(props, key, sub) {
+            char *v = value_regex_(sub, ws, msg, msglen), *k = NULL;
+            size_t len = 0, cap = 0;
+            if (!v || pl_regex_escape_append(&k, &len, &cap, key, strlen(key)) < 0) {
+                free(v);
+                return -1;
+            }
+            evbuffer_add_printf(b, "(?:<parameter=%s>\\n(?:%s)\\n</parameter>\\n)%s", k, v,
+                                required_(params, key) ? "" : "?");
+            free(v), free(k);
+        }
+    }
+    evbuffer_add_printf(b, "</function>\\n</tool_call>");
+    return 0;
 }
 
 static char *reply_regex_(const char *one, bool many, int max)
@@ -156,6 +201,9 @@ static const char *param_type_(json_t *tools, const char *fn, const char *key)
  * containers when the text is one, else the text as a string. */
 static json_t *param_value_(const char *type, const char *v, size_t n)
 {
+    if (!strcmp(type, "boolean") && (n == 4 || n == 5) &&
+        (!strncasecmp(v, "true", n) || !strncasecmp(v, "false", n)))
+        return json_boolean(n == 4);       /* the template prints Python's True */
     if (strcmp(type, "string") && strcmp(type, "str") && strcmp(type, "text")) {
         json_t *j = json_loadb(v, n, JSON_DECODE_ANY, NULL);
         bool fits = j && ((!strcmp(type, "integer") && json_is_integer(j)) ||
@@ -242,7 +290,7 @@ const pl_tool_format pl_tool_qwen3_coder = {
     .opener = OPEN,
     .render_tools = render_tools_,
     .render_calls = render_calls_,
-    .call_regex = call_regex_,
+    .call_regex_params = call_regex_params_,
     .reply_regex = reply_regex_,
     .parse = parse_,
 };
