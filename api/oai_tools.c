@@ -315,12 +315,15 @@ static int add_tools_(pl_oai_params *p)
         pl_chat_message *m = &p->messages[i];
         if (strcmp(m->role, in_user ? "user" : "system"))
             continue;
-        size_t n = strlen(tools) + strlen(m->content) + 3;
+        bool first = in_user || p->tool_format->tools_first;
+        const char *text = m->content;
+        if (p->tool_format->tools_first)   /* the template trims the text it adds */
+            text += strspn(text, " \t\n\r\f\v");
+        size_t n = strlen(tools) + strlen(text) + 3;
         char *s = pl_oai_params_own(p, malloc(n));
         if (!s)
             return -1;
-        bool first = in_user || p->tool_format->tools_first;
-        snprintf(s, n, first ? "%s\n\n%s" : "%2$s\n\n%1$s", tools, m->content);
+        snprintf(s, n, first ? "%s\n\n%s" : "%2$s\n\n%1$s", tools, text);
         m->content = s;
         return 0;
     }

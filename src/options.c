@@ -46,7 +46,7 @@ const pl_option pl_options[] = {
         "mock backend: seed of the token generator"),
     OPT("mock-mode", PL_OPT_STRING, 0, 0, "random", NULL, "random|echo", mock_mode, M,
         "mock backend: seeded random words, or echo the prompt"),
-    OPT("mock-reasoning", PL_OPT_STRING, 0, 0, "none", NULL, "none|qwen3|harmony",
+    OPT("mock-reasoning", PL_OPT_STRING, 0, 0, "none", NULL, "none|qwen3|qwen35|harmony",
         mock_reasoning, M, "mock backend: the reasoning format its replies are read in "
         "(harmony: also its tool format)"),
     OPT("max-body-bytes", PL_OPT_LONG, 1024, 1073741824, "4194304", NULL, NULL,

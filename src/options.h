@@ -30,7 +30,7 @@ typedef struct pl_opts {
     int mock_capacity;
     int mock_seed;
     char *mock_mode;             /**< random|echo */
-    char *mock_reasoning;        /**< none|qwen3|harmony */
+    char *mock_reasoning;        /**< none|qwen3|qwen35|harmony */
     long max_body_bytes;
     int max_embed_inputs;
     long stream_buffer_bytes;    /**< per-stream pending output cap */

@@ -39,7 +39,8 @@ typedef struct pl_tool_format {
      *  system turn, a new one when there is none). */
     bool tools_in_user;
     /** In the system turn, the tool list goes before its text (else
-     *  after it). */
+     *  after it), the text's leading white space dropped (the template
+     *  trims it). */
     bool tools_first;
     /** A tool result's role: NULL keeps "tool" (the template has one). */
     const char *result_role;

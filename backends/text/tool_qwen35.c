@@ -122,8 +122,19 @@ static const char TEXT_RE[] = "(?:[^<]|<[^/])*";
 static char *value_regex_(json_t *schema, int ws, char *msg, size_t msglen)
 {
     const char *ty = json_string_value(json_object_get(schema, "type"));
-    if (ty && (!strcmp(ty, "string")))
-        return strdup(TEXT_RE);
+    if (ty && !strcmp(ty, "string")) {
+        json_t *lo = json_object_get(schema, "minLength"), *hi = json_object_get(schema, "maxLength");
+        if (!json_is_integer(lo) && !json_is_integer(hi))
+            return strdup(TEXT_RE);
+        char bound[48] = "";               /* bytes, not characters: a bound all the same */
+        if (json_is_integer(hi))
+            snprintf(bound, sizeof bound, "%lld", (long long)json_integer_value(hi));
+        char *r = malloc(96);
+        if (r)
+            snprintf(r, 96, "(?:[^<]|<[^/]){%lld,%s}",
+                     json_is_integer(lo) ? (long long)json_integer_value(lo) : 0LL, bound);
+        return r;
+    }
     if (ty && !strcmp(ty, "boolean"))
         return strdup("(?:[Tt]rue|[Ff]alse)");
     return pl_json_schema_regex(schema, (pl_json_ws)ws, msg, msglen);
