@@ -708,10 +708,7 @@ void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
     st->tails = kv->tails;
 }
 
-int pl_kv_blocks_num_groups(const pl_kv_blocks *kv)
-{
-    return kv->n_groups;
-}
+int pl_kv_blocks_num_groups(const pl_kv_blocks *kv) { return kv->n_groups; }
 
 void pl_kv_blocks_group_stats(const pl_kv_blocks *kv, int group, pl_kv_group_stats *st)
 {
