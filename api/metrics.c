@@ -199,6 +199,32 @@ static void histogram_families(struct evbuffer *b, const model_view *v, int n)
     }
 }
 
+/* The engine's cache groups by kind (stats "kv.groups"): blocks in use
+ * and cached free, labelled by kind and window. */
+static void kv_group_families(struct evbuffer *b, const model_view *v, int n)
+{
+    static const char *states[] = {"used", "cached_free"};
+    pl_prom_family(b, "parley:kv_group_blocks", "gauge",
+                   "KV blocks of each kind of cache group (full attention, sliding window), "
+                   "in use and cached free.");
+    for (int i = 0; i < n; i++) {
+        json_t *kv = json_object_get(v[i].stats, "kv");
+        json_t *groups = json_object_get(kv, "groups");
+        size_t k;
+        json_t *g;
+        json_array_foreach(groups, k, g) {
+            for (int st = 0; st < 2; st++) {
+                char l[LABELS_MAX + 96];
+                snprintf(l, sizeof l, "%s,kind=\"%s\",window=\"%d\",state=\"%s\"", v[i].labels,
+                         json_string_value(json_object_get(g, "kind")),
+                         (int)json_integer_value(json_object_get(g, "window")), states[st]);
+                pl_prom_sample(b, "parley:kv_group_blocks", "", l,
+                               (double)json_integer_value(json_object_get(g, states[st])));
+            }
+        }
+    }
+}
+
 static void step_families(struct evbuffer *b, const model_view *v, int n)
 {
     family_(b, v, n, "parley:engine_steps", "counter",
@@ -226,6 +252,7 @@ static void step_families(struct evbuffer *b, const model_view *v, int n)
             capacity_);
     family_(b, v, n, "parley:requests_rejected", "counter",
             "Requests the backend refused at submit (bad input, over capacity).", rejected_);
+    kv_group_families(b, v, n);
 }
 
 /* Remote backends list their replicas in stats as "replicas": [{"url",

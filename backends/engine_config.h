@@ -52,6 +52,9 @@ typedef struct pl_cpu_opts {
     int threads;                 /**< pool threads; <= 0: all cores */
     bool kv_f16;                 /**< K/V cache in IEEE halves (else floats) */
     bool batch_invariant;        /**< quantised kernels at every row count */
+    bool kv_groups;              /**< cache groups (schedulers/kv_layout.h):
+                                      sliding layers keep their window only;
+                                      false: one full group of all layers */
     bool amx;                    /**< AMX-INT8 tiles in block order (qdot_amx.h) */
     char *weight_type;           /**< what a Hugging Face checkpoint's weight
                                       matrices are quantised to at load ("q8_0",

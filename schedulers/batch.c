@@ -52,6 +52,36 @@ static int queue_reserve_(pl_batch_seq ***q, int *cap, int need)
     return 0;
 }
 
+/* The cache groups of layout (NULL: one full group); -1 when the pool
+ * has fewer. */
+static int set_groups_(pl_batch *b, const pl_kv_layout *lo)
+{
+    b->n_groups = lo ? lo->n_groups : 1;
+    b->n_kinds = lo ? lo->n_kinds : 0;
+    for (int g = 0; g < b->n_groups; g++)
+        b->group_window[g] = lo ? lo->group_window[g] : 0;
+    for (int k = 0; k < b->n_kinds; k++) {
+        b->kind_window[k] = lo->kind_window[k];
+        b->kind_groups[k] = lo->kind_groups[k];
+    }
+    return b->n_groups <= pl_kv_blocks_num_groups(b->kv) ? 0 : -1;
+}
+
+/* The longest sequence (<= max_model_len) whose blocks fit in the pool
+ * alone, so that one always runs. */
+static int longest_(const pl_batch *b, int num_blocks)
+{
+    int lo = 0, hi = b->cfg.max_model_len;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (pl_batch_need_(b, mid) <= num_blocks)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
 pl_batch *pl_batch_new(const pl_batch_config *cfg, pl_kv_blocks *kv)
 {
     if (!kv || cfg->max_num_seqs <= 0 || cfg->max_num_batched_tokens <= 0 ||
@@ -61,15 +91,20 @@ pl_batch *pl_batch_new(const pl_batch_config *cfg, pl_kv_blocks *kv)
     if (!b)
         return NULL;
     b->cfg = *cfg;
+    b->cfg.layout = NULL;
     b->kv = kv;
     b->block_size = pl_kv_blocks_block_size(kv);
     b->max_blocks = (cfg->max_model_len + b->block_size - 1) / b->block_size;
-    b->max_len = pl_kv_blocks_num_blocks(kv) * b->block_size;
-    if (b->max_len > cfg->max_model_len)
-        b->max_len = cfg->max_model_len;
+    if (set_groups_(b, cfg->layout) < 0) {
+        free(b);
+        return NULL;
+    }
+    b->max_len = longest_(b, pl_kv_blocks_num_blocks(kv));
     b->running = calloc((size_t)cfg->max_num_seqs, sizeof *b->running);
     b->free_slots = malloc((size_t)cfg->max_num_seqs * sizeof *b->free_slots);
-    if (!b->running || !b->free_slots) {
+    b->scratch = malloc(((size_t)b->n_groups + 1) * (size_t)b->max_blocks * sizeof *b->scratch);
+    b->scratch_h = malloc(((size_t)b->max_blocks + 1) * sizeof *b->scratch_h);
+    if (!b->running || !b->free_slots || !b->scratch || !b->scratch_h || b->max_len < 2) {
         pl_batch_free(b);
         return NULL;
     }
@@ -81,17 +116,14 @@ pl_batch *pl_batch_new(const pl_batch_config *cfg, pl_kv_blocks *kv)
 
 static void seq_release_blocks_(pl_batch *b, pl_batch_seq *s)
 {
-    for (int i = 0; i < s->n_blocks; i++)
-        pl_kv_blocks_release_tagged(b->kv, s->blocks[i], s->conv_key);
-    s->n_blocks = 0;
-    s->n_committed = 0;
-    s->last_hash = PL_KV_HASH_ROOT;
+    pl_batch_release_blocks_(b, s);
 }
 
 static void seq_free_(pl_batch_seq *s)
 {
     free(s->tokens);
     free(s->blocks);
+    free(s->live_from);
     free(s);
 }
 
@@ -110,6 +142,8 @@ void pl_batch_free(pl_batch *b)
     free(b->running);
     free(b->waiting);
     free(b->free_slots);
+    free(b->scratch);
+    free(b->scratch_h);
     free(b);
 }
 
@@ -127,8 +161,9 @@ pl_batch_seq *pl_batch_add(pl_batch *b, uint64_t id, const int32_t *prompt,
         return NULL;
     s->cap = n + max_new;
     s->tokens = malloc((size_t)s->cap * sizeof *s->tokens);
-    s->blocks = malloc((size_t)b->max_blocks * sizeof *s->blocks);
-    if (!s->tokens || !s->blocks) {
+    s->blocks = malloc((size_t)b->n_groups * (size_t)b->max_blocks * sizeof *s->blocks);
+    s->live_from = calloc((size_t)b->n_groups, sizeof *s->live_from);
+    if (!s->tokens || !s->blocks || !s->live_from) {
         seq_free_(s);
         return NULL;
     }
@@ -181,28 +216,16 @@ static void seq_leave_running_(pl_batch *b, pl_batch_seq *s)
     s->slot = -1;
 }
 
-/* A running sequence that ends keeps its partial last block for partial
- * reuse: the next round's prompts continue a moderator's reply, whose end
- * sits in that block. */
-static void keep_tail_(pl_batch *b, pl_batch_seq *s)
-{
-    if (!b->cfg.partial_prefix)
-        return;
-    pl_batch_commit_(b, s);
-    int done = s->num_computed < s->n_tokens ? s->num_computed : s->n_tokens;
-    int n = done - s->n_committed * b->block_size;
-    if (s->n_committed == s->n_blocks - 1 && n > 0 && n < b->block_size)
-        pl_kv_blocks_commit_tail(b->kv, s->blocks[s->n_committed], s->last_hash,
-                                 s->tokens + (size_t)s->n_committed * (size_t)b->block_size, n);
-}
-
 void pl_batch_finish(pl_batch *b, pl_batch_seq *s)
 {
     if (s->state == PL_SEQ_FINISHED)
         return;
     if (s->state == PL_SEQ_RUNNING) {
+        /* Its partial last block stays for partial reuse: the next
+         * round's prompts continue a moderator's reply, whose end sits
+         * in that block. */
         if (!s->reply_private)
-            keep_tail_(b, s);
+            pl_batch_keep_tail_(b, s);
         seq_leave_running_(b, s);
     }
     else
@@ -210,11 +233,7 @@ void pl_batch_finish(pl_batch *b, pl_batch_seq *s)
     if (s->reply_private && s->n_prompt > 0) {
         /* Each goes to the front of eviction: the reply's end goes
          * before its start. */
-        int first = (s->n_prompt - 1) / b->block_size;
-        for (int i = first; i < s->n_blocks; i++)
-            pl_kv_blocks_release_front(b->kv, s->blocks[i]);
-        if (s->n_blocks > first)
-            s->n_blocks = first;
+        pl_batch_release_front_(b, s, (s->n_prompt - 1) / b->block_size);
     }
     seq_release_blocks_(b, s);
     s->state = PL_SEQ_FINISHED;
@@ -238,22 +257,18 @@ bool pl_batch_has_seqs(const pl_batch *b)
     return b->n_running + b->n_waiting > 0;
 }
 
-/* The blocks s lacks to hold its prompt and its reply budget. A waiting
- * sequence (no blocks yet) has those of its cached prefix that it will
- * share without taking them from the free ones (in use, or kept for its
- * conversation): pl_batch_admit_'s lookup would hit them. */
-static int seq_lacks_(const pl_batch *b, const pl_batch_seq *s, int reply_estimate)
+/* The blocks s lacks to hold its prompt and its reply budget, each cache
+ * group's real need; a waiting sequence (no blocks yet) less those of
+ * its cached prefix that it will share without taking them from the free
+ * ones (in use, or kept for its conversation): pl_batch_admit_'s lookup
+ * would hit them. */
+static long seq_lacks_(const pl_batch *b, const pl_batch_seq *s, int reply_estimate)
 {
     int gen = s->n_tokens - s->n_prompt + s->num_placeholders;
     int budget = pl_dispatch_reply_budget(s->max_new, reply_estimate);
     if (budget <= gen)
         budget = gen < s->max_new ? gen + 1 : gen;
-    long need = ((long)s->n_prompt + budget + b->block_size - 1) / b->block_size;
-    int have = s->n_blocks;
-    if (have == 0 && !s->prompt_logprobs)
-        have = pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
-                                        (s->n_tokens - 1) / b->block_size);
-    return need > have ? (int)(need - have) : 0;
+    return pl_batch_seq_lacks_(b, s, (long)s->n_prompt + budget, true);
 }
 
 void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct *out)
@@ -271,19 +286,6 @@ void pl_batch_kv_account(const pl_batch *b, int reply_estimate, pl_batch_kv_acct
     out->running = b->n_running;
 }
 
-/* Commit the blocks whose positions are all known and computed. */
-void pl_batch_commit_(pl_batch *b, pl_batch_seq *s)
-{
-    int done = s->num_computed < s->n_tokens ? s->num_computed : s->n_tokens;
-    int full = done / b->block_size;
-    if (full > s->n_blocks)
-        full = s->n_blocks;
-    for (; s->n_committed < full; s->n_committed++)
-        s->last_hash = pl_kv_blocks_commit(
-            b->kv, s->blocks[s->n_committed], s->last_hash,
-            s->tokens + (size_t)s->n_committed * (size_t)b->block_size);
-}
-
 bool pl_batch_append(pl_batch *b, pl_batch_seq *s, int32_t token)
 {
     if (s->num_placeholders > 0)
@@ -293,21 +295,6 @@ bool pl_batch_append(pl_batch *b, pl_batch_seq *s, int32_t token)
     s->tokens[s->n_tokens++] = token;
     if (s->state == PL_SEQ_RUNNING)
         pl_batch_commit_(b, s);
-    return true;
-}
-
-/* Grow s's block table to cover n_pos positions. On failure the blocks
- * taken here are kept (the caller retries after preempting or gives up:
- * they stay valid table entries either way). */
-bool pl_batch_ensure_blocks_(pl_batch *b, pl_batch_seq *s, int n_pos)
-{
-    int need = (n_pos + b->block_size - 1) / b->block_size;
-    while (s->n_blocks < need) {
-        int32_t id = pl_kv_blocks_alloc(b->kv);
-        if (id < 0)
-            return false;
-        s->blocks[s->n_blocks++] = id;
-    }
     return true;
 }
 
@@ -325,47 +312,15 @@ void pl_batch_preempt_(pl_batch *b, pl_batch_seq *s)
     queue_insert_(b->waiting, &b->n_waiting, s);
 }
 
-/* Partial-block reuse after s's full-block hits: a cached block that
- * continues the same chain and starts with s's next ids gives its first k
- * positions (copy on write into a fresh block; the copy runs before the
- * step being scheduled). The last prompt token is always computed. */
-static void admit_partial_(pl_batch *b, pl_batch_seq *s)
-{
-    s->cow_dst = -1;
-    pl_batch_step *st = b->cur;
-    int max_k = s->n_tokens - 1 - s->num_computed;
-    if (!b->cfg.partial_prefix || !st || max_k < 1 || st->n_copies >= b->cfg.max_num_seqs)
-        return;
-    int k;
-    int32_t src = pl_kv_blocks_lookup_partial(b->kv, s->last_hash,
-                                              s->tokens + s->num_computed, max_k, &k);
-    if (src < 0)
-        return;
-    /* Hold src while a block is found for the copy, so that it is not the
-     * one evicted for it. */
-    pl_kv_blocks_ref(b->kv, src);
-    int32_t dst = pl_kv_blocks_alloc(b->kv);
-    pl_kv_blocks_release(b->kv, src);
-    if (dst < 0)
-        return;
-    st->copy_src[st->n_copies] = src;
-    st->copy_dst[st->n_copies++] = dst;
-    s->blocks[s->n_blocks++] = dst;
-    s->num_computed += k;
-    s->cow_dst = dst;
-}
-
 /* Admit waiting s into running: reuse its cached prefix (at most n-1
  * tokens, so the last is computed), take a slot. */
 void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
 {
     int max_hit = s->prompt_logprobs ? 0 : (s->n_tokens - 1) / b->block_size;
-    int hit = pl_kv_blocks_lookup(b->kv, s->tokens, s->n_tokens, max_hit,
-                                  s->blocks, &s->last_hash);
-    s->n_blocks = s->n_committed = hit;
+    int hit = pl_batch_lookup_(b, s, max_hit);
     s->num_computed = hit * b->block_size;
     if (!s->prompt_logprobs)     /* its prompt rows must all run */
-        admit_partial_(b, s);
+        pl_batch_admit_partial_(b, s);
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
         s->n_cached = s->num_computed;
@@ -379,10 +334,12 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
 /* Undo an admission that found no blocks for its first chunk. */
 void pl_batch_unadmit_(pl_batch *b, pl_batch_seq *s)
 {
-    /* Its copy was the step's last one: nothing needs it now. */
+    /* Its copies (one per group) were the step's last: nothing needs them
+     * now. */
     pl_batch_step *st = b->cur;
-    if (s->cow_dst >= 0 && st && st->n_copies > 0 && st->copy_dst[st->n_copies - 1] == s->cow_dst)
-        st->n_copies--;
+    int n = b->n_groups;
+    if (s->cow_dst >= 0 && st && st->n_copies >= n && st->copy_dst[st->n_copies - n] == s->cow_dst)
+        st->n_copies -= n;
     s->cow_dst = -1;
     seq_leave_running_(b, s);
     seq_release_blocks_(b, s);

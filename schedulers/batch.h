@@ -50,6 +50,7 @@
 
 #include "schedulers/batch_step.h"
 #include "schedulers/kv_blocks.h"
+#include "schedulers/kv_layout.h"
 
 typedef enum pl_seq_state {
     PL_SEQ_WAITING = 0,
@@ -69,8 +70,14 @@ typedef struct pl_batch_seq {
     int max_new;              /**< most tokens to generate */
     int num_computed;         /**< positions fed to a scheduled step */
     int num_placeholders;     /**< sampled in flight, not yet appended */
-    int32_t *blocks;          /**< (max_blocks_per_seq) KV block ids */
-    int n_blocks;
+    int32_t *blocks;          /**< (n_groups, max_blocks_per_seq) KV block
+                                   ids of each cache group; a sliding group's
+                                   entries before live_from are -1 */
+    int n_blocks;             /**< blocks its table covers (positions
+                                   [0, n_blocks * block_size)), every group */
+    int32_t *live_from;       /**< (n_groups) first block still held: 0 for
+                                   a full group, the window's first block
+                                   for a sliding one */
     int n_committed;          /**< leading blocks committed to the cache */
     uint64_t last_hash;       /**< hash of block n_committed-1 */
     int slot;                 /**< 0..max_num_seqs-1 while running, else -1 */
@@ -113,6 +120,10 @@ typedef struct pl_batch_config {
      *  instead of computing them a second time; at most this many steps
      *  per admission (0: off). Tokens are unchanged; only when it starts. */
     int defer_steps;
+    /** Cache groups (borrowed while pl_batch_new runs: it copies them);
+     *  NULL: one full group. The pool must have as many groups
+     *  (pl_kv_blocks_new_grouped). */
+    const pl_kv_layout *layout;
 } pl_batch_config;
 
 /**
@@ -128,9 +139,9 @@ typedef struct pl_batch_step {
     int n_preempted;          /**< sequences preempted while scheduling */
     int n_deferred;           /**< admissions deferred (defer_steps) */
     /** KV block copies (partial-block reuse) the runner must make before
-     *  this step: copy_src[i] -> copy_dst[i], all layers. */
+     *  this step: copy_src[i] -> copy_dst[i], all layers of the block. */
     int n_copies;
-    int32_t *copy_src, *copy_dst; /**< (max_num_seqs) */
+    int32_t *copy_src, *copy_dst; /**< (max_num_seqs * n_groups) */
 } pl_batch_step;
 
 typedef struct pl_batch pl_batch;

@@ -12,8 +12,10 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     size_t rows = (size_t)cfg->max_num_batched_tokens;
     size_t seqs = (size_t)cfg->max_num_seqs;
     int mb = (cfg->max_model_len + block_size - 1) / block_size;
+    size_t groups = cfg->layout ? (size_t)cfg->layout->n_groups : 1;
     pl_step_input *in = &st->in;
     in->max_blocks_per_seq = mb;
+    in->n_groups = (int)groups;
     in->tokens = malloc(rows * sizeof *in->tokens);
     in->positions = malloc(rows * sizeof *in->positions);
     in->row_seq = malloc(rows * sizeof *in->row_seq);
@@ -23,13 +25,13 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     in->seq_n_rows = malloc(seqs * sizeof *in->seq_n_rows);
     in->seq_ctx_len = malloc(seqs * sizeof *in->seq_ctx_len);
     in->seq_sample = malloc(seqs * sizeof *in->seq_sample);
-    in->block_table = malloc(seqs * (size_t)mb * sizeof *in->block_table);
+    in->block_table = malloc(seqs * groups * (size_t)mb * sizeof *in->block_table);
     in->sampling = malloc(seqs * sizeof *in->sampling);
     in->seq_hist = malloc(seqs * sizeof *in->seq_hist);
     in->seq_hist_len = malloc(seqs * sizeof *in->seq_hist_len);
     st->seqs = malloc(seqs * sizeof *st->seqs);
-    st->copy_src = malloc(seqs * sizeof *st->copy_src);
-    st->copy_dst = malloc(seqs * sizeof *st->copy_dst);
+    st->copy_src = malloc(seqs * groups * sizeof *st->copy_src);
+    st->copy_dst = malloc(seqs * groups * sizeof *st->copy_dst);
     if (!st->copy_src || !st->copy_dst || !in->tokens || !in->positions || !in->row_seq || !in->row_next ||
         !in->seq_slot ||
         !in->seq_first_row || !in->seq_n_rows || !in->seq_ctx_len ||
@@ -104,10 +106,13 @@ static void fill_seq_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
     bool sample = s->num_computed == s->n_tokens + s->num_placeholders;
     in->seq_ctx_len[k] = s->num_computed;
     in->seq_sample[k] = sample;
-    int32_t *bt = in->block_table + (size_t)k * (size_t)in->max_blocks_per_seq;
-    memcpy(bt, s->blocks, (size_t)s->n_blocks * sizeof *bt);
-    for (int i = s->n_blocks; i < in->max_blocks_per_seq; i++)
-        bt[i] = -1;
+    size_t mb = (size_t)in->max_blocks_per_seq;
+    for (int g = 0; g < b->n_groups; g++) {
+        int32_t *bt = in->block_table + ((size_t)k * (size_t)b->n_groups + (size_t)g) * mb;
+        memcpy(bt, pl_batch_seq_table_(b, s, g), (size_t)s->n_blocks * sizeof *bt);
+        for (size_t i = (size_t)s->n_blocks; i < mb; i++)
+            bt[i] = -1;
+    }
     int gen = s->n_tokens - s->n_prompt;
     in->sampling[k] = s->sampling;
     in->sampling[k].step = (uint64_t)(gen + s->num_placeholders);
@@ -242,8 +247,7 @@ static long running_lack_(const pl_batch *b)
         const pl_batch_seq *s = b->running[i];
         if (s->n_tokens - s->num_computed <= 1)
             continue;
-        long need = ((long)s->n_tokens + b->block_size - 1) / b->block_size;
-        n += need > s->n_blocks ? need - s->n_blocks : 0;
+        n += pl_batch_seq_lacks_(b, s, s->n_tokens, false);
     }
     return n;
 }
@@ -260,10 +264,7 @@ static bool prompt_fits_(const pl_batch *b, const pl_batch_seq *s)
 {
     if (b->n_running == 0 || s->n_tokens <= b->cfg.max_num_batched_tokens)
         return true;
-    long need = ((long)s->n_tokens + b->block_size - 1) / b->block_size;
-    if (!s->prompt_logprobs)
-        need -= pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
-                                         (s->n_tokens - 1) / b->block_size);
+    long need = pl_batch_seq_lacks_(b, s, s->n_tokens, true);
     return need <= pl_kv_blocks_num_available(b->kv) - running_lack_(b);
 }
 

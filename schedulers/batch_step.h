@@ -60,8 +60,14 @@ typedef struct pl_step_input {
     int32_t *seq_n_rows;         /**< (n_seqs) rows of the sequence */
     int32_t *seq_ctx_len;        /**< (n_seqs) tokens in KV after this step */
     bool *seq_sample;            /**< (n_seqs) sample after the last row? */
-    int32_t *block_table;        /**< (n_seqs, max_blocks_per_seq) block ids */
+    /** (n_seqs, n_groups, max_blocks_per_seq) block ids of each cache
+     *  group (schedulers/kv_layout.h; a layer reads its group's table);
+     *  -1 for blocks a sliding group no longer holds, which its layers
+     *  never read. With one group: (n_seqs, max_blocks_per_seq). */
+    int32_t *block_table;
     int max_blocks_per_seq;
+    int n_groups;                /**< >= 1; a runner without cache groups
+                                      is only ever given 1 */
     pl_seq_sampling *sampling;   /**< (n_seqs) */
     /** History for penalties: (n_seqs) pointers to the generated ids so far
      *  (borrowed; valid until the step is waited for) and their counts.

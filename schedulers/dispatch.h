@@ -73,6 +73,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "schedulers/kv_layout.h"
+
 typedef struct pl_dispatch pl_dispatch;
 
 /** A job's pre-departure order. Only the order changes between them (and
@@ -172,6 +174,12 @@ typedef struct pl_dispatch_kv {
                                       0: none yet */
     int reply_tokens;            /**< running estimate of a reply's length
                                       (tokens); 0: none yet */
+    /** The cache groups the blocks serve (schedulers/kv_layout.h): kinds
+     *  of window kind_window[k] (0: full), kind_groups[k] groups each. A
+     *  request needs blocks in every group, a sliding one only its
+     *  window's. n_kinds 0: one full group. */
+    int n_kinds;
+    int kind_window[PL_KV_MAX_KINDS], kind_groups[PL_KV_MAX_KINDS];
 } pl_dispatch_kv;
 
 /** Reply tokens counted for a request without max_tokens before any reply
@@ -184,8 +192,10 @@ typedef struct pl_dispatch_kv {
  *  when neither is known. */
 int pl_dispatch_reply_budget(int max_tokens, int reply_estimate);
 
-/** Blocks a request needs: ceil((prompt + reply budget) / block_size), at
- *  least 1; prompt_tokens 0 takes the view's estimate. */
+/** Blocks a request needs: for each group, ceil((prompt + reply budget) /
+ *  block_size), a sliding group's capped at its window's
+ *  (pl_kv_layout_group_need); at least 1; prompt_tokens 0 takes the view's
+ *  estimate. */
 int pl_dispatch_kv_need(const pl_dispatch_kv *kv, int prompt_tokens, int max_tokens);
 
 /** The in-flight bound a KV view gives for requests of `need` blocks:

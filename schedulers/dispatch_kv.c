@@ -20,7 +20,7 @@ int pl_dispatch_kv_need(const pl_dispatch_kv *kv, int prompt_tokens, int max_tok
         return 1;
     long p = prompt_tokens > 0 ? prompt_tokens : kv->prompt_tokens > 0 ? kv->prompt_tokens : 0;
     long t = p + pl_dispatch_reply_budget(max_tokens, kv->reply_tokens);
-    long b = (t + kv->block_size - 1) / kv->block_size;
+    long b = pl_kv_layout_need(kv->n_kinds, kv->kind_window, kv->kind_groups, kv->block_size, t);
     return b < 1 ? 1 : b > 1 << 30 ? 1 << 30 : (int)b;
 }
 

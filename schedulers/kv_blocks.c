@@ -16,6 +16,7 @@ typedef struct kv_block {
     int32_t pnext;            /* next block in the same parent bucket */
     uint64_t tick;            /* scheduling tick of its commit */
     uint8_t list;             /* LIST_* */
+    uint16_t group;           /* the cache group it was allocated in */
     bool hashed;
     int32_t n_ids;            /* committed ids: block_size, or fewer for a
                                  finished sequence's tail (partial reuse only,
@@ -39,8 +40,15 @@ typedef struct kv_list {
     int n;
 } kv_list;
 
+/* One cache group's share of the pool (kv_layout.h). */
+typedef struct kv_group_count {
+    int used, cached_free, cached;
+} kv_group_count;
+
 struct pl_kv_blocks {
     int num_blocks, block_size;
+    int n_groups;
+    kv_group_count *gc;       /* (n_groups) */
     bool prefix_caching;
     kv_block *b;              /* (num_blocks) */
     int32_t *ids;             /* (num_blocks, block_size) committed ids */
@@ -74,6 +82,14 @@ static void count_cached_(pl_kv_blocks *kv, int32_t id, int d)
         kv->convs[blk->conv].n_cached += d;
 }
 
+/* The same for the block's group (list membership changes only). */
+static void count_group_list_(pl_kv_blocks *kv, int32_t id, int d)
+{
+    const kv_block *blk = &kv->b[id];
+    if (blk->list == LIST_CACHED)
+        kv->gc[blk->group].cached_free += d;
+}
+
 /* Tag block id with conversation slot c (or -1, CONV_DONE). */
 static void set_conv_(pl_kv_blocks *kv, int32_t id, int32_t c)
 {
@@ -88,6 +104,7 @@ static void list_push_tail_(pl_kv_blocks *kv, int which, int32_t id)
     kv_block *blk = &kv->b[id];
     blk->list = (uint8_t)which;
     count_cached_(kv, id, +1);
+    count_group_list_(kv, id, +1);
     blk->next = -1;
     blk->prev = l->tail;
     if (l->tail >= 0)
@@ -105,6 +122,7 @@ static void list_push_head_(pl_kv_blocks *kv, int which, int32_t id)
     kv_block *blk = &kv->b[id];
     blk->list = (uint8_t)which;
     count_cached_(kv, id, +1);
+    count_group_list_(kv, id, +1);
     blk->prev = -1;
     blk->next = l->head;
     if (l->head >= 0)
@@ -120,6 +138,7 @@ static void list_remove_(pl_kv_blocks *kv, int32_t id)
     kv_block *blk = &kv->b[id];
     kv_list *l = &kv->lists[blk->list];
     count_cached_(kv, id, -1);
+    count_group_list_(kv, id, -1);
     if (blk->prev >= 0)
         kv->b[blk->prev].next = blk->next;
     else
@@ -136,11 +155,19 @@ static void list_remove_(pl_kv_blocks *kv, int32_t id)
 pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
                                bool prefix_caching)
 {
-    if (num_blocks <= 0 || block_size <= 0)
+    return pl_kv_blocks_new_grouped(num_blocks, block_size, prefix_caching, 1);
+}
+
+pl_kv_blocks *pl_kv_blocks_new_grouped(int num_blocks, int block_size,
+                                       bool prefix_caching, int n_groups)
+{
+    if (num_blocks <= 0 || block_size <= 0 || n_groups < 1 || n_groups > UINT16_MAX)
         return NULL;
     pl_kv_blocks *kv = calloc(1, sizeof *kv);
     if (!kv)
         return NULL;
+    kv->n_groups = n_groups;
+    kv->gc = calloc((size_t)n_groups, sizeof *kv->gc);
     uint32_t nb = 16;
     while (nb < (uint32_t)num_blocks * 2u)
         nb <<= 1;
@@ -153,7 +180,7 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
     kv->ids = malloc((size_t)num_blocks * (size_t)block_size * sizeof *kv->ids);
     kv->buckets = malloc(nb * sizeof *kv->buckets);
     kv->pbuckets = malloc(nb * sizeof *kv->pbuckets);
-    if (!kv->b || !kv->ids || !kv->buckets || !kv->pbuckets)
+    if (!kv->gc || !kv->b || !kv->ids || !kv->buckets || !kv->pbuckets)
         goto fail;
     for (uint32_t i = 0; i < nb; i++)
         kv->buckets[i] = kv->pbuckets[i] = -1;
@@ -174,6 +201,7 @@ void pl_kv_blocks_free(pl_kv_blocks *kv)
 {
     if (!kv)
         return;
+    free(kv->gc);
     free(kv->b);
     free(kv->ids);
     free(kv->buckets);
@@ -243,9 +271,10 @@ static void table_remove_(pl_kv_blocks *kv, int32_t id)
     blk->pnext = -1;
     blk->hashed = false;
     kv->cached--;
+    kv->gc[blk->group].cached--;
 }
 
-static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
+static int32_t table_find_(const pl_kv_blocks *kv, int group, uint64_t h, uint64_t parent,
                            const int32_t *ids)
 {
     size_t bs = (size_t)kv->block_size;
@@ -253,6 +282,7 @@ static int32_t table_find_(const pl_kv_blocks *kv, uint64_t h, uint64_t parent,
          id = kv->b[id].hnext) {
         const kv_block *blk = &kv->b[id];
         if (blk->hash == h && blk->parent == parent && blk->n_ids == (int32_t)bs &&
+            blk->group == group &&
             memcmp(kv->ids + (size_t)id * bs, ids, bs * sizeof *ids) == 0)
             return id;
     }
@@ -287,6 +317,11 @@ static int32_t victim_(pl_kv_blocks *kv)
 
 int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv)
 {
+    return pl_kv_blocks_alloc_in(kv, 0);
+}
+
+int32_t pl_kv_blocks_alloc_in(pl_kv_blocks *kv, int group)
+{
     int32_t id = kv->lists[LIST_FREE].head;
     if (id < 0) {
         id = victim_(kv);
@@ -298,7 +333,9 @@ int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv)
     list_remove_(kv, id);
     kv->b[id].conv = -1;
     kv->b[id].ref = 1;
+    kv->b[id].group = (uint16_t)group;
     kv->used++;
+    kv->gc[group].used++;
     return id;
 }
 
@@ -308,6 +345,7 @@ void pl_kv_blocks_ref(pl_kv_blocks *kv, int32_t id)
     if (blk->ref == 0) {
         list_remove_(kv, id);
         kv->used++;
+        kv->gc[blk->group].used++;
     }
     blk->ref++;
 }
@@ -320,6 +358,7 @@ void pl_kv_blocks_release(pl_kv_blocks *kv, int32_t id)
     if (--blk->ref > 0)
         return;
     kv->used--;
+    kv->gc[blk->group].used--;
     list_push_tail_(kv, blk->hashed ? LIST_CACHED : LIST_FREE, id);
 }
 
@@ -491,17 +530,28 @@ int pl_kv_blocks_held_prefix(const pl_kv_blocks *kv, const int32_t *tokens, int 
     for (; kv->prefix_caching && hit < max_blocks && (hit + 1) * bs <= n; hit++) {
         const int32_t *ids = tokens + (size_t)hit * (size_t)bs;
         uint64_t h = pl_kv_blocks_hash(parent, ids, bs);
-        int32_t id = table_find_(kv, h, parent, ids);
-        if (id < 0)
-            break;
-        const kv_block *blk = &kv->b[id];
-        bool kept = blk->list == LIST_CACHED && blk->conv >= 0 && kv->convs[blk->conv].key &&
-                    kv->convs[blk->conv].need == 0;
-        if (blk->ref == 0 && !kept)
+        int32_t id = table_find_(kv, 0, h, parent, ids);
+        if (id < 0 || !pl_kv_blocks_held(kv, id))
             break;
         parent = h;
     }
     return hit;
+}
+
+bool pl_kv_blocks_held(const pl_kv_blocks *kv, int32_t id)
+{
+    const kv_block *blk = &kv->b[id];
+    bool kept = blk->list == LIST_CACHED && blk->conv >= 0 && kv->convs[blk->conv].key &&
+                kv->convs[blk->conv].need == 0;
+    return blk->ref > 0 || kept;
+}
+
+int32_t pl_kv_blocks_find(const pl_kv_blocks *kv, int group, uint64_t parent,
+                          const int32_t *ids)
+{
+    if (!kv->prefix_caching)
+        return -1;
+    return table_find_(kv, group, pl_kv_blocks_hash(parent, ids, kv->block_size), parent, ids);
 }
 
 int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
@@ -519,7 +569,7 @@ int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
         for (; hit < max_blocks && (hit + 1) * bs <= n; hit++) {
             const int32_t *ids = tokens + (size_t)hit * (size_t)bs;
             uint64_t h = pl_kv_blocks_hash(parent, ids, bs);
-            int32_t id = table_find_(kv, h, parent, ids);
+            int32_t id = table_find_(kv, 0, h, parent, ids);
             if (id < 0)
                 break;
             pl_kv_blocks_ref(kv, id);
@@ -540,10 +590,26 @@ void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick)
 int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
                                     const int32_t *tokens, int max_k, int *k_out)
 {
+    int32_t id = pl_kv_blocks_find_partial(kv, 0, parent, tokens, max_k, k_out);
+    if (id >= 0)
+        pl_kv_blocks_count_partial(kv, *k_out);
+    return id;
+}
+
+void pl_kv_blocks_count_partial(pl_kv_blocks *kv, int k)
+{
+    kv->partial_hits++;
+    kv->partial_tokens += (uint64_t)k;
+}
+
+int32_t pl_kv_blocks_find_partial(const pl_kv_blocks *kv, int group, uint64_t parent,
+                                  const int32_t *tokens, int max_k, int *k_out)
+{
     int32_t best = -1;
     int best_k = 0, bs = kv->block_size;
     if (max_k > bs - 1)
         max_k = bs - 1;
+    *k_out = 0;
     if (!kv->prefix_caching || max_k < 1)
         return -1;
     for (int32_t id = kv->pbuckets[conv_hash_(parent) & kv->bucket_mask]; id >= 0;
@@ -551,7 +617,8 @@ int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
         const kv_block *blk = &kv->b[id];
         /* Committed in an earlier tick: its step ran before any copy
          * queued now (a block committed this tick may be unwritten). */
-        if (!blk->hashed || blk->parent != parent || blk->tick >= kv->tick)
+        if (!blk->hashed || blk->parent != parent || blk->tick >= kv->tick ||
+            blk->group != group)
             continue;
         const int32_t *ids = kv->ids + (size_t)id * (size_t)bs;
         int k = 0;
@@ -561,10 +628,6 @@ int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
             best_k = k;
             best = id;
         }
-    }
-    if (best >= 0) {
-        kv->partial_hits++;
-        kv->partial_tokens += (uint64_t)best_k;
     }
     *k_out = best_k;
     return best;
@@ -582,7 +645,7 @@ uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     size_t bs = (size_t)kv->block_size;
     uint64_t h = pl_kv_blocks_hash(parent, ids, (int)bs);
     kv_block *blk = &kv->b[id];
-    if (!kv->prefix_caching || blk->hashed || table_find_(kv, h, parent, ids) >= 0)
+    if (!kv->prefix_caching || blk->hashed || table_find_(kv, blk->group, h, parent, ids) >= 0)
         return h;
     blk->hashed = true;
     blk->hash = h;
@@ -597,6 +660,7 @@ uint64_t pl_kv_blocks_commit(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     *head = id;
     blk->tick = kv->tick;
     kv->cached++;
+    kv->gc[blk->group].cached++;
     return h;
 }
 
@@ -608,7 +672,7 @@ bool pl_kv_blocks_commit_tail(pl_kv_blocks *kv, int32_t id, uint64_t parent,
         return false;
     int32_t *head = &kv->pbuckets[conv_hash_(parent) & kv->bucket_mask];
     for (int32_t o = *head; o >= 0; o = kv->b[o].pnext)
-        if (kv->b[o].parent == parent && kv->b[o].n_ids >= n &&
+        if (kv->b[o].parent == parent && kv->b[o].n_ids >= n && kv->b[o].group == blk->group &&
             memcmp(kv->ids + (size_t)o * (size_t)kv->block_size, ids,
                    (size_t)n * sizeof *ids) == 0)
             return false;             /* one already serves these ids */
@@ -621,6 +685,7 @@ bool pl_kv_blocks_commit_tail(pl_kv_blocks *kv, int32_t id, uint64_t parent,
     *head = id;
     blk->tick = kv->tick;
     kv->cached++;
+    kv->gc[blk->group].cached++;
     kv->tails++;
     return true;
 }
@@ -641,6 +706,14 @@ void pl_kv_blocks_stats(const pl_kv_blocks *kv, pl_kv_stats *st)
     st->partial_hits = kv->partial_hits;
     st->partial_tokens = kv->partial_tokens;
     st->tails = kv->tails;
+}
+
+int pl_kv_blocks_num_groups(const pl_kv_blocks *kv) { return kv->n_groups; }
+
+void pl_kv_blocks_group_stats(const pl_kv_blocks *kv, int group, pl_kv_group_stats *st)
+{
+    const kv_group_count *c = &kv->gc[group];
+    *st = (pl_kv_group_stats){c->used, c->cached_free, c->cached};
 }
 
 static bool fail_(char *why, int whylen, const char *msg, int32_t id)
@@ -697,7 +770,7 @@ bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
         if (!seen[i])
             ok = fail_(why, whylen, "block on no list (leaked)", i);
         else if (kv->b[i].hashed && kv->b[i].n_ids == kv->block_size &&
-                 table_find_(kv, kv->b[i].hash, kv->b[i].parent,
+                 table_find_(kv, kv->b[i].group, kv->b[i].hash, kv->b[i].parent,
                              kv->ids + (size_t)i * (size_t)kv->block_size) != i)
             ok = fail_(why, whylen, "hashed block missing from table", i);
         else if (kv->b[i].hashed && !in_parent_bucket_(kv, i))
@@ -705,6 +778,15 @@ bool pl_kv_blocks_check_idle(const pl_kv_blocks *kv, char *why, int whylen)
     }
     if (ok && kv->cached != kv->lists[LIST_CACHED].n)
         ok = fail_(why, whylen, "cached count mismatch", -1);
+    long g_cached = 0, g_free = 0;
+    for (int g = 0; ok && g < kv->n_groups; g++) {
+        if (kv->gc[g].used != 0)
+            ok = fail_(why, whylen, "a group's blocks still in use", g);
+        g_cached += kv->gc[g].cached;
+        g_free += kv->gc[g].cached_free;
+    }
+    if (ok && (g_cached != kv->cached || g_free != kv->lists[LIST_CACHED].n))
+        ok = fail_(why, whylen, "group counts mismatch", -1);
     long tagged = 0, counted = 0;
     for (int32_t id = 0; ok && id < kv->num_blocks; id++)
         tagged += kv->b[id].list == LIST_CACHED && kv->b[id].conv >= 0;

@@ -15,6 +15,12 @@
  * released, or with retention hints (below) the one whose conversation
  * needs it furthest ahead.
  *
+ * Cache groups (schedulers/kv_layout.h): one pool serves every group;
+ * each block belongs to the group it was allocated in (pl_kv_blocks_alloc_in)
+ * until it is evicted, and lookups name their group, so the blocks of two
+ * groups holding the same tokens never alias. The calls without a group
+ * are group 0's.
+ *
  * Pure data structure: no threads, no I/O. Not thread-safe.
  */
 #ifndef PL_KV_BLOCKS_H
@@ -48,6 +54,13 @@ typedef struct pl_kv_stats {
                                    kept for partial reuse */
 } pl_kv_stats;
 
+/** One cache group's blocks (pl_kv_blocks_group_stats). */
+typedef struct pl_kv_group_stats {
+    int used;                 /**< its blocks with ref > 0 */
+    int cached_free;          /**< its ref == 0 blocks kept for reuse */
+    int cached;               /**< its blocks with a hash */
+} pl_kv_group_stats;
+
 /** Seed of the hash chain: the "parent hash" of a sequence's first block. */
 #define PL_KV_HASH_ROOT 0x9e3779b97f4a7c15ull
 
@@ -58,6 +71,13 @@ pl_kv_blocks *pl_kv_blocks_new(int num_blocks, int block_size,
                                bool prefix_caching);
 void pl_kv_blocks_free(pl_kv_blocks *kv);
 
+/** pl_kv_blocks_new for n_groups cache groups (>= 1) sharing the pool. */
+pl_kv_blocks *pl_kv_blocks_new_grouped(int num_blocks, int block_size,
+                                       bool prefix_caching, int n_groups);
+int pl_kv_blocks_num_groups(const pl_kv_blocks *kv);
+/** Group g's figures (0 <= g < pl_kv_blocks_num_groups). */
+void pl_kv_blocks_group_stats(const pl_kv_blocks *kv, int g, pl_kv_group_stats *st);
+
 int pl_kv_blocks_block_size(const pl_kv_blocks *kv);
 int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv);
 /** Blocks an allocation can get now: free + cached-free. */
@@ -66,6 +86,8 @@ int pl_kv_blocks_num_available(const pl_kv_blocks *kv);
 /** Take a block with ref 1: from the free list, else the LRU cached-free
  *  block (its hash is dropped). Returns the id, or -1 when none is left. */
 int32_t pl_kv_blocks_alloc(pl_kv_blocks *kv);
+/** pl_kv_blocks_alloc for cache group `group` (< num_groups). */
+int32_t pl_kv_blocks_alloc_in(pl_kv_blocks *kv, int group);
 
 /** Add a reference to a block in use. */
 void pl_kv_blocks_ref(pl_kv_blocks *kv, int32_t id);
@@ -96,6 +118,16 @@ int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
                         int max_blocks, int32_t *out_blocks,
                         uint64_t *last_hash);
 
+/** The committed full block of group `group` holding ids[0..block_size)
+ *  after parent hash `parent`, or -1 (also when prefix caching is off).
+ *  Read-only: takes no reference. */
+int32_t pl_kv_blocks_find(const pl_kv_blocks *kv, int group, uint64_t parent,
+                          const int32_t *ids);
+
+/** Whether block id would be reused without taking it from the free or
+ *  evictable ones: in use, or kept (pl_kv_blocks_needed_now). */
+bool pl_kv_blocks_held(const pl_kv_blocks *kv, int32_t id);
+
 /** The scheduling tick (a step number): blocks committed during tick t
  *  serve partial matches from tick t + 1 on. */
 void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick);
@@ -112,6 +144,13 @@ void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick);
  */
 int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
                                     const int32_t *tokens, int max_k, int *k_out);
+
+/** pl_kv_blocks_lookup_partial in group `group`, read-only and counting
+ *  nothing (see pl_kv_blocks_count_partial). */
+int32_t pl_kv_blocks_find_partial(const pl_kv_blocks *kv, int group, uint64_t parent,
+                                  const int32_t *tokens, int max_k, int *k_out);
+/** Count one partial hit serving k tokens. */
+void pl_kv_blocks_count_partial(pl_kv_blocks *kv, int k);
 
 /** Add to the counters: `queried` prompt tokens looked up, `hit` found. */
 void pl_kv_blocks_count(pl_kv_blocks *kv, int queried, int hit);

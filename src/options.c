@@ -91,6 +91,10 @@ const pl_option pl_options[] = {
     OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.kv_f16, M,
         "CPU: K/V cache in IEEE halves, as llama.cpp keeps it: twice the tokens per MiB, and "
         "half the bytes attention reads per token (--no-kv-cache-f16: floats)"),
+    OPT("kv-cache-groups", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.kv_groups, M,
+        "CPU: K/V cache groups: sliding-window layers keep the blocks of their window only "
+        "and full layers every block, from one pool (--no-kv-cache-groups: every layer "
+        "keeps the whole context, as before)"),
     OPT("cpu-amx", PL_OPT_BOOL, 0, 0, "false", NULL, NULL, engine.cpu.amx, M,
         "CPU: Q4_0/Q4_1/Q8_0 matmuls from 16 rows on AMX-INT8 tiles, with the same "
         "outputs as without; needs an AMX CPU, checked at start"),

@@ -236,14 +236,23 @@ static int resolve_options_(pl_engine *e, const pl_engine_options *o, pl_err *er
                           ri->num_blocks, ri->max_seqs, ri->max_rows);
     e->opt = r;
     e->max_model_len = ri->max_model_len;
-    long kv_tokens = (long)r.num_blocks * r.block_size;
-    e->max_len = kv_tokens < ri->max_model_len ? (int)kv_tokens : ri->max_model_len;
+    /* The cache groups the runner reads; one full group without them. */
+    e->kv_layout = ri->kv_layout;
+    if (!e->runner->kv_groups || e->kv_layout.n_groups == 0)
+        pl_kv_layout_init_full(&e->kv_layout, e->kv_layout.n_layer > 0 ? e->kv_layout.n_layer : 1);
+    const pl_kv_layout *lo = &e->kv_layout;
+    e->max_len = ri->max_model_len;
+    while (e->max_len > 1 && pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
+                                               r.block_size, e->max_len) > r.num_blocks)
+        e->max_len -= r.block_size < e->max_len - 1 ? r.block_size : e->max_len - 1;
     e->n_vocab = ri->n_vocab;
     e->kv_rule = r.capacity_rule != PL_CAPACITY_WORST_CASE;
     int counted = r.capacity_len > 0 && r.capacity_len < ri->max_model_len ? r.capacity_len
                                                                           : ri->max_model_len;
+    long per_seq = pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
+                                     r.block_size, counted);
     e->worst_capacity = pl_engine_capacity_for(r.max_num_seqs, r.num_blocks, r.block_size,
-                                               counted);
+                                               (int)(per_seq * r.block_size));
     e->capacity = e->kv_rule ? r.max_num_seqs : e->worst_capacity;
     e->max_inflight = r.async ? PL_RUNNER_MAX_INFLIGHT : 1;
     return 0;
@@ -255,9 +264,9 @@ static int init_core_(pl_engine *e, pl_err *err)
                           e->max_model_len,
                           e->opt.prefix_caching && !e->opt.no_partial_prefix &&
                               e->runner->ops->copy_block != NULL,
-                          e->opt.prefix_caching ? PL_ENGINE_DEFER_STEPS : 0};
-    e->kv = pl_kv_blocks_new(e->opt.num_blocks, e->opt.block_size,
-                             e->opt.prefix_caching);
+                          e->opt.prefix_caching ? PL_ENGINE_DEFER_STEPS : 0, &e->kv_layout};
+    e->kv = pl_kv_blocks_new_grouped(e->opt.num_blocks, e->opt.block_size,
+                                     e->opt.prefix_caching, e->kv_layout.n_groups);
     e->t_open = pl_engine_now_ms_();
     if (e->kv)    /* hinted conversations (jobs) evict by next need */
         pl_kv_blocks_set_next_need(e->kv, true);

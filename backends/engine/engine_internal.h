@@ -129,6 +129,8 @@ typedef struct eng_stats {
     double max_idle_gap_ms;
     int running, waiting;
     pl_kv_stats kv;
+    pl_kv_group_stats kv_kinds[PL_KV_MAX_KINDS]; /* kv_layout's kinds, each
+                                     the sum of its groups */
     uint64_t idle_checks;         /* KV invariant checks when idle */
     uint64_t idle_check_step;     /* steps_done at the last check */
     bool idle_ok;                 /* last check passed (true before any) */
@@ -154,8 +156,9 @@ typedef struct pl_engine {
     int max_model_len, n_vocab, capacity;
     int worst_capacity;           /* seed 000's rule (--capacity worst-case) */
     double t_open;                /* ms, monotonic: for busy_fraction */
-    int max_len;                  /* effective context: min(max_model_len,
-                                     num_blocks * block_size) */
+    int max_len;                  /* effective context: the longest
+                                     sequence (<= max_model_len) whose
+                                     blocks in every group fit the pool */
 
     /* Thread roles: the main thread is the one that made the engine
      * (pl_engine_backend_new), the engine thread takes its role as it
@@ -164,6 +167,8 @@ typedef struct pl_engine {
 
     /* engine thread only */
     pl_kv_blocks *kv;
+    pl_kv_layout kv_layout;       /* the cache groups (one full group when
+                                     the runner has none) */
     pl_batch *batch;
     pl_batch_step steps[PL_RUNNER_MAX_INFLIGHT];
     bool step_busy[PL_RUNNER_MAX_INFLIGHT];

@@ -24,12 +24,24 @@
 /* Weight of a new sample of the prompt footprint (one per step). */
 #define PROMPT_EWMA 0.0625
 
+/* The view's cache groups: the engine's layout (constant once open). */
+static void set_kinds_(const pl_engine *e, pl_dispatch_kv *kv)
+{
+    const pl_kv_layout *lo = &e->kv_layout;
+    kv->n_kinds = lo->n_kinds;
+    for (int k = 0; k < lo->n_kinds; k++) {
+        kv->kind_window[k] = lo->kind_window[k];
+        kv->kind_groups[k] = lo->kind_groups[k];
+    }
+}
+
 void pl_engine_kv_submit_(pl_engine *e, eng_req *r)
 {
     PL_ASSERT_ON_THREAD(&e->main_role);
     pl_dispatch_kv kv = {.block_size = e->opt.block_size,
                          .reply_tokens = atomic_load_explicit(&e->kv_reply_est,
                                                               memory_order_relaxed)};
+    set_kinds_(e, &kv);
     r->kv_blocks = pl_dispatch_kv_need(&kv, r->n_prompt, r->max_new);
     e->kv_submitted += (uint64_t)r->kv_blocks;
 }
@@ -63,14 +75,30 @@ void pl_engine_kv_reply_(pl_engine *e, int n)
     pl_dispatch_est_observe(&e->kv_replies, n);
 }
 
-/* The prompt footprint of a running sequence now: the blocks in use split
+/* Tokens the blocks in use hold: a full kind's blocks (per group) when
+ * there is one, else the blocks of the average group. */
+static double used_tokens_(const pl_engine *e, const pl_kv_stats *st)
+{
+    const pl_kv_layout *lo = &e->kv_layout;
+    if (lo->n_kinds <= 1 || lo->kind_window[0] != 0)
+        return (double)st->used * st->block_size / (lo->n_groups > 0 ? lo->n_groups : 1);
+    long used = 0;
+    for (int g = 0; g < lo->kind_groups[0]; g++) {
+        pl_kv_group_stats gs;
+        pl_kv_blocks_group_stats(e->kv, g, &gs);
+        used += gs.used;
+    }
+    return (double)used * st->block_size / lo->kind_groups[0];
+}
+
+/* The prompt footprint of a running sequence now: the tokens in use split
  * among the running sequences (a shared prefix counts once), less what
  * they generated. */
 static void sample_prompt_(pl_engine *e, const pl_batch_kv_acct *a, const pl_kv_stats *st)
 {
     if (a->running <= 0)
         return;
-    double t = ((double)st->used * st->block_size - (double)a->generated) / a->running;
+    double t = (used_tokens_(e, st) - (double)a->generated) / a->running;
     if (t < 0)
         t = 0;
     e->kv_prompt_ewma = e->kv_prompt_ewma > 0 ? e->kv_prompt_ewma + PROMPT_EWMA * (t - e->kv_prompt_ewma)
@@ -115,5 +143,6 @@ bool pl_engine_kv_view_(pl_backend *b, pl_dispatch_kv *out)
         .prompt_tokens = atomic_load_explicit(&e->kv_prompt_est, memory_order_relaxed),
         .reply_tokens = atomic_load_explicit(&e->kv_reply_est, memory_order_relaxed),
     };
+    set_kinds_(e, out);
     return true;
 }

@@ -367,19 +367,35 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
                  "cache: --kv-cache-f16)");
         return NULL;
     }
-    /* KV bytes per block: K and V, halves (or floats), every layer. The
-     * runner keeps floats for heads too wide for its f16 attention. */
+    /* KV bytes per block: K and V, halves (or floats), of the layers one
+     * block holds (a cache group's: kv_layout.h). The runner keeps floats
+     * for heads too wide for its f16 attention. */
     bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
-    size_t per_block = (size_t)m->n_layer * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
+    if (pl_runner_kv_layout(&want->kv_layout, m, c->cpu.kv_groups) != 0) {
+        snprintf(err, n, "%s: %d layers or their sliding windows do not fit the K/V cache "
+                 "layout (at most %d layers, %d windows)", o->model_path, m->n_layer,
+                 PL_KV_MAX_LAYERS, PL_KV_MAX_KINDS);
+        return NULL;
+    }
+    const pl_kv_layout *lo = &want->kv_layout;
+    size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
                        (size_t)want->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
     want->num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
     want->max_model_len = c->max_model_len;
     snprintf(t->ctx_why, sizeof t->ctx_why, "asked for");
+    /* The context is chosen as if each sequence of the model's length
+     * took one block per block_size positions: the blocks scaled by what
+     * such a sequence really takes across the groups. */
+    long ctx_blocks = (m->n_ctx_train + want->block_size - 1) / want->block_size;
+    long eff = (long)((double)want->num_blocks * (double)ctx_blocks /
+                      (double)pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
+                                                want->block_size, m->n_ctx_train));
     if (c->max_model_len <= 0)
-        want->max_model_len = pl_engine_cpu_context(m->n_ctx_train, want->num_blocks,
+        want->max_model_len = pl_engine_cpu_context(m->n_ctx_train, eff > INT_MAX ? INT_MAX : (int)eff,
                                                     want->block_size, &core->capacity_len,
                                                     t->ctx_why, sizeof t->ctx_why);
-    int min_blocks = (want->max_model_len + want->block_size - 1) / want->block_size;
+    int min_blocks = (int)pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
+                                            want->block_size, want->max_model_len);
     if (want->num_blocks < min_blocks) {
         snprintf(err, n, "--kv-cache-mb %d holds %d blocks; one %d-token sequence needs %d",
                  c->kv_cache_mb, want->num_blocks, want->max_model_len, min_blocks);

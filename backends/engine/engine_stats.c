@@ -10,6 +10,22 @@
 #include "backends/engine/engine_req.h"
 #include "src/base/io_pool.h"
 
+/* Each kind's blocks: the sum over its groups (groups follow kind order). */
+static void kinds_stats_(const pl_engine *e, pl_kv_group_stats *out)
+{
+    const pl_kv_layout *lo = &e->kv_layout;
+    for (int k = 0, g = 0; k < lo->n_kinds; k++) {
+        out[k] = (pl_kv_group_stats){0, 0, 0};
+        for (int j = 0; j < lo->kind_groups[k]; j++, g++) {
+            pl_kv_group_stats gs;
+            pl_kv_blocks_group_stats(e->kv, g, &gs);
+            out[k].used += gs.used;
+            out[k].cached_free += gs.cached_free;
+            out[k].cached += gs.cached;
+        }
+    }
+}
+
 void pl_engine_stats_publish_(pl_engine *e)
 {
     PL_ASSERT_ON_THREAD(&e->engine_role);
@@ -17,6 +33,7 @@ void pl_engine_stats_publish_(pl_engine *e)
     s->running = pl_batch_num_running(e->batch);
     s->waiting = pl_batch_num_waiting(e->batch);
     pl_kv_blocks_stats(e->kv, &s->kv);
+    kinds_stats_(e, s->kv_kinds);
     pl_engine_kv_publish_(e);
     pthread_mutex_lock(&e->stats_lock);
     e->st_shared = *s;
@@ -41,6 +58,28 @@ static json_t *kv_json_(const pl_kv_stats *kv)
                      "prefix_hits", (json_int_t)kv->hits,
                      "prefix_hit_rate", q ? (double)kv->hits / (double)q : 0.0,
                      "evictions", (json_int_t)kv->evictions);
+}
+
+/* The cache groups by kind (kv_layout.h): window (0: full), groups,
+ * layers, and the blocks they hold now. */
+static json_t *groups_json_(const pl_engine *e, const eng_stats *s)
+{
+    const pl_kv_layout *lo = &e->kv_layout;
+    json_t *a = json_array();
+    for (int k = 0; a && k < lo->n_kinds; k++) {
+        int layers = 0;
+        for (int l = 0; l < lo->n_layer; l++)
+            layers += lo->layer_group[l] >= 0 && lo->group_window[lo->layer_group[l]] ==
+                                                      lo->kind_window[k];
+        const pl_kv_group_stats *g = &s->kv_kinds[k];
+        json_array_append_new(a, json_pack("{s:s, s:i, s:i, s:i, s:i, s:i, s:i}",
+                                           "kind", lo->kind_window[k] ? "sliding" : "full",
+                                           "window", lo->kind_window[k],
+                                           "groups", lo->kind_groups[k], "layers", layers,
+                                           "used", g->used, "cached_free", g->cached_free,
+                                           "cached", g->cached));
+    }
+    return a;
 }
 
 static json_t *timing_json_(const eng_stats *s)
@@ -108,6 +147,9 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         json_object_set_new(kv, "partial_hits", json_integer((json_int_t)s.kv.partial_hits));
         json_object_set_new(kv, "partial_tokens", json_integer((json_int_t)s.kv.partial_tokens));
         json_object_set_new(kv, "share_deferrals", json_integer((json_int_t)s.deferrals));
+        /* Cache groups: a block holds layers_per_block layers of one group. */
+        json_object_set_new(kv, "layers_per_block", json_integer(e->kv_layout.n_slots));
+        json_object_set_new(kv, "groups", groups_json_(e, &s));
         json_object_set_new(o, "kv", kv);
         /* Issue 41: how capacity is decided, and what the seed's rule
          * would give (issue 41's table compares them). */

@@ -19,6 +19,7 @@
 
 #include "backends/backend.h"
 #include "schedulers/batch_step.h"
+#include "schedulers/kv_layout.h"
 
 #define PL_RUNNER_MAX_INFLIGHT 2
 /** One step's output. */
@@ -50,7 +51,8 @@ typedef struct pl_runner_ops {
     /** Block until the step with this ticket is done; *out points into
      *  runner-owned memory valid until the next wait(). 0 or -1. */
     int (*wait)(pl_runner *r, int ticket, const pl_step_output **out);
-    /** Copy KV rows of block src to block dst (copy-on-write), all layers. */
+    /** Copy KV rows of block src to block dst (copy-on-write), all the
+     *  layers the block holds. */
     void (*copy_block)(pl_runner *r, int32_t src, int32_t dst);
     void (*free)(pl_runner *r);
 } pl_runner_ops;
@@ -64,16 +66,28 @@ typedef struct pl_runner_info {
     int max_seqs;                /**< slots for token feedback */
     int max_rows;                /**< most token rows in one step */
     int32_t eos_id;
+    /** How the K/V cache is laid out in cache groups (kv_layout.h): the
+     *  block tables a step carries (pl_step_input.n_groups) and the layers
+     *  a block holds. Asked for with n_groups 0: a runner that supports
+     *  groups (pl_runner.kv_groups) takes the model's grouped layout,
+     *  another one full group of every paged layer. */
+    pl_kv_layout kv_layout;
 } pl_runner_info;
 
 struct pl_model;
+
+/** The cache groups of m's layers (a layer's window, or none when it
+ *  takes no paged K/V: pl_layer.no_kv); grouped false: one full group.
+ *  0, or -1 when the layout cannot describe the model. */
+int pl_runner_kv_layout(pl_kv_layout *lo, const struct pl_model *m, bool grouped);
 
 /**
  * A runner's geometry from the geometry asked for and the model: n_vocab
  * and eos_id from the model, max_model_len 0 -> the model's context,
  * block_size 0 -> 16; num_blocks is left as asked (each runner sizes its
- * own cache). Returns 0, or -1 when max_seqs, max_rows or max_model_len is
- * not positive.
+ * own cache); kv_layout as asked, or one full group when n_groups is 0.
+ * Returns 0, or -1 when max_seqs, max_rows or max_model_len is not
+ * positive or the model's layers do not fit a layout.
  */
 int pl_runner_info_init(pl_runner_info *inf, const struct pl_model *m,
                         const pl_runner_info *want);
@@ -84,6 +98,9 @@ struct pl_runner {
     bool keep_logits;            /**< tests: return full logits */
     bool can_constrain;          /**< applies pl_seq_sampling.fsm */
     bool can_prompt_logprobs;    /**< fills row_lp for pl_step_input.row_next */
+    bool kv_groups;              /**< reads one block table per cache group
+                                      (info.kv_layout may have several);
+                                      without, the engine keeps one */
     char kernels[96];            /**< CPU: the kernel path, for the log and /status */
 };
 

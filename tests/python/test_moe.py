@@ -131,7 +131,11 @@ def test_preempted_requests_recompute_their_tokens():
     """16 greedy requests of ~150 + 160 tokens in 1 MB of K/V (about 2,700
     positions of this model): the engine must preempt some, and recompute
     them to the tokens each gets alone."""
-    s = start("tiny_gptoss_q8", "--max-model-len", "512", "--kv-cache-mb", "1")
+    # One full group of all layers (--no-kv-cache-groups): with cache
+    # groups the sliding layers keep their window only, and 1 MB holds the
+    # 16 requests without preempting any.
+    s = start("tiny_gptoss_q8", "--max-model-len", "512", "--kv-cache-mb", "1",
+              "--no-kv-cache-groups")
     try:
         reqs = [{"model": s.name, "max_tokens": 160, "temperature": 0, "ignore_eos": True,
                  "prompt": " ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(24))}

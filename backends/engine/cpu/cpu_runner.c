@@ -182,6 +182,7 @@ static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
     pl_fwd_batch b = {.n_rows = in->n_rows, .tokens = r->tokens, .positions = in->positions,
                       .row_seq = in->row_seq, .block_table = in->block_table,
                       .max_blocks_per_seq = in->max_blocks_per_seq,
+                      .n_groups = in->n_groups,
                       .n_out = n_out, .out_rows = r->out_rows, .seq_slot = in->seq_slot};
     if (pl_cpu_forward(r->fwd, &b, r->logits) != 0)
         return -1;
@@ -394,15 +395,20 @@ static int alloc_buffers(cpu_runner *r)
     return 0;
 }
 
-/* Shared geometry, then the CPU's default cache: every sequence at full
- * length. */
+/* Shared geometry with the model's cache groups unless asked otherwise,
+ * then the CPU's default cache: every sequence at full length. */
 static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_info *want)
 {
-    if (pl_runner_info_init(inf, m, want) != 0)
+    pl_runner_info w = *want;
+    if (w.kv_layout.n_groups == 0 && pl_runner_kv_layout(&w.kv_layout, m, true) != 0)
         return -1;
+    if (pl_runner_info_init(inf, m, &w) != 0)
+        return -1;
+    const pl_kv_layout *lo = &inf->kv_layout;
     if (inf->num_blocks <= 0)
         inf->num_blocks = inf->max_seqs *
-            ((inf->max_model_len + inf->block_size - 1) / inf->block_size);
+            (int)pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
+                                   inf->block_size, inf->max_model_len);
     return 0;
 }
 
@@ -438,10 +444,13 @@ pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, i
     r->base.ops = &cpu_ops;
     r->base.can_constrain = true;
     r->base.can_prompt_logprobs = true;
+    r->base.kv_groups = true;
     snprintf(r->base.kernels, sizeof r->base.kernels, "%s", pl_op_kernel_path());
     r->m = m;
     if (fill_info(&r->base.info, m, want) != 0) {
-        snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive");
+        snprintf(err, errlen, "max_seqs, max_rows and max_model_len must be positive, and "
+                 "the model's layers fit a K/V layout (at most %d layers, %d windows)",
+                 PL_KV_MAX_LAYERS, PL_KV_MAX_KINDS);
         goto fail;
     }
     if (n_threads <= 0)
@@ -450,7 +459,8 @@ pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, i
     const pl_runner_info *inf = &r->base.info;
     pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
                       .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
-                      .block_size = inf->block_size, .gemm_min_rows = 20, .kv_f16 = kv_f16};
+                      .block_size = inf->block_size, .gemm_min_rows = 20, .kv_f16 = kv_f16,
+                      .kv_layout = &inf->kv_layout};
     r->pool = pl_pool_new(n_threads);
     r->sampler = pl_sampler_new(inf->n_vocab);
     if (!r->pool || !r->sampler)

@@ -157,11 +157,12 @@ static void mm_unit(const pl_cpu_fwd *f, const mm_job *j, int s, int u)
                            j->n_rows, j->y[i], w->rows, o0, o1);
 }
 
-/* The start of block blk of a layer (all its heads). */
+/* The start of a layer's slot in block blk (all its heads). */
 static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk)
 {
     size_t bs = (size_t)f->o.block_size;
-    return (char *)cache + ((size_t)layer * f->o.num_blocks + blk) * bs * f->kv_dim * f->kv_esz;
+    size_t slot = (size_t)blk * (size_t)f->lo.n_slots + (size_t)f->lo.layer_slot[layer];
+    return (char *)cache + slot * bs * f->kv_dim * f->kv_esz;
 }
 
 /* Stores a K or V row (all heads) into slot `slot` of block `blk`, each
@@ -178,9 +179,12 @@ static void kv_store(const pl_cpu_fwd *f, char *blk, int slot, const float *src)
     }
 }
 
-static const int32_t *row_blocks(const pl_fwd_batch *b, int r)
+/* Row r's block table in cache group g. */
+static const int32_t *row_blocks(const pl_fwd_batch *b, int r, int g)
 {
-    return b->block_table + (size_t)b->row_seq[r] * b->max_blocks_per_seq;
+    size_t n_groups = b->n_groups > 0 ? (size_t)b->n_groups : 1;
+    return b->block_table + ((size_t)b->row_seq[r] * n_groups + (size_t)g) *
+                            (size_t)b->max_blocks_per_seq;
 }
 
 /* YaRN's magnitude factor on the rotated dims of each head (llama.cpp
@@ -242,7 +246,7 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
         rope_scale(q, m->n_head, hd, m->n_rot, m->rope_mscale);
         rope_scale(k, m->n_head_kv, hd, m->n_rot, m->rope_mscale);
     }
-    int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
+    int32_t blk = row_blocks(b, r, f->lo.layer_group[l])[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
     kv_store(f, kv_at(f, f->k_cache, l, blk), slot, k);
     kv_store(f, kv_at(f, f->v_cache, l, blk), slot, v);
@@ -261,7 +265,7 @@ static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
 {
     int hd = f->m->head_dim;
     return (pl_attn_args){.block_size = f->o.block_size,
-                          .block_stride = (size_t)f->o.block_size * f->kv_dim,
+                          .block_stride = (size_t)f->lo.n_slots * f->o.block_size * f->kv_dim,
                           .row_stride = (size_t)hd, .head_dim = hd,
                           .scale = f->m->attn_scale, .softcap = f->m->attn_softcap,
                           .first = attn_first(f, l, r),
@@ -270,7 +274,7 @@ static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
                           .v_base = kv_at(f, f->v_cache, l, 0) +
                                     f->kv_esz * kh * f->o.block_size * hd,
                           .kv_f16 = f->o.kv_f16,
-                          .block_table = row_blocks(f->b, r),
+                          .block_table = row_blocks(f->b, r, f->lo.layer_group[l]),
                           .sinks = f->m->layers[l].attn_sinks};
 }
 
@@ -600,16 +604,19 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
 
 static int check_batch(const pl_cpu_fwd *f, const pl_fwd_batch *b)
 {
-    if (b->n_rows < 1 || b->n_rows > f->o.max_rows || b->n_out < 0 || b->n_out > f->o.max_out)
+    if (b->n_rows < 1 || b->n_rows > f->o.max_rows || b->n_out < 0 || b->n_out > f->o.max_out ||
+        (b->n_groups > 0 ? b->n_groups : 1) != f->lo.n_groups)
         return -1;
     for (int r = 0; r < b->n_rows; r++) {
         int pos = b->positions[r];
         if (b->tokens[r] < 0 || b->tokens[r] >= f->m->n_vocab || pos < 0 ||
             pos >= f->o.max_ctx || pos / f->o.block_size >= b->max_blocks_per_seq)
             return -1;
-        int32_t blk = row_blocks(b, r)[pos / f->o.block_size];
-        if (blk < 0 || blk >= f->o.num_blocks)
-            return -1;
+        for (int g = 0; g < f->lo.n_groups; g++) {
+            int32_t blk = row_blocks(b, r, g)[pos / f->o.block_size];
+            if (blk < 0 || blk >= f->o.num_blocks)
+                return -1;
+        }
     }
     for (int i = 0; i < b->n_out; i++)
         if (b->out_rows[i] < 0 || b->out_rows[i] >= b->n_rows)
@@ -658,11 +665,10 @@ void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
 {
     if (src < 0 || dst < 0 || src >= f->o.num_blocks || dst >= f->o.num_blocks || src == dst)
         return;
-    size_t n = f->kv_esz * (size_t)f->o.block_size * f->kv_dim;
-    for (int l = 0; l < f->m->n_layer; l++) {
-        memcpy(kv_at(f, f->k_cache, l, dst), kv_at(f, f->k_cache, l, src), n);
-        memcpy(kv_at(f, f->v_cache, l, dst), kv_at(f, f->v_cache, l, src), n);
-    }
+    size_t n = f->kv_esz * (size_t)f->lo.n_slots * (size_t)f->o.block_size * f->kv_dim;
+    size_t d = (size_t)dst * n, s = (size_t)src * n;
+    memcpy((char *)f->k_cache + d, (char *)f->k_cache + s, n);
+    memcpy((char *)f->v_cache + d, (char *)f->v_cache + s, n);
 }
 
 void pl_cpu_fwd_set_gemm_min_rows(pl_cpu_fwd *f, int rows) { f->o.gemm_min_rows = rows; }
@@ -694,7 +700,17 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
     size_t R = (size_t)o->max_rows;
-    size_t kv = (size_t)m->n_layer * o->num_blocks * o->block_size * f->kv_dim;
+    if (o->kv_layout ? o->kv_layout->n_layer != m->n_layer
+                     : pl_kv_layout_init_full(&f->lo, m->n_layer) < 0) {
+        snprintf(err, errlen, "the K/V cache layout does not fit the model's %d layers",
+                 m->n_layer);
+        pl_cpu_fwd_free(f);
+        return NULL;
+    }
+    if (o->kv_layout)
+        f->lo = *o->kv_layout;
+    f->o.kv_layout = NULL;
+    size_t kv = (size_t)f->lo.n_slots * o->num_blocks * o->block_size * f->kv_dim;
     f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
     f->kv_esz = f->o.kv_f16 ? 2 : 4;
     f->k_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);

@@ -10,6 +10,7 @@
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/model/model.h"
+#include "schedulers/kv_layout.h"
 
 typedef struct pl_cpu_fwd pl_cpu_fwd;
 
@@ -32,6 +33,10 @@ typedef struct pl_fwd_opts {
                                       from 16 rows (qdot_amx.h); 0: off */
     int max_slots;               /**< recurrent-state slots (models with
                                       Gated DeltaNet layers; 0: max_out) */
+    /** Cache groups (schedulers/kv_layout.h; copied at pl_cpu_fwd_new):
+     *  which block table each layer reads, which of a block's slots holds
+     *  it. NULL: one full group of every layer. */
+    const pl_kv_layout *kv_layout;
 } pl_fwd_opts;
 
 /** One call's batch. tokens are resolved ids (no placeholders). */
@@ -40,8 +45,10 @@ typedef struct pl_fwd_batch {
     const int32_t *tokens;       /**< (n_rows) */
     const int32_t *positions;    /**< (n_rows) */
     const int32_t *row_seq;      /**< (n_rows) sequence index of each row */
-    const int32_t *block_table;  /**< (n_seqs, max_blocks_per_seq) */
+    const int32_t *block_table;  /**< (n_seqs, n_groups, max_blocks_per_seq):
+                                      each cache group's table */
     int max_blocks_per_seq;
+    int n_groups;                /**< the layout's groups; 0 means 1 */
     int n_out;
     const int32_t *out_rows;     /**< (n_out) rows whose logits are computed */
     /** (n_seqs) the recurrent-state slot of each sequence (models with
@@ -72,7 +79,7 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits);
  *  row or count. */
 int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits);
 
-/** Copy all layers' K/V of block src to block dst. */
+/** Copy block src's K/V (all the layers it holds) to block dst. */
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);
 
 /** Set the GEMM threshold (rows) at run time (benchmarks). */

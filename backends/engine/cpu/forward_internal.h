@@ -19,10 +19,13 @@ struct pl_cpu_fwd {
     pl_pool *pool;
     pl_fwd_opts o;
     int q_dim, kv_dim, max_in;
-    void *k_cache, *v_cache;     /* (n_layer, num_blocks, n_head_kv, block_size,
-                                    head_dim) of halves when o.kv_f16, else
-                                    floats: a head's rows of a block are
-                                    contiguous, so attention streams them */
+    pl_kv_layout lo;             /* cache groups: a layer's table and slot */
+    void *k_cache, *v_cache;     /* (num_blocks, lo.n_slots, n_head_kv,
+                                    block_size, head_dim) of halves when
+                                    o.kv_f16, else floats: a block holds its
+                                    group's layers (one slot each); a head's
+                                    rows of a block are contiguous, so
+                                    attention streams them */
     size_t kv_esz;               /* 2 or 4 */
     float *x, *xn, *q, *k, *v, *att, *tmp; /* (max_rows, width) */
     float *gate, *up;            /* (max_rows, n_ff) */

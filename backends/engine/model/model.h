@@ -252,6 +252,9 @@ typedef struct pl_layer {
                                       output before the residual add (gemma) */
     int n_swa;                   /**< sliding window: a row at position p
                                       attends to (p - n_swa, p]; 0: to all */
+    bool no_kv;                  /**< takes no paged K/V (a recurrent layer,
+                                      or one reading another layer's K/V):
+                                      in no cache group (schedulers/kv_layout.h) */
     const float *rope_inv_freq;  /**< (n_rot/2) this layer's frequencies: the
                                       model's rope_inv_freq or
                                       rope_inv_freq_swa (borrowed) */
