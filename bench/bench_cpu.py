@@ -53,7 +53,7 @@ def build_bench():
             "build/src/base/libplbase.a", "build/src/libplcore.a"]
     libs = [l for l in libs if os.path.exists(os.path.join(ROOT, l))]
     subprocess.run(["cc", "-O2", "-I.", "-o", exe, "bench/bench_cpu_runner.c", *libs,
-                    "-lopenblas", "-ljansson", "-lpcre2-8", "-lm", "-lpthread"], cwd=ROOT,
+                    "-lopenblas", "-ljansson", "-lpcre2-8", "-levent", "-lm", "-lpthread"], cwd=ROOT,
                    check=True)
     return exe
 
