@@ -46,6 +46,8 @@ Test(family, registry_finds_and_lists_it)
                      "gpt-oss, bert (an encoder: embeddings), parley-testfam (a test's)");
     cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), "
                      "GptOssForCausalLM, "), "%s", pl_family_names(true));
+    cr_expect(strstr(pl_family_names(true), "Qwen3_5ForCausalLM, "
+                     "Qwen3_5ForConditionalGeneration (its text)"), "%s", pl_family_names(true));
     cr_expect(strstr(pl_family_names(true), "BertModel, ParleyTestFamForCausalLM"), "%s",
               pl_family_names(true));
     pl_chat_style s;

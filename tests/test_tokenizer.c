@@ -234,6 +234,8 @@ Test(tokenizer, pre_llama3_matches_llama_cpp) { check_small_bpe("llama3"); }
 Test(tokenizer, pre_qwen2_matches_llama_cpp) { check_small_bpe("qwen2"); }
 Test(tokenizer, pre_default_matches_llama_cpp) { check_small_bpe("default"); }
 Test(tokenizer, pre_gpt4o_matches_llama_cpp) { check_small_bpe("gpt4o"); }
+/* Qwen3.5's (tokenizer.ggml.pre "qwen35"): combining marks inside words. */
+Test(tokenizer, pre_qwen35_matches_llama_cpp) { check_small_bpe("qwen35"); }
 
 static void assert_bytes(const pl_tokenizer *t, const char *text, const char *want)
 {

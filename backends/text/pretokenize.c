@@ -21,6 +21,11 @@
 #define RE_QWEN2 RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+" \
     "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
+/* Qwen3.5's: qwen2's with combining marks (\p{M}) inside words, as
+ * llama.cpp 0.3.36's LLAMA_VOCAB_PRE_TYPE_QWEN35. */
+#define RE_QWEN35 RE_CONTRACTIONS_CI "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+" \
+    "|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
 /* gpt-oss's o200k (tokenizer.ggml.pre "gpt-4o"), as llama.cpp writes it:
  * tiktoken's upper- and lower-case letter classes become "a letter that
  * is not a-z" and "a letter that is not A-Z", so that a non-ASCII letter
@@ -52,6 +57,7 @@ static const pre_def pre_defs[] = {
      {RE_LLAMA3, NULL}, true},
     {{"qwen2", "qwen2.5", "deepseek-r1-qwen", "stablelm2", NULL},
      {RE_QWEN2, NULL}, false},
+    {{"qwen35", NULL}, {RE_QWEN35, NULL}, false},
     {{"gpt-4o", "llama4", NULL}, {RE_GPT4O, NULL}, false},
 };
 

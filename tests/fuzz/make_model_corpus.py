@@ -2,7 +2,8 @@
 """make_model_corpus.py - the seed corpus of fuzz_model.c: for each
 architecture of the table (llama with a sliding window, qwen2, qwen3,
 gemma2, gemma3, qwen3moe with Q8_0 experts, gpt-oss with MXFP4 experts), a
-one-layer model as llama.cpp's converter lays it out,
+one-layer model as llama.cpp's converter lays it out (qwen35: two layers, a
+Gated DeltaNet one and a gated attention one),
 with Q8_0 matrices and f32 norms (a few KB each), and a vocabulary (byte
 BPE or SentencePiece with specials) - written by the gguf package's
 GGUFWriter into tests/fuzz/model_corpus/.
@@ -80,8 +81,72 @@ def model(name, arch, extra_keys, extra_tensors, spm=False, tied=True, moe=False
     print(path, os.path.getsize(path))
 
 
+def qwen35():
+    """A two-layer Gated DeltaNet hybrid (full_attention_interval 2: layer
+    0 recurrent, layer 1 gated attention), as llama.cpp's converter writes
+    Qwen3.5: the ssm.* keys, attention.recurrent_layers, rope sections."""
+    path = os.path.join(OUT, "qwen35.gguf")
+    w = GGUFWriter(path, "qwen35")
+    a = "qwen35."
+    for k, v in [("block_count", 2), ("context_length", 64), ("embedding_length", E),
+                 ("feed_forward_length", FF), ("attention.head_count", 1),
+                 ("attention.head_count_kv", 1), ("attention.key_length", HD),
+                 ("attention.value_length", HD), ("rope.dimension_count", 8),
+                 ("ssm.conv_kernel", 4), ("ssm.state_size", 16), ("ssm.group_count", 1),
+                 ("ssm.time_step_rank", 2), ("ssm.inner_size", 32),
+                 ("full_attention_interval", 2)]:
+        w.add_uint32(a + k, v)
+    w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_array(a + "rope.dimension_sections", [2, 1, 1, 0])
+    w.add_array(a + "attention.recurrent_layers", [True, False])
+    vocab(w, False)
+    rng = np.random.default_rng(35)
+
+    def mat(n, rows, cols, q=True):
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        if q:
+            w.add_tensor(n, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
+        else:
+            w.add_tensor(n, 0.1 * x)
+
+    def vec(n, *shape):
+        w.add_tensor(n, np.ones(shape, dtype=np.float32))
+    mat("token_embd.weight", NV, E)
+    vec("output_norm.weight", E)
+    for l in range(2):
+        b = "blk.%d." % l
+        vec(b + "attn_norm.weight", E)
+        vec(b + "post_attention_norm.weight", E)
+        for n in ("ffn_gate", "ffn_up"):
+            mat(b + n + ".weight", FF, E)
+        mat(b + "ffn_down.weight", E, FF)
+    b = "blk.0."
+    mat(b + "attn_qkv.weight", 64, E)
+    mat(b + "attn_gate.weight", 32, E)
+    mat(b + "ssm_beta.weight", 2, E, q=False)
+    mat(b + "ssm_alpha.weight", 2, E, q=False)
+    mat(b + "ssm_conv1d.weight", 64, 4, q=False)
+    vec(b + "ssm_dt.bias", 2)
+    w.add_tensor(b + "ssm_a", -np.ones(2, dtype=np.float32))
+    vec(b + "ssm_norm.weight", 16)
+    mat(b + "ssm_out.weight", E, 32)
+    b = "blk.1."
+    mat(b + "attn_q.weight", 2 * HD, E)
+    mat(b + "attn_k.weight", HD, E)
+    mat(b + "attn_v.weight", HD, E)
+    mat(b + "attn_output.weight", E, HD)
+    vec(b + "attn_q_norm.weight", HD)
+    vec(b + "attn_k_norm.weight", HD)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(path, os.path.getsize(path))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
+    qwen35()
     none = lambda *a: None  # noqa: E731
     qk = lambda vec: (vec("blk.0.attn_q_norm.weight", HD), vec("blk.0.attn_k_norm.weight", HD))  # noqa: E731
     post = lambda vec: (vec("blk.0.post_attention_norm.weight", E),  # noqa: E731

@@ -44,7 +44,7 @@ def logits(d, ids, wtype):
 
 def test_every_family_has_a_transformers_checkpoint():
     assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
-                             "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16"}
+                             "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16", "qwen35"}
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f.endswith("-bf16")])
@@ -122,7 +122,7 @@ CONVERTED = [f for f in FAMILIES
 
 def test_every_family_has_a_converted_gguf():
     assert set(CONVERTED) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
-                              "gemma3", "gpt-oss"}
+                              "gemma3", "gpt-oss", "qwen35"}
 
 
 @pytest.mark.parametrize("family", CONVERTED)
@@ -144,3 +144,60 @@ def test_converted_gguf_equals_transformers(family, tmp_path):
     if "dropped" in gg:
         off = np.abs(ours - np.array(ref["logits"])).max()
         assert off > 1e-2, f"{family}: the converter now keeps {gg['dropped']}"
+
+
+# ---- Qwen3.5 (Gated DeltaNet hybrids) -----------------------------------
+@pytest.mark.parametrize("edit,says", [
+    (lambda c: c.update(linear_value_head_dim=8), "linear_value_head_dim"),
+    (lambda c: c.update(linear_num_value_heads=3), "linear_num_value_heads"),
+    (lambda c: c.pop("linear_conv_kernel_dim"), "linear_conv_kernel_dim"),
+    (lambda c: c["layer_types"].reverse(), "layer_types"),
+    (lambda c: c.update(layer_types=c["layer_types"][:3]), "layer_types"),
+    (lambda c: c["rope_parameters"].update(mrope_section=[2, 1, 2]), "mrope_section"),
+    (lambda c: c["rope_parameters"].pop("partial_rotary_factor"), "partial_rotary_factor"),
+    (lambda c: c["rope_parameters"].update(rope_type="dynamic"), "rope_type"),
+])
+def test_qwen35_bad_config_named(edit, says, tmp_path):
+    """A Gated DeltaNet key parley cannot honour, missing or contradicting
+    another: refused at load naming config.json and the key."""
+    d, ref = folder("qwen35", tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    edit(cfg)
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = open_error(d, ref["ids"])
+    assert "config.json" in err and says in err, err
+
+
+def _rewrite_safetensors(path, rename, extra=None):
+    """path's tensors under rename(name), plus extra {name: float32 array}."""
+    blob = open(path, "rb").read()
+    n = int.from_bytes(blob[:8], "little")
+    hdr, data = json.loads(blob[8:8 + n]), bytearray(blob[8 + n:])
+    out = {k if k == "__metadata__" else rename(k): v for k, v in hdr.items()}
+    for k, x in (extra or {}).items():
+        b = x.astype("<f4").tobytes()
+        out[k] = {"dtype": "F32", "shape": list(x.shape),
+                  "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = json.dumps(out).encode()
+    open(path, "wb").write(len(h).to_bytes(8, "little") + h + bytes(data))
+
+
+def test_qwen35_composite_checkpoint_reads_its_text_model(tmp_path):
+    """Qwen3_5ForConditionalGeneration: the text model's keys under
+    text_config, its tensors under model.language_model., the vision tower
+    (model.visual.) and a multi-token-prediction block (mtp.) dropped: the
+    same logits as the text checkpoint."""
+    d, ref = folder("qwen35", tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    text = {k: v for k, v in cfg.items() if k not in ("architectures", "dtype")}
+    json.dump({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+               "dtype": "float32", "text_config": text, "tie_word_embeddings": True},
+              open(d / "config.json", "w"))
+    _rewrite_safetensors(d / "model.safetensors",
+                         lambda k: k.replace("model.", "model.language_model.", 1),
+                         {"model.visual.patch_embed.proj.weight": np.ones((4, 4), np.float32),
+                          "mtp.fc.weight": np.ones((4, 4), np.float32)})
+    err = np.abs(logits(d, ref["ids"], "f32") - np.array(ref["logits"])).max()
+    assert err < 1e-3, f"composite: max |dlogit| {err:.2e} from transformers"
+

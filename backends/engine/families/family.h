@@ -55,7 +55,8 @@ struct pl_hf_arch {
     /** The global tensors when not a decoder's (embed_tokens, norm,
      *  lm_head; hf_arch.c), ending with hf == NULL; NULL: a decoder's. */
     const pl_hf_tmap *globals;
-    /** Checkpoint tensors read and dropped (NULL-terminated), or NULL. */
+    /** Checkpoint tensors read and dropped (NULL-terminated; a name ending
+     *  in '*' is a prefix), or NULL. */
     const char *const *skip;
 };
 

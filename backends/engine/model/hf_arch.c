@@ -151,9 +151,11 @@ const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a)
 
 bool pl_hf_arch_skips(const pl_hf_arch *a, const char *name)
 {
-    for (const char *const *k = a->skip; k && *k; k++)
-        if (!strcmp(name, *k))
+    for (const char *const *k = a->skip; k && *k; k++) {
+        size_t len = strlen(*k);
+        if (len && (*k)[len - 1] == '*' ? !strncmp(name, *k, len - 1) : !strcmp(name, *k))
             return true;
+    }
     return false;
 }
 
@@ -171,6 +173,12 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_FF_EXP: return sh->n_ff_exp;
     case PL_HF_DIM_POS: return sh->n_pos;
     case PL_HF_DIM_TYPES: return sh->n_types;
+    case PL_HF_DIM_Q_GATE: return 2 * sh->n_head * sh->head_dim;
+    case PL_HF_DIM_SSM_CONV: return (2 * sh->ssm_n_k + sh->ssm_n_v) * sh->ssm_d;
+    case PL_HF_DIM_SSM_INNER: return sh->ssm_n_v * sh->ssm_d;
+    case PL_HF_DIM_SSM_V: return sh->ssm_n_v;
+    case PL_HF_DIM_SSM_HEAD: return sh->ssm_d;
+    case PL_HF_DIM_SSM_KERNEL: return sh->ssm_kernel;
     default: return 0;
     }
 }
@@ -189,6 +197,13 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_FF_EXP: return "an expert's width";
     case PL_HF_DIM_POS: return "max_position_embeddings";
     case PL_HF_DIM_TYPES: return "type_vocab_size";
+    case PL_HF_DIM_Q_GATE: return "2 x num_attention_heads x head_dim";
+    case PL_HF_DIM_SSM_CONV: return "(2 linear_num_key_heads + linear_num_value_heads) x "
+                                    "linear_key_head_dim";
+    case PL_HF_DIM_SSM_INNER: return "linear_num_value_heads x linear_value_head_dim";
+    case PL_HF_DIM_SSM_V: return "linear_num_value_heads";
+    case PL_HF_DIM_SSM_HEAD: return "linear_value_head_dim";
+    case PL_HF_DIM_SSM_KERNEL: return "linear_conv_kernel_dim";
     default: return "-";
     }
 }

@@ -20,6 +20,7 @@
 #define PL_HF_ARCH_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "backends/engine/model/gguf_synth.h"
 #include "backends/formats/hf_json.h"
@@ -39,6 +40,13 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_POS,               /**< max_position_embeddings (an encoder's
                                       absolute positions) */
     PL_HF_DIM_TYPES,             /**< type_vocab_size (token types) */
+    PL_HF_DIM_Q_GATE,            /**< 2 x num_attention_heads x head_dim (Qwen3.5's
+                                      query with its output gate) */
+    PL_HF_DIM_SSM_CONV,          /**< a Gated DeltaNet conv's channels: 2 n_k d + n_v d */
+    PL_HF_DIM_SSM_INNER,         /**< linear_num_value_heads x linear_value_head_dim */
+    PL_HF_DIM_SSM_V,             /**< linear_num_value_heads */
+    PL_HF_DIM_SSM_HEAD,          /**< linear_value_head_dim (= the key heads') */
+    PL_HF_DIM_SSM_KERNEL,        /**< linear_conv_kernel_dim */
 } pl_hf_dim;
 
 enum {
@@ -57,6 +65,20 @@ enum {
     PL_HF_T_EVEN = 128,
     PL_HF_T_ODD = 256,
     PL_HF_T_F32 = 512,           /**< a matrix kept in f32 (per-expert biases) */
+    /** Only in the recurrent layers (PL_HF_T_ATTN_ONLY: only in the others);
+     *  pl_hf_shape.recurrent says which. */
+    PL_HF_T_RECURRENT = 1024,
+    PL_HF_T_ATTN_ONLY = 2048,
+    PL_HF_T_NEG_EXP = 4096,      /**< stored as -exp(x) (A_log -> ssm_a) */
+    /** Stored [d0, 1, d1] (a depthwise Conv1d's kernel): read as [d0, d1]. */
+    PL_HF_T_SQUEEZE = 8192,
+    /** The value heads (linear_num_value_heads, each its width wide) move
+     *  from Hugging Face's order, grouped by key head, to llama.cpp's tiled
+     *  one (value head h reads key head h % n_k): along the rows, which
+     *  for the qkv projection and the conv start after the 2 n_k d q/k
+     *  rows, or along the columns (PL_HF_T_VHEADS_COLS: ssm_out). */
+    PL_HF_T_VHEADS = 16384,
+    PL_HF_T_VHEADS_COLS = 32768,
 };
 
 /** One tensor: "model.layers.%d.<...>" (per layer) or a global name. */
@@ -75,7 +97,17 @@ typedef struct pl_hf_shape {
     bool tied;                   /**< the output head is the embedding */
     bool bias;                   /**< q/k/v projections have biases */
     int n_expert, n_ff_exp;      /**< experts per layer and their width; 0: dense */
+    /** Gated DeltaNet hybrids (their family's hparams set them): key and
+     *  value heads, a head's width, the conv's kernel; 0 without. */
+    int ssm_n_k, ssm_n_v, ssm_d, ssm_kernel;
+    uint64_t recurrent[64];      /**< bit l: layer l is recurrent (l < 4096) */
 } pl_hf_shape;
+
+/** Whether layer l of sh is recurrent. */
+static inline bool pl_hf_shape_recurrent(const pl_hf_shape *sh, int l)
+{
+    return l >= 0 && l < 4096 && (sh->recurrent[l / 64] >> (l % 64) & 1);
+}
 
 typedef struct pl_hf_arch pl_hf_arch;
 

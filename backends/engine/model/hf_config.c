@@ -28,6 +28,9 @@ static const struct { const char *key; unsigned types; } rope_keys_[] = {
     {"low_freq_factor", R_LLAMA3}, {"high_freq_factor", R_LLAMA3},
     {"beta_fast", R_YARN}, {"beta_slow", R_YARN}, {"attention_factor", R_YARN},
     {"truncate", R_YARN},
+    /* multimodal RoPE (Qwen3.5): with text positions every section rotates
+     * alike; the family checks the sections */
+    {"mrope_section", R_DEFAULT}, {"mrope_interleaved", R_DEFAULT},
 };
 
 /* Keys that do not change the logits whatever their value. */
@@ -273,6 +276,8 @@ static int layer_types_(const pl_hf_json *c, const char *arch, const pl_arch *in
 {
     json_t *lt = pl_hf_json_get(c, "layer_types"), *v;
     size_t i;
+    if (info->recurrent)         /* the family's hparams read them (linear_attention) */
+        return 0;
     int nl = (int)u64_(g, arch, "block_count", 0);
     int w = (int)u64_(g, arch, "attention.sliding_window", 0);
     int p = (int)u64_(g, arch, "attention.sliding_window_pattern", info->swa_period);

@@ -171,6 +171,11 @@ static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[
         snprintf(names, len, "%s, %s, %s%s", pl_hf_dim_name(PL_HF_DIM_EXPERTS), n1, n0, x2);
         return 3;
     }
+    if (e->flags & PL_HF_T_SQUEEZE) {
+        want[0] = (uint64_t)d0, want[1] = 1, want[2] = (uint64_t)d1;
+        snprintf(names, len, "%s, 1, %s", n0, n1);
+        return 3;
+    }
     if (!e->d1) {
         want[0] = (uint64_t)d0 * k;
         snprintf(names, len, "%s%s", n0, x2);
@@ -228,7 +233,7 @@ static bool in_place_(const pl_hf_conv *c)
                        c->type == PL_GGML_TYPE_F16 ? PL_ST_F16 :
                        c->type == PL_GGML_TYPE_BF16 ? PL_ST_BF16 : PL_ST_DTYPE_COUNT;
     return c->src->dtype == want && !c->scale && !c->permute_heads && c->shift == 0.0f &&
-           !c->offset && !c->row_step && !c->col_step;
+           !c->offset && !c->row_step && !c->col_step && !c->neg_exp && !c->vh_n_k;
 }
 
 static int push_conv_(pl_hf_model *m, const pl_hf_conv *c)
@@ -275,6 +280,23 @@ static void place_(const pl_hf_model *m, const pl_hf_tmap *e, int x, pl_hf_conv 
         c->col_step = k;
     }
     (void)m;
+}
+
+/* Row e's value-head reordering (PL_HF_T_VHEADS), where the key heads are
+ * fewer than the value heads: along the rows of a matrix (after the q and
+ * k rows of the qkv projection and the conv), along a vector's elements
+ * or, with PL_HF_T_VHEADS_COLS, a matrix's columns. */
+static void vheads_(const pl_hf_model *m, const pl_hf_tmap *e, pl_hf_conv *c)
+{
+    const pl_hf_shape *sh = &m->sh;
+    if (!(e->flags & PL_HF_T_VHEADS) || sh->ssm_n_k <= 0 || sh->ssm_n_v == sh->ssm_n_k)
+        return;
+    c->vh_cols = (e->flags & PL_HF_T_VHEADS_COLS) || !e->d1;
+    pl_hf_dim along = c->vh_cols ? (e->d1 ? e->d1 : e->d0) : e->d0;
+    c->vh_n_k = sh->ssm_n_k;
+    c->vh_per_k = sh->ssm_n_v / sh->ssm_n_k;
+    c->vh_width = along == PL_HF_DIM_SSM_V ? 1 : sh->ssm_d;
+    c->vh_start = along == PL_HF_DIM_SSM_CONV ? 2 * sh->ssm_n_k * sh->ssm_d : 0;
 }
 
 /* The checkpoint tensor of matrix x of row e (per-expert rows name one
@@ -328,6 +350,8 @@ static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err
             c.permute_heads = e->flags & PL_HF_T_PERMUTE_Q ? m->sh.n_head : m->sh.n_head_kv;
         if (e->flags & PL_HF_T_NORM)
             c.shift = pl_hf_arch_norm_shift(m->arch);
+        c.neg_exp = (e->flags & PL_HF_T_NEG_EXP) != 0;
+        vheads_(m, e, &c);
         if (x == 0)
             type = e->d1 && !(e->flags & PL_HF_T_F32) ? mat_type_(m, t, c.cols) : PL_GGML_TYPE_F32;
         c.type = type;
@@ -370,10 +394,16 @@ static int add_tensors_(pl_hf_model *m, char *err, size_t n)
         if (add_tensor_(m, &g, 0, err, n) < 0)
             return -1;
     }
-    for (int l = 0; l < m->sh.n_layer; l++)
-        for (const pl_hf_tmap *e = pl_hf_arch_layer_tensors(m->arch); e->hf; e++)
-            if ((!(e->flags & PL_HF_T_BIAS) || m->sh.bias) && add_tensor_(m, e, l, err, n) < 0)
+    for (int l = 0; l < m->sh.n_layer; l++) {
+        bool rec = pl_hf_shape_recurrent(&m->sh, l);
+        for (const pl_hf_tmap *e = pl_hf_arch_layer_tensors(m->arch); e->hf; e++) {
+            if ((e->flags & PL_HF_T_BIAS && !m->sh.bias) ||
+                (e->flags & PL_HF_T_RECURRENT && !rec) || (e->flags & PL_HF_T_ATTN_ONLY && rec))
+                continue;
+            if (add_tensor_(m, e, l, err, n) < 0)
                 return -1;
+        }
+    }
     return 0;
 }
 

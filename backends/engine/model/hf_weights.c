@@ -86,6 +86,24 @@ static int src_row_(int r, int rows, int heads)
     return h * hd + j * (hd / 2) + i;
 }
 
+/* The source index of value-head-reordered index i (pl_hf_conv's vh_*):
+ * tiled [j][k][e] from grouped [k][j][e]. */
+static int vh_src_(const pl_hf_conv *c, int i)
+{
+    if (c->vh_n_k <= 0 || i < c->vh_start)
+        return i;
+    int d = i - c->vh_start, hw = c->vh_width, head = d / hw;
+    int j = head / c->vh_n_k, k = head % c->vh_n_k;
+    return c->vh_start + (k * c->vh_per_k + j) * hw + d % hw;
+}
+
+/* The source row of converted row r. */
+static int conv_src_row_(const pl_hf_conv *c, int r)
+{
+    int sr = src_row_(r, c->rows, c->rows > 1 ? c->permute_heads : 0);
+    return c->vh_cols ? sr : vh_src_(c, sr);
+}
+
 typedef enum scale_kind { SCALE_NONE, SCALE_TENSOR, SCALE_CHANNEL, SCALE_BLOCK } scale_kind;
 
 static scale_kind scale_kind_(const pl_hf_conv *c)
@@ -112,6 +130,13 @@ int pl_hf_conv_check(const pl_hf_conv *c, char *err, size_t errlen)
                         "not fit its %llu elements", c->src->file, c->src->name, c->rows,
                         c->cols, (unsigned long long)c->offset,
                         (unsigned long long)c->src->nelem), -1;
+    int extent = c->vh_cols ? c->cols : c->rows;
+    if (c->vh_n_k > 0 && (c->vh_per_k < 1 || c->vh_width < 1 || c->vh_start < 0 ||
+                          c->vh_start + c->vh_n_k * c->vh_per_k * c->vh_width != extent))
+        return snprintf(err, errlen, "%s: tensor '%s': %d x %d value heads of %d from %d do "
+                        "not cover its %d %s", c->src->file, c->src->name, c->vh_n_k,
+                        c->vh_per_k, c->vh_width, c->vh_start, extent,
+                        c->vh_cols ? "columns" : "rows"), -1;
     if (!pl_hf_dtype_supported(c->src->dtype))
         return snprintf(err, errlen, "%s: tensor '%s': dtype %s is not a weight type parley "
                         "reads (F32, F16, BF16, F8_E4M3, F8_E5M2)", c->src->file,
@@ -136,9 +161,11 @@ int pl_hf_conv_check(const pl_hf_conv *c, char *err, size_t errlen)
 
 float pl_hf_conv_value(const pl_hf_conv *c, int r, int j)
 {
-    int sr = src_row_(r, c->rows, c->rows > 1 ? c->permute_heads : 0);
+    int sr = conv_src_row_(c, r);
     if (c->rows == 1 && c->permute_heads > 0)
         j = src_row_(j, c->cols, c->permute_heads);
+    if (c->vh_cols)
+        j = vh_src_(c, j);
     float v = elem_(c->src, at_(c, sr, j));
     switch (scale_kind_(c)) {
     case SCALE_TENSOR: v *= elem_(c->scale, 0); break;
@@ -150,7 +177,7 @@ float pl_hf_conv_value(const pl_hf_conv *c, int r, int j)
     }
     default: break;
     }
-    return v + c->shift;
+    return c->neg_exp ? -expf(v) : v + c->shift;
 }
 
 size_t pl_hf_conv_bytes(const pl_hf_conv *c)
@@ -202,12 +229,13 @@ static void decode_row_(const pl_hf_conv *c, int sr, float *buf)
 /* Row r of the converted tensor, as floats. */
 static void value_row_(const pl_hf_conv *c, int r, float *buf)
 {
-    if (c->rows == 1 && c->permute_heads > 0) {   /* a permuted bias */
+    /* a permuted bias, columns in another order, -exp: element by element */
+    if ((c->rows == 1 && c->permute_heads > 0) || c->vh_cols || c->neg_exp) {
         for (int j = 0; j < c->cols; j++)
             buf[j] = pl_hf_conv_value(c, r, j);
         return;
     }
-    int sr = src_row_(r, c->rows, c->permute_heads);
+    int sr = conv_src_row_(c, r);
     decode_row_(c, sr, buf);
     scale_kind k = scale_kind_(c);
     if (k == SCALE_TENSOR || k == SCALE_CHANNEL) {
@@ -237,7 +265,7 @@ static int convert_rows_(const pl_hf_conv *c, int r0, int r1, float *buf, char *
             if (!isfinite(buf[j]))
                 return snprintf(err, errlen, "%s: tensor '%s': element %d of row %d is not "
                                 "a finite number", c->src->file, c->src->name, j,
-                                src_row_(r, c->rows, c->permute_heads)), -1;
+                                conv_src_row_(c, r)), -1;
         if (pl_quantize_row(c->type, buf, (uint8_t *)c->dst + (size_t)r * row_bytes,
                             c->cols) < 0)
             return snprintf(err, errlen, "%s: tensor '%s': cannot write %d columns as %s",
@@ -246,7 +274,7 @@ static int convert_rows_(const pl_hf_conv *c, int r0, int r1, float *buf, char *
     }
     /* Rows read in order are read once: their pages can go now, which keeps
      * a large checkpoint's peak memory near its converted size. */
-    if (!c->permute_heads && c->rows > 1 && plain_(c)) {
+    if (!c->permute_heads && !c->vh_n_k && c->rows > 1 && plain_(c)) {
         size_t sb = (size_t)c->cols * pl_st_dtype_size(c->src->dtype);
         pl_safetensors_drop(c->src->data + (size_t)r0 * sb, (uint64_t)(r1 - r0) * sb);
     }

@@ -25,6 +25,13 @@ typedef struct pl_hf_conv {
     int block_rows, block_cols;  /**< the scale blocks' size (block scales) */
     int permute_heads;           /**< > 0: rows rotate-half -> interleaved, per head */
     float shift;                 /**< added to every element (Gemma's norms) */
+    bool neg_exp;                /**< write -exp(x) (A_log as llama.cpp stores it) */
+    /** Value heads reordered (hf_arch.h's PL_HF_T_VHEADS): vh_n_k > 0 moves
+     *  the rows from vh_start on (vh_cols: the columns) from grouped by key
+     *  head, [k][j][i], to tiled, [j][k][i]: vh_n_k key heads, vh_per_k
+     *  value heads each, vh_width elements a head. */
+    int vh_n_k, vh_per_k, vh_width, vh_start;
+    bool vh_cols;
     pl_ggml_type type;           /**< what to write */
     void *dst;                   /**< rows * row bytes of type, owned by the caller */
     int rows, cols;
