@@ -136,6 +136,24 @@ static double max_gap_(const model_view *v)
     return jnum(v->stats, "timing.max_idle_gap_ms") / 1e3;
 }
 static double rejected_(const model_view *v) { return (double)v->m->rejected; }
+static double emb_req_(const model_view *v) { return (double)v->m->embed_requests; }
+static double emb_in_(const model_view *v) { return (double)v->m->embed_inputs; }
+static double emb_tok_(const model_view *v) { return (double)v->m->embed_tokens; }
+static double emb_fail_(const model_view *v) { return (double)v->m->embed_failed; }
+
+/* POST /v1/embeddings per model (the vllm: families count generation only). */
+static void embedding_families(struct evbuffer *b, const model_view *v, int n)
+{
+    family_(b, v, n, "parley:embedding_requests", "counter",
+            "Embedding requests answered with vectors.", emb_req_);
+    family_(b, v, n, "parley:embedding_inputs", "counter",
+            "Embedding vectors returned (inputs embedded).", emb_in_);
+    family_(b, v, n, "parley:embedding_tokens", "counter",
+            "Tokens embedded (usage.prompt_tokens summed).", emb_tok_);
+    family_(b, v, n, "parley:embedding_requests_failed", "counter",
+            "Embedding requests the backend ended with an error (ids out of range, over-length "
+            "inputs, ...); requests refused while parsing are not counted.", emb_fail_);
+}
 
 static void vllm_families(struct evbuffer *b, const model_view *v, int n)
 {
@@ -306,6 +324,7 @@ void pl_metrics_render(pl_server *s, struct evbuffer *out)
     histogram_families(out, v, n);
     step_families(out, v, n);
     upstream_families(out, v, n);
+    embedding_families(out, v, n);
     for (int i = 0; i < n; i++)
         json_decref(v[i].stats);
     free(v);

@@ -11,6 +11,7 @@
 #include "api/access_log.h"
 #include "api/respond.h"
 #include "api/sse.h"
+#include "backends/req_metrics.h"
 
 #define DEFAULT_MAX_INPUTS 2048
 
@@ -209,11 +210,27 @@ static void call_free_(emb_call *c)
     free(c);
 }
 
+/* /metrics' parley:embedding_* counters (main thread, as the sink is). */
+static void count_(pl_backend *b, const pl_embed_result *r)
+{
+    pl_req_metrics *m = pl_backend_metrics(b);
+    if (!m)
+        return;
+    if (r->error) {
+        m->embed_failed++;
+        return;
+    }
+    m->embed_requests++;
+    m->embed_inputs += (uint64_t)r->n;
+    m->embed_tokens += (uint64_t)r->prompt_tokens;
+}
+
 static void on_done_(void *ud, const pl_embed_result *r)
 {
     emb_call *c = ud;
     pl_unwatch_close(c->req, c->watch);
     pl_access_usage(c->req, r->error ? 0 : r->prompt_tokens, 0);
+    count_(c->model->backend, r);
     if (r->error) {
         pl_reply_error(c->req, r->error);
     } else {

@@ -58,6 +58,12 @@ typedef struct pl_req_metrics {
     uint64_t submitted;
     uint64_t rejected;                     /**< submit() returned -1 */
     int live;                              /**< submitted, not yet done */
+    /** POST /v1/embeddings, counted when a request ends (embed() does not
+     *  go through pl_backend_submit, so none of the above counts it). */
+    uint64_t embed_requests;               /**< answered with vectors */
+    uint64_t embed_inputs;                 /**< vectors returned */
+    uint64_t embed_tokens;                 /**< tokens embedded */
+    uint64_t embed_failed;                 /**< ended with an error */
     pl_hist ttft, itl, e2e, queue;         /**< seconds */
     pl_hist prompt_len, gen_len;           /**< tokens per finished request */
     /** Running estimates over requests that stopped or hit their length:

@@ -399,14 +399,15 @@ Test(tokenizer, gguf_errors_name_the_problem)
 {
     static uint8_t buf[4096];
     char err[256];
+    const char *rwkv[] = {"tokenizer.ggml.model", "rwkv"};
     const char *bert[] = {"tokenizer.ggml.model", "bert"};
     const char *none[] = {"general.name", "x"};
     const char *notoks[] = {"tokenizer.ggml.model", "gpt2"};
     struct { const char *const *kv; const char *want; } cases[] = {
-        {bert, "'bert'"}, {none, "tokenizer.ggml.model"},
-        {notoks, "tokenizer.ggml.tokens"},
+        {rwkv, "'rwkv'"}, {none, "tokenizer.ggml.model"},
+        {notoks, "tokenizer.ggml.tokens"}, {bert, "tokenizer.ggml.tokens"},
     };
-    for (size_t i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         size_t n = mini_gguf(buf, cases[i].kv, 1);
         pl_gguf *g = pl_gguf_parse(buf, n, err, sizeof err);
         cr_assert_not_null(g, "%s", err);

@@ -17,6 +17,7 @@ typedef struct gguf_vocab {
     const char **merges;
     uint32_t *merge_lens;
     char *pre;
+    char *wpm_text;              /* bert: the tokens back in "##" form */
 } gguf_vocab;
 
 static void gguf_vocab_free(gguf_vocab *g)
@@ -28,6 +29,7 @@ static void gguf_vocab_free(gguf_vocab *g)
     free(g->merges);
     free(g->merge_lens);
     free(g->pre);
+    free(g->wpm_text);
 }
 
 /* The array under key with the given element type, or NULL. */
@@ -73,6 +75,17 @@ static int get_flag(const pl_gguf *g, const char *key)
     return kv->v.b ? 1 : 0;
 }
 
+/* tokenizer.ggml.model's values (llama.cpp's LLAMA_VOCAB_TYPE names). */
+static const struct {
+    const char *name;
+    pl_tokenizer_model model;
+} models_[] = {
+    {"gpt2", PL_TOKENIZER_MODEL_GPT2},
+    {"llama", PL_TOKENIZER_MODEL_LLAMA},
+    {"bert", PL_TOKENIZER_MODEL_BERT},
+};
+#define N_MODELS_ (sizeof models_ / sizeof *models_)
+
 static int read_model(const pl_gguf *g, gguf_vocab *gv, char *err,
                       size_t errlen)
 {
@@ -81,16 +94,17 @@ static int read_model(const pl_gguf *g, gguf_vocab *gv, char *err,
         snprintf(err, errlen, "GGUF has no tokenizer.ggml.model");
         return -1;
     }
-    if (s.len == 4 && !memcmp(s.ptr, "gpt2", 4)) {
-        gv->v.model = PL_TOKENIZER_MODEL_GPT2;
-    } else if (s.len == 5 && !memcmp(s.ptr, "llama", 5)) {
-        gv->v.model = PL_TOKENIZER_MODEL_LLAMA;
-    } else {
+    size_t i = 0;
+    while (i < N_MODELS_ && !(strlen(models_[i].name) == s.len &&
+                              !memcmp(s.ptr, models_[i].name, s.len)))
+        i++;
+    if (i == N_MODELS_) {
         snprintf(err, errlen, "unsupported tokenizer.ggml.model '%.*s' "
-                 "(supported: gpt2, llama)", (int)(s.len > 64 ? 64 : s.len),
+                 "(supported: gpt2, llama, bert)", (int)(s.len > 64 ? 64 : s.len),
                  s.ptr);
         return -1;
     }
+    gv->v.model = models_[i].model;
     if (!pl_gguf_get_str(g, "tokenizer.ggml.pre", &s)) {
         gv->pre = strndup(s.ptr, s.len);
         if (!gv->pre)
@@ -155,6 +169,56 @@ static int read_merges(const pl_gguf *g, gguf_vocab *gv, char *err,
     return 0;
 }
 
+#define PHANTOM "\xe2\x96\x81"   /* U+2581 */
+#define PHANTOM_LEN 3
+
+/* llama.cpp's converter (conversion/bert.py, phantom()) writes a BERT
+ * vocabulary with U+2581 before each word-initial piece and "##" dropped
+ * from continuation pieces, control tokens as they are. The WordPiece
+ * tokenizer reads the tokenizers library's form, so each piece goes back:
+ * "\u2581x" -> "x", "x" -> "##x". BertNormalizer's switches are the
+ * library's defaults, lower-casing (and accent stripping with it) from
+ * tokenizer.ggml.normalizer.lowercase (absent: on, as llama.cpp does). */
+static int read_wordpiece(const pl_gguf *g, gguf_vocab *gv, char *err, size_t errlen)
+{
+    if (gv->v.model != PL_TOKENIZER_MODEL_BERT)
+        return 0;
+    if (!gv->types) {
+        snprintf(err, errlen, "bert tokenizer without tokenizer.ggml.token_type");
+        return -1;
+    }
+    size_t total = 0;
+    for (int32_t i = 0; i < gv->v.n_tokens; i++)
+        total += gv->token_lens[i] + 3;
+    if (!(gv->wpm_text = malloc(total + 1)))
+        return -1;
+    size_t o = 0;
+    for (int32_t i = 0; i < gv->v.n_tokens; i++) {
+        const char *t = gv->tokens[i];
+        uint32_t n = gv->token_lens[i];
+        char *dst = gv->wpm_text + o;
+        if (gv->types[i] == PL_TOKEN_TYPE_CONTROL) {
+            memcpy(dst, t, n);
+        } else if (n >= PHANTOM_LEN && !memcmp(t, PHANTOM, PHANTOM_LEN)) {
+            n -= PHANTOM_LEN;
+            memcpy(dst, t + PHANTOM_LEN, n);
+        } else {
+            memcpy(dst, "##", 2);
+            memcpy(dst + 2, t, n);
+            n += 2;
+        }
+        gv->tokens[i] = dst;
+        gv->token_lens[i] = n;
+        o += n;
+    }
+    int lc = get_flag(g, "tokenizer.ggml.normalizer.lowercase");
+    gv->v.wpm_lowercase = lc != 0;
+    gv->v.wpm_strip_accents = gv->v.wpm_lowercase;
+    gv->v.wpm_clean_text = gv->v.wpm_chinese = true;
+    gv->v.wpm_max_word_chars = 100;
+    return 0;
+}
+
 static void read_specials(const pl_gguf *g, gguf_vocab *gv)
 {
     bool spm = gv->v.model == PL_TOKENIZER_MODEL_LLAMA;
@@ -178,7 +242,7 @@ pl_tokenizer *pl_tokenizer_from_gguf(const pl_gguf *g, char *err,
     memset(&gv, 0, sizeof gv);
     err[0] = '\0';
     if (read_model(g, &gv, err, errlen) || read_tokens(g, &gv, err, errlen) ||
-        read_merges(g, &gv, err, errlen))
+        read_merges(g, &gv, err, errlen) || read_wordpiece(g, &gv, err, errlen))
         goto done;
     read_specials(g, &gv);
     t = pl_tokenizer_init(&gv.v, err, errlen);

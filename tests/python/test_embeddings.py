@@ -252,3 +252,30 @@ def test_chat_and_embedding_side_by_side(tmp_path):
             assert json.load(resp)["usage"]["completion_tokens"] >= 1
     finally:
         assert s.stop() == 0
+
+
+def metric(url, name, model=NAME):
+    text = urllib.request.urlopen(url + "/metrics").read().decode()
+    want = {'%s{model_name="%s"}' % (name, model), '%s{endpoint="%s"}' % (name, model)}
+    for line in text.splitlines():
+        key, _, val = line.rpartition(" ")
+        if key in want:
+            return float(val)
+    raise AssertionError("%s not in /metrics" % name)
+
+
+def test_metrics_count_embeddings(server, tok):
+    """/metrics: the requests of /v1/embeddings and parley:embedding_* per
+    model move by what was asked, token counts by the tokenizers library's."""
+    texts = ["The quick brown fox.", "Zwölf Boxkämpfer jagen Viktor quer über den Sylter Deich",
+             "def f(x):\n    return x * 2"]
+    names = ["parley:embedding_requests_total", "parley:embedding_inputs_total",
+             "parley:embedding_tokens_total", "parley:embedding_requests_failed_total"]
+    before = [metric(server.url, n) for n in names]
+    hits = metric(server.url, "parley:http_requests_total", "/v1/embeddings")
+    assert post(server.url, {"model": NAME, "input": texts})[0] == 200
+    assert post(server.url, {"model": NAME, "input": [[5, 999999999]]})[0] == 400
+    after = [metric(server.url, n) for n in names]
+    n_tok = sum(len(tok.encode(t).ids) for t in texts)
+    assert [a - b for a, b in zip(after, before)] == [1, 3, n_tok, 1]   # ids are checked in the backend
+    assert metric(server.url, "parley:http_requests_total", "/v1/embeddings") == hits + 2
