@@ -53,7 +53,7 @@ static void kv_submit(void *ud, pl_dispatch_req *r)
 {
     kv_sim *s = ud;
     kreq *k = (kreq *)r;
-    pl_dispatch_kv v;
+    pl_dispatch_kv v = {0};     /* no view: kv_now leaves it as it is */
     kv_now(s, &v);
     k->need = r->client_ == PL_DISPATCH_INTERACTIVE ? s->interactive_need
                                                     : pl_dispatch_kv_need(&v, r->prompt_tokens,
