@@ -15,13 +15,13 @@ import hashlib
 import json
 import os
 import sys
-import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
 
 from conftest import ROOT, Server
+from test_embeddings import cosines, post
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "fixtures"))
 import embed_texts  # noqa: E402
@@ -46,21 +46,6 @@ def gguf(outtype):
     assert h.hexdigest() == str(LL["sha256_" + outtype]), \
         "%s is not the converter output the references were made from" % path
     return path
-
-
-def post(url, body):
-    req = urllib.request.Request(url + "/v1/embeddings", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return r.status, json.load(r)
-    except urllib.error.HTTPError as e:
-        return e.code, json.load(e)
-
-
-def cosines(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
 @pytest.mark.parametrize("outtype", ["f32", "f16"])
