@@ -37,6 +37,9 @@
 #endif
 
 #define KR_MAX_SB 64             /* 16384 elements: 160 KB of scratch */
+#ifndef KR_TWO
+#define KR_TWO 1
+#endif
 
 int pl_qdot_k_gemm_supported(pl_ggml_type t)
 {
@@ -230,12 +233,20 @@ T2 static inline __m256i bcast4(const int8_t *p)
     {                                                                                            \
         int r = 0, nsb = n_blk / 8;                                                              \
         if (two)                                                                                 \
-            for (; r + 2 <= n_rows; r += 2)                                                      \
-                kr_rows_##SFX(g, six, x + (size_t)r * n_blk, (size_t)n_blk, nsb, 2,              \
-                              y + (size_t)r * ldy, (size_t)ldy);                                 \
-        for (; r < n_rows; r++)                                                                  \
-            kr_rows_##SFX(g, six, x + (size_t)r * n_blk, (size_t)n_blk, nsb, 1,                  \
-                          y + (size_t)r * ldy, (size_t)ldy);                                     \
+            for (; r + 2 <= n_rows; r += 2) {                                                    \
+                const pl_q8_act *xr = x + (size_t)r * n_blk;                                     \
+                if (six)                                                                         \
+                    kr_rows_##SFX(g, 1, xr, (size_t)n_blk, nsb, 2, y + (size_t)r * ldy, ldy);   \
+                else                                                                             \
+                    kr_rows_##SFX(g, 0, xr, (size_t)n_blk, nsb, 2, y + (size_t)r * ldy, ldy);   \
+            }                                                                                    \
+        for (; r < n_rows; r++) {                                                                \
+            const pl_q8_act *xr = x + (size_t)r * n_blk;                                         \
+            if (six)                                                                             \
+                kr_rows_##SFX(g, 1, xr, (size_t)n_blk, nsb, 1, y + (size_t)r * ldy, ldy);       \
+            else                                                                                 \
+                kr_rows_##SFX(g, 0, xr, (size_t)n_blk, nsb, 1, y + (size_t)r * ldy, ldy);       \
+        }                                                                                        \
     }
 
 T2 static inline __m256i dot_avx2(__m256i u, __m256i s)
@@ -269,7 +280,7 @@ int pl_qdot_k_gemm(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t ro
     for (; o + 8 <= o1; o += 8) {
         repack_group(t, w + (size_t)o * row_bytes, row_bytes, nsb, &g);
         if (lv == PL_VNNI_AVX512)
-            kr_group_vnni512(&g, six, x, n_blk, n_rows, 1, y + o, ldy);
+            kr_group_vnni512(&g, six, x, n_blk, n_rows, KR_TWO, y + o, ldy);
         else if (lv == PL_VNNI_AVX)
             kr_group_avxvnni(&g, six, x, n_blk, n_rows, 0, y + o, ldy);
         else
