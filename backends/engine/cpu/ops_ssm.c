@@ -1,5 +1,6 @@
 /* ops_ssm.c - the Gated DeltaNet operations (ops_ssm.h). */
 #include "backends/engine/cpu/ops_ssm.h"
+#include "backends/engine/cpu/ops_ssm_simd.h"
 
 #include "src/base/cpu_features.h"
 
@@ -102,7 +103,13 @@ void pl_op_gdn_step(float *S, const float *q, const float *k, const float *v, fl
 
 size_t pl_op_gdn_chunk_scratch(int T, int dk, int dv)
 {
-    return (size_t)T * T * 2 + (size_t)T * ((size_t)dk + dv + 1);
+    size_t ref = (size_t)T * T * 2 + (size_t)T * ((size_t)dk + dv + 1);
+#ifdef PL_HAVE_X86
+    size_t simd = pl_op_gdn_chunk_simd_scratch(T, dk, dv);
+    return simd > ref ? simd : ref;
+#else
+    return ref;
+#endif
 }
 
 static float dot_(const float *a, const float *b, int n)
@@ -129,9 +136,9 @@ static void unit_lower_solve_(const float *A, int T, float *X, int n)
             axpy_(X + (size_t)t * n, -A[(size_t)t * T + s], X + (size_t)s * n, n);
 }
 
-void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
-                     size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
-                     int T, int dk, int dv, float *scratch)
+void pl_op_gdn_chunk_ref(float *S, const float *q, size_t ld_qk, const float *k,
+                         const float *v, size_t ld_v, const float *log_g, const float *beta,
+                         float *o, size_t ld_o, int T, int dk, int dv, float *scratch)
 {
     float *A = scratch, *P = A + (size_t)T * T, *U = P + (size_t)T * T;
     float *W = U + (size_t)T * dv, *c = W + (size_t)T * dk;
@@ -173,6 +180,25 @@ void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, con
         for (int s = 0; s < T; s++)
             axpy_(si, expf(c[T - 1] - c[s]) * k[(size_t)s * ld_qk + i], U + (size_t)s * dv, dv);
     }
+}
+
+void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
+                     size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
+                     int T, int dk, int dv, float *scratch)
+{
+#ifdef PL_HAVE_X86
+    const pl_cpu_feature_set *cpu = pl_cpu_features();
+    if (cpu->avx512f && dk % 16 == 0 && dv % 16 == 0) {
+        pl_op_gdn_chunk_avx512(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv,
+                               scratch);
+        return;
+    }
+    if (cpu->avx2 && cpu->fma && dk % 8 == 0 && dv % 8 == 0) {
+        pl_op_gdn_chunk_avx2(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv, scratch);
+        return;
+    }
+#endif
+    pl_op_gdn_chunk_ref(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv, scratch);
 }
 
 void pl_op_l2norm(float *x, int n, float eps, float scale)

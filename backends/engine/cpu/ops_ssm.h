@@ -40,6 +40,13 @@ void pl_op_gdn_step_ref(float *S, const float *q, const float *k, const float *v
 void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
                      size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
                      int T, int dk, int dv, float *scratch);
+/** The scalar reference of pl_op_gdn_chunk (the algebra above, term by
+ *  term); pl_op_gdn_chunk takes the AVX-512 or AVX2 form (ops_ssm_simd.h)
+ *  when the CPU has it, within float tolerance of this. */
+void pl_op_gdn_chunk_ref(float *S, const float *q, size_t ld_qk, const float *k,
+                         const float *v, size_t ld_v, const float *log_g, const float *beta,
+                         float *o, size_t ld_o, int T, int dk, int dv, float *scratch);
+/** Floats of scratch either form needs. */
 size_t pl_op_gdn_chunk_scratch(int T, int dk, int dv);
 
 /** x / sqrt(sum x^2 + eps) * scale over n elements, in place. */
