@@ -1,8 +1,10 @@
 /* ops_ssm.h - the Gated DeltaNet operations of the CPU runner (model.h's
  * pl_layer.recurrent), one small C function each: the references the CUDA
  * kernels will be tested against. Element-wise over the vector dimension
- * (channels, a state row's value dims), so the AVX2 paths give the scalar
- * references' bits: no horizontal sums, fused multiply-adds in both.
+ * (channels, a state row's value dims), so the AVX2 step gives the scalar
+ * reference's bits: no horizontal sums, fused multiply-adds in both; the
+ * AVX2 conv's sums are the scalar's bits, its SiLU within 2 ulp (a vector
+ * e^x); the SIMD chunked form (ops_ssm_simd.h) is within float tolerance.
  */
 #ifndef PL_CPU_OPS_SSM_H
 #define PL_CPU_OPS_SSM_H
@@ -12,7 +14,8 @@
 /** One row of the causal depthwise conv over n channels, then SiLU:
  *  out[c] = silu(sum_{j < K-1} w[j][c] hist[j][c] + w[K-1][c] x[c]) into
  *  x (in place), and hist shifts by one (hist[K-2] = the old x). w is
- *  (K, ldw) (the kernel transposed: tap-major), hist (K-1, ldh). */
+ *  (K, ldw) (the kernel transposed: tap-major), hist (K-1, ldh); K >= 2.
+ *  AVX2 when the CPU has it. */
 void pl_op_ssm_conv_row(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
                         int K);
 
