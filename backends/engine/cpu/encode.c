@@ -25,6 +25,15 @@
 #define SPLIT 64                 /* output features per GEMM work item (few rows) */
 #define ROWS 64                  /* fewest rows of a row-split GEMM work item */
 
+/* The elementwise loops compiled for wider vectors too, chosen at load
+ * (ifunc): the same operations in the same order on every clone (ISO C
+ * contracts no FMA), so the same bits whatever the CPU. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define WIDE
+#endif
+
 /* Float bits as an int and back (memcpy: no aliasing questions). */
 static inline int32_t bits_(float f)
 {
@@ -101,7 +110,7 @@ typedef struct gemm_job {
 } gemm_job;
 
 /* y[r0..r1) columns [o0, o1): + bias, then GELU when asked. */
-static void bias_(const gemm_job *j, int r0, int r1, int o0, int o1)
+WIDE static void bias_(const gemm_job *j, int r0, int r1, int o0, int o1)
 {
     for (int r = r0; r < r1; r++) {
         float *y = j->y + (size_t)r * j->o;
@@ -151,8 +160,8 @@ static void linear_(pl_pool *pool, const float *x, int rows, int k, const float 
                     const float *b, int o, float *y, bool gelu)
 {
     int threads = pool ? pl_pool_size(pool) : 1, chunk = 0;
-    if (rows >= 2 * ROWS * threads) {  /* about 4 items a thread, for late wakers */
-        chunk = (rows + 4 * threads - 1) / (4 * threads);
+    if (rows >= 2 * ROWS * threads) {  /* one item a thread: each packs the weights */
+        chunk = (rows + threads - 1) / threads;
         chunk = chunk < ROWS ? ROWS : chunk;
     }
     gemm_job j = {.pool = pool, .x = x, .w = w, .b = b, .y = y, .rows = rows, .k = k, .o = o,
@@ -171,13 +180,9 @@ typedef struct attn_job {
     int max_len;
 } attn_job;
 
-/* Text t, head h: out_h = softmax(q_h k_h^T * scale) v_h. */
-static void attn_one_(const attn_job *j, int t, int h, float *s)
+/* Each of the L rows of s (L, L) in place: its softmax. */
+WIDE static void softmax_rows_(float *s, int L)
 {
-    int d = j->m->n_embd, hd = j->m->head_dim, L = j->lens[t];
-    size_t off = (size_t)j->start[t] * d + (size_t)h * hd;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd,
-                1.0f / sqrtf((float)hd), j->q + off, d, j->k + off, d, 0.0f, s, L);
     for (int r = 0; r < L; r++) {
         float *row = s + (size_t)r * L, mx = max_(row, L), sum = 0;
         for (int c = 0; c < L; c++)
@@ -188,6 +193,16 @@ static void attn_one_(const attn_job *j, int t, int h, float *s)
         for (int c = 0; c < L; c++)
             row[c] *= inv;
     }
+}
+
+/* Text t, head h: out_h = softmax(q_h k_h^T * scale) v_h. */
+static void attn_one_(const attn_job *j, int t, int h, float *s)
+{
+    int d = j->m->n_embd, hd = j->m->head_dim, L = j->lens[t];
+    size_t off = (size_t)j->start[t] * d + (size_t)h * hd;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, L, hd,
+                1.0f / sqrtf((float)hd), j->q + off, d, j->k + off, d, 0.0f, s, L);
+    softmax_rows_(s, L);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, L, hd, L, 1.0f, s, L,
                 j->v + off, d, 0.0f, j->out + off, d);
 }
