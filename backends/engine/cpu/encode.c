@@ -238,6 +238,37 @@ static void add_norm_(float *x, const float *add, int rows, int d, const float *
     }
 }
 
+typedef struct norm_job {
+    pl_pool *pool;
+    float *x;
+    const float *add, *w, *b;
+    int rows, d;
+    float eps;
+} norm_job;
+
+#define NORM_ROWS 64             /* rows per LayerNorm work item */
+
+static void norm_worker(void *arg, int ith, int nth)
+{
+    norm_job *j = arg;
+    (void)nth;
+    int items = (j->rows + NORM_ROWS - 1) / NORM_ROWS;
+    for (int it; (it = j->pool ? pl_pool_take(j->pool) : ith++) < items;) {
+        int r0 = it * NORM_ROWS, r1 = r0 + NORM_ROWS < j->rows ? r0 + NORM_ROWS : j->rows;
+        add_norm_(j->x + (size_t)r0 * j->d, j->add ? j->add + (size_t)r0 * j->d : NULL,
+                  r1 - r0, j->d, j->w, j->b, j->eps);
+    }
+}
+
+/* add_norm_ over the pool's threads, by blocks of rows. */
+static void add_norm_par_(pl_pool *pool, float *x, const float *add, int rows, int d,
+                          const float *w, const float *b, float eps)
+{
+    norm_job j = {.pool = pool, .x = x, .add = add, .w = w, .b = b, .rows = rows, .d = d,
+                  .eps = eps};
+    run_(pool, norm_worker, &j);
+}
+
 static void embed_(const pl_encoder *m, const int32_t *const *ids, const int *lens, int n,
                    float *x)
 {
@@ -298,10 +329,10 @@ static int layer_(const pl_encoder *m, pl_pool *pool, bufs *b, int rows, const i
                    .max_len = max_len};
     run_(pool, attn_worker, &aj);
     linear_(pool, b->a, rows, d, y->wo, y->bo, d, b->q, false);
-    add_norm_(b->x, b->q, rows, d, y->attn_norm_w, y->attn_norm_b, m->eps);
+    add_norm_par_(pool, b->x, b->q, rows, d, y->attn_norm_w, y->attn_norm_b, m->eps);
     linear_(pool, b->x, rows, d, y->w_up, y->b_up, ff, b->h, true);
     linear_(pool, b->h, rows, ff, y->w_down, y->b_down, d, b->q, false);
-    add_norm_(b->x, b->q, rows, d, y->out_norm_w, y->out_norm_b, m->eps);
+    add_norm_par_(pool, b->x, b->q, rows, d, y->out_norm_w, y->out_norm_b, m->eps);
     return 0;
 }
 
@@ -328,7 +359,7 @@ int pl_encode_batch(const pl_encoder *m, pl_pool *pool, const int32_t *const *id
     for (int t = 0; t < n; t++)
         b.start[t + 1] = b.start[t] + lens[t];
     embed_(m, ids, lens, n, b.x);
-    add_norm_(b.x, NULL, rows, d, m->embd_norm_w, m->embd_norm_b, m->eps);
+    add_norm_par_(pool, b.x, NULL, rows, d, m->embd_norm_w, m->embd_norm_b, m->eps);
     for (int l = 0; l < m->n_layer; l++)
         layer_(m, pool, &b, rows, lens, n, max_len, &m->layers[l]);
     for (int t = 0; t < n; t++)
