@@ -261,7 +261,8 @@ static pl_model_entry *model_(pl_server *s, json_t *body, pl_embed_info *info, p
     if (pl_backend_embed_info(m->backend, info) < 0)
         return pl_err_set(e, 400, "invalid_request_error", "model", "model_not_embedding",
                           "The model '%s' does not embed: it is a generative model (serve an "
-                          "embedding model, e.g. a BERT checkpoint, for /v1/embeddings)",
+                          "embedding model, e.g. a BERT checkpoint, or this decoder with "
+                          "--pooling last|mean|cls, for /v1/embeddings)",
                           name), NULL;
     return m;
 }

@@ -100,7 +100,9 @@ const pl_option pl_options[] = {
         "outputs as without; needs an AMX CPU, checked at start"),
     OPT("pooling", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.pooling, M,
         "embedding models: mean|cls|last, how token rows become one vector (default: the model's own, "
-        "sentence-transformers' Pooling module, else mean)"),
+        "sentence-transformers' Pooling module, else mean); on a decoder (llama, qwen3, ...) it "
+        "serves /v1/embeddings from the final hidden states instead of generating, on the CPU "
+        "(vLLM's --runner pooling; Qwen3-Embedding: last)"),
     OPT("max-embed-inputs", PL_OPT_INT, 1, 1000000, "2048", NULL, NULL, max_embed_inputs, S,
         "POST /v1/embeddings: most inputs in one request (400 above)"),
     OPT("revision", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.revision, M,
