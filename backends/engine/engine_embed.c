@@ -29,6 +29,7 @@
 #include "backends/engine/model/encoder.h"
 #include "backends/engine/model/model.h"
 #include "backends/engine/model/st_config.h"
+#include "backends/formats/hf_json.h"
 #include "backends/text/tokenizer.h"
 #include "src/base/log.h"
 
@@ -37,6 +38,7 @@
 #define DECODER_MAX_LEN 8192     /* a decoder's default limit (its context may be far longer) */
 #define DECODER_SEQS 64          /* most inputs in a decoder's step */
 #define BLOCK 16                 /* a decoder's K/V block, in tokens */
+#define MAX_MRL 64               /* most matryoshka_dimensions listed */
 #define CAPACITY 64              /* what it reports to dispatch (it generates nothing) */
 
 typedef struct job {
@@ -66,6 +68,9 @@ typedef struct emb {
     float *hid;                  /* (budget, dim) its hidden states */
     int dim, n_pos, n_vocab, max_seqs;
     const char *arch;
+    bool mrl;                    /* Matryoshka: shorter vectors asked for are
+                                    the first dimensions, renormalised */
+    int mrl_dims[MAX_MRL], n_mrl; /* the lengths allowed (none listed: any) */
     pl_tokenizer *tok;
     pl_gguf *gguf;
     pl_engine_hf hf;
@@ -393,7 +398,8 @@ static int embed_info_(pl_backend *b, pl_embed_info *out)
 {
     emb *e = (emb *)b;
     *out = (pl_embed_info){.dim = e->dim, .max_len = e->max_len,
-                           .normalized = e->normalize, .pooling = pl_pooling_name(e->pooling)};
+                           .normalized = e->normalize, .pooling = pl_pooling_name(e->pooling),
+                           .matryoshka = e->mrl, .dims = e->mrl_dims, .n_dims = e->n_mrl};
     return 0;
 }
 
@@ -503,6 +509,34 @@ static const pl_backend_ops ops_ = {
     .vocab_size = vocab_size_, .embed_info = embed_info_, .embed = embed_,
 };
 
+/* config.json's Matryoshka keys, as vLLM reads them: is_matryoshka, or a
+ * matryoshka_dimensions list (the lengths a request may ask for). */
+static int matryoshka_(emb *e, const char *dir, char *err, size_t n)
+{
+    pl_hf_json j = {0};
+    bool on = false;
+    int rc = pl_hf_json_load(&j, dir, "config.json", false, err, n);
+    if (rc == 0)
+        rc = pl_hf_json_bool(&j, "is_matryoshka", false, &on, err, n) < 0 ? -1 : 0;
+    json_t *d = rc == 0 ? pl_hf_json_get(&j, "matryoshka_dimensions") : NULL, *v;
+    size_t i;
+    if (d && (!json_is_array(d) || json_array_size(d) < 1 || json_array_size(d) > MAX_MRL))
+        rc = pl_hf_json_fail(&j, "matryoshka_dimensions", err, n, "must be a list of 1 to "
+                             "%d lengths", MAX_MRL);
+    json_array_foreach(rc == 0 && d ? d : NULL, i, v) {
+        json_int_t k = json_integer_value(v);
+        if (!json_is_integer(v) || k < 1 || k > e->dim) {
+            rc = pl_hf_json_fail(&j, "matryoshka_dimensions", err, n, "item %zu must be an "
+                                 "integer in [1, %d] (the hidden size)", i, e->dim);
+            break;
+        }
+        e->mrl_dims[e->n_mrl++] = (int)k;
+    }
+    e->mrl = rc == 0 && (on || e->n_mrl > 0);
+    pl_hf_json_free(&j);
+    return rc;
+}
+
 /* Pooling, normalisation and the length limit: --pooling, else
  * sentence-transformers' modules, else the file's pooling_type, else
  * mean; normalised when a Normalize module says so (a GGUF file: always,
@@ -511,7 +545,8 @@ static int settings_(emb *e, const pl_engine_embed_files *f, const pl_engine_con
                      char *err, size_t n)
 {
     pl_st_config st = {0};
-    if (f->dir && pl_st_config_read(f->dir, &st, err, n) < 0)
+    if (f->dir && (pl_st_config_read(f->dir, &st, err, n) < 0 ||
+                   matryoshka_(e, f->dir, err, n) < 0))
         return -1;
     if (st.dim && st.dim != e->dim)
         return snprintf(err, n, "%s: 1_Pooling/config.json: word_embedding_dimension %d, but "

@@ -102,3 +102,86 @@ def test_decoder_without_pooling_does_not_embed(tmp_path):
         assert "'emb'" in r["error"]["message"] and "--pooling" in r["error"]["message"]
     finally:
         assert s.stop() == 0
+
+
+def matryoshka_folder(tmp_path, **keys):
+    d = folder("qwen3", tmp_path)
+    with open(d / "config.json") as f:
+        cfg = json.load(f)
+    cfg.update(keys)
+    with open(d / "config.json", "w") as f:
+        json.dump(cfg, f)
+    return d
+
+
+def unit_prefix(v, k):
+    v = np.asarray(v, np.float64)[:, :k]
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def test_matryoshka_dimensions_listed(tmp_path):
+    """config.json's matryoshka_dimensions (vLLM's key): a listed length is
+    the first dimensions renormalised (numpy float64 on transformers'
+    vectors); another is a 400 naming the allowed ones."""
+    ref = REF["families"]["qwen3"]
+    s = serve(matryoshka_folder(tmp_path, matryoshka_dimensions=[8, 16]), "--pooling", "last")
+    try:
+        for fmt in ("float", "base64"):
+            st, r = post(s.url, {"model": "emb", "input": ref["ids"], "dimensions": 16,
+                                 "encoding_format": fmt})
+            assert st == 200, r
+            if fmt == "float":
+                v = np.array([d["embedding"] for d in r["data"]])
+            else:
+                import base64
+                v = np.array([np.frombuffer(base64.b64decode(d["embedding"]), "<f4")
+                              for d in r["data"]])
+            assert v.shape == (len(ref["ids"]), 16)
+            assert cosines(v, unit_prefix(ref["last"], 16)).min() >= 0.9999
+            assert np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+        st, r = post(s.url, {"model": "emb", "input": ref["ids"][:1], "dimensions": 32})
+        assert st == 200 and len(r["data"][0]["embedding"]) == 32, r   # its own length
+        st, r = post(s.url, {"model": "emb", "input": ref["ids"][:1], "dimensions": 12})
+        assert st == 400 and r["error"]["param"] == "dimensions", r
+        assert "[8, 16]" in r["error"]["message"] and "'emb'" in r["error"]["message"]
+        import urllib.request
+        with urllib.request.urlopen(s.url + "/v1/models", timeout=60) as mr:
+            caps = json.load(mr)["data"][0]["capabilities"]
+        assert caps["matryoshka_dimensions"] == [8, 16]
+    finally:
+        assert s.stop() == 0
+
+
+def test_matryoshka_any_length_and_refusals(tmp_path):
+    ref = REF["families"]["qwen3"]
+    s = serve(matryoshka_folder(tmp_path, is_matryoshka=True), "--pooling", "mean")
+    try:
+        st, r = post(s.url, {"model": "emb", "input": ref["ids"], "dimensions": 5})
+        assert st == 200, r
+        v = np.array([d["embedding"] for d in r["data"]])
+        assert cosines(v, unit_prefix(ref["mean"], 5)).min() >= 0.9999
+        assert np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+        st, r = post(s.url, {"model": "emb", "input": ref["ids"][:1], "dimensions": 33})
+        assert st == 400 and "at most 32" in r["error"]["message"], r
+    finally:
+        assert s.stop() == 0
+    s = serve(folder("llama", tmp_path), "--pooling", "last")   # not Matryoshka
+    try:
+        st, r = post(s.url, {"model": "emb", "input": [1, 2], "dimensions": 16})
+        assert st == 400 and r["error"]["param"] == "dimensions", r
+        assert "not a Matryoshka model" in r["error"]["message"]
+    finally:
+        assert s.stop() == 0
+
+
+@pytest.mark.parametrize("value, says", [
+    ([0, 8], "item 0"), ("16", "a list"), ([8, 64], "item 1")])
+def test_matryoshka_bad_config_named(value, says, tmp_path):
+    import subprocess
+    from conftest import parley_bin
+    d = matryoshka_folder(tmp_path, matryoshka_dimensions=value)
+    r = subprocess.run([parley_bin(), "serve", "--port", "0", "--model", str(d), "--pooling",
+                        "last"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "config.json" in r.stderr and "matryoshka_dimensions" in r.stderr, r.stderr
+    assert says in r.stderr, r.stderr
