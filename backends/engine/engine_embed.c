@@ -34,7 +34,6 @@
 #include "src/base/log.h"
 
 #define DEFAULT_BUDGET 8192      /* tokens of one forward step */
-#define DECODER_BUDGET 2048      /* a decoder's step: its K/V cache holds it */
 #define DECODER_MAX_LEN 8192     /* a decoder's default limit (its context may be far longer) */
 #define DECODER_SEQS 64          /* most inputs in a decoder's step */
 #define BLOCK 16                 /* a decoder's K/V block, in tokens */
@@ -562,10 +561,11 @@ static int settings_(emb *e, const pl_engine_embed_files *f, const pl_engine_con
     if (e->max_len > e->n_pos)
         return snprintf(err, n, "max_model_len %d: the model has %d positions", e->max_len,
                         e->n_pos), -1;
-    int budget = e->dm ? DECODER_BUDGET : DEFAULT_BUDGET;
-    if (cfg->core.max_num_batched_tokens > 0)
-        budget = cfg->core.max_num_batched_tokens;
-    e->budget = budget > e->max_len ? budget : e->max_len;
+    int mnbt = cfg->core.max_num_batched_tokens;
+    if (e->dm)   /* the step's rows and K/V: --max-num-batched-tokens, at least one input */
+        e->budget = mnbt > e->max_len ? mnbt : e->max_len;
+    else
+        e->budget = mnbt > e->max_len ? mnbt : DEFAULT_BUDGET;
     e->max_seqs = e->dm ? DECODER_SEQS : INT_MAX;
     pl_tokenizer_specials sp;
     pl_tokenizer_specials_get(e->tok, &sp);

@@ -185,3 +185,22 @@ def test_matryoshka_bad_config_named(value, says, tmp_path):
     assert r.returncode != 0
     assert "config.json" in r.stderr and "matryoshka_dimensions" in r.stderr, r.stderr
     assert says in r.stderr, r.stderr
+
+
+def test_texts_are_tokenised_as_the_tokenizers_library_does(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers")
+    d = folder("llama", tmp_path)
+    tok = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    texts = ["hello world", "a b c d e f", "the quick brown fox"]
+    ids = [tok.encode(t).ids for t in texts]
+    s = serve(d, "--pooling", "mean")
+    try:
+        st, a = post(s.url, {"model": "emb", "input": texts})
+        assert st == 200, a
+        st, b = post(s.url, {"model": "emb", "input": ids})
+        assert st == 200, b
+        assert a["usage"]["prompt_tokens"] == sum(map(len, ids))
+        assert cosines([x["embedding"] for x in a["data"]],
+                       [x["embedding"] for x in b["data"]]).min() > 0.999999
+    finally:
+        assert s.stop() == 0
