@@ -174,6 +174,11 @@ const pl_option pl_options[] = {
         "constraints (0: no probe; constraints are sent unverified)"),
     OPT("upstream-affinity", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, upstream_affinity, M,
         "remote backends: send a conversation back to the replica that served it"),
+    OPT("upstream-embed-dimensions", PL_OPT_INT, 0, 1048576, "0", NULL, NULL,
+        upstream_embed_dim, M,
+        "remote backends: the upstream model embeds, in vectors of this length, where its "
+        "/v1/models does not say so (vLLM --runner pooling, llama-server --embeddings, "
+        "Ollama); 0: only what a parley upstream's /v1/models says"),
     OPT("api-key", PL_OPT_LIST, 0, 0, "", "PARLEY_API_KEY", NULL, api_key, S,
         "require 'Authorization: Bearer KEY' on every endpoint but /health (repeatable)"),
     OPT("api-key-file", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key_file, S,

@@ -431,6 +431,8 @@ pl_backend *pl_remote_new(struct event_base *base, const pl_remote_opts *o, char
             goto fail;
     if (!rb->upstream_model)
         rb->upstream_model = strdup(rb->base.model);
+    if (o->embed_dim > 0)
+        pl_remote_embed_declare(rb, o->embed_dim);
     if (rb->o.kind == PL_REMOTE_AUTO)
         rb->o.kind = rb->reps[0].kind != PL_REMOTE_AUTO ? rb->reps[0].kind : PL_REMOTE_OPENAI;
     pl_remote_cprobe_startup(rb, rb->o.probe_timeout_ms);

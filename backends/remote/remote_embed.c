@@ -1,7 +1,9 @@
 /* remote_embed.c - POST /v1/embeddings passed to an upstream that serves
  * it. Whether the upstream model embeds, and its shape, comes from its
  * GET /models entry (parley's capabilities: embeddings, dimensions,
- * pooling, normalized, matryoshka_dimensions); the request goes to a
+ * pooling, normalized, matryoshka_dimensions), or from
+ * --upstream-embed-dimensions for upstreams whose listing does not say
+ * (vLLM, llama-server, Ollama); the request goes to a
  * replica the router picks as one JSON POST (base64 vectors), and the
  * reply's vectors, or its error, come back to the sink. No retries: an
  * embedding request is cheap to repeat for the client. */
@@ -37,9 +39,15 @@ static const char *pooling_(const char *s)
     return "upstream";
 }
 
+void pl_remote_embed_declare(remote_backend *rb, int dim)
+{
+    rb->embeds = rb->declared = true;
+    rb->einfo = (pl_embed_info){.dim = dim, .pooling = "upstream"};
+}
+
 void pl_remote_embed_apply_models(remote_backend *rb, const char *body, size_t len)
 {
-    if (!rb->upstream_model)
+    if (!rb->upstream_model || rb->declared)
         return;
     json_t *root = json_loadb(body, len, 0, NULL), *m;
     size_t i;
@@ -122,7 +130,8 @@ static int unbase64_(const char *s, float *v, int dim)
         }
     size_t len = strlen(s), need = (size_t)dim * 4, o = 0;
     unsigned char *b = (unsigned char *)v;
-    if (len % 4 || len / 4 * 3 < need)
+    size_t pad = len >= 2 && s[len - 1] == '=' ? (s[len - 2] == '=' ? 2 : 1) : 0;
+    if (len % 4 || len / 4 * 3 - pad != need)
         return -1;
     for (size_t i = 0; i < len && o < need; i += 4) {
         int q[4];
@@ -136,6 +145,23 @@ static int unbase64_(const char *s, float *v, int dim)
             b[o++] = (unsigned char)(w >> (16 - 8 * k));
     }
     return o == need ? 0 : -1;
+}
+
+/* An embedding as the upstream sent it (base64, or floats where it
+ * ignores encoding_format) into v; 0, or -1 when it is not dim floats. */
+static int floats_(json_t *em, float *v, int dim)
+{
+    if (json_is_string(em))
+        return unbase64_(json_string_value(em), v, dim);
+    if (!json_is_array(em) || json_array_size(em) != (size_t)dim)
+        return -1;
+    for (int k = 0; k < dim; k++) {
+        json_t *x = json_array_get(em, (size_t)k);
+        if (!json_is_number(x))
+            return -1;
+        v[k] = (float)json_number_value(x);
+    }
+    return 0;
 }
 
 /* The upstream's reply as the sink's result. */
@@ -163,9 +189,9 @@ static void deliver_(remote_embed *r, CURLcode rc)
         bool ok = vecs != NULL;
         json_array_foreach(ok ? data : NULL, i, d) {
             json_int_t at = json_integer_value(json_object_get(d, "index"));
-            const char *s = json_string_value(json_object_get(d, "embedding"));
-            if (!json_is_integer(json_object_get(d, "index")) || at < 0 || at >= r->n || !s ||
-                unbase64_(s, vecs + (size_t)at * dim, dim) < 0) {
+            json_t *em = json_object_get(d, "embedding");
+            if (!json_is_integer(json_object_get(d, "index")) || at < 0 || at >= r->n ||
+                floats_(em, vecs + (size_t)at * dim, dim) < 0) {
                 ok = false;
                 break;
             }

@@ -91,7 +91,7 @@ struct remote_backend {
     uint64_t turn;               /**< rotates ties between equally loaded replicas */
     /* embeddings (remote_embed.c): the upstream model's shape, when its
      * GET /models entry says it embeds */
-    bool embeds;
+    bool embeds, declared;       /**< declared: --upstream-embed-dimensions */
     pl_embed_info einfo;
     int edims[REMOTE_MAX_EDIMS], n_edims;
     struct remote_embed *embeds_live;
@@ -102,6 +102,8 @@ struct remote_backend {
 /** Read a GET /models body: the upstream model's embedding capabilities. */
 void pl_remote_embed_apply_models(remote_backend *rb, const char *body, size_t len);
 int pl_remote_embed_info(pl_backend *b, pl_embed_info *out);
+/** The upstream model embeds in dim dimensions (--upstream-embed-dimensions). */
+void pl_remote_embed_declare(remote_backend *rb, int dim);
 int pl_remote_embed(pl_backend *b, const pl_embed_request *q, pl_embed_sink sink,
                     uint64_t *id, pl_err *err);
 /** Abort an embedding request by id; false when id is none of them. */

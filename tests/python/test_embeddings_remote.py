@@ -80,3 +80,25 @@ def test_chat_upstream_does_not_embed():
     finally:
         assert gw.stop() == 0
         assert up.stop() == 0
+
+
+def test_declared_upstream_dimensions(servers):
+    """--upstream-embed-dimensions: an upstream whose /v1/models does not
+    say it embeds (vLLM, llama-server) is trusted at that length; vectors of
+    another length from it are a 502 naming the upstream."""
+    _, up = servers
+    ids = REF["families"]["qwen3"]["ids"][:3]
+    for dim, want in ((32, 200), (16, 502)):
+        gw = Server("--upstream", up.url + "/v1", "--log-level", "warn",
+                    "--upstream-embed-dimensions", str(dim))
+        try:
+            st, r = post(gw.url, {"model": "emb", "input": ids})
+            assert st == want, r
+            if want == 200:
+                v = np.array([d["embedding"] for d in r["data"]])
+                assert cosines(v, REF["families"]["qwen3"]["last"][:3]).min() >= 0.9999
+            else:
+                assert "16 dimensions" in r["error"]["message"]
+                assert up.url.split("//")[1] in r["error"]["message"]
+        finally:
+            assert gw.stop() == 0
