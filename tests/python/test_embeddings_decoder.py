@@ -1,7 +1,7 @@
 """Decoder models as embedders (--pooling last|mean|cls, vLLM's --runner
 pooling): POST /v1/embeddings on the tiny transformers checkpoints of
-tests/fixtures/hf_transformers (qwen3, llama; model.safetensors rebuilt from
-the seed, numpy only) must give transformers' own float32 base-model
+tests/fixtures/hf_transformers (every family but the bf16 copies;
+model.safetensors rebuilt from the seed, numpy only) must give transformers' own float32 base-model
 vectors (last_hidden_state after the final norm, pooled and normalised;
 tests/fixtures/gen_decoder_embed_ref.py made decoder_embed_ref.json with
 torch) within cosine 0.9999, all inputs of a request in one batched step.
