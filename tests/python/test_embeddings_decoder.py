@@ -204,3 +204,46 @@ def test_texts_are_tokenised_as_the_tokenizers_library_does(tmp_path):
                        [x["embedding"] for x in b["data"]]).min() > 0.999999
     finally:
         assert s.stop() == 0
+
+
+def test_qwen3_embedding_style_closing_token(tmp_path):
+    """Qwen3-Embedding's tokenizer.json appends <|endoftext|> (a
+    TemplateProcessing post-processor) and its vectors are that token's
+    hidden state: a text's vector is the vector of the tokenizers library's
+    ids for it, closing token included, and a truncated text keeps it."""
+    tokenizers = pytest.importorskip("tokenizers")
+    d = folder("qwen3", tmp_path)
+    with open(d / "tokenizer.json") as f:
+        tj = json.load(f)
+    eos = [a for a in tj["added_tokens"] if a["content"] == "<|endoftext|>"][0]["id"]
+    tj["post_processor"] = {"type": "Sequence", "processors": [
+        tj["post_processor"],
+        {"type": "TemplateProcessing",
+         "single": [{"Sequence": {"id": "A", "type_id": 0}},
+                    {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+         "pair": [{"Sequence": {"id": "A", "type_id": 0}},
+                  {"Sequence": {"id": "B", "type_id": 1}},
+                  {"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}}],
+         "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [eos],
+                                              "tokens": ["<|endoftext|>"]}}}]}
+    with open(d / "tokenizer.json", "w") as f:
+        json.dump(tj, f)
+    tok = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    texts = ["what is the capital of France", "hello"]
+    ids = [tok.encode(t).ids for t in texts]
+    assert all(x[-1] == eos for x in ids)
+    s = serve(d, "--pooling", "last")
+    try:
+        st, a = post(s.url, {"model": "emb", "input": texts})
+        assert st == 200, a
+        st, b = post(s.url, {"model": "emb", "input": ids})
+        assert st == 200, b
+        assert a["usage"]["prompt_tokens"] == sum(map(len, ids))
+        assert cosines([x["embedding"] for x in a["data"]],
+                       [x["embedding"] for x in b["data"]]).min() > 0.999999
+        st, c = post(s.url, {"model": "emb", "input": texts[0], "truncate_prompt_tokens": 3})
+        assert st == 200 and c["usage"]["prompt_tokens"] == 3, c
+        st, e = post(s.url, {"model": "emb", "input": [ids[0][:2] + [eos]]})
+        assert cosines([c["data"][0]["embedding"]], [e["data"][0]["embedding"]])[0] > 0.999999
+    finally:
+        assert s.stop() == 0
