@@ -661,6 +661,20 @@ int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logi
     return 0;
 }
 
+int pl_cpu_fwd_row_hidden(pl_cpu_fwd *f, const int32_t *rows, int n, float *out)
+{
+    const pl_model *m = f->m;
+    if (n < 0 || m->n_layer < 1)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= f->last_rows)
+            return -1;
+    for (int i = 0; i < n; i++)
+        pl_op_rmsnorm(out + (size_t)i * m->n_embd, f->x + (size_t)rows[i] * m->n_embd,
+                      m->output_norm, m->n_embd, m->rms_eps);
+    return 0;
+}
+
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
 {
     if (src < 0 || dst < 0 || src >= f->o.num_blocks || dst >= f->o.num_blocks || src == dst)

@@ -49,7 +49,8 @@ static const char *const harmless_[] = {
     "encoder_no_repeat_ngram_size", "forced_bos_token_id", "forced_eos_token_id",
     "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
     "begin_suppress_tokens", "output_scores", "return_dict_in_generate", "tf_legacy_loss",
-    "use_bfloat16", "cross_attention_hidden_size", "max_window_layers", NULL,
+    "use_bfloat16", "cross_attention_hidden_size", "max_window_layers",
+    "is_matryoshka", "matryoshka_dimensions", /* the embedding backend reads them */ NULL,
 };
 
 /* Keys that leave the numbers alone only at this value (false). */
