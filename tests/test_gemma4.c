@@ -236,3 +236,31 @@ Test(gemma4_e2b, batch_invariant)
     free(alone);
     free(mixed);
 }
+
+/* fuzz_model's gemma4 seed (tests/fuzz/make_model_corpus.py: Q8_0
+ * matrices, a global layer with K = V, a shared layer, per-layer
+ * embeddings of 32 in Q8_0): it loads and runs, every logit finite. */
+Test(gemma4_seed, fuzz_seed_loads_and_runs)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char p[1024], err[256];
+    snprintf(p, sizeof p, "%s/tests/fuzz/model_corpus/gemma4.gguf", src ? src : ".");
+    pl_gguf *g = pl_gguf_open(p, err, sizeof err);
+    cr_assert(g, "%s", err);
+    pl_model *m = pl_model_load(g, NULL, err, sizeof err);
+    cr_assert(m, "%s", err);
+    cr_assert(m->layers[2].no_kv && m->layers[2].kv_src == 0 && !m->layers[1].wv.rows);
+    cr_assert_eq(m->ple_tok.type, PL_GGML_TYPE_Q8_0);
+    pl_test_fwd w = pl_test_fwd_new(m, 1, 32, BS, 32, INT_MAX, 0);
+    int32_t t[10] = {1, 2, 3, 4, 5, 6, 7, 0, 1, 2}, pos[10], sq[10] = {0};
+    for (int i = 0; i < 10; i++)
+        pos[i] = i;
+    float *lg = malloc(sizeof(float) * 10 * (size_t)m->n_vocab);
+    pl_test_fwd_run(&w, t, pos, sq, 10, lg);
+    for (int i = 0; i < 10 * m->n_vocab; i++)
+        cr_assert(isfinite(lg[i]), "logit %d", i);
+    free(lg);
+    pl_test_fwd_free(&w);
+    pl_model_free(m);
+    pl_gguf_free(g);
+}

@@ -361,8 +361,10 @@ static int load_ple(pl_model *m, loader *ld)
     snprintf(k, sizeof k, "%s.embedding_length_per_layer_input", m->arch_name);
     const pl_gguf_kv *kv = pl_gguf_find(ld->g, k);
     uint64_t v = 0;
-    if (!m->info->per_layer_embd || !kv)
+    if (!m->info->per_layer_embd)
         return 0;
+    if (!kv)                     /* llama.cpp requires it (0: none) */
+        return fail_(ld->err, ld->len, "%s: missing (required by %s)", k, m->arch_name);
     if (pl_gguf_get_u64(ld->g, k, &v) != 0 || v > (1u << 16))
         return fail_(ld->err, ld->len, "%s: expected an integer in [0, 65536]", k);
     m->n_ple = (int)v;

@@ -300,9 +300,9 @@ static int read_heads(pl_model *m, const pl_gguf *g, char *err, size_t len)
                  len))
         return -1;
     /* Newer converters may write the sliding layers' sizes apart. */
-    int kd, vd2, rd;
-    if (meta_int(m, g, "attention.key_length_swa", 1, 4096, m->head_dim, &kd, err, len) ||
-        meta_int(m, g, "attention.value_length_swa", 1, 4096, m->head_dim, &vd2, err, len) ||
+    int kd, vd2, rd, def = m->info->kind_geometry ? -1 : m->head_dim;   /* Gemma 4: required */
+    if (meta_int(m, g, "attention.key_length_swa", 1, 4096, def, &kd, err, len) ||
+        meta_int(m, g, "attention.value_length_swa", 1, 4096, def, &vd2, err, len) ||
         meta_int(m, g, "rope.dimension_count_swa", 1, 4096, m->n_rot, &rd, err, len))
         return -1;
     if (m->info->kind_geometry) {
@@ -478,6 +478,8 @@ static int swa_pattern(pl_model *m, const pl_gguf *g, bool *slides, char *err, s
     char k[128];
     const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.sliding_window_pattern"));
     int p = m->info->swa_period;
+    if (!kv && m->info->kind_geometry)   /* llama.cpp reads Gemma 4's pattern, no default */
+        return pl_model_fail_(err, len, "%s: missing (required by %s)", k, m->arch_name);
     if (kv && kv->type == PL_GGUF_TYPE_ARRAY) {
         if ((kv->v.arr.type != PL_GGUF_TYPE_BOOL && !is_int_type(kv->v.arr.type)) ||
             kv->v.arr.n != (uint64_t)m->n_layer)
