@@ -45,6 +45,7 @@ Test(family, registry_finds_and_lists_it)
                      "qwen3moe, qwen35 (Qwen3.5 Gated DeltaNet hybrids), gemma2, gemma3, gemma4, "
                      "gpt-oss, bert (an encoder: embeddings), parley-testfam (a test's)");
     cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), "
+                     "Gemma4ForCausalLM, Gemma4ForConditionalGeneration (its text), "
                      "GptOssForCausalLM, "), "%s", pl_family_names(true));
     cr_expect(strstr(pl_family_names(true), "Qwen3_5ForCausalLM, "
                      "Qwen3_5ForConditionalGeneration (its text)"), "%s", pl_family_names(true));

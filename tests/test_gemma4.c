@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "backends/engine/cpu/forward.h"
+#include "backends/engine/model/hf_model.h"
 #include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/helpers/forced.h"
@@ -29,6 +30,7 @@
 #define MAX_CTX 64
 
 static pl_gguf *g_gguf;
+static pl_hf_model *g_hf;
 static pl_model *g_model;
 static json_t *g_ref, *g_sec;
 
@@ -51,14 +53,42 @@ static void open_model(const char *name)
 
 static void setup_e2b(void) { open_model("e2b"); }
 
+/* The same model from transformers' folder (tests/fixtures/tiny_gemma4/e2b:
+ * Gemma4ForCausalLM's config.json and model.safetensors), its weights in
+ * their own precision (f32). */
+static void open_hf(const char *name)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char p[1024], err[512];
+    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_gemma4_ref.json", src ? src : ".");
+    json_error_t je;
+    g_ref = json_load_file(p, 0, &je);
+    cr_assert(g_ref, "%s: %s", p, je.text);
+    g_sec = json_object_get(json_object_get(g_ref, "models"), name);
+    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_gemma4/%s", src ? src : ".", name);
+    pl_hf_opts o = {.own_precision = true, .threads = 2};
+    g_hf = pl_hf_model_open(p, &o, err, sizeof err);
+    cr_assert(g_hf, "%s", err);
+    g_model = pl_model_load(pl_hf_model_gguf(g_hf), NULL, err, sizeof err);
+    cr_assert(g_model, "%s", err);
+}
+
+static void setup_e2b_hf(void) { open_hf("e2b"); }
+static void setup_e2b_mm(void) { open_hf("e2b_mm"); }
+
 static void teardown(void)
 {
     pl_model_free(g_model);
     pl_gguf_free(g_gguf);
+    pl_hf_model_free(g_hf);
+    g_gguf = NULL;
+    g_hf = NULL;
     json_decref(g_ref);
 }
 
 TestSuite(gemma4_e2b, .init = setup_e2b, .fini = teardown, .timeout = 120);
+TestSuite(gemma4_e2b_hf, .init = setup_e2b_hf, .fini = teardown, .timeout = 120);
+TestSuite(gemma4_e2b_mm, .init = setup_e2b_mm, .fini = teardown, .timeout = 120);
 
 /* Sequence i: ids (n) and a reference's logits (n, nv) under key. */
 static int seq_ref_of(const char *key, int i, int32_t *ids, float *ref)
@@ -170,6 +200,33 @@ Test(gemma4_e2b, logits_match_transformers) { match_reference("hf_logits", "tran
 Test(gemma4_e2b, logits_match_llama_cpp)
 {
     match_reference("llama_logits", "llama.cpp 0.3.36", 0.15);
+}
+
+/* From the Hugging Face folder: the same geometry, and transformers'
+ * logits as from the GGUF. */
+Test(gemma4_e2b_hf, loads_with_its_geometry)
+{
+    const pl_model *m = g_model;
+    cr_assert_eq(m->head_dim, 32);
+    cr_assert_eq(m->head_dim_swa, 16);
+    cr_assert_eq(m->n_ple, 8);
+    cr_assert_eq(m->n_shared_kv, 2);
+    cr_assert_eq(m->layers[4].kv_src, 2);
+    cr_assert_eq(m->layers[3].kv_src, 1);
+    cr_assert_lt(m->rope_inv_freq[4], 1e-20f);
+}
+
+Test(gemma4_e2b_hf, logits_match_transformers)
+{
+    match_reference("hf_logits", "transformers (HF folder)", 1e-3);
+}
+
+/* Gemma4ForConditionalGeneration's text model (its vision tower left
+ * aside) against transformers' forward of the multimodal class. */
+Test(gemma4_e2b_mm, logits_match_transformers)
+{
+    cr_assert_eq(g_model->n_ple, 8);
+    match_reference("hf_logits", "transformers (multimodal folder)", 1e-3);
 }
 
 /* The whole sequence at once, one row a call, and pieces crossing the
