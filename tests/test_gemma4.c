@@ -22,6 +22,8 @@
 
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/model/hf_model.h"
+#include "backends/engine/runner.h"
+#include "schedulers/kv_layout.h"
 #include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 #include "tests/helpers/forced.h"
@@ -320,4 +322,73 @@ Test(gemma4_seed, fuzz_seed_loads_and_runs)
     pl_test_fwd_free(&w);
     pl_model_free(m);
     pl_gguf_free(g);
+}
+
+/* K/V bytes one 8,192-token sequence holds (f32, blocks of 16): the
+ * cache groups of the E2B-like model (layers 0, 1 sliding with a window
+ * of 8, layer 2 global, layers 3, 4 reading layers 1 and 2: no cache)
+ * against the same model with every layer global and its own K/V. A slot
+ * is kv_dim (the widest layer's K/V) wide in either case. */
+Test(gemma4_e2b, kv_bytes_per_sequence)
+{
+    pl_kv_layout lo;
+    cr_assert_eq(pl_runner_kv_layout(&lo, g_model, true), 0);
+    cr_assert_eq(lo.layer_group[3], -1);
+    cr_assert_eq(lo.layer_group[4], -1);
+    size_t per_slot = (size_t)16 * 2 * (size_t)g_model->kv_dim * sizeof(float);
+    long blocks = pl_kv_layout_need(lo.n_kinds, lo.kind_window, lo.kind_groups, 16, 8192);
+    size_t grouped = (size_t)blocks * (size_t)lo.n_slots * per_slot;
+    size_t plain = (size_t)(8192 / 16) * (size_t)g_model->n_layer * per_slot;
+    printf("gemma4 e2b-like K/V per 8,192-token sequence: %zu bytes (groups, shared layers) "
+           "vs %zu (every layer global, its own K/V): %.3fx\n", grouped, plain,
+           (double)grouped / (double)plain);
+    cr_expect_eq(blocks, 512 + 2 * 2, "the global group keeps 512 blocks, each sliding one 2");
+    cr_expect_eq(grouped, (size_t)516 * per_slot);
+    cr_expect_lt((double)grouped / (double)plain, 0.21);
+}
+
+/* The e2b folder with config.json's key set to v (a JSON text) opens with
+ * an error containing want. */
+static void hf_expect_error(const char *key, const char *v, const char *want)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char from[1024], dir[] = "/tmp/parley_g4_XXXXXX", p[1200], cmd[2600], err[512] = "";
+    snprintf(from, sizeof from, "%s/tests/fixtures/tiny_gemma4/e2b", src ? src : ".");
+    cr_assert(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "cp '%s'/* '%s'/", from, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    json_error_t je;
+    json_t *c = json_load_file(p, 0, &je), *val = json_loads(v, JSON_DECODE_ANY, &je);
+    cr_assert(c && val);
+    json_object_set_new(c, key, val);
+    cr_assert_eq(json_dump_file(c, p, 0), 0);
+    json_decref(c);
+    pl_hf_opts o = {.own_precision = true, .threads = 1};
+    pl_hf_model *m = pl_hf_model_open(dir, &o, err, sizeof err);
+    pl_model *mm = m ? pl_model_load(pl_hf_model_gguf(m), NULL, err, sizeof err) : NULL;
+    cr_expect_null(mm, "%s = %s: loaded", key, v);
+    cr_expect(strstr(err, want) != NULL, "%s = %s: error '%s' lacks '%s'", key, v, err, want);
+    pl_model_free(mm);
+    pl_hf_model_free(m);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+Test(gemma4_bad_config, keys_are_named)
+{
+    hf_expect_error("use_double_wide_mlp", "true", "use_double_wide_mlp");
+    hf_expect_error("enable_moe_block", "true", "enable_moe_block");
+    hf_expect_error("per_layer_config", "{\"1\": {\"head_dim\": 32}}", "per_layer_config");
+    hf_expect_error("per_layer_config", "{\"2\": {\"sliding_window\": 4}}", "per_layer_config");
+    hf_expect_error("layer_types", "[\"sliding_attention\", \"sliding_attention\", "
+                    "\"full_attention\", \"full_attention\", \"sliding_attention\"]",
+                    "layer_types");
+    hf_expect_error("layer_types", "[\"sliding_attention\"]", "layer_types");
+    hf_expect_error("num_kv_shared_layers", "5", "num_kv_shared_layers");
+    hf_expect_error("num_kv_shared_layers", "3", "gemma4.attention.shared_kv_layers");
+    hf_expect_error("vocab_size_per_layer_input", "100", "vocab_size_per_layer_input");
+    hf_expect_error("rope_parameters", "{\"full_attention\": {\"rope_type\": \"linear\", "
+                    "\"factor\": 2.0, \"partial_rotary_factor\": 0.25}}",
+                    "rope_parameters.full_attention");
 }
