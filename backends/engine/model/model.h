@@ -11,7 +11,9 @@
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
- * hybrid qwen35 (pl_layer.recurrent below; gated attention). Its pl_arch row, below, says
+ * hybrid qwen35 (pl_layer.recurrent below; gated attention), and gemma4
+ * (sliding and global layers of their own head sizes, shared-KV layers,
+ * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
