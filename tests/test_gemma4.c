@@ -264,8 +264,8 @@ Test(gemma4_e2b, pieces_equal_whole)
 }
 
 /* Sequence 0 alone, then beside sequence 2: the same bits, in prefill and
- * in decode. */
-Test(gemma4_e2b, batch_invariant)
+ * in decode, with the K/V cache in floats and in halves. */
+static void batch_invariant(int kv_f16)
 {
     int nv = g_model->n_vocab, n = 20;
     int32_t a[MAX_CTX], b[MAX_CTX], tok[2 * MAX_CTX], pos[2 * MAX_CTX], sq[2 * MAX_CTX];
@@ -273,8 +273,8 @@ Test(gemma4_e2b, batch_invariant)
     seq_ref_of("hf_logits", 2, b, NULL);
     size_t row = sizeof(float) * (size_t)nv;
     float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
-    pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
+    pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, kv_f16);
+    pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, kv_f16);
     run_rows(&w1, a, 0, n, 0, alone);
     int k = 0;
     for (int i = 0; i < 7; i++, k++)
@@ -295,6 +295,9 @@ Test(gemma4_e2b, batch_invariant)
     free(alone);
     free(mixed);
 }
+
+Test(gemma4_e2b, batch_invariant) { batch_invariant(0); }
+Test(gemma4_e2b, batch_invariant_kv_f16) { batch_invariant(1); }
 
 /* fuzz_model's gemma4 seed (tests/fuzz/make_model_corpus.py: Q8_0
  * matrices, a global layer with K = V, a shared layer, per-layer
