@@ -377,7 +377,8 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
     /* KV bytes per block: K and V, halves (or floats), of the layers one
      * block holds (a cache group's: kv_layout.h). The runner keeps floats
      * for heads too wide for its f16 attention. */
-    bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
+    bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM &&
+               m->head_dim_swa <= PL_ATTN_MAX_F16_HEAD_DIM;
     if (pl_runner_kv_layout(&want->kv_layout, m, c->cpu.kv_groups) != 0) {
         snprintf(err, n, "%s: %d layers or their sliding windows do not fit the K/V cache "
                  "layout (at most %d layers, %d windows)", o->model_path, m->n_layer,
@@ -385,7 +386,7 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
         return NULL;
     }
     const pl_kv_layout *lo = &want->kv_layout;
-    size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
+    size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->kv_dim *
                        (size_t)want->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
     want->num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
     want->max_model_len = c->max_model_len;

@@ -19,7 +19,7 @@
 #include "backends/engine/model/model.h"
 
 /* Keys of a rope block, by the rope types that have them (bit per type). */
-enum { R_DEFAULT = 1, R_LINEAR = 2, R_LLAMA3 = 4, R_YARN = 8, R_ALL = 15 };
+enum { R_DEFAULT = 1, R_LINEAR = 2, R_LLAMA3 = 4, R_YARN = 8, R_PROP = 16, R_ALL = 31 };
 
 static const struct { const char *key; unsigned types; } rope_keys_[] = {
     {"rope_type", R_ALL}, {"type", R_ALL}, {"rope_theta", R_ALL},
@@ -61,7 +61,8 @@ static const char *const must_be_false_[] = {
 static int rope_type_bit_(const char *t)
 {
     return !strcmp(t, "default") ? R_DEFAULT : !strcmp(t, "linear") ? R_LINEAR
-         : !strcmp(t, "llama3") ? R_LLAMA3 : !strcmp(t, "yarn") ? R_YARN : 0;
+         : !strcmp(t, "llama3") ? R_LLAMA3 : !strcmp(t, "yarn") ? R_YARN
+         : !strcmp(t, "proportional") ? R_PROP : 0;
 }
 
 /* Where rope_parameters holds one block per layer type. */
@@ -136,14 +137,15 @@ static int read_block_(const pl_hf_json *c, const char *blk, int n_ctx, pl_hf_ro
     unsigned bit = (unsigned)rope_type_bit_(t);
     if (!bit)
         return pl_hf_json_fail(c, tk, err, n, "rope type '%s' is not supported (parley "
-                               "applies default, linear, llama3 and yarn)", t);
+                               "applies default, linear, llama3, yarn and proportional)", t);
     if (check_block_keys_(c, blk, bit, t, err, n) ||
         num_(c, blk, "rope_theta", 1, 1e12, &r->theta, err, n) ||
         num_(c, blk, "partial_rotary_factor", 1e-3, 1, &r->partial, err, n))
         return -1;
     double orig = n_ctx;
-    snprintf(r->type, sizeof r->type, "%s", bit == R_DEFAULT ? "none" : t);
-    if (bit == R_DEFAULT)
+    snprintf(r->type, sizeof r->type, "%s", bit == R_DEFAULT || bit == R_PROP ? "none" : t);
+    r->proportional = bit == R_PROP;
+    if (bit == R_DEFAULT || bit == R_PROP)
         return 0;
     char fk[160];
     snprintf(fk, sizeof fk, "%s.factor", blk);
@@ -226,14 +228,18 @@ int pl_hf_config_rope(const pl_hf_json *c, double default_theta, int n_ctx, pl_h
         return -1;
     if (pl_hf_json_get(c, "rope_parameters.sliding_attention")) {
         pl_hf_rope s = *r;
+        if (r->proportional)     /* the sliding block's own part, whole by default */
+            s.partial = 1;
         if (read_block_(c, "rope_parameters.sliding_attention", n_ctx, &s, err, n))
             return -1;
-        if (strcmp(s.type, "none") || s.partial != r->partial)
+        if (strcmp(s.type, "none") || s.proportional ||
+            (s.partial != r->partial && !r->proportional))
             return pl_hf_json_fail(c, "rope_parameters.sliding_attention", err, n, "parley's "
                                    "sliding layers take unscaled RoPE on the full layers' "
                                    "dimensions");
         r->has_swa = true;
         r->theta_swa = s.theta;
+        r->partial_swa = s.partial;
     }
     return 0;
 }
@@ -277,7 +283,7 @@ static int layer_types_(const pl_hf_json *c, const char *arch, const pl_arch *in
 {
     json_t *lt = pl_hf_json_get(c, "layer_types"), *v;
     size_t i;
-    if (info->recurrent)         /* the family's hparams read them (linear_attention) */
+    if (info->recurrent || info->kind_geometry)   /* the family's hparams read them */
         return 0;
     int nl = (int)u64_(g, arch, "block_count", 0);
     int w = (int)u64_(g, arch, "attention.sliding_window", 0);

@@ -160,10 +160,10 @@ static const pl_st_tensor *scale_of_(pl_hf_model *m, const char *name)
 
 /* The shape the table's row e expects of a checkpoint tensor: n dims in
  * want[], their config.json names in names. */
-static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[3],
+static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, int layer, uint64_t want[3],
                        char *names, size_t len)
 {
-    int d0 = pl_hf_dim_size(&m->sh, e->d0), d1 = pl_hf_dim_size(&m->sh, e->d1);
+    int d0 = pl_hf_dim_size_at(&m->sh, layer, e->d0), d1 = pl_hf_dim_size_at(&m->sh, layer, e->d1);
     int k = e->flags & (PL_HF_T_EVEN | PL_HF_T_ODD) ? 2 : 1;
     const char *n0 = pl_hf_dim_name(e->d0), *n1 = pl_hf_dim_name(e->d1), *x2 = k > 1 ? " x 2" : "";
     if (e->flags & PL_HF_T_FUSED) {
@@ -187,11 +187,11 @@ static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[
 }
 
 static int check_shape_(const pl_hf_model *m, const pl_st_tensor *t, const pl_hf_tmap *e,
-                        char *err, size_t n)
+                        int layer, char *err, size_t n)
 {
     uint64_t want[3];
     char names[160], have[96] = "", exp[96] = "";
-    int nd = want_shape_(m, e, want, names, sizeof names);
+    int nd = want_shape_(m, e, layer, want, names, sizeof names);
     bool ok = t->n_dims == nd;
     for (int d = 0; d < nd; d++) {
         ok = ok && t->shape[d] == want[d];
@@ -319,7 +319,7 @@ static int source_(pl_hf_model *m, const pl_hf_tmap *e, int layer, int x,
                         m->dir, hf, pl_hf_arch_gguf(m->arch), m->sh.n_layer,
                         e->flags & PL_HF_T_BIAS ? ", q/k/v biases" : ""), -1;
     }
-    return check_shape_(m, t, e, err, n);
+    return check_shape_(m, t, e, layer, err, n);
 }
 
 /* Row e of the table for one layer: a GGUF tensor of one matrix (or
@@ -330,8 +330,8 @@ static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err
     char hf[256], gg[128];
     bool exps = e->flags & (PL_HF_T_EXPERTS | PL_HF_T_FUSED);
     int n_mat = exps ? m->sh.n_expert : 1;
-    int rows = e->d1 ? pl_hf_dim_size(&m->sh, e->d0) : 1;
-    int cols = pl_hf_dim_size(&m->sh, e->d1 ? e->d1 : e->d0);
+    int rows = e->d1 ? pl_hf_dim_size_at(&m->sh, layer, e->d0) : 1;
+    int cols = pl_hf_dim_size_at(&m->sh, layer, e->d1 ? e->d1 : e->d0);
     uint8_t *buf = NULL;
     size_t mat_bytes = 0;
     pl_ggml_type type = PL_GGML_TYPE_F32;

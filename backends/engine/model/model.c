@@ -20,6 +20,7 @@ typedef enum dim {
     D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP,
     D_QG,                        /* the query projection's rows (with its gate) */
     D_SSM_CONV, D_SSM_INNER, D_SSM_V, D_SSM_STATE, D_SSM_KERNEL,
+    D_PLE, D_ONE,
 } dim;
 
 /* What a slot holds at `off` in pl_layer: a vector (float *, `rows`
@@ -78,6 +79,10 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_SSM_A] = VEC("blk.%d.ssm_a", D_SSM_V, ssm_a),
     [PL_T_SSM_NORM] = VEC("blk.%d.ssm_norm.weight", D_SSM_STATE, ssm_norm),
     [PL_T_SSM_OUT] = MAT("blk.%d.ssm_out.weight", D_EMBD, D_SSM_INNER, ssm_out),
+    [PL_T_OUT_SCALE] = VEC("blk.%d.layer_output_scale.weight", D_ONE, out_scale),
+    [PL_T_PLE_GATE] = MAT("blk.%d.inp_gate.weight", D_PLE, D_EMBD, ple_gate),
+    [PL_T_PLE_PROJ] = MAT("blk.%d.proj.weight", D_EMBD, D_PLE, ple_proj),
+    [PL_T_PLE_NORM] = VEC("blk.%d.post_norm.weight", D_EMBD, ple_norm),
 };
 
 #define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
@@ -94,23 +99,27 @@ typedef struct loader {
     size_t len;
 } loader;
 
-static int dim_size(const pl_model *m, dim d)
+/* The size d names in layer l. */
+static int dim_size(const pl_model *m, int l, dim d)
 {
+    const pl_layer *y = &m->layers[l];
     switch (d) {
     case D_EMBD: return m->n_embd;
-    case D_Q: return m->n_head * m->head_dim;
-    case D_KV: return m->n_head_kv * m->head_dim;
+    case D_Q: return m->n_head * y->head_dim;
+    case D_KV: return y->n_head_kv * y->head_dim;
     case D_FF: return m->n_ff;
     case D_HEADS: return m->n_head;
     case D_EXP: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
-    case D_QG: return m->n_head * m->head_dim * (m->attn_out_gate ? 2 : 1);
+    case D_QG: return m->n_head * y->head_dim * (m->attn_out_gate ? 2 : 1);
     case D_SSM_CONV: return m->ssm_conv_dim;
     case D_SSM_INNER: return m->ssm_d_inner;
     case D_SSM_V: return m->ssm_n_v;
     case D_SSM_STATE: return m->ssm_d_state;
     case D_SSM_KERNEL: return m->ssm_conv_kernel;
-    default: return m->head_dim;
+    case D_PLE: return m->n_ple;
+    case D_ONE: return 1;
+    default: return y->head_dim;
     }
 }
 
@@ -292,13 +301,14 @@ static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
         snprintf(name, sizeof name, "blk.%d.%s.weight", l, m->info->ffn_norm_name);
     else
         snprintf(name, sizeof name, sl->fmt, l);
-    int rows = dim_size(m, sl->rows), cols = dim_size(m, sl->cols);
+    int rows = dim_size(m, l, sl->rows), cols = dim_size(m, l, sl->cols);
     switch (sl->kind) {
     case S_MAT: {
         const pl_gguf_tensor *t = take(ld, name);
         if (!t && !required)
             return 0;
-        pl_keep_packed_fn packed = ld->f32 || s == PL_T_GATE_INP ? NULL : ld->packed;
+        pl_keep_packed_fn packed = ld->f32 || s == PL_T_GATE_INP || s == PL_T_PLE_GATE ||
+                                   s == PL_T_PLE_PROJ ? NULL : ld->packed;
         return load_weight(ld, t, name, rows, cols, packed, field);
     }
     case S_EXPS: return load_experts(ld, name, m->n_expert, rows, cols, field);
@@ -326,11 +336,53 @@ static int load_layer(pl_model *m, loader *ld, int l)
         need = (need & ~ATTN_BLOCK) | m->info->need_recurrent;
         opt &= ~ATTN_BLOCK;
     }
+    if (m->info->kind_geometry && !m->layers[l].no_kv)
+        need |= PL_T_BIT(PL_T_WK) | PL_T_BIT(PL_T_K_NORM);   /* attn_v: optional, K = V */
+    if (m->info->kind_geometry && m->layers[l].no_kv)
+        opt &= ~(PL_T_BIT(PL_T_WK) | PL_T_BIT(PL_T_WV) | PL_T_BIT(PL_T_K_NORM));
+    if (m->n_ple > 0)
+        need |= PL_T_BIT(PL_T_PLE_GATE) | PL_T_BIT(PL_T_PLE_PROJ) | PL_T_BIT(PL_T_PLE_NORM);
     uint64_t want = need | opt;
     for (int s = 0; s < PL_T_COUNT; s++)
         if ((want & PL_T_BIT(s)) && load_slot(m, ld, s, l, need & PL_T_BIT(s)))
             return -1;
+    pl_layer *y = &m->layers[l];
+    if (y->out_scale && !isfinite(y->out_scale[0]))
+        return fail_(ld->err, ld->len, "tensor blk.%d.layer_output_scale.weight: not finite",
+                     l);
     return 0;
+}
+
+/* Per-layer embeddings: the token table (packed, read a row per token),
+ * the model projection and its norm. */
+static int load_ple(pl_model *m, loader *ld)
+{
+    char k[96];
+    snprintf(k, sizeof k, "%s.embedding_length_per_layer_input", m->arch_name);
+    const pl_gguf_kv *kv = pl_gguf_find(ld->g, k);
+    uint64_t v = 0;
+    if (!m->info->per_layer_embd)
+        return 0;
+    if (!kv)                     /* llama.cpp requires it (0: none) */
+        return fail_(ld->err, ld->len, "%s: missing (required by %s)", k, m->arch_name);
+    if (pl_gguf_get_u64(ld->g, k, &v) != 0 || v > (1u << 16))
+        return fail_(ld->err, ld->len, "%s: expected an integer in [0, 65536]", k);
+    m->n_ple = (int)v;
+    if (m->n_ple == 0)
+        return 0;
+    int w = m->n_layer * m->n_ple;
+    const pl_gguf_tensor *t = pl_gguf_tensor_find(ld->g, "per_layer_token_embd.weight");
+    size_t be = 1;
+    if (t && pl_ggml_type_block(t->type, &be, NULL) && m->n_ple % (int)be)
+        return fail_(ld->err, ld->len, "%s: %d is not a multiple of "
+                     "per_layer_token_embd.weight's %s blocks of %zu", k, m->n_ple,
+                     pl_ggml_type_name(t->type), be);
+    if (load_weight(ld, take(ld, "per_layer_token_embd.weight"), "per_layer_token_embd.weight",
+                    m->n_vocab, w, pl_keep_packed_all, &m->ple_tok) ||
+        load_weight(ld, take(ld, "per_layer_model_proj.weight"), "per_layer_model_proj.weight",
+                    w, m->n_embd, NULL, &m->ple_model_proj))
+        return -1;
+    return load_vec(ld, "per_layer_proj_norm.weight", m->n_ple, true, &m->ple_proj_norm);
 }
 
 /* token_embd, output (or tied), output_norm. */
@@ -432,7 +484,8 @@ pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, 
         goto fail;
     }
     if (pl_model_read_swa_(m, g, err, len) || pl_model_read_ssm_(m, g, err, len) ||
-        load_rope(m, &ld) || load_globals(m, &ld))
+        pl_model_read_geometry_(m, g, err, len) || load_rope(m, &ld) ||
+        load_globals(m, &ld) || load_ple(m, &ld))
         goto fail;
     for (int l = 0; l < m->n_layer; l++)
         if (load_layer(m, &ld, l))
@@ -452,12 +505,13 @@ bool pl_model_has_extensions(const pl_model *m)
     for (int l = 0; l < m->n_layer; l++) {
         const pl_layer *y = &m->layers[l];
         if (y->n_swa || y->attn_q_norm || y->attn_k_norm || y->attn_post_norm ||
-            y->ffn_post_norm || y->recurrent)
+            y->ffn_post_norm || y->recurrent || y->no_kv || y->out_scale ||
+            y->head_dim != m->head_dim || y->n_head_kv != m->n_head_kv)
             return true;
     }
     return m->attn_softcap > 0 || m->final_softcap > 0 || m->embd_scale != 1.0f ||
            m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim) ||
-           m->attn_out_gate;
+           m->attn_out_gate || m->n_ple > 0 || m->v_norm;
 }
 
 bool pl_model_has_moe(const pl_model *m)
@@ -490,6 +544,8 @@ void pl_model_free(pl_model *m)
     if (!m->tied)
         free(m->output.f32);
     free(m->output_norm);
+    free(m->ple_model_proj.f32);
+    free(m->ple_proj_norm);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);
     free(m);

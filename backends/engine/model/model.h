@@ -11,7 +11,9 @@
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
- * hybrid qwen35 (pl_layer.recurrent below; gated attention). Its pl_arch row, below, says
+ * hybrid qwen35 (pl_layer.recurrent below; gated attention), and gemma4
+ * (sliding and global layers of their own head sizes, shared-KV layers,
+ * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
@@ -129,6 +131,11 @@ typedef enum pl_tensor_slot {
     PL_T_SSM_A,                  /**< blk.N.ssm_a (ssm_n_v): -exp(A_log) */
     PL_T_SSM_NORM,               /**< blk.N.ssm_norm.weight (ssm_d_state) */
     PL_T_SSM_OUT,                /**< blk.N.ssm_out.weight (n_embd, ssm_d_inner) */
+    /* Gemma 4 */
+    PL_T_OUT_SCALE,              /**< blk.N.layer_output_scale.weight (1) */
+    PL_T_PLE_GATE,               /**< blk.N.inp_gate.weight (n_ple, n_embd) */
+    PL_T_PLE_PROJ,               /**< blk.N.proj.weight (n_embd, n_ple) */
+    PL_T_PLE_NORM,               /**< blk.N.post_norm.weight (n_embd) */
     PL_T_COUNT,
 } pl_tensor_slot;
 
@@ -202,6 +209,19 @@ typedef struct pl_arch {
      *  load: the last that many blocks of block_count are not run and their
      *  tensors not read. */
     bool mtp_ignored;
+    /** Gemma 4's attention: sliding and global layers with their own head
+     *  sizes, rotated dims and K/V head counts (attention.key_length_swa,
+     *  value_length_swa, rope.dimension_count_swa, head_count_kv per
+     *  layer); the last attention.shared_kv_layers layers read the K/V of
+     *  the last earlier layer of their kind and take no cache; K = V where
+     *  a layer has no attn_v; V gets an unweighted RMSNorm; q.k is not
+     *  scaled; rope_freqs.weight's factors apply to the global layers
+     *  only; each layer's output is multiplied by layer_output_scale. */
+    bool kind_geometry;
+    /** Per-layer embeddings (embedding_length_per_layer_input > 0):
+     *  per_layer_token_embd, per_layer_model_proj, per_layer_proj_norm and
+     *  each layer's inp_gate, proj and post_norm (model.h's formula). */
+    bool per_layer_embd;
 } pl_arch;
 
 /** One weight matrix. */
@@ -291,6 +311,16 @@ typedef struct pl_layer {
     float *ssm_a;                /**< (ssm_n_v) */
     float *ssm_norm;             /**< (ssm_d_state) */
     pl_weight ssm_out;           /**< (n_embd, ssm_d_inner) */
+    /* This layer's attention geometry (the model's, but for
+     * kind_geometry: its kind's). */
+    int head_dim, n_head_kv, n_rot;
+    int kv_src;                  /**< the layer whose K/V it attends to: itself,
+                                      or (shared) an earlier one */
+    float *out_scale;            /**< (1) the layer's output scale, or NULL */
+    /* Per-layer embeddings (n_ple > 0). */
+    pl_weight ple_gate;          /**< (n_ple, n_embd), f32 kept */
+    pl_weight ple_proj;          /**< (n_embd, n_ple), f32 kept */
+    float *ple_norm;             /**< (n_embd) */
 } pl_layer;
 
 typedef struct pl_model {
@@ -342,6 +372,24 @@ typedef struct pl_model {
     int ssm_d_inner;             /**< ssm.inner_size = ssm_n_v * ssm_d_state */
     int ssm_conv_dim;            /**< 2 ssm_n_k ssm_d_state + ssm_d_inner */
     int n_layer_mtp;             /**< multi-token-prediction blocks skipped */
+    /* kind_geometry (Gemma 4) */
+    int head_dim_swa, n_rot_swa; /**< sliding layers' (= head_dim, n_rot else) */
+    int q_dim, kv_dim;           /**< the widest layer's n_head * head_dim and
+                                      n_head_kv * head_dim: a K/V cache slot
+                                      holds kv_dim per position */
+    int n_shared_kv;             /**< the last layers reading earlier K/V */
+    bool v_norm;                 /**< V gets an unweighted RMSNorm */
+    /* Per-layer embeddings (Gemma 4 E2B/E4B), n_ple = 0 without: per token,
+     *   p = rmsnorm_per_layer(per_layer_model_proj @ x0 / sqrt(n_embd),
+     *                         per_layer_proj_norm)
+     *   e_l = (p_l + per_layer_token_embd[id]_l * sqrt(n_ple)) / sqrt(2)
+     * (x0 the scaled embedding), and at the end of layer l
+     *   x += rmsnorm(proj_l @ (gelu(inp_gate_l @ x) * e_l), post_norm_l) */
+    int n_ple;
+    pl_weight ple_tok;           /**< (n_vocab, n_layer n_ple), packed: rows
+                                      read per token from the mapping */
+    pl_weight ple_model_proj;    /**< (n_layer n_ple, n_embd), f32 kept */
+    float *ple_proj_norm;        /**< (n_ple) */
 } pl_model;
 
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */
