@@ -8,6 +8,10 @@
  *    layers' K/V, a window of 8 under 40-token sequences): loads with that
  *    geometry; teacher-forced prompt logprobs within 0.02 nats mean of
  *    transformers and of llama.cpp, the same argmax (greedy) everywhere;
+ *  - moe (26B-A4B-like: five sliding layers and a global one, each with
+ *    the dense GeGLU beside 4 experts, top 2, their router scale and
+ *    per-expert scales, gate and up experts in one fused tensor): the same
+ *    references, from the GGUF and from the HF folder;
  *  - one row per call and prefill in pieces equal the whole sequence
  *    within float tolerance; batch invariance: a sequence's logits are the
  *    same bits alone and beside another sequence's rows.
@@ -77,6 +81,13 @@ static void open_hf(const char *name)
 
 static void setup_e2b_hf(void) { open_hf("e2b"); }
 static void setup_e2b_mm(void) { open_hf("e2b_mm"); }
+static void setup_moe(void) { open_model("moe"); }
+static void setup_moe_hf(void) { open_hf("moe"); }
+
+/* The moe GGUF quantised to Q8_0 by llama.cpp 0.3.36's llama-quantize:
+ * the experts run on the quantised kernels, reading the q8 blocks of
+ * their own input (rmsnorm(x, pre_ffw_norm_2)) beside the dense FFN's. */
+static void setup_moe_q8(void) { open_model("moe_q8"); }
 
 static void teardown(void)
 {
@@ -91,6 +102,9 @@ static void teardown(void)
 TestSuite(gemma4_e2b, .init = setup_e2b, .fini = teardown, .timeout = 120);
 TestSuite(gemma4_e2b_hf, .init = setup_e2b_hf, .fini = teardown, .timeout = 120);
 TestSuite(gemma4_e2b_mm, .init = setup_e2b_mm, .fini = teardown, .timeout = 120);
+TestSuite(gemma4_moe, .init = setup_moe, .fini = teardown, .timeout = 120);
+TestSuite(gemma4_moe_hf, .init = setup_moe_hf, .fini = teardown, .timeout = 120);
+TestSuite(gemma4_moe_q8, .init = setup_moe_q8, .fini = teardown, .timeout = 120);
 
 /* Sequence i: ids (n) and a reference's logits (n, nv) under key. */
 static int seq_ref_of(const char *key, int i, int32_t *ids, float *ref)
@@ -154,15 +168,32 @@ Test(gemma4_e2b, loads_with_its_geometry)
     cr_assert_eq(m->layers[0].rope_inv_freq, m->rope_inv_freq_swa);
 }
 
+/* The gap between the two largest of x's n values. */
+static double top2_gap(const float *x, int n)
+{
+    double a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > a)
+            b = a, a = x[i];
+        else if (x[i] > b)
+            b = x[i];
+    return a - b;
+}
+
 /* parley's teacher-forced logits on every sequence against the reference
  * under key: max |dlogit| below tol, prompt logprobs within 0.02 nats
- * mean, greedy tokens equal. */
-static void match_reference(const char *key, const char *what, double tol)
+ * mean, greedy tokens equal where the reference's top two are more than
+ * tie apart (llama.cpp's logits are themselves up to 0.01 from
+ * transformers': at a gap of 3e-4 which one wins is rounding's choice). */
+static void match_reference_ties(const char *key, const char *what, double tol, double tie,
+                                 double mean_tol)
 {
     int nv = g_model->n_vocab;
     int32_t ids[MAX_CTX];
     float *ref = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
-    int n_seq = (int)json_array_size(json_object_get(g_sec, "ids"));
+    /* the sequences the reference has logits of (moe_q8: the first) */
+    int n_seq = (int)json_array_size(json_object_get(g_sec, key));
+    cr_assert_gt(n_seq, 0, "tiny_gemma4_ref.json: no %s (run gen_gemma4.py)", key);
     double worst = 0, sum = 0;
     for (int s = 0; s < n_seq; s++) {
         int n = seq_ref_of(key, s, ids, ref);
@@ -178,8 +209,12 @@ static void match_reference(const char *key, const char *what, double tol)
                 dlp += d;
                 maxlp = fmax(maxlp, d);
             }
-            cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv), "%s: seq %d row %d",
-                         what, s, t);
+            if (top2_gap(b, nv) > tie)
+                cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv),
+                             "%s: seq %d row %d", what, s, t);
+            else
+                cr_log_info("%s: seq %d row %d: a tie in the reference (top two %.1e apart)",
+                            what, s, t, top2_gap(b, nv));
         }
         dlp /= n - 1;
         worst = fmax(worst, maxlp);
@@ -187,12 +222,17 @@ static void match_reference(const char *key, const char *what, double tol)
         cr_log_info("%s: seq %d: max |dlogit| %.2e, prompt logprobs max %.2e mean %.2e nats",
                     what, s, maxd, maxlp, dlp);
         cr_expect_lt(maxd, tol, "seq %d: max |dlogit| %g from %s", s, maxd, what);
-        cr_expect_lt(dlp, 0.02, "seq %d: mean |dlp| %g nats from %s", s, dlp, what);
+        cr_expect_lt(dlp, mean_tol, "seq %d: mean |dlp| %g nats from %s", s, dlp, what);
         pl_test_fwd_free(&w);
     }
     printf("gemma4 %s: prompt logprobs max %.2e, mean %.2e nats\n", what, worst, sum / n_seq);
     free(ref);
     free(lg);
+}
+
+static void match_reference(const char *key, const char *what, double tol)
+{
+    match_reference_ties(key, what, tol, 0, 0.02);
 }
 
 Test(gemma4_e2b, logits_match_transformers) { match_reference("hf_logits", "transformers", 1e-3); }
@@ -231,9 +271,68 @@ Test(gemma4_e2b_mm, logits_match_transformers)
     match_reference("hf_logits", "transformers (multimodal folder)", 1e-3);
 }
 
+/* The 26B-A4B-like model: its experts beside the dense FFN, gate and up
+ * from the converter's fused tensor (views of it: up's rows follow
+ * gate's in each expert), the global layer with K = V. */
+Test(gemma4_moe, loads_with_its_experts)
+{
+    const pl_model *m = g_model;
+    cr_assert_eq(m->n_layer, 6);
+    cr_assert_eq(m->n_expert, 4);
+    cr_assert_eq(m->n_expert_used, 2);
+    cr_assert_eq(m->n_ff_exp, 32);
+    cr_assert_eq(m->n_ff, 64);
+    cr_assert(m->moe_beside && m->moe_norm_w && m->moe_gating == PL_MOE_SOFTMAX);
+    cr_assert_eq(m->n_ple, 0);
+    for (int l = 0; l < 6; l++) {
+        const pl_layer *y = &m->layers[l];
+        cr_expect(y->w_gate.rows == 64 && y->gate_inp.f32 && y->gate_inp_s && y->down_exps_s &&
+                  y->ffn_pre_norm_2 && y->ffn_post_norm_1 && y->ffn_post_norm_2, "layer %d", l);
+        cr_expect_eq(y->n_swa, l < 5 ? 8 : 0, "layer %d", l);
+        cr_expect_eq((const char *)y->up_exps.w.q,
+                     (const char *)y->gate_exps.w.q + 32 * y->gate_exps.w.row_bytes);
+        cr_expect_eq(y->gate_exps.stride, 2 * 32 * y->gate_exps.w.row_bytes);
+    }
+    cr_assert_eq(m->layers[5].wv.rows, 0, "K = V in the global layer");
+    cr_assert_eq(m->layers[5].head_dim, 32);
+}
+
+Test(gemma4_moe, logits_match_transformers) { match_reference("hf_logits", "transformers", 1e-3); }
+
+/* Four rows are near ties in llama.cpp's logits (top two under 0.01
+ * apart); at two of them (sequence 1, rows 23 and 31: 3e-4 apart in
+ * transformers') llama.cpp's argmax differs from transformers', which
+ * parley's equals (logits_match_transformers). */
+Test(gemma4_moe, logits_match_llama_cpp)
+{
+    match_reference_ties("llama_logits", "llama.cpp 0.3.36", 0.15, 1e-2, 0.02);
+}
+
+Test(gemma4_moe_hf, logits_match_transformers)
+{
+    cr_assert(g_model->moe_beside);
+    match_reference("hf_logits", "transformers (HF folder)", 1e-3);
+}
+
+/* Against llama.cpp on the same Q8_0 file (it quantises the activations
+ * to q8 too, with an f16 scale where parley keeps an f32 one, and keeps
+ * K/V in f16): the tiny random model amplifies such roundings (llama.cpp
+ * on this file is 0.23 nats mean from transformers' f32 logits, on the
+ * f32 file 0.002; a near-tie of the router flips an expert), so the bound
+ * is 0.12 nats mean (0.075 measured; the experts fed the dense FFN's
+ * input instead: 1.33) and the greedy tokens are not
+ * compared (a few rows' differ). */
+Test(gemma4_moe_q8, logits_match_llama_cpp)
+{
+    const pl_layer *y = &g_model->layers[0];
+    cr_assert(y->gate_exps.w.type == PL_GGML_TYPE_Q8_0 && !y->gate_exps.w.f32 &&
+              !y->down_exps.w.f32, "the experts run packed");
+    match_reference_ties("llama_logits", "llama.cpp 0.3.36 (Q8_0)", 2.0, INFINITY, 0.12);
+}
+
 /* The whole sequence at once, one row a call, and pieces crossing the
  * window and the blocks: the same logits within float tolerance. */
-Test(gemma4_e2b, pieces_equal_whole)
+static void pieces_equal_whole(void)
 {
     int nv = g_model->n_vocab;
     int32_t ids[MAX_CTX];
@@ -262,6 +361,9 @@ Test(gemma4_e2b, pieces_equal_whole)
     free(whole);
     free(part);
 }
+
+Test(gemma4_e2b, pieces_equal_whole) { pieces_equal_whole(); }
+Test(gemma4_moe, pieces_equal_whole) { pieces_equal_whole(); }
 
 /* Sequence 0 alone, then beside sequence 2: the same bits, in prefill and
  * in decode, with the K/V cache in floats and in halves. */
@@ -298,6 +400,9 @@ static void batch_invariant(int kv_f16)
 
 Test(gemma4_e2b, batch_invariant) { batch_invariant(0); }
 Test(gemma4_e2b, batch_invariant_kv_f16) { batch_invariant(1); }
+Test(gemma4_moe, batch_invariant) { batch_invariant(0); }
+Test(gemma4_moe, batch_invariant_kv_f16) { batch_invariant(1); }
+Test(gemma4_moe_q8, batch_invariant) { batch_invariant(0); }
 
 /* fuzz_model's gemma4 seed (tests/fuzz/make_model_corpus.py: Q8_0
  * matrices, a global layer with K = V, a shared layer, per-layer
@@ -381,7 +486,8 @@ static void hf_expect_error(const char *key, const char *v, const char *want)
 Test(gemma4_bad_config, keys_are_named)
 {
     hf_expect_error("use_double_wide_mlp", "true", "use_double_wide_mlp");
-    hf_expect_error("enable_moe_block", "true", "enable_moe_block");
+    /* experts asked for, their counts absent */
+    hf_expect_error("enable_moe_block", "true", "num_experts");
     hf_expect_error("per_layer_config", "{\"1\": {\"head_dim\": 32}}", "per_layer_config");
     hf_expect_error("per_layer_config", "{\"2\": {\"sliding_window\": 4}}", "per_layer_config");
     hf_expect_error("layer_types", "[\"sliding_attention\", \"sliding_attention\", "

@@ -609,14 +609,14 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     else
         plan_attention_block(f, in, l, n);
     phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
-    if (f->m->n_expert > 0) {
-        pl_fwd_moe_plan_(f, l, n);
-    } else {
+    if (f->m->n_expert == 0 || f->m->moe_beside) {   /* the dense FFN, into tmp */
         ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
         phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l,
                                    n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
         sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
     }
+    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside the dense FFN */
+        pl_fwd_moe_plan_(f, l, n);
     if (f->layer_end)
         pl_fwd_ph_add_(f, PH_LAYER_END, l, n, NULL);
 }
@@ -728,7 +728,7 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->o = *o;
     f->q_dim = m->q_dim;
     f->kv_dim = m->kv_dim;
-    int n_ff = m->n_expert > 0 ? 0 : m->n_ff;   /* experts keep their own buffers */
+    int n_ff = m->n_expert > 0 && !m->moe_beside ? 0 : m->n_ff;  /* experts: their own */
     f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
@@ -761,7 +761,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
     for (int l = 0; l < m->n_layer; l++)
         f->layer_end |= m->layers[l].out_scale != NULL;
-    f->layer_end |= m->n_ple > 0;
+    f->layer_end |= m->n_ple > 0 || m->moe_beside;
+    f->tmp2 = m->moe_beside ? alloc_f(R * m->n_embd, &bad) : NULL;
     if (m->n_ple > 0) {
         f->ple = alloc_f(R * m->n_layer * m->n_ple, &bad);
         f->ple_g = alloc_f(R * m->n_ple, &bad);
@@ -800,7 +801,7 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
         return;
     float *bufs[] = {f->k_cache, f->v_cache, f->x, f->xn, f->tmp, f->q, f->att, f->k,
                      f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc, f->qg, f->qgate,
-                     f->ple, f->ple_g};
+                     f->ple, f->ple_g, f->tmp2};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(f->xq);

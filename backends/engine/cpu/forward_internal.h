@@ -39,6 +39,9 @@ struct pl_cpu_fwd {
     float *qg, *qgate;           /* (max_rows, 2 q_dim), (max_rows, q_dim): the
                                     gated query projection and its gate
                                     (attn_out_gate), else NULL */
+    float *tmp2;                 /* (max_rows, n_embd) the experts' sum beside
+                                    the dense FFN's in tmp (moe_beside), else
+                                    NULL */
     float *ple, *ple_g;          /* (max_rows, n_layer n_ple), (max_rows,
                                     n_ple): per-layer embeddings' inputs and
                                     gate (n_ple > 0), else NULL */
@@ -110,7 +113,8 @@ typedef enum ph_kind {
     PH_MOE_GATHER,     /* the input of (row, rank) at its expert's place */
     PH_MOE_UP,         /* units (expert, features): act(gate) * up, q8 */
     PH_MOE_DOWN,       /* units (expert, features) of the down projection */
-    PH_MOE_COMBINE,    /* tmp[r] = sum over ranks of weight * expert output */
+    PH_MOE_COMBINE,    /* tmp[r] (tmp2[r] beside a dense FFN) = sum over ranks
+                          of weight * expert output */
 } ph_kind;
 
 typedef struct phase {
@@ -124,7 +128,8 @@ typedef struct phase {
     mm_job mm;                   /* PH_MM */
 } phase;
 
-#define PH_PER_LAYER 15          /* the most a layer adds (one with experts) */
+#define PH_PER_LAYER 19          /* the most a layer adds (one with experts
+                                    beside its dense FFN) */
 #define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
 
 /* Appends a phase of n items to the plan. */
@@ -155,7 +160,8 @@ void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
 int pl_fwd_moe_init_(pl_cpu_fwd *f, char *err, size_t len);
 void pl_fwd_moe_free_(pl_cpu_fwd *f);
 /* Row r of layer l after its FFN norm (xn): the router's choice, and the
- * row's q8 blocks when the experts read them. */
+ * row's q8 blocks when the experts read them; with experts beside the
+ * dense FFN (moe_beside) the router and the experts read x's own norms. */
 void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r);
 /* The phases of layer l's expert block over n rows, after PH_FFN_IN. */
 void pl_fwd_moe_plan_(pl_cpu_fwd *f, int l, int n);

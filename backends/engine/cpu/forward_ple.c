@@ -1,6 +1,7 @@
 /* forward_ple.c - the end of a Gemma 4 layer on the CPU forward pass:
  * the per-layer embeddings' inputs of a row (at its embedding) and, after
- * each layer's feed-forward, their gated projection and the layer's
+ * each layer's feed-forward (its dense and expert outputs joined), their
+ * gated projection and the layer's
  * output scale (model.h's formula). Row work: a row's values do not
  * depend on the batch. */
 #include <math.h>
@@ -53,7 +54,9 @@ void pl_fwd_ple_inputs_(pl_cpu_fwd *f, int r, const float *x0, int32_t id)
     }
 }
 
-/* The end of layer l on row r: the feed-forward's residual add, then
+/* The end of layer l on row r: with experts beside the dense FFN, its
+ * output is rmsnorm(dense, post_ffw_norm_1) + rmsnorm(experts,
+ * post_ffw_norm_2); the feed-forward's residual add, then
  * x += rmsnorm(proj @ (gelu(inp_gate @ x) * e_l), post_norm) with
  * per-layer embeddings, then x *= layer_output_scale. */
 void pl_fwd_layer_end_(pl_cpu_fwd *f, int l, int r)
@@ -62,6 +65,13 @@ void pl_fwd_layer_end_(pl_cpu_fwd *f, int l, int r)
     const pl_layer *y = &m->layers[l];
     int e = m->n_embd, np = m->n_ple;
     float *x = f->x + (size_t)r * e, *t = f->tmp + (size_t)r * e;
+    if (y->ffn_post_norm_1) {
+        float *t2 = f->tmp2 + (size_t)r * e;
+        pl_op_rmsnorm(t, t, y->ffn_post_norm_1, e, m->rms_eps);
+        pl_op_rmsnorm(t2, t2, y->ffn_post_norm_2, e, m->rms_eps);
+        for (int i = 0; i < e; i++)
+            t[i] += t2[i];
+    }
     add_block_out(x, t, y->ffn_post_norm, e, m->rms_eps);
     if (np > 0) {
         float *g = f->ple_g + (size_t)r * np;

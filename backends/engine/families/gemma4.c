@@ -12,7 +12,14 @@
  *     the last attention.shared_kv_layers layers read the K/V of the last
  *     earlier layer of their kind and write none;
  *     x += rmsnorm(attn(rmsnorm(x)), post_attention_norm);
- *     x += rmsnorm(geglu(rmsnorm(x)), post_ffw_norm);
+ *     x += rmsnorm(geglu(rmsnorm(x)), post_ffw_norm), or with experts
+ *     (26B-A4B) the dense GeGLU and the experts side by side:
+ *       f1 = rmsnorm(geglu(rmsnorm(x, ffn_norm)), post_ffw_norm_1)
+ *       router: softmax(gate_inp @ (rmsnorm(x) / sqrt(n_embd) * gate_inp.scale)),
+ *       top expert_used_count renormalised, each times ffn_down_exps.scale;
+ *       f2 = rmsnorm(sum of the chosen experts' geglu(rmsnorm(x, pre_ffw_norm_2)),
+ *                    post_ffw_norm_2)
+ *       x += rmsnorm(f1 + f2, post_ffw_norm);
  *     x += per-layer embedding (E2B/E4B; model.h);  x *= layer_output_scale
  *   logits = softcap(rmsnorm(x) @ output^T; final_logit_softcapping)
  *
@@ -112,10 +119,33 @@ static int rope_freqs_(const pl_hf_shape *sh, double partial, pl_gguf_synth *s, 
     return 0;
 }
 
+/* The experts (26B-A4B) when enable_moe_block: num_experts,
+ * top_k_experts, moe_intermediate_size. 0 or -1. */
+static int experts_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
+                    pl_gguf_synth *s, char *err, size_t n)
+{
+    bool on = false;
+    int e = 0, k = 0, w = 0;
+    if (pl_hf_json_bool(c, "enable_moe_block", false, &on, err, n) < 0)
+        return -1;
+    if (!on)
+        return 0;
+    if (pl_family_hf_int(c, "num_experts", true, 1, PL_MOE_MAX_EXPERTS, 0, &e, err, n) ||
+        pl_family_hf_int(c, "top_k_experts", true, 1, e < PL_MOE_MAX_USED ? e : PL_MOE_MAX_USED,
+                         0, &k, err, n) ||
+        pl_family_hf_int(c, "moe_intermediate_size", true, 1, 1 << 20, 0, &w, err, n))
+        return -1;
+    sh->n_expert = e;
+    sh->n_ff_exp = w;
+    return pl_family_hf_put_u32(s, a, "expert_count", e, err, n) ||
+           pl_family_hf_put_u32(s, a, "expert_used_count", k, err, n) ||
+           pl_family_hf_put_u32(s, a, "expert_feed_forward_length", w, err, n) ? -1 : 0;
+}
+
 /* Feature switches parley does not run (yet): each must be off. */
 static int switches_(const pl_hf_json *c, char *err, size_t n)
 {
-    static const char *const off[] = {"use_double_wide_mlp", "enable_moe_block"};
+    static const char *const off[] = {"use_double_wide_mlp"};
     for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
         bool on = false;
         if (pl_hf_json_bool(c, off[i], false, &on, err, n) < 0)
@@ -138,7 +168,7 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
         return snprintf(err, n, "out of memory"), -1;
     int rc = -1;
     if (layer_types_(c, sh, swa, err, n) || global_heads_(c, sh, swa, err, n) ||
-        switches_(c, err, n) ||
+        switches_(c, err, n) || experts_(a, c, sh, s, err, n) ||
         pl_family_hf_int(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
         pl_family_hf_int(c, "num_kv_shared_layers", false, 0, sh->n_layer - 1, 0, &shared,
                          err, n) ||
@@ -219,6 +249,24 @@ static const pl_hf_tmap layer_[] = {
      PL_HF_DIM_PLE, PL_HF_T_OPTIONAL},
     {G4_L_ "post_per_layer_input_norm.weight", PL_HF_B_ "post_norm.weight", PL_HF_DIM_HIDDEN,
      0, PL_HF_T_NORM | PL_HF_T_OPTIONAL},
+    /* the experts beside the dense MLP (enable_moe_block); the loader
+     * names any that a file with experts lacks */
+    {G4_L_ "router.proj.weight", PL_HF_B_ "ffn_gate_inp.weight", PL_HF_DIM_EXPERTS,
+     PL_HF_DIM_HIDDEN, PL_HF_T_F32 | PL_HF_T_OPTIONAL},
+    {G4_L_ "router.scale", PL_HF_B_ "ffn_gate_inp.scale", PL_HF_DIM_HIDDEN, 0,
+     PL_HF_T_OPTIONAL},
+    {G4_L_ "router.per_expert_scale", PL_HF_B_ "ffn_down_exps.scale", PL_HF_DIM_EXPERTS, 0,
+     PL_HF_T_OPTIONAL},
+    {G4_L_ "experts.gate_up_proj", PL_HF_B_ "ffn_gate_up_exps.weight", PL_HF_DIM_FF_EXP2,
+     PL_HF_DIM_HIDDEN, PL_HF_T_STACKED | PL_HF_T_OPTIONAL},
+    {G4_L_ "experts.down_proj", PL_HF_B_ "ffn_down_exps.weight", PL_HF_DIM_HIDDEN,
+     PL_HF_DIM_FF_EXP, PL_HF_T_STACKED | PL_HF_T_OPTIONAL},
+    {G4_L_ "pre_feedforward_layernorm_2.weight", PL_HF_B_ "pre_ffw_norm_2.weight",
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM | PL_HF_T_OPTIONAL},
+    {G4_L_ "post_feedforward_layernorm_1.weight", PL_HF_B_ "post_ffw_norm_1.weight",
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM | PL_HF_T_OPTIONAL},
+    {G4_L_ "post_feedforward_layernorm_2.weight", PL_HF_B_ "post_ffw_norm_2.weight",
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM | PL_HF_T_OPTIONAL},
     PL_HF_END,
 };
 
@@ -274,7 +322,14 @@ const pl_family pl_family_gemma4 = {
               /* the file lists the pattern; sliding layers' base 10,000 unless
                * rope.freq_base_swa says otherwise */
               .swa_period = 6, .swa_rope_base = 10000.0f, .rope_freqs_tensor = true,
-              .kind_geometry = true, .per_layer_embd = true},
+              .kind_geometry = true, .per_layer_embd = true,
+              /* 26B-A4B: experts beside the dense FFN, in every layer when
+               * the file has them (model.h) */
+              .moe = PL_MOE_OPTIONAL, .moe_norm_w = true,
+              .moe_need = PL_FAM_B(GATE) | PL_FAM_B(UP) | PL_FAM_B(DOWN) | PL_FAM_EXPERTS |
+                          PL_FAM_B(GATE_INP_S) | PL_FAM_B(DOWN_EXPS_S) |
+                          PL_FAM_B(FFN_PRE_NORM_2) | PL_FAM_B(FFN_POST_NORM_1) |
+                          PL_FAM_B(FFN_POST_NORM_2)},
     .hf = hf_, .n_hf = 2,
     .runners = PL_FAMILY_RUNS_CPU,
 };

@@ -191,6 +191,7 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_HEADS: return sh->n_head;
     case PL_HF_DIM_EXPERTS: return sh->n_expert;
     case PL_HF_DIM_FF_EXP: return sh->n_ff_exp;
+    case PL_HF_DIM_FF_EXP2: return 2 * sh->n_ff_exp;
     case PL_HF_DIM_POS: return sh->n_pos;
     case PL_HF_DIM_TYPES: return sh->n_types;
     case PL_HF_DIM_Q_GATE: return 2 * sh->n_head * sh->head_dim;
@@ -215,6 +216,7 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_HEADS: return "num_attention_heads";
     case PL_HF_DIM_EXPERTS: return "the experts per layer";
     case PL_HF_DIM_FF_EXP: return "an expert's width";
+    case PL_HF_DIM_FF_EXP2: return "2 x an expert's width";
     case PL_HF_DIM_POS: return "max_position_embeddings";
     case PL_HF_DIM_TYPES: return "type_vocab_size";
     case PL_HF_DIM_Q_GATE: return "2 x num_attention_heads x head_dim";

@@ -12,7 +12,8 @@
  * Experts (qwen3moe, gpt-oss): the checkpoint holds them one 2-D tensor
  * per expert ("...mlp.experts.%d.gate_proj.weight", PL_HF_T_EXPERTS) or
  * all in one 3-D tensor (PL_HF_T_FUSED: transformers' gpt-oss layout,
- * [n_expert, in, out] with gate and up interleaved along out); either way
+ * [n_expert, in, out] with gate and up interleaved along out;
+ * PL_HF_T_STACKED: Gemma 4's [n_expert, out, in]); either way
  * they become one GGUF tensor of n_expert matrices, ne = {cols, rows,
  * n_expert}, as llama.cpp's converter stacks them.
  */
@@ -50,6 +51,7 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_PLE,               /**< hidden_size_per_layer_input (Gemma 4) */
     PL_HF_DIM_PLE_ALL,           /**< num_hidden_layers x hidden_size_per_layer_input */
     PL_HF_DIM_ONE,               /**< 1 (a layer's scalar) */
+    PL_HF_DIM_FF_EXP2,           /**< 2 x an expert's width (gate then up, Gemma 4) */
 } pl_hf_dim;
 
 enum {
@@ -82,6 +84,9 @@ enum {
      *  rows, or along the columns (PL_HF_T_VHEADS_COLS: ssm_out). */
     PL_HF_T_VHEADS = 16384,
     PL_HF_T_VHEADS_COLS = 32768,
+    /** Every expert in one tensor [n_expert, d0, d1], each stored (out, in)
+     *  as the GGUF matrix (Gemma 4's experts). */
+    PL_HF_T_STACKED = 1 << 18,
 };
 
 /** One tensor: "model.layers.%d.<...>" (per layer) or a global name. */

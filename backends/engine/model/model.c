@@ -83,6 +83,11 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_PLE_GATE] = MAT("blk.%d.inp_gate.weight", D_PLE, D_EMBD, ple_gate),
     [PL_T_PLE_PROJ] = MAT("blk.%d.proj.weight", D_EMBD, D_PLE, ple_proj),
     [PL_T_PLE_NORM] = VEC("blk.%d.post_norm.weight", D_EMBD, ple_norm),
+    [PL_T_GATE_INP_S] = VEC("blk.%d.ffn_gate_inp.scale", D_EMBD, gate_inp_s),
+    [PL_T_DOWN_EXPS_S] = VEC("blk.%d.ffn_down_exps.scale", D_EXP, down_exps_s),
+    [PL_T_FFN_PRE_NORM_2] = VEC("blk.%d.pre_ffw_norm_2.weight", D_EMBD, ffn_pre_norm_2),
+    [PL_T_FFN_POST_NORM_1] = VEC("blk.%d.post_ffw_norm_1.weight", D_EMBD, ffn_post_norm_1),
+    [PL_T_FFN_POST_NORM_2] = VEC("blk.%d.post_ffw_norm_2.weight", D_EMBD, ffn_post_norm_2),
 };
 
 #define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
@@ -248,31 +253,33 @@ static int load_weight(loader *ld, const pl_gguf_tensor *t, const char *name, in
     return 0;
 }
 
-/* One matrix per expert from a 3-D tensor [cols, rows, n]: kept packed
- * when the runner reads the type packed (with no keep_packed function,
- * every type but F32, F16 and BF16: quantised experts are too big to
- * widen), else dequantised to f32. */
-static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
-                        pl_experts *x)
+/* One matrix per expert from a 3-D tensor [cols, rows * parts, n]: part
+ * `part` of each expert's rows (parts 2: a fused gate/up tensor, gate
+ * first). Kept packed when the runner reads the type packed (with no
+ * keep_packed function, every type but F32, F16 and BF16: quantised
+ * experts are too big to widen), else dequantised to f32. */
+static int load_experts_part(loader *ld, const pl_gguf_tensor *t, const char *name, int n,
+                             int rows, int cols, int part, int parts, pl_experts *x)
 {
-    const pl_gguf_tensor *t = take(ld, name);
     size_t be = 0, bb = 0;
     if (!t)
         return fail_(ld->err, ld->len, "missing tensor %s", name);
-    if (t->n_dims != 3 || t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows ||
-        t->ne[2] != (uint64_t)n)
+    if (t->n_dims != 3 || t->ne[0] != (uint64_t)cols ||
+        t->ne[1] != (uint64_t)rows * (uint64_t)parts || t->ne[2] != (uint64_t)n)
         return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu, %llu] != [%d, %d, %d]",
                      name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 1), cols, rows, n);
+                     (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 1), cols, rows * parts,
+                     n);
     float probe[256];
     if (!pl_ggml_type_block(t->type, &be, &bb) || cols % (int)be != 0 || be > 256 ||
         pl_dequant_row(t->type, t->data, probe, (int64_t)be) != 0)
         return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
                      pl_ggml_type_name(t->type));
-    size_t row_bytes = (size_t)cols / be * bb;
+    size_t row_bytes = (size_t)cols / be * bb, part_bytes = (size_t)rows * row_bytes;
     *x = (pl_experts){.w = {.type = t->type, .rows = rows, .cols = cols,
-                            .row_bytes = row_bytes, .q = t->data},
-                      .n = n, .stride = (size_t)rows * row_bytes};
+                            .row_bytes = row_bytes,
+                            .q = (const uint8_t *)t->data + (size_t)part * part_bytes},
+                      .n = n, .stride = (size_t)parts * part_bytes};
     bool is_float = t->type == PL_GGML_TYPE_F32 || t->type == PL_GGML_TYPE_F16 ||
                     t->type == PL_GGML_TYPE_BF16;
     pl_keep_packed_fn packed = ld->packed_experts ? ld->packed_experts : ld->packed;
@@ -283,9 +290,32 @@ static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
     if (!x->w.f32)
         return fail_(ld->err, ld->len, "out of memory for %s", name);
     for (size_t r = 0; r < (size_t)rows * n; r++)
-        pl_dequant_row(t->type, (const uint8_t *)t->data + r * row_bytes, x->w.f32 + r * cols,
-                       cols);
+        pl_dequant_row(t->type, (const uint8_t *)x->w.q + r / rows * x->stride +
+                       r % rows * row_bytes, x->w.f32 + r * cols, cols);
     return 0;
+}
+
+static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
+                        pl_experts *x)
+{
+    return load_experts_part(ld, take(ld, name), name, n, rows, cols, 0, 1, x);
+}
+
+/* The gate and up experts from one blk.N.ffn_gate_up_exps.weight when the
+ * file has it (1: taken), else 0 (each its own tensor), -1 on error. */
+static int load_gate_up_exps(pl_model *m, loader *ld, int l)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", l);
+    const pl_gguf_tensor *t = take(ld, name);
+    pl_layer *y = &m->layers[l];
+    if (!t)
+        return 0;
+    if (load_experts_part(ld, t, name, m->n_expert, m->n_ff_exp, m->n_embd, 0, 2,
+                          &y->gate_exps) ||
+        load_experts_part(ld, t, name, m->n_expert, m->n_ff_exp, m->n_embd, 1, 2, &y->up_exps))
+        return -1;
+    return 1;
 }
 
 /* Slot s of layer l into its field of y; a matrix that is optional and
@@ -343,6 +373,13 @@ static int load_layer(pl_model *m, loader *ld, int l)
     if (m->n_ple > 0)
         need |= PL_T_BIT(PL_T_PLE_GATE) | PL_T_BIT(PL_T_PLE_PROJ) | PL_T_BIT(PL_T_PLE_NORM);
     uint64_t want = need | opt;
+    if (m->n_expert > 0 && (want & PL_T_BIT(PL_T_GATE_EXPS))) {
+        int fused = load_gate_up_exps(m, ld, l);
+        if (fused < 0)
+            return -1;
+        if (fused)
+            want &= ~(PL_T_BIT(PL_T_GATE_EXPS) | PL_T_BIT(PL_T_UP_EXPS));
+    }
     for (int s = 0; s < PL_T_COUNT; s++)
         if ((want & PL_T_BIT(s)) && load_slot(m, ld, s, l, need & PL_T_BIT(s)))
             return -1;
@@ -487,6 +524,8 @@ pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, 
         pl_model_read_geometry_(m, g, err, len) || load_rope(m, &ld) ||
         load_globals(m, &ld) || load_ple(m, &ld))
         goto fail;
+    m->moe_beside = m->n_expert > 0 &&
+                    (m->info->moe_need & PL_T_BIT(PL_T_FFN_PRE_NORM_2)) != 0;
     for (int l = 0; l < m->n_layer; l++)
         if (load_layer(m, &ld, l))
             goto fail;

@@ -13,7 +13,8 @@
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
  * hybrid qwen35 (pl_layer.recurrent below; gated attention), and gemma4
  * (sliding and global layers of their own head sizes, shared-KV layers,
- * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd). Its pl_arch row, below, says
+ * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd; and the
+ * 26B-A4B's experts beside a dense FFN). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
@@ -46,6 +47,19 @@
  *   PL_MOE_TOPK_SOFTMAX: E = top n_expert_used of r; w = softmax(r_E)
  *   f  = sum over e in E (in order of rank) of
  *        w_e (act(h @ gate_e^T + bg_e) * (h @ up_e^T + bu_e) @ down_e^T + bd_e)
+ *
+ * A layer with experts beside a dense FFN (Gemma 4 26B-A4B: the layer has
+ * pre_ffw_norm_2; pl_model.moe_beside) runs both from the residual x:
+ *
+ *   f1 = rmsnorm(dense FFN(rmsnorm(x, ffn_norm)), post_ffw_norm_1)
+ *   r  = gate_inp @ (rmsnorm(x) * gate_inp_s / sqrt(n_embd))   (unweighted norm)
+ *   E, w as PL_MOE_SOFTMAX's; w_e *= down_exps_s[e]
+ *   f2 = rmsnorm(sum over E of w_e experts_e(rmsnorm(x, pre_ffw_norm_2)), post_ffw_norm_2)
+ *   f  = f1 + f2   (then post_ffw_norm and the residual add as above)
+ *
+ * Gate and up experts may come as one tensor, blk.N.ffn_gate_up_exps.weight
+ * (ne = {n_embd, 2 n_ff_exp, n_expert}: each expert's gate rows, then its up
+ * rows), as llama.cpp's converter writes Gemma 4's.
  *
  * act PL_FFN_SWIGLU_OAI is gpt-oss's: g = min(g, 7), u = clamp(u, -7, 7),
  * g / (1 + exp(-1.702 g)) * (u + 1).
@@ -136,6 +150,12 @@ typedef enum pl_tensor_slot {
     PL_T_PLE_GATE,               /**< blk.N.inp_gate.weight (n_ple, n_embd) */
     PL_T_PLE_PROJ,               /**< blk.N.proj.weight (n_embd, n_ple) */
     PL_T_PLE_NORM,               /**< blk.N.post_norm.weight (n_embd) */
+    /* Gemma 4 26B-A4B: experts beside the dense FFN */
+    PL_T_GATE_INP_S,             /**< blk.N.ffn_gate_inp.scale (n_embd) the router's */
+    PL_T_DOWN_EXPS_S,            /**< blk.N.ffn_down_exps.scale (n_expert) */
+    PL_T_FFN_PRE_NORM_2,         /**< blk.N.pre_ffw_norm_2.weight (n_embd) experts' input */
+    PL_T_FFN_POST_NORM_1,        /**< blk.N.post_ffw_norm_1.weight (n_embd) dense output's */
+    PL_T_FFN_POST_NORM_2,        /**< blk.N.post_ffw_norm_2.weight (n_embd) experts' output's */
     PL_T_COUNT,
 } pl_tensor_slot;
 
@@ -288,6 +308,11 @@ typedef struct pl_layer {
     pl_experts down_exps;        /**< n_expert x (n_embd, n_ff_exp) */
     float *gate_exps_b, *up_exps_b; /**< (n_expert, n_ff_exp) biases, or NULL */
     float *down_exps_b;          /**< (n_expert, n_embd) */
+    /* Experts beside the dense FFN (pl_model.moe_beside), else NULL. */
+    float *gate_inp_s;           /**< (n_embd) the router input's scale */
+    float *down_exps_s;          /**< (n_expert) each expert's output scale */
+    float *ffn_pre_norm_2;       /**< (n_embd) the experts' input norm */
+    float *ffn_post_norm_1, *ffn_post_norm_2; /**< (n_embd) the two outputs' norms */
     /** A Gated DeltaNet layer (pl_model's ssm_* sizes): no q/k/v/o and no
      *  paged K/V; a fixed-size state per sequence instead (the conv's last
      *  conv_kernel - 1 inputs, the (n_v, d_state, d_state) delta-rule
@@ -354,6 +379,8 @@ typedef struct pl_model {
     int n_ff_exp;                /**< an expert's feed-forward width */
     pl_moe_gating moe_gating;
     bool moe_norm_w;             /**< PL_MOE_SOFTMAX renormalises the top-k */
+    bool moe_beside;             /**< the expert layers keep their dense FFN
+                                      beside the experts (model.h's formula) */
     int32_t bos_id, eos_id;      /**< -1 when absent */
     pl_weight tok_embd;          /**< (n_vocab, n_embd) */
     pl_weight output;            /**< (n_vocab, n_embd); equals tok_embd when tied */
