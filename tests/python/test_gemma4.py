@@ -1,7 +1,8 @@
 """The gemma4 family behind the whole server, on the tiny E2B-like model of
 tests/fixtures/gen_gemma4.py (transformers' checkpoint through llama.cpp
 0.3.36's converter: per-layer embeddings, shared-KV layers, a window of 8
-under 40-token prompts), from its GGUF and from its Hugging Face folder:
+under 40-token prompts) and its 26B-A4B-like one (experts beside the dense
+FFN in every layer), from their GGUFs and their Hugging Face folders:
 
 - prompt logprobs (completions echo, token-id prompts, max_tokens 0)
   within 0.02 nats mean of transformers' float32 logits
@@ -26,8 +27,7 @@ from conftest import ROOT, Server, parley_bin
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 GGUF = os.path.join(FIX, "tiny_gemma4_e2b.gguf")
-HF = os.path.join(FIX, "tiny_gemma4", "e2b")
-REF = json.load(open(os.path.join(FIX, "tiny_gemma4_ref.json")))["models"]["e2b"]
+REFS = json.load(open(os.path.join(FIX, "tiny_gemma4_ref.json")))["models"]
 
 
 def serve(model, extra=()):
@@ -50,13 +50,16 @@ def gguf_tokenizer_missing():
         return False             # it started: it serves
 
 
-@pytest.fixture(scope="module", params=["gguf", "hf"])
+@pytest.fixture(scope="module", params=[("e2b", "gguf"), ("e2b", "hf"), ("moe", "gguf"),
+                                        ("moe", "hf")], ids=lambda p: "-".join(p))
 def srv(request):
-    if request.param == "gguf" and gguf_tokenizer_missing():
+    name, kind = request.param
+    if kind == "gguf" and gguf_tokenizer_missing():
         pytest.skip("tokenizer.ggml.model 'gemma4' is not read yet (backends/text)")
     # the HF folder in its own precision (f32), as the GGUF is
-    s = serve(GGUF) if request.param == "gguf" else serve(HF, ("--cpu-weight-type", "f32"))
-    s.kind = request.param
+    s = (serve(os.path.join(FIX, "tiny_gemma4_%s.gguf" % name)) if kind == "gguf" else
+         serve(os.path.join(FIX, "tiny_gemma4", name), ("--cpu-weight-type", "f32")))
+    s.kind, s.ref = "%s %s" % (name, kind), REFS[name]
     yield s
     assert s.stop() == 0
 
@@ -74,10 +77,10 @@ def prompt_logprobs(s, ids):
 
 @pytest.mark.parametrize("key", ["hf_logits", "llama_logits"])
 def test_prompt_logprobs_match_references(srv, key):
-    if key == "llama_logits" and key not in REF:
+    if key == "llama_logits" and key not in srv.ref:
         pytest.skip("no llama.cpp reference in the fixture")
     d = []
-    for ids, lg in zip(REF["ids"], REF[key]):
+    for ids, lg in zip(srv.ref["ids"], srv.ref[key]):
         got = prompt_logprobs(srv, ids)
         assert got[0] is None and len(got) == len(ids)
         d += [abs(got[t] - log_softmax_at(lg[t - 1], ids[t])) for t in range(1, len(ids))]
@@ -87,7 +90,7 @@ def test_prompt_logprobs_match_references(srv, key):
 
 
 def greedy(s, i, stream=False):
-    ids = REF["ids"][i % 3][: 5 + 3 * i]
+    ids = s.ref["ids"][i % 3][: 5 + 3 * i]
     kw = dict(model="g4", prompt=ids, max_tokens=12, temperature=0)
     if not stream:
         return s.client.completions.create(**kw).choices[0].text
