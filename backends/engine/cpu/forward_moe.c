@@ -178,8 +178,8 @@ void pl_fwd_moe_free_(pl_cpu_fwd *f)
     if (!mo)
         return;
     void *p[] = {mo->sel, mo->wt, mo->slot_of, mo->row_of, mo->act_e, mo->act_off,
-                 mo->act_cnt, mo->count, mo->offsets, mo->xe, mo->xeq, mo->xg, mo->xgf, mo->hq, mo->h, mo->y,
-                 mo->scr, mo->spans};
+                 mo->act_cnt, mo->count, mo->offsets, mo->xe, mo->xeq, mo->xg, mo->xgf, mo->hq,
+                 mo->h, mo->y, mo->scr, mo->spans};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(mo);
