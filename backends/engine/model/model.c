@@ -544,7 +544,7 @@ bool pl_model_has_extensions(const pl_model *m)
     for (int l = 0; l < m->n_layer; l++) {
         const pl_layer *y = &m->layers[l];
         if (y->n_swa || y->attn_q_norm || y->attn_k_norm || y->attn_post_norm ||
-            y->ffn_post_norm || y->recurrent || y->no_kv || y->out_scale ||
+            y->ffn_post_norm || y->recurrent || y->no_kv || y->out_scale || !y->n_rot ||
             y->head_dim != m->head_dim || y->n_head_kv != m->n_head_kv)
             return true;
     }

@@ -238,6 +238,10 @@ typedef struct pl_arch {
      *  scaled; rope_freqs.weight's factors apply to the global layers
      *  only; each layer's output is multiplied by layer_output_scale. */
     bool kind_geometry;
+    /** Every nope_period-th layer ((l + 1) % nope_period == 0) rotates no
+     *  dims (SmolLM3's NoPE layers: llama.cpp's n_no_rope_layer_step 4,
+     *  which no GGUF key states); 0: every layer has RoPE. */
+    int nope_period;
     /** Per-layer embeddings (embedding_length_per_layer_input > 0):
      *  per_layer_token_embd, per_layer_model_proj, per_layer_proj_norm and
      *  each layer's inp_gate, proj and post_norm (model.h's formula). */

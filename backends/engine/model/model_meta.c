@@ -706,6 +706,8 @@ int pl_model_read_geometry_(pl_model *m, const pl_gguf *g, char *err, size_t len
         bool swa = a->kind_geometry && y->n_swa > 0;
         y->head_dim = swa ? m->head_dim_swa : m->head_dim;
         y->n_rot = swa ? m->n_rot_swa : m->n_rot;
+        if (a->nope_period > 0 && (l + 1) % a->nope_period == 0)
+            y->n_rot = 0;        /* a NoPE layer */
         y->n_head_kv = (int)layer_int(hkv, l, m->n_head_kv);
         y->kv_src = l;
         if (l >= first_shared) {   /* the last earlier non-shared layer of its kind */
