@@ -45,7 +45,7 @@ def logits(d, ids, wtype):
 def test_every_family_has_a_transformers_checkpoint():
     assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
                              "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16", "qwen35",
-                             "smollm3"}
+                             "smollm3", "ministral3"}
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f.endswith("-bf16")])
@@ -123,7 +123,7 @@ CONVERTED = [f for f in FAMILIES
 
 def test_every_family_has_a_converted_gguf():
     assert set(CONVERTED) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
-                              "gemma3", "gpt-oss", "qwen35", "smollm3"}
+                              "gemma3", "gpt-oss", "qwen35", "smollm3", "ministral3"}
 
 
 @pytest.mark.parametrize("family", CONVERTED)
@@ -171,6 +171,25 @@ def test_smollm3_nope_pattern_other_than_llama_cpp_is_refused(edit, says, tmp_pa
     assert "config.json" in err and says in err, err
 
 
+@pytest.mark.parametrize("edit,says", [
+    (lambda c: c["rope_parameters"].update(mscale=2.0), "rope_parameters.mscale"),
+    (lambda c: c.update(architectures=["MistralForCausalLM"]),
+     "rope_parameters.llama_4_scaling_beta"),
+    (lambda c: c.update(sliding_window=8), "sliding_window"),
+])
+def test_ministral3_keys_parley_does_not_run_are_refused(edit, says, tmp_path):
+    """Ministral 3's YaRN with an mscale other than llama.cpp's 1, its query
+    temperature in a family without one (Mistral's llama files), a window
+    (llama.cpp's mistral3 has none): refused naming config.json and the
+    key."""
+    d, ref = folder("ministral3", tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    edit(cfg)
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = open_error(d, ref["ids"])
+    assert "config.json" in err and says in err, err
+
+
 def log_softmax(x):
     x = x - x.max(-1, keepdims=True)
     return x - np.log(np.exp(x).sum(-1, keepdims=True))
@@ -182,7 +201,7 @@ LLAMA_REF = [f for f in CONVERTED
 
 
 def test_new_families_have_a_llama_cpp_reference():
-    assert set(LLAMA_REF) >= {"smollm3"}
+    assert set(LLAMA_REF) >= {"smollm3", "ministral3"}
 
 
 @pytest.mark.parametrize("family", LLAMA_REF)

@@ -239,6 +239,9 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     for (int h = 0; y->attn_q_norm && h < m->n_head; h++)
         pl_op_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, y->attn_q_norm, hd, m->rms_eps);
     rope_rows(m, y, q, m->n_head, pos);
+    float tq = m->attn_temp_scale > 0 ? query_temperature(m, pos) : 1;
+    for (int i = 0; tq != 1 && i < qd; i++)
+        q[i] *= tq;
     if (y->kv_src != l)
         return;
     if (!y->wv.rows)                       /* K = V, before the k norm */

@@ -5,6 +5,7 @@
 #ifndef PL_CPU_FORWARD_INTERNAL_H
 #define PL_CPU_FORWARD_INTERNAL_H
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -179,6 +180,12 @@ static inline int q_dim_(const pl_cpu_fwd *f, int l)
 static inline int kv_dim_(const pl_cpu_fwd *f, int l)
 {
     return f->m->layers[l].n_head_kv * f->m->layers[l].head_dim;
+}
+
+/* The queries' factor at pos (model.h's attn_temp_scale, Ministral 3). */
+static inline float query_temperature(const pl_model *m, int pos)
+{
+    return 1 + m->attn_temp_scale * logf(floorf((float)pos / (float)m->attn_temp_floor) + 1);
 }
 
 /* Per-layer embeddings and layer ends (forward_ple.c): row r's inputs

@@ -123,6 +123,11 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
     if (r.proportional && !(fam && fam->model.kind_geometry))
         return pl_hf_json_fail(c, "rope_parameters", err, n, "proportional RoPE is not part "
                                "of %s", a->hf_name);
+    if (r.llama4_beta > 0 && !(fam && fam->model.ministral_rope))
+        return pl_hf_json_fail(c, "rope_parameters.llama_4_scaling_beta", err, n, "a query "
+                               "temperature is not part of %s", a->hf_name);
+    if (r.llama4_beta > 0 && put_f32_(s, a, "attention.temperature_scale", r.llama4_beta))
+        return snprintf(err, n, "out of memory"), -1;
     if (pl_gguf_synth_str(s, "general.architecture", a->gguf) ||
         put_u32_(s, a, "block_count", sh->n_layer) ||
         put_u32_(s, a, "embedding_length", sh->n_embd) ||

@@ -27,7 +27,10 @@ static const struct { const char *key; unsigned types; } rope_keys_[] = {
     {"original_max_position_embeddings", R_LLAMA3 | R_YARN},
     {"low_freq_factor", R_LLAMA3}, {"high_freq_factor", R_LLAMA3},
     {"beta_fast", R_YARN}, {"beta_slow", R_YARN}, {"attention_factor", R_YARN},
-    {"truncate", R_YARN},
+    {"truncate", R_YARN}, {"mscale", R_YARN}, {"mscale_all_dim", R_YARN},
+    /* Ministral 3's: the queries' temperature (its family reads it) and
+     * the model's own max_position_embeddings */
+    {"llama_4_scaling_beta", R_YARN}, {"max_position_embeddings", R_YARN},
     /* multimodal RoPE (Qwen3.5): with text positions every section rotates
      * alike; the family checks the sections */
     {"mrope_section", R_DEFAULT}, {"mrope_interleaved", R_DEFAULT},
@@ -100,15 +103,33 @@ static int check_block_keys_(const pl_hf_json *c, const char *blk, unsigned bit,
     return 0;
 }
 
+/* transformers' get_mscale. */
+static double yarn_mscale_(double factor, double mscale)
+{
+    return factor <= 1 ? 1 : 0.1 * mscale * log(factor) + 1;
+}
+
 static int yarn_(const pl_hf_json *c, const char *blk, pl_hf_rope *r, char *err, size_t n)
 {
-    double fast = 32, slow = 1, af = 0.1 * log(r->factor) + 1;
+    double fast = 32, slow = 1, af = 0.1 * log(r->factor) + 1, ms = 0, msa = 0;
     bool trunc = true;
     char k[160];
     snprintf(k, sizeof k, "%s.truncate", blk);
     if (num_(c, blk, "beta_fast", 1e-6, 1e6, &fast, err, n) ||
         num_(c, blk, "beta_slow", 1e-6, 1e6, &slow, err, n) ||
-        num_(c, blk, "attention_factor", 1e-6, 1e6, &af, err, n) ||
+        num_(c, blk, "mscale", 0, 1e6, &ms, err, n) ||
+        num_(c, blk, "mscale_all_dim", 0, 1e6, &msa, err, n) ||
+        num_(c, blk, "llama_4_scaling_beta", 0, 1e6, &r->llama4_beta, err, n))
+        return -1;
+    if (ms > 0 && msa > 0) {     /* transformers' attention factor from both */
+        snprintf(k, sizeof k, "%s.mscale", blk);
+        if (ms != 1)
+            return pl_hf_json_fail(c, k, err, n, "%g: parley (as llama.cpp) takes mscale 1",
+                                   ms);
+        af = yarn_mscale_(r->factor, ms) / yarn_mscale_(r->factor, msa);
+    }
+    snprintf(k, sizeof k, "%s.truncate", blk);
+    if (num_(c, blk, "attention_factor", 1e-6, 1e6, &af, err, n) ||
         pl_hf_json_bool(c, k, false, &trunc, err, n) < 0)
         return -1;
     if (fast != 32 || slow != 1)

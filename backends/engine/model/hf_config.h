@@ -42,6 +42,9 @@ typedef struct pl_hf_rope {
      *  partial x head_dim / 2 pairs rotate at base^(-2i / head_dim), the
      *  rest not at all; the sliding layers may then rotate another part. */
     bool proportional;
+    /** yarn: llama_4_scaling_beta, the queries' temperature (Ministral 3;
+     *  0: none) */
+    double llama4_beta;
 } pl_hf_rope;
 
 /**

@@ -550,7 +550,7 @@ bool pl_model_has_extensions(const pl_model *m)
     }
     return m->attn_softcap > 0 || m->final_softcap > 0 || m->embd_scale != 1.0f ||
            m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim) ||
-           m->attn_out_gate || m->n_ple > 0 || m->v_norm;
+           m->attn_out_gate || m->n_ple > 0 || m->v_norm || m->attn_temp_scale > 0;
 }
 
 bool pl_model_has_moe(const pl_model *m)

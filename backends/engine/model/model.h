@@ -242,6 +242,12 @@ typedef struct pl_arch {
      *  dims (SmolLM3's NoPE layers: llama.cpp's n_no_rope_layer_step 4,
      *  which no GGUF key states); 0: every layer has RoPE. */
     int nope_period;
+    /** Ministral 3 (mistral3): reads rope.scaling.yarn_log_multiplier (YaRN's
+     *  magnitude then get_mscale(f, 1) / get_mscale(f, mul), llama.cpp's
+     *  mscale 1 assumed) and attention.temperature_scale s: queries are
+     *  multiplied by 1 + s ln(1 + floor(pos / rope.scaling.
+     *  original_context_length)) after RoPE (Llama 4's temperature). */
+    bool ministral_rope;
     /** Per-layer embeddings (embedding_length_per_layer_input > 0):
      *  per_layer_token_embd, per_layer_model_proj, per_layer_proj_norm and
      *  each layer's inp_gate, proj and post_norm (model.h's formula). */
@@ -370,6 +376,9 @@ typedef struct pl_model {
                                       it (YaRN's 1 + 0.1 ln(factor), times
                                       rope.scaling.attn_factor); 0 or 1: none */
     float attn_scale;            /**< multiplies q.k before soft-capping */
+    float attn_temp_scale;       /**< the queries' temperature by position
+                                      (pl_arch.ministral_rope); 0: none */
+    int attn_temp_floor;         /**< its positions per step */
     float attn_softcap;          /**< scores become c * tanh(s / c); 0: none */
     float final_softcap;         /**< logits likewise; 0: none */
     float embd_scale;            /**< embedding rows are multiplied by it (1, or

@@ -156,6 +156,7 @@ static const unsupported_key unsupported_[] = {
     {"wkv.head_size", NAN, "RWKV layers"},
     {"attention.shared_kv_layers", 0, "layers sharing earlier layers' K/V"},
     {"embedding_length_per_layer_input", 0, "per-layer embeddings"},
+    {"attention.temperature_scale", 0, "a query temperature by position (Llama 4)"},
 };
 
 /* The value of a scalar key as a number; NAN for strings and arrays. */
@@ -188,7 +189,9 @@ static bool family_reads(const pl_arch *a, const char *key)
            (a->rope_sections && !strcmp(key, "rope.dimension_sections")) ||
            (a->mtp_ignored && !strcmp(key, "nextn_predict_layers")) ||
            (a->kind_geometry && !strcmp(key, "attention.shared_kv_layers")) ||
-           (a->per_layer_embd && !strcmp(key, "embedding_length_per_layer_input"));
+           (a->per_layer_embd && !strcmp(key, "embedding_length_per_layer_input")) ||
+           (a->ministral_rope && (!strcmp(key, "rope.scaling.yarn_log_multiplier") ||
+                                  !strcmp(key, "attention.temperature_scale")));
 }
 
 static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
@@ -555,6 +558,33 @@ static int read_rope_scaling(const pl_model *m, const pl_gguf *g, char *type, si
     return 0;
 }
 
+/* llama.cpp's get_mscale. */
+static float yarn_mscale(float factor, float mscale)
+{
+    return factor <= 1.0f ? 1.0f : 0.1f * mscale * logf(factor) + 1.0f;
+}
+
+/* pl_arch.ministral_rope's keys: YaRN's log multiplier, the queries'
+ * temperature (its step: the original context). */
+static int ministral_rope(pl_model *m, const pl_gguf *g, const char *type, float factor,
+                          int orig, char *err, size_t len)
+{
+    char k[128];
+    float mul = 0, attn_factor = m->rope_mscale;
+    if (pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.scaling.yarn_log_multiplier")) &&
+        meta_pos_float(m, g, "rope.scaling.yarn_log_multiplier", 1, &mul, err, len))
+        return -1;
+    if (mul > 0 && !strcmp(type, "yarn")) {
+        attn_factor /= 1.0f + 0.1f * logf(factor);
+        m->rope_mscale = attn_factor * yarn_mscale(factor, 1) / yarn_mscale(factor, mul);
+    }
+    if (pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.temperature_scale")) &&
+        meta_pos_float(m, g, "attention.temperature_scale", 1, &m->attn_temp_scale, err, len))
+        return -1;
+    m->attn_temp_floor = orig;
+    return 0;
+}
+
 int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,
                         size_t len)
 {
@@ -587,6 +617,8 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
         return pl_model_fail_(err, len, "%s: a bool, for rope scaling type yarn only", k);
     /* llama.cpp's rope_yarn scales cos and sin by this (mscale) */
     m->rope_mscale = attn_factor * (!strcmp(type, "yarn") ? 1.0f + 0.1f * logf(factor) : 1.0f);
+    if (m->info->ministral_rope && ministral_rope(m, g, type, factor, orig, err, len))
+        return -1;
     if (factors)
         snprintf(type, sizeof type, "none");   /* the factors carry the scaling */
     else if (tk && !tk->v.b)
