@@ -78,6 +78,7 @@ typedef struct pl_gemma4_stream {
                                       arguments, call end */
     int a;                       /**< where the arguments' reader is */
     int depth;                   /**< open brackets of the arguments */
+    int none_left;               /**< bytes of a None still to skip */
     char stack[32];              /**< their kinds ('{', '['), the first 32 */
     bool quoted_key, key_closed; /**< a key in <|"|> quotes */
     char hold[24];               /**< bytes that may begin a marker */

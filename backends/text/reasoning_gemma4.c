@@ -11,7 +11,8 @@
  * shows, are dropped. A call's arguments are Gemma's object syntax (keys
  * bare, strings between <|"|> quotes, no escapes) and come out as JSON,
  * byte by byte as they are read: keys and strings quoted and escaped, the
- * rest (numbers, true, false, null, brackets) as written. The state is
+ * rest (numbers, true, false, null, brackets) as written, None (what the
+ * template prints for a null) as null. The state is
  * fixed-size; marker prefixes are held back until they complete or fail. */
 #include <stdlib.h>
 #include <string.h>
@@ -143,11 +144,21 @@ static void args_byte_(out *o, pl_gemma4_stream *g, char c)
             if (c == ']' || c == '}')
                 break;                          /* an empty array */
             g->a = A_SCALAR;
+            if (c == 'N') {                     /* the template's None: null */
+                args_(o, "null", 4);
+                g->none_left = 3;
+                return;
+            }
             continue;
         case A_SCALAR:
             if (c == ',' || c == '}' || c == ']' || is_ws(c)) {
                 g->a = A_AFTER;
+                g->none_left = 0;
                 continue;
+            }
+            if (g->none_left && c == "one"[3 - g->none_left]) {
+                g->none_left--;
+                return;
             }
             args_(o, &c, 1);
             return;
@@ -188,6 +199,7 @@ static bool is_marker_prefix_(const pl_gemma4_stream *g, bool calls, const char 
         for (size_t i = 0; i < sizeof ENDS / sizeof *ENDS; i++)
             cands[k++] = ENDS[i];
         break;
+    case G_CHANNEL:
     case G_THOUGHT: cands[k++] = CH_CLOSE; break;
     case G_ARGS:
         if (g->a != A_KEY || (g->quoted_key && !g->key_closed))
@@ -418,7 +430,7 @@ static int split_whole_(char **text, size_t *len, char **reasoning)
 /* Any text without "<channel|>". */
 static const char NOT_CLOSE[] =
     "(?:[^<]|<+(?:[^<c]|c(?:[^<h]|h(?:[^<a]|a(?:[^<n]|n(?:[^<n]|n(?:[^<e]|e(?:[^<l]|"
-    "l(?:[^<|]|\\|[^<>]))))))))*<*";
+    "l(?:[^<|]|\\|[^<>])))))))))*<*";
 
 static char *wrap_(const char *re)
 {
