@@ -558,3 +558,41 @@ Test(tokenizer, encode_time_is_linear_100kb, .timeout = 120)
     free(one);
     free(s);
 }
+
+/* tokenizer.ggml.model "gemma4" (the tiny Gemma 4 GGUF, gen_gemma4.py):
+ * ids equal llama.cpp 0.3.36's on tiny_gemma4_tokens.json's strings
+ * (gen_gemma4_tokens.py), BOS always added, and they decode back to the
+ * text. */
+Test(tokenizer, gemma4_gguf_matches_llama_cpp)
+{
+    char path[4096];
+    pl_gguf *g;
+    pl_tokenizer *t = load(src_path(path, sizeof path, "tests/fixtures/tiny_gemma4_e2b.gguf"),
+                           &g);
+    json_error_t jerr;
+    json_t *doc = json_load_file(src_path(path, sizeof path,
+                                          "tests/fixtures/tiny_gemma4_tokens.json"), 0, &jerr);
+    cr_assert_not_null(doc, "%s", jerr.text);
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(doc, "cases"), i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        json_t *want = json_object_get(json_object_get(c, "llama"), "e2b");
+        int32_t *ids = NULL;
+        int n = 0;
+        cr_assert_eq(pl_tokenizer_encode(t, text, strlen(text), true, false, &ids, &n), 0);
+        cr_assert_eq((size_t)n, json_array_size(want), "%s: %d ids", text, n);
+        for (int k = 0; k < n; k++)
+            cr_expect_eq(ids[k], json_integer_value(json_array_get(want, (size_t)k)),
+                         "%s: id %d", text, k);
+        cr_assert_eq(ids[0], 2, "BOS first");
+        char out[1024];
+        size_t len = pl_tokenizer_decode(t, ids + 1, n - 1, false, out, sizeof out);
+        cr_assert_lt(len, sizeof out);
+        cr_expect_str_eq(out, text);
+        free(ids);
+    }
+    json_decref(doc);
+    pl_tokenizer_free(t);
+    pl_gguf_free(g);
+}

@@ -15,7 +15,7 @@
 static const char *const eog_texts[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
     "<|eom_id|>", "<EOT>", "_<EOT>", "<|end_of_text|>", "<end_of_utterance>",
-    "<|return|>", "<|call|>", NULL,
+    "<|return|>", "<|call|>", "<turn|>", "<|tool_response>", NULL,
 };
 
 int pl_tok_ids_push(pl_tok_ids *ids, int32_t id)

@@ -1,7 +1,15 @@
 /* tokenizer_gguf.c - pl_tokenizer_from_gguf: gathers tokenizer.ggml.* from
  * a GGUF into a pl_tokenizer_vocab (with llama.cpp's defaults for absent
  * keys) and builds the tokenizer from it.
+ *
+ * "gemma4" (llama.cpp: BPE with the gemma4 pre-tokenizer) is SentencePiece-
+ * style BPE: spaces become U+2581, merges run on raw UTF-8 with <0xNN> byte
+ * fallback, no prefix space, BOS always added. It is read as the llama
+ * model with each token's score minus the rank of the first merge making
+ * it, as a Hugging Face tokenizer.json of that kind is (tokenizer_hf.c);
+ * the file's scores (all -1000) are not used.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +26,7 @@ typedef struct gguf_vocab {
     uint32_t *merge_lens;
     char *pre;
     char *wpm_text;              /* bert: the tokens back in "##" form */
+    bool gemma4;                 /* scores from the merges (see above) */
 } gguf_vocab;
 
 static void gguf_vocab_free(gguf_vocab *g)
@@ -83,6 +92,7 @@ static const struct {
     {"gpt2", PL_TOKENIZER_MODEL_GPT2},
     {"llama", PL_TOKENIZER_MODEL_LLAMA},
     {"bert", PL_TOKENIZER_MODEL_BERT},
+    {"gemma4", PL_TOKENIZER_MODEL_LLAMA},
 };
 #define N_MODELS_ (sizeof models_ / sizeof *models_)
 
@@ -100,11 +110,12 @@ static int read_model(const pl_gguf *g, gguf_vocab *gv, char *err,
         i++;
     if (i == N_MODELS_) {
         snprintf(err, errlen, "unsupported tokenizer.ggml.model '%.*s' "
-                 "(supported: gpt2, llama, bert)", (int)(s.len > 64 ? 64 : s.len),
+                 "(supported: gpt2, llama, bert, gemma4)", (int)(s.len > 64 ? 64 : s.len),
                  s.ptr);
         return -1;
     }
     gv->v.model = models_[i].model;
+    gv->gemma4 = !strcmp(models_[i].name, "gemma4");
     if (!pl_gguf_get_str(g, "tokenizer.ggml.pre", &s)) {
         gv->pre = strndup(s.ptr, s.len);
         if (!gv->pre)
@@ -155,17 +166,87 @@ static int read_merges(const pl_gguf *g, gguf_vocab *gv, char *err,
 {
     const pl_gguf_kv *kv = find_array(g, "tokenizer.ggml.merges",
                                       PL_GGUF_TYPE_STRING);
-    if (gv->v.model != PL_TOKENIZER_MODEL_GPT2)
+    if (gv->v.model != PL_TOKENIZER_MODEL_GPT2 && !gv->gemma4)
         return 0;
     if (!kv || kv->v.arr.n > INT32_MAX) {
-        snprintf(err, errlen, "gpt2 tokenizer without tokenizer.ggml.merges");
+        snprintf(err, errlen, "%s tokenizer without tokenizer.ggml.merges",
+                 gv->gemma4 ? "gemma4" : "gpt2");
         return -1;
     }
     gv->v.n_merges = (int32_t)kv->v.arr.n;
     if (read_strings(kv, &gv->merges, &gv->merge_lens))
         return -1;
+    if (gv->gemma4)
+        return 0;                /* they become scores (merge_scores) */
     gv->v.merges = gv->merges;
     gv->v.merge_lens = gv->merge_lens;
+    return 0;
+}
+
+typedef struct tok_ref {
+    const char *s;
+    uint32_t len;
+    int32_t id;
+} tok_ref;
+
+static int tok_ref_cmp(const void *a, const void *b)
+{
+    const tok_ref *x = a, *y = b;
+    uint32_t n = x->len < y->len ? x->len : y->len;
+    int c = memcmp(x->s, y->s, n);
+    return c ? c : (x->len > y->len) - (x->len < y->len);
+}
+
+/* gemma4: each token's score is minus the rank of the first merge whose
+ * two sides make it; tokens no merge makes keep -inf (single symbols and
+ * specials, never formed by merging). A merge is "left right", split at
+ * the first space after its first byte, as llama.cpp does. */
+static int merge_scores(gguf_vocab *gv, char *err, size_t errlen)
+{
+    if (!gv->gemma4)
+        return 0;
+    int32_t n = gv->v.n_tokens;
+    tok_ref *refs = malloc(sizeof *refs * (size_t)n);
+    char *buf = NULL;
+    free(gv->scores);
+    gv->scores = malloc(sizeof *gv->scores * (size_t)n);
+    if (!refs || !gv->scores) {
+        free(refs);
+        return -1;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        refs[i] = (tok_ref){gv->tokens[i], gv->token_lens[i], i};
+        gv->scores[i] = -INFINITY;
+    }
+    qsort(refs, (size_t)n, sizeof *refs, tok_ref_cmp);
+    size_t cap = 0;
+    for (int32_t m = 0; m < gv->v.n_merges; m++) {
+        const char *s = gv->merges[m];
+        uint32_t len = gv->merge_lens[m];
+        const char *sp = len > 1 ? memchr(s + 1, ' ', len - 1) : NULL;
+        if (!sp) {
+            snprintf(err, errlen, "tokenizer.ggml.merges[%d]: not \"left right\"", m);
+            free(refs), free(buf);
+            return -1;
+        }
+        if (len > cap) {
+            char *nb = realloc(buf, len);
+            if (!nb) {
+                free(refs), free(buf);
+                return -1;
+            }
+            buf = nb, cap = len;
+        }
+        size_t l = (size_t)(sp - s);
+        memcpy(buf, s, l);
+        memcpy(buf + l, sp + 1, len - l - 1);
+        tok_ref key = {buf, (uint32_t)(len - 1), -1};
+        tok_ref *hit = bsearch(&key, refs, (size_t)n, sizeof *refs, tok_ref_cmp);
+        if (hit && gv->scores[hit->id] == -INFINITY)
+            gv->scores[hit->id] = -(float)m;
+    }
+    free(refs), free(buf);
+    gv->v.scores = gv->scores;
     return 0;
 }
 
@@ -232,6 +313,10 @@ static void read_specials(const pl_gguf *g, gguf_vocab *gv)
     gv->v.add_bos = get_flag(g, "tokenizer.ggml.add_bos_token");
     gv->v.add_eos = get_flag(g, "tokenizer.ggml.add_eos_token");
     gv->v.add_space_prefix = get_flag(g, "tokenizer.ggml.add_space_prefix");
+    if (gv->gemma4) {
+        gv->v.add_bos = 1;       /* llama.cpp overrides a false add_bos */
+        gv->v.add_space_prefix = 0;
+    }
 }
 
 pl_tokenizer *pl_tokenizer_from_gguf(const pl_gguf *g, char *err,
@@ -242,7 +327,8 @@ pl_tokenizer *pl_tokenizer_from_gguf(const pl_gguf *g, char *err,
     memset(&gv, 0, sizeof gv);
     err[0] = '\0';
     if (read_model(g, &gv, err, errlen) || read_tokens(g, &gv, err, errlen) ||
-        read_merges(g, &gv, err, errlen) || read_wordpiece(g, &gv, err, errlen))
+        read_merges(g, &gv, err, errlen) || merge_scores(&gv, err, errlen) ||
+        read_wordpiece(g, &gv, err, errlen))
         goto done;
     read_specials(g, &gv);
     t = pl_tokenizer_init(&gv.v, err, errlen);

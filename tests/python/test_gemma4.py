@@ -10,24 +10,28 @@ FFN in every layer), from their GGUFs and their Hugging Face folders:
 - several greedy streams at once: each stream's tokens are the ones its
   request gets alone, streaming equals the whole reply.
 
-The GGUF's vocabulary is tokenizer.ggml.model "gemma4" (llama.cpp: BPE with
-the gemma4 pre-tokenizer), which the text side (backends/text) does not
-read yet: until it does, the GGUF server cases skip, saying so.
+- tokenisation (/tokenize, BOS added) equal to the Hugging Face tokenizers
+  library's from the folders and to llama-cpp-python 0.3.36's from the
+  GGUFs (tokenizer.ggml.model "gemma4": SentencePiece-style BPE on raw
+  UTF-8 with byte fallback) on tiny_gemma4_tokens.json's strings
+  (gen_gemma4_tokens.py); the one string where they part (the converter
+  typed <start_of_turn> a normal token: llama.cpp spells it out) each
+  format follows its own reference.
 """
 import concurrent.futures
+import http.client
 import json
 import math
 import os
-import subprocess
 import urllib.parse
 
 import pytest
 
-from conftest import ROOT, Server, parley_bin
+from conftest import ROOT, Server
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
-GGUF = os.path.join(FIX, "tiny_gemma4_e2b.gguf")
 REFS = json.load(open(os.path.join(FIX, "tiny_gemma4_ref.json")))["models"]
+TOKENS = json.load(open(os.path.join(FIX, "tiny_gemma4_tokens.json")))["cases"]
 
 
 def serve(model, extra=()):
@@ -40,26 +44,15 @@ def serve(model, extra=()):
     return s
 
 
-def gguf_tokenizer_missing():
-    """Whether parley refuses the GGUF for its gemma4 vocabulary alone."""
-    try:
-        r = subprocess.run([parley_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
-                            "--model", GGUF], capture_output=True, text=True, timeout=5)
-        return "tokenizer.ggml.model 'gemma4'" in r.stderr
-    except subprocess.TimeoutExpired:
-        return False             # it started: it serves
-
-
 @pytest.fixture(scope="module", params=[("e2b", "gguf"), ("e2b", "hf"), ("moe", "gguf"),
                                         ("moe", "hf")], ids=lambda p: "-".join(p))
 def srv(request):
     name, kind = request.param
-    if kind == "gguf" and gguf_tokenizer_missing():
-        pytest.skip("tokenizer.ggml.model 'gemma4' is not read yet (backends/text)")
     # the HF folder in its own precision (f32), as the GGUF is
     s = (serve(os.path.join(FIX, "tiny_gemma4_%s.gguf" % name)) if kind == "gguf" else
          serve(os.path.join(FIX, "tiny_gemma4", name), ("--cpu-weight-type", "f32")))
     s.kind, s.ref = "%s %s" % (name, kind), REFS[name]
+    s.name, s.format = name, kind
     yield s
     assert s.stop() == 0
 
@@ -87,6 +80,23 @@ def test_prompt_logprobs_match_references(srv, key):
     mean = sum(d) / len(d)
     print("%s vs %s: prompt logprobs max %.2e, mean %.2e nats" % (srv.kind, key, max(d), mean))
     assert mean < 0.02
+
+
+def tokenize(s, text):
+    c = http.client.HTTPConnection(s.host, s.port, timeout=60)
+    c.request("POST", "/tokenize", body=json.dumps({"model": "g4", "prompt": text}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    c.close()
+    assert r.status == 200, body
+    return body["tokens"]
+
+
+def test_tokenization_matches_references(srv):
+    for case in TOKENS:
+        want = case["hf"] if srv.format == "hf" else case["llama"][srv.name]
+        assert tokenize(srv, case["text"]) == want, (srv.kind, case["text"])
 
 
 def greedy(s, i, stream=False):

@@ -24,7 +24,8 @@
  *   logits = softcap(rmsnorm(x) @ output^T; final_logit_softcapping)
  *
  * As llama.cpp's src/models/gemma4.cpp. The chat template's style is the
- * text side's (backends/text/); a file without a template has none here. */
+ * text side's (backends/text/); a file without a template gets Gemma 4's
+ * own (PL_CHAT_F_GEMMA4: its turns, tool syntax and thought channel). */
 #include "backends/engine/families/family.h"
 #include "backends/engine/model/hf_config.h"
 
@@ -301,6 +302,8 @@ static const pl_hf_default text_[] = {
 static const char *const skip_[] = {"model.embed_vision.*", "model.audio_tower.*",
                                     "model.embed_audio.*", NULL};
 
+static const pl_family_chat chat_ = {PL_CHAT_TMPL_GEMMA, PL_CHAT_F_GEMMA4};
+
 /* Gemma 4's norms scale by w itself (the converter's norm_shift 0). */
 static const pl_hf_arch hf_[] = {
     {"Gemma4ForCausalLM", "gemma4", layer_, 0, true, false, 1000000, hparams_, NULL, globals_},
@@ -331,5 +334,6 @@ const pl_family pl_family_gemma4 = {
                           PL_FAM_B(FFN_PRE_NORM_2) | PL_FAM_B(FFN_POST_NORM_1) |
                           PL_FAM_B(FFN_POST_NORM_2)},
     .hf = hf_, .n_hf = 2,
+    .chat = &chat_,
     .runners = PL_FAMILY_RUNS_CPU,
 };
