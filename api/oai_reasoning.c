@@ -13,7 +13,9 @@ int pl_oai_reasoning_prepare(pl_oai_params *p, pl_backend *b, pl_err *err)
     pl_sampling *sp = &p->sampling;
     if (!p->chat || !f || sp->constraint == PL_CONSTRAINT_NONE ||
         p->constraint_after_reasoning ||
-        (f->thinking_off_closes && p->thinking == PL_THINKING_OFF))
+        (f->thinking_off_closes && (p->thinking == PL_THINKING_OFF ||
+                                    (p->thinking == PL_THINKING_DEFAULT &&
+                                     f->thinking_default_off))))
         return 0;
     char *re = pl_constraint_regex(sp->constraint, sp->constraint_text, b->json_ws, err);
     if (!re)

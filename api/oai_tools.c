@@ -12,6 +12,7 @@
 #include "api/oai_wire.h"
 #include "backends/constrain/json_schema.h"
 #include "backends/constrain/regex.h"
+#include "backends/text/reasoning_format.h"
 #include "src/base/evbuf.h"
 
 #define INVALID(param, ...) \
@@ -429,6 +430,11 @@ static int add_call_constraint_(pl_oai_params *p, pl_err *err)
     bool many = p->parallel_tool_calls && p->tool_choice == PL_TOOL_CHOICE_REQUIRED;
     char *re = p->tool_format->reply_regex(one, many, MAX_PARALLEL);
     free(one);
+    if (re && p->tool_format->thought && p->thinking == PL_THINKING_ON) {
+        char *w = p->tool_format->thought->wrap(re);
+        free(re);
+        re = w;
+    }
     if (!re)
         return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
     p->sampling.constraint = PL_CONSTRAINT_REGEX;

@@ -366,9 +366,10 @@ Test(chat_gemma4, cut_inside_a_call)
 }
 
 /* The forced-call grammar (one call of any tool, or up to four) accepts
- * the calls as the template writes them, after a thought channel or not,
- * and refuses other functions and broken syntax. */
-static pl_dfa *grammar_(json_t *tools, bool many)
+ * the calls as the template writes them, after a thought channel when
+ * thinking is on (api/oai_tools.c wraps them with .thought), and refuses
+ * other functions and broken syntax. */
+static pl_dfa *grammar_(json_t *tools, bool many, bool thinking)
 {
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, "(?:", 3);
@@ -388,6 +389,12 @@ static pl_dfa *grammar_(json_t *tools, bool many)
     }
     evbuffer_add(b, ")", 1);
     char *one = pl_evbuffer_take(b), *re = pl_tool_gemma4.reply_regex(one, many, 4);
+    cr_assert_eq(pl_tool_gemma4.thought, &pl_reasoning_gemma4);
+    if (thinking) {
+        char *w = pl_tool_gemma4.thought->wrap(re);
+        free(re);
+        re = w;
+    }
     char err[256];
     pl_dfa *d = pl_regex_compile(re, strlen(re), 0, 1 << 18, err, sizeof err);
     cr_assert_not_null(d, "%s (regex of %zu bytes)", err, strlen(re));
@@ -422,12 +429,16 @@ static const char *calls_of_(const char *conv, const char *tools, char *out, siz
 Test(chat_gemma4, call_grammar_accepts_the_templates_calls)
 {
     json_t *tools = json_object_get(json_object_get(doc, "tools"), "many");
-    pl_dfa *one = grammar_(tools, false), *many = grammar_(tools, true);
+    pl_dfa *one = grammar_(tools, false, false), *many = grammar_(tools, true, false);
     char buf[4096], with[4200];
     const char *single = calls_of_("tool_round", "weather", buf, sizeof buf);
     cr_expect(pl_dfa_match(one, single, strlen(single)), "%s", single);
     snprintf(with, sizeof with, "<|channel>thought\nplan <b>it</b><channel|>%s", single);
-    cr_expect(pl_dfa_match(one, with, strlen(with)), "%s", with);
+    cr_expect_not(pl_dfa_match(one, with, strlen(with)), "%s", with);
+    pl_dfa *think = grammar_(tools, false, true);
+    cr_expect(pl_dfa_match(think, with, strlen(with)), "%s", with);
+    cr_expect(pl_dfa_match(think, single, strlen(single)), "%s", single);
+    pl_dfa_free(think);
     const char *empty = calls_of_("tool_empty_args", "many", buf, sizeof buf);
     cr_expect(pl_dfa_match(one, empty, strlen(empty)), "%s", empty);
     const char *two = calls_of_("tool_parallel", "many", buf, sizeof buf);
@@ -439,20 +450,52 @@ Test(chat_gemma4, call_grammar_accepts_the_templates_calls)
         "<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,}<tool_call|>",
         "<|tool_call>call:search{Limit:1.5}<tool_call|>",
         "Sure.<|tool_call>call:now{}<tool_call|>",
-        /* outside the schema: an enum's other value, a string for numbers */
-        "<|tool_call>call:get_weather{unit:<|\"|>kelvin<|\"|>}<tool_call|>",
-        "<|tool_call>call:search{tags:[<|\"|>c<|\"|>]}<tool_call|>",
-        "<|tool_call>call:search{filters:[{value:<|\"|>1<|\"|>}]}<tool_call|>",
+        /* outside the schema: an enum's other value, a string for a number,
+         * a required key missing, a key twice, keys out of dictsort's order */
+        "<|tool_call>call:get_weather{city:<|\"|>a<|\"|>,unit:<|\"|>kelvin<|\"|>}<tool_call|>",
+        "<|tool_call>call:search{filters:[],query:<|\"|>q<|\"|>,tags:[<|\"|>c<|\"|>]}"
+        "<tool_call|>",
+        "<|tool_call>call:search{filters:[{field:<|\"|>y<|\"|>,value:<|\"|>1<|\"|>}],"
+        "query:<|\"|>q<|\"|>}<tool_call|>",
+        "<|tool_call>call:get_weather{unit:<|\"|>celsius<|\"|>}<tool_call|>",
+        "<|tool_call>call:get_weather{city:<|\"|>a<|\"|>,city:<|\"|>b<|\"|>}<tool_call|>",
+        "<|tool_call>call:search{query:<|\"|>q<|\"|>,filters:[]}<tool_call|>",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         cr_expect_not(pl_dfa_match(many, bad[i], strlen(bad[i])), "%s", bad[i]);
-    const char *nested = "<|tool_call>call:search{query:<|\"|>q<|\"|>,filters:[{field:<|\"|>y"
-                         "<|\"|>,value:1}],options:{lang:<|\"|>en<|\"|>}}<tool_call|>";
+    const char *nested = "<|tool_call>call:search{filters:[{field:<|\"|>y<|\"|>,value:1}],"
+                         "options:{lang:<|\"|>en<|\"|>},query:<|\"|>q<|\"|>}<tool_call|>";
     cr_expect(pl_dfa_match(one, nested, strlen(nested)), "%s", nested);
     /* a nullable property takes null, an untyped object any members */
-    const char *loose = "<|tool_call>call:search{safe:null,Extra:{a:[1,{b:<|\"|>c<|\"|>}]},"
-                        "tags:[<|\"|>b<|\"|>,<|\"|>a<|\"|>]}<tool_call|>";
+    const char *loose = "<|tool_call>call:search{Extra:{a:[1,{b:<|\"|>c<|\"|>}]},filters:[],"
+                        "Limit:3,query:<|\"|><|\"|>,safe:null,tags:[<|\"|>b<|\"|>,<|\"|>a"
+                        "<|\"|>]}<tool_call|>";
     cr_expect(pl_dfa_match(one, loose, strlen(loose)), "%s", loose);
     pl_dfa_free(one);
     pl_dfa_free(many);
+}
+
+/* A string's maxLength and minLength bound its characters (a '<' is not
+ * one of them then). */
+Test(chat_gemma4, call_grammar_bounds_strings)
+{
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":"
+                               "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\","
+                               "\"minLength\":1,\"maxLength\":3}}}}}]", 0, NULL);
+    cr_assert_not_null(tools);
+    pl_dfa *d = grammar_(tools, false, false);
+    static const char *const good[] = {
+        "<|tool_call>call:f{s:<|\"|>a<|\"|>}<tool_call|>",
+        "<|tool_call>call:f{s:<|\"|>\xc3\xa9t\xc3\xa9<|\"|>}<tool_call|>",
+    }, *const bad[] = {
+        "<|tool_call>call:f{s:<|\"|><|\"|>}<tool_call|>",
+        "<|tool_call>call:f{s:<|\"|>abcd<|\"|>}<tool_call|>",
+        "<|tool_call>call:f{s:<|\"|>a<b<|\"|>}<tool_call|>",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+        cr_expect(pl_dfa_match(d, good[i], strlen(good[i])), "%s", good[i]);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        cr_expect_not(pl_dfa_match(d, bad[i], strlen(bad[i])), "%s", bad[i]);
+    pl_dfa_free(d);
+    json_decref(tools);
 }

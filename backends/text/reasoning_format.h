@@ -114,6 +114,9 @@ typedef struct pl_reasoning_format {
     /** With enable_thinking false the prompt closes the reasoning: a
      *  constraint is not moved after it. */
     bool thinking_off_closes;
+    /** Without enable_thinking the template does not think (Gemma 4's):
+     *  absent is as false. */
+    bool thinking_default_off;
     /** The regex of "reasoning first, then re" (malloc'd), NULL on OOM.
      *  re is a whole-output pattern (backends/constrain). */
     char *(*wrap)(const char *re);

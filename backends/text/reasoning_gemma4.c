@@ -440,6 +440,7 @@ static char *wrap_(const char *re)
 const pl_reasoning_format pl_reasoning_gemma4 = {
     .name = "gemma4",
     .thinking_off_closes = true,
+    .thinking_default_off = true,
     .wrap = wrap_,
     .wrap_content = wrap_,
     .init = init_,

@@ -88,11 +88,12 @@ static int get_flag(const pl_gguf *g, const char *key)
 static const struct {
     const char *name;
     pl_tokenizer_model model;
+    bool merge_scores;           /* scores from the merges (see above) */
 } models_[] = {
-    {"gpt2", PL_TOKENIZER_MODEL_GPT2},
-    {"llama", PL_TOKENIZER_MODEL_LLAMA},
-    {"bert", PL_TOKENIZER_MODEL_BERT},
-    {"gemma4", PL_TOKENIZER_MODEL_LLAMA},
+    {"gpt2", PL_TOKENIZER_MODEL_GPT2, false},
+    {"llama", PL_TOKENIZER_MODEL_LLAMA, false},
+    {"bert", PL_TOKENIZER_MODEL_BERT, false},
+    {"gemma4", PL_TOKENIZER_MODEL_LLAMA, true},
 };
 #define N_MODELS_ (sizeof models_ / sizeof *models_)
 
@@ -115,7 +116,7 @@ static int read_model(const pl_gguf *g, gguf_vocab *gv, char *err,
         return -1;
     }
     gv->v.model = models_[i].model;
-    gv->gemma4 = !strcmp(models_[i].name, "gemma4");
+    gv->gemma4 = models_[i].merge_scores;
     if (!pl_gguf_get_str(g, "tokenizer.ggml.pre", &s)) {
         gv->pre = strndup(s.ptr, s.len);
         if (!gv->pre)

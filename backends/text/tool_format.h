@@ -30,6 +30,8 @@
 #include <event2/buffer.h>
 #include <jansson.h>
 
+struct pl_reasoning_format;
+
 /** A tool format. Fields for the prompt and the parser are unused (NULL)
  *  in a native format. */
 typedef struct pl_tool_format {
@@ -73,6 +75,10 @@ typedef struct pl_tool_format {
      *  allowed function"): one call, or when many up to max (malloc'd,
      *  NULL on OOM). A native format's is already after the reasoning. */
     char *(*reply_regex)(const char *one, bool many, int max);
+    /** Instead, for gemma4: reply_regex is the calls alone, and this
+     *  reasoning format's wrap goes before them only when the request
+     *  turns thinking on (otherwise its prompt closes the channel). */
+    const struct pl_reasoning_format *thought;
     /** The calls in a reply's text t[0..n) (after white space is trimmed
      *  and a cut opener dropped) into calls (pl_tool_call_add), the text
      *  outside them to content. cut: the reply ended at max_tokens (the
