@@ -403,9 +403,11 @@ Test(tokenizer, gguf_errors_name_the_problem)
     const char *bert[] = {"tokenizer.ggml.model", "bert"};
     const char *none[] = {"general.name", "x"};
     const char *notoks[] = {"tokenizer.ggml.model", "gpt2"};
+    const char *gemma4[] = {"tokenizer.ggml.model", "gemma4"};
     struct { const char *const *kv; const char *want; } cases[] = {
         {rwkv, "'rwkv'"}, {none, "tokenizer.ggml.model"},
         {notoks, "tokenizer.ggml.tokens"}, {bert, "tokenizer.ggml.tokens"},
+        {gemma4, "tokenizer.ggml.tokens"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         size_t n = mini_gguf(buf, cases[i].kv, 1);

@@ -1,11 +1,12 @@
 /* fuzz_reasoning.c - libFuzzer target: a reasoning model's reply split into
  * reasoning, content and calls (api/oai_reasoning.c over
- * backends/text/reasoning.c and harmony.c), and a chat request
- * rendered by the templates that read reasoning, tools and efforts
- * (gpt-oss's harmony, Qwen3's ChatML).
+ * backends/text/reasoning*.c), and a chat request rendered by the
+ * templates that read reasoning, tools and efforts (gpt-oss's harmony,
+ * Qwen3's ChatML, Gemma 4's).
  *
- * Input: byte 0 picks the format (bit 0: qwen3 or harmony; bit 1: harmony
- * calls as calls), byte 1 seeds the cuts, the rest is the reply. The reply
+ * Input: byte 0 picks the format (bit 2: gemma4, else bit 0: qwen3 or
+ * harmony; bit 1: calls as calls; bits 3-4: enable_thinking absent, off,
+ * on), byte 1 seeds the cuts, the rest is the reply. The reply
  * fed whole and fed in deltas cut at pseudo-random lengths must give the
  * same pieces, merged as a client merges them (abort otherwise). When the
  * rest is a JSON chat request that parses, its messages, tools and effort
@@ -61,11 +62,11 @@ static bool collect(void *ud, const pl_reply_piece *p)
     return true;
 }
 
-static void split(const pl_reasoning_format *fmt, bool calls, const char *reply, size_t len,
-                  uint32_t seed, merged *m)
+static void split(const pl_reasoning_format *fmt, bool calls, pl_thinking thinking,
+                  const char *reply, size_t len, uint32_t seed, merged *m)
 {
     pl_reply_split s;
-    pl_reply_split_init(&s, fmt, calls);
+    pl_reply_split_init(&s, fmt, calls, thinking);
     for (size_t at = 0; at < len;) {
         size_t cut = len - at;
         if (seed) {
@@ -95,11 +96,14 @@ static void render_all(json_t *body)
     pl_chat_kwargs kw = {.enable_thinking = r.thinking, .reasoning_effort = r.reasoning_effort,
                          .model_identity = r.model_identity, .tools = r.tools,
                          .date = "2026-01-01"};
-    static const pl_chat_tmpl tmpls[] = {PL_CHAT_TMPL_HARMONY, PL_CHAT_TMPL_CHATML};
+    static const pl_chat_tmpl tmpls[] = {PL_CHAT_TMPL_HARMONY, PL_CHAT_TMPL_CHATML,
+                                         PL_CHAT_TMPL_GEMMA};
     for (size_t i = 0; i < sizeof tmpls / sizeof tmpls[0]; i++) {
         pl_chat_style st;
         pl_chat_style_from_tmpl(&st, tmpls[i]);
         st.flags |= tmpls[i] == PL_CHAT_TMPL_CHATML ? PL_CHAT_F_QWEN3_THINK : 0;
+        if (tmpls[i] == PL_CHAT_TMPL_GEMMA)
+            st.flags = PL_CHAT_F_GEMMA4;
         char *out = NULL;
         int rc = pl_chat_style_render_kw(&st, r.messages, r.n_messages, true, "", "", &kw,
                                          &out, &e);
@@ -115,13 +119,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 2)
         return 0;
-    const pl_reasoning_format *fmt = data[0] & 1 ? &pl_reasoning_harmony : &pl_reasoning_qwen3;
+    const pl_reasoning_format *fmt = data[0] & 4   ? &pl_reasoning_gemma4
+                                     : data[0] & 1 ? &pl_reasoning_harmony
+                                                   : &pl_reasoning_qwen3;
     bool calls = data[0] & 2;
+    static const pl_thinking thinking[] = {PL_THINKING_DEFAULT, PL_THINKING_OFF, PL_THINKING_ON,
+                                           PL_THINKING_DEFAULT};
+    pl_thinking th = thinking[(data[0] >> 3) & 3];
     const char *reply = (const char *)data + 2;
     size_t len = size - 2;
     merged whole = {.last = -1}, cut = {.last = -1};
-    split(fmt, calls, reply, len, 0, &whole);
-    split(fmt, calls, reply, len, data[1] | 0x100u, &cut);
+    split(fmt, calls, th, reply, len, 0, &whole);
+    split(fmt, calls, th, reply, len, data[1] | 0x100u, &cut);
     if (whole.n != cut.n || (whole.n && memcmp(whole.buf, cut.buf, whole.n)))
         abort();
     free(whole.buf);

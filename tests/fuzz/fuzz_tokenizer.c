@@ -25,7 +25,7 @@
 static const char *const vocabs[] = {
     "tests/fixtures/bpe_gpt2.gguf", "tests/fixtures/bpe_llama3.gguf",
     "tests/fixtures/bpe_qwen2.gguf", "tests/fixtures/bpe_default.gguf",
-    "tests/fixtures/tiny_spm.gguf",
+    "tests/fixtures/tiny_spm.gguf", "tests/fixtures/tiny_gemma4_e2b.gguf",
 };
 #define N_VOCABS (sizeof vocabs / sizeof vocabs[0])
 

@@ -23,11 +23,12 @@ import http.client
 import json
 import math
 import os
+import subprocess
 import urllib.parse
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, parley_bin
 
 FIX = os.path.join(ROOT, "tests", "fixtures")
 REFS = json.load(open(os.path.join(FIX, "tiny_gemma4_ref.json")))["models"]
@@ -114,3 +115,53 @@ def test_concurrent_streams_equal_alone(srv):
     with concurrent.futures.ThreadPoolExecutor(6) as ex:
         streamed = list(ex.map(lambda i: greedy(srv, i, stream=True), range(6)))
     assert streamed == alone
+
+
+def without_merges(tmp_path, name, merges):
+    """tiny_gemma4_e2b.gguf with tokenizer.ggml.merges replaced (None:
+    dropped)."""
+    gguf = pytest.importorskip("gguf")
+    np = pytest.importorskip("numpy")
+    r = gguf.GGUFReader(os.path.join(FIX, "tiny_gemma4_e2b.gguf"))
+    w = gguf.GGUFWriter(str(tmp_path / name), "gemma4")
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k in ("general.architecture", "tokenizer.ggml.merges"):
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(k, f.contents())
+        else:
+            w.add_key_value(k, f.contents(), f.types[0])
+    if merges is not None:
+        w.add_array("tokenizer.ggml.merges", merges)
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data).astype(np.float32),
+                     raw_dtype=gguf.GGMLQuantizationType.F32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return str(tmp_path / name)
+
+
+@pytest.mark.parametrize("merges", [None, ["\u2581t", "h e"]], ids=["missing", "not_a_pair"])
+def test_bad_merges_named(tmp_path, merges):
+    path = without_merges(tmp_path, "bad.gguf", merges)
+    r = subprocess.run([parley_bin(), "serve", "--host", "127.0.0.1", "--port", "0",
+                        "--model", path], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "tokenizer.ggml.merges" in r.stderr, r.stderr
+
+
+def test_rewritten_file_serves(tmp_path):
+    """The rewriting keeps a good file good (so the failures above are the
+    changes')."""
+    gguf = pytest.importorskip("gguf")
+    r = gguf.GGUFReader(os.path.join(FIX, "tiny_gemma4_e2b.gguf"))
+    merges = r.fields["tokenizer.ggml.merges"].contents()
+    s = serve(without_merges(tmp_path, "same.gguf", merges))
+    s.name, s.format = "e2b", "gguf"
+    try:
+        for case in TOKENS:
+            assert tokenize(s, case["text"]) == case["llama"]["e2b"]
+    finally:
+        assert s.stop() == 0
