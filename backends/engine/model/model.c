@@ -208,13 +208,21 @@ static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool req
     *out = malloc(sizeof(float) * (size_t)n);
     if (!*out)
         return fail_(ld->err, ld->len, "out of memory");
-    if (pl_dequant_row(t->type, t->data, *out, n) != 0)
-        return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
-                     pl_ggml_type_name(t->type));
-    for (int i = 0; i < n; i++)
-        if (!isfinite((*out)[i]))
-            return fail_(ld->err, ld->len, "tensor %s: element %d is not finite", name, i);
-    return 0;
+    int bad = -1;
+    if (pl_dequant_row(t->type, t->data, *out, n) != 0) {
+        fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
+              pl_ggml_type_name(t->type));
+    } else {
+        for (int i = 0; i < n && bad < 0; i++)
+            if (!isfinite((*out)[i]))
+                bad = i;
+        if (bad < 0)
+            return 0;
+        fail_(ld->err, ld->len, "tensor %s: element %d is not finite", name, bad);
+    }
+    free(*out);                  /* a caller's local (load_rope's) is not freed after */
+    *out = NULL;
+    return -1;
 }
 
 static int load_vec(loader *ld, const char *name, int n, bool required, float **out)
