@@ -10,29 +10,35 @@
 
 static __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
+/* K a constant, so the history stays in registers (no local memory). */
+template <int K>
 static __global__ void conv_kernel(const float *w, float *conv_state, float *qkv,
-                                   pl_cuda_ssm_seqs s, int C, int K)
+                                   pl_cuda_ssm_seqs s, int C)
 {
     int q = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     int i0 = s.off[q], i1 = s.off[q + 1];
     if (c >= C || i0 == i1)
         return;
-    float hist[PL_CUDA_SSM_MAX_K - 1], wk[PL_CUDA_SSM_MAX_K];
+    float hist[K - 1], wk[K];
     float *hs = conv_state + (size_t)s.slot_of[q] * (K - 1) * C + c;
+#pragma unroll
     for (int j = 0; j < K - 1; j++)
         hist[j] = s.reset[q] ? 0.0f : hs[(size_t)j * C];
+#pragma unroll
     for (int j = 0; j < K; j++)
         wk[j] = w[(size_t)j * C + c];
     for (int i = i0; i < i1; i++) {
         float *x = qkv + (size_t)s.rows[i] * C + c, xv = *x, acc = wk[K - 1] * xv;
+#pragma unroll
         for (int j = 0; j < K - 1; j++)         /* the CPU's order (ops_ssm.c) */
             acc = fmaf(wk[j], hist[j], acc);
+#pragma unroll
         for (int j = 0; j + 1 < K - 1; j++)
             hist[j] = hist[j + 1];
-        if (K > 1)
-            hist[K - 2] = xv;
+        hist[K - 2] = xv;
         *x = silu(acc);
     }
+#pragma unroll
     for (int j = 0; j < K - 1; j++)
         hs[(size_t)j * C] = hist[j];
 }
@@ -99,7 +105,11 @@ extern "C" int pl_cuda_ssm_conv(const float *w, float *conv_state, float *qkv,
     if (s.n == 0)
         return 0;
     dim3 grid((unsigned)s.n, (unsigned)((C + CONV_THREADS - 1) / CONV_THREADS));
-    conv_kernel<<<grid, CONV_THREADS, 0, st>>>(w, conv_state, qkv, s, C, K);
+    switch (K) {
+#define CONV_K(k) case k: conv_kernel<k><<<grid, CONV_THREADS, 0, st>>>(w, conv_state, qkv, s, C); break;
+    CONV_K(2) CONV_K(3) CONV_K(4) CONV_K(5) CONV_K(6) CONV_K(7) CONV_K(8)
+#undef CONV_K
+    }
     PL_CUDA_LAUNCHED();
     return 0;
 }
