@@ -186,9 +186,9 @@ static void add_block_out(float *x, float *d, const float *post_norm, int n, flo
 /* Item it of the swiglu phase: a SW_CHUNK slice of a row, and its q8
  * blocks (element-wise and block-wise work: the same values however the
  * row is cut). */
-static void swiglu_item(pl_cpu_fwd *f, const mm_job *next, int it)
+static void swiglu_item(pl_cpu_fwd *f, int l, const mm_job *next, int it)
 {
-    int n_ff = f->m->n_ff, per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
+    int n_ff = pl_layer_ff(f->m, &f->m->layers[l]), per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
     int r = it / per, c0 = it % per * SW_CHUNK;
     int len = n_ff - c0 < SW_CHUNK ? n_ff - c0 : SW_CHUNK;
     size_t off = (size_t)r * n_ff + c0;
@@ -227,7 +227,7 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
             pl_fwd_moe_route_(f, ph->layer, r);
         break;
     case PH_SWIGLU:
-        swiglu_item(f, ph->next, r);
+        swiglu_item(f, ph->layer, ph->next, r);
         return;
     case PH_ATTN_GATE: pl_fwd_attn_gate_row_(f, r); break;
     case PH_FINAL_ADD:
@@ -343,7 +343,8 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     if (f->m->n_expert == 0 || f->m->moe_beside) {   /* the dense FFN, into tmp */
         ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
         phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l,
-                                   n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
+                                   n * ((pl_layer_ff(f->m, y) + SW_CHUNK - 1) / SW_CHUNK),
+                                   NULL);
         sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
     }
     if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside the dense FFN */
@@ -510,7 +511,10 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->spans = aligned_alloc(64, (size_t)f->max_spans * sizeof(span));
     if (bad || !f->xq || !f->ph || !f->spans)
         goto fail;
-    if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK) {
+    bool ff_ok = true;
+    for (int l = 0; l < m->n_layer; l++)
+        ff_ok &= pl_layer_ff(m, &m->layers[l]) % PL_QK == 0;
+    if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK || !ff_ok) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
         pl_cpu_fwd_free(f);
         return NULL;

@@ -180,6 +180,7 @@ int pl_hf_dim_size_at(const pl_hf_shape *sh, int l, pl_hf_dim d)
     case PL_HF_DIM_PLE: return sh->n_ple;
     case PL_HF_DIM_PLE_ALL: return sh->n_layer * sh->n_ple;
     case PL_HF_DIM_ONE: return 1;
+    case PL_HF_DIM_FF: return sh->double_wide && l >= sh->first_shared ? 2 * sh->n_ff : sh->n_ff;
     default: return pl_hf_dim_size(sh, d);
     }
 }

@@ -112,9 +112,12 @@ typedef struct pl_hf_shape {
     /** Gemma 4 (its family's hparams set them): the global layers' head
      *  size and K/V heads (0: the sliding ones' head_dim, n_head_kv), bit
      *  l of `global` where layer l is one, the first layer reading
-     *  earlier K/V, the per-layer embeddings' width. */
+     *  earlier K/V, the per-layer embeddings' width; double_wide
+     *  (use_double_wide_mlp, E2B): from first_shared on the MLPs are
+     *  2 n_ff wide. */
     int head_dim_full, n_head_kv_full, first_shared, n_ple;
     uint64_t global[64];
+    bool double_wide;
 } pl_hf_shape;
 
 /** Whether layer l of sh is recurrent. */

@@ -112,7 +112,7 @@ static int dim_size(const pl_model *m, int l, dim d)
     case D_EMBD: return m->n_embd;
     case D_Q: return m->n_head * y->head_dim;
     case D_KV: return y->n_head_kv * y->head_dim;
-    case D_FF: return m->n_ff;
+    case D_FF: return pl_layer_ff(m, y);
     case D_HEADS: return m->n_head;
     case D_EXP: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;

@@ -296,8 +296,11 @@ typedef struct pl_layer {
     float *attn_post_norm;       /**< (n_embd) RMSNorm of the attention output
                                       before the residual add (gemma), else NULL */
     float *ffn_norm;             /**< (n_embd) */
-    pl_weight w_gate, w_up;      /**< (n_ff, n_embd) */
+    pl_weight w_gate, w_up;      /**< (n_ff, n_embd): this layer's n_ff */
     pl_weight w_down;            /**< (n_embd, n_ff) */
+    int n_ff;                    /**< this layer's FFN width (pl_layer_ff): a
+                                      per-layer feed_forward_length (Gemma 4
+                                      E2B's double-wide shared layers) */
     float *ffn_post_norm;        /**< (n_embd) RMSNorm of the feed-forward
                                       output before the residual add (gemma) */
     int n_swa;                   /**< sliding window: a row at position p
@@ -431,6 +434,13 @@ typedef struct pl_model {
     pl_weight ple_model_proj;    /**< (n_layer n_ple, n_embd), f32 kept */
     float *ple_proj_norm;        /**< (n_ple) */
 } pl_model;
+
+/** Layer y's FFN width: its own, or (layers built without one) the
+ *  model's, which is the widest layer's. */
+static inline int pl_layer_ff(const pl_model *m, const pl_layer *y)
+{
+    return y->n_ff > 0 ? y->n_ff : m->n_ff;
+}
 
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */
 typedef int (*pl_keep_packed_fn)(pl_ggml_type t);
