@@ -20,6 +20,7 @@ typedef enum dim {
     D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP,
     D_QG,                        /* the query projection's rows (with its gate) */
     D_SSM_CONV, D_SSM_INNER, D_SSM_V, D_SSM_STATE, D_SSM_KERNEL,
+    D_FF_SHEXP,                  /* the shared expert's width */
 } dim;
 
 /* What a slot holds at `off` in pl_layer: a vector (float *, `rows`
@@ -78,6 +79,10 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_SSM_A] = VEC("blk.%d.ssm_a", D_SSM_V, ssm_a),
     [PL_T_SSM_NORM] = VEC("blk.%d.ssm_norm.weight", D_SSM_STATE, ssm_norm),
     [PL_T_SSM_OUT] = MAT("blk.%d.ssm_out.weight", D_EMBD, D_SSM_INNER, ssm_out),
+    [PL_T_GATE_INP_SHEXP] = VEC("blk.%d.ffn_gate_inp_shexp.weight", D_EMBD, gate_inp_shexp),
+    [PL_T_GATE_SHEXP] = MAT("blk.%d.ffn_gate_shexp.weight", D_FF_SHEXP, D_EMBD, gate_shexp),
+    [PL_T_UP_SHEXP] = MAT("blk.%d.ffn_up_shexp.weight", D_FF_SHEXP, D_EMBD, up_shexp),
+    [PL_T_DOWN_SHEXP] = MAT("blk.%d.ffn_down_shexp.weight", D_EMBD, D_FF_SHEXP, down_shexp),
 };
 
 #define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
@@ -110,6 +115,7 @@ static int dim_size(const pl_model *m, dim d)
     case D_SSM_V: return m->ssm_n_v;
     case D_SSM_STATE: return m->ssm_d_state;
     case D_SSM_KERNEL: return m->ssm_conv_kernel;
+    case D_FF_SHEXP: return m->n_ff_shexp;
     default: return m->head_dim;
     }
 }
@@ -173,7 +179,9 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
 }
 
 /* An f32 copy of a vector tensor of n elements (norms, biases), or with
- * rows > 0 of a 2-D one of `rows` such vectors (per-expert biases). */
+ * rows > 0 of a 2-D one of `rows` such vectors (per-expert biases). A
+ * vector may be stored as [n, 1] (the converter's shared-expert gate:
+ * llama.cpp's shape check pads dimensions with 1). */
 static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool required,
                          float **out)
 {
@@ -181,7 +189,8 @@ static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool req
     *out = NULL;
     if (!t)
         return required ? fail_(ld->err, ld->len, "missing tensor %s", name) : 0;
-    if (t->ne[0] != (uint64_t)n || t->n_dims != (rows > 0 ? 2u : 1u) ||
+    bool col = rows == 0 && t->n_dims == 2 && t->ne[1] == 1;
+    if (t->ne[0] != (uint64_t)n || (t->n_dims != (rows > 0 ? 2u : 1u) && !col) ||
         (rows > 0 && t->ne[1] != (uint64_t)rows))
         return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu] != [%d, %d]", name,
                      (unsigned long long)t->ne[0],

@@ -11,7 +11,8 @@
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
- * hybrid qwen35 (pl_layer.recurrent below; gated attention). Its pl_arch row, below, says
+ * hybrids qwen35 (pl_layer.recurrent below; gated attention) and
+ * qwen35moe (its layers with experts and a gated shared expert). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
@@ -44,6 +45,10 @@
  *   PL_MOE_TOPK_SOFTMAX: E = top n_expert_used of r; w = softmax(r_E)
  *   f  = sum over e in E (in order of rank) of
  *        w_e (act(h @ gate_e^T + bg_e) * (h @ up_e^T + bu_e) @ down_e^T + bd_e)
+ *
+ * and with a shared expert (pl_arch.shexp: qwen35moe) adds to it
+ *
+ *   f += sigmoid(h . gate_inp_shexp) (silu(h @ gate_shexp^T) * (h @ up_shexp^T)) @ down_shexp^T
  *
  * act PL_FFN_SWIGLU_OAI is gpt-oss's: g = min(g, 7), u = clamp(u, -7, 7),
  * g / (1 + exp(-1.702 g)) * (u + 1).
@@ -129,6 +134,11 @@ typedef enum pl_tensor_slot {
     PL_T_SSM_A,                  /**< blk.N.ssm_a (ssm_n_v): -exp(A_log) */
     PL_T_SSM_NORM,               /**< blk.N.ssm_norm.weight (ssm_d_state) */
     PL_T_SSM_OUT,                /**< blk.N.ssm_out.weight (n_embd, ssm_d_inner) */
+    /* The shared expert beside the routed ones (pl_arch.shexp) */
+    PL_T_GATE_INP_SHEXP,         /**< blk.N.ffn_gate_inp_shexp.weight (n_embd) its gate */
+    PL_T_GATE_SHEXP,             /**< blk.N.ffn_gate_shexp.weight (n_ff_shexp, n_embd) */
+    PL_T_UP_SHEXP,               /**< blk.N.ffn_up_shexp.weight (n_ff_shexp, n_embd) */
+    PL_T_DOWN_SHEXP,             /**< blk.N.ffn_down_shexp.weight (n_embd, n_ff_shexp) */
     PL_T_COUNT,
 } pl_tensor_slot;
 
@@ -202,6 +212,11 @@ typedef struct pl_arch {
      *  load: the last that many blocks of block_count are not run and their
      *  tensors not read. */
     bool mtp_ignored;
+    /** Every expert layer also has a shared expert and its sigmoid gate
+     *  (PL_T_*_SHEXP, in moe_need): reads expert_shared_feed_forward_length
+     *  (default feed_forward_length, which is then optional); the key is
+     *  refused for the other families. */
+    bool shexp;
 } pl_arch;
 
 /** One weight matrix. */
@@ -268,6 +283,10 @@ typedef struct pl_layer {
     pl_experts down_exps;        /**< n_expert x (n_embd, n_ff_exp) */
     float *gate_exps_b, *up_exps_b; /**< (n_expert, n_ff_exp) biases, or NULL */
     float *down_exps_b;          /**< (n_expert, n_embd) */
+    /* The shared expert (pl_arch.shexp), else empty. */
+    float *gate_inp_shexp;       /**< (n_embd) its gate's weights */
+    pl_weight gate_shexp, up_shexp; /**< (n_ff_shexp, n_embd) */
+    pl_weight down_shexp;        /**< (n_embd, n_ff_shexp) */
     /** A Gated DeltaNet layer (pl_model's ssm_* sizes): no q/k/v/o and no
      *  paged K/V; a fixed-size state per sequence instead (the conv's last
      *  conv_kernel - 1 inputs, the (n_v, d_state, d_state) delta-rule
@@ -322,6 +341,7 @@ typedef struct pl_model {
     int n_expert;                /**< experts per layer; 0: a dense model */
     int n_expert_used;           /**< experts each token takes (top-k) */
     int n_ff_exp;                /**< an expert's feed-forward width */
+    int n_ff_shexp;              /**< the shared expert's width; 0: none */
     pl_moe_gating moe_gating;
     bool moe_norm_w;             /**< PL_MOE_SOFTMAX renormalises the top-k */
     int32_t bos_id, eos_id;      /**< -1 when absent */

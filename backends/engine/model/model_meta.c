@@ -130,6 +130,7 @@ typedef struct unsupported_key {
 
 static const unsupported_key unsupported_[] = {
     {"expert_shared_count", 0, "shared experts"},
+    {"expert_shared_feed_forward_length", 0, "a shared expert"},
     {"expert_weights_scale", 1, "scaled expert weights"},
     {"expert_group_count", 0, "grouped expert routing"},
     {"leading_dense_block_count", 0, "mixture-of-experts layers"},
@@ -184,7 +185,8 @@ static bool family_reads(const pl_arch *a, const char *key)
 {
     return (a->recurrent && !strcmp(key, "ssm.conv_kernel")) ||
            (a->rope_sections && !strcmp(key, "rope.dimension_sections")) ||
-           (a->mtp_ignored && !strcmp(key, "nextn_predict_layers"));
+           (a->mtp_ignored && !strcmp(key, "nextn_predict_layers")) ||
+           (a->shexp && !strcmp(key, "expert_shared_feed_forward_length"));
 }
 
 static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
@@ -357,6 +359,10 @@ static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
     if (meta_int(m, g, "expert_feed_forward_length", 1, MAX_DIM, ff_def >= 1 ? ff_def : -1,
                  &m->n_ff_exp, err, len))
         return -1;
+    /* the shared expert's width: llama.cpp's default is feed_forward_length */
+    if (a->shexp && meta_int(m, g, "expert_shared_feed_forward_length", 1, MAX_DIM,
+                             m->n_ff > 0 ? m->n_ff : -1, &m->n_ff_shexp, err, len))
+        return -1;
     return read_moe_gating(m, g, err, len);
 }
 
@@ -407,7 +413,9 @@ int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
     if (refuse_unsupported(m, g, err, len) ||
         read_block_count(m, g, err, len) ||
         meta_int(m, g, "embedding_length", 1, MAX_DIM, -1, &m->n_embd, err, len) ||
-        meta_int(m, g, "feed_forward_length", 1, MAX_DIM, -1, &m->n_ff, err, len) ||
+        /* optional beside a shared expert (its width's default) */
+        meta_int(m, g, "feed_forward_length", m->info->shexp ? 0 : 1, MAX_DIM,
+                 m->info->shexp ? 0 : -1, &m->n_ff, err, len) ||
         meta_int(m, g, "context_length", 1, INT_MAX, 2048, &m->n_ctx_train, err, len) ||
         read_heads(m, g, err, len) || read_rope_sections(m, g, err, len) ||
         meta_pos_float(m, g, "attention.layer_norm_rms_epsilon",
