@@ -50,6 +50,14 @@ static json_t *model_json(pl_model_entry *m)
                                       "generation", 0, "dimensions", ei.dim, "pooling",
                                       ei.pooling, "normalized", ei.normalized)
                           : json_pack("{s:b, s:b}", "embeddings", 0, "generation", 1);
+    if (caps && embeds && ei.matryoshka) {   /* the dimensions a request may ask for */
+        json_t *d = json_array();
+        for (int i = 0; d && i < ei.n_dims; i++)
+            json_array_append_new(d, json_integer(ei.dims[i]));
+        json_object_set_new(caps, "matryoshka_dimensions", ei.n_dims && d ? d : json_null());
+        if (!ei.n_dims)
+            json_decref(d);
+    }
     if (j && (!caps || json_object_set_new(j, "capabilities", caps) < 0 ||
               json_object_set_new(j, "task", json_string(embeds ? "embed" : "generate")) < 0)) {
         json_decref(j);

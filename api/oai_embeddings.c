@@ -1,6 +1,7 @@
 /* oai_embeddings.c - POST /v1/embeddings (oai_embeddings.h). */
 #include "api/oai_embeddings.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +25,8 @@ typedef struct emb_call {
     uint64_t id;
     bool base64;
     int key;                     /* the API key charged */
+    int dims;                    /* 0: the model's; else fewer (Matryoshka) */
+    bool renorm;                 /* cut vectors back to unit norm */
 } emb_call;
 
 typedef struct parsed {
@@ -33,6 +36,7 @@ typedef struct parsed {
     int truncate;
     bool base64;
     int dimensions;              /* 0: not given */
+    bool renorm;                 /* the model's vectors are unit-norm */
 } parsed;
 
 static int bad_(pl_err *e, const char *param, const char *fmt, const char *what)
@@ -187,11 +191,33 @@ static json_t *vector_(const float *v, int n, bool b64)
     return a;
 }
 
+/* Vector i of r as the reply gives it: its first c->dims dimensions
+ * (Matryoshka), renormalised, into buf; else r's own. */
+static const float *cut_(const emb_call *c, const pl_embed_result *r, int i, float *buf)
+{
+    const float *v = r->vectors + (size_t)i * r->dim;
+    if (!c->dims || c->dims >= r->dim)
+        return v;
+    double n2 = 0;
+    for (int k = 0; k < c->dims; k++)
+        n2 += (double)v[k] * v[k];
+    float s = c->renorm && n2 > 0 ? (float)(1.0 / sqrt(n2)) : 1.0f;
+    for (int k = 0; k < c->dims; k++)
+        buf[k] = v[k] * s;
+    return buf;
+}
+
 static json_t *reply_json_(const emb_call *c, const pl_embed_result *r)
 {
     json_t *data = json_array();
+    int dim = c->dims && c->dims < r->dim ? c->dims : r->dim;
+    float *buf = malloc(sizeof(float) * (size_t)dim);
+    if (!buf) {
+        json_decref(data);
+        data = NULL;
+    }
     for (int i = 0; data && i < r->n; i++) {
-        json_t *vec = vector_(r->vectors + (size_t)i * r->dim, r->dim, c->base64);
+        json_t *vec = vector_(cut_(c, r, i, buf), dim, c->base64);
         if (!vec || json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object",
                                                           "embedding", "index", i,
                                                           "embedding", vec)) < 0) {
@@ -199,6 +225,7 @@ static json_t *reply_json_(const emb_call *c, const pl_embed_result *r)
             data = NULL;
         }
     }
+    free(buf);
     return json_pack("{s:s, s:o, s:s, s:{s:i, s:i}}", "object", "list", "data", data, "model",
                      c->model->name, "usage", "prompt_tokens", r->prompt_tokens,
                      "total_tokens", r->prompt_tokens);
@@ -261,7 +288,8 @@ static pl_model_entry *model_(pl_server *s, json_t *body, pl_embed_info *info, p
     if (pl_backend_embed_info(m->backend, info) < 0)
         return pl_err_set(e, 400, "invalid_request_error", "model", "model_not_embedding",
                           "The model '%s' does not embed: it is a generative model (serve an "
-                          "embedding model, e.g. a BERT checkpoint, for /v1/embeddings)",
+                          "embedding model, e.g. a BERT checkpoint, or this decoder with "
+                          "--pooling last|mean|cls, for /v1/embeddings)",
                           name), NULL;
     return m;
 }
@@ -273,7 +301,8 @@ static int start_(pl_server *s, struct evhttp_request *req, pl_model_entry *m,
     if (!c)
         return pl_err_set(e, 500, "server_error", NULL, NULL, "out of memory");
     *c = (emb_call){.s = s, .req = req, .model = m, .base64 = p->base64,
-                    .key = pl_server_current_key(s)};
+                    .key = pl_server_current_key(s), .dims = p->dimensions,
+                    .renorm = p->renorm};
     pl_embed_request r = {.inputs = p->inputs, .n = p->n, .truncate = p->truncate};
     pl_embed_sink sink = {.on_done = on_done_, .ud = c};
     if (m->backend->ops->embed(m->backend, &r, sink, &c->id, e) < 0) {
@@ -283,6 +312,38 @@ static int start_(pl_server *s, struct evhttp_request *req, pl_model_entry *m,
     pl_server_call_begin(s);
     c->watch = pl_watch_close(req, on_close_, c);
     return 0;
+}
+
+/* dimensions asked of the model: its own length, or with a Matryoshka
+ * model (config.json's is_matryoshka / matryoshka_dimensions, as vLLM
+ * reads them) a shorter one it allows; else a 400 as OpenAI's for models
+ * without it. */
+static int dimensions_(const char *name, const pl_embed_info *info, int d, pl_err *e)
+{
+    if (d == info->dim)
+        return 0;
+    if (!info->matryoshka)
+        return pl_err_set(e, 400, "invalid_request_error", "dimensions", NULL, "The model '%s' "
+                          "gives %d dimensions and does not support others (it is not a "
+                          "Matryoshka model: config.json has no is_matryoshka or "
+                          "matryoshka_dimensions)", name, info->dim);
+    if (d > info->dim)
+        return pl_err_set(e, 400, "invalid_request_error", "dimensions", NULL, "The model '%s' "
+                          "gives at most %d dimensions (asked for %d)", name, info->dim, d);
+    if (info->n_dims == 0)
+        return 0;
+    char list[512];
+    size_t o = 0;
+    for (int i = 0; i < info->n_dims; i++) {
+        if (info->dims[i] == d)
+            return 0;
+        o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", i ? ", " : "", info->dims[i]);
+        if (o >= sizeof list)
+            o = sizeof list - 1;
+    }
+    return pl_err_set(e, 400, "invalid_request_error", "dimensions", NULL, "The model '%s' "
+                      "only supports the Matryoshka dimensions [%s] (asked for %d)", name, list,
+                      d);
 }
 
 static void route_(pl_server *s, struct evhttp_request *req, const char *path, void *ud)
@@ -301,12 +362,9 @@ static void route_(pl_server *s, struct evhttp_request *req, const char *path, v
         inputs_(json_object_get(body, "input"), o->max_embed_inputs > 0 ? o->max_embed_inputs
                 : DEFAULT_MAX_INPUTS, &p, &e) < 0)
         goto fail;
-    if (p.dimensions && p.dimensions != info.dim) {
-        pl_err_set(&e, 400, "invalid_request_error", "dimensions", NULL, "The model '%s' "
-                   "gives %d dimensions and does not support others (it is not a Matryoshka "
-                   "model)", m->name, info.dim);
+    if (p.dimensions && dimensions_(m->name, &info, p.dimensions, &e) < 0)
         goto fail;
-    }
+    p.renorm = info.normalized;
     if (start_(s, req, m, &p, &e) < 0)
         goto fail;
     goto done;

@@ -308,6 +308,13 @@ typedef struct pl_embed_info {
     int max_len;                 /**< the longest input, in tokens */
     bool normalized;             /**< vectors come at unit L2 norm */
     const char *pooling;         /**< "mean", "cls", "last" (static) */
+    /** A Matryoshka model (config.json's is_matryoshka or
+     *  matryoshka_dimensions): a request may ask for fewer dimensions, the
+     *  vectors' first ones (renormalised when normalized); dims (n_dims,
+     *  owned by the backend) lists the lengths allowed, none: any. */
+    bool matryoshka;
+    const int *dims;
+    int n_dims;
 } pl_embed_info;
 
 /** An embedding request's end; pointers valid during the callback. */

@@ -38,6 +38,10 @@ static const bench_case cases[] = {
     {"gemma.attn_out q4_k prefill64", PL_GGML_TYPE_Q4_K, 1024, 640, 64},
     {"q5_k 2048x2048 prefill64", PL_GGML_TYPE_Q5_K, 2048, 2048, 64},
     {"smol.ffn_up q4_1 prefill64", PL_GGML_TYPE_Q4_1, 576, 1536, 64},
+    {"gemma.ffn_down q6_k rows8", PL_GGML_TYPE_Q6_K, 2048, 640, 8},
+    {"gemma.attn_out q4_k rows8", PL_GGML_TYPE_Q4_K, 1024, 640, 8},
+    {"gemma.ffn_down q6_k rows32", PL_GGML_TYPE_Q6_K, 2048, 640, 32},
+    {"gemma.attn_out q4_k rows32", PL_GGML_TYPE_Q4_K, 1024, 640, 32},
 };
 
 static double now_ns(void)

@@ -27,7 +27,9 @@ sliding window 16 on alternate layers, head_dim 256), ref-gemma3 (q/k norms,
 270M), ref-qwen3moe and ref-mixtral (the expert block: 16 experts top 4, 8
 top 2); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
 1024, 64 experts of width 512, top 8; ~1.8 GB in Q8_0) and qwen3moe-tiny,
-experts as 3-D tensors, the router f32 as llama-quantize leaves it. The
+experts as 3-D tensors, the router f32 as llama-quantize leaves it;
+qwen35-0.8b (issue 47's benchmark: Qwen3.5-0.8B's Gated DeltaNet hybrid
+shape, ~0.8 GB in Q8_0) and qwen35-tiny, the conv, A and dt bias f32. The
 metadata keys are those llama.cpp's converter writes.
 """
 import argparse
@@ -73,6 +75,21 @@ SHAPES = {
     "qwen3moe-tiny": dict(arch="qwen3moe", n_layer=2, n_embd=128, n_ff=64, n_head=2,
                           n_head_kv=1, n_vocab=0, ctx=1024, rope_base=1000000.0,
                           tied=False, n_expert=8, n_expert_used=2, qk_norm=True),
+    # Qwen3.5-0.8B's shape (issue 47's benchmark): a Gated DeltaNet hybrid,
+    # three linear-attention layers then a gated full-attention one; linear
+    # layers 16 key and 16 value heads of 128 (conv kernel 4), attention 8:2
+    # heads of 256 with a quarter rotating (mrope sections 11/11/10), tied
+    # embeddings, vocabulary 248,320
+    "qwen35-0.8b": dict(arch="qwen35", n_layer=24, n_embd=1024, n_ff=3584, n_head=8,
+                        n_head_kv=2, head_dim=256, n_vocab=248320, ctx=262144,
+                        rope_base=10000000.0, tied=True, qk_norm=True, std=0.02,
+                        ssm=dict(interval=4, nk=16, dk=128, nv=16, dv=128, conv=4,
+                                 n_rot=64, sections=[11, 11, 10, 0])),
+    "qwen35-tiny": dict(arch="qwen35", n_layer=4, n_embd=128, n_ff=256, n_head=2,
+                        n_head_kv=1, head_dim=64, n_vocab=0, ctx=4096,
+                        rope_base=10000000.0, tied=True, qk_norm=True, std=0.05,
+                        ssm=dict(interval=4, nk=2, dk=32, nv=4, dv=32, conv=4,
+                                 n_rot=16, sections=[3, 3, 2, 0])),
 }
 GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
 FILE_TYPE = {"bf16": 32, "q8_0": 7}       # general.file_type (LlamaFileType)
@@ -83,6 +100,9 @@ SCALAR = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: 
 ALIGN = 32
 POOL = (1 << 24) + 43
 TOKEN_UNUSED = 5
+# Tensors kept in f32 whatever the type (as llama-quantize leaves them):
+# norms, the router, and a Gated DeltaNet layer's conv, A and dt bias.
+F32_KINDS = ("norm", "router", "ssm_a", "conv", "bias")
 
 
 # ---- reading metadata -----------------------------------------------------------
@@ -254,6 +274,29 @@ def ffn_plan(s, b):
             (b + "ffn_down_exps.weight", (X, E, F), "w")]
 
 
+def recurrent(s, i):
+    """Whether layer i of a hybrid is a Gated DeltaNet layer (every
+    interval-th layer is full attention)."""
+    return "ssm" in s and (i + 1) % s["ssm"]["interval"] != 0
+
+
+def deltanet_plan(s, b):
+    """A Gated DeltaNet layer's tensors as llama.cpp's converter writes them
+    (qkv projection, z gate, conv over the qkv channels, alpha/beta, A, dt
+    bias, the gated output norm, the output projection), then its FFN."""
+    E, m = s["n_embd"], s["ssm"]
+    inner = m["nv"] * m["dv"]
+    qkv = 2 * m["nk"] * m["dk"] + inner
+    return [(b + "attn_norm.weight", (E,), "norm"), (b + "ssm_a", (m["nv"],), "ssm_a"),
+            (b + "ssm_conv1d.weight", (qkv, m["conv"]), "conv"),
+            (b + "ssm_dt.bias", (m["nv"],), "bias"),
+            (b + "ssm_alpha.weight", (m["nv"], E), "w"), (b + "ssm_beta.weight", (m["nv"], E), "w"),
+            (b + "attn_qkv.weight", (qkv, E), "w"), (b + "attn_gate.weight", (inner, E), "w"),
+            (b + "ssm_norm.weight", (m["dv"],), "norm"),
+            (b + "ssm_out.weight", (E, inner), "w")] + ffn_plan(s, b) + [
+            (b + "post_attention_norm.weight", (E,), "norm")]
+
+
 def plan(s):
     """(name, shape, kind) in file order; q/k are in GGUF (llama.cpp) order."""
     E, hd = s["n_embd"], s["head_dim"]
@@ -261,6 +304,17 @@ def plan(s):
     out = [("token_embd.weight", (s["n_vocab"], E), "w")]
     for i in range(s["n_layer"]):
         b = f"blk.{i}."
+        if recurrent(s, i):
+            out += deltanet_plan(s, b)
+            continue
+        if "ssm" in s:   # gated attention: the query projection carries a gate per head
+            out += [(b + "attn_norm.weight", (E,), "norm"), (b + "attn_q.weight", (2 * q, E), "w"),
+                    (b + "attn_k.weight", (kv, E), "w"), (b + "attn_v.weight", (kv, E), "w"),
+                    (b + "attn_output.weight", (E, q), "w"),
+                    (b + "attn_q_norm.weight", (hd,), "norm"),
+                    (b + "attn_k_norm.weight", (hd,), "norm")] + ffn_plan(s, b) + [
+                    (b + "post_attention_norm.weight", (E,), "norm")]
+            continue
         out += [(b + "attn_norm.weight", (E,), "norm"), (b + "attn_q.weight", (q, E), "w"),
                 (b + "attn_k.weight", (kv, E), "w"), (b + "attn_v.weight", (kv, E), "w"),
                 (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm")]
@@ -280,11 +334,17 @@ def plan(s):
 def tensor_value(name, shp, kind, seed, std):
     if kind == "norm":  # near 1, not exactly, so a wrong norm weight shows
         return 1.0 + random_tensor(name, shp, seed, 0.1)
+    if kind == "ssm_a":  # A = -exp(A_log), A_log near 0: a decay per step near exp(-0.7)
+        return -np.exp(random_tensor(name, shp, seed, 0.5))
+    if kind == "conv":   # a short causal filter that mostly passes the current token
+        x = random_tensor(name, shp, seed, 0.2)
+        x[:, -1] += 1.0
+        return x
     return random_tensor(name, shp, seed, std)
 
 
 def encode(x, kind, wtype):
-    if kind in ("norm", "router"):
+    if kind in F32_KINDS:
         return GGML_F32, x.astype(np.float32).tobytes()
     if wtype == "q8_0":
         return GGML_Q8_0, to_q8_0(x).tobytes()
@@ -293,7 +353,7 @@ def encode(x, kind, wtype):
 
 def stored_value(x, kind, wtype):
     """The value the file holds (what a reader dequantises to), float32."""
-    if kind in ("norm", "router"):
+    if kind in F32_KINDS:
         return x.astype(np.float32)
     if wtype == "q8_0":
         return from_q8_0(to_q8_0(x), *x.shape)
@@ -354,11 +414,28 @@ def model_kvs(shape, s, tok, wtype):
         kvs += [(a + "expert_count", T_U32, s["n_expert"]),
                 (a + "expert_used_count", T_U32, s["n_expert_used"]),
                 (a + "expert_feed_forward_length", T_U32, s["n_ff"])]
-    if s["head_dim"] != s["n_embd"] // s["n_head"] or s.get("n_expert"):
+    if "ssm" not in s and (s["head_dim"] != s["n_embd"] // s["n_head"] or s.get("n_expert")):
         kvs += [(a + "attention.key_length", T_U32, s["head_dim"]),
                 (a + "attention.value_length", T_U32, s["head_dim"])]
     if s.get("window"):
         kvs.append((a + "attention.sliding_window", T_U32, s["window"]))
+    if "ssm" in s:
+        m = s["ssm"]
+        kvs = [kv for kv in kvs if kv[0] != a + "rope.dimension_count"]
+        kvs += [(a + "attention.key_length", T_U32, s["head_dim"]),
+                (a + "attention.value_length", T_U32, s["head_dim"]),
+                (a + "rope.dimension_count", T_U32, m["n_rot"]),
+                (a + "rope.dimension_sections", T_ARR, (T_I32, m["sections"])),
+                (a + "ssm.conv_kernel", T_U32, m["conv"]),
+                (a + "ssm.state_size", T_U32, m["dk"]),
+                (a + "ssm.group_count", T_U32, m["nk"]),
+                (a + "ssm.time_step_rank", T_U32, m["nv"]),
+                (a + "ssm.inner_size", T_U32, m["nv"] * m["dv"]),
+                (a + "full_attention_interval", T_U32, m["interval"]),
+                (a + "attention.recurrent_layers", T_ARR,
+                 (T_BOOL, [recurrent(s, i) for i in range(s["n_layer"])]))]
+        kvs = [(k, t, 1e-6 if k == a + "attention.layer_norm_rms_epsilon" else v)
+               for k, t, v in kvs]
     if s.get("softcap"):
         kvs += [(a + "attn_logit_softcapping", T_F32, s["softcap"][0]),
                 (a + "final_logit_softcapping", T_F32, s["softcap"][1])]
@@ -388,7 +465,7 @@ def cmd_model(a):
             sys.exit(f"{name}: {shp[-1]} columns is not a multiple of 32 (Q8_0)")
     specs, order = [], plan(s)
     for name, shp, kind in order:
-        gt = GGML_F32 if kind in ("norm", "router") else (
+        gt = GGML_F32 if kind in F32_KINDS else (
             GGML_Q8_0 if a.type == "q8_0" else GGML_BF16)
         n = int(np.prod(shp))
         nbytes = n * 4 if gt == GGML_F32 else (n // 32 * 34 if gt == GGML_Q8_0 else n * 2)

@@ -117,6 +117,7 @@ pl_backend *pl_models_open_remote(struct event_base *base, const pl_opts *o, int
         .health_interval_ms = o->upstream_health_interval_ms,
         .affinity = o->upstream_affinity,
         .probe_timeout_ms = o->upstream_probe_timeout_ms,
+        .embed_dim = o->upstream_embed_dim,
     };
     if (ro.n_urls == 0) {
         snprintf(err, errlen, "backend %s needs base_url (the upstream's URL with /v1)",

@@ -100,7 +100,9 @@ const pl_option pl_options[] = {
         "outputs as without; needs an AMX CPU, checked at start"),
     OPT("pooling", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.pooling, M,
         "embedding models: mean|cls|last, how token rows become one vector (default: the model's own, "
-        "sentence-transformers' Pooling module, else mean)"),
+        "sentence-transformers' Pooling module, else mean); on a decoder (llama, qwen3, ...) it "
+        "serves /v1/embeddings from the final hidden states instead of generating, on the CPU "
+        "(vLLM's --runner pooling; Qwen3-Embedding: last)"),
     OPT("max-embed-inputs", PL_OPT_INT, 1, 1000000, "2048", NULL, NULL, max_embed_inputs, S,
         "POST /v1/embeddings: most inputs in one request (400 above)"),
     OPT("revision", PL_OPT_STRING, 0, 0, "", NULL, NULL, engine.revision, M,
@@ -172,6 +174,11 @@ const pl_option pl_options[] = {
         "constraints (0: no probe; constraints are sent unverified)"),
     OPT("upstream-affinity", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, upstream_affinity, M,
         "remote backends: send a conversation back to the replica that served it"),
+    OPT("upstream-embed-dimensions", PL_OPT_INT, 0, 1048576, "0", NULL, NULL,
+        upstream_embed_dim, M,
+        "remote backends: the upstream model embeds, in vectors of this length, where its "
+        "/v1/models does not say so (vLLM --runner pooling, llama-server --embeddings, "
+        "Ollama); 0: only what a parley upstream's /v1/models says"),
     OPT("api-key", PL_OPT_LIST, 0, 0, "", "PARLEY_API_KEY", NULL, api_key, S,
         "require 'Authorization: Bearer KEY' on every endpoint but /health (repeatable)"),
     OPT("api-key-file", PL_OPT_STRING, 0, 0, "", NULL, NULL, api_key_file, S,

@@ -54,6 +54,7 @@ typedef struct pl_opts {
     int upstream_health_interval_ms;
     int upstream_probe_timeout_ms;
     bool upstream_affinity;
+    int upstream_embed_dim;
     char *log_format;            /**< text|json */
     bool access_log;             /**< one line per HTTP request */
     char *jobs_dir;              /**< serve: root of the jobs API's output */

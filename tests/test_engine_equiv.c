@@ -81,6 +81,7 @@ typedef struct cfg {
     int kv_mb, max_len;          /* 0: 256 MiB, 512 tokens */
     bool no_partial;             /* full-block prefix reuse only */
     json_t **stats;              /* when set: the engine's stats at the end */
+    const char *model;           /* NULL: the default model */
 } cfg;
 
 static void submit(pl_backend *b, int i, run_out *o, bool penalties)
@@ -116,7 +117,8 @@ static void run(const cfg *c, int n_prompts, run_out *out)
                  .no_partial_prefix = c->no_partial},
         .cpu = {.threads = 2, .batch_invariant = !c->variant},
     };
-    pl_engine_open_opts o = {.model_path = pl_test_model_path(), .device = "cpu", .cfg = &ec};
+    pl_engine_open_opts o = {.model_path = c->model ? c->model : pl_test_model_path(),
+                             .device = "cpu", .cfg = &ec};
     char err[512];
     pl_backend *b = pl_engine_open(base, &o, err, sizeof err);
     cr_assert_not_null(b, "%s", err);
@@ -289,4 +291,23 @@ Test(engine_equiv, partial_block_reuse_vs_full_blocks_only)
     json_decref(sp);
     json_decref(sf);
     expect_identical("partial vs full-block reuse", part, full, 8);
+}
+
+/* The tiny Qwen3.5 hybrid (Gated DeltaNet layers: the chunked delta rule in
+ * prefill, the step in decode, each sequence's state in its slot): 8 at
+ * once and in 16-token prefill chunks give each prompt's tokens alone. */
+Test(engine_equiv, qwen35_hybrid_alone_vs_batched)
+{
+    static char path[4096];
+    const char *src = getenv("PARLEY_SRC");
+    snprintf(path, sizeof path, "%s/tests/fixtures/tiny_qwen35.gguf", src ? src : ".");
+    static run_out one[8], many[8], chunked[8];
+    cfg c1 = {.async = true, .batched_tokens = 2048, .concurrent = 1, .model = path};
+    cfg cn = {.async = true, .batched_tokens = 2048, .concurrent = 8, .model = path};
+    cfg cc = {.async = true, .batched_tokens = 16, .concurrent = 8, .model = path};
+    run(&c1, 8, one);
+    run(&cn, 8, many);
+    run(&cc, 8, chunked);
+    expect_identical("qwen35: 1 vs 8 concurrent", one, many, 8);
+    expect_identical("qwen35: 8 concurrent, 16-token chunks", one, chunked, 8);
 }

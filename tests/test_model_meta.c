@@ -193,6 +193,64 @@ Test(model_meta, bad_keys_are_named)
     check("tiny_qwen3.gguf", vocab_size, "qwen3.vocab_size: does not equal");
 }
 
+static void g4_shared_all(pl_gguf *g) { kv_of(g, "gemma4.attention.shared_kv_layers")->v.u64 = 5; }
+static void g4_shared_global(pl_gguf *g)
+{
+    kv_of(g, "gemma4.attention.shared_kv_layers")->v.u64 = 3;   /* layer 2: no earlier global */
+}
+static void g4_shared_str(pl_gguf *g)
+{
+    kv_of(g, "gemma4.attention.shared_kv_layers")->type = PL_GGUF_TYPE_STRING;
+}
+static void g4_no_key_swa(pl_gguf *g) { drop(g, "gemma4.attention.key_length_swa"); }
+static void g4_value_swa(pl_gguf *g) { kv_of(g, "gemma4.attention.value_length_swa")->v.u64 = 8; }
+static void g4_rot_swa(pl_gguf *g) { kv_of(g, "gemma4.rope.dimension_count_swa")->v.u64 = 18; }
+static void g4_no_pattern(pl_gguf *g) { drop(g, "gemma4.attention.sliding_window_pattern"); }
+static void g4_no_ple(pl_gguf *g) { drop(g, "gemma4.embedding_length_per_layer_input"); }
+static void g4_ple_wide(pl_gguf *g)
+{
+    kv_of(g, "gemma4.embedding_length_per_layer_input")->v.u64 = 16;
+}
+static void g4_ple_str(pl_gguf *g)
+{
+    kv_of(g, "gemma4.embedding_length_per_layer_input")->type = PL_GGUF_TYPE_STRING;
+}
+static void g4_kv_heads(pl_gguf *g) { kv_of(g, "gemma4.attention.head_count_kv")->v.u64 = 3; }
+static void g4_pattern_short(pl_gguf *g)
+{
+    kv_of(g, "gemma4.attention.sliding_window_pattern")->v.arr.n = 4;
+}
+static void g4_shared_on_gemma3(pl_gguf *g)
+{
+    pl_gguf_kv *kv = kv_of(g, "gemma3.attention.head_count_kv");
+    static const char k[] = "gemma3.attention.shared_kv_layers";
+    kv->key.ptr = k;
+    kv->key.len = sizeof k - 1;
+}
+
+/* Gemma 4's keys (tiny_gemma4_e2b.gguf, gen_gemma4.py): each missing,
+ * mistyped or contradictory one is named. */
+Test(model_meta, bad_gemma4_keys_are_named)
+{
+    const char *f = "tiny_gemma4_e2b.gguf";
+    check(f, g4_shared_all, "gemma4.attention.shared_kv_layers: 5 is out of range [0, 4]");
+    check(f, g4_shared_global, "gemma4.attention.shared_kv_layers: shared layer 2 has no "
+                               "earlier global layer");
+    check(f, g4_shared_str, "gemma4.attention.shared_kv_layers: expected an integer");
+    check(f, g4_no_key_swa, "gemma4.attention.key_length_swa: missing");
+    check(f, g4_value_swa, "gemma4.attention.value_length_swa: 8 differs from key_length_swa");
+    check(f, g4_rot_swa, "gemma4.rope.dimension_count_swa: 18 rotated dims");
+    check(f, g4_no_pattern, "gemma4.attention.sliding_window_pattern: missing");
+    check(f, g4_pattern_short, "gemma4.attention.sliding_window_pattern: expected 5 booleans");
+    check(f, g4_no_ple, "gemma4.embedding_length_per_layer_input: missing");
+    check(f, g4_ple_wide, "per_layer_token_embd.weight: shape");
+    check(f, g4_ple_str, "gemma4.embedding_length_per_layer_input: expected an integer");
+    check(f, g4_kv_heads, "gemma4.attention.head_count_kv: 3 is out of range");
+    check("tiny_gemma3.gguf", g4_shared_on_gemma3,
+          "gemma3.attention.shared_kv_layers: layers sharing earlier layers' K/V is not "
+          "supported");
+}
+
 Test(model_meta, bad_expert_keys_are_named)
 {
     check("tiny_qwen3moe.gguf", used_over, "qwen3moe.expert_used_count: 9 is out of range [1, 8]");
@@ -282,7 +340,7 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
 Test(model_meta, fuzz_seeds_load)
 {
     static const char *const seeds[] = {"llama_swa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                        "qwen3moe", "gpt_oss"};
+                                        "qwen3moe", "gpt_oss", "gemma4"};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char name[96], err[256];
         snprintf(name, sizeof name, "../fuzz/model_corpus/%s.gguf", seeds[i]);

@@ -9,6 +9,8 @@
 #include "backends/engine/engine_embed.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -21,14 +23,21 @@
 #include <event2/event.h>
 
 #include "backends/engine/cpu/encode.h"
+#include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/pool.h"
 #include "backends/engine/families/family.h"
 #include "backends/engine/model/encoder.h"
+#include "backends/engine/model/model.h"
 #include "backends/engine/model/st_config.h"
+#include "backends/formats/hf_json.h"
 #include "backends/text/tokenizer.h"
 #include "src/base/log.h"
 
 #define DEFAULT_BUDGET 8192      /* tokens of one forward step */
+#define DECODER_MAX_LEN 8192     /* a decoder's default limit (its context may be far longer) */
+#define DECODER_SEQS 64          /* most inputs in a decoder's step */
+#define BLOCK 16                 /* a decoder's K/V block, in tokens */
+#define MAX_MRL 64               /* most matryoshka_dimensions listed */
 #define CAPACITY 64              /* what it reports to dispatch (it generates nothing) */
 
 typedef struct job {
@@ -51,7 +60,16 @@ typedef struct job {
 
 typedef struct emb {
     pl_backend base;             /* first */
-    pl_encoder *m;
+    pl_encoder *m;               /* an encoder, or NULL: */
+    pl_model *dm;                /* a decoder, its final hidden states pooled */
+    pl_cpu_fwd *fwd;             /* dm's forward pass and K/V blocks */
+    int32_t *rows, *pos, *seq, *blocks; /* a decoder step's batch (budget rows) */
+    float *hid;                  /* (budget, dim) its hidden states */
+    int dim, n_pos, n_vocab, max_seqs;
+    const char *arch;
+    bool mrl;                    /* Matryoshka: shorter vectors asked for are
+                                    the first dimensions, renormalised */
+    int mrl_dims[MAX_MRL], n_mrl; /* the lengths allowed (none listed: any) */
     pl_tokenizer *tok;
     pl_gguf *gguf;
     pl_engine_hf hf;
@@ -128,7 +146,7 @@ static int prepare_input_(emb *e, job *j, int i)
                           "input[%d] is empty", i);
     char param[32];
     snprintf(param, sizeof param, "input[%d]", i);
-    return pl_backend_check_ids(ids, n, e->m->n_vocab, param, &j->err);
+    return pl_backend_check_ids(ids, n, e->n_vocab, param, &j->err);
 }
 
 static void prepare_(emb *e, job *j)
@@ -139,10 +157,64 @@ static void prepare_(emb *e, job *j)
         else
             j->tokens += j->n_ids[i];
     }
-    if (!j->failed && !(j->vecs = malloc(sizeof(float) * (size_t)j->n * e->m->n_embd))) {
+    if (!j->failed && !(j->vecs = malloc(sizeof(float) * (size_t)j->n * e->dim))) {
         pl_err_set(&j->err, 500, "server_error", NULL, NULL, "out of memory");
         j->failed = true;
     }
+}
+
+/* A decoder's step: the k inputs as one batch of rows (each its own
+ * sequence from position 0, in blocks of its own), their final hidden
+ * states pooled and normalised into out (k, dim). */
+static int decode_batch_(emb *e, const int32_t *const *ids, const int *lens, int k, float *out)
+{
+    int rows = 0, nb = 0, mbs = (e->max_len + BLOCK - 1) / BLOCK, d = e->dim;
+    for (int s = 0; s < k; s++) {
+        for (int t = 0; t < lens[s]; t++, rows++) {
+            e->rows[rows] = ids[s][t];
+            e->pos[rows] = t;
+            e->seq[rows] = s;
+        }
+        for (int b = 0; b < mbs; b++)
+            e->blocks[(size_t)s * mbs + b] = b * BLOCK < lens[s] ? nb++ : 0;
+    }
+    pl_fwd_batch b = {.n_rows = rows, .tokens = e->rows, .positions = e->pos,
+                      .row_seq = e->seq, .block_table = e->blocks, .max_blocks_per_seq = mbs,
+                      .n_groups = 1};
+    if (pl_cpu_forward(e->fwd, &b, NULL) < 0)
+        return -1;
+    for (int i = 0; i < rows; i++)
+        e->pos[i] = i;           /* the rows whose hidden states are read */
+    if (pl_cpu_fwd_row_hidden(e->fwd, e->pos, rows, e->hid) < 0)
+        return -1;
+    for (int s = 0, r0 = 0; s < k; r0 += lens[s++]) {
+        float *v = out + (size_t)s * d;
+        if (e->pooling == PL_POOLING_MEAN) {
+            for (int j = 0; j < d; j++) {
+                double acc = 0;
+                for (int t = 0; t < lens[s]; t++)
+                    acc += e->hid[(size_t)(r0 + t) * d + j];
+                v[j] = (float)(acc / lens[s]);
+            }
+        } else {
+            int r = e->pooling == PL_POOLING_CLS ? r0 : r0 + lens[s] - 1;
+            memcpy(v, e->hid + (size_t)r * d, sizeof(float) * d);
+        }
+        double n2 = 0;
+        for (int j = 0; e->normalize && j < d; j++)
+            n2 += (double)v[j] * v[j];
+        float inv = n2 > 0 ? (float)(1.0 / sqrt(n2)) : 0;
+        for (int j = 0; e->normalize && j < d; j++)
+            v[j] *= inv;
+    }
+    return 0;
+}
+
+static int encode_(emb *e, const int32_t **ids, const int *lens, int k, float *out)
+{
+    if (e->dm)
+        return decode_batch_(e, ids, lens, k, out);
+    return pl_encode_batch(e->m, e->pool, ids, lens, k, e->pooling, e->normalize, out);
 }
 
 /* Every input of the jobs in list (not failed), in steps of the budget. */
@@ -154,14 +226,13 @@ static void run_jobs_(emb *e, job *list)
     const int32_t **ids = malloc(sizeof *ids * (size_t)(cap ? cap : 1));
     int *lens = malloc(sizeof *lens * (size_t)(cap ? cap : 1));
     float **dst = malloc(sizeof *dst * (size_t)(cap ? cap : 1));
-    float *out = malloc(sizeof(float) * (size_t)(cap ? cap : 1) * e->m->n_embd);
+    float *out = malloc(sizeof(float) * (size_t)(cap ? cap : 1) * e->dim);
     bool oom = !ids || !lens || !dst || !out;
-    int d = e->m->n_embd;
+    int d = e->dim;
     for (job *j = list; j && !oom; j = j->next)
         for (int i = 0; !j->failed && i < j->n; i++) {
-            if (k > 0 && rows + j->n_ids[i] > e->budget) {
-                oom |= pl_encode_batch(e->m, e->pool, ids, lens, k, e->pooling, e->normalize,
-                                       out) < 0;
+            if (k > 0 && (rows + j->n_ids[i] > e->budget || k == e->max_seqs)) {
+                oom |= encode_(e, ids, lens, k, out) < 0;
                 for (int t = 0; t < k && !oom; t++)
                     memcpy(dst[t], out + (size_t)t * d, sizeof(float) * d);
                 k = rows = 0;
@@ -172,7 +243,7 @@ static void run_jobs_(emb *e, job *list)
             rows += j->n_ids[i];
         }
     if (k > 0 && !oom) {
-        oom |= pl_encode_batch(e->m, e->pool, ids, lens, k, e->pooling, e->normalize, out) < 0;
+        oom |= encode_(e, ids, lens, k, out) < 0;
         for (int t = 0; t < k && !oom; t++)
             memcpy(dst[t], out + (size_t)t * d, sizeof(float) * d);
     }
@@ -250,7 +321,7 @@ static void wake_cb_(evutil_socket_t fd, short what, void *ud)
         unlink_live_(e, j);
         if (!atomic_load(&j->aborted)) {
             pl_embed_result r = {.vectors = j->failed ? NULL : j->vecs, .n = j->n,
-                                 .dim = e->m->n_embd, .prompt_tokens = j->tokens,
+                                 .dim = e->dim, .prompt_tokens = j->tokens,
                                  .error = j->failed ? &j->err : NULL};
             e->n_tokens += j->failed ? 0 : j->tokens;
             j->sink.on_done(j->sink.ud, &r);
@@ -325,8 +396,9 @@ static int embed_(pl_backend *b, const pl_embed_request *r, pl_embed_sink sink, 
 static int embed_info_(pl_backend *b, pl_embed_info *out)
 {
     emb *e = (emb *)b;
-    *out = (pl_embed_info){.dim = e->m->n_embd, .max_len = e->max_len,
-                           .normalized = e->normalize, .pooling = pl_pooling_name(e->pooling)};
+    *out = (pl_embed_info){.dim = e->dim, .max_len = e->max_len,
+                           .normalized = e->normalize, .pooling = pl_pooling_name(e->pooling),
+                           .matryoshka = e->mrl, .dims = e->mrl_dims, .n_dims = e->n_mrl};
     return 0;
 }
 
@@ -362,7 +434,7 @@ static json_t *stats_(pl_backend *b)
 {
     emb *e = (emb *)b;
     return json_pack("{s:s, s:b, s:i, s:i, s:s, s:b, s:I, s:I, s:I}", "kind", "cpu",
-                     "embedding", 1, "dimensions", e->m->n_embd, "max_model_len", e->max_len,
+                     "embedding", 1, "dimensions", e->dim, "max_model_len", e->max_len,
                      "pooling", pl_pooling_name(e->pooling), "normalized", e->normalize,
                      "embed_requests", (json_int_t)e->n_requests, "embed_inputs",
                      (json_int_t)e->n_inputs, "embed_tokens", (json_int_t)e->n_tokens);
@@ -384,7 +456,7 @@ static int tokenize_(pl_backend *b, const pl_gen_request *req, bool add_special,
 static int detokenize_(pl_backend *b, const int32_t *ids, int n, char **text, pl_err *err)
 {
     emb *e = (emb *)b;
-    if (pl_backend_check_ids(ids, n, e->m->n_vocab, "tokens", err) < 0)
+    if (pl_backend_check_ids(ids, n, e->n_vocab, "tokens", err) < 0)
         return -1;
     size_t len = pl_tokenizer_decode(e->tok, ids, n, false, NULL, 0);
     if (!(*text = malloc(len + 1)))
@@ -394,7 +466,7 @@ static int detokenize_(pl_backend *b, const int32_t *ids, int n, char **text, pl
 }
 
 static int max_model_len_(pl_backend *b) { return ((emb *)b)->max_len; }
-static int vocab_size_(pl_backend *b) { return ((emb *)b)->m->n_vocab; }
+static int vocab_size_(pl_backend *b) { return ((emb *)b)->n_vocab; }
 
 static void free_(pl_backend *b)
 {
@@ -419,6 +491,9 @@ static void free_(pl_backend *b)
     pthread_cond_destroy(&e->cv);
     pl_pool_free(e->pool);
     pl_encoder_free(e->m);
+    pl_cpu_fwd_free(e->fwd);
+    pl_model_free(e->dm);
+    free(e->rows), free(e->pos), free(e->seq), free(e->blocks), free(e->hid);
     pl_tokenizer_free(e->tok);
     pl_gguf_free(e->gguf);
     pl_engine_hf_free(&e->hf);
@@ -433,6 +508,34 @@ static const pl_backend_ops ops_ = {
     .vocab_size = vocab_size_, .embed_info = embed_info_, .embed = embed_,
 };
 
+/* config.json's Matryoshka keys, as vLLM reads them: is_matryoshka, or a
+ * matryoshka_dimensions list (the lengths a request may ask for). */
+static int matryoshka_(emb *e, const char *dir, char *err, size_t n)
+{
+    pl_hf_json j = {0};
+    bool on = false;
+    int rc = pl_hf_json_load(&j, dir, "config.json", false, err, n);
+    if (rc == 0)
+        rc = pl_hf_json_bool(&j, "is_matryoshka", false, &on, err, n) < 0 ? -1 : 0;
+    json_t *d = rc == 0 ? pl_hf_json_get(&j, "matryoshka_dimensions") : NULL, *v;
+    size_t i;
+    if (d && (!json_is_array(d) || json_array_size(d) < 1 || json_array_size(d) > MAX_MRL))
+        rc = pl_hf_json_fail(&j, "matryoshka_dimensions", err, n, "must be a list of 1 to "
+                             "%d lengths", MAX_MRL);
+    json_array_foreach(rc == 0 && d ? d : NULL, i, v) {
+        json_int_t k = json_integer_value(v);
+        if (!json_is_integer(v) || k < 1 || k > e->dim) {
+            rc = pl_hf_json_fail(&j, "matryoshka_dimensions", err, n, "item %zu must be an "
+                                 "integer in [1, %d] (the hidden size)", i, e->dim);
+            break;
+        }
+        e->mrl_dims[e->n_mrl++] = (int)k;
+    }
+    e->mrl = rc == 0 && (on || e->n_mrl > 0);
+    pl_hf_json_free(&j);
+    return rc;
+}
+
 /* Pooling, normalisation and the length limit: --pooling, else
  * sentence-transformers' modules, else the file's pooling_type, else
  * mean; normalised when a Normalize module says so (a GGUF file: always,
@@ -441,22 +544,29 @@ static int settings_(emb *e, const pl_engine_embed_files *f, const pl_engine_con
                      char *err, size_t n)
 {
     pl_st_config st = {0};
-    if (f->dir && pl_st_config_read(f->dir, &st, err, n) < 0)
+    if (f->dir && (pl_st_config_read(f->dir, &st, err, n) < 0 ||
+                   matryoshka_(e, f->dir, err, n) < 0))
         return -1;
-    if (st.dim && st.dim != e->m->n_embd)
+    if (st.dim && st.dim != e->dim)
         return snprintf(err, n, "%s: 1_Pooling/config.json: word_embedding_dimension %d, but "
-                        "the model's hidden size is %d", f->dir, st.dim, e->m->n_embd), -1;
-    e->pooling = st.pooling ? st.pooling : e->m->pooling ? e->m->pooling : PL_POOLING_MEAN;
+                        "the model's hidden size is %d", f->dir, st.dim, e->dim), -1;
+    pl_pooling own = e->m ? e->m->pooling : PL_POOLING_NONE;
+    e->pooling = st.pooling ? st.pooling : own ? own : PL_POOLING_MEAN;
     e->normalize = st.present ? st.normalize : true;
     if (cfg->pooling && cfg->pooling[0] && pl_pooling_from_name(cfg->pooling, &e->pooling) < 0)
         return snprintf(err, n, "--pooling '%s': expected mean, cls or last", cfg->pooling), -1;
+    int own_len = e->dm && e->n_pos > DECODER_MAX_LEN ? DECODER_MAX_LEN : e->n_pos;
     e->max_len = cfg->max_model_len > 0 ? cfg->max_model_len
-                 : st.max_seq_length > 0 ? st.max_seq_length : e->m->n_pos;
-    if (e->max_len > e->m->n_pos)
+                 : st.max_seq_length > 0 ? st.max_seq_length : own_len;
+    if (e->max_len > e->n_pos)
         return snprintf(err, n, "max_model_len %d: the model has %d positions", e->max_len,
-                        e->m->n_pos), -1;
-    e->budget = cfg->core.max_num_batched_tokens > e->max_len
-                ? cfg->core.max_num_batched_tokens : DEFAULT_BUDGET;
+                        e->n_pos), -1;
+    int mnbt = cfg->core.max_num_batched_tokens;
+    if (e->dm)   /* the step's rows and K/V: --max-num-batched-tokens, at least one input */
+        e->budget = mnbt > e->max_len ? mnbt : e->max_len;
+    else
+        e->budget = mnbt > e->max_len ? mnbt : DEFAULT_BUDGET;
+    e->max_seqs = e->dm ? DECODER_SEQS : INT_MAX;
     pl_tokenizer_specials sp;
     pl_tokenizer_specials_get(e->tok, &sp);
     e->lead = sp.add_bos;
@@ -464,8 +574,34 @@ static int settings_(emb *e, const pl_engine_embed_files *f, const pl_engine_con
     return 0;
 }
 
-static int start_(emb *e, struct event_base *base, int threads, char *err, size_t n)
+/* A decoder's forward pass: one step of budget rows, DECODER_SEQS
+ * sequences, each in blocks of its own (one full cache group). */
+static int decoder_start_(emb *e, const pl_engine_config *cfg, char *err, size_t n)
 {
+    int mbs = (e->max_len + BLOCK - 1) / BLOCK;
+    pl_fwd_opts fo = {.max_rows = e->budget, .max_out = 1, .max_ctx = e->max_len,
+                      .num_blocks = e->budget / BLOCK + e->max_seqs, .block_size = BLOCK,
+                      .gemm_min_rows = cfg->cpu.batch_invariant ? INT_MAX : 20,
+                      .kv_f16 = cfg->cpu.kv_f16, .max_slots = e->max_seqs};
+    char e2[512];
+    if (!(e->fwd = pl_cpu_fwd_new(e->dm, e->pool, &fo, e2, sizeof e2)))
+        return snprintf(err, n, "embeddings: %s", e2), -1;
+    size_t R = (size_t)e->budget;
+    e->rows = malloc(sizeof(int32_t) * R);
+    e->pos = malloc(sizeof(int32_t) * R);
+    e->seq = malloc(sizeof(int32_t) * R);
+    e->blocks = malloc(sizeof(int32_t) * (size_t)e->max_seqs * mbs);
+    e->hid = malloc(sizeof(float) * R * e->dim);
+    if (!e->rows || !e->pos || !e->seq || !e->blocks || !e->hid)
+        return snprintf(err, n, "embeddings: out of memory for a step of %d rows", e->budget),
+               -1;
+    return 0;
+}
+
+static int start_(emb *e, struct event_base *base, const pl_engine_config *cfg, char *err,
+                  size_t n)
+{
+    int threads = cfg->cpu.threads;
     if (threads <= 0)
         threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     openblas_set_num_threads(1); /* the pool splits GEMMs itself */
@@ -473,6 +609,8 @@ static int start_(emb *e, struct event_base *base, int threads, char *err, size_
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (!e->pool || e->wake_fd < 0)
         return snprintf(err, n, "embeddings: cannot start (threads or eventfd)"), -1;
+    if (e->dm && decoder_start_(e, cfg, err, n) < 0)
+        return -1;
     e->wake_ev = event_new(base, e->wake_fd, EV_READ | EV_PERSIST, wake_cb_, e);
     if (!e->wake_ev || event_add(e->wake_ev, NULL) < 0 ||
         pthread_create(&e->thread, NULL, worker_, e) != 0)
@@ -489,6 +627,7 @@ pl_backend *pl_engine_embed_open(struct event_base *base, const char *name,
     char e2[1024];
     if (!e) {
         snprintf(err, n, "out of memory");
+        pl_model_free(f->model);
         pl_tokenizer_free(f->tok);
         pl_gguf_free(f->gguf);
         pl_engine_hf_free(&f->hf);
@@ -501,20 +640,28 @@ pl_backend *pl_engine_embed_open(struct event_base *base, const char *name,
     e->gguf = f->gguf, e->hf = f->hf, e->tok = f->tok;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (!(e->m = pl_encoder_load(f->meta, e2, sizeof e2))) {
+    if (f->model) {
+        e->dm = f->model;
+        e->dim = e->dm->n_embd, e->n_vocab = e->dm->n_vocab, e->arch = e->dm->arch_name;
+        e->n_pos = e->dm->n_ctx_train > 0 ? e->dm->n_ctx_train : DECODER_MAX_LEN;
+    } else if (!(e->m = pl_encoder_load(f->meta, e2, sizeof e2))) {
         snprintf(err, n, "%s", e2);
         goto fail;
+    } else {
+        e->dim = e->m->n_embd, e->n_vocab = e->m->n_vocab, e->arch = e->m->family->name;
+        e->n_pos = e->m->n_pos;
     }
     if (!e->tok && !(e->tok = pl_tokenizer_from_gguf(e->gguf, e2, sizeof e2))) {
         snprintf(err, n, "%s", e2);
         goto fail;
     }
     if (!e->base.model || settings_(e, f, cfg, err, n) < 0 ||
-        start_(e, base, cfg->cpu.threads, err, n) < 0)
+        start_(e, base, cfg, err, n) < 0)
         goto fail;
-    pl_info("model %s: %s encoder, %d layers, %d-dim, vocab %d: embeddings, %s pooling%s, "
-            "at most %d tokens", name, e->m->family->name, e->m->n_layer, e->m->n_embd,
-            e->m->n_vocab, pl_pooling_name(e->pooling), e->normalize ? ", normalised" : "",
+    pl_info("model %s: %s %s, %d layers, %d-dim, vocab %d: embeddings, %s pooling%s, "
+            "at most %d tokens", name, e->arch, e->dm ? "decoder (final hidden states)"
+            : "encoder", e->dm ? e->dm->n_layer : e->m->n_layer, e->dim,
+            e->n_vocab, pl_pooling_name(e->pooling), e->normalize ? ", normalised" : "",
             e->max_len);
     return &e->base;
 fail:

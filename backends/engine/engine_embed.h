@@ -1,5 +1,7 @@
-/* engine_embed.h - an encoder model (model/encoder.h) served as a backend
- * that embeds (backend.h's embed and embed_info; generation is refused):
+/* engine_embed.h - an encoder model (model/encoder.h), or a decoder asked
+ * to embed (--pooling: its final hidden states, before the output head,
+ * pooled), served as a backend that embeds (backend.h's embed and
+ * embed_info; generation is refused):
  * its own worker thread tokenises each request's texts, truncates or
  * refuses long ones, and runs the CPU forward pass (cpu/encode.h) over
  * the texts of every request waiting, in steps of at most a token budget;
@@ -15,12 +17,16 @@
 #include "backends/formats/gguf.h"
 
 struct event_base;
+struct pl_model;
 struct pl_tokenizer;
 
 /** What the encoder backend takes over (every pointer owned from the call
  *  on, freed on failure too). */
 typedef struct pl_engine_embed_files {
     pl_gguf *gguf;               /**< a GGUF file, or NULL */
+    struct pl_model *model;      /**< a decoder loaded for the CPU, served by
+                                      pooling its final hidden states; NULL:
+                                      an encoder, loaded from meta */
     pl_engine_hf hf;             /**< a checkpoint folder (hf.files), or empty */
     const pl_gguf *meta;         /**< the model's GGUF: gguf or hf.files' */
     struct pl_tokenizer *tok;    /**< the checkpoint's tokenizer, or NULL (the GGUF's) */

@@ -257,6 +257,13 @@ static int open_files(engine_text *t, const pl_engine_open_opts *o, bool cpu, ch
     return 0;
 }
 
+/* A decoder served as an embedder: --pooling was given (vLLM's --runner
+ * pooling); it runs on the CPU. */
+static bool embeds(const pl_engine_open_opts *o)
+{
+    return o->cfg->pooling && o->cfg->pooling[0];
+}
+
 static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
 {
     engine_text *t = calloc(1, sizeof *t);
@@ -265,7 +272,7 @@ static engine_text *load_text(const pl_engine_open_opts *o, char *err, size_t n)
         return NULL;
     }
     char e2[1024];
-    bool cpu = !strcmp(o->device, "cpu");
+    bool cpu = !strcmp(o->device, "cpu") || embeds(o);
     if (open_files(t, o, cpu, err, n) < 0)
         goto fail;
     if ((t->encoder = pl_encoder_is(t->meta)))
@@ -370,7 +377,8 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
     /* KV bytes per block: K and V, halves (or floats), of the layers one
      * block holds (a cache group's: kv_layout.h). The runner keeps floats
      * for heads too wide for its f16 attention. */
-    bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
+    bool f16 = c->cpu.kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM &&
+               m->head_dim_swa <= PL_ATTN_MAX_F16_HEAD_DIM;
     if (pl_runner_kv_layout(&want->kv_layout, m, c->cpu.kv_groups) != 0) {
         snprintf(err, n, "%s: %d layers or their sliding windows do not fit the K/V cache "
                  "layout (at most %d layers, %d windows)", o->model_path, m->n_layer,
@@ -378,7 +386,7 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
         return NULL;
     }
     const pl_kv_layout *lo = &want->kv_layout;
-    size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->n_head_kv * (size_t)m->head_dim *
+    size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->kv_dim *
                        (size_t)want->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
     want->num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
     want->max_model_len = c->max_model_len;
@@ -463,19 +471,21 @@ static void served_name(const pl_engine_open_opts *o, const engine_text *t, char
         pl_engine_model_name(o->model_path, name, n);
 }
 
-/* An encoder: its files go to the embedding backend (engine_embed.h). */
+/* An encoder, or a decoder asked to embed: its files (and the decoder's
+ * model) go to the embedding backend (engine_embed.h). */
 static pl_backend *open_encoder(struct event_base *base, const pl_engine_open_opts *o,
                                 engine_text *t, char *err, size_t n)
 {
     char name[256];
     served_name(o, t, name, sizeof name);
     if (strcmp(o->device, "cpu"))
-        pl_warn("model %s: an encoder runs on the CPU (the CUDA runner has no encoder "
-                "kernels yet)", name);
+        pl_warn("model %s: an %s runs on the CPU (the CUDA runner has no embedding "
+                "kernels yet)", name, t->model ? "embedding decoder" : "encoder");
     pl_engine_embed_files f = {.gguf = t->gguf, .hf = t->hf, .meta = t->meta, .tok = t->tok,
-                               .dir = t->dir[0] ? t->dir : NULL};
+                               .model = t->model, .dir = t->dir[0] ? t->dir : NULL};
     t->gguf = NULL;
     t->tok = NULL;
+    t->model = NULL;
     memset(&t->hf, 0, sizeof t->hf);
     pl_backend *b = pl_engine_embed_open(base, name, &f, o->cfg, err, n);
     text_free(t);
@@ -488,7 +498,7 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     engine_text *t = load_text(o, err, errlen);
     if (!t)
         return NULL;
-    if (t->encoder)
+    if (t->encoder || embeds(o))
         return open_encoder(base, o, t, err, errlen);
     pl_engine_options core = o->cfg->core;
     pl_runner *r = open_runner(o, t, &core, err, errlen);

@@ -134,6 +134,8 @@ oom:
 static void remote_abort(pl_backend *b, uint64_t id)
 {
     remote_backend *rb = (remote_backend *)b;
+    if (pl_remote_embed_abort(rb, id))
+        return;
     remote_req *r = lookup(rb, id);
     if (!r || r->aborted)
         return;
@@ -247,6 +249,7 @@ static void remote_free(pl_backend *b)
             pl_remote_req_free(r);
         }
     }
+    pl_remote_embed_free_all(rb);
     pl_remote_health_stop(rb);
     pl_remote_cprobe_stop(rb);
     pl_curl_loop_free(rb->loop);
@@ -280,6 +283,8 @@ static const pl_backend_ops remote_ops = {
     .tokenizer_info = remote_tokenizer_info,
     .max_model_len = remote_max_model_len,
     .check_constraint = remote_check_constraint,
+    .embed_info = pl_remote_embed_info,
+    .embed = pl_remote_embed,
     .free = remote_free,
 };
 
@@ -426,6 +431,8 @@ pl_backend *pl_remote_new(struct event_base *base, const pl_remote_opts *o, char
             goto fail;
     if (!rb->upstream_model)
         rb->upstream_model = strdup(rb->base.model);
+    if (o->embed_dim > 0)
+        pl_remote_embed_declare(rb, o->embed_dim);
     if (rb->o.kind == PL_REMOTE_AUTO)
         rb->o.kind = rb->reps[0].kind != PL_REMOTE_AUTO ? rb->reps[0].kind : PL_REMOTE_OPENAI;
     pl_remote_cprobe_startup(rb, rb->o.probe_timeout_ms);

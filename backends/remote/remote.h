@@ -54,6 +54,10 @@ typedef struct pl_remote_opts {
      *  reply (remote_cprobe.c); 0: no probe, constraints are sent
      *  unverified. */
     int probe_timeout_ms;
+    /** The upstream model embeds, in vectors of this length (POST
+     *  /v1/embeddings passes to it); 0: when its GET /models entry says so
+     *  (parley's capabilities). */
+    int embed_dim;
 } pl_remote_opts;
 
 /** In the message of every constraint probe (fakes in tests spot it). */

@@ -33,6 +33,8 @@ typedef enum remote_cfamily {
 } remote_cfamily;
 
 /** A replica's constraint support (remote_cprobe.c fills it). */
+#define REMOTE_MAX_EDIMS 64      /**< Matryoshka lengths kept */
+
 typedef struct remote_caps {
     remote_cstate state[REMOTE_CF_N];
     char why[REMOTE_CF_N][160];  /**< what the probe saw, for messages */
@@ -87,7 +89,26 @@ struct remote_backend {
     uint64_t submitted, completed, failed, aborted, retries;
     uint64_t affinity_hits, affinity_moves;
     uint64_t turn;               /**< rotates ties between equally loaded replicas */
+    /* embeddings (remote_embed.c): the upstream model's shape, when its
+     * GET /models entry says it embeds */
+    bool embeds, declared;       /**< declared: --upstream-embed-dimensions */
+    pl_embed_info einfo;
+    int edims[REMOTE_MAX_EDIMS], n_edims;
+    struct remote_embed *embeds_live;
+    uint64_t embed_ids;
 };
+
+/* remote_embed.c: POST /v1/embeddings to an upstream that serves it */
+/** Read a GET /models body: the upstream model's embedding capabilities. */
+void pl_remote_embed_apply_models(remote_backend *rb, const char *body, size_t len);
+int pl_remote_embed_info(pl_backend *b, pl_embed_info *out);
+/** The upstream model embeds in dim dimensions (--upstream-embed-dimensions). */
+void pl_remote_embed_declare(remote_backend *rb, int dim);
+int pl_remote_embed(pl_backend *b, const pl_embed_request *q, pl_embed_sink sink,
+                    uint64_t *id, pl_err *err);
+/** Abort an embedding request by id; false when id is none of them. */
+bool pl_remote_embed_abort(remote_backend *rb, uint64_t id);
+void pl_remote_embed_free_all(remote_backend *rb);
 
 /* remote_replicas.c */
 remote_replica *pl_remote_route(remote_backend *rb, uint64_t key, const remote_replica *avoid);

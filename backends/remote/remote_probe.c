@@ -209,6 +209,8 @@ int pl_remote_apply_models(remote_replica *rep, const char *body, size_t len)
         rep->max_model_len = ml;
     if (rep->kind == PL_REMOTE_PARLEY && cap > 0)
         rep->reported_cap = cap;
+    if (found)
+        pl_remote_embed_apply_models(rb, body, len);
     return 0;
 }
 

@@ -61,7 +61,7 @@ pl_chat_tmpl pl_chat_tmpl_detect(const char *src)
         return PL_CHAT_TMPL_CHATML;
     if (has(src, "<|start_header_id|>"))
         return PL_CHAT_TMPL_LLAMA3;
-    if (has(src, "<start_of_turn>"))
+    if (has(src, "<start_of_turn>") || (has(src, "<|turn>") && has(src, "<|tool_call>call:")))
         return PL_CHAT_TMPL_GEMMA;
     if (has(src, "[INST]"))
         return has(src, "<<SYS>>") ? PL_CHAT_TMPL_LLAMA2 : PL_CHAT_TMPL_MISTRAL;
@@ -166,6 +166,8 @@ int pl_chat_style_init(pl_chat_style *s, const char *src)
             s->flags |= PL_CHAT_F_BOS;
         if (has(src, "first_user_prefix"))
             s->flags |= PL_CHAT_F_GEMMA_SYSTEM;
+        if (has(src, "<|turn>") && has(src, "<|tool_call>call:"))
+            s->flags = PL_CHAT_F_GEMMA4;
         break;
     default:
         break;
@@ -191,6 +193,8 @@ const pl_tool_format *pl_chat_style_tool_format(const pl_chat_style *s)
     case PL_CHAT_TMPL_LLAMA3: return &pl_tool_llama3;
     case PL_CHAT_TMPL_MISTRAL: return &pl_tool_mistral;
     case PL_CHAT_TMPL_HARMONY: return &pl_tool_harmony;
+    case PL_CHAT_TMPL_GEMMA:
+        return s->flags & PL_CHAT_F_GEMMA4 ? &pl_tool_gemma4 : &pl_tool_generic;
     default: return &pl_tool_generic;
     }
 }
@@ -201,6 +205,8 @@ const pl_reasoning_format *pl_chat_style_reasoning_format(const pl_chat_style *s
         return &pl_reasoning_harmony;
     if (s->tmpl == PL_CHAT_TMPL_CHATML && (s->flags & PL_CHAT_F_QWEN35))
         return &pl_reasoning_qwen35;
+    if (s->tmpl == PL_CHAT_TMPL_GEMMA && (s->flags & PL_CHAT_F_GEMMA4))
+        return &pl_reasoning_gemma4;
     return s->flags & PL_CHAT_F_QWEN3_THINK ? &pl_reasoning_qwen3 : NULL;
 }
 

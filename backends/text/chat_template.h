@@ -70,6 +70,13 @@ enum {
      *  query, a generation prompt that opens the reasoning, and the
      *  qwen3_coder tool format (<function=...><parameter=...>). */
     PL_CHAT_F_QWEN35 = 1u << 7,
+    /** gemma: Gemma 4's template (chat_template_gemma4.c): <|turn>ROLE
+     *  turns, a system turn for the system text, the tools and <|think|>
+     *  (enable_thinking), native tools (<|tool_call>call:NAME{...}) and
+     *  the thought channel (<|channel>thought\n...<channel|>). What a
+     *  gemma4 file without a template is rendered with:
+     *  {PL_CHAT_TMPL_GEMMA, PL_CHAT_F_GEMMA4}. */
+    PL_CHAT_F_GEMMA4 = 1u << 8,
 };
 
 /** Chat-template keyword arguments (vLLM's chat_template_kwargs), as the

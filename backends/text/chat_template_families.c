@@ -306,6 +306,8 @@ static void gemma_system_prefix(const pl_ct_ctx *c)
 
 int pl_ct_render_gemma_(const pl_ct_ctx *c)
 {
+    if (c->style->flags & PL_CHAT_F_GEMMA4)
+        return pl_ct_render_gemma4_(c);
     int start = pl_ct_role_is_(c, 0, "system") ? 1 : 0;
     if (c->style->flags & PL_CHAT_F_BOS)
         PUT(c, c->bos);

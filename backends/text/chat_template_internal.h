@@ -60,6 +60,8 @@ int pl_ct_render_zephyr_(const pl_ct_ctx *c);
 int pl_ct_render_harmony_(const pl_ct_ctx *c);
 /** ChatML with PL_CHAT_F_QWEN35 (chat_template_qwen35.c). */
 int pl_ct_render_qwen35_(const pl_ct_ctx *c);
+/** Gemma with PL_CHAT_F_GEMMA4 (chat_template_gemma4.c). */
+int pl_ct_render_gemma4_(const pl_ct_ctx *c);
 
 /** Append v as transformers' tojson writes it (Python's json.dumps with
  *  ensure_ascii=False: ", " and ": " separators, floats as repr). */

@@ -10,6 +10,7 @@ static const pl_reasoning_format *const formats_[] = {
     &pl_reasoning_qwen3,
     &pl_reasoning_qwen35,
     &pl_reasoning_harmony,
+    &pl_reasoning_gemma4,
 };
 
 const pl_reasoning_format *pl_reasoning_format_find(const char *name)

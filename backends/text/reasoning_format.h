@@ -4,6 +4,8 @@
  *
  *   - pl_reasoning_qwen3 (reasoning_qwen3.c): <think> ... </think>
  *     (backends/text/reasoning.h);
+ *   - pl_reasoning_gemma4 (reasoning_gemma4.c): Gemma 4's thought channel
+ *     and its <|tool_call> calls, as tool-call pieces;
  *   - pl_reasoning_harmony (reasoning_harmony.c): gpt-oss's channels
  *     (backends/text/harmony.h), whose calls to functions.NAME come out as
  *     tool-call pieces.
@@ -70,6 +72,21 @@ typedef struct pl_reply_settled {
 
 struct pl_reasoning_format;
 
+/** gemma4's split state (reasoning_gemma4.c). */
+typedef struct pl_gemma4_stream {
+    int state;                   /**< content, channel name, thought, call name,
+                                      arguments, call end */
+    int a;                       /**< where the arguments' reader is */
+    int depth;                   /**< open brackets of the arguments */
+    char stack[32];              /**< their kinds ('{', '['), the first 32 */
+    bool quoted_key, key_closed; /**< a key in <|"|> quotes */
+    char hold[24];               /**< bytes that may begin a marker */
+    size_t n_hold;
+    char name[128];              /**< "call:NAME" so far */
+    size_t n_name;
+    size_t n_reasoning;          /**< reasoning bytes given */
+} pl_gemma4_stream;
+
 /** The split state of one reply (pl_reply_split_*). */
 typedef struct pl_reply_split {
     const struct pl_reasoning_format *fmt;
@@ -86,6 +103,7 @@ typedef struct pl_reply_split {
     union {                      /**< the format's own state */
         pl_reasoning_stream think;
         pl_harmony_stream harmony;
+        pl_gemma4_stream gemma4;
     } u;
 } pl_reply_split;
 
@@ -120,6 +138,10 @@ extern const pl_reasoning_format pl_reasoning_qwen3;
  *  cut before </think> is all reasoning. */
 extern const pl_reasoning_format pl_reasoning_qwen35;
 extern const pl_reasoning_format pl_reasoning_harmony;
+/** Gemma 4's: <|channel>thought\n ... <channel|> anywhere in the reply,
+ *  calls <|tool_call>call:NAME{...}<tool_call|> as CALL pieces whose
+ *  arguments are read into JSON (reasoning_gemma4.c). */
+extern const pl_reasoning_format pl_reasoning_gemma4;
 
 /** The format of this vLLM parser name (an option such as
  *  --mock-reasoning), NULL for none. The only place a name is compared. */

@@ -139,6 +139,7 @@ static void set_specials(pl_tokenizer *t, const pl_tokenizer_vocab *v)
     bool spm = t->model == PL_TOKENIZER_MODEL_LLAMA;
     t->bos = valid_id(t, v->bos);
     t->eos = valid_id(t, v->eos);
+    t->tail = v->tail_own ? valid_id(t, v->tail) : t->eos;
     t->unk = valid_id(t, v->unk);
     t->pad = valid_id(t, v->pad);
     t->eot = valid_id(t, v->eot);
@@ -300,8 +301,8 @@ int pl_tokenizer_encode(const pl_tokenizer *t, const char *text, size_t len,
         goto fail;
     if (encode_frags(t, text, &f, &out))
         goto fail;
-    if (add_special && t->add_eos && t->eos >= 0 &&
-        pl_tok_ids_push(&out, t->eos))
+    if (add_special && t->add_eos && t->tail >= 0 &&
+        pl_tok_ids_push(&out, t->tail))
         goto fail;
     free(f.v);
     *ids = out.v;

@@ -50,6 +50,11 @@ typedef struct pl_tokenizer_vocab {
     const uint32_t *merge_lens;  /**< (n_merges) byte lengths */
     int32_t bos, eos, unk, pad, eot, eom; /**< -1 = none */
     int add_bos, add_eos;        /**< 1/0, or -1 = model default */
+    /** What add_eos appends when it is not eos: a Hugging Face template's
+     *  closing token (Qwen3-Embedding's <|endoftext|>, while its eos_token,
+     *  which ends generation, is <|im_end|>); tail_own false: eos. */
+    bool tail_own;
+    int32_t tail;
     int add_space_prefix;        /**< 1/0, or -1 = model default */
     /* Hugging Face tokenizer.json (tokenizer_hf.c); zero from a GGUF: */
     const char *const *pre_regex; /**< gpt2: split regexes applied in order

@@ -57,7 +57,8 @@ static int read_template_(hf_tok *h, char *err, size_t n)
             h->v.bos = template_id_(h, tpl, sp);
         } else if (sp) {
             after++;
-            h->v.eos = template_id_(h, tpl, sp);
+            h->v.eos = h->v.tail = template_id_(h, tpl, sp);
+            h->v.tail_own = true;   /* eos_token may name another */
         }
     }
     if (before > 1 || after > 1 || !seen_a)

@@ -74,6 +74,8 @@ struct pl_tokenizer {
     int32_t byte_tok[256];       /**< gpt2: id of the byte's byte-level
                                       char; llama: id of <0xNN>; -1 none */
     int32_t bos, eos, unk, pad, eot, eom;
+    int32_t tail;                /* what add_eos appends (eos unless the
+                                    vocabulary names another) */
     bool add_bos, add_eos, add_space_prefix;
     bool ignore_merges;          /**< llama3: a whole word in the vocab
                                       is taken as is */

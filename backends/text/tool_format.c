@@ -11,7 +11,7 @@
 
 static const pl_tool_format *const formats_[] = {
     &pl_tool_hermes, &pl_tool_generic, &pl_tool_llama3, &pl_tool_mistral, &pl_tool_harmony,
-    &pl_tool_qwen3_coder,
+    &pl_tool_qwen3_coder, &pl_tool_gemma4,
 };
 
 const pl_tool_format *pl_tool_format_find(const char *name)

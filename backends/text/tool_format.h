@@ -9,6 +9,9 @@
  *   - pl_tool_mistral (tool_mistral.c): [AVAILABLE_TOOLS] / [TOOL_CALLS];
  *   - pl_tool_qwen3_coder (tool_qwen35.c): Qwen3.5's XML calls,
  *     <function=NAME> with a <parameter=KEY> block per argument;
+ *   - pl_tool_gemma4 (tool_gemma4.c): Gemma 4, native like harmony:
+ *     <|tool_call>call:NAME{key:value}<tool_call|>, read by
+ *     reasoning_gemma4.c;
  *   - pl_tool_harmony (tool_harmony.c): gpt-oss, whose template renders
  *     tools, calls and results itself (native) and whose calls come back in
  *     the reply's channels (reasoning_format.h).
@@ -85,6 +88,7 @@ extern const pl_tool_format pl_tool_llama3;
 extern const pl_tool_format pl_tool_mistral;
 extern const pl_tool_format pl_tool_harmony;
 extern const pl_tool_format pl_tool_qwen3_coder;
+extern const pl_tool_format pl_tool_gemma4;
 
 /** The format of this name (an option, a test), NULL for none. The only
  *  place a name is compared. */

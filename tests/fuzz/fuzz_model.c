@@ -7,7 +7,8 @@
  * error message, never a crash; an error is one line.
  *
  * Seeds: tests/fuzz/model_corpus (make_model_corpus.py: a one-layer model
- * of each architecture, a two-layer Gated DeltaNet hybrid, a few KB). With -Dfuzz=true:
+ * of each architecture, a two-layer Gated DeltaNet hybrid, a three-layer
+ * Gemma 4, a few KB). With -Dfuzz=true:
  *   build-fuzz/tests/fuzz_model tests/fuzz/model_corpus -max_len=16384
  */
 #include <stdint.h>

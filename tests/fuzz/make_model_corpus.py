@@ -3,7 +3,8 @@
 architecture of the table (llama with a sliding window, qwen2, qwen3,
 gemma2, gemma3, qwen3moe with Q8_0 experts, gpt-oss with MXFP4 experts), a
 one-layer model as llama.cpp's converter lays it out (qwen35: two layers, a
-Gated DeltaNet one and a gated attention one),
+Gated DeltaNet one and a gated attention one; gemma4: three, a sliding, a
+global and a shared one, with per-layer embeddings),
 with Q8_0 matrices and f32 norms (a few KB each), and a vocabulary (byte
 BPE or SentencePiece with specials) - written by the gguf package's
 GGUFWriter into tests/fuzz/model_corpus/.
@@ -144,9 +145,74 @@ def qwen35():
     print(path, os.path.getsize(path))
 
 
+def gemma4():
+    """A three-layer Gemma 4 (sliding head 32, global head 64 with K = V
+    and proportional rope_freqs, layer 2 sliding and reading layer 0's
+    K/V, per-layer embeddings of 32 in Q8_0, layer output scales), as
+    llama.cpp's converter writes it: parley loads and runs it."""
+    path = os.path.join(OUT, "gemma4.gguf")
+    w = GGUFWriter(path, "gemma4")
+    a = "gemma4."
+    for k, v in [("block_count", 3), ("context_length", 64), ("embedding_length", E),
+                 ("feed_forward_length", FF), ("attention.head_count", 1),
+                 ("attention.head_count_kv", 1), ("attention.key_length", 64),
+                 ("attention.value_length", 64), ("attention.key_length_swa", HD),
+                 ("attention.value_length_swa", HD), ("rope.dimension_count", 64),
+                 ("rope.dimension_count_swa", HD), ("attention.sliding_window", 4),
+                 ("attention.shared_kv_layers", 1), ("embedding_length_per_layer_input", 32)]:
+        w.add_uint32(a + k, v)
+    w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
+    w.add_float32(a + "rope.freq_base", 1e6)
+    w.add_float32(a + "rope.freq_base_swa", 1e4)
+    w.add_float32(a + "final_logit_softcapping", 30.0)
+    w.add_array(a + "attention.sliding_window_pattern", [True, False, True])
+    vocab(w, True)
+    rng = np.random.default_rng(48)
+
+    def mat(n, rows, cols, q=True):
+        x = rng.standard_normal((rows, cols)).astype(np.float32)
+        if q:
+            w.add_tensor(n, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
+        else:
+            w.add_tensor(n, 0.1 * x)
+
+    def vec(n, *shape):
+        w.add_tensor(n, np.ones(shape, dtype=np.float32))
+    mat("token_embd.weight", NV, E)
+    mat("per_layer_token_embd.weight", NV, 3 * 32)
+    mat("per_layer_model_proj.weight", 3 * 32, E)
+    vec("per_layer_proj_norm.weight", 32)
+    vec("output_norm.weight", E)
+    w.add_tensor("rope_freqs.weight", np.array([1.0] * 8 + [1e30] * 24, dtype=np.float32))
+    for l, hd in enumerate((HD, 64, HD)):
+        b = "blk.%d." % l
+        for n in ("attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm", "post_norm"):
+            vec(b + n + ".weight", E)
+        vec(b + "layer_output_scale.weight", 1)
+        mat(b + "attn_q.weight", hd, E)
+        vec(b + "attn_q_norm.weight", hd)
+        mat(b + "attn_output.weight", E, hd)
+        if l < 2:
+            mat(b + "attn_k.weight", hd, E)
+            vec(b + "attn_k_norm.weight", hd)
+        if l == 0:
+            mat(b + "attn_v.weight", hd, E)
+        for n in ("ffn_gate", "ffn_up"):
+            mat(b + n + ".weight", FF, E)
+        mat(b + "ffn_down.weight", E, FF)
+        mat(b + "inp_gate.weight", 32, E)
+        mat(b + "proj.weight", E, 32)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(path, os.path.getsize(path))
+
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     qwen35()
+    gemma4()
     none = lambda *a: None  # noqa: E731
     qk = lambda vec: (vec("blk.0.attn_q_norm.weight", HD), vec("blk.0.attn_k_norm.weight", HD))  # noqa: E731
     post = lambda vec: (vec("blk.0.post_attention_norm.weight", E),  # noqa: E731

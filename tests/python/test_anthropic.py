@@ -475,6 +475,47 @@ def test_litellm_anthropic_provider(mock):
     assert r.choices[0].finish_reason == "tool_calls"
 
 
+def test_litellm_streamed_tools_round_trip_thinking_and_errors(mock):
+    """LiteLLM's anthropic provider, unmodified: a streamed tool call, a
+    tool result sent back (tool_result block: the echo model replays what
+    the template gave it), thinking as thinking blocks, and an Anthropic
+    error JSON raised as litellm's BadRequestError."""
+    litellm = pytest.importorskip("litellm")
+    kw = dict(model="anthropic/mock", api_base=mock.url, api_key="unused")
+    tool = {"type": "function", "function": {"name": WEATHER["name"],
+                                             "description": WEATHER["description"],
+                                             "parameters": WEATHER["input_schema"]}}
+    calls, finish = {}, None
+    for ch in litellm.completion(**kw, messages=[{"role": "user", "content": CALL}],
+                                 tools=[tool], max_tokens=100, stream=True):
+        finish = ch.choices[0].finish_reason or finish
+        for tc in ch.choices[0].delta.tool_calls or []:
+            c = calls.setdefault(tc.index, {"name": "", "args": ""})
+            c["name"] += tc.function.name or ""
+            c["args"] += tc.function.arguments or ""
+    assert list(calls) == [0] and calls[0]["name"] == "get_weather"
+    assert json.loads(calls[0]["args"]) == {"city": "Oslo"}
+    assert finish == "tool_calls"
+    msgs = [{"role": "user", "content": "weather in Oslo?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "toolu_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+            {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny and mild"}]
+    r = litellm.completion(**kw, messages=msgs, tools=[tool], max_tokens=50)
+    assert "sunny and mild" in r.choices[0].message.content
+    assert r.choices[0].finish_reason == "stop"
+    r = litellm.completion(**kw, messages=[{"role": "user", "content": THINK}], max_tokens=50,
+                           thinking={"type": "enabled", "budget_tokens": 1024},
+                           allowed_openai_params=["thinking"])
+    assert r.choices[0].message.content.strip() == "The answer is 42."
+    assert r.choices[0].message.reasoning_content.strip() == "Let me think about it."
+    assert [b["type"] for b in r.choices[0].message.thinking_blocks] == ["thinking"]
+    with pytest.raises(litellm.BadRequestError) as e:
+        litellm.completion(**kw, messages=[{"role": "user", "content": "x"}], max_tokens=5,
+                           temperature=9)
+    assert "temperature" in str(e.value) and "invalid_request_error" in str(e.value)
+
+
 def test_through_a_gateway():
     """parley as a gateway (--upstream) in front of a parley mock: the
     upstream gets the chat-form body, its calls come back as tool_use."""

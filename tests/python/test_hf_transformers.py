@@ -44,7 +44,8 @@ def logits(d, ids, wtype):
 
 def test_every_family_has_a_transformers_checkpoint():
     assert set(FAMILIES) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
-                             "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16", "qwen35"}
+                             "gemma3", "gpt-oss", "qwen3-bf16", "gemma3-bf16", "qwen35",
+                             "smollm3", "ministral3"}
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if f.endswith("-bf16")])
@@ -122,7 +123,7 @@ CONVERTED = [f for f in FAMILIES
 
 def test_every_family_has_a_converted_gguf():
     assert set(CONVERTED) >= {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2",
-                              "gemma3", "gpt-oss", "qwen35"}
+                              "gemma3", "gpt-oss", "qwen35", "smollm3", "ministral3"}
 
 
 @pytest.mark.parametrize("family", CONVERTED)
@@ -138,12 +139,90 @@ def test_converted_gguf_equals_transformers(family, tmp_path):
     path = tmp_path / f"{family}.gguf"
     path.write_bytes(gen.gguf_bytes(ref, gg))
     want = np.array(gg.get("logits", ref["logits"]))
+    probe = subprocess.run([TOOL, "logits", str(path), "f32"], input=json.dumps(ref["ids"]),
+                           capture_output=True, text=True, timeout=300)
+    if probe.returncode and "tokenizer.ggml.model 'gemma4'" in probe.stderr:
+        # the converter's Gemma 4 vocabulary (BPE, the gemma4 pre-tokenizer)
+        # is the text side's to read; test_gemma4.c runs this file's model
+        pytest.skip("tokenizer.ggml.model 'gemma4' is not read yet (backends/text)")
     ours = logits(path, ref["ids"], "f32")
     err = np.abs(ours - want).max()
     assert err < 1e-3, f"{family}: converted GGUF {err:.2e} from transformers"
     if "dropped" in gg:
         off = np.abs(ours - np.array(ref["logits"])).max()
         assert off > 1e-2, f"{family}: the converter now keeps {gg['dropped']}"
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda c: c.update(no_rope_layers=[1, 0, 1, 0]), "no_rope_layers"),
+    (lambda c: c.update(no_rope_layers=[1, 1, 1]), "no_rope_layers"),
+    (lambda c: (c.pop("no_rope_layers"), c.update(no_rope_layer_interval=2)),
+     "no_rope_layer_interval"),
+    (lambda c: c.update(use_sliding_window=True), "use_sliding_window"),
+])
+def test_smollm3_nope_pattern_other_than_llama_cpp_is_refused(edit, says, tmp_path):
+    """llama.cpp runs SmolLM3 with NoPE in every fourth layer (no GGUF key
+    says so): another pattern is refused naming config.json and the key."""
+    d, ref = folder("smollm3", tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    edit(cfg)
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = open_error(d, ref["ids"])
+    assert "config.json" in err and says in err, err
+
+
+@pytest.mark.parametrize("edit,says", [
+    (lambda c: c["rope_parameters"].update(mscale=2.0), "rope_parameters.mscale"),
+    (lambda c: c.update(architectures=["MistralForCausalLM"]),
+     "rope_parameters.llama_4_scaling_beta"),
+    (lambda c: c.update(sliding_window=8), "sliding_window"),
+])
+def test_ministral3_keys_parley_does_not_run_are_refused(edit, says, tmp_path):
+    """Ministral 3's YaRN with an mscale other than llama.cpp's 1, its query
+    temperature in a family without one (Mistral's llama files), a window
+    (llama.cpp's mistral3 has none): refused naming config.json and the
+    key."""
+    d, ref = folder("ministral3", tmp_path)
+    cfg = json.load(open(d / "config.json"))
+    edit(cfg)
+    json.dump(cfg, open(d / "config.json", "w"))
+    err = open_error(d, ref["ids"])
+    assert "config.json" in err and says in err, err
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+LLAMA_REF = [f for f in CONVERTED
+             if "llama_logits" in json.load(open(os.path.join(FIX, "hf_transformers", f,
+                                                              "gguf.json")))]
+
+
+def test_new_families_have_a_llama_cpp_reference():
+    assert set(LLAMA_REF) >= {"smollm3", "ministral3"}
+
+
+@pytest.mark.parametrize("family", LLAMA_REF)
+def test_converted_gguf_near_llama_cpp(family, tmp_path):
+    """The converted file against llama-cpp-python 0.3.36 on it
+    (gguf.json's llama_logits): prompt logprobs within 0.02 nats mean,
+    the greedy token of every row equal (where llama.cpp's top two are
+    0.01 apart: its own rounding decides a closer tie)."""
+    d, ref = folder(family, tmp_path)
+    gg = json.load(open(d / "gguf.json"))
+    path = tmp_path / f"{family}.gguf"
+    path.write_bytes(gen.gguf_bytes(ref, gg))
+    ours, theirs = logits(path, ref["ids"], "f32"), np.array(gg["llama_logits"])
+    ids = ref["ids"]
+    a, b = log_softmax(ours), log_softmax(theirs)
+    d = np.abs(a[np.arange(len(ids) - 1), ids[1:]] - b[np.arange(len(ids) - 1), ids[1:]])
+    print(f"{family}: prompt logprobs vs llama.cpp max {d.max():.2e} mean {d.mean():.2e} nats")
+    assert d.mean() < 0.02
+    top2 = np.sort(theirs, -1)[:, -2:]
+    sure = top2[:, 1] - top2[:, 0] > 0.01
+    assert (ours.argmax(-1) == theirs.argmax(-1))[sure].all()
 
 
 # ---- Qwen3.5 (Gated DeltaNet hybrids) -----------------------------------

@@ -167,10 +167,11 @@ static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk)
 
 /* Stores a K or V row (all heads) into slot `slot` of block `blk`, each
  * head's part into that head's rows (rounded to half when f16). */
-static void kv_store(const pl_cpu_fwd *f, char *blk, int slot, const float *src)
+static void kv_store(const pl_cpu_fwd *f, const pl_layer *y, char *blk, int slot,
+                     const float *src)
 {
-    int hd = f->m->head_dim;
-    for (int h = 0; h < f->m->n_head_kv; h++) {
+    int hd = y->head_dim;
+    for (int h = 0; h < y->n_head_kv; h++) {
         char *dst = blk + ((size_t)h * f->o.block_size + slot) * hd * f->kv_esz;
         if (f->o.kv_f16)
             pl_op_f32_to_f16_row((uint16_t *)(void *)dst, src + (size_t)h * hd, hd);
@@ -187,20 +188,21 @@ static const int32_t *row_blocks(const pl_fwd_batch *b, int r, int g)
                             (size_t)b->max_blocks_per_seq;
 }
 
-/* YaRN's magnitude factor on the rotated dims of each head (llama.cpp
- * scales cos and sin by it). */
-static void rope_scale(float *x, int n_heads, int hd, int n_rot, float s)
+/* Layer y's rotation of n heads at pos, then YaRN's magnitude factor on
+ * their rotated dims (llama.cpp scales cos and sin by it). */
+static void rope_rows(const pl_model *m, const pl_layer *y, float *x, int n, int pos)
 {
-    for (int h = 0; h < n_heads; h++)
-        for (int i = 0; i < n_rot; i++)
-            x[(size_t)h * hd + i] *= s;
+    pl_op_rope(x, n, y->head_dim, y->n_rot, pos, y->rope_inv_freq, m->rope_neox);
+    for (int h = 0; m->rope_mscale > 0 && m->rope_mscale != 1.0f && h < n; h++)
+        for (int i = 0; i < y->n_rot; i++)
+            x[(size_t)h * y->head_dim + i] *= m->rope_mscale;
 }
 
 /* A gated query projection's row r (per head: the query, then its gate)
  * into q and qgate. */
 static void split_query_gate(pl_cpu_fwd *f, int r)
 {
-    int hd = f->m->head_dim;
+    int hd = f->m->head_dim;   /* qwen35: one head size */
     const float *src = f->qg + (size_t)r * 2 * f->q_dim;
     for (int h = 0; h < f->m->n_head; h++) {
         memcpy(f->q + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)2 * h * hd,
@@ -219,37 +221,44 @@ static void attn_gate_row(pl_cpu_fwd *f, int r)
         a[i] *= 1.0f / (1.0f + expf(-g[i]));
 }
 
-/* Rope q/k of row r, add biases, and store its k/v into their cache slots. */
+/* Rope q/k of row r, add biases, and store its k/v into their cache slots
+ * (a layer reading another's K/V only ropes its queries). */
 static void qkv_finish(pl_cpu_fwd *f, int l, int r)
 {
     const pl_model *m = f->m;
     const pl_layer *y = &m->layers[l];
     const pl_fwd_batch *b = f->b;
-    float *q = f->q + (size_t)r * f->q_dim, *k = f->k + (size_t)r * f->kv_dim;
-    float *v = f->v + (size_t)r * f->kv_dim;
+    int qd = q_dim_(f, l), kvd = kv_dim_(f, l), nkv = y->n_head_kv;
+    float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd;
+    float *v = f->v + (size_t)r * kvd;
     if (m->attn_out_gate)
         split_query_gate(f, r);
-    for (int i = 0; y->bq && i < f->q_dim; i++)
+    for (int i = 0; y->bq && i < qd; i++)
         q[i] += y->bq[i];
-    for (int i = 0; y->bk && i < f->kv_dim; i++) {
+    int pos = b->positions[r], hd = y->head_dim;
+    for (int h = 0; y->attn_q_norm && h < m->n_head; h++)
+        pl_op_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, y->attn_q_norm, hd, m->rms_eps);
+    rope_rows(m, y, q, m->n_head, pos);
+    float tq = m->attn_temp_scale > 0 ? query_temperature(m, pos) : 1;
+    for (int i = 0; tq != 1 && i < qd; i++)
+        q[i] *= tq;
+    if (y->kv_src != l)
+        return;
+    if (!y->wv.rows)                       /* K = V, before the k norm */
+        memcpy(v, k, sizeof(float) * kvd);
+    for (int i = 0; y->bk && i < kvd; i++) {
         k[i] += y->bk[i];
         v[i] += y->bv[i];
     }
-    int pos = b->positions[r], hd = m->head_dim;
-    for (int h = 0; y->attn_q_norm && h < m->n_head; h++)
-        pl_op_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, y->attn_q_norm, hd, m->rms_eps);
-    for (int h = 0; y->attn_k_norm && h < m->n_head_kv; h++)
+    for (int h = 0; y->attn_k_norm && h < nkv; h++)
         pl_op_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, y->attn_k_norm, hd, m->rms_eps);
-    pl_op_rope(q, m->n_head, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
-    pl_op_rope(k, m->n_head_kv, hd, m->n_rot, pos, y->rope_inv_freq, m->rope_neox);
-    if (m->rope_mscale > 0 && m->rope_mscale != 1.0f) {
-        rope_scale(q, m->n_head, hd, m->n_rot, m->rope_mscale);
-        rope_scale(k, m->n_head_kv, hd, m->n_rot, m->rope_mscale);
-    }
+    for (int h = 0; m->v_norm && h < nkv; h++)
+        pl_op_rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, NULL, hd, m->rms_eps);
+    rope_rows(m, y, k, nkv, pos);
     int32_t blk = row_blocks(b, r, f->lo.layer_group[l])[pos / f->o.block_size];
     int slot = pos % f->o.block_size;
-    kv_store(f, kv_at(f, f->k_cache, l, blk), slot, k);
-    kv_store(f, kv_at(f, f->v_cache, l, blk), slot, v);
+    kv_store(f, y, kv_at(f, f->k_cache, l, blk), slot, k);
+    kv_store(f, y, kv_at(f, f->v_cache, l, blk), slot, v);
 }
 
 /* The first position row r attends to in layer l: its sliding window's
@@ -260,21 +269,22 @@ static int attn_first(const pl_cpu_fwd *f, int l, int r)
     return w > 0 && n_ctx > w ? n_ctx - w : 0;
 }
 
-/* The attention arguments of row r's kv head kh in layer l. */
+/* The attention arguments of row r's kv head kh in layer l (the K/V of
+ * the layer it reads). */
 static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
 {
-    int hd = f->m->head_dim;
+    int hd = f->m->layers[l].head_dim, src = f->m->layers[l].kv_src;
     return (pl_attn_args){.block_size = f->o.block_size,
                           .block_stride = (size_t)f->lo.n_slots * f->o.block_size * f->kv_dim,
                           .row_stride = (size_t)hd, .head_dim = hd,
                           .scale = f->m->attn_scale, .softcap = f->m->attn_softcap,
                           .first = attn_first(f, l, r),
-                          .k_base = kv_at(f, f->k_cache, l, 0) +
+                          .k_base = kv_at(f, f->k_cache, src, 0) +
                                     f->kv_esz * kh * f->o.block_size * hd,
-                          .v_base = kv_at(f, f->v_cache, l, 0) +
+                          .v_base = kv_at(f, f->v_cache, src, 0) +
                                     f->kv_esz * kh * f->o.block_size * hd,
                           .kv_f16 = f->o.kv_f16,
-                          .block_table = row_blocks(f->b, r, f->lo.layer_group[l]),
+                          .block_table = row_blocks(f->b, r, f->lo.layer_group[src]),
                           .sinks = f->m->layers[l].attn_sinks};
 }
 
@@ -285,14 +295,15 @@ static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
 static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
     const pl_model *m = f->m;
-    int per = m->n_head_kv * ph->split, nq = m->n_head / m->n_head_kv / ph->split;
-    int r = it / per, kh = it % per / ph->split, hd = m->head_dim;
+    const pl_layer *y = &m->layers[ph->layer];
+    int per = y->n_head_kv * ph->split, nq = m->n_head / y->n_head_kv / ph->split;
+    int r = it / per, kh = it % per / ph->split, hd = y->head_dim;
     pl_attn_args a = attn_args(f, ph->layer, r, kh);
-    size_t off = (size_t)r * f->q_dim + (size_t)(it % per) * nq * hd;
+    size_t off = (size_t)r * q_dim_(f, ph->layer) + (size_t)(it % per) * nq * hd;
     if (a.sinks)
         a.sinks += (it % per) * nq;  /* this item's first query head */
     pl_op_attention(&a, f->q + off, nq, f->b->positions[r] + 1, f->att + off,
-                    f->attn_scr + (size_t)ith * (m->n_head / m->n_head_kv) * f->o.max_ctx);
+                    f->attn_scr + (size_t)ith * m->n_head * f->o.max_ctx);
     if (ph->next)
         pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, nq * hd);
 }
@@ -306,7 +317,8 @@ static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
 {
     const pl_model *m = f->m;
-    int group = m->n_head / m->n_head_kv, hd = m->head_dim;
+    const pl_layer *y = &m->layers[ph->layer];
+    int group = m->n_head / y->n_head_kv, hd = y->head_dim;
     size_t ctx = (size_t)f->o.max_ctx;
     if (ph->kind == PH_ATT_SOFTMAX) {
         int r = it / m->n_head, first = attn_first(f, ph->layer, r);
@@ -318,11 +330,11 @@ static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
             pl_op_softmax(sc, f->b->positions[r] + 1 - first);
         return;
     }
-    int per = m->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
+    int per = y->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
     int c = it % ph->split, n_ctx = f->b->positions[r] + 1;
     pl_attn_args a = attn_args(f, ph->layer, r, kh);
     float *sc = f->att_sc + ((size_t)r * m->n_head + (size_t)kh * group) * ctx;
-    size_t off = (size_t)r * f->q_dim + (size_t)kh * group * hd;
+    size_t off = (size_t)r * q_dim_(f, ph->layer) + (size_t)kh * group * hd;
     if (ph->kind == PH_ATT_SCORES) {
         int t0 = a.first + c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < n_ctx ? t0 + ATT_CHUNK : n_ctx;
         if (t0 < t1)
@@ -354,6 +366,8 @@ static void embed_row(pl_cpu_fwd *f, int r)
                           dst, te->cols);
     for (int i = 0; sc != 1.0f && i < te->cols; i++)
         dst[i] *= sc;
+    if (f->m->n_ple > 0)
+        pl_fwd_ple_inputs_(f, r, dst, id);
 }
 
 /* x += d, d first normalised by post_norm (gemma's post-norms) when given. */
@@ -394,7 +408,7 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
     switch (ph->kind) {
     case PH_EMBED: embed_row(f, r); break;
     case PH_ATTN_IN:
-        if (ph->layer > 0)
+        if (ph->layer > 0 && !f->layer_end)
             add_block_out(x, t, m->layers[ph->layer - 1].ffn_post_norm, e, m->rms_eps);
         pl_op_rmsnorm(xn, x, y->attn_norm, e, m->rms_eps);
         break;
@@ -412,8 +426,10 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
         return;
     case PH_ATTN_GATE: attn_gate_row(f, r); break;
     case PH_FINAL_ADD:
-        add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);
+        if (!f->layer_end)
+            add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);
         break;
+    case PH_LAYER_END: pl_fwd_layer_end_(f, ph->layer, r); break;
 
     case PH_OUT_NORM:
         pl_op_rmsnorm(f->xo + (size_t)r * e, f->x + (size_t)f->out_rows[r] * e,
@@ -536,7 +552,8 @@ static int attn_split(int group, int kv_items, int nth)
 static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
 {
     const pl_model *m = f->m;
-    int group = m->n_head / m->n_head_kv, kv_items = n * m->n_head_kv, max_ctx = 0;
+    const pl_layer *y = &m->layers[l];
+    int group = m->n_head / y->n_head_kv, kv_items = n * y->n_head_kv, max_ctx = 0;
     int nth = pl_pool_size(f->pool), min_ctx = f->o.attn_split_ctx;
     for (int r = 0; r < n; r++) {      /* the most positions a row attends to */
         int span = f->b->positions[r] + 1 - attn_first(f, l, r);
@@ -546,7 +563,7 @@ static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
         min_ctx = ATT_SPLIT_CTX;
     if (n <= ATT_SPLIT_ROWS && nth > 1 && min_ctx > 0 && max_ctx >= min_ctx) {
         int nc = (max_ctx + ATT_CHUNK - 1) / ATT_CHUNK;
-        int nd = (m->head_dim + ATT_DIMS - 1) / ATT_DIMS;
+        int nd = (y->head_dim + ATT_DIMS - 1) / ATT_DIMS;
         pl_fwd_ph_add_(f, PH_ATT_SCORES, l, kv_items * nc, NULL)->split = nc;
         pl_fwd_ph_add_(f, PH_ATT_SOFTMAX, l, n * m->n_head, NULL);
         pl_fwd_ph_add_(f, PH_ATT_VALUES, l, kv_items * nd, NULL)->split = nd;
@@ -565,7 +582,9 @@ static void plan_attention_block(pl_cpu_fwd *f, phase *in, int l, int n)
     const pl_layer *y = &f->m->layers[l];
     const pl_weight *wqkv[] = {&y->wq, &y->wk, &y->wv}, *wo[] = {&y->wo};
     float *yqkv[] = {f->m->attn_out_gate ? f->qg : f->q, f->k, f->v}, *yt[] = {f->tmp};
-    in->next = ph_add_mm(f, f->xn, n, 3, wqkv, yqkv);
+    /* q only for a layer reading another's K/V; q, k when K = V */
+    int n_proj = y->kv_src != l ? 1 : y->wv.rows ? 3 : 2;
+    in->next = ph_add_mm(f, f->xn, n, n_proj, wqkv, yqkv);
     pl_fwd_ph_add_(f, PH_QKV_FINISH, l, n, NULL);
     phase *q8 = plan_attention(f, l, n);
     q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
@@ -574,8 +593,8 @@ static void plan_attention_block(pl_cpu_fwd *f, phase *in, int l, int n)
         return;
     }
     phase *at = q8 - 1;          /* the attention phase whose items write att */
-    int whole = at->kind == PH_ATTN ? f->m->n_head / f->m->n_head_kv / at->split * f->m->head_dim
-                                    : f->m->head_dim % ATT_DIMS ? 1 : ATT_DIMS;
+    int whole = at->kind == PH_ATTN ? f->m->n_head / y->n_head_kv / at->split * y->head_dim
+                                    : y->head_dim % ATT_DIMS ? 1 : ATT_DIMS;
     if (q8->next->any_q && whole % PL_QK == 0)
         at->next = q8->next;     /* each item's outputs are whole q8 blocks */
     if (!q8->next->any_q || at->next)
@@ -593,13 +612,16 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     else
         plan_attention_block(f, in, l, n);
     phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
-    if (f->m->n_expert > 0) {
-        pl_fwd_moe_plan_(f, l, n);
-        return;
+    if (f->m->n_expert == 0 || f->m->moe_beside) {   /* the dense FFN, into tmp */
+        ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
+        phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l,
+                                   n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
+        sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
     }
-    ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
-    phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l, n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
-    sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
+    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside the dense FFN */
+        pl_fwd_moe_plan_(f, l, n);
+    if (f->layer_end)
+        pl_fwd_ph_add_(f, PH_LAYER_END, l, n, NULL);
 }
 
 static int check_batch(const pl_cpu_fwd *f, const pl_fwd_batch *b)
@@ -661,6 +683,20 @@ int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logi
     return 0;
 }
 
+int pl_cpu_fwd_row_hidden(pl_cpu_fwd *f, const int32_t *rows, int n, float *out)
+{
+    const pl_model *m = f->m;
+    if (n < 0 || m->n_layer < 1)
+        return -1;
+    for (int i = 0; i < n; i++)
+        if (rows[i] < 0 || rows[i] >= f->last_rows)
+            return -1;
+    for (int i = 0; i < n; i++)
+        pl_op_rmsnorm(out + (size_t)i * m->n_embd, f->x + (size_t)rows[i] * m->n_embd,
+                      m->output_norm, m->n_embd, m->rms_eps);
+    return 0;
+}
+
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst)
 {
     if (src < 0 || dst < 0 || src >= f->o.num_blocks || dst >= f->o.num_blocks || src == dst)
@@ -693,9 +729,9 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->m = m;
     f->pool = pool;
     f->o = *o;
-    f->q_dim = m->n_head * m->head_dim;
-    f->kv_dim = m->n_head_kv * m->head_dim;
-    int n_ff = m->n_expert > 0 ? 0 : m->n_ff;   /* experts keep their own buffers */
+    f->q_dim = m->q_dim;
+    f->kv_dim = m->kv_dim;
+    int n_ff = m->n_expert > 0 && !m->moe_beside ? 0 : m->n_ff;  /* experts: their own */
     f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
@@ -711,7 +747,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
         f->lo = *o->kv_layout;
     f->o.kv_layout = NULL;
     size_t kv = (size_t)f->lo.n_slots * o->num_blocks * o->block_size * f->kv_dim;
-    f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM;
+    f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM &&
+                  m->head_dim_swa <= PL_ATTN_MAX_F16_HEAD_DIM;
     f->kv_esz = f->o.kv_f16 ? 2 : 4;
     f->k_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
     f->v_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
@@ -725,12 +762,19 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->gate = alloc_f(R * n_ff, &bad);
     f->up = alloc_f(R * n_ff, &bad);
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
+    for (int l = 0; l < m->n_layer; l++)
+        f->layer_end |= m->layers[l].out_scale != NULL;
+    f->layer_end |= m->n_ple > 0 || m->moe_beside;
+    f->tmp2 = m->moe_beside ? alloc_f(R * m->n_embd, &bad) : NULL;
+    if (m->n_ple > 0) {
+        f->ple = alloc_f(R * m->n_layer * m->n_ple, &bad);
+        f->ple_g = alloc_f(R * m->n_ple, &bad);
+    }
     if (m->attn_out_gate) {
         f->qg = alloc_f(R * 2 * f->q_dim, &bad);
         f->qgate = alloc_f(R * f->q_dim, &bad);
     }
-    f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * (m->n_head / m->n_head_kv) * o->max_ctx,
-                          &bad);
+    f->attn_scr = alloc_f((size_t)pl_pool_size(pool) * m->n_head * o->max_ctx, &bad);
     f->att_sc = alloc_f((size_t)ATT_SPLIT_ROWS * m->n_head * o->max_ctx, &bad);
     f->xq = calloc(R * (f->max_in / PL_QK) + 1, sizeof(pl_q8_act));
     f->ph = calloc((size_t)m->n_layer * PH_PER_LAYER + PH_OUTSIDE, sizeof(*f->ph));
@@ -759,7 +803,8 @@ void pl_cpu_fwd_free(pl_cpu_fwd *f)
     if (!f)
         return;
     float *bufs[] = {f->k_cache, f->v_cache, f->x, f->xn, f->tmp, f->q, f->att, f->k,
-                     f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc, f->qg, f->qgate};
+                     f->v, f->gate, f->up, f->xo, f->attn_scr, f->att_sc, f->qg, f->qgate,
+                     f->ple, f->ple_g, f->tmp2};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         free(bufs[i]);
     free(f->xq);

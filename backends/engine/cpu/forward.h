@@ -79,6 +79,12 @@ int pl_cpu_forward(pl_cpu_fwd *f, const pl_fwd_batch *b, float *logits);
  *  row or count. */
 int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits);
 
+/** The final hidden states (n, n_embd) of rows of the last pl_cpu_forward
+ *  call: the output norm of each row, what the output head would read
+ *  (decoder models as embedders; a call with n_out 0 computes no logits).
+ *  Returns 0, or -1 on a bad row. */
+int pl_cpu_fwd_row_hidden(pl_cpu_fwd *f, const int32_t *rows, int n, float *out);
+
 /** Copy block src's K/V (all the layers it holds) to block dst. */
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);
 

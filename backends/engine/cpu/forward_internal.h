@@ -5,6 +5,7 @@
 #ifndef PL_CPU_FORWARD_INTERNAL_H
 #define PL_CPU_FORWARD_INTERNAL_H
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,13 @@ struct pl_cpu_fwd {
     float *qg, *qgate;           /* (max_rows, 2 q_dim), (max_rows, q_dim): the
                                     gated query projection and its gate
                                     (attn_out_gate), else NULL */
+    float *tmp2;                 /* (max_rows, n_embd) the experts' sum beside
+                                    the dense FFN's in tmp (moe_beside), else
+                                    NULL */
+    float *ple, *ple_g;          /* (max_rows, n_layer n_ple), (max_rows,
+                                    n_ple): per-layer embeddings' inputs and
+                                    gate (n_ple > 0), else NULL */
+    bool layer_end;              /* layers end with PH_LAYER_END (gemma4) */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
     float *logits;               /* the call's logits (n_out, n_vocab) */
@@ -96,6 +104,8 @@ typedef enum ph_kind {
     PH_OUT_NORM,       /* xo[i] = rmsnorm(x[rows[i]]) */
     PH_SOFTCAP,        /* a SOFTCAP_CHUNK slice of a logits row, soft-capped */
     PH_ATTN_GATE,      /* att[r] *= sigmoid(gate[r]) (attn_out_gate) */
+    PH_LAYER_END,      /* x[r] += tmp[r]; the per-layer embedding; x[r] *=
+                          out_scale (layer_end) */
     PH_GDN_CONV,       /* (sequence, channel slice): conv + SiLU over its rows */
     PH_GDN_RULE,       /* (sequence, value head): the delta rule over its rows,
                           gated RMSNorm (forward_deltanet.c) */
@@ -104,7 +114,8 @@ typedef enum ph_kind {
     PH_MOE_GATHER,     /* the input of (row, rank) at its expert's place */
     PH_MOE_UP,         /* units (expert, features): act(gate) * up, q8 */
     PH_MOE_DOWN,       /* units (expert, features) of the down projection */
-    PH_MOE_COMBINE,    /* tmp[r] = sum over ranks of weight * expert output */
+    PH_MOE_COMBINE,    /* tmp[r] (tmp2[r] beside a dense FFN) = sum over ranks
+                          of weight * expert output */
 } ph_kind;
 
 typedef struct phase {
@@ -118,7 +129,8 @@ typedef struct phase {
     mm_job mm;                   /* PH_MM */
 } phase;
 
-#define PH_PER_LAYER 14          /* the most a layer adds (one with experts) */
+#define PH_PER_LAYER 19          /* the most a layer adds (one with experts
+                                    beside its dense FFN) */
 #define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
 
 /* Appends a phase of n items to the plan. */
@@ -149,12 +161,37 @@ void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
 int pl_fwd_moe_init_(pl_cpu_fwd *f, char *err, size_t len);
 void pl_fwd_moe_free_(pl_cpu_fwd *f);
 /* Row r of layer l after its FFN norm (xn): the router's choice, and the
- * row's q8 blocks when the experts read them. */
+ * row's q8 blocks when the experts read them; with experts beside the
+ * dense FFN (moe_beside) the router and the experts read x's own norms. */
 void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r);
 /* The phases of layer l's expert block over n rows, after PH_FFN_IN. */
 void pl_fwd_moe_plan_(pl_cpu_fwd *f, int l, int n);
 /* A thread's share of a PH_MOE_* phase; returns the items it finished
  * (which pl_pool_done counts). */
 int pl_fwd_moe_phase_(pl_cpu_fwd *f, phase *ph, int ith);
+
+/* Layer l's row widths: its queries' and its K/V's (the buffers' rows are
+ * as wide as the layer's projections). */
+static inline int q_dim_(const pl_cpu_fwd *f, int l)
+{
+    return f->m->n_head * f->m->layers[l].head_dim;
+}
+
+static inline int kv_dim_(const pl_cpu_fwd *f, int l)
+{
+    return f->m->layers[l].n_head_kv * f->m->layers[l].head_dim;
+}
+
+/* The queries' factor at pos (model.h's attn_temp_scale, Ministral 3). */
+static inline float query_temperature(const pl_model *m, int pos)
+{
+    return 1 + m->attn_temp_scale * logf(floorf((float)pos / (float)m->attn_temp_floor) + 1);
+}
+
+/* Per-layer embeddings and layer ends (forward_ple.c): row r's inputs
+ * from its scaled embedding x0 and token id (into f->ple); the end of
+ * layer l on row r (PH_LAYER_END). */
+void pl_fwd_ple_inputs_(pl_cpu_fwd *f, int r, const float *x0, int32_t id);
+void pl_fwd_layer_end_(pl_cpu_fwd *f, int l, int r);
 
 #endif

@@ -30,6 +30,7 @@
  */
 #include "backends/engine/cpu/forward_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,9 @@ struct pl_fwd_moe {
                                            place, places */
     int32_t *count, *offsets;    /* (n_expert), (n_expert + 1) the grouping's */
     int n_active, units[2];      /* this layer's; units of UP and DOWN */
+    float *xe;                   /* (max_rows, n_embd) the experts' own input
+                                    beside a dense FFN (moe_beside), else NULL */
+    pl_q8_act *xeq;              /* (max_rows, n_embd / 32) its q8 blocks */
     pl_q8_act *xg;               /* (max_slots, n_embd / 32) gathered inputs */
     float *xgf;                  /* (max_slots, n_embd) the same in f32 (float
                                     gate/up experts), or NULL */
@@ -150,6 +154,10 @@ int pl_fwd_moe_init_(pl_cpu_fwd *f, char *err, size_t len)
     mo->act_cnt = alloc_z(E, sizeof(int32_t), &bad);
     mo->count = alloc_z(E, sizeof(int32_t), &bad);
     mo->offsets = alloc_z(E + 1, sizeof(int32_t), &bad);
+    if (m->moe_beside) {
+        mo->xe = alloc_z(R * ne, sizeof(float), &bad);
+        mo->xeq = alloc_z(R * (ne / PL_QK), sizeof(pl_q8_act), &bad);
+    }
     mo->xg = alloc_z(S * (ne / PL_QK), sizeof(pl_q8_act), &bad);
     mo->xgf = f32_in ? alloc_z(S * ne, sizeof(float), &bad) : NULL;
     mo->hq = alloc_z(S * (nf / PL_QK), sizeof(pl_q8_act), &bad);
@@ -170,12 +178,25 @@ void pl_fwd_moe_free_(pl_cpu_fwd *f)
     if (!mo)
         return;
     void *p[] = {mo->sel, mo->wt, mo->slot_of, mo->row_of, mo->act_e, mo->act_off,
-                 mo->act_cnt, mo->count, mo->offsets, mo->xg, mo->xgf, mo->hq, mo->h, mo->y,
-                 mo->scr, mo->spans};
+                 mo->act_cnt, mo->count, mo->offsets, mo->xe, mo->xeq, mo->xg, mo->xgf, mo->hq,
+                 mo->h, mo->y, mo->scr, mo->spans};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(mo);
     f->moe = NULL;
+}
+
+/* Beside a dense FFN (model.h): the router reads rmsnorm(x) / sqrt(n_embd)
+ * * gate_inp_s, into xe, which then gets the experts' input,
+ * rmsnorm(x, pre_ffw_norm_2). */
+static void beside_router_in(const pl_cpu_fwd *f, const pl_layer *y, int r, float *xe)
+{
+    int ne = f->m->n_embd;
+    const float *x = f->x + (size_t)r * ne;
+    float s = 1.0f / sqrtf((float)ne);
+    pl_op_rmsnorm(xe, x, NULL, ne, f->m->rms_eps);
+    for (int i = 0; i < ne; i++)
+        xe[i] = xe[i] * s * y->gate_inp_s[i];
 }
 
 void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r)
@@ -185,14 +206,23 @@ void pl_fwd_moe_route_(pl_cpu_fwd *f, int l, int r)
     struct pl_fwd_moe *mo = f->moe;
     int ne = m->n_embd, E = m->n_expert, k = mo->k;
     const float *xn = f->xn + (size_t)r * ne;
-    float lg[PL_MOE_MAX_EXPERTS];
+    float lg[PL_MOE_MAX_EXPERTS], *xe = mo->xe ? mo->xe + (size_t)r * ne : NULL;
+    if (xe) {
+        beside_router_in(f, y, r, xe);
+        xn = xe;
+    }
     for (int e = 0; e < E; e++)
         lg[e] = pl_op_dot_f32(y->gate_inp.f32 + (size_t)e * ne, xn, ne) +
                 (y->gate_inp_b ? y->gate_inp_b[e] : 0.0f);
-    pl_op_moe_route(lg, E, k, m->moe_gating == PL_MOE_TOPK_SOFTMAX, m->moe_norm_w,
-                    mo->sel + (size_t)r * k, mo->wt + (size_t)r * k);
+    int32_t *sel = mo->sel + (size_t)r * k;
+    float *wt = mo->wt + (size_t)r * k;
+    pl_op_moe_route(lg, E, k, m->moe_gating == PL_MOE_TOPK_SOFTMAX, m->moe_norm_w, sel, wt);
+    for (int j = 0; y->down_exps_s && j < k; j++)
+        wt[j] *= y->down_exps_s[sel[j]];
+    if (xe)
+        pl_op_rmsnorm(xe, f->x + (size_t)r * ne, y->ffn_pre_norm_2, ne, m->rms_eps);
     if (!is_f32(&y->gate_exps))
-        pl_op_quantize_row_q8(xn, f->xq + (size_t)r * (ne / PL_QK), ne);
+        pl_op_quantize_row_q8(xn, (xe ? mo->xeq : f->xq) + (size_t)r * (ne / PL_QK), ne);
 }
 
 /* Splits units [0, n) into one contiguous run per thread. */
@@ -235,9 +265,11 @@ static void moe_gather(pl_cpu_fwd *f, const phase *ph, int s)
     const pl_layer *y = &f->m->layers[ph->layer];
     size_t ne = (size_t)f->m->n_embd;
     if (is_f32(&y->gate_exps))
-        pl_op_moe_gather(f->xn, sizeof(float) * ne, mo->row_of, s, s + 1, mo->xgf);
+        pl_op_moe_gather(mo->xe ? mo->xe : f->xn, sizeof(float) * ne, mo->row_of, s, s + 1,
+                         mo->xgf);
     else
-        pl_op_moe_gather(f->xq, sizeof(pl_q8_act) * (ne / PL_QK), mo->row_of, s, s + 1, mo->xg);
+        pl_op_moe_gather(mo->xe ? mo->xeq : f->xq, sizeof(pl_q8_act) * (ne / PL_QK),
+                         mo->row_of, s, s + 1, mo->xg);
 }
 
 /* out[i, o - o0] = x_i . row o of w for places [p0, p0 + cnt), o in
@@ -323,7 +355,7 @@ static void moe_combine(pl_cpu_fwd *f, int r)
     struct pl_fwd_moe *mo = f->moe;
     int ne = f->m->n_embd, k = mo->k;
     pl_op_moe_combine(mo->y, mo->slot_of + (size_t)r * k, mo->wt + (size_t)r * k, k, ne,
-                      f->tmp + (size_t)r * ne);
+                      (f->tmp2 ? f->tmp2 : f->tmp) + (size_t)r * ne);
 }
 
 /* UP or DOWN: this thread's run, then what is left of the others'; the

@@ -32,6 +32,11 @@ void pl_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++)
         ss += (double)x[i] * x[i];
     float inv = 1.0f / sqrtf((float)(ss / n) + eps);
+    if (!w) {                    /* unweighted (Gemma 4's V) */
+        for (int i = 0; i < n; i++)
+            out[i] = x[i] * inv;
+        return;
+    }
     for (int i = 0; i < n; i++)
         out[i] = x[i] * inv * w[i];
 }

@@ -69,7 +69,7 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                         const pl_q8_act *x, int n_blk, int n_rows,
                         float *y, int ldy, int o0, int o1);
 
-/** out = x / rms(x) * w over n elements. out may alias x. */
+/** out = x / rms(x) * w over n elements (w NULL: unweighted). out may alias x. */
 void pl_op_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
 /** Rotate the first n_rot dims of each of n_heads heads (head_dim apart) at

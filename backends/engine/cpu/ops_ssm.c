@@ -1,5 +1,6 @@
 /* ops_ssm.c - the Gated DeltaNet operations (ops_ssm.h). */
 #include "backends/engine/cpu/ops_ssm.h"
+#include "backends/engine/cpu/ops_ssm_simd.h"
 
 #include "src/base/cpu_features.h"
 
@@ -13,8 +14,8 @@
 
 static inline float silu(float x) { return x / (1.0f + expf(-x)); }
 
-void pl_op_ssm_conv_row(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
-                        int K)
+static void conv_row_ref(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
+                         int K)
 {
     for (int c = 0; c < n; c++) {
         float acc = w[(size_t)(K - 1) * ldw + c] * x[c];
@@ -25,6 +26,68 @@ void pl_op_ssm_conv_row(const float *w, size_t ldw, float *hist, size_t ldh, flo
         hist[(size_t)(K - 2) * ldh + c] = x[c];
         x[c] = silu(acc);
     }
+}
+
+#ifdef PL_HAVE_X86
+/* e^x on 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes' degree-6
+ * polynomial, 2^n into the exponent; x clamped to where floats hold it.
+ * Within 2 ulp of expf. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                   _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* conv_row_ref, eight channels at a time: the same sums in the same order
+ * (its bits before the SiLU), the SiLU's e^-x from exp256. */
+__attribute__((target("avx2,fma")))
+static void conv_row_avx2(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
+                          int K)
+{
+    int c = 0;
+    for (; c + 8 <= n; c += 8) {
+        __m256 xc = _mm256_loadu_ps(x + c);
+        __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(w + (size_t)(K - 1) * ldw + c), xc);
+        for (int j = 0; j < K - 1; j++)
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(w + (size_t)j * ldw + c),
+                                  _mm256_loadu_ps(hist + (size_t)j * ldh + c), acc);
+        for (int j = 0; j < K - 2; j++)
+            _mm256_storeu_ps(hist + (size_t)j * ldh + c,
+                             _mm256_loadu_ps(hist + (size_t)(j + 1) * ldh + c));
+        _mm256_storeu_ps(hist + (size_t)(K - 2) * ldh + c, xc);
+        __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f),
+                                   exp256(_mm256_sub_ps(_mm256_setzero_ps(), acc)));
+        _mm256_storeu_ps(x + c, _mm256_div_ps(acc, den));
+    }
+    if (c < n)
+        conv_row_ref(w + c, ldw, hist + c, ldh, x + c, n - c, K);
+}
+#endif
+
+void pl_op_ssm_conv_row(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
+                        int K)
+{
+#ifdef PL_HAVE_X86
+    const pl_cpu_feature_set *cpu = pl_cpu_features();
+    if (cpu->avx2 && cpu->fma && K >= 2) {
+        conv_row_avx2(w, ldw, hist, ldh, x, n, K);
+        return;
+    }
+#endif
+    conv_row_ref(w, ldw, hist, ldh, x, n, K);
 }
 
 void pl_op_gdn_step_ref(float *S, const float *q, const float *k, const float *v, float g,
@@ -85,6 +148,45 @@ static void gdn_step_avx2(float *S, const float *q, const float *k, const float 
         }
     }
 }
+
+/* The same step on AVX-512, 64 value dims at a time with u and o held in
+ * registers over the key dims (dv % 64 == 0): every element sees the
+ * scalar's operations in the scalar's order, so the same bits. */
+__attribute__((target("avx512f,fma")))
+static void gdn_step_avx512(float *S, const float *q, const float *k, const float *v, float g,
+                            float beta, float *o, int dk, int dv)
+{
+    __m512 vg = _mm512_set1_ps(g), vb = _mm512_set1_ps(beta);
+    for (int j = 0; j < dv; j += 64) {
+        __m512 u[4], a[4];
+        for (int b = 0; b < 4; b++)
+            u[b] = _mm512_setzero_ps();
+        for (int i = 0; i < dk; i++) {
+            float *s = S + (size_t)i * dv + j;
+            __m512 ki = _mm512_set1_ps(k[i]);
+            for (int b = 0; b < 4; b++) {
+                __m512 sj = _mm512_mul_ps(_mm512_loadu_ps(s + 16 * b), vg);
+                _mm512_storeu_ps(s + 16 * b, sj);
+                u[b] = _mm512_fmadd_ps(sj, ki, u[b]);
+            }
+        }
+        for (int b = 0; b < 4; b++) {
+            u[b] = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(v + j + 16 * b), u[b]), vb);
+            a[b] = _mm512_setzero_ps();
+        }
+        for (int i = 0; i < dk; i++) {
+            float *s = S + (size_t)i * dv + j;
+            __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+            for (int b = 0; b < 4; b++) {
+                __m512 sj = _mm512_fmadd_ps(ki, u[b], _mm512_loadu_ps(s + 16 * b));
+                _mm512_storeu_ps(s + 16 * b, sj);
+                a[b] = _mm512_fmadd_ps(sj, qi, a[b]);
+            }
+        }
+        for (int b = 0; b < 4; b++)
+            _mm512_storeu_ps(o + j + 16 * b, a[b]);
+    }
+}
 #endif
 
 void pl_op_gdn_step(float *S, const float *q, const float *k, const float *v, float g,
@@ -92,6 +194,10 @@ void pl_op_gdn_step(float *S, const float *q, const float *k, const float *v, fl
 {
 #ifdef PL_HAVE_X86
     const pl_cpu_feature_set *cpu = pl_cpu_features();
+    if (cpu->avx512f && dv % 64 == 0) {
+        gdn_step_avx512(S, q, k, v, g, beta, o, dk, dv);
+        return;
+    }
     if (cpu->avx2 && cpu->fma && dv % 8 == 0) {
         gdn_step_avx2(S, q, k, v, g, beta, o, dk, dv, scratch);
         return;
@@ -102,7 +208,13 @@ void pl_op_gdn_step(float *S, const float *q, const float *k, const float *v, fl
 
 size_t pl_op_gdn_chunk_scratch(int T, int dk, int dv)
 {
-    return (size_t)T * T * 2 + (size_t)T * ((size_t)dk + dv + 1);
+    size_t ref = (size_t)T * T * 2 + (size_t)T * ((size_t)dk + dv + 1);
+#ifdef PL_HAVE_X86
+    size_t simd = pl_op_gdn_chunk_simd_scratch(T, dk, dv);
+    return simd > ref ? simd : ref;
+#else
+    return ref;
+#endif
 }
 
 static float dot_(const float *a, const float *b, int n)
@@ -129,9 +241,9 @@ static void unit_lower_solve_(const float *A, int T, float *X, int n)
             axpy_(X + (size_t)t * n, -A[(size_t)t * T + s], X + (size_t)s * n, n);
 }
 
-void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
-                     size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
-                     int T, int dk, int dv, float *scratch)
+void pl_op_gdn_chunk_ref(float *S, const float *q, size_t ld_qk, const float *k,
+                         const float *v, size_t ld_v, const float *log_g, const float *beta,
+                         float *o, size_t ld_o, int T, int dk, int dv, float *scratch)
 {
     float *A = scratch, *P = A + (size_t)T * T, *U = P + (size_t)T * T;
     float *W = U + (size_t)T * dv, *c = W + (size_t)T * dk;
@@ -173,6 +285,25 @@ void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, con
         for (int s = 0; s < T; s++)
             axpy_(si, expf(c[T - 1] - c[s]) * k[(size_t)s * ld_qk + i], U + (size_t)s * dv, dv);
     }
+}
+
+void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
+                     size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
+                     int T, int dk, int dv, float *scratch)
+{
+#ifdef PL_HAVE_X86
+    const pl_cpu_feature_set *cpu = pl_cpu_features();
+    if (cpu->avx512f && dk % 16 == 0 && dv % 16 == 0) {
+        pl_op_gdn_chunk_avx512(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv,
+                               scratch);
+        return;
+    }
+    if (cpu->avx2 && cpu->fma && dk % 8 == 0 && dv % 8 == 0) {
+        pl_op_gdn_chunk_avx2(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv, scratch);
+        return;
+    }
+#endif
+    pl_op_gdn_chunk_ref(S, q, ld_qk, k, v, ld_v, log_g, beta, o, ld_o, T, dk, dv, scratch);
 }
 
 void pl_op_l2norm(float *x, int n, float eps, float scale)

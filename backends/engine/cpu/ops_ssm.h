@@ -1,8 +1,10 @@
 /* ops_ssm.h - the Gated DeltaNet operations of the CPU runner (model.h's
  * pl_layer.recurrent), one small C function each: the references the CUDA
  * kernels will be tested against. Element-wise over the vector dimension
- * (channels, a state row's value dims), so the AVX2 paths give the scalar
- * references' bits: no horizontal sums, fused multiply-adds in both.
+ * (channels, a state row's value dims), so the AVX2 step gives the scalar
+ * reference's bits: no horizontal sums, fused multiply-adds in both; the
+ * AVX2 conv's sums are the scalar's bits, its SiLU within 2 ulp (a vector
+ * e^x); the SIMD chunked form (ops_ssm_simd.h) is within float tolerance.
  */
 #ifndef PL_CPU_OPS_SSM_H
 #define PL_CPU_OPS_SSM_H
@@ -12,7 +14,8 @@
 /** One row of the causal depthwise conv over n channels, then SiLU:
  *  out[c] = silu(sum_{j < K-1} w[j][c] hist[j][c] + w[K-1][c] x[c]) into
  *  x (in place), and hist shifts by one (hist[K-2] = the old x). w is
- *  (K, ldw) (the kernel transposed: tap-major), hist (K-1, ldh). */
+ *  (K, ldw) (the kernel transposed: tap-major), hist (K-1, ldh); K >= 2.
+ *  AVX2 when the CPU has it. */
 void pl_op_ssm_conv_row(const float *w, size_t ldw, float *hist, size_t ldh, float *x, int n,
                         int K);
 
@@ -40,6 +43,13 @@ void pl_op_gdn_step_ref(float *S, const float *q, const float *k, const float *v
 void pl_op_gdn_chunk(float *S, const float *q, size_t ld_qk, const float *k, const float *v,
                      size_t ld_v, const float *log_g, const float *beta, float *o, size_t ld_o,
                      int T, int dk, int dv, float *scratch);
+/** The scalar reference of pl_op_gdn_chunk (the algebra above, term by
+ *  term); pl_op_gdn_chunk takes the AVX-512 or AVX2 form (ops_ssm_simd.h)
+ *  when the CPU has it, within float tolerance of this. */
+void pl_op_gdn_chunk_ref(float *S, const float *q, size_t ld_qk, const float *k,
+                         const float *v, size_t ld_v, const float *log_g, const float *beta,
+                         float *o, size_t ld_o, int T, int dk, int dv, float *scratch);
+/** Floats of scratch either form needs. */
 size_t pl_op_gdn_chunk_scratch(int T, int dk, int dv);
 
 /** x / sqrt(sum x^2 + eps) * scale over n elements, in place. */

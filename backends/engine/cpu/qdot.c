@@ -18,6 +18,7 @@
 #include "backends/engine/cpu/qdot_avx512.h"
 #include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/qdot_k.h"
+#include "backends/engine/cpu/qdot_k_repack.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 
 #include "backends/engine/model/quant.h"
@@ -338,6 +339,7 @@ static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
 #endif
 
 #define ROW_TILE_BYTES (24 * 1024)
+#define K_GEMM_MIN_ROWS 8
 
 void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
                         const pl_q8_act *x, int n_blk, int n_rows,
@@ -359,6 +361,12 @@ void pl_op_qmatmul_rows(pl_ggml_type t, const void *w, size_t row_bytes,
             qmatmul_row1(t, wb, row_bytes, x, n, y, o0, o1);
             return;
         }
+        /* Q4_K / Q5_K / Q6_K from K_GEMM_MIN_ROWS rows: 8 weight rows
+         * repacked once for all activation rows (qdot_k_repack.c); the
+         * rows of the slice past its last group of 8 come below. */
+        if (n_rows >= K_GEMM_MIN_ROWS)
+            o0 += pl_qdot_k_gemm(pl_qdot_vnni_level(), t, wb, row_bytes, x, n_blk, n_rows, y,
+                                 ldy, o0, o1);
         int k = pl_qdot512_available() && pl_qdot512_supported(t) ? 2 : 1;
         /* Activation rows in tiles of ~24 KB, which stay in L1 while every
          * weight row of the slice passes over them (row by row, the whole

@@ -91,6 +91,44 @@ int pl_gguf_synth_bool(pl_gguf_synth *s, const char *key, int v)
     return kv ? (kv->v.b = v != 0, 0) : -1;
 }
 
+/* n bytes copied into s's keep list (freed with it), or NULL. */
+static void *keep_mem_(pl_gguf_synth *s, const void *p, size_t n)
+{
+    if (s->n_strs == s->strs_cap) {
+        size_t cap = s->strs_cap ? 2 * s->strs_cap : 64;
+        char **v = realloc(s->strs, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        s->strs = v;
+        s->strs_cap = cap;
+    }
+    char *c = malloc(n ? n : 1);
+    if (!c)
+        return NULL;
+    memcpy(c, p, n);
+    s->strs[s->n_strs++] = c;
+    return c;
+}
+
+int pl_gguf_synth_arr_i32(pl_gguf_synth *s, const char *key, const int32_t *v, size_t n)
+{
+    pl_gguf_kv *kv = kv_slot_(s, key);
+    const uint8_t *d = kv ? keep_mem_(s, v, n * sizeof *v) : NULL;
+    if (!d)
+        return -1;
+    kv->type = PL_GGUF_TYPE_ARRAY;
+    kv->v.arr.type = PL_GGUF_TYPE_INT32;
+    kv->v.arr.n = n;
+    kv->v.arr.data = d;
+    kv->v.arr.str_off = NULL;
+    return 0;
+}
+
+void *pl_gguf_synth_keep(pl_gguf_synth *s, const void *p, size_t n)
+{
+    return keep_mem_(s, p, n);
+}
+
 int pl_gguf_synth_str(pl_gguf_synth *s, const char *key, const char *v)
 {
     pl_gguf_kv *kv = kv_slot_(s, key);

@@ -23,6 +23,11 @@ int pl_gguf_synth_u32(pl_gguf_synth *s, const char *key, uint32_t v);
 int pl_gguf_synth_f32(pl_gguf_synth *s, const char *key, float v);
 int pl_gguf_synth_bool(pl_gguf_synth *s, const char *key, int v);
 int pl_gguf_synth_str(pl_gguf_synth *s, const char *key, const char *v);
+/** An array of n int32 values (copied). */
+int pl_gguf_synth_arr_i32(pl_gguf_synth *s, const char *key, const int32_t *v, size_t n);
+/** A copy of n bytes at p that lives as long as s (a computed tensor's
+ *  data), or NULL when out of memory. */
+void *pl_gguf_synth_keep(pl_gguf_synth *s, const void *p, size_t n);
 /** A tensor of type t with dims ne[0..n_dims) (ne[0] contiguous) at data
  *  (borrowed), nbytes long. */
 int pl_gguf_synth_tensor(pl_gguf_synth *s, const char *name, pl_ggml_type t, int n_dims,

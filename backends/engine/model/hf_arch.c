@@ -120,6 +120,15 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
         pl_hf_config_rope(c, a->default_theta, n_ctx, &r, err, n) ||
         rope_dims_(a, c, sh, &r, &dims, err, n))
         return -1;
+    const pl_family *fam = pl_family_find(a->gguf, strlen(a->gguf));
+    if (r.proportional && !(fam && fam->model.kind_geometry))
+        return pl_hf_json_fail(c, "rope_parameters", err, n, "proportional RoPE is not part "
+                               "of %s", a->hf_name);
+    if (r.llama4_beta > 0 && !(fam && fam->model.ministral_rope))
+        return pl_hf_json_fail(c, "rope_parameters.llama_4_scaling_beta", err, n, "a query "
+                               "temperature is not part of %s", a->hf_name);
+    if (r.llama4_beta > 0 && put_f32_(s, a, "attention.temperature_scale", r.llama4_beta))
+        return snprintf(err, n, "out of memory"), -1;
     if (pl_gguf_synth_str(s, "general.architecture", a->gguf) ||
         put_u32_(s, a, "block_count", sh->n_layer) ||
         put_u32_(s, a, "embedding_length", sh->n_embd) ||
@@ -160,6 +169,22 @@ bool pl_hf_arch_skips(const pl_hf_arch *a, const char *name)
     return false;
 }
 
+int pl_hf_dim_size_at(const pl_hf_shape *sh, int l, pl_hf_dim d)
+{
+    bool full = sh->head_dim_full > 0 && l >= 0 && l < 4096 && (sh->global[l / 64] >> (l % 64) & 1);
+    int hd = full ? sh->head_dim_full : sh->head_dim;
+    int kv = full && sh->n_head_kv_full ? sh->n_head_kv_full : sh->n_head_kv;
+    switch (d) {
+    case PL_HF_DIM_Q: return sh->n_head * hd;
+    case PL_HF_DIM_KV: return kv * hd;
+    case PL_HF_DIM_HEAD: return hd;
+    case PL_HF_DIM_PLE: return sh->n_ple;
+    case PL_HF_DIM_PLE_ALL: return sh->n_layer * sh->n_ple;
+    case PL_HF_DIM_ONE: return 1;
+    default: return pl_hf_dim_size(sh, d);
+    }
+}
+
 int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
 {
     switch (d) {
@@ -172,6 +197,7 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_HEADS: return sh->n_head;
     case PL_HF_DIM_EXPERTS: return sh->n_expert;
     case PL_HF_DIM_FF_EXP: return sh->n_ff_exp;
+    case PL_HF_DIM_FF_EXP2: return 2 * sh->n_ff_exp;
     case PL_HF_DIM_POS: return sh->n_pos;
     case PL_HF_DIM_TYPES: return sh->n_types;
     case PL_HF_DIM_Q_GATE: return 2 * sh->n_head * sh->head_dim;
@@ -197,6 +223,7 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_HEADS: return "num_attention_heads";
     case PL_HF_DIM_EXPERTS: return "the experts per layer";
     case PL_HF_DIM_FF_EXP: return "an expert's width";
+    case PL_HF_DIM_FF_EXP2: return "2 x an expert's width";
     case PL_HF_DIM_POS: return "max_position_embeddings";
     case PL_HF_DIM_TYPES: return "type_vocab_size";
     case PL_HF_DIM_Q_GATE: return "2 x num_attention_heads x head_dim";
@@ -207,6 +234,9 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_SSM_HEAD: return "linear_value_head_dim";
     case PL_HF_DIM_SSM_KERNEL: return "linear_conv_kernel_dim";
     case PL_HF_DIM_FF_SHEXP: return "shared_expert_intermediate_size";
+    case PL_HF_DIM_PLE: return "hidden_size_per_layer_input";
+    case PL_HF_DIM_PLE_ALL: return "num_hidden_layers x hidden_size_per_layer_input";
+    case PL_HF_DIM_ONE: return "1";
     default: return "-";
     }
 }

@@ -12,7 +12,8 @@
  * Experts (qwen3moe, gpt-oss): the checkpoint holds them one 2-D tensor
  * per expert ("...mlp.experts.%d.gate_proj.weight", PL_HF_T_EXPERTS) or
  * all in one 3-D tensor (PL_HF_T_FUSED: transformers' gpt-oss layout,
- * [n_expert, in, out] with gate and up interleaved along out); either way
+ * [n_expert, in, out] with gate and up interleaved along out;
+ * PL_HF_T_STACKED: Gemma 4's [n_expert, out, in]); either way
  * they become one GGUF tensor of n_expert matrices, ne = {cols, rows,
  * n_expert}, as llama.cpp's converter stacks them.
  */
@@ -48,6 +49,10 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_SSM_HEAD,          /**< linear_value_head_dim (= the key heads') */
     PL_HF_DIM_SSM_KERNEL,        /**< linear_conv_kernel_dim */
     PL_HF_DIM_FF_SHEXP,          /**< shared_expert_intermediate_size */
+    PL_HF_DIM_PLE,               /**< hidden_size_per_layer_input (Gemma 4) */
+    PL_HF_DIM_PLE_ALL,           /**< num_hidden_layers x hidden_size_per_layer_input */
+    PL_HF_DIM_ONE,               /**< 1 (a layer's scalar) */
+    PL_HF_DIM_FF_EXP2,           /**< 2 x an expert's width (gate then up, Gemma 4) */
 } pl_hf_dim;
 
 enum {
@@ -82,7 +87,10 @@ enum {
     PL_HF_T_VHEADS_COLS = 32768,
     /** A vector [d0] stored as a one-output Linear [1, d0] (Qwen3.5 MoE's
      *  shared-expert gate). */
-    PL_HF_T_COLUMN = 65536,
+    PL_HF_T_COLUMN = 1 << 16,
+    /** Every expert in one tensor [n_expert, d0, d1], each stored (out, in)
+     *  as the GGUF matrix (Gemma 4's experts). */
+    PL_HF_T_STACKED = 1 << 18,
 };
 
 /** One tensor: "model.layers.%d.<...>" (per layer) or a global name. */
@@ -106,6 +114,12 @@ typedef struct pl_hf_shape {
      *  value heads, a head's width, the conv's kernel; 0 without. */
     int ssm_n_k, ssm_n_v, ssm_d, ssm_kernel;
     uint64_t recurrent[64];      /**< bit l: layer l is recurrent (l < 4096) */
+    /** Gemma 4 (its family's hparams set them): the global layers' head
+     *  size and K/V heads (0: the sliding ones' head_dim, n_head_kv), bit
+     *  l of `global` where layer l is one, the first layer reading
+     *  earlier K/V, the per-layer embeddings' width. */
+    int head_dim_full, n_head_kv_full, first_shared, n_ple;
+    uint64_t global[64];
 } pl_hf_shape;
 
 /** Whether layer l of sh is recurrent. */
@@ -147,8 +161,10 @@ const pl_hf_tmap *pl_hf_arch_global_tensors(const pl_hf_arch *a);
 int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *cfg, pl_hf_shape *sh,
                        pl_gguf_synth *s, char *err, size_t errlen);
 
-/** The size of dimension d for a model of shape sh. */
+/** The size of dimension d for a model of shape sh; _at: in layer l (-1: a
+ *  global tensor), whose kind may have its own head sizes. */
 int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d);
+int pl_hf_dim_size_at(const pl_hf_shape *sh, int l, pl_hf_dim d);
 /** How config.json names d in messages ("hidden_size", ...). */
 const char *pl_hf_dim_name(pl_hf_dim d);
 

@@ -19,7 +19,7 @@
 #include "backends/engine/model/model.h"
 
 /* Keys of a rope block, by the rope types that have them (bit per type). */
-enum { R_DEFAULT = 1, R_LINEAR = 2, R_LLAMA3 = 4, R_YARN = 8, R_ALL = 15 };
+enum { R_DEFAULT = 1, R_LINEAR = 2, R_LLAMA3 = 4, R_YARN = 8, R_PROP = 16, R_ALL = 31 };
 
 static const struct { const char *key; unsigned types; } rope_keys_[] = {
     {"rope_type", R_ALL}, {"type", R_ALL}, {"rope_theta", R_ALL},
@@ -27,7 +27,10 @@ static const struct { const char *key; unsigned types; } rope_keys_[] = {
     {"original_max_position_embeddings", R_LLAMA3 | R_YARN},
     {"low_freq_factor", R_LLAMA3}, {"high_freq_factor", R_LLAMA3},
     {"beta_fast", R_YARN}, {"beta_slow", R_YARN}, {"attention_factor", R_YARN},
-    {"truncate", R_YARN},
+    {"truncate", R_YARN}, {"mscale", R_YARN}, {"mscale_all_dim", R_YARN},
+    /* Ministral 3's: the queries' temperature (its family reads it) and
+     * the model's own max_position_embeddings */
+    {"llama_4_scaling_beta", R_YARN}, {"max_position_embeddings", R_YARN},
     /* multimodal RoPE (Qwen3.5): with text positions every section rotates
      * alike; the family checks the sections */
     {"mrope_section", R_DEFAULT}, {"mrope_interleaved", R_DEFAULT},
@@ -49,7 +52,8 @@ static const char *const harmless_[] = {
     "encoder_no_repeat_ngram_size", "forced_bos_token_id", "forced_eos_token_id",
     "remove_invalid_values", "exponential_decay_length_penalty", "suppress_tokens",
     "begin_suppress_tokens", "output_scores", "return_dict_in_generate", "tf_legacy_loss",
-    "use_bfloat16", "cross_attention_hidden_size", "max_window_layers", NULL,
+    "use_bfloat16", "cross_attention_hidden_size", "max_window_layers",
+    "is_matryoshka", "matryoshka_dimensions", /* the embedding backend reads them */ NULL,
 };
 
 /* Keys that leave the numbers alone only at this value (false). */
@@ -60,7 +64,8 @@ static const char *const must_be_false_[] = {
 static int rope_type_bit_(const char *t)
 {
     return !strcmp(t, "default") ? R_DEFAULT : !strcmp(t, "linear") ? R_LINEAR
-         : !strcmp(t, "llama3") ? R_LLAMA3 : !strcmp(t, "yarn") ? R_YARN : 0;
+         : !strcmp(t, "llama3") ? R_LLAMA3 : !strcmp(t, "yarn") ? R_YARN
+         : !strcmp(t, "proportional") ? R_PROP : 0;
 }
 
 /* Where rope_parameters holds one block per layer type. */
@@ -98,15 +103,33 @@ static int check_block_keys_(const pl_hf_json *c, const char *blk, unsigned bit,
     return 0;
 }
 
+/* transformers' get_mscale. */
+static double yarn_mscale_(double factor, double mscale)
+{
+    return factor <= 1 ? 1 : 0.1 * mscale * log(factor) + 1;
+}
+
 static int yarn_(const pl_hf_json *c, const char *blk, pl_hf_rope *r, char *err, size_t n)
 {
-    double fast = 32, slow = 1, af = 0.1 * log(r->factor) + 1;
+    double fast = 32, slow = 1, af = 0.1 * log(r->factor) + 1, ms = 0, msa = 0;
     bool trunc = true;
     char k[160];
     snprintf(k, sizeof k, "%s.truncate", blk);
     if (num_(c, blk, "beta_fast", 1e-6, 1e6, &fast, err, n) ||
         num_(c, blk, "beta_slow", 1e-6, 1e6, &slow, err, n) ||
-        num_(c, blk, "attention_factor", 1e-6, 1e6, &af, err, n) ||
+        num_(c, blk, "mscale", 0, 1e6, &ms, err, n) ||
+        num_(c, blk, "mscale_all_dim", 0, 1e6, &msa, err, n) ||
+        num_(c, blk, "llama_4_scaling_beta", 0, 1e6, &r->llama4_beta, err, n))
+        return -1;
+    if (ms > 0 && msa > 0) {     /* transformers' attention factor from both */
+        snprintf(k, sizeof k, "%s.mscale", blk);
+        if (ms != 1)
+            return pl_hf_json_fail(c, k, err, n, "%g: parley (as llama.cpp) takes mscale 1",
+                                   ms);
+        af = yarn_mscale_(r->factor, ms) / yarn_mscale_(r->factor, msa);
+    }
+    snprintf(k, sizeof k, "%s.truncate", blk);
+    if (num_(c, blk, "attention_factor", 1e-6, 1e6, &af, err, n) ||
         pl_hf_json_bool(c, k, false, &trunc, err, n) < 0)
         return -1;
     if (fast != 32 || slow != 1)
@@ -135,14 +158,15 @@ static int read_block_(const pl_hf_json *c, const char *blk, int n_ctx, pl_hf_ro
     unsigned bit = (unsigned)rope_type_bit_(t);
     if (!bit)
         return pl_hf_json_fail(c, tk, err, n, "rope type '%s' is not supported (parley "
-                               "applies default, linear, llama3 and yarn)", t);
+                               "applies default, linear, llama3, yarn and proportional)", t);
     if (check_block_keys_(c, blk, bit, t, err, n) ||
         num_(c, blk, "rope_theta", 1, 1e12, &r->theta, err, n) ||
         num_(c, blk, "partial_rotary_factor", 1e-3, 1, &r->partial, err, n))
         return -1;
     double orig = n_ctx;
-    snprintf(r->type, sizeof r->type, "%s", bit == R_DEFAULT ? "none" : t);
-    if (bit == R_DEFAULT)
+    snprintf(r->type, sizeof r->type, "%s", bit == R_DEFAULT || bit == R_PROP ? "none" : t);
+    r->proportional = bit == R_PROP;
+    if (bit == R_DEFAULT || bit == R_PROP)
         return 0;
     char fk[160];
     snprintf(fk, sizeof fk, "%s.factor", blk);
@@ -225,14 +249,18 @@ int pl_hf_config_rope(const pl_hf_json *c, double default_theta, int n_ctx, pl_h
         return -1;
     if (pl_hf_json_get(c, "rope_parameters.sliding_attention")) {
         pl_hf_rope s = *r;
+        if (r->proportional)     /* the sliding block's own part, whole by default */
+            s.partial = 1;
         if (read_block_(c, "rope_parameters.sliding_attention", n_ctx, &s, err, n))
             return -1;
-        if (strcmp(s.type, "none") || s.partial != r->partial)
+        if (strcmp(s.type, "none") || s.proportional ||
+            (s.partial != r->partial && !r->proportional))
             return pl_hf_json_fail(c, "rope_parameters.sliding_attention", err, n, "parley's "
                                    "sliding layers take unscaled RoPE on the full layers' "
                                    "dimensions");
         r->has_swa = true;
         r->theta_swa = s.theta;
+        r->partial_swa = s.partial;
     }
     return 0;
 }
@@ -276,7 +304,7 @@ static int layer_types_(const pl_hf_json *c, const char *arch, const pl_arch *in
 {
     json_t *lt = pl_hf_json_get(c, "layer_types"), *v;
     size_t i;
-    if (info->recurrent)         /* the family's hparams read them (linear_attention) */
+    if (info->recurrent || info->kind_geometry)   /* the family's hparams read them */
         return 0;
     int nl = (int)u64_(g, arch, "block_count", 0);
     int w = (int)u64_(g, arch, "attention.sliding_window", 0);

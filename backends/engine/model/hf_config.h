@@ -37,6 +37,14 @@ typedef struct pl_hf_rope {
     double partial;              /**< partial_rotary_factor (1: the whole head) */
     bool has_swa;                /**< a sliding_attention block was given */
     double theta_swa;            /**< its rope_theta */
+    double partial_swa;          /**< its partial_rotary_factor */
+    /** The full layers' rope_type is "proportional" (Gemma 4): the first
+     *  partial x head_dim / 2 pairs rotate at base^(-2i / head_dim), the
+     *  rest not at all; the sliding layers may then rotate another part. */
+    bool proportional;
+    /** yarn: llama_4_scaling_beta, the queries' temperature (Ministral 3;
+     *  0: none) */
+    double llama4_beta;
 } pl_hf_rope;
 
 /**

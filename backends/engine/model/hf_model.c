@@ -160,15 +160,20 @@ static const pl_st_tensor *scale_of_(pl_hf_model *m, const char *name)
 
 /* The shape the table's row e expects of a checkpoint tensor: n dims in
  * want[], their config.json names in names. */
-static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[3],
+static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, int layer, uint64_t want[3],
                        char *names, size_t len)
 {
-    int d0 = pl_hf_dim_size(&m->sh, e->d0), d1 = pl_hf_dim_size(&m->sh, e->d1);
+    int d0 = pl_hf_dim_size_at(&m->sh, layer, e->d0), d1 = pl_hf_dim_size_at(&m->sh, layer, e->d1);
     int k = e->flags & (PL_HF_T_EVEN | PL_HF_T_ODD) ? 2 : 1;
     const char *n0 = pl_hf_dim_name(e->d0), *n1 = pl_hf_dim_name(e->d1), *x2 = k > 1 ? " x 2" : "";
     if (e->flags & PL_HF_T_FUSED) {
         want[0] = (uint64_t)m->sh.n_expert, want[1] = (uint64_t)d1, want[2] = (uint64_t)d0 * k;
         snprintf(names, len, "%s, %s, %s%s", pl_hf_dim_name(PL_HF_DIM_EXPERTS), n1, n0, x2);
+        return 3;
+    }
+    if (e->flags & PL_HF_T_STACKED) {
+        want[0] = (uint64_t)m->sh.n_expert, want[1] = (uint64_t)d0, want[2] = (uint64_t)d1;
+        snprintf(names, len, "%s, %s, %s", pl_hf_dim_name(PL_HF_DIM_EXPERTS), n0, n1);
         return 3;
     }
     if (e->flags & PL_HF_T_SQUEEZE) {
@@ -192,11 +197,11 @@ static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, uint64_t want[
 }
 
 static int check_shape_(const pl_hf_model *m, const pl_st_tensor *t, const pl_hf_tmap *e,
-                        char *err, size_t n)
+                        int layer, char *err, size_t n)
 {
     uint64_t want[3];
     char names[160], have[96] = "", exp[96] = "";
-    int nd = want_shape_(m, e, want, names, sizeof names);
+    int nd = want_shape_(m, e, layer, want, names, sizeof names);
     bool ok = t->n_dims == nd;
     for (int d = 0; d < nd; d++) {
         ok = ok && t->shape[d] == want[d];
@@ -279,6 +284,10 @@ static void place_(const pl_hf_model *m, const pl_hf_tmap *e, int x, pl_hf_conv 
         c->offset = (uint64_t)x * (uint64_t)c->cols * (uint64_t)c->rows * k + part;
         c->row_step = k;
         c->col_step = (uint64_t)c->rows * k;
+    } else if (e->flags & PL_HF_T_STACKED) {   /* [n_expert, rows, cols] */
+        c->offset = (uint64_t)x * (uint64_t)c->rows * (uint64_t)c->cols;
+        c->row_step = (uint64_t)c->cols;
+        c->col_step = 1;
     } else if (k > 1) {                /* [rows, cols * k] */
         c->offset = part;
         c->row_step = (uint64_t)c->cols * k;
@@ -324,7 +333,7 @@ static int source_(pl_hf_model *m, const pl_hf_tmap *e, int layer, int x,
                         m->dir, hf, pl_hf_arch_gguf(m->arch), m->sh.n_layer,
                         e->flags & PL_HF_T_BIAS ? ", q/k/v biases" : ""), -1;
     }
-    return check_shape_(m, t, e, err, n);
+    return check_shape_(m, t, e, layer, err, n);
 }
 
 /* Row e of the table for one layer: a GGUF tensor of one matrix (or
@@ -333,21 +342,24 @@ static int source_(pl_hf_model *m, const pl_hf_tmap *e, int layer, int x,
 static int add_tensor_(pl_hf_model *m, const pl_hf_tmap *e, int layer, char *err, size_t n)
 {
     char hf[256], gg[128];
-    bool exps = e->flags & (PL_HF_T_EXPERTS | PL_HF_T_FUSED);
+    bool exps = e->flags & (PL_HF_T_EXPERTS | PL_HF_T_FUSED | PL_HF_T_STACKED);
     int n_mat = exps ? m->sh.n_expert : 1;
-    int rows = e->d1 ? pl_hf_dim_size(&m->sh, e->d0) : 1;
-    int cols = pl_hf_dim_size(&m->sh, e->d1 ? e->d1 : e->d0);
+    int rows = e->d1 ? pl_hf_dim_size_at(&m->sh, layer, e->d0) : 1;
+    int cols = pl_hf_dim_size_at(&m->sh, layer, e->d1 ? e->d1 : e->d0);
     uint8_t *buf = NULL;
     size_t mat_bytes = 0;
     pl_ggml_type type = PL_GGML_TYPE_F32;
     snprintf(gg, sizeof gg, e->gguf, layer);
+    if (n_mat == 0)
+        return 0;                /* experts of a dense model (optional rows) */
     for (int x = 0; x < n_mat; x++) {
         const pl_st_tensor *t;
         if (source_(m, e, layer, x, &t, hf, sizeof hf, err, n) < 0)
             return -1;
         if (!t)
             return 0;            /* optional, absent */
-        pl_hf_conv c = {.src = t, .scale = e->flags & PL_HF_T_FUSED ? NULL : scale_of_(m, hf),
+        pl_hf_conv c = {.src = t, .scale = e->flags & (PL_HF_T_FUSED | PL_HF_T_STACKED) ? NULL
+                                           : scale_of_(m, hf),
                         .block_rows = m->block_rows, .block_cols = m->block_cols,
                         .rows = rows, .cols = cols};
         place_(m, e, x, &c);

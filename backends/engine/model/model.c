@@ -21,6 +21,7 @@ typedef enum dim {
     D_QG,                        /* the query projection's rows (with its gate) */
     D_SSM_CONV, D_SSM_INNER, D_SSM_V, D_SSM_STATE, D_SSM_KERNEL,
     D_FF_SHEXP,                  /* the shared expert's width */
+    D_PLE, D_ONE,
 } dim;
 
 /* What a slot holds at `off` in pl_layer: a vector (float *, `rows`
@@ -83,6 +84,15 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_GATE_SHEXP] = MAT("blk.%d.ffn_gate_shexp.weight", D_FF_SHEXP, D_EMBD, gate_shexp),
     [PL_T_UP_SHEXP] = MAT("blk.%d.ffn_up_shexp.weight", D_FF_SHEXP, D_EMBD, up_shexp),
     [PL_T_DOWN_SHEXP] = MAT("blk.%d.ffn_down_shexp.weight", D_EMBD, D_FF_SHEXP, down_shexp),
+    [PL_T_OUT_SCALE] = VEC("blk.%d.layer_output_scale.weight", D_ONE, out_scale),
+    [PL_T_PLE_GATE] = MAT("blk.%d.inp_gate.weight", D_PLE, D_EMBD, ple_gate),
+    [PL_T_PLE_PROJ] = MAT("blk.%d.proj.weight", D_EMBD, D_PLE, ple_proj),
+    [PL_T_PLE_NORM] = VEC("blk.%d.post_norm.weight", D_EMBD, ple_norm),
+    [PL_T_GATE_INP_S] = VEC("blk.%d.ffn_gate_inp.scale", D_EMBD, gate_inp_s),
+    [PL_T_DOWN_EXPS_S] = VEC("blk.%d.ffn_down_exps.scale", D_EXP, down_exps_s),
+    [PL_T_FFN_PRE_NORM_2] = VEC("blk.%d.pre_ffw_norm_2.weight", D_EMBD, ffn_pre_norm_2),
+    [PL_T_FFN_POST_NORM_1] = VEC("blk.%d.post_ffw_norm_1.weight", D_EMBD, ffn_post_norm_1),
+    [PL_T_FFN_POST_NORM_2] = VEC("blk.%d.post_ffw_norm_2.weight", D_EMBD, ffn_post_norm_2),
 };
 
 #define DENSE_FFN (PL_T_BIT(PL_T_GATE) | PL_T_BIT(PL_T_UP) | PL_T_BIT(PL_T_DOWN))
@@ -99,24 +109,28 @@ typedef struct loader {
     size_t len;
 } loader;
 
-static int dim_size(const pl_model *m, dim d)
+/* The size d names in layer l. */
+static int dim_size(const pl_model *m, int l, dim d)
 {
+    const pl_layer *y = &m->layers[l];
     switch (d) {
     case D_EMBD: return m->n_embd;
-    case D_Q: return m->n_head * m->head_dim;
-    case D_KV: return m->n_head_kv * m->head_dim;
+    case D_Q: return m->n_head * y->head_dim;
+    case D_KV: return y->n_head_kv * y->head_dim;
     case D_FF: return m->n_ff;
     case D_HEADS: return m->n_head;
     case D_EXP: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
-    case D_QG: return m->n_head * m->head_dim * (m->attn_out_gate ? 2 : 1);
+    case D_QG: return m->n_head * y->head_dim * (m->attn_out_gate ? 2 : 1);
     case D_SSM_CONV: return m->ssm_conv_dim;
     case D_SSM_INNER: return m->ssm_d_inner;
     case D_SSM_V: return m->ssm_n_v;
     case D_SSM_STATE: return m->ssm_d_state;
     case D_SSM_KERNEL: return m->ssm_conv_kernel;
     case D_FF_SHEXP: return m->n_ff_shexp;
-    default: return m->head_dim;
+    case D_PLE: return m->n_ple;
+    case D_ONE: return 1;
+    default: return y->head_dim;
     }
 }
 
@@ -248,31 +262,33 @@ static int load_weight(loader *ld, const pl_gguf_tensor *t, const char *name, in
     return 0;
 }
 
-/* One matrix per expert from a 3-D tensor [cols, rows, n]: kept packed
- * when the runner reads the type packed (with no keep_packed function,
- * every type but F32, F16 and BF16: quantised experts are too big to
- * widen), else dequantised to f32. */
-static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
-                        pl_experts *x)
+/* One matrix per expert from a 3-D tensor [cols, rows * parts, n]: part
+ * `part` of each expert's rows (parts 2: a fused gate/up tensor, gate
+ * first). Kept packed when the runner reads the type packed (with no
+ * keep_packed function, every type but F32, F16 and BF16: quantised
+ * experts are too big to widen), else dequantised to f32. */
+static int load_experts_part(loader *ld, const pl_gguf_tensor *t, const char *name, int n,
+                             int rows, int cols, int part, int parts, pl_experts *x)
 {
-    const pl_gguf_tensor *t = take(ld, name);
     size_t be = 0, bb = 0;
     if (!t)
         return fail_(ld->err, ld->len, "missing tensor %s", name);
-    if (t->n_dims != 3 || t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows ||
-        t->ne[2] != (uint64_t)n)
+    if (t->n_dims != 3 || t->ne[0] != (uint64_t)cols ||
+        t->ne[1] != (uint64_t)rows * (uint64_t)parts || t->ne[2] != (uint64_t)n)
         return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu, %llu] != [%d, %d, %d]",
                      name, (unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
-                     (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 1), cols, rows, n);
+                     (unsigned long long)(t->n_dims > 2 ? t->ne[2] : 1), cols, rows * parts,
+                     n);
     float probe[256];
     if (!pl_ggml_type_block(t->type, &be, &bb) || cols % (int)be != 0 || be > 256 ||
         pl_dequant_row(t->type, t->data, probe, (int64_t)be) != 0)
         return fail_(ld->err, ld->len, "tensor %s: unsupported type %s", name,
                      pl_ggml_type_name(t->type));
-    size_t row_bytes = (size_t)cols / be * bb;
+    size_t row_bytes = (size_t)cols / be * bb, part_bytes = (size_t)rows * row_bytes;
     *x = (pl_experts){.w = {.type = t->type, .rows = rows, .cols = cols,
-                            .row_bytes = row_bytes, .q = t->data},
-                      .n = n, .stride = (size_t)rows * row_bytes};
+                            .row_bytes = row_bytes,
+                            .q = (const uint8_t *)t->data + (size_t)part * part_bytes},
+                      .n = n, .stride = (size_t)parts * part_bytes};
     bool is_float = t->type == PL_GGML_TYPE_F32 || t->type == PL_GGML_TYPE_F16 ||
                     t->type == PL_GGML_TYPE_BF16;
     pl_keep_packed_fn packed = ld->packed_experts ? ld->packed_experts : ld->packed;
@@ -283,9 +299,32 @@ static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
     if (!x->w.f32)
         return fail_(ld->err, ld->len, "out of memory for %s", name);
     for (size_t r = 0; r < (size_t)rows * n; r++)
-        pl_dequant_row(t->type, (const uint8_t *)t->data + r * row_bytes, x->w.f32 + r * cols,
-                       cols);
+        pl_dequant_row(t->type, (const uint8_t *)x->w.q + r / rows * x->stride +
+                       r % rows * row_bytes, x->w.f32 + r * cols, cols);
     return 0;
+}
+
+static int load_experts(loader *ld, const char *name, int n, int rows, int cols,
+                        pl_experts *x)
+{
+    return load_experts_part(ld, take(ld, name), name, n, rows, cols, 0, 1, x);
+}
+
+/* The gate and up experts from one blk.N.ffn_gate_up_exps.weight when the
+ * file has it (1: taken), else 0 (each its own tensor), -1 on error. */
+static int load_gate_up_exps(pl_model *m, loader *ld, int l)
+{
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.ffn_gate_up_exps.weight", l);
+    const pl_gguf_tensor *t = take(ld, name);
+    pl_layer *y = &m->layers[l];
+    if (!t)
+        return 0;
+    if (load_experts_part(ld, t, name, m->n_expert, m->n_ff_exp, m->n_embd, 0, 2,
+                          &y->gate_exps) ||
+        load_experts_part(ld, t, name, m->n_expert, m->n_ff_exp, m->n_embd, 1, 2, &y->up_exps))
+        return -1;
+    return 1;
 }
 
 /* Slot s of layer l into its field of y; a matrix that is optional and
@@ -301,13 +340,14 @@ static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
         snprintf(name, sizeof name, "blk.%d.%s.weight", l, m->info->ffn_norm_name);
     else
         snprintf(name, sizeof name, sl->fmt, l);
-    int rows = dim_size(m, sl->rows), cols = dim_size(m, sl->cols);
+    int rows = dim_size(m, l, sl->rows), cols = dim_size(m, l, sl->cols);
     switch (sl->kind) {
     case S_MAT: {
         const pl_gguf_tensor *t = take(ld, name);
         if (!t && !required)
             return 0;
-        pl_keep_packed_fn packed = ld->f32 || s == PL_T_GATE_INP ? NULL : ld->packed;
+        pl_keep_packed_fn packed = ld->f32 || s == PL_T_GATE_INP || s == PL_T_PLE_GATE ||
+                                   s == PL_T_PLE_PROJ ? NULL : ld->packed;
         return load_weight(ld, t, name, rows, cols, packed, field);
     }
     case S_EXPS: return load_experts(ld, name, m->n_expert, rows, cols, field);
@@ -335,11 +375,60 @@ static int load_layer(pl_model *m, loader *ld, int l)
         need = (need & ~ATTN_BLOCK) | m->info->need_recurrent;
         opt &= ~ATTN_BLOCK;
     }
+    if (m->info->kind_geometry && !m->layers[l].no_kv)
+        need |= PL_T_BIT(PL_T_WK) | PL_T_BIT(PL_T_K_NORM);   /* attn_v: optional, K = V */
+    if (m->info->kind_geometry && m->layers[l].no_kv)
+        opt &= ~(PL_T_BIT(PL_T_WK) | PL_T_BIT(PL_T_WV) | PL_T_BIT(PL_T_K_NORM));
+    if (m->n_ple > 0)
+        need |= PL_T_BIT(PL_T_PLE_GATE) | PL_T_BIT(PL_T_PLE_PROJ) | PL_T_BIT(PL_T_PLE_NORM);
     uint64_t want = need | opt;
+    if (m->n_expert > 0 && (want & PL_T_BIT(PL_T_GATE_EXPS))) {
+        int fused = load_gate_up_exps(m, ld, l);
+        if (fused < 0)
+            return -1;
+        if (fused)
+            want &= ~(PL_T_BIT(PL_T_GATE_EXPS) | PL_T_BIT(PL_T_UP_EXPS));
+    }
     for (int s = 0; s < PL_T_COUNT; s++)
         if ((want & PL_T_BIT(s)) && load_slot(m, ld, s, l, need & PL_T_BIT(s)))
             return -1;
+    pl_layer *y = &m->layers[l];
+    if (y->out_scale && !isfinite(y->out_scale[0]))
+        return fail_(ld->err, ld->len, "tensor blk.%d.layer_output_scale.weight: not finite",
+                     l);
     return 0;
+}
+
+/* Per-layer embeddings: the token table (packed, read a row per token),
+ * the model projection and its norm. */
+static int load_ple(pl_model *m, loader *ld)
+{
+    char k[96];
+    snprintf(k, sizeof k, "%s.embedding_length_per_layer_input", m->arch_name);
+    const pl_gguf_kv *kv = pl_gguf_find(ld->g, k);
+    uint64_t v = 0;
+    if (!m->info->per_layer_embd)
+        return 0;
+    if (!kv)                     /* llama.cpp requires it (0: none) */
+        return fail_(ld->err, ld->len, "%s: missing (required by %s)", k, m->arch_name);
+    if (pl_gguf_get_u64(ld->g, k, &v) != 0 || v > (1u << 16))
+        return fail_(ld->err, ld->len, "%s: expected an integer in [0, 65536]", k);
+    m->n_ple = (int)v;
+    if (m->n_ple == 0)
+        return 0;
+    int w = m->n_layer * m->n_ple;
+    const pl_gguf_tensor *t = pl_gguf_tensor_find(ld->g, "per_layer_token_embd.weight");
+    size_t be = 1;
+    if (t && pl_ggml_type_block(t->type, &be, NULL) && m->n_ple % (int)be)
+        return fail_(ld->err, ld->len, "%s: %d is not a multiple of "
+                     "per_layer_token_embd.weight's %s blocks of %zu", k, m->n_ple,
+                     pl_ggml_type_name(t->type), be);
+    if (load_weight(ld, take(ld, "per_layer_token_embd.weight"), "per_layer_token_embd.weight",
+                    m->n_vocab, w, pl_keep_packed_all, &m->ple_tok) ||
+        load_weight(ld, take(ld, "per_layer_model_proj.weight"), "per_layer_model_proj.weight",
+                    w, m->n_embd, NULL, &m->ple_model_proj))
+        return -1;
+    return load_vec(ld, "per_layer_proj_norm.weight", m->n_ple, true, &m->ple_proj_norm);
 }
 
 /* token_embd, output (or tied), output_norm. */
@@ -441,8 +530,11 @@ pl_model *pl_model_load(const pl_gguf *g, const pl_model_opts *opts, char *err, 
         goto fail;
     }
     if (pl_model_read_swa_(m, g, err, len) || pl_model_read_ssm_(m, g, err, len) ||
-        load_rope(m, &ld) || load_globals(m, &ld))
+        pl_model_read_geometry_(m, g, err, len) || load_rope(m, &ld) ||
+        load_globals(m, &ld) || load_ple(m, &ld))
         goto fail;
+    m->moe_beside = m->n_expert > 0 &&
+                    (m->info->moe_need & PL_T_BIT(PL_T_FFN_PRE_NORM_2)) != 0;
     for (int l = 0; l < m->n_layer; l++)
         if (load_layer(m, &ld, l))
             goto fail;
@@ -461,12 +553,13 @@ bool pl_model_has_extensions(const pl_model *m)
     for (int l = 0; l < m->n_layer; l++) {
         const pl_layer *y = &m->layers[l];
         if (y->n_swa || y->attn_q_norm || y->attn_k_norm || y->attn_post_norm ||
-            y->ffn_post_norm || y->recurrent)
+            y->ffn_post_norm || y->recurrent || y->no_kv || y->out_scale || !y->n_rot ||
+            y->head_dim != m->head_dim || y->n_head_kv != m->n_head_kv)
             return true;
     }
     return m->attn_softcap > 0 || m->final_softcap > 0 || m->embd_scale != 1.0f ||
            m->ffn_act != PL_FFN_SILU || m->attn_scale != 1.0f / sqrtf((float)m->head_dim) ||
-           m->attn_out_gate;
+           m->attn_out_gate || m->n_ple > 0 || m->v_norm || m->attn_temp_scale > 0;
 }
 
 bool pl_model_has_moe(const pl_model *m)
@@ -499,6 +592,8 @@ void pl_model_free(pl_model *m)
     if (!m->tied)
         free(m->output.f32);
     free(m->output_norm);
+    free(m->ple_model_proj.f32);
+    free(m->ple_proj_norm);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);
     free(m);

@@ -12,7 +12,10 @@
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
  * hybrids qwen35 (pl_layer.recurrent below; gated attention) and
- * qwen35moe (its layers with experts and a gated shared expert). Its pl_arch row, below, says
+ * qwen35moe (its layers with experts and a gated shared expert), and gemma4
+ * (sliding and global layers of their own head sizes, shared-KV layers,
+ * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd; and the
+ * 26B-A4B's experts beside a dense FFN). Its pl_arch row, below, says
  * which tensors the family needs, which are optional, and its per-layer
  * properties; every number comes from the file's metadata (model_meta.c),
  * and a key parley does not implement is refused at load, naming the key.
@@ -49,6 +52,19 @@
  * and with a shared expert (pl_arch.shexp: qwen35moe) adds to it
  *
  *   f += sigmoid(h . gate_inp_shexp) (silu(h @ gate_shexp^T) * (h @ up_shexp^T)) @ down_shexp^T
+ *
+ * A layer with experts beside a dense FFN (Gemma 4 26B-A4B: the layer has
+ * pre_ffw_norm_2; pl_model.moe_beside) runs both from the residual x:
+ *
+ *   f1 = rmsnorm(dense FFN(rmsnorm(x, ffn_norm)), post_ffw_norm_1)
+ *   r  = gate_inp @ (rmsnorm(x) * gate_inp_s / sqrt(n_embd))   (unweighted norm)
+ *   E, w as PL_MOE_SOFTMAX's; w_e *= down_exps_s[e]
+ *   f2 = rmsnorm(sum over E of w_e experts_e(rmsnorm(x, pre_ffw_norm_2)), post_ffw_norm_2)
+ *   f  = f1 + f2   (then post_ffw_norm and the residual add as above)
+ *
+ * Gate and up experts may come as one tensor, blk.N.ffn_gate_up_exps.weight
+ * (ne = {n_embd, 2 n_ff_exp, n_expert}: each expert's gate rows, then its up
+ * rows), as llama.cpp's converter writes Gemma 4's.
  *
  * act PL_FFN_SWIGLU_OAI is gpt-oss's: g = min(g, 7), u = clamp(u, -7, 7),
  * g / (1 + exp(-1.702 g)) * (u + 1).
@@ -139,6 +155,17 @@ typedef enum pl_tensor_slot {
     PL_T_GATE_SHEXP,             /**< blk.N.ffn_gate_shexp.weight (n_ff_shexp, n_embd) */
     PL_T_UP_SHEXP,               /**< blk.N.ffn_up_shexp.weight (n_ff_shexp, n_embd) */
     PL_T_DOWN_SHEXP,             /**< blk.N.ffn_down_shexp.weight (n_embd, n_ff_shexp) */
+    /* Gemma 4 */
+    PL_T_OUT_SCALE,              /**< blk.N.layer_output_scale.weight (1) */
+    PL_T_PLE_GATE,               /**< blk.N.inp_gate.weight (n_ple, n_embd) */
+    PL_T_PLE_PROJ,               /**< blk.N.proj.weight (n_embd, n_ple) */
+    PL_T_PLE_NORM,               /**< blk.N.post_norm.weight (n_embd) */
+    /* Gemma 4 26B-A4B: experts beside the dense FFN */
+    PL_T_GATE_INP_S,             /**< blk.N.ffn_gate_inp.scale (n_embd) the router's */
+    PL_T_DOWN_EXPS_S,            /**< blk.N.ffn_down_exps.scale (n_expert) */
+    PL_T_FFN_PRE_NORM_2,         /**< blk.N.pre_ffw_norm_2.weight (n_embd) experts' input */
+    PL_T_FFN_POST_NORM_1,        /**< blk.N.post_ffw_norm_1.weight (n_embd) dense output's */
+    PL_T_FFN_POST_NORM_2,        /**< blk.N.post_ffw_norm_2.weight (n_embd) experts' output's */
     PL_T_COUNT,
 } pl_tensor_slot;
 
@@ -217,6 +244,29 @@ typedef struct pl_arch {
      *  (default feed_forward_length, which is then optional); the key is
      *  refused for the other families. */
     bool shexp;
+    /** Gemma 4's attention: sliding and global layers with their own head
+     *  sizes, rotated dims and K/V head counts (attention.key_length_swa,
+     *  value_length_swa, rope.dimension_count_swa, head_count_kv per
+     *  layer); the last attention.shared_kv_layers layers read the K/V of
+     *  the last earlier layer of their kind and take no cache; K = V where
+     *  a layer has no attn_v; V gets an unweighted RMSNorm; q.k is not
+     *  scaled; rope_freqs.weight's factors apply to the global layers
+     *  only; each layer's output is multiplied by layer_output_scale. */
+    bool kind_geometry;
+    /** Every nope_period-th layer ((l + 1) % nope_period == 0) rotates no
+     *  dims (SmolLM3's NoPE layers: llama.cpp's n_no_rope_layer_step 4,
+     *  which no GGUF key states); 0: every layer has RoPE. */
+    int nope_period;
+    /** Ministral 3 (mistral3): reads rope.scaling.yarn_log_multiplier (YaRN's
+     *  magnitude then get_mscale(f, 1) / get_mscale(f, mul), llama.cpp's
+     *  mscale 1 assumed) and attention.temperature_scale s: queries are
+     *  multiplied by 1 + s ln(1 + floor(pos / rope.scaling.
+     *  original_context_length)) after RoPE (Llama 4's temperature). */
+    bool ministral_rope;
+    /** Per-layer embeddings (embedding_length_per_layer_input > 0):
+     *  per_layer_token_embd, per_layer_model_proj, per_layer_proj_norm and
+     *  each layer's inp_gate, proj and post_norm (model.h's formula). */
+    bool per_layer_embd;
 } pl_arch;
 
 /** One weight matrix. */
@@ -287,6 +337,11 @@ typedef struct pl_layer {
     float *gate_inp_shexp;       /**< (n_embd) its gate's weights */
     pl_weight gate_shexp, up_shexp; /**< (n_ff_shexp, n_embd) */
     pl_weight down_shexp;        /**< (n_embd, n_ff_shexp) */
+    /* Experts beside the dense FFN (pl_model.moe_beside), else NULL. */
+    float *gate_inp_s;           /**< (n_embd) the router input's scale */
+    float *down_exps_s;          /**< (n_expert) each expert's output scale */
+    float *ffn_pre_norm_2;       /**< (n_embd) the experts' input norm */
+    float *ffn_post_norm_1, *ffn_post_norm_2; /**< (n_embd) the two outputs' norms */
     /** A Gated DeltaNet layer (pl_model's ssm_* sizes): no q/k/v/o and no
      *  paged K/V; a fixed-size state per sequence instead (the conv's last
      *  conv_kernel - 1 inputs, the (n_v, d_state, d_state) delta-rule
@@ -310,6 +365,16 @@ typedef struct pl_layer {
     float *ssm_a;                /**< (ssm_n_v) */
     float *ssm_norm;             /**< (ssm_d_state) */
     pl_weight ssm_out;           /**< (n_embd, ssm_d_inner) */
+    /* This layer's attention geometry (the model's, but for
+     * kind_geometry: its kind's). */
+    int head_dim, n_head_kv, n_rot;
+    int kv_src;                  /**< the layer whose K/V it attends to: itself,
+                                      or (shared) an earlier one */
+    float *out_scale;            /**< (1) the layer's output scale, or NULL */
+    /* Per-layer embeddings (n_ple > 0). */
+    pl_weight ple_gate;          /**< (n_ple, n_embd), f32 kept */
+    pl_weight ple_proj;          /**< (n_embd, n_ple), f32 kept */
+    float *ple_norm;             /**< (n_embd) */
 } pl_layer;
 
 typedef struct pl_model {
@@ -330,6 +395,9 @@ typedef struct pl_model {
                                       it (YaRN's 1 + 0.1 ln(factor), times
                                       rope.scaling.attn_factor); 0 or 1: none */
     float attn_scale;            /**< multiplies q.k before soft-capping */
+    float attn_temp_scale;       /**< the queries' temperature by position
+                                      (pl_arch.ministral_rope); 0: none */
+    int attn_temp_floor;         /**< its positions per step */
     float attn_softcap;          /**< scores become c * tanh(s / c); 0: none */
     float final_softcap;         /**< logits likewise; 0: none */
     float embd_scale;            /**< embedding rows are multiplied by it (1, or
@@ -344,6 +412,8 @@ typedef struct pl_model {
     int n_ff_shexp;              /**< the shared expert's width; 0: none */
     pl_moe_gating moe_gating;
     bool moe_norm_w;             /**< PL_MOE_SOFTMAX renormalises the top-k */
+    bool moe_beside;             /**< the expert layers keep their dense FFN
+                                      beside the experts (model.h's formula) */
     int32_t bos_id, eos_id;      /**< -1 when absent */
     pl_weight tok_embd;          /**< (n_vocab, n_embd) */
     pl_weight output;            /**< (n_vocab, n_embd); equals tok_embd when tied */
@@ -362,6 +432,24 @@ typedef struct pl_model {
     int ssm_d_inner;             /**< ssm.inner_size = ssm_n_v * ssm_d_state */
     int ssm_conv_dim;            /**< 2 ssm_n_k ssm_d_state + ssm_d_inner */
     int n_layer_mtp;             /**< multi-token-prediction blocks skipped */
+    /* kind_geometry (Gemma 4) */
+    int head_dim_swa, n_rot_swa; /**< sliding layers' (= head_dim, n_rot else) */
+    int q_dim, kv_dim;           /**< the widest layer's n_head * head_dim and
+                                      n_head_kv * head_dim: a K/V cache slot
+                                      holds kv_dim per position */
+    int n_shared_kv;             /**< the last layers reading earlier K/V */
+    bool v_norm;                 /**< V gets an unweighted RMSNorm */
+    /* Per-layer embeddings (Gemma 4 E2B/E4B), n_ple = 0 without: per token,
+     *   p = rmsnorm_per_layer(per_layer_model_proj @ x0 / sqrt(n_embd),
+     *                         per_layer_proj_norm)
+     *   e_l = (p_l + per_layer_token_embd[id]_l * sqrt(n_ple)) / sqrt(2)
+     * (x0 the scaled embedding), and at the end of layer l
+     *   x += rmsnorm(proj_l @ (gelu(inp_gate_l @ x) * e_l), post_norm_l) */
+    int n_ple;
+    pl_weight ple_tok;           /**< (n_vocab, n_layer n_ple), packed: rows
+                                      read per token from the mapping */
+    pl_weight ple_model_proj;    /**< (n_layer n_ple, n_embd), f32 kept */
+    float *ple_proj_norm;        /**< (n_ple) */
 } pl_model;
 
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */

@@ -26,4 +26,9 @@ int pl_model_read_ssm_(pl_model *m, const pl_gguf *g, char *err, size_t len);
 int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,
                         size_t len);
 
+/** Each layer's head size, rotated dims, K/V heads and the layer whose
+ *  K/V it reads (after the sliding layers are known), the model's widest
+ *  q_dim and kv_dim, shared_kv_layers where the family reads it. */
+int pl_model_read_geometry_(pl_model *m, const pl_gguf *g, char *err, size_t len);
+
 #endif

@@ -155,6 +155,9 @@ static const unsupported_key unsupported_[] = {
     {"nextn_predict_layers", 0, "multi-token prediction layers"},
     {"ssm.conv_kernel", NAN, "state-space layers"},
     {"wkv.head_size", NAN, "RWKV layers"},
+    {"attention.shared_kv_layers", 0, "layers sharing earlier layers' K/V"},
+    {"embedding_length_per_layer_input", 0, "per-layer embeddings"},
+    {"attention.temperature_scale", 0, "a query temperature by position (Llama 4)"},
 };
 
 /* The value of a scalar key as a number; NAN for strings and arrays. */
@@ -186,7 +189,11 @@ static bool family_reads(const pl_arch *a, const char *key)
     return (a->recurrent && !strcmp(key, "ssm.conv_kernel")) ||
            (a->rope_sections && !strcmp(key, "rope.dimension_sections")) ||
            (a->mtp_ignored && !strcmp(key, "nextn_predict_layers")) ||
-           (a->shexp && !strcmp(key, "expert_shared_feed_forward_length"));
+           (a->shexp && !strcmp(key, "expert_shared_feed_forward_length")) ||
+           (a->kind_geometry && !strcmp(key, "attention.shared_kv_layers")) ||
+           (a->per_layer_embd && !strcmp(key, "embedding_length_per_layer_input")) ||
+           (a->ministral_rope && (!strcmp(key, "rope.scaling.yarn_log_multiplier") ||
+                                  !strcmp(key, "attention.temperature_scale")));
 }
 
 static int refuse_unsupported(const pl_model *m, const pl_gguf *g, char *err, size_t len)
@@ -250,11 +257,35 @@ int pl_model_read_arch_(pl_model *m, const pl_gguf *g, char *err, size_t len)
 
 /* Head sizes: key_length (default n_embd / n_head), value_length equal to
  * it, rotated dims (default all) even and within the head. */
+/* attention.head_count_kv for kind_geometry: one value, or one per layer
+ * (each in [1, n_head], dividing it); m->n_head_kv the largest. */
+static int read_kv_heads(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.head_count_kv"));
+    if (!kv || kv->type != PL_GGUF_TYPE_ARRAY)
+        return meta_int(m, g, "attention.head_count_kv", 1, m->n_head, m->n_head,
+                        &m->n_head_kv, err, len);
+    if (!is_int_type(kv->v.arr.type) || kv->v.arr.n == 0)
+        return pl_model_fail_(err, len, "%s: expected integers (one per layer)", k);
+    m->n_head_kv = 1;
+    for (uint64_t i = 0; i < kv->v.arr.n; i++) {
+        long long v = pl_gguf_arr_int(kv, i);
+        if (v < 1 || v > m->n_head || m->n_head % v)
+            return pl_model_fail_(err, len, "%s: layer %llu's %lld K/V heads do not divide "
+                                  "%d query heads", k, (unsigned long long)i, v, m->n_head);
+        m->n_head_kv = v > m->n_head_kv ? (int)v : m->n_head_kv;
+    }
+    return 0;
+}
+
 static int read_heads(pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
-    if (meta_int(m, g, "attention.head_count", 1, MAX_DIM, -1, &m->n_head, err, len) ||
-        meta_int(m, g, "attention.head_count_kv", 1, m->n_head, m->n_head, &m->n_head_kv,
-                 err, len))
+    if (meta_int(m, g, "attention.head_count", 1, MAX_DIM, -1, &m->n_head, err, len))
+        return -1;
+    if (m->info->kind_geometry ? read_kv_heads(m, g, err, len)
+        : meta_int(m, g, "attention.head_count_kv", 1, m->n_head, m->n_head, &m->n_head_kv,
+                   err, len))
         return -1;
     char k[128];
     if (m->n_head % m->n_head_kv != 0)
@@ -274,14 +305,29 @@ static int read_heads(pl_model *m, const pl_gguf *g, char *err, size_t len)
                  len))
         return -1;
     /* Newer converters may write the sliding layers' sizes apart. */
-    int kd, vd2, rd;
-    if (meta_int(m, g, "attention.key_length_swa", 1, 4096, m->head_dim, &kd, err, len) ||
-        meta_int(m, g, "attention.value_length_swa", 1, 4096, m->head_dim, &vd2, err, len) ||
+    int kd, vd2, rd, def = m->info->kind_geometry ? -1 : m->head_dim;   /* Gemma 4: required */
+    if (meta_int(m, g, "attention.key_length_swa", 1, 4096, def, &kd, err, len) ||
+        meta_int(m, g, "attention.value_length_swa", 1, 4096, def, &vd2, err, len) ||
         meta_int(m, g, "rope.dimension_count_swa", 1, 4096, m->n_rot, &rd, err, len))
         return -1;
-    if (kd != m->head_dim || vd2 != m->head_dim || rd != m->n_rot)
+    if (m->info->kind_geometry) {
+        if (vd2 != kd)
+            return pl_model_fail_(err, len, "%s: %d differs from key_length_swa %d (not "
+                                  "supported)", arch_key(k, sizeof k, m,
+                                                         "attention.value_length_swa"), vd2, kd);
+        if (rd > kd || rd % 2 || kd % 2)
+            return pl_model_fail_(err, len, "%s: %d rotated dims of sliding heads of %d "
+                                  "(even, within the head)",
+                                  arch_key(k, sizeof k, m, "rope.dimension_count_swa"), rd, kd);
+        m->head_dim_swa = kd;
+        m->n_rot_swa = rd;
+    } else if (kd != m->head_dim || vd2 != m->head_dim || rd != m->n_rot) {
         return pl_model_fail_(err, len, "%s.*_swa: sliding layers with their own head or "
                               "rope sizes are not supported", m->arch_name);
+    } else {
+        m->head_dim_swa = m->head_dim;
+        m->n_rot_swa = m->n_rot;
+    }
     if (m->head_dim % 2 || m->n_rot % 2)
         return pl_model_fail_(err, len, "%s: head_dim %d / rope dims %d must be even",
                               arch_key(k, sizeof k, m, "rope.dimension_count"), m->head_dim,
@@ -295,7 +341,8 @@ static int read_attn_scales(pl_model *m, const pl_gguf *g, char *err, size_t len
 {
     const pl_arch *a = m->info;
     bool wide = a->wide_query_scale_layers && m->n_layer == a->wide_query_scale_layers;
-    m->attn_scale = 1.0f / sqrtf((float)(wide ? m->n_embd / m->n_head : m->head_dim));
+    m->attn_scale = a->kind_geometry ? 1.0f   /* Gemma 4: q and k are normed */
+                    : 1.0f / sqrtf((float)(wide ? m->n_embd / m->n_head : m->head_dim));
     m->embd_scale = a->embd_scale ? sqrtf((float)m->n_embd) : 1.0f;
     char k[128];
     if (!a->attn_softcap && pl_gguf_find(g, arch_key(k, sizeof k, m, "attn_logit_softcapping")))
@@ -308,7 +355,10 @@ static int read_attn_scales(pl_model *m, const pl_gguf *g, char *err, size_t len
     if (a->attn_softcap && meta_pos_float(m, g, "attn_logit_softcapping",
                                           a->attn_softcap_default, &m->attn_softcap, err, len))
         return -1;
-    if (a->final_softcap && meta_pos_float(m, g, "final_logit_softcapping",
+    if (a->final_softcap && (a->final_softcap_default > 0 ||
+                             pl_gguf_find(g, arch_key(k, sizeof k, m,
+                                                      "final_logit_softcapping"))) &&
+        meta_pos_float(m, g, "final_logit_softcapping",
                                            a->final_softcap_default, &m->final_softcap, err,
                                            len))
         return -1;
@@ -439,6 +489,8 @@ static int swa_pattern(pl_model *m, const pl_gguf *g, bool *slides, char *err, s
     char k[128];
     const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.sliding_window_pattern"));
     int p = m->info->swa_period;
+    if (!kv && m->info->kind_geometry)   /* llama.cpp reads Gemma 4's pattern, no default */
+        return pl_model_fail_(err, len, "%s: missing (required by %s)", k, m->arch_name);
     if (kv && kv->type == PL_GGUF_TYPE_ARRAY) {
         if ((kv->v.arr.type != PL_GGUF_TYPE_BOOL && !is_int_type(kv->v.arr.type)) ||
             kv->v.arr.n != (uint64_t)m->n_layer)
@@ -514,6 +566,33 @@ static int read_rope_scaling(const pl_model *m, const pl_gguf *g, char *type, si
     return 0;
 }
 
+/* llama.cpp's get_mscale. */
+static float yarn_mscale(float factor, float mscale)
+{
+    return factor <= 1.0f ? 1.0f : 0.1f * mscale * logf(factor) + 1.0f;
+}
+
+/* pl_arch.ministral_rope's keys: YaRN's log multiplier, the queries'
+ * temperature (its step: the original context). */
+static int ministral_rope(pl_model *m, const pl_gguf *g, const char *type, float factor,
+                          int orig, char *err, size_t len)
+{
+    char k[128];
+    float mul = 0, attn_factor = m->rope_mscale;
+    if (pl_gguf_find(g, arch_key(k, sizeof k, m, "rope.scaling.yarn_log_multiplier")) &&
+        meta_pos_float(m, g, "rope.scaling.yarn_log_multiplier", 1, &mul, err, len))
+        return -1;
+    if (mul > 0 && !strcmp(type, "yarn")) {
+        attn_factor /= 1.0f + 0.1f * logf(factor);
+        m->rope_mscale = attn_factor * yarn_mscale(factor, 1) / yarn_mscale(factor, mul);
+    }
+    if (pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.temperature_scale")) &&
+        meta_pos_float(m, g, "attention.temperature_scale", 1, &m->attn_temp_scale, err, len))
+        return -1;
+    m->attn_temp_floor = orig;
+    return 0;
+}
+
 int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, char *err,
                         size_t len)
 {
@@ -546,6 +625,8 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
         return pl_model_fail_(err, len, "%s: a bool, for rope scaling type yarn only", k);
     /* llama.cpp's rope_yarn scales cos and sin by this (mscale) */
     m->rope_mscale = attn_factor * (!strcmp(type, "yarn") ? 1.0f + 0.1f * logf(factor) : 1.0f);
+    if (m->info->ministral_rope && ministral_rope(m, g, type, factor, orig, err, len))
+        return -1;
     if (factors)
         snprintf(type, sizeof type, "none");   /* the factors carry the scaling */
     else if (tk && !tk->v.b)
@@ -553,8 +634,9 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
     size_t n = (size_t)(m->n_rot / 2);
     m->rope_inv_freq = malloc(sizeof(float) * (n ? n : 1));
     bool own = m->info->swa_rope_base > 0 && m->n_swa_layers > 0;
+    size_t n_swa = (size_t)(m->n_rot_swa / 2);
     if (own)
-        m->rope_inv_freq_swa = malloc(sizeof(float) * (n ? n : 1));
+        m->rope_inv_freq_swa = malloc(sizeof(float) * (n_swa ? n_swa : 1));
     if (!m->rope_inv_freq || (own && !m->rope_inv_freq_swa))
         return pl_model_fail_(err, len, "out of memory");
     pl_model_rope_freqs(m->rope_inv_freq, m->n_rot, m->rope_base, type, factor, lo, hi, orig,
@@ -562,8 +644,8 @@ int pl_model_read_rope_(pl_model *m, const pl_gguf *g, const float *factors, cha
     m->rope_base_swa = m->rope_base;
     if (m->rope_inv_freq_swa) {
         m->rope_base_swa = base_swa;
-        pl_model_rope_freqs(m->rope_inv_freq_swa, m->n_rot, m->rope_base_swa, "none", 1, 1, 4,
-                            orig, NULL);
+        pl_model_rope_freqs(m->rope_inv_freq_swa, m->n_rot_swa, m->rope_base_swa, "none", 1,
+                            1, 4, orig, NULL);
     }
     for (int l = 0; l < m->n_layer; l++)
         m->layers[l].rope_inv_freq = m->layers[l].n_swa && m->rope_inv_freq_swa
@@ -628,5 +710,67 @@ int pl_model_read_ssm_(pl_model *m, const pl_gguf *g, char *err, size_t len)
                               arch_key(k, sizeof k, m, "ssm.inner_size"), m->ssm_d_inner,
                               m->ssm_n_v, m->ssm_d_state);
     m->ssm_conv_dim = 2 * m->ssm_n_k * m->ssm_d_state + m->ssm_d_inner;
+    return 0;
+}
+
+/* The integer of layer l in a per-layer array key, or its single value;
+ * def when absent. */
+static long long layer_int(const pl_gguf_kv *kv, int l, long long def)
+{
+    if (!kv)
+        return def;
+    if (kv->type == PL_GGUF_TYPE_ARRAY)
+        return pl_gguf_arr_int(kv, (uint64_t)l);
+    return is_signed_type(kv->type) ? kv->v.i64 : (long long)kv->v.u64;
+}
+
+int pl_model_read_geometry_(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_arch *a = m->info;
+    m->kv_dim = m->q_dim = 0;
+    if (a->kind_geometry) {
+        if (meta_int(m, g, "attention.shared_kv_layers", 0, m->n_layer - 1, 0,
+                     &m->n_shared_kv, err, len))
+            return -1;
+        m->v_norm = true;
+    }
+    const pl_gguf_kv *hkv = a->kind_geometry
+        ? pl_gguf_find(g, arch_key(k, sizeof k, m, "attention.head_count_kv")) : NULL;
+    if (hkv && hkv->type == PL_GGUF_TYPE_ARRAY && hkv->v.arr.n != (uint64_t)m->n_layer)
+        return pl_model_fail_(err, len, "%s: %llu values for %d layers", k,
+                              (unsigned long long)hkv->v.arr.n, m->n_layer);
+    int first_shared = m->n_layer - m->n_shared_kv;
+    for (int l = 0; l < m->n_layer; l++) {
+        pl_layer *y = &m->layers[l];
+        bool swa = a->kind_geometry && y->n_swa > 0;
+        y->head_dim = swa ? m->head_dim_swa : m->head_dim;
+        y->n_rot = swa ? m->n_rot_swa : m->n_rot;
+        if (a->nope_period > 0 && (l + 1) % a->nope_period == 0)
+            y->n_rot = 0;        /* a NoPE layer */
+        y->n_head_kv = (int)layer_int(hkv, l, m->n_head_kv);
+        y->kv_src = l;
+        if (l >= first_shared) {   /* the last earlier non-shared layer of its kind */
+            y->kv_src = -1;
+            for (int s = first_shared - 1; s >= 0 && y->kv_src < 0; s--)
+                if ((m->layers[s].n_swa > 0) == (y->n_swa > 0))
+                    y->kv_src = s;
+            if (y->kv_src < 0)
+                return pl_model_fail_(err, len, "%s: shared layer %d has no earlier %s layer "
+                                      "to read", arch_key(k, sizeof k, m,
+                                                          "attention.shared_kv_layers"), l,
+                                      y->n_swa ? "sliding" : "global");
+            y->no_kv = true;
+            const pl_layer *src = &m->layers[y->kv_src];
+            if (src->n_head_kv != y->n_head_kv)
+                return pl_model_fail_(err, len, "%s: shared layer %d has %d K/V heads, the "
+                                      "layer it reads (%d) %d", arch_key(k, sizeof k, m,
+                                      "attention.head_count_kv"), l, y->n_head_kv, y->kv_src,
+                                      src->n_head_kv);
+        }
+        int q = m->n_head * y->head_dim, kvd = y->n_head_kv * y->head_dim;
+        m->q_dim = q > m->q_dim ? q : m->q_dim;
+        m->kv_dim = kvd > m->kv_dim ? kvd : m->kv_dim;
+    }
     return 0;
 }
