@@ -198,29 +198,6 @@ static void rope_rows(const pl_model *m, const pl_layer *y, float *x, int n, int
             x[(size_t)h * y->head_dim + i] *= m->rope_mscale;
 }
 
-/* A gated query projection's row r (per head: the query, then its gate)
- * into q and qgate. */
-static void split_query_gate(pl_cpu_fwd *f, int r)
-{
-    int hd = f->m->head_dim;   /* qwen35: one head size */
-    const float *src = f->qg + (size_t)r * 2 * f->q_dim;
-    for (int h = 0; h < f->m->n_head; h++) {
-        memcpy(f->q + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)2 * h * hd,
-               sizeof(float) * hd);
-        memcpy(f->qgate + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)(2 * h + 1) * hd,
-               sizeof(float) * hd);
-    }
-}
-
-/* att[r] *= sigmoid(gate[r]): the gated attention's output gate. */
-static void attn_gate_row(pl_cpu_fwd *f, int r)
-{
-    float *a = f->att + (size_t)r * f->q_dim;
-    const float *g = f->qgate + (size_t)r * f->q_dim;
-    for (int i = 0; i < f->q_dim; i++)
-        a[i] *= 1.0f / (1.0f + expf(-g[i]));
-}
-
 /* Rope q/k of row r, add biases, and store its k/v into their cache slots
  * (a layer reading another's K/V only ropes its queries). */
 static void qkv_finish(pl_cpu_fwd *f, int l, int r)
@@ -232,7 +209,7 @@ static void qkv_finish(pl_cpu_fwd *f, int l, int r)
     float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd;
     float *v = f->v + (size_t)r * kvd;
     if (m->attn_out_gate)
-        split_query_gate(f, r);
+        pl_fwd_split_query_gate_(f, r);
     for (int i = 0; y->bq && i < qd; i++)
         q[i] += y->bq[i];
     int pos = b->positions[r], hd = y->head_dim;
@@ -424,7 +401,7 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
     case PH_SWIGLU:
         swiglu_item(f, ph->next, r);
         return;
-    case PH_ATTN_GATE: attn_gate_row(f, r); break;
+    case PH_ATTN_GATE: pl_fwd_attn_gate_row_(f, r); break;
     case PH_FINAL_ADD:
         if (!f->layer_end)
             add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);

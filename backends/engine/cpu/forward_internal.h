@@ -155,6 +155,10 @@ void pl_fwd_gdn_free_(pl_cpu_fwd *f);
 int pl_fwd_gdn_check_(pl_cpu_fwd *f, const pl_fwd_batch *b);
 void pl_fwd_gdn_commit_(pl_cpu_fwd *f, const pl_fwd_batch *b);
 void pl_fwd_gdn_plan_(pl_cpu_fwd *f, phase *in, int l, int n);
+/* Qwen3.5's gated attention (forward_deltanet.c): row r of the gated
+ * query projection (qg) split into q and qgate; att[r] *= sigmoid(qgate[r]). */
+void pl_fwd_split_query_gate_(pl_cpu_fwd *f, int r);
+void pl_fwd_attn_gate_row_(pl_cpu_fwd *f, int r);
 void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
 
 /* The expert blocks (forward_moe.c). init: the buffers for f's model and
