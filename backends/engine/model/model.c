@@ -331,7 +331,7 @@ static int load_gate_up_exps(pl_model *m, loader *ld, int l)
  * absent is left empty. The router is kept in f32 (it is small, and its
  * logits choose the experts: no quantisation between a token and its
  * choice). */
-static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
+static int load_slot_(pl_model *m, loader *ld, int s, int l, bool required)
 {
     const slot *sl = &slots_[s];
     void *field = (char *)&m->layers[l] + sl->off;
@@ -354,6 +354,45 @@ static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
     case S_VEC2: return load_vec_rows(ld, name, cols, rows, required, field);
     default: return load_vec(ld, name, rows, required, field);
     }
+}
+
+/* The metadata key a dimension is, where it is one key's value. */
+static const char *dim_key(dim d)
+{
+    switch (d) {
+    case D_EMBD: return "embedding_length";
+    case D_FF: return "feed_forward_length";
+    case D_EXP: return "expert_count";
+    case D_FF_EXP: return "expert_feed_forward_length";
+    case D_FF_SHEXP: return "expert_shared_feed_forward_length";
+    default: return NULL;
+    }
+}
+
+/* load_slot_, and on a misshaped tensor the keys its wanted shape comes
+ * from (so a key that contradicts the tensors is named). */
+static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
+{
+    if (load_slot_(m, ld, s, l, required) == 0)
+        return 0;
+    if (!strstr(ld->err, ": shape ["))
+        return -1;
+    const slot *sl = &slots_[s];
+    dim ds[3] = {sl->rows, sl->cols, sl->kind == S_EXPS ? D_EXP : sl->rows};
+    const char *sep = " (";
+    for (int i = 0; i < 3; i++) {
+        const char *k = dim_key(ds[i]);
+        size_t n = strlen(ld->err);
+        if (!k || (i > 0 && ds[i] == ds[0]) || (i > 1 && ds[i] == ds[1]) || n + 1 >= ld->len)
+            continue;
+        snprintf(ld->err + n, ld->len - n, "%s%s.%s = %d", sep, m->arch_name, k,
+                 dim_size(m, l, ds[i]));
+        sep = ", ";
+    }
+    size_t n = strlen(ld->err);
+    if (*sep == ',' && n + 1 < ld->len)
+        snprintf(ld->err + n, ld->len - n, ")");
+    return -1;
 }
 
 /* The attention block's tensors, which a recurrent layer replaces. */
