@@ -1,7 +1,7 @@
 /* family.h - a model family, one unit (issue 46): one pl_family row, in its
- * own file here (llama.c, qwen2.c, qwen3.c, qwen3moe.c, qwen35.c, gemma2.c,
- * gemma3.c, gemma4.c, gpt_oss.c, bert.c), is the only place a family is
- * described:
+ * own file here (llama.c, qwen2.c, qwen3.c, qwen3moe.c, qwen35.c, qwen35moe.c,
+ * gemma2.c, gemma3.c, gemma4.c, gpt_oss.c, smollm3.c, mistral3.c, bert.c), is
+ * the only place a family is described:
  *
  *   - its GGUF general.architecture name, and the Hugging Face
  *     `architectures` names it reads (with their config.json mapping and
