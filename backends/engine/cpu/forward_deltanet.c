@@ -1,6 +1,5 @@
 /* forward_deltanet.c - the Gated DeltaNet layers of the forward pass
- * (model.h's pl_layer.recurrent; forward_internal.h), and the query gate
- * of Qwen3.5's attention layers (at the end):
+ * (model.h's pl_layer.recurrent; forward_internal.h):
  *
  *   PH_ATTN_IN     xn = rmsnorm(x) (forward.c), then one matmul phase:
  *                  qkv, z, beta and alpha projections of xn
@@ -285,28 +284,4 @@ void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith)
         conv_item(f->gdn, rec, it);
     else
         rule_item(f, ph->layer, rec, it, ith);
-}
-
-/* Qwen3.5's gated attention layers (forward.c runs the rest): a gated
- * query projection's row r (per head: the query, then its gate) into q
- * and qgate. */
-void pl_fwd_split_query_gate_(pl_cpu_fwd *f, int r)
-{
-    int hd = f->m->head_dim;   /* qwen35: one head size */
-    const float *src = f->qg + (size_t)r * 2 * f->q_dim;
-    for (int h = 0; h < f->m->n_head; h++) {
-        memcpy(f->q + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)2 * h * hd,
-               sizeof(float) * hd);
-        memcpy(f->qgate + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)(2 * h + 1) * hd,
-               sizeof(float) * hd);
-    }
-}
-
-/* att[r] *= sigmoid(gate[r]): the gated attention's output gate. */
-void pl_fwd_attn_gate_row_(pl_cpu_fwd *f, int r)
-{
-    float *a = f->att + (size_t)r * f->q_dim;
-    const float *g = f->qgate + (size_t)r * f->q_dim;
-    for (int i = 0; i < f->q_dim; i++)
-        a[i] *= 1.0f / (1.0f + expf(-g[i]));
 }

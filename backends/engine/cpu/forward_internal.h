@@ -155,10 +155,6 @@ void pl_fwd_gdn_free_(pl_cpu_fwd *f);
 int pl_fwd_gdn_check_(pl_cpu_fwd *f, const pl_fwd_batch *b);
 void pl_fwd_gdn_commit_(pl_cpu_fwd *f, const pl_fwd_batch *b);
 void pl_fwd_gdn_plan_(pl_cpu_fwd *f, phase *in, int l, int n);
-/* Qwen3.5's gated attention (forward_deltanet.c): row r of the gated
- * query projection (qg) split into q and qgate; att[r] *= sigmoid(qgate[r]). */
-void pl_fwd_split_query_gate_(pl_cpu_fwd *f, int r);
-void pl_fwd_attn_gate_row_(pl_cpu_fwd *f, int r);
 void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
 
 /* The expert blocks (forward_moe.c). init: the buffers for f's model and
@@ -175,6 +171,26 @@ void pl_fwd_moe_plan_(pl_cpu_fwd *f, int l, int n);
 /* A thread's share of a PH_MOE_* phase; returns the items it finished
  * (which pl_pool_done counts). */
 int pl_fwd_moe_phase_(pl_cpu_fwd *f, phase *ph, int ith);
+
+/* The attention block (forward_attn.c). plan: layer l's phases over n
+ * rows after its PH_ATTN_IN phase `in` (q/k/v, PH_QKV_FINISH, attention,
+ * the output gate, attn_output into tmp); qkv_finish: row r's rope, norms
+ * and cache stores; gate_row: att[r] *= sigmoid(qgate[r]); item: one
+ * PH_ATTN or PH_ATT_* item. At most ATT_SPLIT_ROWS rows take the split
+ * attention (its scores buffer is that many rows). */
+#define ATT_SPLIT_ROWS 2
+void pl_fwd_attn_plan_(pl_cpu_fwd *f, phase *in, int l, int n);
+void pl_fwd_qkv_finish_(pl_cpu_fwd *f, int l, int r);
+void pl_fwd_attn_gate_row_(pl_cpu_fwd *f, int r);
+void pl_fwd_attn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
+
+/* Row r's block table in cache group g. */
+static inline const int32_t *pl_fwd_row_blocks_(const pl_fwd_batch *b, int r, int g)
+{
+    size_t n_groups = b->n_groups > 0 ? (size_t)b->n_groups : 1;
+    return b->block_table + ((size_t)b->row_seq[r] * n_groups + (size_t)g) *
+                            (size_t)b->max_blocks_per_seq;
+}
 
 /* Layer l's row widths: its queries' and its K/V's (the buffers' rows are
  * as wide as the layer's projections). */

@@ -3,8 +3,7 @@
  * each layer's feed-forward (its dense and expert outputs joined), their
  * gated projection and the layer's output scale (model.h's formula); and
  * the end of a qwen35moe layer: its experts' and gated shared expert's
- * outputs joined. Row work: a row's values do not
- * depend on the batch. */
+ * outputs joined. Row work: a row's values do not depend on the batch. */
 #include <math.h>
 #include <stdint.h>
 
