@@ -12,7 +12,8 @@
  *    sequence within float tolerance;
  *  - batch invariance: a sequence's logits are the same bits alone and
  *    beside another sequence's rows (its experts grouped with the other's),
- *    in prefill and in decode.
+ *    in prefill and in decode, here and on fuzz_model's seed with Q8_0
+ *    experts and shared expert (the quantised kernels).
  * The checkpoint folder itself is checked by test_hf_transformers.py and
  * test_qwen35moe.py.
  */
@@ -212,13 +213,17 @@ Test(qwen35moe, chunked_equals_step)
 }
 
 /* Sequence 0 alone, then beside sequence 2 (before and after it, its own
- * slot): the same bits, in prefill and in decode. */
+ * slot): the same bits, in prefill and in decode (the ids taken modulo m's
+ * vocabulary). */
 static void batch_invariant(const pl_model *m)
 {
     int nv = m->n_vocab, n = 20;
     int32_t a[MAX_CTX], b[MAX_CTX], tok[2 * MAX_CTX], pos[2 * MAX_CTX], sq[2 * MAX_CTX];
-    seq_ref(0, a, NULL);
-    seq_ref(2, b, NULL);
+    int na = seq_ref(0, a, NULL), nb = seq_ref(2, b, NULL);
+    for (int i = 0; i < na || i < nb; i++) {
+        a[i] %= nv;
+        b[i] %= nv;
+    }
     size_t row = sizeof(float) * (size_t)nv;
     float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
     pl_test_fwd w1 = pl_test_fwd_new(m, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
@@ -244,6 +249,22 @@ static void batch_invariant(const pl_model *m)
     free(mixed);
 }
 
-
 Test(qwen35moe, batch_invariant) { batch_invariant(g_model); }
 
+/* The same on fuzz_model's qwen35moe seed (make_model_corpus.py: Q8_0
+ * experts and shared expert, kept packed: the quantised kernels). */
+Test(qwen35moe, batch_invariant_q8_0)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char p[1024], err[256];
+    snprintf(p, sizeof p, "%s/tests/fuzz/model_corpus/qwen35moe.gguf", src ? src : ".");
+    pl_gguf *g = pl_gguf_open(p, err, sizeof err);
+    cr_assert(g, "%s", err);
+    pl_model *m = pl_model_load(g, NULL, err, sizeof err);
+    cr_assert(m, "%s", err);
+    cr_assert(m->n_expert == 4 && m->n_ff_shexp > 0 && !m->layers[0].gate_exps.w.f32);
+    cr_assert_eq(m->layers[0].gate_shexp.type, PL_GGML_TYPE_Q8_0);
+    batch_invariant(m);
+    pl_model_free(m);
+    pl_gguf_free(g);
+}
