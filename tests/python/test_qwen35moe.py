@@ -10,7 +10,8 @@ tiny_qwen35moe_ref.json (transformers' float32 logits, llama-cpp-python
 - prompt logprobs of each format within 0.02 nats mean of transformers and
   of llama.cpp, greedy tokens equal, logits within 1e-3 of transformers;
 - the composite checkpoint (Qwen3_5MoeForConditionalGeneration) reads its
-  text model;
+  text model; the experts fused as transformers holds them (gate_up_proj,
+  down_proj) give the same logits; missing experts are named;
 - behind the server (openai SDK), from either format: concurrent greedy
   streams give what each request gets alone;
 - bad input: a missing or contradictory MoE key (expert count, experts
@@ -116,6 +117,75 @@ def test_composite_checkpoint_reads_its_text_model(hf_dir, tmp_path):
     ids = REF["ids"][1]
     err = np.abs(logits(d, ids) - np.array(REF["hf_logits"][1])).max()
     assert err < 1e-3, f"composite: max |dlogit| {err:.2e} from transformers"
+
+
+def _read_st(path):
+    blob = open(path, "rb").read()
+    n = int.from_bytes(blob[:8], "little")
+    hdr = json.loads(blob[8:8 + n])
+    out = {}
+    for k, v in hdr.items():
+        if k != "__metadata__":
+            assert v["dtype"] == "F32"
+            a, b = v["data_offsets"]
+            out[k] = np.frombuffer(blob[8 + n + a:8 + n + b], "<f4").reshape(v["shape"])
+    return out, hdr.get("__metadata__")
+
+
+def _write_st(path, tensors, meta):
+    hdr, data = ({"__metadata__": meta} if meta else {}), bytearray()
+    for k, x in tensors.items():
+        b = np.ascontiguousarray(x, "<f4").tobytes()
+        hdr[k] = {"dtype": "F32", "shape": list(x.shape),
+                  "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    h = json.dumps(hdr).encode()
+    open(path, "wb").write(len(h).to_bytes(8, "little") + h + bytes(data))
+
+
+def _experts_as(src, d, how):
+    """src's folder into d with each layer's experts fused as transformers
+    holds them in memory (how "fused": gate_up_proj [n_expert, 2 ff, hidden],
+    gate rows first, and down_proj [n_expert, hidden, ff]), or left out
+    ("none"), or expert 3 of layer 1 left out ("one")."""
+    shutil.copytree(src, d)
+    ts, meta = _read_st(d / "model.safetensors")
+    n_exp = json.load(open(d / "config.json"))["num_experts"]
+    for l in range(json.load(open(d / "config.json"))["num_hidden_layers"]):
+        p = "model.layers.%d.mlp.experts." % l
+        if how == "one":
+            if l == 1:
+                for w in ("gate_proj", "up_proj", "down_proj"):
+                    del ts[p + "3.%s.weight" % w]
+            continue
+        w = {n: [ts.pop(p + "%d.%s.weight" % (e, n)) for e in range(n_exp)]
+             for n in ("gate_proj", "up_proj", "down_proj")}
+        if how == "fused":
+            ts[p + "gate_up_proj"] = np.stack([np.concatenate([g, u]) for g, u in
+                                               zip(w["gate_proj"], w["up_proj"])])
+            ts[p + "down_proj"] = np.stack(w["down_proj"])
+    _write_st(d / "model.safetensors", ts, meta)
+    return d
+
+
+def test_fused_experts_checkpoint(hf_dir, tmp_path):
+    """The experts as one gate_up_proj and one down_proj tensor per layer
+    (what transformers holds in memory; llama.cpp's converter reads it
+    too): the same logits as the per-expert checkpoint's reference."""
+    d = _experts_as(hf_dir, tmp_path / "fused", "fused")
+    ids = REF["ids"][2]
+    err = np.abs(logits(d, ids) - np.array(REF["hf_logits"][2])).max()
+    assert err < 1e-3, f"fused experts: max |dlogit| {err:.2e} from transformers"
+
+
+@pytest.mark.parametrize("how,says", [
+    ("none", "blk.0.ffn_gate_exps.weight"),
+    ("one", "model.layers.1.mlp.experts.3.gate_proj.weight"),
+])
+def test_missing_experts_named(how, says, hf_dir, tmp_path):
+    r = load(_experts_as(hf_dir, tmp_path / how, how))
+    assert r.returncode != 0, "loaded a folder without its experts"
+    assert "missing" in r.stderr and says in r.stderr, r.stderr
 
 
 # ---- behind the server ----------------------------------------------------

@@ -13,9 +13,10 @@
  *
  * Hugging Face checkpoints (Qwen3_5MoeForCausalLM, the text model of
  * Qwen3_5MoeForConditionalGeneration) go through qwen35's changes; the
- * experts are one tensor per expert on disk, stacked as the converter
- * stacks them; the shared expert's gate, a [1, hidden_size] Linear, is a
- * vector. config.json has no dense intermediate_size. */
+ * experts are one tensor per expert on disk (or transformers' fused
+ * gate_up_proj and down_proj), stacked as the converter stacks them; the
+ * shared expert's gate, a [1, hidden_size] Linear, is a vector. config.json
+ * has no dense intermediate_size. */
 #include "backends/engine/families/family.h"
 
 #include <stdio.h>
@@ -36,8 +37,27 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
                                 err, n);
 }
 
-static const pl_hf_tmap layer_[] = {PL_HF_QWEN35_BLOCKS, PL_HF_EXPERTS, PL_HF_SHEXP,
-                                    PL_HF_END};
+/* The experts one tensor per expert as checkpoints store them, or as
+ * transformers holds them (one [n_expert, 2 n_ff_exp, hidden] gate-then-up
+ * tensor and one down tensor: a checkpoint saved without the per-expert
+ * split); a file with neither is refused naming the GGUF tensor. */
+#define EXP_(n, gg, d0, d1)                                                          \
+    {PL_HF_L_ "mlp.experts.%d." n ".weight", PL_HF_B_ gg, d0, d1,                      \
+     PL_HF_T_EXPERTS | PL_HF_T_OPTIONAL}
+static const pl_hf_tmap layer_[] = {
+    PL_HF_QWEN35_BLOCKS,
+    {PL_HF_L_ "mlp.gate.weight", PL_HF_B_ "ffn_gate_inp.weight", PL_HF_DIM_EXPERTS,
+     PL_HF_DIM_HIDDEN, PL_HF_T_F32},
+    EXP_("gate_proj", "ffn_gate_exps.weight", PL_HF_DIM_FF_EXP, PL_HF_DIM_HIDDEN),
+    EXP_("up_proj", "ffn_up_exps.weight", PL_HF_DIM_FF_EXP, PL_HF_DIM_HIDDEN),
+    EXP_("down_proj", "ffn_down_exps.weight", PL_HF_DIM_HIDDEN, PL_HF_DIM_FF_EXP),
+    {PL_HF_L_ "mlp.experts.gate_up_proj", PL_HF_B_ "ffn_gate_up_exps.weight",
+     PL_HF_DIM_FF_EXP2, PL_HF_DIM_HIDDEN, PL_HF_T_STACKED | PL_HF_T_OPTIONAL},
+    {PL_HF_L_ "mlp.experts.down_proj", PL_HF_B_ "ffn_down_exps.weight", PL_HF_DIM_HIDDEN,
+     PL_HF_DIM_FF_EXP, PL_HF_T_STACKED | PL_HF_T_OPTIONAL},
+    PL_HF_SHEXP,
+    PL_HF_END,
+};
 
 static const pl_hf_arch hf_[] = {
     {"Qwen3_5MoeForCausalLM", "qwen35moe", layer_, 1, false, false, 10000000, hparams_, NULL,
