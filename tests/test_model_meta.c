@@ -342,6 +342,7 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
     mangle("tiny_mistral.gguf");
     mangle("tiny_qwen3moe.gguf");
     mangle("tiny_gptoss_q8.gguf");
+    mangle("tiny_qwen35moe.gguf");
 }
 
 /* The fuzz target's seeds (tests/fuzz/make_model_corpus.py) are models of
@@ -350,7 +351,8 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
 Test(model_meta, fuzz_seeds_load)
 {
     static const char *const seeds[] = {"llama_swa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                        "qwen3moe", "gpt_oss", "gemma4"};
+                                        "qwen3moe", "gpt_oss", "gemma4", "qwen35",
+                                        "qwen35moe"};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char name[96], err[256];
         snprintf(name, sizeof name, "../fuzz/model_corpus/%s.gguf", seeds[i]);

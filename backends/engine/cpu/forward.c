@@ -183,12 +183,19 @@ static void add_block_out(float *x, float *d, const float *post_norm, int n, flo
     add_row(x, d, n);
 }
 
+/* Layer l's dense FFN width: the shared expert's (f->n_ff) beside
+ * experts, else the layer's own (Gemma 4 E2B's double-wide layers). */
+static int dense_ff(const pl_cpu_fwd *f, int l)
+{
+    return f->m->n_ff_shexp ? f->n_ff : pl_layer_ff(f->m, &f->m->layers[l]);
+}
+
 /* Item it of the swiglu phase: a SW_CHUNK slice of a row, and its q8
  * blocks (element-wise and block-wise work: the same values however the
  * row is cut). */
 static void swiglu_item(pl_cpu_fwd *f, int l, const mm_job *next, int it)
 {
-    int n_ff = pl_layer_ff(f->m, &f->m->layers[l]), per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
+    int n_ff = dense_ff(f, l), per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
     int r = it / per, c0 = it % per * SW_CHUNK;
     int len = n_ff - c0 < SW_CHUNK ? n_ff - c0 : SW_CHUNK;
     size_t off = (size_t)r * n_ff + c0;
@@ -332,7 +339,9 @@ static void plan_output(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits
 static void plan_layer(pl_cpu_fwd *f, int l, int n)
 {
     const pl_layer *y = &f->m->layers[l];
-    const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
+    bool sh = y->gate_inp_shexp != NULL;  /* the shared expert as the dense FFN */
+    const pl_weight *wgu[] = {sh ? &y->gate_shexp : &y->w_gate, sh ? &y->up_shexp : &y->w_up};
+    const pl_weight *wd[] = {sh ? &y->down_shexp : &y->w_down};
     float *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
     phase *in = pl_fwd_ph_add_(f, PH_ATTN_IN, l, n, NULL);
     if (y->recurrent)
@@ -340,15 +349,14 @@ static void plan_layer(pl_cpu_fwd *f, int l, int n)
     else
         pl_fwd_attn_plan_(f, in, l, n);
     phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
-    if (f->m->n_expert == 0 || f->m->moe_beside) {   /* the dense FFN, into tmp */
+    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside a dense FFN */
+        pl_fwd_moe_plan_(f, l, n);
+    if (f->n_ff > 0) {           /* into tmp; its input's q8 (xq) outlives the experts' */
         ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
-        phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l,
-                                   n * ((pl_layer_ff(f->m, y) + SW_CHUNK - 1) / SW_CHUNK),
-                                   NULL);
+        int items = n * ((dense_ff(f, l) + SW_CHUNK - 1) / SW_CHUNK);
+        phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l, items, NULL);
         sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
     }
-    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside the dense FFN */
-        pl_fwd_moe_plan_(f, l, n);
     if (f->layer_end)
         pl_fwd_ph_add_(f, PH_LAYER_END, l, n, NULL);
 }
@@ -460,7 +468,9 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->o = *o;
     f->q_dim = m->q_dim;
     f->kv_dim = m->kv_dim;
-    int n_ff = m->n_expert > 0 && !m->moe_beside ? 0 : m->n_ff;  /* experts: their own */
+    /* the dense FFN's width: the shared expert's, none beside experts alone */
+    int n_ff = f->n_ff = m->n_ff_shexp ? m->n_ff_shexp
+                         : m->n_expert && !m->moe_beside ? 0 : m->n_ff;
     f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
@@ -493,8 +503,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
     for (int l = 0; l < m->n_layer; l++)
         f->layer_end |= m->layers[l].out_scale != NULL;
-    f->layer_end |= m->n_ple > 0 || m->moe_beside;
-    f->tmp2 = m->moe_beside ? alloc_f(R * m->n_embd, &bad) : NULL;
+    f->layer_end |= m->n_ple > 0 || m->moe_beside || m->n_ff_shexp;
+    f->tmp2 = m->moe_beside || m->n_ff_shexp ? alloc_f(R * m->n_embd, &bad) : NULL;
     if (m->n_ple > 0) {
         f->ple = alloc_f(R * m->n_layer * m->n_ple, &bad);
         f->ple_g = alloc_f(R * m->n_ple, &bad);

@@ -20,6 +20,8 @@ struct pl_cpu_fwd {
     pl_pool *pool;
     pl_fwd_opts o;
     int q_dim, kv_dim, max_in;
+    int n_ff;                    /* the dense FFN's width (the shared expert's
+                                    beside experts), 0 for experts alone */
     pl_kv_layout lo;             /* cache groups: a layer's table and slot */
     void *k_cache, *v_cache;     /* (num_blocks, lo.n_slots, n_head_kv,
                                     block_size, head_dim) of halves when
@@ -41,12 +43,12 @@ struct pl_cpu_fwd {
                                     gated query projection and its gate
                                     (attn_out_gate), else NULL */
     float *tmp2;                 /* (max_rows, n_embd) the experts' sum beside
-                                    the dense FFN's in tmp (moe_beside), else
-                                    NULL */
+                                    the dense FFN's or the shared expert's in
+                                    tmp (moe_beside, n_ff_shexp), else NULL */
     float *ple, *ple_g;          /* (max_rows, n_layer n_ple), (max_rows,
                                     n_ple): per-layer embeddings' inputs and
                                     gate (n_ple > 0), else NULL */
-    bool layer_end;              /* layers end with PH_LAYER_END (gemma4) */
+    bool layer_end;              /* layers end with PH_LAYER_END (gemma4, qwen35moe) */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
     float *logits;               /* the call's logits (n_out, n_vocab) */
