@@ -18,6 +18,10 @@
 #   fcfs_seed_768_worst  fcfs + seed layout, seed 000's rule, 768
 #   parley_seed, parley_seed_worst (not run by default): parley's order with
 #                        the seed layout, the default's, under either rule
+#   parley_sp_nogroups   (not run by default) parley_sp with one cache group
+#                        for every layer (--no-kv-cache-groups): issue 47's
+#                        "before" for sliding-window models (PARLEY_MODEL=
+#                        Gemma 3 270M, BENCH_CONFIGS="parley_sp parley_sp_nogroups")
 #
 # Each configuration runs PASSES times (default 2), the order reversed on
 # every other pass so that no configuration always runs first. The report
@@ -61,6 +65,7 @@ config_args() {
     parley_sp_768) echo "parley shared_prefix --max-model-len 768" ;;
     parley_sp_worst) echo "parley shared_prefix --capacity worst-case" ;;
     parley_sp_768_worst) echo "parley shared_prefix --capacity worst-case --max-model-len 768" ;;
+    parley_sp_nogroups) echo "parley shared_prefix --no-kv-cache-groups" ;;
     parley_seed) echo "parley seed" ;;
     parley_seed_worst) echo "parley seed --capacity worst-case" ;;
     fcfs_seed) echo "fcfs seed" ;;

@@ -5,7 +5,7 @@
  * all sequences and over a sequence list) through the same cases, against
  * the float64 reference of cuda_attn_fix.c: cached prefixes, contexts to
  * 4,096 (many tiles per warp), unmapped blocks (-1 and past the pool),
- * large logits, sliding windows, soft-capping, head_dim 64/128/256, block
+ * large logits, sliding windows, soft-capping, head_dim 64/128/256 (512 on the rows kernel), block
  * sizes 8 to 64, bf16 and fp8 caches. Outputs are poisoned first: a row
  * not asked for must stay poisoned, every other must be within TOL_ATTN
  * (normalised max error; the outputs are bf16). Host-only tests (argument
@@ -192,6 +192,37 @@ Test(cuda_attn, head_dim_256_window_and_softcap)
     run_all_kinds(CASE(8, 4, 256, 2, {600, 100}, {300, 100}, .window = 128, .softcap = 50.0f,
                        .qmag = 8.0f));
     run_all_kinds(CASE(32, 8, 128, 2, {900, 70}, {1, 70}, .window = 64));
+}
+
+/* Gemma 4's global layers: head_dim 512, which only the rows kernel takes,
+ * for decode rows and for prefill rows (each at its own position), with
+ * the fp8 cache too; the other kernels refuse it. */
+static void run_rows_only(attn_case c)
+{
+    attn_fix f;
+    af_init(&f, c);
+    af_write_and_check(&f);
+    size_t n = (size_t)f.n_rows * c.n_head * c.hd;
+    float *ref = malloc(sizeof(float) * n);
+    af_reference(&f, AF_Q_F32, ref);
+    check_rows_kernel(&f, ref, false);
+    check_rows_kernel(&f, ref, true);
+    free(ref);
+    af_free(&f);
+}
+
+Test(cuda_attn, head_dim_512_rows_kernel)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(29);
+    run_rows_only(CASE(8, 1, 512, 2, {300, 1025}, {1, 1}));
+    run_rows_only(CASE(8, 2, 512, 2, {200, 70}, {100, 70}, .softcap = 30.0f, .qmag = 8.0f));
+    run_rows_only(CASE(4, 1, 512, 1, {600}, {1}, .dtype = PL_KV_FP8));
+    cr_assert(pl_cuda_attn_rows_supported(512));
+    cr_assert(!pl_cuda_attn_rows_supported(320));
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_WARP, 8, 1, 512));
+    cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_MMA, 8, 1, 512));
+    cr_assert(!pl_cuda_attn_prefill_mma_supported(512));
 }
 
 Test(cuda_attn, block_sizes)

@@ -293,14 +293,15 @@ Test(engine_equiv, partial_block_reuse_vs_full_blocks_only)
     expect_identical("partial vs full-block reuse", part, full, 8);
 }
 
-/* The tiny Qwen3.5 hybrid (Gated DeltaNet layers: the chunked delta rule in
- * prefill, the step in decode, each sequence's state in its slot): 8 at
- * once and in 16-token prefill chunks give each prompt's tokens alone. */
-Test(engine_equiv, qwen35_hybrid_alone_vs_batched)
+/* The tiny Qwen3.5 hybrids (Gated DeltaNet layers: the chunked delta rule
+ * in prefill, the step in decode, each sequence's state in its slot; the
+ * MoE one's experts grouped across the batch beside its shared expert): 8
+ * at once and in 16-token prefill chunks give each prompt's tokens alone. */
+static void hybrid_alone_vs_batched(const char *file)
 {
-    static char path[4096];
+    static char path[4096], what[2][128];
     const char *src = getenv("PARLEY_SRC");
-    snprintf(path, sizeof path, "%s/tests/fixtures/tiny_qwen35.gguf", src ? src : ".");
+    snprintf(path, sizeof path, "%s/tests/fixtures/%s", src ? src : ".", file);
     static run_out one[8], many[8], chunked[8];
     cfg c1 = {.async = true, .batched_tokens = 2048, .concurrent = 1, .model = path};
     cfg cn = {.async = true, .batched_tokens = 2048, .concurrent = 8, .model = path};
@@ -308,6 +309,18 @@ Test(engine_equiv, qwen35_hybrid_alone_vs_batched)
     run(&c1, 8, one);
     run(&cn, 8, many);
     run(&cc, 8, chunked);
-    expect_identical("qwen35: 1 vs 8 concurrent", one, many, 8);
-    expect_identical("qwen35: 8 concurrent, 16-token chunks", one, chunked, 8);
+    snprintf(what[0], sizeof what[0], "%s: 1 vs 8 concurrent", file);
+    snprintf(what[1], sizeof what[1], "%s: 8 concurrent, 16-token chunks", file);
+    expect_identical(what[0], one, many, 8);
+    expect_identical(what[1], one, chunked, 8);
+}
+
+Test(engine_equiv, qwen35_hybrid_alone_vs_batched)
+{
+    hybrid_alone_vs_batched("tiny_qwen35.gguf");
+}
+
+Test(engine_equiv, qwen35moe_hybrid_alone_vs_batched)
+{
+    hybrid_alone_vs_batched("tiny_qwen35moe.gguf");
 }

@@ -42,7 +42,8 @@ Test(family, registry_finds_and_lists_it)
     cr_expect_eq(pl_family_find_hf("ParleyTestFamForCausalLM"), &pl_family_testfam.hf[0]);
     cr_expect_eq(pl_family_register(&pl_family_testfam), -1, "a name is registered once");
     cr_expect_str_eq(pl_family_names(false), "llama (with or without experts), qwen2, qwen3, "
-                     "qwen3moe, qwen35 (Qwen3.5 Gated DeltaNet hybrids), gemma2, gemma3, gemma4, "
+                     "qwen3moe, qwen35 (Qwen3.5 Gated DeltaNet hybrids), qwen35moe (Qwen3.5 "
+                     "Gated DeltaNet hybrids with experts), gemma2, gemma3, gemma4, "
                      "gpt-oss, smollm3, mistral3, bert (an encoder: embeddings), "
                      "parley-testfam (a test's)");
     cr_expect(strstr(pl_family_names(true), "Gemma3ForConditionalGeneration (its text), "

@@ -220,6 +220,11 @@ static void g4_pattern_short(pl_gguf *g)
 {
     kv_of(g, "gemma4.attention.sliding_window_pattern")->v.arr.n = 4;
 }
+static void g4_ff_short(pl_gguf *g) { kv_of(g, "gemma4.feed_forward_length")->v.arr.n = 4; }
+static void g4_ff_float(pl_gguf *g)
+{
+    kv_of(g, "gemma4.feed_forward_length")->v.arr.type = PL_GGUF_TYPE_FLOAT32;
+}
 static void g4_shared_on_gemma3(pl_gguf *g)
 {
     pl_gguf_kv *kv = kv_of(g, "gemma3.attention.head_count_kv");
@@ -246,6 +251,11 @@ Test(model_meta, bad_gemma4_keys_are_named)
     check(f, g4_ple_wide, "per_layer_token_embd.weight: shape");
     check(f, g4_ple_str, "gemma4.embedding_length_per_layer_input: expected an integer");
     check(f, g4_kv_heads, "gemma4.attention.head_count_kv: 3 is out of range");
+    /* tiny_gemma4_wide.gguf: feed_forward_length one per layer */
+    check("tiny_gemma4_wide.gguf", g4_ff_short,
+          "gemma4.feed_forward_length: expected 5 integers (one per layer)");
+    check("tiny_gemma4_wide.gguf", g4_ff_float,
+          "gemma4.feed_forward_length: expected 5 integers (one per layer)");
     check("tiny_gemma3.gguf", g4_shared_on_gemma3,
           "gemma3.attention.shared_kv_layers: layers sharing earlier layers' K/V is not "
           "supported");
@@ -332,6 +342,7 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
     mangle("tiny_mistral.gguf");
     mangle("tiny_qwen3moe.gguf");
     mangle("tiny_gptoss_q8.gguf");
+    mangle("tiny_qwen35moe.gguf");
 }
 
 /* The fuzz target's seeds (tests/fuzz/make_model_corpus.py) are models of
@@ -340,7 +351,8 @@ Test(model_meta, truncations_and_flips_never_crash, .timeout = 120)
 Test(model_meta, fuzz_seeds_load)
 {
     static const char *const seeds[] = {"llama_swa", "qwen2", "qwen3", "gemma2", "gemma3",
-                                        "qwen3moe", "gpt_oss", "gemma4"};
+                                        "qwen3moe", "gpt_oss", "gemma4", "qwen35",
+                                        "qwen35moe"};
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char name[96], err[256];
         snprintf(name, sizeof name, "../fuzz/model_corpus/%s.gguf", seeds[i]);

@@ -2,8 +2,8 @@
 """make_model_corpus.py - the seed corpus of fuzz_model.c: for each
 architecture of the table (llama with a sliding window, qwen2, qwen3,
 gemma2, gemma3, qwen3moe with Q8_0 experts, gpt-oss with MXFP4 experts), a
-one-layer model as llama.cpp's converter lays it out (qwen35: two layers, a
-Gated DeltaNet one and a gated attention one; gemma4: three, a sliding, a
+one-layer model as llama.cpp's converter lays it out (qwen35 and qwen35moe:
+two layers, a Gated DeltaNet one and a gated attention one; gemma4: three, a sliding, a
 global and a shared one, with per-layer embeddings),
 with Q8_0 matrices and f32 norms (a few KB each), and a vocabulary (byte
 BPE or SentencePiece with specials) - written by the gguf package's
@@ -82,29 +82,36 @@ def model(name, arch, extra_keys, extra_tensors, spm=False, tied=True, moe=False
     print(path, os.path.getsize(path))
 
 
-def qwen35():
+def qwen35(moe=False):
     """A two-layer Gated DeltaNet hybrid (full_attention_interval 2: layer
     0 recurrent, layer 1 gated attention), as llama.cpp's converter writes
-    Qwen3.5: the ssm.* keys, attention.recurrent_layers, rope sections."""
-    path = os.path.join(OUT, "qwen35.gguf")
-    w = GGUFWriter(path, "qwen35")
-    a = "qwen35."
-    for k, v in [("block_count", 2), ("context_length", 64), ("embedding_length", E),
-                 ("feed_forward_length", FF), ("attention.head_count", 1),
-                 ("attention.head_count_kv", 1), ("attention.key_length", HD),
-                 ("attention.value_length", HD), ("rope.dimension_count", 8),
-                 ("ssm.conv_kernel", 4), ("ssm.state_size", 16), ("ssm.group_count", 1),
-                 ("ssm.time_step_rank", 2), ("ssm.inner_size", 32),
-                 ("full_attention_interval", 2)]:
+    Qwen3.5: the ssm.* keys, attention.recurrent_layers, rope sections;
+    moe: qwen35moe's, every layer's feed-forward 4 Q8_0 experts (2 a
+    token) beside a shared expert and its gate ([n_embd, 1], as the
+    converter writes it)."""
+    arch = "qwen35moe" if moe else "qwen35"
+    path = os.path.join(OUT, arch + ".gguf")
+    w = GGUFWriter(path, arch)
+    a = arch + "."
+    ffn = [("expert_count", X), ("expert_used_count", 2), ("expert_feed_forward_length", FF),
+           ("expert_shared_feed_forward_length", FF)] if moe else [("feed_forward_length", FF)]
+    keys = [("block_count", 2), ("context_length", 64), ("embedding_length", E)] + ffn + [
+        ("attention.head_count", 1), ("attention.head_count_kv", 1),
+        ("attention.key_length", HD), ("attention.value_length", HD),
+        ("rope.dimension_count", 8), ("ssm.conv_kernel", 4), ("ssm.state_size", 16),
+        ("ssm.group_count", 1), ("ssm.time_step_rank", 2), ("ssm.inner_size", 32),
+        ("full_attention_interval", 2)]
+    for k, v in keys:
         w.add_uint32(a + k, v)
     w.add_float32(a + "attention.layer_norm_rms_epsilon", 1e-6)
     w.add_array(a + "rope.dimension_sections", [2, 1, 1, 0])
     w.add_array(a + "attention.recurrent_layers", [True, False])
     vocab(w, False)
-    rng = np.random.default_rng(35)
+    rng = np.random.default_rng(36 if moe else 35)
 
-    def mat(n, rows, cols, q=True):
-        x = rng.standard_normal((rows, cols)).astype(np.float32)
+    def mat(n, rows, cols, q=True, n_exp=0):
+        x = rng.standard_normal((n_exp, rows, cols) if n_exp else (rows, cols))
+        x = x.astype(np.float32)
         if q:
             w.add_tensor(n, quants.quantize(x, T.Q8_0), raw_dtype=T.Q8_0)
         else:
@@ -118,9 +125,14 @@ def qwen35():
         b = "blk.%d." % l
         vec(b + "attn_norm.weight", E)
         vec(b + "post_attention_norm.weight", E)
-        for n in ("ffn_gate", "ffn_up"):
-            mat(b + n + ".weight", FF, E)
-        mat(b + "ffn_down.weight", E, FF)
+        sfx = ("_exps", "_shexp") if moe else ("",)
+        for x in sfx:
+            for n in ("ffn_gate", "ffn_up"):
+                mat(b + n + x + ".weight", FF, E, n_exp=X if x == "_exps" else 0)
+            mat(b + "ffn_down" + x + ".weight", E, FF, n_exp=X if x == "_exps" else 0)
+        if moe:
+            mat(b + "ffn_gate_inp.weight", X, E, q=False)
+            mat(b + "ffn_gate_inp_shexp.weight", 1, E, q=False)
     b = "blk.0."
     mat(b + "attn_qkv.weight", 64, E)
     mat(b + "attn_gate.weight", 32, E)
@@ -212,6 +224,7 @@ def gemma4():
 def main():
     os.makedirs(OUT, exist_ok=True)
     qwen35()
+    qwen35(moe=True)
     gemma4()
     none = lambda *a: None  # noqa: E731
     qk = lambda vec: (vec("blk.0.attn_q_norm.weight", HD), vec("blk.0.attn_k_norm.weight", HD))  # noqa: E731

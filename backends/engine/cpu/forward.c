@@ -24,10 +24,6 @@
 
 #define PH_OUTSIDE 5             /* embed, final add, out norm, logits, softcap */
 #define SOFTCAP_CHUNK 16384      /* logits per soft-capping item */
-#define ATT_SPLIT_ROWS 2         /* most rows for the split attention */
-#define ATT_SPLIT_CTX 256        /* its default least context (attn_split_ctx) */
-#define ATT_CHUNK 128            /* positions per scores item */
-#define ATT_DIMS 32              /* output dims per values item (one q8 block) */
 #define SW_CHUNK 256            /* swiglu elements per work item (a multiple of PL_QK) */
 
 /* Quantised matmuls are one contiguous slice of output features per
@@ -157,197 +153,6 @@ static void mm_unit(const pl_cpu_fwd *f, const mm_job *j, int s, int u)
                            j->n_rows, j->y[i], w->rows, o0, o1);
 }
 
-/* The start of a layer's slot in block blk (all its heads). */
-static char *kv_at(const pl_cpu_fwd *f, void *cache, int layer, int32_t blk)
-{
-    size_t bs = (size_t)f->o.block_size;
-    size_t slot = (size_t)blk * (size_t)f->lo.n_slots + (size_t)f->lo.layer_slot[layer];
-    return (char *)cache + slot * bs * f->kv_dim * f->kv_esz;
-}
-
-/* Stores a K or V row (all heads) into slot `slot` of block `blk`, each
- * head's part into that head's rows (rounded to half when f16). */
-static void kv_store(const pl_cpu_fwd *f, const pl_layer *y, char *blk, int slot,
-                     const float *src)
-{
-    int hd = y->head_dim;
-    for (int h = 0; h < y->n_head_kv; h++) {
-        char *dst = blk + ((size_t)h * f->o.block_size + slot) * hd * f->kv_esz;
-        if (f->o.kv_f16)
-            pl_op_f32_to_f16_row((uint16_t *)(void *)dst, src + (size_t)h * hd, hd);
-        else
-            memcpy(dst, src + (size_t)h * hd, sizeof(float) * hd);
-    }
-}
-
-/* Row r's block table in cache group g. */
-static const int32_t *row_blocks(const pl_fwd_batch *b, int r, int g)
-{
-    size_t n_groups = b->n_groups > 0 ? (size_t)b->n_groups : 1;
-    return b->block_table + ((size_t)b->row_seq[r] * n_groups + (size_t)g) *
-                            (size_t)b->max_blocks_per_seq;
-}
-
-/* Layer y's rotation of n heads at pos, then YaRN's magnitude factor on
- * their rotated dims (llama.cpp scales cos and sin by it). */
-static void rope_rows(const pl_model *m, const pl_layer *y, float *x, int n, int pos)
-{
-    pl_op_rope(x, n, y->head_dim, y->n_rot, pos, y->rope_inv_freq, m->rope_neox);
-    for (int h = 0; m->rope_mscale > 0 && m->rope_mscale != 1.0f && h < n; h++)
-        for (int i = 0; i < y->n_rot; i++)
-            x[(size_t)h * y->head_dim + i] *= m->rope_mscale;
-}
-
-/* A gated query projection's row r (per head: the query, then its gate)
- * into q and qgate. */
-static void split_query_gate(pl_cpu_fwd *f, int r)
-{
-    int hd = f->m->head_dim;   /* qwen35: one head size */
-    const float *src = f->qg + (size_t)r * 2 * f->q_dim;
-    for (int h = 0; h < f->m->n_head; h++) {
-        memcpy(f->q + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)2 * h * hd,
-               sizeof(float) * hd);
-        memcpy(f->qgate + (size_t)r * f->q_dim + (size_t)h * hd, src + (size_t)(2 * h + 1) * hd,
-               sizeof(float) * hd);
-    }
-}
-
-/* att[r] *= sigmoid(gate[r]): the gated attention's output gate. */
-static void attn_gate_row(pl_cpu_fwd *f, int r)
-{
-    float *a = f->att + (size_t)r * f->q_dim;
-    const float *g = f->qgate + (size_t)r * f->q_dim;
-    for (int i = 0; i < f->q_dim; i++)
-        a[i] *= 1.0f / (1.0f + expf(-g[i]));
-}
-
-/* Rope q/k of row r, add biases, and store its k/v into their cache slots
- * (a layer reading another's K/V only ropes its queries). */
-static void qkv_finish(pl_cpu_fwd *f, int l, int r)
-{
-    const pl_model *m = f->m;
-    const pl_layer *y = &m->layers[l];
-    const pl_fwd_batch *b = f->b;
-    int qd = q_dim_(f, l), kvd = kv_dim_(f, l), nkv = y->n_head_kv;
-    float *q = f->q + (size_t)r * qd, *k = f->k + (size_t)r * kvd;
-    float *v = f->v + (size_t)r * kvd;
-    if (m->attn_out_gate)
-        split_query_gate(f, r);
-    for (int i = 0; y->bq && i < qd; i++)
-        q[i] += y->bq[i];
-    int pos = b->positions[r], hd = y->head_dim;
-    for (int h = 0; y->attn_q_norm && h < m->n_head; h++)
-        pl_op_rmsnorm(q + (size_t)h * hd, q + (size_t)h * hd, y->attn_q_norm, hd, m->rms_eps);
-    rope_rows(m, y, q, m->n_head, pos);
-    float tq = m->attn_temp_scale > 0 ? query_temperature(m, pos) : 1;
-    for (int i = 0; tq != 1 && i < qd; i++)
-        q[i] *= tq;
-    if (y->kv_src != l)
-        return;
-    if (!y->wv.rows)                       /* K = V, before the k norm */
-        memcpy(v, k, sizeof(float) * kvd);
-    for (int i = 0; y->bk && i < kvd; i++) {
-        k[i] += y->bk[i];
-        v[i] += y->bv[i];
-    }
-    for (int h = 0; y->attn_k_norm && h < nkv; h++)
-        pl_op_rmsnorm(k + (size_t)h * hd, k + (size_t)h * hd, y->attn_k_norm, hd, m->rms_eps);
-    for (int h = 0; m->v_norm && h < nkv; h++)
-        pl_op_rmsnorm(v + (size_t)h * hd, v + (size_t)h * hd, NULL, hd, m->rms_eps);
-    rope_rows(m, y, k, nkv, pos);
-    int32_t blk = row_blocks(b, r, f->lo.layer_group[l])[pos / f->o.block_size];
-    int slot = pos % f->o.block_size;
-    kv_store(f, y, kv_at(f, f->k_cache, l, blk), slot, k);
-    kv_store(f, y, kv_at(f, f->v_cache, l, blk), slot, v);
-}
-
-/* The first position row r attends to in layer l: its sliding window's
- * start, or 0. */
-static int attn_first(const pl_cpu_fwd *f, int l, int r)
-{
-    int w = f->m->layers[l].n_swa, n_ctx = f->b->positions[r] + 1;
-    return w > 0 && n_ctx > w ? n_ctx - w : 0;
-}
-
-/* The attention arguments of row r's kv head kh in layer l (the K/V of
- * the layer it reads). */
-static pl_attn_args attn_args(const pl_cpu_fwd *f, int l, int r, int kh)
-{
-    int hd = f->m->layers[l].head_dim, src = f->m->layers[l].kv_src;
-    return (pl_attn_args){.block_size = f->o.block_size,
-                          .block_stride = (size_t)f->lo.n_slots * f->o.block_size * f->kv_dim,
-                          .row_stride = (size_t)hd, .head_dim = hd,
-                          .scale = f->m->attn_scale, .softcap = f->m->attn_softcap,
-                          .first = attn_first(f, l, r),
-                          .k_base = kv_at(f, f->k_cache, src, 0) +
-                                    f->kv_esz * kh * f->o.block_size * hd,
-                          .v_base = kv_at(f, f->v_cache, src, 0) +
-                                    f->kv_esz * kh * f->o.block_size * hd,
-                          .kv_f16 = f->o.kv_f16,
-                          .block_table = row_blocks(f->b, r, f->lo.layer_group[src]),
-                          .sinks = f->m->layers[l].attn_sinks};
-}
-
-/* Attention item it: (row, kv head, 1 of ph->split slices of its query
- * heads). Each query head's scores, softmax and sum are computed alone, so
- * the slicing does not change a value. With ph->next, also the q8 blocks of
- * the outputs it wrote (whole blocks: see plan_layer). */
-static void attn_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
-{
-    const pl_model *m = f->m;
-    const pl_layer *y = &m->layers[ph->layer];
-    int per = y->n_head_kv * ph->split, nq = m->n_head / y->n_head_kv / ph->split;
-    int r = it / per, kh = it % per / ph->split, hd = y->head_dim;
-    pl_attn_args a = attn_args(f, ph->layer, r, kh);
-    size_t off = (size_t)r * q_dim_(f, ph->layer) + (size_t)(it % per) * nq * hd;
-    if (a.sinks)
-        a.sinks += (it % per) * nq;  /* this item's first query head */
-    pl_op_attention(&a, f->q + off, nq, f->b->positions[r] + 1, f->att + off,
-                    f->attn_scr + (size_t)ith * m->n_head * f->o.max_ctx);
-    if (ph->next)
-        pl_op_quantize_row_q8(f->att + off, f->xq + off / PL_QK, nq * hd);
-}
-
-/* The split attention of a few long rows: pl_op_attention cut into three
- * phases whose items are position chunks, query heads and dim chunks, so
- * that every thread has work when there are fewer (row, kv head) pairs
- * than threads, and each K/V row is still read once per step. The parts
- * give the whole's values bit for bit (ops.h), so a row's outputs do not
- * depend on which plan ran. */
-static void att_split_item(pl_cpu_fwd *f, const phase *ph, int it)
-{
-    const pl_model *m = f->m;
-    const pl_layer *y = &m->layers[ph->layer];
-    int group = m->n_head / y->n_head_kv, hd = y->head_dim;
-    size_t ctx = (size_t)f->o.max_ctx;
-    if (ph->kind == PH_ATT_SOFTMAX) {
-        int r = it / m->n_head, first = attn_first(f, ph->layer, r);
-        const float *sinks = m->layers[ph->layer].attn_sinks;
-        float *sc = f->att_sc + (size_t)it * ctx + first;
-        if (sinks)
-            pl_op_softmax_sink(sc, f->b->positions[r] + 1 - first, sinks[it % m->n_head]);
-        else
-            pl_op_softmax(sc, f->b->positions[r] + 1 - first);
-        return;
-    }
-    int per = y->n_head_kv * ph->split, r = it / per, kh = it % per / ph->split;
-    int c = it % ph->split, n_ctx = f->b->positions[r] + 1;
-    pl_attn_args a = attn_args(f, ph->layer, r, kh);
-    float *sc = f->att_sc + ((size_t)r * m->n_head + (size_t)kh * group) * ctx;
-    size_t off = (size_t)r * q_dim_(f, ph->layer) + (size_t)kh * group * hd;
-    if (ph->kind == PH_ATT_SCORES) {
-        int t0 = a.first + c * ATT_CHUNK, t1 = t0 + ATT_CHUNK < n_ctx ? t0 + ATT_CHUNK : n_ctx;
-        if (t0 < t1)
-            pl_op_attn_scores(&a, f->q + off, group, t0, t1, sc, ctx);
-        return;
-    }
-    int d0 = c * ATT_DIMS, d1 = d0 + ATT_DIMS < hd ? d0 + ATT_DIMS : hd;
-    pl_op_attn_values(&a, sc, ctx, group, n_ctx, d0, d1, f->att + off);
-    for (int h = 0; ph->next && h < group; h++)   /* one whole q8 block each */
-        pl_op_quantize_row_q8(f->att + off + (size_t)h * hd + d0,
-                              f->xq + (off + (size_t)h * hd + d0) / PL_QK, ATT_DIMS);
-}
-
 static void add_row(float *x, const float *d, int n)
 {
     for (int i = 0; i < n; i++)
@@ -378,12 +183,19 @@ static void add_block_out(float *x, float *d, const float *post_norm, int n, flo
     add_row(x, d, n);
 }
 
+/* Layer l's dense FFN width: the shared expert's (f->n_ff) beside
+ * experts, else the layer's own (Gemma 4 E2B's double-wide layers). */
+static int dense_ff(const pl_cpu_fwd *f, int l)
+{
+    return f->m->n_ff_shexp ? f->n_ff : pl_layer_ff(f->m, &f->m->layers[l]);
+}
+
 /* Item it of the swiglu phase: a SW_CHUNK slice of a row, and its q8
  * blocks (element-wise and block-wise work: the same values however the
  * row is cut). */
-static void swiglu_item(pl_cpu_fwd *f, const mm_job *next, int it)
+static void swiglu_item(pl_cpu_fwd *f, int l, const mm_job *next, int it)
 {
-    int n_ff = f->m->n_ff, per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
+    int n_ff = dense_ff(f, l), per = (n_ff + SW_CHUNK - 1) / SW_CHUNK;
     int r = it / per, c0 = it % per * SW_CHUNK;
     int len = n_ff - c0 < SW_CHUNK ? n_ff - c0 : SW_CHUNK;
     size_t off = (size_t)r * n_ff + c0;
@@ -412,7 +224,7 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
             add_block_out(x, t, m->layers[ph->layer - 1].ffn_post_norm, e, m->rms_eps);
         pl_op_rmsnorm(xn, x, y->attn_norm, e, m->rms_eps);
         break;
-    case PH_QKV_FINISH: qkv_finish(f, ph->layer, r); break;
+    case PH_QKV_FINISH: pl_fwd_qkv_finish_(f, ph->layer, r); break;
     case PH_FFN_IN:
         if (y->bo)
             add_row(t, y->bo, e);
@@ -422,9 +234,9 @@ static void row_item(pl_cpu_fwd *f, const phase *ph, int r)
             pl_fwd_moe_route_(f, ph->layer, r);
         break;
     case PH_SWIGLU:
-        swiglu_item(f, ph->next, r);
+        swiglu_item(f, ph->layer, ph->next, r);
         return;
-    case PH_ATTN_GATE: attn_gate_row(f, r); break;
+    case PH_ATTN_GATE: pl_fwd_attn_gate_row_(f, r); break;
     case PH_FINAL_ADD:
         if (!f->layer_end)
             add_block_out(x, t, m->layers[m->n_layer - 1].ffn_post_norm, e, m->rms_eps);
@@ -474,10 +286,8 @@ static void run_item(pl_cpu_fwd *f, const phase *ph, int it, int ith)
 {
     if (ph->kind == PH_SOFTCAP)
         softcap_item(f, it);
-    else if (ph->kind == PH_ATTN)
-        attn_item(f, ph, it, ith);
-    else if (ph->kind >= PH_ATT_SCORES && ph->kind <= PH_ATT_VALUES)
-        att_split_item(f, ph, it);
+    else if (ph->kind == PH_ATTN || (ph->kind >= PH_ATT_SCORES && ph->kind <= PH_ATT_VALUES))
+        pl_fwd_attn_item_(f, ph, it, ith);
     else if (ph->kind == PH_GDN_CONV || ph->kind == PH_GDN_RULE)
         pl_fwd_gdn_item_(f, ph, it, ith);
     else
@@ -526,100 +336,27 @@ static void plan_output(pl_cpu_fwd *f, const int32_t *rows, int n, float *logits
         pl_fwd_ph_add_(f, PH_SOFTCAP, -1, n * ((m->n_vocab + SOFTCAP_CHUNK - 1) / SOFTCAP_CHUNK), NULL);
 }
 
-/* Query heads of a (row, kv head) go to one attention item, which reads
- * the K/V rows once for all of them, unless there are fewer such items
- * than threads (decode on a wide pool): then each is cut into `split`
- * items of group / split query heads, each reading the rows again. The
- * least split that gives every thread an item: on 2 threads (AMD EPYC Zen
- * 4, SmolLM2 Q4_1, 3 kv heads of 3 query heads), one item per kv head
- * decoded 1.05x as fast as one per query head at context 512-768 and 1.08x
- * at 1,536-1,792 (medians of 8 alternating pairs: the re-reads cost more
- * than the thread left idle for a third of the phase). Slicing never
- * changes a value (see attn_item). */
-static int attn_split(int group, int kv_items, int nth)
-{
-    int s = 1;
-    while (kv_items * s < nth && s < group)
-        for (s++; group % s; s++)
-            ;
-    return s;
-}
-
-/* The attention phases of layer l, then an (empty) PH_ROW_Q8 phase,
- * which it returns: one PH_ATTN phase, or the split attention when there
- * are at most ATT_SPLIT_ROWS rows, more than one thread and a row attends
- * to at least attn_split_ctx positions. */
-static phase *plan_attention(pl_cpu_fwd *f, int l, int n)
-{
-    const pl_model *m = f->m;
-    const pl_layer *y = &m->layers[l];
-    int group = m->n_head / y->n_head_kv, kv_items = n * y->n_head_kv, max_ctx = 0;
-    int nth = pl_pool_size(f->pool), min_ctx = f->o.attn_split_ctx;
-    for (int r = 0; r < n; r++) {      /* the most positions a row attends to */
-        int span = f->b->positions[r] + 1 - attn_first(f, l, r);
-        max_ctx = span > max_ctx ? span : max_ctx;
-    }
-    if (min_ctx == 0)
-        min_ctx = ATT_SPLIT_CTX;
-    if (n <= ATT_SPLIT_ROWS && nth > 1 && min_ctx > 0 && max_ctx >= min_ctx) {
-        int nc = (max_ctx + ATT_CHUNK - 1) / ATT_CHUNK;
-        int nd = (y->head_dim + ATT_DIMS - 1) / ATT_DIMS;
-        pl_fwd_ph_add_(f, PH_ATT_SCORES, l, kv_items * nc, NULL)->split = nc;
-        pl_fwd_ph_add_(f, PH_ATT_SOFTMAX, l, n * m->n_head, NULL);
-        pl_fwd_ph_add_(f, PH_ATT_VALUES, l, kv_items * nd, NULL)->split = nd;
-    } else {
-        int split = attn_split(group, kv_items, nth);
-        pl_fwd_ph_add_(f, PH_ATTN, l, kv_items * split, NULL)->split = split;
-    }
-    return pl_fwd_ph_add_(f, PH_ROW_Q8, l, n, NULL);
-}
-
-/* Layer l's attention block over n rows (after its PH_ATTN_IN phase):
- * q/k/v, rope and the cache, attention, the output gate when the model has
- * one, attn_output into tmp. */
-static void plan_attention_block(pl_cpu_fwd *f, phase *in, int l, int n)
-{
-    const pl_layer *y = &f->m->layers[l];
-    const pl_weight *wqkv[] = {&y->wq, &y->wk, &y->wv}, *wo[] = {&y->wo};
-    float *yqkv[] = {f->m->attn_out_gate ? f->qg : f->q, f->k, f->v}, *yt[] = {f->tmp};
-    /* q only for a layer reading another's K/V; q, k when K = V */
-    int n_proj = y->kv_src != l ? 1 : y->wv.rows ? 3 : 2;
-    in->next = ph_add_mm(f, f->xn, n, n_proj, wqkv, yqkv);
-    pl_fwd_ph_add_(f, PH_QKV_FINISH, l, n, NULL);
-    phase *q8 = plan_attention(f, l, n);
-    q8->next = ph_add_mm(f, f->att, n, 1, wo, yt);
-    if (f->m->attn_out_gate) {   /* gate, then quantise, row by row */
-        q8->kind = PH_ATTN_GATE;
-        return;
-    }
-    phase *at = q8 - 1;          /* the attention phase whose items write att */
-    int whole = at->kind == PH_ATTN ? f->m->n_head / y->n_head_kv / at->split * y->head_dim
-                                    : y->head_dim % ATT_DIMS ? 1 : ATT_DIMS;
-    if (q8->next->any_q && whole % PL_QK == 0)
-        at->next = q8->next;     /* each item's outputs are whole q8 blocks */
-    if (!q8->next->any_q || at->next)
-        q8->n = 0;
-}
-
 static void plan_layer(pl_cpu_fwd *f, int l, int n)
 {
     const pl_layer *y = &f->m->layers[l];
-    const pl_weight *wgu[] = {&y->w_gate, &y->w_up}, *wd[] = {&y->w_down};
+    bool sh = y->gate_inp_shexp != NULL;  /* the shared expert as the dense FFN */
+    const pl_weight *wgu[] = {sh ? &y->gate_shexp : &y->w_gate, sh ? &y->up_shexp : &y->w_up};
+    const pl_weight *wd[] = {sh ? &y->down_shexp : &y->w_down};
     float *ygu[] = {f->gate, f->up}, *yt[] = {f->tmp};
     phase *in = pl_fwd_ph_add_(f, PH_ATTN_IN, l, n, NULL);
     if (y->recurrent)
         pl_fwd_gdn_plan_(f, in, l, n);
     else
-        plan_attention_block(f, in, l, n);
+        pl_fwd_attn_plan_(f, in, l, n);
     phase *ffn = pl_fwd_ph_add_(f, PH_FFN_IN, l, n, NULL);
-    if (f->m->n_expert == 0 || f->m->moe_beside) {   /* the dense FFN, into tmp */
+    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside a dense FFN */
+        pl_fwd_moe_plan_(f, l, n);
+    if (f->n_ff > 0) {           /* into tmp; its input's q8 (xq) outlives the experts' */
         ffn->next = ph_add_mm(f, f->xn, n, 2, wgu, ygu);
-        phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l,
-                                   n * ((f->m->n_ff + SW_CHUNK - 1) / SW_CHUNK), NULL);
+        int items = n * ((dense_ff(f, l) + SW_CHUNK - 1) / SW_CHUNK);
+        phase *sw = pl_fwd_ph_add_(f, PH_SWIGLU, l, items, NULL);
         sw->next = ph_add_mm(f, f->gate, n, 1, wd, yt);
     }
-    if (f->m->n_expert > 0)      /* into tmp, or tmp2 beside the dense FFN */
-        pl_fwd_moe_plan_(f, l, n);
     if (f->layer_end)
         pl_fwd_ph_add_(f, PH_LAYER_END, l, n, NULL);
 }
@@ -635,7 +372,7 @@ static int check_batch(const pl_cpu_fwd *f, const pl_fwd_batch *b)
             pos >= f->o.max_ctx || pos / f->o.block_size >= b->max_blocks_per_seq)
             return -1;
         for (int g = 0; g < f->lo.n_groups; g++) {
-            int32_t blk = row_blocks(b, r, g)[pos / f->o.block_size];
+            int32_t blk = pl_fwd_row_blocks_(b, r, g)[pos / f->o.block_size];
             if (blk < 0 || blk >= f->o.num_blocks)
                 return -1;
         }
@@ -731,7 +468,9 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->o = *o;
     f->q_dim = m->q_dim;
     f->kv_dim = m->kv_dim;
-    int n_ff = m->n_expert > 0 && !m->moe_beside ? 0 : m->n_ff;  /* experts: their own */
+    /* the dense FFN's width: the shared expert's, none beside experts alone */
+    int n_ff = f->n_ff = m->n_ff_shexp ? m->n_ff_shexp
+                         : m->n_expert && !m->moe_beside ? 0 : m->n_ff;
     f->max_in = n_ff > f->q_dim ? n_ff : f->q_dim;
     f->max_in = f->max_in > m->n_embd ? f->max_in : m->n_embd;
     f->max_in = f->max_in > m->ssm_d_inner ? f->max_in : m->ssm_d_inner;
@@ -764,8 +503,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->xo = alloc_f((size_t)o->max_out * m->n_embd + 1, &bad);
     for (int l = 0; l < m->n_layer; l++)
         f->layer_end |= m->layers[l].out_scale != NULL;
-    f->layer_end |= m->n_ple > 0 || m->moe_beside;
-    f->tmp2 = m->moe_beside ? alloc_f(R * m->n_embd, &bad) : NULL;
+    f->layer_end |= m->n_ple > 0 || m->moe_beside || m->n_ff_shexp;
+    f->tmp2 = m->moe_beside || m->n_ff_shexp ? alloc_f(R * m->n_embd, &bad) : NULL;
     if (m->n_ple > 0) {
         f->ple = alloc_f(R * m->n_layer * m->n_ple, &bad);
         f->ple_g = alloc_f(R * m->n_ple, &bad);
@@ -782,7 +521,10 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->spans = aligned_alloc(64, (size_t)f->max_spans * sizeof(span));
     if (bad || !f->xq || !f->ph || !f->spans)
         goto fail;
-    if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK) {
+    bool ff_ok = true;
+    for (int l = 0; l < m->n_layer; l++)
+        ff_ok &= pl_layer_ff(m, &m->layers[l]) % PL_QK == 0;
+    if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK || !ff_ok) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
         pl_cpu_fwd_free(f);
         return NULL;

@@ -20,6 +20,8 @@ struct pl_cpu_fwd {
     pl_pool *pool;
     pl_fwd_opts o;
     int q_dim, kv_dim, max_in;
+    int n_ff;                    /* the dense FFN's width (the shared expert's
+                                    beside experts), 0 for experts alone */
     pl_kv_layout lo;             /* cache groups: a layer's table and slot */
     void *k_cache, *v_cache;     /* (num_blocks, lo.n_slots, n_head_kv,
                                     block_size, head_dim) of halves when
@@ -41,12 +43,12 @@ struct pl_cpu_fwd {
                                     gated query projection and its gate
                                     (attn_out_gate), else NULL */
     float *tmp2;                 /* (max_rows, n_embd) the experts' sum beside
-                                    the dense FFN's in tmp (moe_beside), else
-                                    NULL */
+                                    the dense FFN's or the shared expert's in
+                                    tmp (moe_beside, n_ff_shexp), else NULL */
     float *ple, *ple_g;          /* (max_rows, n_layer n_ple), (max_rows,
                                     n_ple): per-layer embeddings' inputs and
                                     gate (n_ple > 0), else NULL */
-    bool layer_end;              /* layers end with PH_LAYER_END (gemma4) */
+    bool layer_end;              /* layers end with PH_LAYER_END (gemma4, qwen35moe) */
     const pl_fwd_batch *b;       /* the call in progress */
     const int32_t *out_rows;     /* rows of x whose logits the call computes */
     float *logits;               /* the call's logits (n_out, n_vocab) */
@@ -169,6 +171,26 @@ void pl_fwd_moe_plan_(pl_cpu_fwd *f, int l, int n);
 /* A thread's share of a PH_MOE_* phase; returns the items it finished
  * (which pl_pool_done counts). */
 int pl_fwd_moe_phase_(pl_cpu_fwd *f, phase *ph, int ith);
+
+/* The attention block (forward_attn.c). plan: layer l's phases over n
+ * rows after its PH_ATTN_IN phase `in` (q/k/v, PH_QKV_FINISH, attention,
+ * the output gate, attn_output into tmp); qkv_finish: row r's rope, norms
+ * and cache stores; gate_row: att[r] *= sigmoid(qgate[r]); item: one
+ * PH_ATTN or PH_ATT_* item. At most ATT_SPLIT_ROWS rows take the split
+ * attention (its scores buffer is that many rows). */
+#define ATT_SPLIT_ROWS 2
+void pl_fwd_attn_plan_(pl_cpu_fwd *f, phase *in, int l, int n);
+void pl_fwd_qkv_finish_(pl_cpu_fwd *f, int l, int r);
+void pl_fwd_attn_gate_row_(pl_cpu_fwd *f, int r);
+void pl_fwd_attn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith);
+
+/* Row r's block table in cache group g. */
+static inline const int32_t *pl_fwd_row_blocks_(const pl_fwd_batch *b, int r, int g)
+{
+    size_t n_groups = b->n_groups > 0 ? (size_t)b->n_groups : 1;
+    return b->block_table + ((size_t)b->row_seq[r] * n_groups + (size_t)g) *
+                            (size_t)b->max_blocks_per_seq;
+}
 
 /* Layer l's row widths: its queries' and its K/V's (the buffers' rows are
  * as wide as the layer's projections). */

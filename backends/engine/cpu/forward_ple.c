@@ -1,9 +1,9 @@
 /* forward_ple.c - the end of a Gemma 4 layer on the CPU forward pass:
  * the per-layer embeddings' inputs of a row (at its embedding) and, after
  * each layer's feed-forward (its dense and expert outputs joined), their
- * gated projection and the layer's
- * output scale (model.h's formula). Row work: a row's values do not
- * depend on the batch. */
+ * gated projection and the layer's output scale (model.h's formula); and
+ * the end of a qwen35moe layer: its experts' and gated shared expert's
+ * outputs joined. Row work: a row's values do not depend on the batch. */
 #include <math.h>
 #include <stdint.h>
 
@@ -56,7 +56,9 @@ void pl_fwd_ple_inputs_(pl_cpu_fwd *f, int r, const float *x0, int32_t id)
 
 /* The end of layer l on row r: with experts beside the dense FFN, its
  * output is rmsnorm(dense, post_ffw_norm_1) + rmsnorm(experts,
- * post_ffw_norm_2); the feed-forward's residual add, then
+ * post_ffw_norm_2), beside a shared expert (its output in tmp, the
+ * experts' in tmp2, h = rmsnorm(x, ffn_norm) still in xn) experts +
+ * sigmoid(h . gate_inp_shexp) shared; the feed-forward's residual add, then
  * x += rmsnorm(proj @ (gelu(inp_gate @ x) * e_l), post_norm) with
  * per-layer embeddings, then x *= layer_output_scale. */
 void pl_fwd_layer_end_(pl_cpu_fwd *f, int l, int r)
@@ -71,6 +73,13 @@ void pl_fwd_layer_end_(pl_cpu_fwd *f, int l, int r)
         pl_op_rmsnorm(t2, t2, y->ffn_post_norm_2, e, m->rms_eps);
         for (int i = 0; i < e; i++)
             t[i] += t2[i];
+    }
+    if (y->gate_inp_shexp) {     /* experts + sigmoid(h . gate_inp_shexp) shared */
+        const float *t2 = f->tmp2 + (size_t)r * e;
+        float g = pl_op_dot_f32(y->gate_inp_shexp, f->xn + (size_t)r * e, e);
+        float s = 1.0f / (1.0f + expf(-g));
+        for (int i = 0; i < e; i++)
+            t[i] = t2[i] + s * t[i];
     }
     add_block_out(x, t, y->ffn_post_norm, e, m->rms_eps);
     if (np > 0) {

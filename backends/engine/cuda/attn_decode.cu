@@ -108,8 +108,15 @@ static void launch_rows_t(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
     case 1: launch_rows<T, 1>(s, g, kv, o, rows, n_rows, st); break;
     case 2: launch_rows<T, 2>(s, g, kv, o, rows, n_rows, st); break;
     case 3: launch_rows<T, 3>(s, g, kv, o, rows, n_rows, st); break;
-    default: launch_rows<T, 4>(s, g, kv, o, rows, n_rows, st); break;
+    case 4: launch_rows<T, 4>(s, g, kv, o, rows, n_rows, st); break;
+    default: launch_rows<T, 8>(s, g, kv, o, rows, n_rows, st); break;   /* Gemma 4's 512 */
     }
+}
+
+extern "C" int pl_cuda_attn_rows_supported(int head_dim)
+{
+    return head_dim == 64 || head_dim == 128 || head_dim == 192 || head_dim == 256 ||
+           head_dim == 512;
 }
 
 extern "C" int pl_cuda_attn_decode_rows(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
@@ -118,7 +125,7 @@ extern "C" int pl_cuda_attn_decode_rows(const pl_attn_step *s, pl_kv_geom g, pl_
 {
     PL_CUDA_ARG(s && s->q && s->positions && s->row_seq && s->block_table && s->out);
     PL_CUDA_ARG(kv.k && kv.v && pl_attn_opts_ok(o));
-    PL_CUDA_ARG(g.head_dim % 64 == 0 && g.head_dim <= 256 && g.block_size > 0);
+    PL_CUDA_ARG(pl_cuda_attn_rows_supported(g.head_dim) && g.block_size > 0);
     PL_CUDA_ARG((g.block_size & (g.block_size - 1)) == 0);
     PL_CUDA_ARG(s->n_heads > 0 && g.n_kv_heads > 0 && s->n_heads % g.n_kv_heads == 0);
     PL_CUDA_ARG(s->q_stride >= s->n_heads * g.head_dim && n_rows >= 0);

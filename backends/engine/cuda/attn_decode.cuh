@@ -17,12 +17,16 @@ extern "C" {
  * applied to the scores), read from the paged cache of sequence
  * row_seq[r] (KV head h / (n_heads / n_kv_heads)). Keys in unmapped blocks
  * (ids out of range) are left out of the softmax; a row that sees no key
- * gets zeros. head_dim a multiple of 64 up to 256; block_size a power of
- * two. The row's own k/v must already be in the cache (pl_cuda_kv_write).
+ * gets zeros. head_dim 64, 128, 192, 256 or 512 (Gemma 4's global layers,
+ * which no other kernel takes: their prefill rows go through this one
+ * too, each row at its own position); block_size a power of two. The row's
+ * own k/v must already be in the cache (pl_cuda_kv_write).
  */
 int pl_cuda_attn_decode_rows(const pl_attn_step *s, pl_kv_geom g, pl_kv_layer kv,
                              pl_attn_opts o, const int32_t *rows, int n_rows,
                              cudaStream_t st);
+/** Whether pl_cuda_attn_decode_rows takes head_dim. */
+int pl_cuda_attn_rows_supported(int head_dim);
 
 /** Kernels of the split-KV decode attention: 32 lanes per key (the
  *  default), 16 lanes per key (two key streams per warp: fewer shuffles and

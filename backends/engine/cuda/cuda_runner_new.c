@@ -49,6 +49,11 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
         return pl_cuda_fail_(__FILE__, __LINE__, "head_dim %d / heads %d:%d unsupported by "
                              "the CUDA attention kernels", r->head_dim, r->n_head,
                              r->n_head_kv);
+    for (int l = 0; l < m->n_layer; l++)
+        if (pl_layer_ff(m, &m->layers[l]) != m->n_ff)
+            return pl_cuda_fail_(__FILE__, __LINE__, "layer %d's FFN width %d differs from "
+                                 "%d: per-layer widths are not in the CUDA runner yet", l,
+                                 pl_layer_ff(m, &m->layers[l]), m->n_ff);
     if (inf->block_size & (inf->block_size - 1))
         return pl_cuda_fail_(__FILE__, __LINE__, "--block-size %d: the CUDA runner's KV "
                              "blocks are a power of two (8, 16, 32, ...)", inf->block_size);

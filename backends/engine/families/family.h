@@ -1,7 +1,7 @@
 /* family.h - a model family, one unit (issue 46): one pl_family row, in its
- * own file here (llama.c, qwen2.c, qwen3.c, qwen3moe.c, qwen35.c, gemma2.c,
- * gemma3.c, gemma4.c, gpt_oss.c, bert.c), is the only place a family is
- * described:
+ * own file here (llama.c, qwen2.c, qwen3.c, qwen3moe.c, qwen35.c, qwen35moe.c,
+ * gemma2.c, gemma3.c, gemma4.c, gpt_oss.c, smollm3.c, mistral3.c, bert.c), is
+ * the only place a family is described:
  *
  *   - its GGUF general.architecture name, and the Hugging Face
  *     `architectures` names it reads (with their config.json mapping and
@@ -59,6 +59,10 @@ struct pl_hf_arch {
     /** Checkpoint tensors read and dropped (NULL-terminated; a name ending
      *  in '*' is a prefix), or NULL. */
     const char *const *skip;
+    /** No dense feed-forward (every layer's is experts, qwen35moe):
+     *  intermediate_size is optional, and feed_forward_length is written
+     *  only when given (as llama.cpp's converter does). */
+    bool no_dense_ff;
 };
 
 /** The style of a family's official template, for a file that carries
@@ -131,6 +135,15 @@ bool pl_family_runs(const pl_family *f, unsigned runner);
 /** The expert block that replaces GATE, UP and DOWN in a layer with experts. */
 #define PL_FAM_EXPERTS \
     (PL_FAM_B(GATE_INP) | PL_FAM_B(GATE_EXPS) | PL_FAM_B(UP_EXPS) | PL_FAM_B(DOWN_EXPS))
+/** The shared expert and its gate beside the experts (pl_arch.shexp). */
+#define PL_FAM_SHEXP                                                                 \
+    (PL_FAM_B(GATE_INP_SHEXP) | PL_FAM_B(GATE_SHEXP) | PL_FAM_B(UP_SHEXP) |          \
+     PL_FAM_B(DOWN_SHEXP))
+/** The Gated DeltaNet block that replaces attention in a recurrent layer. */
+#define PL_FAM_SSM                                                                   \
+    (PL_FAM_B(SSM_QKV) | PL_FAM_B(SSM_Z) | PL_FAM_B(SSM_BETA) | PL_FAM_B(SSM_ALPHA) | \
+     PL_FAM_B(SSM_CONV) | PL_FAM_B(SSM_DT) | PL_FAM_B(SSM_A) | PL_FAM_B(SSM_NORM) |   \
+     PL_FAM_B(SSM_OUT))
 #define PL_FAM_EXPERT_BIASES                                                         \
     (PL_FAM_B(GATE_INP_B) | PL_FAM_B(GATE_EXPS_B) | PL_FAM_B(UP_EXPS_B) |            \
      PL_FAM_B(DOWN_EXPS_B))
@@ -192,6 +205,57 @@ bool pl_family_runs(const pl_family *f, unsigned runner);
      PL_HF_DIM_FF_EXP, PL_HF_DIM_HIDDEN, PL_HF_T_EXPERTS},                           \
     {PL_HF_L_ "mlp.experts.%d.down_proj.weight", PL_HF_B_ "ffn_down_exps.weight",    \
      PL_HF_DIM_HIDDEN, PL_HF_DIM_FF_EXP, PL_HF_T_EXPERTS}
+/** Qwen3.5's layers but the feed-forward (qwen35, qwen35moe): the norms,
+ *  the gated attention of the full layers, the Gated DeltaNet of the
+ *  recurrent ones (value heads to llama.cpp's tiled order). */
+#define PL_HF_QWEN35_BLOCKS                                                          \
+    {PL_HF_L_ "input_layernorm.weight", PL_HF_B_ "attn_norm.weight", PL_HF_DIM_HIDDEN, 0, \
+     PL_HF_T_NORM},                                                                  \
+    {PL_HF_L_ "self_attn.q_proj.weight", PL_HF_B_ "attn_q.weight", PL_HF_DIM_Q_GATE,  \
+     PL_HF_DIM_HIDDEN, PL_HF_T_ATTN_ONLY},                                           \
+    {PL_HF_L_ "self_attn.k_proj.weight", PL_HF_B_ "attn_k.weight", PL_HF_DIM_KV,      \
+     PL_HF_DIM_HIDDEN, PL_HF_T_ATTN_ONLY},                                           \
+    {PL_HF_L_ "self_attn.v_proj.weight", PL_HF_B_ "attn_v.weight", PL_HF_DIM_KV,      \
+     PL_HF_DIM_HIDDEN, PL_HF_T_ATTN_ONLY},                                           \
+    {PL_HF_L_ "self_attn.o_proj.weight", PL_HF_B_ "attn_output.weight", PL_HF_DIM_HIDDEN, \
+     PL_HF_DIM_Q, PL_HF_T_ATTN_ONLY},                                                \
+    {PL_HF_L_ "self_attn.q_norm.weight", PL_HF_B_ "attn_q_norm.weight", PL_HF_DIM_HEAD, 0, \
+     PL_HF_T_NORM | PL_HF_T_ATTN_ONLY},                                              \
+    {PL_HF_L_ "self_attn.k_norm.weight", PL_HF_B_ "attn_k_norm.weight", PL_HF_DIM_HEAD, 0, \
+     PL_HF_T_NORM | PL_HF_T_ATTN_ONLY},                                              \
+    {PL_HF_L_ "linear_attn.in_proj_qkv.weight", PL_HF_B_ "attn_qkv.weight",          \
+     PL_HF_DIM_SSM_CONV, PL_HF_DIM_HIDDEN, PL_HF_T_RECURRENT | PL_HF_T_VHEADS},      \
+    {PL_HF_L_ "linear_attn.in_proj_z.weight", PL_HF_B_ "attn_gate.weight",           \
+     PL_HF_DIM_SSM_INNER, PL_HF_DIM_HIDDEN, PL_HF_T_RECURRENT | PL_HF_T_VHEADS},     \
+    {PL_HF_L_ "linear_attn.in_proj_b.weight", PL_HF_B_ "ssm_beta.weight",            \
+     PL_HF_DIM_SSM_V, PL_HF_DIM_HIDDEN, PL_HF_T_RECURRENT | PL_HF_T_VHEADS},         \
+    {PL_HF_L_ "linear_attn.in_proj_a.weight", PL_HF_B_ "ssm_alpha.weight",           \
+     PL_HF_DIM_SSM_V, PL_HF_DIM_HIDDEN, PL_HF_T_RECURRENT | PL_HF_T_VHEADS},         \
+    {PL_HF_L_ "linear_attn.conv1d.weight", PL_HF_B_ "ssm_conv1d.weight",             \
+     PL_HF_DIM_SSM_CONV, PL_HF_DIM_SSM_KERNEL,                                       \
+     PL_HF_T_RECURRENT | PL_HF_T_VHEADS | PL_HF_T_SQUEEZE | PL_HF_T_F32},            \
+    {PL_HF_L_ "linear_attn.dt_bias", PL_HF_B_ "ssm_dt.bias", PL_HF_DIM_SSM_V, 0,      \
+     PL_HF_T_RECURRENT | PL_HF_T_VHEADS},                                            \
+    {PL_HF_L_ "linear_attn.A_log", PL_HF_B_ "ssm_a", PL_HF_DIM_SSM_V, 0,              \
+     PL_HF_T_RECURRENT | PL_HF_T_VHEADS | PL_HF_T_NEG_EXP},                          \
+    /* the gated norm scales by w itself: no + 1 */                                  \
+    {PL_HF_L_ "linear_attn.norm.weight", PL_HF_B_ "ssm_norm.weight", PL_HF_DIM_SSM_HEAD, \
+     0, PL_HF_T_RECURRENT},                                                          \
+    {PL_HF_L_ "linear_attn.out_proj.weight", PL_HF_B_ "ssm_out.weight", PL_HF_DIM_HIDDEN, \
+     PL_HF_DIM_SSM_INNER, PL_HF_T_RECURRENT | PL_HF_T_VHEADS | PL_HF_T_VHEADS_COLS}, \
+    {PL_HF_L_ "post_attention_layernorm.weight", PL_HF_B_ "post_attention_norm.weight", \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM}
+/** The shared expert and its gate (a [1, hidden_size] Linear: read as a
+ *  vector). */
+#define PL_HF_SHEXP                                                                  \
+    {PL_HF_L_ "mlp.shared_expert_gate.weight", PL_HF_B_ "ffn_gate_inp_shexp.weight",  \
+     PL_HF_DIM_HIDDEN, 0, PL_HF_T_COLUMN},                                           \
+    {PL_HF_L_ "mlp.shared_expert.gate_proj.weight", PL_HF_B_ "ffn_gate_shexp.weight", \
+     PL_HF_DIM_FF_SHEXP, PL_HF_DIM_HIDDEN, 0},                                       \
+    {PL_HF_L_ "mlp.shared_expert.up_proj.weight", PL_HF_B_ "ffn_up_shexp.weight",     \
+     PL_HF_DIM_FF_SHEXP, PL_HF_DIM_HIDDEN, 0},                                       \
+    {PL_HF_L_ "mlp.shared_expert.down_proj.weight", PL_HF_B_ "ffn_down_shexp.weight", \
+     PL_HF_DIM_HIDDEN, PL_HF_DIM_FF_SHEXP, 0}
 #define PL_HF_END {NULL, NULL, 0, 0, 0}
 
 /** config.json readers for the families' own keys (family_hf.c): an
@@ -215,6 +279,17 @@ int pl_family_hf_no_window(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape
  *  expert_feed_forward_length. */
 int pl_family_hf_experts(const pl_hf_arch *a, const pl_hf_json *c, const char *width_key,
                          pl_hf_shape *sh, pl_gguf_synth *s, char *err, size_t n);
+/** Qwen3.5's config.json keys beside the shared ones (qwen35.c): the
+ *  Gated DeltaNet sizes, the layer kinds, the rope sections, the
+ *  multi-token-prediction keys (its blocks are skipped). */
+int pl_family_hf_qwen35(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
+                        pl_gguf_synth *s, char *err, size_t n);
+/** What a Qwen3.5 checkpoint reads and drops (qwen35.c): the
+ *  multi-token-prediction block, a composite's vision tower. */
+extern const char *const pl_family_hf_qwen35_skip[];
+/** transformers' Qwen3.5 text-config defaults for what a composite
+ *  checkpoint's text_config may leave out (qwen35.c). */
+extern const pl_hf_default pl_family_hf_qwen35_text[];
 /** Gemma 2 and 3: the checkpoint's query_pre_attn_scalar must be the query
  *  scale the GGUF model assumes (model.h's wide_query_scale_layers: wide
  *  when the model has that many layers). */

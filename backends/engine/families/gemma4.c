@@ -143,19 +143,32 @@ static int experts_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
            pl_family_hf_put_u32(s, a, "expert_feed_forward_length", w, err, n) ? -1 : 0;
 }
 
-/* Feature switches parley does not run (yet): each must be off. */
-static int switches_(const pl_hf_json *c, char *err, size_t n)
+/* The switches: use_double_wide_mlp (E2B: the shared layers' MLPs twice
+ * as wide, written as a per-layer feed_forward_length as llama.cpp's
+ * converter does) and attention_k_eq_v (read from which layers lack a
+ * v_proj). */
+static int switches_(const pl_hf_json *c, pl_hf_shape *sh, char *err, size_t n)
 {
-    static const char *const off[] = {"use_double_wide_mlp"};
-    for (size_t i = 0; i < sizeof off / sizeof *off; i++) {
-        bool on = false;
-        if (pl_hf_json_bool(c, off[i], false, &on, err, n) < 0)
-            return -1;
-        if (on)
-            return pl_hf_json_fail(c, off[i], err, n, "true is not supported");
-    }
-    bool kv_eq = false;          /* K = V: the global layers have no v_proj (read as such) */
+    bool kv_eq = false;
+    if (pl_hf_json_bool(c, "use_double_wide_mlp", false, &sh->double_wide, err, n) < 0)
+        return -1;
     return pl_hf_json_bool(c, "attention_k_eq_v", false, &kv_eq, err, n) < 0 ? -1 : 0;
+}
+
+/* feed_forward_length per layer when the shared layers are double-wide
+ * (transformers: layer_idx >= first_kv_shared_layer_idx > 0). */
+static int ff_widths_(const pl_hf_shape *sh, pl_gguf_synth *s)
+{
+    if (!sh->double_wide || sh->first_shared >= sh->n_layer || sh->first_shared <= 0)
+        return 0;
+    int32_t *ff = malloc(sizeof *ff * (size_t)sh->n_layer);
+    if (!ff)
+        return -1;
+    for (int l = 0; l < sh->n_layer; l++)
+        ff[l] = l >= sh->first_shared ? 2 * sh->n_ff : sh->n_ff;
+    int rc = pl_gguf_synth_arr_i32(s, "gemma4.feed_forward_length", ff, (size_t)sh->n_layer);
+    free(ff);
+    return rc;
 }
 
 static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
@@ -169,7 +182,7 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
         return snprintf(err, n, "out of memory"), -1;
     int rc = -1;
     if (layer_types_(c, sh, swa, err, n) || global_heads_(c, sh, swa, err, n) ||
-        switches_(c, err, n) || experts_(a, c, sh, s, err, n) ||
+        switches_(c, sh, err, n) || experts_(a, c, sh, s, err, n) ||
         pl_family_hf_int(c, "sliding_window", true, 1, 1 << 24, 0, &w, err, n) ||
         pl_family_hf_int(c, "num_kv_shared_layers", false, 0, sh->n_layer - 1, 0, &shared,
                          err, n) ||
@@ -213,7 +226,8 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
         pl_family_hf_put_u32(s, a, "embedding_length_per_layer_input", ple, err, n) ||
         (cap > 0 && pl_family_hf_put_f32(s, a, "final_logit_softcapping", cap, err, n)))
         goto out;
-    if (pl_gguf_synth_arr_i32(s, "gemma4.attention.head_count_kv", kvh, (size_t)sh->n_layer))
+    if (pl_gguf_synth_arr_i32(s, "gemma4.attention.head_count_kv", kvh, (size_t)sh->n_layer) ||
+        ff_widths_(sh, s))
         goto oom;
     rc = rope_freqs_(sh, r.proportional ? r.partial : 1, s, err, n);
     goto out;

@@ -30,11 +30,6 @@
 
 #include <string.h>
 
-#define SSM_BLOCK                                                                    \
-    (PL_FAM_B(SSM_QKV) | PL_FAM_B(SSM_Z) | PL_FAM_B(SSM_BETA) | PL_FAM_B(SSM_ALPHA) | \
-     PL_FAM_B(SSM_CONV) | PL_FAM_B(SSM_DT) | PL_FAM_B(SSM_A) | PL_FAM_B(SSM_NORM) |   \
-     PL_FAM_B(SSM_OUT))
-
 /* The Gated DeltaNet sizes: value heads as wide as key heads (the GGUF
  * model's ssm.state_size is both), a whole number of value heads per key
  * head. */
@@ -119,8 +114,8 @@ static int rope_(const pl_hf_json *c, const pl_hf_shape *sh, char *err, size_t n
     return 0;
 }
 
-static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
-                    pl_gguf_synth *s, char *err, size_t n)
+int pl_family_hf_qwen35(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
+                        pl_gguf_synth *s, char *err, size_t n)
 {
     int iv = 4, mtp = 0;
     bool ded = false;
@@ -136,59 +131,25 @@ static int hparams_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh,
            pl_family_hf_put_u32(s, a, "full_attention_interval", iv, err, n) ? -1 : 0;
 }
 
-#define L_ PL_HF_L_
-#define B_ PL_HF_B_
-#define REC_ PL_HF_T_RECURRENT
-#define ATT_ PL_HF_T_ATTN_ONLY
-#define VH_ PL_HF_T_VHEADS
-static const pl_hf_tmap layer_[] = {
-    {L_ "input_layernorm.weight", B_ "attn_norm.weight", PL_HF_DIM_HIDDEN, 0, PL_HF_T_NORM},
-    {L_ "self_attn.q_proj.weight", B_ "attn_q.weight", PL_HF_DIM_Q_GATE, PL_HF_DIM_HIDDEN, ATT_},
-    {L_ "self_attn.k_proj.weight", B_ "attn_k.weight", PL_HF_DIM_KV, PL_HF_DIM_HIDDEN, ATT_},
-    {L_ "self_attn.v_proj.weight", B_ "attn_v.weight", PL_HF_DIM_KV, PL_HF_DIM_HIDDEN, ATT_},
-    {L_ "self_attn.o_proj.weight", B_ "attn_output.weight", PL_HF_DIM_HIDDEN, PL_HF_DIM_Q, ATT_},
-    {L_ "self_attn.q_norm.weight", B_ "attn_q_norm.weight", PL_HF_DIM_HEAD, 0,
-     PL_HF_T_NORM | ATT_},
-    {L_ "self_attn.k_norm.weight", B_ "attn_k_norm.weight", PL_HF_DIM_HEAD, 0,
-     PL_HF_T_NORM | ATT_},
-    {L_ "linear_attn.in_proj_qkv.weight", B_ "attn_qkv.weight", PL_HF_DIM_SSM_CONV,
-     PL_HF_DIM_HIDDEN, REC_ | VH_},
-    {L_ "linear_attn.in_proj_z.weight", B_ "attn_gate.weight", PL_HF_DIM_SSM_INNER,
-     PL_HF_DIM_HIDDEN, REC_ | VH_},
-    {L_ "linear_attn.in_proj_b.weight", B_ "ssm_beta.weight", PL_HF_DIM_SSM_V,
-     PL_HF_DIM_HIDDEN, REC_ | VH_},
-    {L_ "linear_attn.in_proj_a.weight", B_ "ssm_alpha.weight", PL_HF_DIM_SSM_V,
-     PL_HF_DIM_HIDDEN, REC_ | VH_},
-    {L_ "linear_attn.conv1d.weight", B_ "ssm_conv1d.weight", PL_HF_DIM_SSM_CONV,
-     PL_HF_DIM_SSM_KERNEL, REC_ | VH_ | PL_HF_T_SQUEEZE | PL_HF_T_F32},
-    {L_ "linear_attn.dt_bias", B_ "ssm_dt.bias", PL_HF_DIM_SSM_V, 0, REC_ | VH_},
-    {L_ "linear_attn.A_log", B_ "ssm_a", PL_HF_DIM_SSM_V, 0, REC_ | VH_ | PL_HF_T_NEG_EXP},
-    /* the gated norm scales by w itself: no + 1 */
-    {L_ "linear_attn.norm.weight", B_ "ssm_norm.weight", PL_HF_DIM_SSM_HEAD, 0, REC_},
-    {L_ "linear_attn.out_proj.weight", B_ "ssm_out.weight", PL_HF_DIM_HIDDEN,
-     PL_HF_DIM_SSM_INNER, REC_ | VH_ | PL_HF_T_VHEADS_COLS},
-    {L_ "post_attention_layernorm.weight", B_ "post_attention_norm.weight", PL_HF_DIM_HIDDEN,
-     0, PL_HF_T_NORM},
-    PL_HF_MLP,
-    PL_HF_END,
-};
+static const pl_hf_tmap layer_[] = {PL_HF_QWEN35_BLOCKS, PL_HF_MLP, PL_HF_END};
 
 /* The multi-token-prediction block and (composite models) the vision
  * tower: read and dropped. */
-static const char *const skip_[] = {"mtp.*", "model.mtp.*", "model.visual.*", "visual.*", NULL};
+const char *const pl_family_hf_qwen35_skip[] = {"mtp.*", "model.mtp.*", "model.visual.*",
+                                                "visual.*", NULL};
 
 /* transformers' Qwen3_5TextConfig defaults for what a composite
  * checkpoint's text_config may leave out. */
-static const pl_hf_default text_[] = {
+const pl_hf_default pl_family_hf_qwen35_text[] = {
     {"rms_norm_eps", 1e-6, false, false}, {"tie_word_embeddings", 0, false, true},
     {"max_position_embeddings", 32768, true, false}, {NULL, 0, false, false},
 };
 
 static const pl_hf_arch hf_[] = {
-    {"Qwen3_5ForCausalLM", "qwen35", layer_, 1, false, false, 10000000, hparams_, NULL,
-     NULL, skip_},
-    {"Qwen3_5ForConditionalGeneration", "qwen35", layer_, 1, false, false, 10000000, hparams_,
-     text_, NULL, skip_},
+    {"Qwen3_5ForCausalLM", "qwen35", layer_, 1, false, false, 10000000, pl_family_hf_qwen35,
+     NULL, NULL, pl_family_hf_qwen35_skip},
+    {"Qwen3_5ForConditionalGeneration", "qwen35", layer_, 1, false, false, 10000000,
+     pl_family_hf_qwen35, pl_family_hf_qwen35_text, NULL, pl_family_hf_qwen35_skip},
 };
 
 const pl_family pl_family_qwen35 = {
@@ -196,7 +157,7 @@ const pl_family pl_family_qwen35 = {
     .note = "Qwen3.5 Gated DeltaNet hybrids",
     .model = {.need = PL_FAM_DENSE | PL_FAM_QK_NORM, .rope_neox = true,
               .norm_eps_required = true, .ffn_norm_name = "post_attention_norm",
-              .recurrent = true, .need_recurrent = SSM_BLOCK, .attn_out_gate = true,
+              .recurrent = true, .need_recurrent = PL_FAM_SSM, .attn_out_gate = true,
               .rope_sections = true, .mtp_ignored = true},
     .hf = hf_, .n_hf = 2,
     .runners = PL_FAMILY_RUNS_CPU,

@@ -39,7 +39,8 @@ static int shape_(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh, cha
 {
     if (pl_family_hf_int(c, "num_hidden_layers", true, 1, 4096, 0, &sh->n_layer, err, n) ||
         pl_family_hf_int(c, "hidden_size", true, 1, 1 << 20, 0, &sh->n_embd, err, n) ||
-        pl_family_hf_int(c, "intermediate_size", true, 1, 1 << 22, 0, &sh->n_ff, err, n) ||
+        pl_family_hf_int(c, "intermediate_size", !a->no_dense_ff, 1, 1 << 22, 0, &sh->n_ff,
+                         err, n) ||
         pl_family_hf_int(c, "num_attention_heads", true, 1, 4096, 0, &sh->n_head, err, n) ||
         pl_family_hf_int(c, "num_key_value_heads", false, 1, 4096, sh->n_head, &sh->n_head_kv, err, n) ||
         pl_family_hf_int(c, "vocab_size", true, 1, 1 << 24, 0, &sh->n_vocab, err, n))
@@ -131,7 +132,7 @@ int pl_hf_arch_hparams(const pl_hf_arch *a, const pl_hf_json *c, pl_hf_shape *sh
     if (pl_gguf_synth_str(s, "general.architecture", a->gguf) ||
         put_u32_(s, a, "block_count", sh->n_layer) ||
         put_u32_(s, a, "embedding_length", sh->n_embd) ||
-        put_u32_(s, a, "feed_forward_length", sh->n_ff) ||
+        (sh->n_ff > 0 && put_u32_(s, a, "feed_forward_length", sh->n_ff)) ||
         put_u32_(s, a, "attention.head_count", sh->n_head) ||
         put_u32_(s, a, "attention.head_count_kv", sh->n_head_kv) ||
         put_u32_(s, a, "attention.key_length", sh->head_dim) ||
@@ -180,6 +181,7 @@ int pl_hf_dim_size_at(const pl_hf_shape *sh, int l, pl_hf_dim d)
     case PL_HF_DIM_PLE: return sh->n_ple;
     case PL_HF_DIM_PLE_ALL: return sh->n_layer * sh->n_ple;
     case PL_HF_DIM_ONE: return 1;
+    case PL_HF_DIM_FF: return sh->double_wide && l >= sh->first_shared ? 2 * sh->n_ff : sh->n_ff;
     default: return pl_hf_dim_size(sh, d);
     }
 }
@@ -205,6 +207,7 @@ int pl_hf_dim_size(const pl_hf_shape *sh, pl_hf_dim d)
     case PL_HF_DIM_SSM_V: return sh->ssm_n_v;
     case PL_HF_DIM_SSM_HEAD: return sh->ssm_d;
     case PL_HF_DIM_SSM_KERNEL: return sh->ssm_kernel;
+    case PL_HF_DIM_FF_SHEXP: return sh->n_ff_shexp;
     default: return 0;
     }
 }
@@ -231,6 +234,7 @@ const char *pl_hf_dim_name(pl_hf_dim d)
     case PL_HF_DIM_SSM_V: return "linear_num_value_heads";
     case PL_HF_DIM_SSM_HEAD: return "linear_value_head_dim";
     case PL_HF_DIM_SSM_KERNEL: return "linear_conv_kernel_dim";
+    case PL_HF_DIM_FF_SHEXP: return "shared_expert_intermediate_size";
     case PL_HF_DIM_PLE: return "hidden_size_per_layer_input";
     case PL_HF_DIM_PLE_ALL: return "num_hidden_layers x hidden_size_per_layer_input";
     case PL_HF_DIM_ONE: return "1";

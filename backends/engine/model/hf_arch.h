@@ -48,6 +48,7 @@ typedef enum pl_hf_dim {
     PL_HF_DIM_SSM_V,             /**< linear_num_value_heads */
     PL_HF_DIM_SSM_HEAD,          /**< linear_value_head_dim (= the key heads') */
     PL_HF_DIM_SSM_KERNEL,        /**< linear_conv_kernel_dim */
+    PL_HF_DIM_FF_SHEXP,          /**< shared_expert_intermediate_size */
     PL_HF_DIM_PLE,               /**< hidden_size_per_layer_input (Gemma 4) */
     PL_HF_DIM_PLE_ALL,           /**< num_hidden_layers x hidden_size_per_layer_input */
     PL_HF_DIM_ONE,               /**< 1 (a layer's scalar) */
@@ -84,6 +85,9 @@ enum {
      *  rows, or along the columns (PL_HF_T_VHEADS_COLS: ssm_out). */
     PL_HF_T_VHEADS = 16384,
     PL_HF_T_VHEADS_COLS = 32768,
+    /** A vector [d0] stored as a one-output Linear [1, d0] (Qwen3.5 MoE's
+     *  shared-expert gate). */
+    PL_HF_T_COLUMN = 1 << 16,
     /** Every expert in one tensor [n_expert, d0, d1], each stored (out, in)
      *  as the GGUF matrix (Gemma 4's experts). */
     PL_HF_T_STACKED = 1 << 18,
@@ -105,6 +109,7 @@ typedef struct pl_hf_shape {
     bool tied;                   /**< the output head is the embedding */
     bool bias;                   /**< q/k/v projections have biases */
     int n_expert, n_ff_exp;      /**< experts per layer and their width; 0: dense */
+    int n_ff_shexp;              /**< the shared expert's width; 0: none */
     /** Gated DeltaNet hybrids (their family's hparams set them): key and
      *  value heads, a head's width, the conv's kernel; 0 without. */
     int ssm_n_k, ssm_n_v, ssm_d, ssm_kernel;
@@ -112,9 +117,12 @@ typedef struct pl_hf_shape {
     /** Gemma 4 (its family's hparams set them): the global layers' head
      *  size and K/V heads (0: the sliding ones' head_dim, n_head_kv), bit
      *  l of `global` where layer l is one, the first layer reading
-     *  earlier K/V, the per-layer embeddings' width. */
+     *  earlier K/V, the per-layer embeddings' width; double_wide
+     *  (use_double_wide_mlp, E2B): from first_shared on the MLPs are
+     *  2 n_ff wide. */
     int head_dim_full, n_head_kv_full, first_shared, n_ple;
     uint64_t global[64];
+    bool double_wide;
 } pl_hf_shape;
 
 /** Whether layer l of sh is recurrent. */

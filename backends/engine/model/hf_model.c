@@ -181,6 +181,11 @@ static int want_shape_(const pl_hf_model *m, const pl_hf_tmap *e, int layer, uin
         snprintf(names, len, "%s, 1, %s", n0, n1);
         return 3;
     }
+    if (e->flags & PL_HF_T_COLUMN) {
+        want[0] = 1, want[1] = (uint64_t)d0;
+        snprintf(names, len, "1, %s", n0);
+        return 2;
+    }
     if (!e->d1) {
         want[0] = (uint64_t)d0 * k;
         snprintf(names, len, "%s%s", n0, x2);

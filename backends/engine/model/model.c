@@ -20,6 +20,7 @@ typedef enum dim {
     D_EMBD, D_Q, D_KV, D_FF, D_HEAD, D_HEADS, D_EXP, D_FF_EXP,
     D_QG,                        /* the query projection's rows (with its gate) */
     D_SSM_CONV, D_SSM_INNER, D_SSM_V, D_SSM_STATE, D_SSM_KERNEL,
+    D_FF_SHEXP,                  /* the shared expert's width */
     D_PLE, D_ONE,
 } dim;
 
@@ -79,6 +80,10 @@ static const slot slots_[PL_T_COUNT] = {
     [PL_T_SSM_A] = VEC("blk.%d.ssm_a", D_SSM_V, ssm_a),
     [PL_T_SSM_NORM] = VEC("blk.%d.ssm_norm.weight", D_SSM_STATE, ssm_norm),
     [PL_T_SSM_OUT] = MAT("blk.%d.ssm_out.weight", D_EMBD, D_SSM_INNER, ssm_out),
+    [PL_T_GATE_INP_SHEXP] = VEC("blk.%d.ffn_gate_inp_shexp.weight", D_EMBD, gate_inp_shexp),
+    [PL_T_GATE_SHEXP] = MAT("blk.%d.ffn_gate_shexp.weight", D_FF_SHEXP, D_EMBD, gate_shexp),
+    [PL_T_UP_SHEXP] = MAT("blk.%d.ffn_up_shexp.weight", D_FF_SHEXP, D_EMBD, up_shexp),
+    [PL_T_DOWN_SHEXP] = MAT("blk.%d.ffn_down_shexp.weight", D_EMBD, D_FF_SHEXP, down_shexp),
     [PL_T_OUT_SCALE] = VEC("blk.%d.layer_output_scale.weight", D_ONE, out_scale),
     [PL_T_PLE_GATE] = MAT("blk.%d.inp_gate.weight", D_PLE, D_EMBD, ple_gate),
     [PL_T_PLE_PROJ] = MAT("blk.%d.proj.weight", D_EMBD, D_PLE, ple_proj),
@@ -112,7 +117,7 @@ static int dim_size(const pl_model *m, int l, dim d)
     case D_EMBD: return m->n_embd;
     case D_Q: return m->n_head * y->head_dim;
     case D_KV: return y->n_head_kv * y->head_dim;
-    case D_FF: return m->n_ff;
+    case D_FF: return pl_layer_ff(m, y);
     case D_HEADS: return m->n_head;
     case D_EXP: return m->n_expert;
     case D_FF_EXP: return m->n_ff_exp;
@@ -122,6 +127,7 @@ static int dim_size(const pl_model *m, int l, dim d)
     case D_SSM_V: return m->ssm_n_v;
     case D_SSM_STATE: return m->ssm_d_state;
     case D_SSM_KERNEL: return m->ssm_conv_kernel;
+    case D_FF_SHEXP: return m->n_ff_shexp;
     case D_PLE: return m->n_ple;
     case D_ONE: return 1;
     default: return y->head_dim;
@@ -187,7 +193,9 @@ void pl_model_rope_freqs(float *out, int n_rot, float base, const char *scaling,
 }
 
 /* An f32 copy of a vector tensor of n elements (norms, biases), or with
- * rows > 0 of a 2-D one of `rows` such vectors (per-expert biases). */
+ * rows > 0 of a 2-D one of `rows` such vectors (per-expert biases). A
+ * vector may be stored as [n, 1] (the converter's shared-expert gate:
+ * llama.cpp's shape check pads dimensions with 1). */
 static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool required,
                          float **out)
 {
@@ -195,7 +203,8 @@ static int load_vec_rows(loader *ld, const char *name, int n, int rows, bool req
     *out = NULL;
     if (!t)
         return required ? fail_(ld->err, ld->len, "missing tensor %s", name) : 0;
-    if (t->ne[0] != (uint64_t)n || t->n_dims != (rows > 0 ? 2u : 1u) ||
+    bool col = rows == 0 && t->n_dims == 2 && t->ne[1] == 1;
+    if (t->ne[0] != (uint64_t)n || (t->n_dims != (rows > 0 ? 2u : 1u) && !col) ||
         (rows > 0 && t->ne[1] != (uint64_t)rows))
         return fail_(ld->err, ld->len, "tensor %s: shape [%llu, %llu] != [%d, %d]", name,
                      (unsigned long long)t->ne[0],
@@ -330,7 +339,7 @@ static int load_gate_up_exps(pl_model *m, loader *ld, int l)
  * absent is left empty. The router is kept in f32 (it is small, and its
  * logits choose the experts: no quantisation between a token and its
  * choice). */
-static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
+static int load_slot_(pl_model *m, loader *ld, int s, int l, bool required)
 {
     const slot *sl = &slots_[s];
     void *field = (char *)&m->layers[l] + sl->off;
@@ -353,6 +362,45 @@ static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
     case S_VEC2: return load_vec_rows(ld, name, cols, rows, required, field);
     default: return load_vec(ld, name, rows, required, field);
     }
+}
+
+/* The metadata key a dimension is, where it is one key's value. */
+static const char *dim_key(dim d)
+{
+    switch (d) {
+    case D_EMBD: return "embedding_length";
+    case D_FF: return "feed_forward_length";
+    case D_EXP: return "expert_count";
+    case D_FF_EXP: return "expert_feed_forward_length";
+    case D_FF_SHEXP: return "expert_shared_feed_forward_length";
+    default: return NULL;
+    }
+}
+
+/* load_slot_, and on a misshaped tensor the keys its wanted shape comes
+ * from (so a key that contradicts the tensors is named). */
+static int load_slot(pl_model *m, loader *ld, int s, int l, bool required)
+{
+    if (load_slot_(m, ld, s, l, required) == 0)
+        return 0;
+    if (!strstr(ld->err, ": shape ["))
+        return -1;
+    const slot *sl = &slots_[s];
+    dim ds[3] = {sl->rows, sl->cols, sl->kind == S_EXPS ? D_EXP : sl->rows};
+    const char *sep = " (";
+    for (int i = 0; i < 3; i++) {
+        const char *k = dim_key(ds[i]);
+        size_t n = strlen(ld->err);
+        if (!k || (i > 0 && ds[i] == ds[0]) || (i > 1 && ds[i] == ds[1]) || n + 1 >= ld->len)
+            continue;
+        snprintf(ld->err + n, ld->len - n, "%s%s.%s = %d", sep, m->arch_name, k,
+                 dim_size(m, l, ds[i]));
+        sep = ", ";
+    }
+    size_t n = strlen(ld->err);
+    if (*sep == ',' && n + 1 < ld->len)
+        snprintf(ld->err + n, ld->len - n, ")");
+    return -1;
 }
 
 /* The attention block's tensors, which a recurrent layer replaces. */

@@ -11,7 +11,8 @@
  * llama files with experts (Mixtral), qwen3moe (qwen3 attention) and
  * gpt-oss (q/k/v/o biases, attention sinks, even layers sliding, YaRN,
  * biased router and experts, clamped SwiGLU), and the Gated DeltaNet
- * hybrid qwen35 (pl_layer.recurrent below; gated attention), and gemma4
+ * hybrids qwen35 (pl_layer.recurrent below; gated attention) and
+ * qwen35moe (its layers with experts and a gated shared expert), and gemma4
  * (sliding and global layers of their own head sizes, shared-KV layers,
  * per-layer embeddings: pl_arch.kind_geometry, per_layer_embd; and the
  * 26B-A4B's experts beside a dense FFN). Its pl_arch row, below, says
@@ -47,6 +48,10 @@
  *   PL_MOE_TOPK_SOFTMAX: E = top n_expert_used of r; w = softmax(r_E)
  *   f  = sum over e in E (in order of rank) of
  *        w_e (act(h @ gate_e^T + bg_e) * (h @ up_e^T + bu_e) @ down_e^T + bd_e)
+ *
+ * and with a shared expert (pl_arch.shexp: qwen35moe) adds to it
+ *
+ *   f += sigmoid(h . gate_inp_shexp) (silu(h @ gate_shexp^T) * (h @ up_shexp^T)) @ down_shexp^T
  *
  * A layer with experts beside a dense FFN (Gemma 4 26B-A4B: the layer has
  * pre_ffw_norm_2; pl_model.moe_beside) runs both from the residual x:
@@ -145,6 +150,11 @@ typedef enum pl_tensor_slot {
     PL_T_SSM_A,                  /**< blk.N.ssm_a (ssm_n_v): -exp(A_log) */
     PL_T_SSM_NORM,               /**< blk.N.ssm_norm.weight (ssm_d_state) */
     PL_T_SSM_OUT,                /**< blk.N.ssm_out.weight (n_embd, ssm_d_inner) */
+    /* The shared expert beside the routed ones (pl_arch.shexp) */
+    PL_T_GATE_INP_SHEXP,         /**< blk.N.ffn_gate_inp_shexp.weight (n_embd) its gate */
+    PL_T_GATE_SHEXP,             /**< blk.N.ffn_gate_shexp.weight (n_ff_shexp, n_embd) */
+    PL_T_UP_SHEXP,               /**< blk.N.ffn_up_shexp.weight (n_ff_shexp, n_embd) */
+    PL_T_DOWN_SHEXP,             /**< blk.N.ffn_down_shexp.weight (n_embd, n_ff_shexp) */
     /* Gemma 4 */
     PL_T_OUT_SCALE,              /**< blk.N.layer_output_scale.weight (1) */
     PL_T_PLE_GATE,               /**< blk.N.inp_gate.weight (n_ple, n_embd) */
@@ -229,6 +239,11 @@ typedef struct pl_arch {
      *  load: the last that many blocks of block_count are not run and their
      *  tensors not read. */
     bool mtp_ignored;
+    /** Every expert layer also has a shared expert and its sigmoid gate
+     *  (PL_T_*_SHEXP, in moe_need): reads expert_shared_feed_forward_length
+     *  (default feed_forward_length, which is then optional); the key is
+     *  refused for the other families. */
+    bool shexp;
     /** Gemma 4's attention: sliding and global layers with their own head
      *  sizes, rotated dims and K/V head counts (attention.key_length_swa,
      *  value_length_swa, rope.dimension_count_swa, head_count_kv per
@@ -296,8 +311,11 @@ typedef struct pl_layer {
     float *attn_post_norm;       /**< (n_embd) RMSNorm of the attention output
                                       before the residual add (gemma), else NULL */
     float *ffn_norm;             /**< (n_embd) */
-    pl_weight w_gate, w_up;      /**< (n_ff, n_embd) */
+    pl_weight w_gate, w_up;      /**< (n_ff, n_embd): this layer's n_ff */
     pl_weight w_down;            /**< (n_embd, n_ff) */
+    int n_ff;                    /**< this layer's FFN width (pl_layer_ff): a
+                                      per-layer feed_forward_length (Gemma 4
+                                      E2B's double-wide shared layers) */
     float *ffn_post_norm;        /**< (n_embd) RMSNorm of the feed-forward
                                       output before the residual add (gemma) */
     int n_swa;                   /**< sliding window: a row at position p
@@ -318,6 +336,10 @@ typedef struct pl_layer {
     pl_experts down_exps;        /**< n_expert x (n_embd, n_ff_exp) */
     float *gate_exps_b, *up_exps_b; /**< (n_expert, n_ff_exp) biases, or NULL */
     float *down_exps_b;          /**< (n_expert, n_embd) */
+    /* The shared expert (pl_arch.shexp), else empty. */
+    float *gate_inp_shexp;       /**< (n_embd) its gate's weights */
+    pl_weight gate_shexp, up_shexp; /**< (n_ff_shexp, n_embd) */
+    pl_weight down_shexp;        /**< (n_embd, n_ff_shexp) */
     /* Experts beside the dense FFN (pl_model.moe_beside), else NULL. */
     float *gate_inp_s;           /**< (n_embd) the router input's scale */
     float *down_exps_s;          /**< (n_expert) each expert's output scale */
@@ -390,6 +412,7 @@ typedef struct pl_model {
     int n_expert;                /**< experts per layer; 0: a dense model */
     int n_expert_used;           /**< experts each token takes (top-k) */
     int n_ff_exp;                /**< an expert's feed-forward width */
+    int n_ff_shexp;              /**< the shared expert's width; 0: none */
     pl_moe_gating moe_gating;
     bool moe_norm_w;             /**< PL_MOE_SOFTMAX renormalises the top-k */
     bool moe_beside;             /**< the expert layers keep their dense FFN
@@ -431,6 +454,13 @@ typedef struct pl_model {
     pl_weight ple_model_proj;    /**< (n_layer n_ple, n_embd), f32 kept */
     float *ple_proj_norm;        /**< (n_ple) */
 } pl_model;
+
+/** Layer y's FFN width: its own, or (layers built without one) the
+ *  model's, which is the widest layer's. */
+static inline int pl_layer_ff(const pl_model *m, const pl_layer *y)
+{
+    return y->n_ff > 0 ? y->n_ff : m->n_ff;
+}
 
 /** Whether a runner reads tensors of type t packed (no f32 copy needed). */
 typedef int (*pl_keep_packed_fn)(pl_ggml_type t);

@@ -130,6 +130,7 @@ typedef struct unsupported_key {
 
 static const unsupported_key unsupported_[] = {
     {"expert_shared_count", 0, "shared experts"},
+    {"expert_shared_feed_forward_length", 0, "a shared expert"},
     {"expert_weights_scale", 1, "scaled expert weights"},
     {"expert_group_count", 0, "grouped expert routing"},
     {"leading_dense_block_count", 0, "mixture-of-experts layers"},
@@ -188,6 +189,7 @@ static bool family_reads(const pl_arch *a, const char *key)
     return (a->recurrent && !strcmp(key, "ssm.conv_kernel")) ||
            (a->rope_sections && !strcmp(key, "rope.dimension_sections")) ||
            (a->mtp_ignored && !strcmp(key, "nextn_predict_layers")) ||
+           (a->shexp && !strcmp(key, "expert_shared_feed_forward_length")) ||
            (a->kind_geometry && !strcmp(key, "attention.shared_kv_layers")) ||
            (a->per_layer_embd && !strcmp(key, "embedding_length_per_layer_input")) ||
            (a->ministral_rope && (!strcmp(key, "rope.scaling.yarn_log_multiplier") ||
@@ -407,6 +409,10 @@ static int read_moe(pl_model *m, const pl_gguf *g, char *err, size_t len)
     if (meta_int(m, g, "expert_feed_forward_length", 1, MAX_DIM, ff_def >= 1 ? ff_def : -1,
                  &m->n_ff_exp, err, len))
         return -1;
+    /* the shared expert's width: llama.cpp's default is feed_forward_length */
+    if (a->shexp && meta_int(m, g, "expert_shared_feed_forward_length", 1, MAX_DIM,
+                             m->n_ff > 0 ? m->n_ff : -1, &m->n_ff_shexp, err, len))
+        return -1;
     return read_moe_gating(m, g, err, len);
 }
 
@@ -452,12 +458,37 @@ static int read_rope_sections(pl_model *m, const pl_gguf *g, char *err, size_t l
     return 0;
 }
 
+/* feed_forward_length: one width, or for a family with per-kind geometry
+ * (Gemma 4 E2B's double-wide shared layers) one per layer, m->n_ff then
+ * the widest (each layer's is read by pl_model_read_geometry_). */
+static int read_ff(pl_model *m, const pl_gguf *g, char *err, size_t len)
+{
+    char k[128];
+    const pl_gguf_kv *kv = pl_gguf_find(g, arch_key(k, sizeof k, m, "feed_forward_length"));
+    if (!kv || kv->type != PL_GGUF_TYPE_ARRAY || !m->info->kind_geometry)
+        /* optional beside a shared expert (its width's default) */
+        return meta_int(m, g, "feed_forward_length", m->info->shexp ? 0 : 1, MAX_DIM,
+                        m->info->shexp ? 0 : -1, &m->n_ff, err, len);
+    if (!is_int_type(kv->v.arr.type) || kv->v.arr.n != (uint64_t)m->n_layer)
+        return pl_model_fail_(err, len, "%s: expected %d integers (one per layer)", k,
+                              m->n_layer);
+    m->n_ff = 0;
+    for (uint64_t i = 0; i < kv->v.arr.n; i++) {
+        long long v = pl_gguf_arr_int(kv, i);
+        if (v < 1 || v > MAX_DIM)
+            return pl_model_fail_(err, len, "%s: layer %llu: %lld is out of range [1, %d]", k,
+                                  (unsigned long long)i, v, MAX_DIM);
+        m->n_ff = v > m->n_ff ? (int)v : m->n_ff;
+    }
+    return 0;
+}
+
 int pl_model_read_hparams_(pl_model *m, const pl_gguf *g, char *err, size_t len)
 {
     if (refuse_unsupported(m, g, err, len) ||
         read_block_count(m, g, err, len) ||
         meta_int(m, g, "embedding_length", 1, MAX_DIM, -1, &m->n_embd, err, len) ||
-        meta_int(m, g, "feed_forward_length", 1, MAX_DIM, -1, &m->n_ff, err, len) ||
+        read_ff(m, g, err, len) ||
         meta_int(m, g, "context_length", 1, INT_MAX, 2048, &m->n_ctx_train, err, len) ||
         read_heads(m, g, err, len) || read_rope_sections(m, g, err, len) ||
         meta_pos_float(m, g, "attention.layer_norm_rms_epsilon",
@@ -732,9 +763,12 @@ int pl_model_read_geometry_(pl_model *m, const pl_gguf *g, char *err, size_t len
     if (hkv && hkv->type == PL_GGUF_TYPE_ARRAY && hkv->v.arr.n != (uint64_t)m->n_layer)
         return pl_model_fail_(err, len, "%s: %llu values for %d layers", k,
                               (unsigned long long)hkv->v.arr.n, m->n_layer);
+    const pl_gguf_kv *ffkv = a->kind_geometry
+        ? pl_gguf_find(g, arch_key(k, sizeof k, m, "feed_forward_length")) : NULL;
     int first_shared = m->n_layer - m->n_shared_kv;
     for (int l = 0; l < m->n_layer; l++) {
         pl_layer *y = &m->layers[l];
+        y->n_ff = (int)layer_int(ffkv, l, m->n_ff);   /* read_ff checked its values */
         bool swa = a->kind_geometry && y->n_swa > 0;
         y->head_dim = swa ? m->head_dim_swa : m->head_dim;
         y->n_rot = swa ? m->n_rot_swa : m->n_rot;
