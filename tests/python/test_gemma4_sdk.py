@@ -1,6 +1,7 @@
 """The tiny Gemma 4 models (tests/fixtures/gen_gemma4.py: the E2B-like one
 with per-layer embeddings and shared-KV layers, its multimodal-class
-folder, the 26B-A4B-like one with experts, and that one's Q8_0 GGUF) behind
+folder, the 26B-A4B-like one with experts, that one's Q8_0 GGUF, and the
+one with use_double_wide_mlp's wider shared layers) behind
 the whole server through the official openai SDK, from their GGUFs and
 their Hugging Face folders (neither carries a chat template: the gemma4
 family's own style, Gemma 4's template, renders):
@@ -29,8 +30,9 @@ openai = pytest.importorskip("openai")
 FIX = os.path.join(ROOT, "tests", "fixtures")
 TEMPLATES = json.load(open(os.path.join(FIX, "gemma4_templates.json")))
 MODELS = [("e2b", "tiny_gemma4_e2b.gguf"), ("moe", "tiny_gemma4_moe.gguf"),
-          ("moe_q8", "tiny_gemma4_moe_q8.gguf"), ("e2b_hf", "tiny_gemma4/e2b"),
-          ("e2b_mm_hf", "tiny_gemma4/e2b_mm"), ("moe_hf", "tiny_gemma4/moe")]
+          ("moe_q8", "tiny_gemma4_moe_q8.gguf"), ("wide", "tiny_gemma4_wide.gguf"),
+          ("e2b_hf", "tiny_gemma4/e2b"), ("e2b_mm_hf", "tiny_gemma4/e2b_mm"),
+          ("moe_hf", "tiny_gemma4/moe"), ("wide_hf", "tiny_gemma4/wide")]
 SCHEMA = {"type": "object",
           "properties": {"name": {"type": "string", "maxLength": 8},
                          "age": {"type": "integer", "minimum": 0, "maximum": 120}},
