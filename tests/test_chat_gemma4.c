@@ -466,6 +466,12 @@ Test(chat_gemma4, call_grammar_accepts_the_templates_calls)
     const char *nested = "<|tool_call>call:search{filters:[{field:<|\"|>y<|\"|>,value:1}],"
                          "options:{lang:<|\"|>en<|\"|>},query:<|\"|>q<|\"|>}<tool_call|>";
     cr_expect(pl_dfa_match(one, nested, strlen(nested)), "%s", nested);
+    /* strings hold partial quotes and runs of '<' */
+    const char *quotes = "<|tool_call>call:get_weather{city:<|\"|>a<|<|\"<<|\"|<b <<|\"|>}"
+                         "<tool_call|>";
+    cr_expect(pl_dfa_match(one, quotes, strlen(quotes)), "%s", quotes);
+    const char *closed = "<|tool_call>call:get_weather{city:<|\"|>a<|\"|>b<|\"|>}<tool_call|>";
+    cr_expect_not(pl_dfa_match(one, closed, strlen(closed)), "%s", closed);
     /* a nullable property takes null, an untyped object any members */
     const char *loose = "<|tool_call>call:search{Extra:{a:[1,{b:<|\"|>c<|\"|>}]},filters:[],"
                         "Limit:3,query:<|\"|><|\"|>,safe:null,tags:[<|\"|>b<|\"|>,<|\"|>a"

@@ -200,3 +200,27 @@ Test(oai_reasoning, stops_when_told)
     cr_expect(!pl_reply_split_feed(&s, r, strlen(r), 5, collect, &h));
     cr_expect_eq(h.n, 1);
 }
+
+/* Gemma 4's thought channel (reasoning_gemma4.c): any text without
+ * "<channel|>" inside, partial markers and runs of '<' included. */
+Test(oai_reasoning, gemma4_constraint_after_thought)
+{
+    pl_dfa *d = compile(&pl_reasoning_gemma4, "ok");
+    static const char *const yes[] = {
+        "ok", "<|channel>thought\n<channel|>ok", "<|channel>thought\nplan <b>it</b><channel|>ok",
+        "<|channel>thought\n<c<channel|>ok", "<|channel>thought\n<channel<channel|>ok",
+        "<|channel>thought\n<channel|<channel|>ok", "<|channel>thought\n<<<channel|>ok",
+        "<|channel>thought\na<chan<x <channel| >ok<channel|>ok",
+        "<|channel>thought\nünïcödé 🙂<channel|>ok",
+    };
+    static const char *const no[] = {
+        "<|channel>thought\nok", "<|channel>thought\nx<channel|>y<channel|>ok",
+        "x ok", "<|channel>thought\nx<channel|> ok", "<|channel>thought\nx<channel|>ok<channel|>",
+        "<|channel>thought\n<<channel|><channel|>ok",
+    };
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+        cr_expect(match(d, yes[i]), "should match: %s", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+        cr_expect(!match(d, no[i]), "should not match: %s", no[i]);
+    pl_dfa_free(d);
+}

@@ -427,10 +427,13 @@ static int split_whole_(char **text, size_t *len, char **reasoning)
     return 0;
 }
 
-/* Any text without "<channel|>". */
+/* Any text without "<channel|>": runs of '<' that begin the marker partway
+ * ("<", "<c", ... "<channel|") are followed by a byte that breaks it (as
+ * reasoning_qwen3.c's "</think>"). */
+#define CH_PART "<(?:c(?:h(?:a(?:n(?:n(?:e(?:l(?:\\|)?)?)?)?)?)?)?)?"
 static const char NOT_CLOSE[] =
-    "(?:[^<]|<+(?:[^<c]|c(?:[^<h]|h(?:[^<a]|a(?:[^<n]|n(?:[^<n]|n(?:[^<e]|e(?:[^<l]|"
-    "l(?:[^<|]|\\|[^<>])))))))))*<*";
+    "(?:[^<]|(?:" CH_PART ")*<(?:[^<c]|c(?:[^<h]|h(?:[^<a]|a(?:[^<n]|n(?:[^<n]|n(?:[^<e]|"
+    "e(?:[^<l]|l(?:[^<|]|\\|[^<>])))))))))*(?:" CH_PART ")*";
 
 static char *wrap_(const char *re)
 {

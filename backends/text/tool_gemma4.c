@@ -27,8 +27,12 @@
 #include "backends/text/reasoning_format.h"
 #include "backends/text/tool_format.h"
 
-/* A string: <|"|> quotes around text without <|"|>. */
-#define STR "<\\|\"\\|>(?:[^<]|<+(?:[^<|]|\\|(?:[^<\"]|\"(?:[^<|]|\\|[^<>]))))*<*<\\|\"\\|>"
+/* A string: <|"|> quotes around text without <|"|> (runs of '<' that
+ * begin the quote partway, "<" ... "<|\"|", followed by a byte that breaks
+ * it; as reasoning_qwen3.c's "</think>"). */
+#define Q_PART "<(?:\\|(?:\"(?:\\|)?)?)?"
+#define STR "<\\|\"\\|>(?:[^<]|(?:" Q_PART ")*<(?:[^<|]|\\|(?:[^<\"]|\"(?:[^<|]|\\|[^<>]))))*" \
+            "(?:" Q_PART ")*<\\|\"\\|>"
 #define NUM "-?(?:0|[1-9][0-9]*)(?:\\.[0-9]+)?(?:[eE][-+]?[0-9]+)?"
 #define INT "-?(?:0|[1-9][0-9]*)"
 #define BOOL "(?:true|false)"
