@@ -13,7 +13,11 @@ family's own style, Gemma 4's template, renders):
 - tools: tool_choice "required" gives a parsed call of the offered
   function with JSON arguments of its schema, streamed the same;
 - structured outputs (response_format json_schema) that validate;
-- a debate job through the jobs API (every agent answers, both rounds).
+- a debate job through the jobs API (every agent answers, both rounds);
+- replies forced (guided_regex) to Gemma 4's own syntax come back split,
+  whole and streamed: a thought channel as reasoning_content, a native
+  call (with tools offered) as tool_calls with the JSON arguments the
+  format's definition gives.
 
 Random weights: the checks are of the server's handling, not the text.
 """
@@ -188,3 +192,50 @@ def test_debate_job(srv):
     state, t = debate_job(srv, "g4_" + srv.name, 450)
     assert state in ("done", "succeeded", "finished", "completed", None), t
     assert json.dumps(t).count("Answer:") >= 3      # every agent answered, both rounds
+
+
+def forced(srv, regex, stream=False, **kw):
+    """A chat reply forced to one text (guided_regex), whole or streamed:
+    (reasoning, content, tool calls as (name, arguments), finish_reason)."""
+    args = dict(model=srv.name, messages=MSGS, max_tokens=120, temperature=0,
+                extra_body={"guided_regex": regex}, **kw)
+    if not stream:
+        r = srv.client.chat.completions.create(**args)
+        m = r.choices[0].message
+        calls = [(c.function.name, json.loads(c.function.arguments))
+                 for c in m.tool_calls or []]
+        return (getattr(m, "reasoning_content", None) or "", m.content or "", calls,
+                r.choices[0].finish_reason)
+    reasoning, content, calls, finish = "", "", {}, None
+    for ch in srv.client.chat.completions.create(stream=True, **args):
+        if not ch.choices:
+            continue
+        d = ch.choices[0].delta
+        reasoning += getattr(d, "reasoning_content", None) or ""
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            name, a = calls.get(tc.index, (None, ""))
+            calls[tc.index] = (name or (tc.function.name if tc.function else None),
+                               a + ((tc.function.arguments or "") if tc.function else ""))
+        finish = ch.choices[0].finish_reason or finish
+    return (reasoning, content, [(n, json.loads(a)) for _, (n, a) in sorted(calls.items())],
+            finish)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_thought_channel_is_reasoning_content(srv, stream):
+    """A reply in Gemma 4's syntax (its thought channel, then text) comes
+    back split: the thought as reasoning_content."""
+    got = forced(srv, "<\\|channel>thought\nsum it<channel\\|>Four\\.", stream)
+    assert got == ("sum it", "Four.", [], "stop")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_native_call_is_a_tool_call(srv, stream):
+    """A reply that calls in Gemma 4's syntax (<|"|> strings, bare keys)
+    with tools offered comes back as tool_calls with JSON arguments."""
+    re_ = ('<\\|channel>thought\nlook<channel\\|><\\|tool_call>call:get_weather\\{'
+           'city:<\\|"\\|>Os "lo"<\\|"\\|>,unit:<\\|"\\|>c<\\|"\\|>\\}<tool_call\\|>')
+    got = forced(srv, re_, stream, tools=[WEATHER])
+    assert got == ("look", "", [("get_weather", {"city": 'Os "lo"', "unit": "c"})],
+                   "tool_calls")
