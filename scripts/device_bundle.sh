@@ -47,7 +47,7 @@ D=.device
 MAX_MIB=60
 BINS=(parley tests/test_cuda_kernels tests/test_cuda_runner tests/test_cuda_io
       tests/test_cuda_ref tests/test_cuda_weights tests/test_cuda_constrain tests/test_cuda_moe
-      tests/test_cuda_moe_host tests/test_cuda_encode tests/test_cuda_ssm tests/bench_cuda_runner tests/bench_cuda_attn)
+      tests/test_cuda_moe_host tests/test_cuda_encode tests/test_cuda_ssm tests/test_cuda_gemma4 tests/bench_cuda_runner tests/bench_cuda_attn)
 # The newer architectures' runner test, once the model table has them.
 grep -q "'test_cuda_families'" tests/meson.build && BINS+=(tests/test_cuda_families)
 # glibc's libraries, libstdc++ and libgcc: present on every Linux machine.

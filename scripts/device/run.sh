@@ -143,7 +143,7 @@ stage_test() {
     fi
     export PARLEY_REF_MODEL="$ref" PARLEY_MODEL="$ref"   # test_cuda_runner: any model
     for b in test_cuda_kernels test_cuda_io test_cuda_weights test_cuda_ref test_cuda_runner \
-             test_cuda_constrain test_cuda_moe test_cuda_moe_host test_cuda_encode test_cuda_ssm; do
+             test_cuda_constrain test_cuda_moe test_cuda_moe_host test_cuda_encode test_cuda_ssm test_cuda_gemma4; do
         PARLEY_SRC="$(dirname "$D")" run_test "$b" || st=1   # test_cuda_moe*: the tree's tests/fixtures
     done
     # The newer architectures (qwen3, gemma2, gemma3) and the mixtures of

@@ -18,13 +18,13 @@ static __global__ void head_rmsnorm_kernel(float *x, int row_stride, int n_rows,
         ss += v[i] * v[i];
     float inv = rsqrtf(pl_warp_sum(ss) / (float)head_dim + eps);
     for (int i = lane; i < head_dim; i += 32)
-        v[i] = v[i] * inv * w[i];
+        v[i] = v[i] * inv * (w ? w[i] : 1.0f);
 }
 
 extern "C" int pl_cuda_head_rmsnorm(float *x, int row_stride, int n_rows, int n_heads,
                                     int head_dim, const float *w, float eps, cudaStream_t st)
 {
-    PL_CUDA_ARG(x && w && n_rows >= 0 && n_heads > 0 && eps >= 0.0f);
+    PL_CUDA_ARG(x && n_rows >= 0 && n_heads > 0 && eps >= 0.0f);
     PL_CUDA_ARG(head_dim > 0 && head_dim <= 512 && row_stride >= n_heads * head_dim);
     long units = (long)n_rows * n_heads;
     if (units == 0)

@@ -12,7 +12,8 @@ extern "C" {
 /**
  * In place, for each row r < n_rows and head h < n_heads: the head_dim
  * values at x + r * row_stride + h * head_dim become
- * v / sqrt(mean(v^2) + eps) * w (w: (head_dim) fp32, shared by the heads).
+ * v / sqrt(mean(v^2) + eps) * w (w: (head_dim) fp32, shared by the heads;
+ * NULL: unweighted, Gemma 4's norm of V).
  * x: fp32 (e.g. the q or the k part of the fused QKV output). head_dim a
  * up to 512.
  */
