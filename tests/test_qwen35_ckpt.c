@@ -6,10 +6,11 @@
  *    with the same prefix (its K/V blocks shared) gives the cold logits
  *    bit for bit, resumed at the latest checkpoint and at an earlier one
  *    (the scheduler's fallback), with parley's own kernels at every row
- *    count (--cpu-batch-invariant); with the f32 GEMM from 20 rows (the
- *    engine's default: BLAS's results depend on a call's row count) within
- *    1e-4. The file is tiny_qwen35_f16.gguf (gen_qwen35_f16.py): F32
- *    matrices always go to BLAS, F16 ones to parley's kernels;
+ *    count (--batch-invariant, the default); with the f32 GEMM from 20
+ *    rows (--no-batch-invariant: BLAS's results depend on a call's row
+ *    count) within 1e-4. The file is tiny_qwen35_f16.gguf
+ *    (gen_qwen35_f16.py): F32 matrices always go to BLAS, F16 ones to
+ *    parley's kernels;
  *  - bad saves (not on a block boundary, outside the call's rows, a
  *    checkpoint out of range) and bad loads fail.
  */
