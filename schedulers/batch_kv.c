@@ -267,6 +267,20 @@ void pl_batch_admit_partial_(pl_batch *b, pl_batch_seq *s)
     s->cow_dst = st->copy_dst[n0];
 }
 
+/* Hybrids: of the first `run` cached blocks of s, those a hit resumes
+ * with (up to the last one a checkpoint ends at); the rest recompute. */
+static int ck_run_(const pl_batch *b, const pl_batch_seq *s, int run)
+{
+    uint64_t h = PL_KV_HASH_ROOT;
+    int last = 0;
+    for (int i = 0; i < run; i++) {
+        h = pl_kv_blocks_hash(h, s->tokens + (size_t)i * (size_t)b->block_size, b->block_size);
+        if (pl_kv_ckpt_has(b->cfg.ckpt, h))
+            last = i + 1;
+    }
+    return last;
+}
+
 long pl_batch_need_(const pl_batch *b, long n_pos)
 {
     return pl_kv_layout_need(b->n_kinds, b->kind_window, b->kind_groups, b->block_size, n_pos);
@@ -283,6 +297,8 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
     if (held && s->n_blocks == 0 && !s->prompt_logprobs)
         run = pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
                                        (s->n_tokens - 1) / b->block_size);
+    if (run > 0 && b->cfg.ckpt)
+        run = ck_run_(b, s, run);
     long lack = 0;
     for (int g = 0; g < b->n_groups; g++) {
         int w = b->group_window[g];

@@ -1,6 +1,6 @@
 /* kv_ckpt.c - recurrent-state checkpoint slots keyed by prefix hash,
- * evicted in next-need order (kv_ckpt.h). Slots are few (tens to
- * hundreds): lookups and victims scan them. */
+ * evicted in next-need order (kv_ckpt.h). Lookups go through an open-
+ * addressing index by hash; victims scan the slots (at most 1024). */
 #include "schedulers/kv_ckpt.h"
 
 #include <limits.h>
@@ -20,6 +20,8 @@ struct pl_kv_ckpt {
     int n;
     size_t slot_bytes;
     ck_entry *e;              /* (n) */
+    int32_t *ix;              /* (cap) slot or -1, linear probing */
+    uint32_t mask;            /* cap - 1, cap a power of two >= 2n */
     uint64_t clock;
     uint64_t saves, restores, evictions;
 };
@@ -29,10 +31,17 @@ pl_kv_ckpt *pl_kv_ckpt_new(int n_slots, size_t slot_bytes)
     if (n_slots < 1)
         return NULL;
     pl_kv_ckpt *ck = calloc(1, sizeof *ck);
-    if (!ck || !(ck->e = calloc((size_t)n_slots, sizeof *ck->e))) {
-        free(ck);
+    uint32_t cap = 4;
+    while (cap < 2u * (uint32_t)n_slots)
+        cap <<= 1;
+    if (!ck || !(ck->e = calloc((size_t)n_slots, sizeof *ck->e)) ||
+        !(ck->ix = malloc(cap * sizeof *ck->ix))) {
+        pl_kv_ckpt_free(ck);
         return NULL;
     }
+    ck->mask = cap - 1;
+    for (uint32_t i = 0; i < cap; i++)
+        ck->ix[i] = -1;
     ck->n = n_slots;
     ck->slot_bytes = slot_bytes;
     return ck;
@@ -43,15 +52,43 @@ void pl_kv_ckpt_free(pl_kv_ckpt *ck)
     if (!ck)
         return;
     free(ck->e);
+    free(ck->ix);
     free(ck);
 }
 
+static uint32_t cell_(uint64_t h) { return (uint32_t)(h ^ h >> 29); }
+
 static int find_(const pl_kv_ckpt *ck, uint64_t hash)
 {
-    for (int i = 0; i < ck->n; i++)
-        if (ck->e[i].used && ck->e[i].hash == hash)
-            return i;
+    for (uint32_t c = cell_(hash) & ck->mask; ck->ix[c] >= 0; c = (c + 1) & ck->mask)
+        if (ck->e[ck->ix[c]].hash == hash)
+            return ck->ix[c];
     return -1;
+}
+
+/* Remove slot i from the index, re-placing the probe run after it. */
+static void unindex_(pl_kv_ckpt *ck, int i)
+{
+    uint32_t c = cell_(ck->e[i].hash) & ck->mask;
+    while (ck->ix[c] != i)
+        c = (c + 1) & ck->mask;
+    ck->ix[c] = -1;
+    for (c = (c + 1) & ck->mask; ck->ix[c] >= 0; c = (c + 1) & ck->mask) {
+        int32_t j = ck->ix[c];
+        ck->ix[c] = -1;
+        uint32_t d = cell_(ck->e[j].hash) & ck->mask;
+        while (ck->ix[d] >= 0)
+            d = (d + 1) & ck->mask;
+        ck->ix[d] = j;
+    }
+}
+
+static void index_(pl_kv_ckpt *ck, int i)
+{
+    uint32_t c = cell_(ck->e[i].hash) & ck->mask;
+    while (ck->ix[c] >= 0)
+        c = (c + 1) & ck->mask;
+    ck->ix[c] = i;
 }
 
 int pl_kv_ckpt_find(const pl_kv_ckpt *ck, uint64_t hash, uint64_t tick)
@@ -92,8 +129,12 @@ int pl_kv_ckpt_take(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick)
     if (find_(ck, hash) >= 0)
         return -1;
     int i = victim_(ck);
-    ck->evictions += ck->e[i].used;
+    if (ck->e[i].used) {
+        unindex_(ck, i);
+        ck->evictions++;
+    }
     ck->e[i] = (ck_entry){true, hash, key, tick, ++ck->clock, 0};
+    index_(ck, i);
     ck->saves++;
     return i;
 }
@@ -101,6 +142,7 @@ int pl_kv_ckpt_take(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick)
 void pl_kv_ckpt_drop(pl_kv_ckpt *ck, int slot)
 {
     if (slot >= 0 && slot < ck->n && ck->e[slot].used) {
+        unindex_(ck, slot);
         ck->e[slot].used = false;
         ck->saves--;
     }

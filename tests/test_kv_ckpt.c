@@ -230,3 +230,72 @@ Test(kv_ckpt, hinted_prompt_end_and_shared_prefix)
     cr_assert_eq(in->n_ck_save, 0);
     h_free(&h);
 }
+
+/* Random takes, drops and hints against a plain list of what each slot
+ * holds: find answers from the index as a scan of the slots would. */
+Test(kv_ckpt, index_matches_the_slots)
+{
+    enum { SLOTS = 5, HASHES = 40, OPS = 4000 };
+    pl_kv_ckpt *ck = pl_kv_ckpt_new(SLOTS, 1);
+    uint64_t held[SLOTS];
+    bool used[SLOTS] = {false};
+    unsigned r = 12345;
+    for (int op = 0; op < OPS; op++) {
+        r = r * 1103515245u + 12345u;
+        uint64_t h = 1 + (r >> 8) % HASHES;
+        int what = (r >> 20) % 4;
+        if (what < 2) {
+            int s = pl_kv_ckpt_take(ck, h, h % 3 + 1, (uint64_t)op);
+            bool had = false;
+            for (int i = 0; i < SLOTS; i++)
+                had |= used[i] && held[i] == h;
+            cr_assert_eq(s < 0, had, "op %d: take of a held hash %d", op, s);
+            if (s >= 0) {
+                used[s] = true;
+                held[s] = h;
+            }
+        } else if (what == 2) {
+            int s = pl_kv_ckpt_find(ck, h, UINT64_MAX);
+            if (s >= 0) {
+                pl_kv_ckpt_drop(ck, s);
+                used[s] = false;
+            }
+        } else {
+            pl_kv_ckpt_hint(ck, h % 3 + 1, (int)(r >> 4) % 4 - 1);
+        }
+        for (uint64_t q = 1; q <= HASHES; q++) {
+            int want = -1;
+            for (int i = 0; i < SLOTS; i++)
+                if (used[i] && held[i] == q)
+                    want = i;
+            cr_assert_eq(pl_kv_ckpt_find(ck, q, UINT64_MAX), want, "op %d hash %d", op, (int)q);
+        }
+    }
+    pl_kv_ckpt_free(ck);
+}
+
+/* Admission counts of a waiting hybrid prompt only the cached blocks up
+ * to its last checkpoint as shared (the rest it recomputes). */
+Test(kv_ckpt, admission_counts_the_checkpointed_prefix)
+{
+    int reserved[2];
+    for (int with = 0; with < 2; with++) {
+        harness h;
+        h_init(&h, 8, 2);
+        if (!with) {                 /* the same scheduler without checkpoints */
+            pl_batch_free(h.b);
+            h.cfg.ckpt = NULL;
+            h.b = pl_batch_new(&h.cfg, h.kv);
+        }
+        int32_t p[40];
+        prompt(p, 22, 0, 0);
+        h_add(&h, 1, p, 22, 0);
+        h_step(&h);                  /* runs on: its 6 blocks in use, checkpoints at 8, 16 */
+        h_add(&h, 2, p, 22, 0);      /* waits: 5 full blocks cached */
+        pl_batch_kv_acct a;
+        pl_batch_kv_account(h.b, 4, &a);
+        reserved[with] = a.reserved;
+        h_free(&h);
+    }
+    cr_assert_eq(reserved[1], reserved[0] + 1, "with %d, without %d", reserved[1], reserved[0]);
+}
