@@ -535,7 +535,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         /* a cache hit at P needs the recurrent state at P: a checkpoint */
         core.prefix_caching = false;
         pl_info("model %s: prefix caching off: no slots for its %d recurrent layers' state "
-                "checkpoints (the %s runner has none, or --kv-cache-mb holds fewer than 8)",
+                "checkpoints (the %s runner has none, or a quarter of --kv-cache-mb holds "
+                "fewer than 2)",
                 name, m->n_recurrent, r->ops->name);
     } else if (m->n_recurrent > 0 && core.prefix_caching) {
         pl_info("model %s: %d recurrent-state checkpoints of %.1f KiB for prefix hits (every "

@@ -64,9 +64,9 @@ struct pl_fwd_gdn {
 
 size_t pl_cpu_fwd_ckpt_bytes(const pl_model *m)
 {
-    size_t d = (size_t)m->ssm_d_state;
+    size_t d = (size_t)m->ssm_d_state, hist = (size_t)(m->ssm_conv_kernel - 1);
     return (size_t)m->n_recurrent * sizeof(float) *
-           ((size_t)(m->ssm_conv_kernel - 1) * (size_t)m->ssm_conv_dim + (size_t)m->ssm_n_v * d * d);
+           (hist * (size_t)m->ssm_conv_dim + (size_t)m->ssm_n_v * d * d);
 }
 
 static float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
