@@ -325,7 +325,6 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
     s->num_computed = hit * b->block_size;
     if (!s->prompt_logprobs && !b->cfg.ckpt) /* its prompt rows must all run */
         pl_batch_admit_partial_(b, s);
-
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
         s->n_cached = s->num_computed;
@@ -346,8 +345,7 @@ void pl_batch_unadmit_(pl_batch *b, pl_batch_seq *s)
     if (s->cow_dst >= 0 && st && st->n_copies >= n && st->copy_dst[st->n_copies - n] == s->cow_dst)
         st->n_copies -= n;
     s->cow_dst = -1;
-    if (s->ck_load >= 0)          /* kept in its slot: only its use is undone */
-        s->ck_load = -1;
+    s->ck_load = -1;              /* its checkpoint is not restored */
     seq_leave_running_(b, s);
     seq_release_blocks_(b, s);
     s->num_computed = 0;
