@@ -243,6 +243,48 @@ static void kv_group_families(struct evbuffer *b, const model_view *v, int n)
     }
 }
 
+/* Hybrids' recurrent-state checkpoints (stats "kv.checkpoints"): slots
+ * used and free, bytes each, saves, restores, evictions. */
+static void kv_ckpt_families(struct evbuffer *b, const model_view *v, int n)
+{
+    static const char *states[] = {"used", "free"};
+    static const char *counts[][2] = {{"saves", "Recurrent-state checkpoints taken."},
+                                      {"restores", "Prefix hits resumed from a checkpoint."},
+                                      {"evictions", "Checkpoints dropped for a new one."}};
+    pl_prom_family(b, "parley:kv_checkpoints", "gauge",
+                   "Recurrent-state checkpoint slots of a hybrid model's cache (the "
+                   "recurrent group's share of the KV budget), used and free.");
+    for (int i = 0; i < n; i++) {
+        json_t *ck = json_object_get(json_object_get(v[i].stats, "kv"), "checkpoints");
+        double slots = (double)json_integer_value(json_object_get(ck, "slots"));
+        double used = (double)json_integer_value(json_object_get(ck, "used"));
+        for (int st = 0; ck && st < 2; st++) {
+            char l[LABELS_MAX + 32];
+            snprintf(l, sizeof l, "%s,state=\"%s\"", v[i].labels, states[st]);
+            pl_prom_sample(b, "parley:kv_checkpoints", "", l, st ? slots - used : used);
+        }
+    }
+    pl_prom_family(b, "parley:kv_checkpoint_bytes", "gauge",
+                   "Bytes of one recurrent-state checkpoint.");
+    for (int i = 0; i < n; i++) {
+        json_t *ck = json_object_get(json_object_get(v[i].stats, "kv"), "checkpoints");
+        if (ck)
+            pl_prom_sample(b, "parley:kv_checkpoint_bytes", "", v[i].labels,
+                           (double)json_integer_value(json_object_get(ck, "bytes_each")));
+    }
+    for (int c = 0; c < 3; c++) {
+        char name[64];
+        snprintf(name, sizeof name, "parley:kv_checkpoint_%s", counts[c][0]);
+        pl_prom_family(b, name, "counter", counts[c][1]);
+        for (int i = 0; i < n; i++) {
+            json_t *ck = json_object_get(json_object_get(v[i].stats, "kv"), "checkpoints");
+            if (ck)
+                pl_prom_sample(b, name, "_total", v[i].labels,
+                               (double)json_integer_value(json_object_get(ck, counts[c][0])));
+        }
+    }
+}
+
 static void step_families(struct evbuffer *b, const model_view *v, int n)
 {
     family_(b, v, n, "parley:engine_steps", "counter",
@@ -271,6 +313,7 @@ static void step_families(struct evbuffer *b, const model_view *v, int n)
     family_(b, v, n, "parley:requests_rejected", "counter",
             "Requests the backend refused at submit (bad input, over capacity).", rejected_);
     kv_group_families(b, v, n);
+    kv_ckpt_families(b, v, n);
 }
 
 /* Remote backends list their replicas in stats as "replicas": [{"url",

@@ -28,6 +28,10 @@ typedef struct pl_engine_options {
     /** Full blocks only: no partial-block prefix reuse (batch.h; it is on
      *  with prefix caching when the runner can copy blocks). */
     bool no_partial_prefix;
+    /** Hybrids (recurrent layers): a recurrent-state checkpoint every
+     *  this many KV blocks of a prompt (0: only where retention hints
+     *  point), --prefix-checkpoint-blocks. */
+    int ckpt_every;
     /** How capacity is decided (--capacity): PL_CAPACITY_KV, admission
      *  counts the blocks each request needs (ops->kv, engine_kv.c) and
      *  capacity() is max_num_seqs; PL_CAPACITY_WORST_CASE, capacity() is

@@ -104,7 +104,9 @@ pl_batch *pl_batch_new(const pl_batch_config *cfg, pl_kv_blocks *kv)
     b->free_slots = malloc((size_t)cfg->max_num_seqs * sizeof *b->free_slots);
     b->scratch = malloc(((size_t)b->n_groups + 1) * (size_t)b->max_blocks * sizeof *b->scratch);
     b->scratch_h = malloc(((size_t)b->max_blocks + 1) * sizeof *b->scratch_h);
-    if (!b->running || !b->free_slots || !b->scratch || !b->scratch_h || b->max_len < 2) {
+    b->commit_h = malloc(((size_t)b->max_blocks + 1) * sizeof *b->commit_h);
+    if (!b->running || !b->free_slots || !b->scratch || !b->scratch_h || !b->commit_h ||
+        b->max_len < 2) {
         pl_batch_free(b);
         return NULL;
     }
@@ -144,6 +146,7 @@ void pl_batch_free(pl_batch *b)
     free(b->free_slots);
     free(b->scratch);
     free(b->scratch_h);
+    free(b->commit_h);
     free(b);
 }
 
@@ -177,6 +180,7 @@ pl_batch_seq *pl_batch_add(pl_batch *b, uint64_t id, const int32_t *prompt,
     s->slot = -1;
     s->n_cached = -1;
     s->cow_dst = -1;
+    s->ck_load = -1;
     s->state = PL_SEQ_WAITING;
     if (sampling)
         s->sampling = *sampling;
@@ -319,7 +323,7 @@ void pl_batch_admit_(pl_batch *b, pl_batch_seq *s)
     int max_hit = s->prompt_logprobs ? 0 : (s->n_tokens - 1) / b->block_size;
     int hit = pl_batch_lookup_(b, s, max_hit);
     s->num_computed = hit * b->block_size;
-    if (!s->prompt_logprobs)     /* its prompt rows must all run */
+    if (!s->prompt_logprobs && !b->cfg.ckpt) /* its prompt rows must all run */
         pl_batch_admit_partial_(b, s);
     pl_kv_blocks_count(b->kv, s->n_tokens, s->num_computed);
     if (s->n_cached < 0)
@@ -341,6 +345,7 @@ void pl_batch_unadmit_(pl_batch *b, pl_batch_seq *s)
     if (s->cow_dst >= 0 && st && st->n_copies >= n && st->copy_dst[st->n_copies - n] == s->cow_dst)
         st->n_copies -= n;
     s->cow_dst = -1;
+    s->ck_load = -1;              /* its checkpoint is not restored */
     seq_leave_running_(b, s);
     seq_release_blocks_(b, s);
     s->num_computed = 0;

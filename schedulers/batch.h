@@ -51,6 +51,7 @@
 #include "schedulers/batch_step.h"
 #include "schedulers/kv_blocks.h"
 #include "schedulers/kv_layout.h"
+#include "schedulers/kv_ckpt.h"
 
 typedef enum pl_seq_state {
     PL_SEQ_WAITING = 0,
@@ -98,6 +99,13 @@ typedef struct pl_batch_seq {
                                    it finishes, its blocks from the one
                                    holding its last prompt position on go
                                    to the front of eviction */
+    int32_t ck_load;          /**< checkpoint its admission restores
+                                   (kv_ckpt.h) in its first step, -1 */
+    int ck_share;             /**< hybrids: a position to checkpoint at,
+                                   where its prompt parts from another
+                                   queued one of its conversation (the end
+                                   of the round's shared prefix); 0 none */
+    bool ck_scanned;          /**< ck_share looked for since it was queued */
     bool prompt_logprobs;     /**< each prompt row asks for the next prompt
                                    id's logprob (pl_step_input.row_next);
                                    such a sequence never reuses cached
@@ -124,6 +132,16 @@ typedef struct pl_batch_config {
      *  NULL: one full group. The pool must have as many groups
      *  (pl_kv_blocks_new_grouped). */
     const pl_kv_layout *layout;
+    /** Recurrent-state checkpoints (borrowed; NULL: the model has no
+     *  recurrent layers, or its prefix is never reused). With them, a
+     *  prefix hit resumes only where a checkpoint is (the longest
+     *  checkpointed prefix of the hit; none: from 0), no partial-block
+     *  reuse, and checkpoints are saved at the block boundaries a step's
+     *  prompt rows reach: every ckpt_every blocks (0: none such) and, for
+     *  a hinted conversation (kv_blocks.h), at the last block boundary of
+     *  the prompt and at pl_batch_seq.ck_share. */
+    struct pl_kv_ckpt *ckpt;
+    int ckpt_every;
 } pl_batch_config;
 
 /**

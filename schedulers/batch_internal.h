@@ -17,6 +17,9 @@ struct pl_batch {
     int kind_window[PL_KV_MAX_KINDS], kind_groups[PL_KV_MAX_KINDS];
     int32_t *scratch;             /* (n_groups + 1, max_blocks) prefix lookup */
     uint64_t *scratch_h;          /* (max_blocks + 1) its chained hashes */
+    uint64_t *commit_h;           /* (max_blocks + 1) pl_batch_commit_'s:
+                                     [i] the hash of a sequence's first i
+                                     blocks, for those it just committed */
     int max_blocks;               /* per sequence: ceil(max_model_len / bs) */
     int max_len;                  /* longest sequence: min(max_model_len,
                                      all KV blocks), so one always fits */
@@ -48,6 +51,8 @@ void pl_batch_keep_tail_(pl_batch *b, pl_batch_seq *s);
 int pl_batch_lookup_(pl_batch *b, pl_batch_seq *s, int max_hit);
 void pl_batch_admit_partial_(pl_batch *b, pl_batch_seq *s);
 long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, bool held);
+void pl_batch_ck_saves_(pl_batch *b, pl_batch_seq *s, int first, int c0);
+void pl_batch_ck_share_(pl_batch *b, pl_batch_seq *s);
 long pl_batch_need_(const pl_batch *b, long n_pos);
 void pl_batch_preempt_(pl_batch *b, pl_batch_seq *s);
 void pl_batch_admit_(pl_batch *b, pl_batch_seq *s);

@@ -49,6 +49,7 @@ void pl_batch_commit_(pl_batch *b, pl_batch_seq *s)
     int full = done / b->block_size;
     if (full > s->n_blocks)
         full = s->n_blocks;
+    b->commit_h[s->n_committed] = s->last_hash;
     for (; s->n_committed < full; s->n_committed++) {
         const int32_t *ids = s->tokens + (size_t)s->n_committed * (size_t)b->block_size;
         uint64_t h = pl_kv_blocks_hash(s->last_hash, ids, b->block_size);
@@ -57,7 +58,7 @@ void pl_batch_commit_(pl_batch *b, pl_batch_seq *s)
             if (id >= 0)
                 pl_kv_blocks_commit(b->kv, id, s->last_hash, ids);
         }
-        s->last_hash = h;
+        s->last_hash = b->commit_h[s->n_committed + 1] = h;
     }
 }
 
@@ -167,9 +168,27 @@ static int restorable_(const pl_batch *b, const int32_t *found, int max_hit)
  * longest prefix every group can restore, at most max_hit blocks; the
  * blocks of a sliding group before its window stay -1. Returns the
  * blocks of the prefix (s->n_blocks). */
+/* Hybrids: the longest prefix of at most k blocks every group restores
+ * and a checkpoint (saved in an earlier step) holds the recurrent state
+ * of, which s's admission restores; 0 when none. */
+static int ck_resume_(pl_batch *b, pl_batch_seq *s, const int32_t *found, const uint64_t *h,
+                      int k)
+{
+    for (; k > 0; k--) {
+        int c = pl_kv_ckpt_find(b->cfg.ckpt, h[k], b->n_steps);
+        if (c >= 0 && restorable_(b, found, k) == k) {
+            pl_kv_ckpt_use(b->cfg.ckpt, c);
+            s->ck_load = c;
+            return k;
+        }
+    }
+    return 0;
+}
+
 int pl_batch_lookup_(pl_batch *b, pl_batch_seq *s, int max_hit)
 {
-    if (b->n_groups == 1 && b->group_window[0] == 0) {
+    s->ck_load = -1;
+    if (b->n_groups == 1 && b->group_window[0] == 0 && !b->cfg.ckpt) {
         int hit = pl_kv_blocks_lookup(b->kv, s->tokens, s->n_tokens, max_hit, s->blocks,
                                       &s->last_hash);
         s->live_from[0] = 0;
@@ -186,6 +205,8 @@ int pl_batch_lookup_(pl_batch *b, pl_batch_seq *s, int max_hit)
         h[i + 1] = pl_kv_blocks_hash(h[i], ids, b->block_size);
     }
     int k = restorable_(b, found, max_hit);
+    if (b->cfg.ckpt)
+        k = ck_resume_(b, s, found, h, k);
     for (int g = 0; g < b->n_groups; g++) {
         int32_t *t = pl_batch_seq_table_(b, s, g);
         int lo = window_first_(b, b->group_window[g], (long)k * b->block_size);
@@ -246,6 +267,20 @@ void pl_batch_admit_partial_(pl_batch *b, pl_batch_seq *s)
     s->cow_dst = st->copy_dst[n0];
 }
 
+/* Hybrids: of the first `run` cached blocks of s, those a hit resumes
+ * with (up to the last one a checkpoint ends at); the rest recompute. */
+static int ck_run_(const pl_batch *b, const pl_batch_seq *s, int run)
+{
+    uint64_t h = PL_KV_HASH_ROOT;
+    int last = 0;
+    for (int i = 0; i < run; i++) {
+        h = pl_kv_blocks_hash(h, s->tokens + (size_t)i * (size_t)b->block_size, b->block_size);
+        if (pl_kv_ckpt_has(b->cfg.ckpt, h))
+            last = i + 1;
+    }
+    return last;
+}
+
 long pl_batch_need_(const pl_batch *b, long n_pos)
 {
     return pl_kv_layout_need(b->n_kinds, b->kind_window, b->kind_groups, b->block_size, n_pos);
@@ -262,6 +297,8 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
     if (held && s->n_blocks == 0 && !s->prompt_logprobs)
         run = pl_kv_blocks_held_prefix(b->kv, s->tokens, s->n_tokens,
                                        (s->n_tokens - 1) / b->block_size);
+    if (run > 0 && b->cfg.ckpt)
+        run = ck_run_(b, s, run);
     long lack = 0;
     for (int g = 0; g < b->n_groups; g++) {
         int w = b->group_window[g];
@@ -272,4 +309,62 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
         lack += need > have ? need - have : 0;
     }
     return lack;
+}
+
+/* Whether s's state at block boundary P is checkpointed (batch.h,
+ * pl_batch_config.ckpt_every and the hinted positions). */
+static bool ck_wanted_(const pl_batch *b, const pl_batch_seq *s, int P)
+{
+    int bs = b->block_size, every = b->cfg.ckpt_every;
+    if (every > 0 && P / bs % every == 0)
+        return true;
+    if (!pl_kv_blocks_hinted(b->kv, s->conv_key))
+        return false;
+    return P == s->n_prompt / bs * bs || P == s->ck_share;
+}
+
+/* Checkpoints of s's state at the block boundaries its rows of the step
+ * being scheduled reach (positions (c0, num_computed]) among the blocks
+ * pl_batch_commit_ just committed from block `first` on. */
+void pl_batch_ck_saves_(pl_batch *b, pl_batch_seq *s, int first, int c0)
+{
+    pl_step_input *in = &b->cur->in;
+    for (int i = first; i < s->n_committed; i++) {
+        int P = (i + 1) * b->block_size;
+        if (P <= c0 || P > s->num_computed || !ck_wanted_(b, s, P))
+            continue;
+        if (in->n_ck_save == in->max_ck_save)
+            return;
+        int c = pl_kv_ckpt_take(b->cfg.ckpt, b->commit_h[i + 1], s->conv_key, b->cur->no);
+        if (c < 0)
+            continue;               /* that prefix has one */
+        in->ck_save_slot[in->n_ck_save] = s->slot;
+        in->ck_save_id[in->n_ck_save] = c;
+        in->ck_save_pos[in->n_ck_save++] = P;
+    }
+}
+
+/* Where queued sequences of s's conversation part from s, block-aligned:
+ * the end of the prefix they share (a debate round's transcript before
+ * each agent's own part). Each one computing through it checkpoints there
+ * (ck_wanted_), so the others resume from it. */
+void pl_batch_ck_share_(pl_batch *b, pl_batch_seq *s)
+{
+    pl_batch_seq **q[2] = {b->running, b->waiting};
+    int nq[2] = {b->n_running, b->n_waiting};
+    s->ck_scanned = true;
+    for (int k = 0; k < 2 && s->conv_key; k++)
+        for (int i = 0; i < nq[k]; i++) {
+            pl_batch_seq *r = q[k][i];
+            if (r == s || r->conv_key != s->conv_key)
+                continue;
+            int n = s->n_tokens < r->n_tokens ? s->n_tokens : r->n_tokens, d = 0;
+            while (d < n && s->tokens[d] == r->tokens[d])
+                d++;
+            int P = d / b->block_size * b->block_size;
+            if (P > s->ck_share && P > s->num_computed)
+                s->ck_share = P;
+            if (P > r->ck_share && P > r->num_computed)
+                r->ck_share = P;
+        }
 }

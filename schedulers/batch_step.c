@@ -29,6 +29,17 @@ int pl_batch_step_init(pl_batch_step *st, const pl_batch_config *cfg,
     in->sampling = malloc(seqs * sizeof *in->sampling);
     in->seq_hist = malloc(seqs * sizeof *in->seq_hist);
     in->seq_hist_len = malloc(seqs * sizeof *in->seq_hist_len);
+    in->max_ck_save = (int)(rows / (size_t)block_size + seqs);
+    size_t nsv = (size_t)in->max_ck_save;
+    in->ck_load_slot = malloc(seqs * sizeof(int32_t));
+    in->ck_load_id = malloc(seqs * sizeof(int32_t));
+    in->ck_load_pos = malloc(seqs * sizeof(int32_t));
+    in->ck_save_slot = malloc(nsv * sizeof(int32_t));
+    in->ck_save_id = malloc(nsv * sizeof(int32_t));
+    in->ck_save_pos = malloc(nsv * sizeof(int32_t));
+    if (!in->ck_load_slot || !in->ck_load_id || !in->ck_load_pos || !in->ck_save_slot ||
+        !in->ck_save_id || !in->ck_save_pos)
+        return -1;
     st->seqs = malloc(seqs * sizeof *st->seqs);
     st->copy_src = malloc(seqs * groups * sizeof *st->copy_src);
     st->copy_dst = malloc(seqs * groups * sizeof *st->copy_dst);
@@ -57,6 +68,12 @@ void pl_batch_step_free(pl_batch_step *st)
     free(in->sampling);
     free(in->seq_hist);
     free(in->seq_hist_len);
+    free(in->ck_load_slot);
+    free(in->ck_load_id);
+    free(in->ck_load_pos);
+    free(in->ck_save_slot);
+    free(in->ck_save_id);
+    free(in->ck_save_pos);
     free(st->seqs);
     free(st->copy_src);
     free(st->copy_dst);
@@ -95,7 +112,7 @@ static void fill_rows_(pl_batch_step *st, pl_batch_seq *s, int k, int n)
 static void fill_seq_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
 {
     pl_step_input *in = &st->in;
-    int k = in->n_seqs++;
+    int k = in->n_seqs++, c0 = s->num_computed;
     bool decode = s->n_tokens - s->num_computed <= 1;
     st->seqs[k] = s;
     in->seq_slot[k] = s->slot;
@@ -126,7 +143,16 @@ static void fill_seq_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
         st->n_decode_rows += n;
     else
         st->n_prefill_rows += n;
+    if (s->ck_load >= 0) {     /* its admission resumes from a checkpoint */
+        in->ck_load_slot[in->n_ck_load] = s->slot;
+        in->ck_load_id[in->n_ck_load] = s->ck_load;
+        in->ck_load_pos[in->n_ck_load++] = c0;
+        s->ck_load = -1;
+    }
+    int first = s->n_committed;
     pl_batch_commit_(b, s);
+    if (b->cfg.ckpt)
+        pl_batch_ck_saves_(b, s, first, c0);
 }
 
 /* Lowest-priority running sequence not scheduled in this step: the
@@ -210,6 +236,8 @@ static int share_gain_(const pl_batch *b, const pl_batch_seq *s,
     int shared = common_prefix_(s, r, n);
     if (shared <= start)
         return 0;
+    if (b->cfg.ckpt)            /* a hybrid reads no state of this step */
+        return shared - start;
     int done = end < r->n_tokens ? end : r->n_tokens;
     int upto = shared < done ? shared : done;
     int now = upto / bs * bs;
@@ -312,9 +340,13 @@ int pl_batch_schedule(pl_batch *b, pl_batch_step *st)
     st->in.n_rows = 0;
     st->in.n_seqs = 0;
     st->in.n_row_next = 0;
+    st->in.n_ck_load = st->in.n_ck_save = 0;
     st->n_decode_rows = st->n_prefill_rows = st->n_preempted = 0;
     st->n_deferred = 0;
     pl_batch_sort_running_(b);
+    for (int i = 0; b->cfg.ckpt && i < b->n_waiting; i++)
+        if (!b->waiting[i]->ck_scanned)
+            pl_batch_ck_share_(b, b->waiting[i]);
     schedule_running_(b, st, true);
     schedule_running_(b, st, false);
     schedule_waiting_(b, st);

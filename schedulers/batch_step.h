@@ -76,6 +76,17 @@ typedef struct pl_step_input {
      *  penalties counts that resolved id too (so async == sync). */
     const int32_t **seq_hist;
     int32_t *seq_hist_len;
+    /** Recurrent-state checkpoints (schedulers/kv_ckpt.h), hybrid models
+     *  only. Before the step: checkpoint ck_load_id[i] is restored into
+     *  sequence slot ck_load_slot[i], which then stands at position
+     *  ck_load_pos[i]. While it runs: once slot ck_save_slot[i] has
+     *  consumed ck_save_pos[i] positions (a block boundary among its rows
+     *  of this step), its state is saved into checkpoint ck_save_id[i]. */
+    int n_ck_load;
+    int32_t *ck_load_slot, *ck_load_id, *ck_load_pos; /**< (max_seqs) */
+    int n_ck_save;
+    int32_t *ck_save_slot, *ck_save_id, *ck_save_pos; /**< (max_ck_save) */
+    int max_ck_save;             /**< rows / block_size + max_seqs */
 } pl_step_input;
 
 #endif

@@ -211,15 +211,9 @@ void pl_kv_blocks_free(pl_kv_blocks *kv)
     free(kv);
 }
 
-int pl_kv_blocks_block_size(const pl_kv_blocks *kv)
-{
-    return kv->block_size;
-}
+int pl_kv_blocks_block_size(const pl_kv_blocks *kv) { return kv->block_size; }
 
-int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv)
-{
-    return kv->num_blocks;
-}
+int pl_kv_blocks_num_blocks(const pl_kv_blocks *kv) { return kv->num_blocks; }
 
 int pl_kv_blocks_num_available(const pl_kv_blocks *kv)
 {
@@ -445,10 +439,7 @@ static int32_t conv_slot_(pl_kv_blocks *kv, uint64_t key)
     return c;
 }
 
-void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on)
-{
-    kv->next_need = on;
-}
+void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on) { kv->next_need = on; }
 
 int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need)
 {
@@ -513,6 +504,11 @@ void pl_kv_blocks_release_front(pl_kv_blocks *kv, int32_t id)
     }
 }
 
+bool pl_kv_blocks_hinted(const pl_kv_blocks *kv, uint64_t key)
+{
+    return key && kv->conv_index && *conv_cell_(kv, key, false) >= 0;
+}
+
 int pl_kv_blocks_needed_now(const pl_kv_blocks *kv)
 {
     int n = 0;
@@ -554,10 +550,7 @@ int32_t pl_kv_blocks_find(const pl_kv_blocks *kv, int group, uint64_t parent,
     return table_find_(kv, group, pl_kv_blocks_hash(parent, ids, kv->block_size), parent, ids);
 }
 
-int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id)
-{
-    return kv->b[id].ref;
-}
+int pl_kv_blocks_refcount(const pl_kv_blocks *kv, int32_t id) { return kv->b[id].ref; }
 
 int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
                         int max_blocks, int32_t *out_blocks,
@@ -582,10 +575,7 @@ int pl_kv_blocks_lookup(pl_kv_blocks *kv, const int32_t *tokens, int n,
     return hit;
 }
 
-void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick)
-{
-    kv->tick = tick;
-}
+void pl_kv_blocks_set_tick(pl_kv_blocks *kv, uint64_t tick) { kv->tick = tick; }
 
 int32_t pl_kv_blocks_lookup_partial(pl_kv_blocks *kv, uint64_t parent,
                                     const int32_t *tokens, int max_k, int *k_out)

@@ -203,6 +203,9 @@ void pl_kv_blocks_set_next_need(pl_kv_blocks *kv, bool on);
  */
 int pl_kv_blocks_hint(pl_kv_blocks *kv, uint64_t key, int need);
 
+/** Whether conversation key has been hinted (and not finished since). */
+bool pl_kv_blocks_hinted(const pl_kv_blocks *kv, uint64_t key);
+
 /** pl_kv_blocks_release, tagging the block with key when it becomes
  *  cached-free and key has been hinted (and not finished since). */
 void pl_kv_blocks_release_tagged(pl_kv_blocks *kv, int32_t id, uint64_t key);

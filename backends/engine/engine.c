@@ -22,6 +22,7 @@ void pl_engine_options_defaults(pl_engine_options *o)
     memset(o, 0, sizeof *o);
     o->async = true;
     o->prefix_caching = true;
+    o->ckpt_every = 4;
 }
 
 int pl_engine_capacity_for(int max_num_seqs, int num_blocks, int block_size,
@@ -180,6 +181,7 @@ static void eng_free_(pl_backend *b)
         pl_batch_step_free(&e->steps[i]);
     pl_batch_free(e->batch);
     pl_kv_blocks_free(e->kv);
+    pl_kv_ckpt_free(e->ckpt);
     if (e->runner)
         e->runner->ops->free(e->runner);
     pl_constraint_cache_free(e->constraints);
@@ -265,6 +267,16 @@ static int init_core_(pl_engine *e, pl_err *err)
                           e->opt.prefix_caching && !e->opt.no_partial_prefix &&
                               e->runner->ops->copy_block != NULL,
                           e->opt.prefix_caching ? PL_ENGINE_DEFER_STEPS : 0, &e->kv_layout};
+    /* A hybrid's prefix hits resume from recurrent-state checkpoints
+     * (kv_ckpt.h); without slots for them prefix caching is off. */
+    const pl_runner_info *ri = &e->runner->info;
+    if (e->opt.prefix_caching && ri->num_ckpts > 0) {
+        e->ckpt = pl_kv_ckpt_new(ri->num_ckpts, ri->ckpt_bytes);
+        if (!e->ckpt)
+            return pl_err_set(err, 500, "server_error", NULL, NULL, "out of memory");
+        bc.ckpt = e->ckpt;
+        bc.ckpt_every = e->opt.ckpt_every;
+    }
     e->kv = pl_kv_blocks_new_grouped(e->opt.num_blocks, e->opt.block_size,
                                      e->opt.prefix_caching, e->kv_layout.n_groups);
     e->t_open = pl_engine_now_ms_();

@@ -129,6 +129,8 @@ typedef struct eng_stats {
     double max_idle_gap_ms;
     int running, waiting;
     pl_kv_stats kv;
+    pl_kv_ckpt_stats ckpt;        /* recurrent-state checkpoints (slots 0:
+                                     none) */
     pl_kv_group_stats kv_kinds[PL_KV_MAX_KINDS]; /* kv_layout's kinds, each
                                      the sum of its groups */
     uint64_t idle_checks;         /* KV invariant checks when idle */
@@ -167,6 +169,8 @@ typedef struct pl_engine {
 
     /* engine thread only */
     pl_kv_blocks *kv;
+    pl_kv_ckpt *ckpt;             /* hybrids' recurrent-state checkpoints,
+                                     or NULL */
     pl_kv_layout kv_layout;       /* the cache groups (one full group when
                                      the runner has none) */
     pl_batch *batch;

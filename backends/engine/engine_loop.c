@@ -63,6 +63,8 @@ static void on_control_(pl_engine *e, eng_msg *m)
 {
     if (m->type == ENG_MSG_RETAIN) {
         pl_kv_blocks_hint(e->kv, m->id, m->n == PL_NEED_DONE ? PL_KV_NEED_DONE : m->n);
+        if (e->ckpt)
+            pl_kv_ckpt_hint(e->ckpt, m->id, m->n == PL_NEED_DONE ? PL_KV_NEED_DONE : m->n);
         e->st_local.hints++;
         return;
     }

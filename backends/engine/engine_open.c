@@ -12,6 +12,7 @@
 
 #include "backends/text/chat_template.h"
 #include "backends/engine/cpu/cpu_runner.h"
+#include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/ops.h"
 #include "backends/engine/cuda/cuda_runner.h"
 #include "backends/engine/engine.h"
@@ -388,7 +389,16 @@ static pl_runner *open_cpu(const pl_engine_open_opts *o, engine_text *t, pl_runn
     const pl_kv_layout *lo = &want->kv_layout;
     size_t per_block = (size_t)lo->n_slots * 2 * (size_t)m->kv_dim *
                        (size_t)want->block_size * (f16 ? sizeof(uint16_t) : sizeof(float));
-    want->num_blocks = (int)(((size_t)c->kv_cache_mb << 20) / per_block);
+    size_t kv_bytes = (size_t)c->kv_cache_mb << 20;
+    want->num_ckpts = 0;
+    if (m->n_recurrent > 0 && core->prefix_caching) {
+        /* A hybrid's recurrent-state checkpoints (kv_ckpt.h): a quarter of
+         * the budget, at most 1024, none when fewer than 2 fit. */
+        size_t ckb = pl_cpu_fwd_ckpt_bytes(m), n_ck = kv_bytes / 4 / ckb;
+        want->num_ckpts = n_ck < 2 ? 0 : n_ck > 1024 ? 1024 : (int)n_ck;
+        kv_bytes -= (size_t)want->num_ckpts * ckb;
+    }
+    want->num_blocks = (int)(kv_bytes / per_block);
     want->max_model_len = c->max_model_len;
     snprintf(t->ctx_why, sizeof t->ctx_why, "asked for");
     /* The context is chosen as if each sequence of the model's length
@@ -521,11 +531,17 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
                                                                               : NULL;
     pl_info("model %s: %s, %d layers, %d-dim, vocab %d, template %s", name, m->arch_name,
             m->n_layer, m->n_embd, m->n_vocab, pl_chat_tmpl_name(t->style.tmpl));
-    if (m->n_recurrent > 0 && core.prefix_caching) {
-        /* a cache hit at P needs the recurrent state at P: no checkpoints yet */
+    if (m->n_recurrent > 0 && core.prefix_caching && r->info.num_ckpts == 0) {
+        /* a cache hit at P needs the recurrent state at P: a checkpoint */
         core.prefix_caching = false;
-        pl_info("model %s: prefix caching off: its %d recurrent layers' state cannot be "
-                "restored at a cached prefix (no state checkpoints yet)", name, m->n_recurrent);
+        pl_info("model %s: prefix caching off: no slots for its %d recurrent layers' state "
+                "checkpoints (the %s runner has none, or a quarter of --kv-cache-mb holds "
+                "fewer than 2)",
+                name, m->n_recurrent, r->ops->name);
+    } else if (m->n_recurrent > 0 && core.prefix_caching) {
+        pl_info("model %s: %d recurrent-state checkpoints of %.1f KiB for prefix hits (every "
+                "%d blocks, and where hints point)", name, r->info.num_ckpts,
+                (double)r->info.ckpt_bytes / 1024.0, core.ckpt_every);
     }
     pl_backend *b = pl_engine_backend_new(base, name, r, &hooks, &core, &e);
     if (!b) {

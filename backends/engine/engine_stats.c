@@ -33,6 +33,8 @@ void pl_engine_stats_publish_(pl_engine *e)
     s->running = pl_batch_num_running(e->batch);
     s->waiting = pl_batch_num_waiting(e->batch);
     pl_kv_blocks_stats(e->kv, &s->kv);
+    if (e->ckpt)
+        pl_kv_ckpt_stats_get(e->ckpt, &s->ckpt);
     kinds_stats_(e, s->kv_kinds);
     pl_engine_kv_publish_(e);
     pthread_mutex_lock(&e->stats_lock);
@@ -150,6 +152,12 @@ json_t *pl_engine_stats_json_(pl_engine *e)
         /* Cache groups: a block holds layers_per_block layers of one group. */
         json_object_set_new(kv, "layers_per_block", json_integer(e->kv_layout.n_slots));
         json_object_set_new(kv, "groups", groups_json_(e, &s));
+        /* Hybrids: the recurrent layers' state checkpoints (kv_ckpt.h). */
+        json_object_set_new(kv, "checkpoints", json_pack(
+            "{s:i, s:i, s:I, s:I, s:I, s:I, s:i}", "slots", s.ckpt.slots, "used", s.ckpt.used,
+            "bytes_each", (json_int_t)s.ckpt.slot_bytes, "saves", (json_int_t)s.ckpt.saves,
+            "restores", (json_int_t)s.ckpt.restores, "evictions", (json_int_t)s.ckpt.evictions,
+            "every_blocks", e->ckpt ? e->opt.ckpt_every : 0));
         json_object_set_new(o, "kv", kv);
         /* Issue 41: how capacity is decided, and what the seed's rule
          * would give (issue 41's table compares them). */

@@ -63,6 +63,12 @@ typedef struct pl_runner_info {
     int max_model_len;
     int block_size;              /**< tokens per KV block */
     int num_blocks;              /**< KV blocks the runner allocated */
+    /** Recurrent-state checkpoint slots (schedulers/kv_ckpt.h) the runner
+     *  allocated, as asked (models with recurrent layers on a runner that
+     *  takes pl_step_input.ck_*; 0: none, and such a model is served
+     *  without prefix caching). */
+    int num_ckpts;
+    size_t ckpt_bytes;           /**< bytes of one checkpoint */
     int max_seqs;                /**< slots for token feedback */
     int max_rows;                /**< most token rows in one step */
     int32_t eos_id;

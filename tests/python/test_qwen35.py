@@ -5,7 +5,8 @@ checkpoint through llama.cpp's converter):
 - chat completions through the openai SDK, several streams at once: each
   stream's greedy text is the one its request gets alone (every sequence
   keeps its own recurrent state slot), and streaming equals the whole reply;
-- the server says prefix caching is off for the hybrid (/status);
+- prefix caching is on for the hybrid, with recurrent-state checkpoints
+  (/status kv.checkpoints);
 - bad files: a missing or contradictory ssm key, a wrong recurrent-layer
   list, a misshaped Gated DeltaNet tensor: the load fails with a message
   naming the key or tensor.
@@ -63,11 +64,13 @@ def test_concurrent_streams_keep_their_state(srv):
     assert again == alone * 2
 
 
-def test_prefix_caching_off(srv):
+def test_prefix_caching_on_with_checkpoints(srv):
     st, _, data = request(srv, "GET", "/status")
     assert st == 200
-    assert '"prefix_caching": false' in data.decode() or \
-        '"prefix_caching":false' in data.decode()
+    stats = json.loads(data)["models"]["tiny_qwen35"]
+    assert stats["prefix_caching"] is True
+    ck = stats["kv"]["checkpoints"]
+    assert ck["slots"] >= 2 and ck["bytes_each"] > 0
 
 
 def rewrite(tmp_path, name, kv=None, drop=(), tensor=None):

@@ -183,7 +183,13 @@ static int run_step(cpu_runner *r, const pl_step_input *in, pl_step_output *o)
                       .row_seq = in->row_seq, .block_table = in->block_table,
                       .max_blocks_per_seq = in->max_blocks_per_seq,
                       .n_groups = in->n_groups,
-                      .n_out = n_out, .out_rows = r->out_rows, .seq_slot = in->seq_slot};
+                      .n_out = n_out, .out_rows = r->out_rows, .seq_slot = in->seq_slot,
+                      .n_ck_save = in->n_ck_save, .ck_save_slot = in->ck_save_slot,
+                      .ck_save_id = in->ck_save_id, .ck_save_pos = in->ck_save_pos};
+    for (int i = 0; i < in->n_ck_load; i++)   /* resumed prefixes, before the rows */
+        if (pl_cpu_fwd_ckpt_load(r->fwd, in->ck_load_id[i], in->ck_load_slot[i],
+                                 in->ck_load_pos[i]) != 0)
+            return -1;
     if (pl_cpu_forward(r->fwd, &b, r->logits) != 0)
         return -1;
     o->n_seqs = in->n_seqs;
@@ -405,6 +411,8 @@ static int fill_info(pl_runner_info *inf, const pl_model *m, const pl_runner_inf
     if (pl_runner_info_init(inf, m, &w) != 0)
         return -1;
     const pl_kv_layout *lo = &inf->kv_layout;
+    inf->num_ckpts = m->n_recurrent > 0 && want->num_ckpts > 0 ? want->num_ckpts : 0;
+    inf->ckpt_bytes = inf->num_ckpts ? pl_cpu_fwd_ckpt_bytes(m) : 0;
     if (inf->num_blocks <= 0)
         inf->num_blocks = inf->max_seqs *
             (int)pl_kv_layout_need(lo->n_kinds, lo->kind_window, lo->kind_groups,
@@ -460,7 +468,9 @@ pl_runner *pl_cpu_runner_new_kv(const pl_model *m, const pl_runner_info *want, i
     pl_fwd_opts fo = {.max_rows = inf->max_rows, .max_out = inf->max_seqs,
                       .max_ctx = inf->max_model_len, .num_blocks = inf->num_blocks,
                       .block_size = inf->block_size, .gemm_min_rows = 20, .kv_f16 = kv_f16,
-                      .kv_layout = &inf->kv_layout};
+                      .kv_layout = &inf->kv_layout,
+                      .max_ckpts = m->n_recurrent > 0 ? inf->num_ckpts : 0,
+                      .gdn_align = inf->block_size};
     r->pool = pl_pool_new(n_threads);
     r->sampler = pl_sampler_new(inf->n_vocab);
     if (!r->pool || !r->sampler)

@@ -33,6 +33,13 @@ typedef struct pl_fwd_opts {
                                       from 16 rows (qdot_amx.h); 0: off */
     int max_slots;               /**< recurrent-state slots (models with
                                       Gated DeltaNet layers; 0: max_out) */
+    int max_ckpts;               /**< recurrent-state checkpoints
+                                      (pl_cpu_fwd_ckpt_load; 0: none) */
+    int gdn_align;               /**< the delta rule's chunks never cross a
+                                      multiple of this position (the KV
+                                      block size: a state checkpointed at a
+                                      block boundary then continues exactly
+                                      as a cold run would; 0: 64) */
     /** Cache groups (schedulers/kv_layout.h; copied at pl_cpu_fwd_new):
      *  which block table each layer reads, which of a block's slots holds
      *  it. NULL: one full group of every layer. */
@@ -57,6 +64,12 @@ typedef struct pl_fwd_batch {
      *  first row at position 0 starts from a zero state, one at p > 0
      *  continues its slot's state, which must be the state after p - 1. */
     const int32_t *seq_slot;
+    /** Checkpoints to save while running (max_ckpts > 0): once slot
+     *  ck_save_slot[i] has consumed ck_save_pos[i] positions (a multiple
+     *  of gdn_align among its rows of this call), its state is copied
+     *  into checkpoint ck_save_id[i]. */
+    int n_ck_save;
+    const int32_t *ck_save_slot, *ck_save_id, *ck_save_pos;
 } pl_fwd_batch;
 
 /** Allocates scratch and the KV pool (f32). The model and pool are
@@ -84,6 +97,15 @@ int pl_cpu_fwd_row_logits(pl_cpu_fwd *f, const int32_t *rows, int n, float *logi
  *  (decoder models as embedders; a call with n_out 0 computes no logits).
  *  Returns 0, or -1 on a bad row. */
 int pl_cpu_fwd_row_hidden(pl_cpu_fwd *f, const int32_t *rows, int n, float *out);
+
+/** Bytes of one recurrent-state checkpoint of m (every recurrent layer's
+ *  conv and delta-rule state); 0 without recurrent layers. */
+size_t pl_cpu_fwd_ckpt_bytes(const pl_model *m);
+
+/** Restore checkpoint ck into recurrent slot `slot`, which then stands at
+ *  position pos (the position the checkpoint was saved at). Returns 0, or
+ *  -1 when ck, slot or pos is out of range. */
+int pl_cpu_fwd_ckpt_load(pl_cpu_fwd *f, int ck, int slot, int pos);
 
 /** Copy block src's K/V (all the layers it holds) to block dst. */
 void pl_cpu_fwd_copy_block(pl_cpu_fwd *f, int32_t src, int32_t dst);

@@ -50,7 +50,24 @@ struct pl_fwd_gdn {
     bool *reset;                 /* (max_rows) sequence s starts at position 0 */
     float *scratch;              /* (n_threads, scr) */
     size_t scr;
+    int align;                   /* chunks never cross a multiple of it */
+    int32_t *p0;                 /* (max_rows) first position of sequence s */
+    /* checkpoints: (n_ck, n_rec, per_rec) floats, a layer's conv history
+     * (K - 1, C) then its delta-rule state (nv, d, d) */
+    int n_ck;
+    size_t per_rec;
+    float *ck;
+    /* the call's saves: sequence, position reached, checkpoint */
+    int n_sv;
+    int32_t *sv_seq, *sv_pos, *sv_ck; /* (2 * max_rows) */
 };
+
+size_t pl_cpu_fwd_ckpt_bytes(const pl_model *m)
+{
+    size_t d = (size_t)m->ssm_d_state, hist = (size_t)(m->ssm_conv_kernel - 1);
+    return (size_t)m->n_recurrent * sizeof(float) *
+           (hist * (size_t)m->ssm_conv_dim + (size_t)m->ssm_n_v * d * d);
+}
 
 static float softplus_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -90,6 +107,16 @@ int pl_fwd_gdn_init_(pl_cpu_fwd *f, char *err, size_t len)
     g->slot_of = malloc(sizeof(int32_t) * R);
     g->reset = malloc(sizeof(bool) * R);
     g->scratch = malloc(sizeof(float) * g->scr * (size_t)pl_pool_size(f->pool));
+    g->align = f->o.gdn_align > 0 ? f->o.gdn_align : GDN_CHUNK;
+    g->p0 = malloc(sizeof(int32_t) * R);
+    g->n_ck = f->o.max_ckpts > 0 ? f->o.max_ckpts : 0;
+    g->per_rec = (size_t)(g->K - 1) * C + (size_t)g->nv * d * d;
+    g->ck = g->n_ck ? calloc((size_t)g->n_ck * nr * g->per_rec, sizeof(float)) : NULL;
+    g->sv_seq = malloc(sizeof(int32_t) * 2 * R);
+    g->sv_pos = malloc(sizeof(int32_t) * 2 * R);
+    g->sv_ck = malloc(sizeof(int32_t) * 2 * R);
+    if (!g->p0 || (g->n_ck && !g->ck) || !g->sv_seq || !g->sv_pos || !g->sv_ck)
+        goto oom;
     if (!g->rec_of || !g->convw || !g->conv_state || !g->state || !g->slot_pos ||
         !g->slot_mark || !g->qkv || !g->z || !g->out || !g->beta || !g->alpha || !g->rows ||
         !g->off || !g->slot_of || !g->reset || !g->scratch)
@@ -117,7 +144,7 @@ void pl_fwd_gdn_free_(pl_cpu_fwd *f)
         return;
     void *p[] = {g->rec_of, g->convw, g->conv_state, g->state, g->slot_pos, g->slot_mark,
                  g->qkv, g->z, g->out, g->beta, g->alpha, g->rows, g->off, g->slot_of,
-                 g->reset, g->scratch};
+                 g->reset, g->scratch, g->p0, g->ck, g->sv_seq, g->sv_pos, g->sv_ck};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         free(p[i]);
     free(g);
@@ -140,6 +167,57 @@ static int check_seq(struct pl_fwd_gdn *g, const pl_fwd_batch *b, int s)
         return -1;
     g->slot_of[s] = slot;
     g->reset[s] = p0 == 0;
+    g->p0[s] = p0;
+    return 0;
+}
+
+/* The call's checkpoint saves: each names a slot of the call, a position
+ * among its rows (after the first, at most after the last) on a chunk
+ * boundary, a checkpoint in range. */
+static int check_saves(struct pl_fwd_gdn *g, const pl_fwd_batch *b)
+{
+    g->n_sv = 0;
+    if (b->n_ck_save > 2 * b->n_rows || (b->n_ck_save > 0 && g->n_ck == 0))
+        return -1;
+    for (int i = 0; i < b->n_ck_save; i++) {
+        int s = 0;
+        while (s < g->n_seqs && (g->off[s + 1] == g->off[s] || g->slot_of[s] != b->ck_save_slot[i]))
+            s++;
+        int pos = b->ck_save_pos[i], n = s < g->n_seqs ? g->off[s + 1] - g->off[s] : 0;
+        if (n == 0 || pos <= g->p0[s] || pos > g->p0[s] + n || pos % g->align ||
+            b->ck_save_id[i] < 0 || b->ck_save_id[i] >= g->n_ck)
+            return -1;
+        g->sv_seq[g->n_sv] = s;
+        g->sv_pos[g->n_sv] = pos;
+        g->sv_ck[g->n_sv++] = b->ck_save_id[i];
+    }
+    return 0;
+}
+
+/* The checkpoint sequence s saves once it reaches position pos, or NULL;
+ * its layer rec's conv history, or with state its delta-rule state. */
+static float *save_at(const struct pl_fwd_gdn *g, int rec, int s, int pos, bool state)
+{
+    for (int i = 0; i < g->n_sv; i++)
+        if (g->sv_seq[i] == s && g->sv_pos[i] == pos) {
+            float *c = g->ck + ((size_t)g->sv_ck[i] * g->n_rec + rec) * g->per_rec;
+            return state ? c + (size_t)(g->K - 1) * g->C : c;
+        }
+    return NULL;
+}
+
+int pl_cpu_fwd_ckpt_load(pl_cpu_fwd *f, int ck, int slot, int pos)
+{
+    struct pl_fwd_gdn *g = f->gdn;
+    if (!g || ck < 0 || ck >= g->n_ck || slot < 0 || slot >= g->slots || pos < 1)
+        return -1;
+    size_t hist = (size_t)(g->K - 1) * g->C, st = (size_t)g->nv * g->d * g->d;
+    for (int rec = 0; rec < g->n_rec; rec++) {
+        const float *c = g->ck + ((size_t)ck * g->n_rec + rec) * g->per_rec;
+        memcpy(g->conv_state + ((size_t)rec * g->slots + slot) * hist, c, sizeof(float) * hist);
+        memcpy(g->state + ((size_t)rec * g->slots + slot) * st, c + hist, sizeof(float) * st);
+    }
+    g->slot_pos[slot] = pos;
     return 0;
 }
 
@@ -170,7 +248,7 @@ int pl_fwd_gdn_check_(pl_cpu_fwd *f, const pl_fwd_batch *b)
     for (int s = 0; s < n; s++)
         if (g->off[s + 1] > g->off[s] && check_seq(g, b, s) != 0)
             return -1;
-    return 0;
+    return check_saves(g, b);
 }
 
 void pl_fwd_gdn_commit_(pl_cpu_fwd *f, const pl_fwd_batch *b)
@@ -211,8 +289,12 @@ static void conv_item(struct pl_fwd_gdn *g, int rec, int it)
         for (int j = 0; j < g->K - 1; j++)
             memset(hist + (size_t)j * C + c0, 0, sizeof(float) * (size_t)n);
     const float *w = g->convw + (size_t)rec * g->K * C + c0;
-    for (int i = g->off[s]; i < g->off[s + 1]; i++)
+    for (int i = g->off[s]; i < g->off[s + 1]; i++) {
         pl_op_ssm_conv_row(w, C, hist + c0, C, g->qkv + (size_t)g->rows[i] * C + c0, n, g->K);
+        float *ck = g->n_sv ? save_at(g, rec, s, g->p0[s] + i - g->off[s] + 1, false) : NULL;
+        for (int j = 0; ck && j < g->K - 1; j++)
+            memcpy(ck + (size_t)j * C + c0, hist + (size_t)j * C + c0, sizeof(float) * (size_t)n);
+    }
 }
 
 /* Row r's q and k of value head h (its key head h % nk), normalised (q
@@ -272,9 +354,17 @@ static void rule_item(pl_cpu_fwd *f, int l, int rec, int it, int ith)
     float *S = g->state + (((size_t)rec * g->slots + g->slot_of[s]) * g->nv + h) * dd;
     if (g->reset[s])
         memset(S, 0, sizeof(float) * dd);
-    for (int i0 = 0; i0 < n; i0 += GDN_CHUNK)
-        rule_rows(f, l, s, h, S, i0, n - i0 < GDN_CHUNK ? n - i0 : GDN_CHUNK,
-                  g->scratch + (size_t)ith * g->scr);
+    /* Chunks end at multiples of align: the same chunks from position 0
+     * whatever the calls were, so a checkpointed state resumes exactly. */
+    for (int i0 = 0, T; i0 < n; i0 += T) {
+        int p = g->p0[s] + i0, to_edge = g->align - p % g->align;
+        T = n - i0 < GDN_CHUNK ? n - i0 : GDN_CHUNK;
+        T = T < to_edge ? T : to_edge;
+        rule_rows(f, l, s, h, S, i0, T, g->scratch + (size_t)ith * g->scr);
+        float *ck = g->n_sv ? save_at(g, rec, s, p + T, true) : NULL;
+        if (ck)
+            memcpy(ck + (size_t)h * dd, S, sizeof(float) * dd);
+    }
 }
 
 void pl_fwd_gdn_item_(pl_cpu_fwd *f, const phase *ph, int it, int ith)
