@@ -522,8 +522,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     if (bad || !f->xq || !f->ph || !f->spans)
         goto fail;
     bool ff_ok = true;
-    for (int l = 0; l < m->n_layer; l++)
-        ff_ok &= pl_layer_ff(m, &m->layers[l]) % PL_QK == 0;
+    for (int l = 0; f->n_ff > 0 && l < m->n_layer; l++)   /* the dense FFN's, where used */
+        ff_ok &= dense_ff(f, l) % PL_QK == 0;
     if (m->n_embd % PL_QK || n_ff % PL_QK || f->q_dim % PL_QK || !ff_ok) {
         snprintf(err, errlen, "model widths must be multiples of %d", PL_QK);
         pl_cpu_fwd_free(f);
