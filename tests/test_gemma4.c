@@ -110,41 +110,10 @@ TestSuite(gemma4_wide_hf, .init = setup_wide_hf, .fini = teardown, .timeout = 12
 TestSuite(gemma4_moe_hf, .init = setup_moe_hf, .fini = teardown, .timeout = 120);
 TestSuite(gemma4_moe_q8, .init = setup_moe_q8, .fini = teardown, .timeout = 120);
 
-/* Sequence i: ids (n) and a reference's logits (n, nv) under key. */
+/* Sequence i: ids (n) and, with ref, a reference's logits (n, nv) under key. */
 static int seq_ref_of(const char *key, int i, int32_t *ids, float *ref)
 {
-    json_t *s = json_array_get(json_object_get(g_sec, "ids"), (size_t)i);
-    json_t *lg = json_array_get(json_object_get(g_sec, key), (size_t)i);
-    cr_assert(!ref || lg, "tiny_gemma4_ref.json: no %s (run gen_gemma4.py)", key);
-    int n = (int)json_array_size(s), nv = g_model->n_vocab;
-    for (int t = 0; t < n; t++) {
-        ids[t] = (int32_t)json_integer_value(json_array_get(s, (size_t)t));
-        json_t *row = json_array_get(lg, (size_t)t);
-        cr_assert(!ref || (int)json_array_size(row) == nv);
-        for (int v = 0; ref && v < nv; v++)
-            ref[(size_t)t * nv + v] = (float)json_number_value(json_array_get(row, (size_t)v));
-    }
-    return n;
-}
-
-static void run_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq, float *lg)
-{
-    int32_t pos[MAX_CTX], sq[MAX_CTX];
-    for (int i = 0; i < n; i++) {
-        pos[i] = p0 + i;
-        sq[i] = seq;
-    }
-    pl_test_fwd_run(w, ids + p0, pos, sq, n, lg);
-}
-
-static double lse(const float *x, int n)
-{
-    double mx = x[0], s = 0;
-    for (int i = 1; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < n; i++)
-        s += exp(x[i] - mx);
-    return mx + log(s);
+    return pl_test_ref_seq(g_sec, key, i, g_model->n_vocab, MAX_CTX, ids, ref);
 }
 
 Test(gemma4_e2b, loads_with_its_geometry)
@@ -172,18 +141,6 @@ Test(gemma4_e2b, loads_with_its_geometry)
     cr_assert_eq(m->layers[0].rope_inv_freq, m->rope_inv_freq_swa);
 }
 
-/* The gap between the two largest of x's n values. */
-static double top2_gap(const float *x, int n)
-{
-    double a = -INFINITY, b = -INFINITY;
-    for (int i = 0; i < n; i++)
-        if (x[i] > a)
-            b = a, a = x[i];
-        else if (x[i] > b)
-            b = x[i];
-    return a - b;
-}
-
 /* parley's teacher-forced logits on every sequence against the reference
  * under key: max |dlogit| below tol, prompt logprobs within 0.02 nats
  * mean, greedy tokens equal where the reference's top two are more than
@@ -192,46 +149,7 @@ static double top2_gap(const float *x, int n)
 static void match_reference_ties(const char *key, const char *what, double tol, double tie,
                                  double mean_tol)
 {
-    int nv = g_model->n_vocab;
-    int32_t ids[MAX_CTX];
-    float *ref = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
-    /* the sequences the reference has logits of (moe_q8: the first) */
-    int n_seq = (int)json_array_size(json_object_get(g_sec, key));
-    cr_assert_gt(n_seq, 0, "tiny_gemma4_ref.json: no %s (run gen_gemma4.py)", key);
-    double worst = 0, sum = 0;
-    for (int s = 0; s < n_seq; s++) {
-        int n = seq_ref_of(key, s, ids, ref);
-        pl_test_fwd w = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-        run_rows(&w, ids, 0, n, 0, lg);
-        double maxd = 0, dlp = 0, maxlp = 0;
-        for (int t = 0; t < n; t++) {
-            const float *a = lg + (size_t)t * nv, *b = ref + (size_t)t * nv;
-            for (int v = 0; v < nv; v++)
-                maxd = fmax(maxd, fabs(a[v] - b[v]));
-            if (t + 1 < n) {
-                double d = fabs((a[ids[t + 1]] - lse(a, nv)) - (b[ids[t + 1]] - lse(b, nv)));
-                dlp += d;
-                maxlp = fmax(maxlp, d);
-            }
-            if (top2_gap(b, nv) > tie)
-                cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv),
-                             "%s: seq %d row %d", what, s, t);
-            else
-                cr_log_info("%s: seq %d row %d: a tie in the reference (top two %.1e apart)",
-                            what, s, t, top2_gap(b, nv));
-        }
-        dlp /= n - 1;
-        worst = fmax(worst, maxlp);
-        sum += dlp;
-        cr_log_info("%s: seq %d: max |dlogit| %.2e, prompt logprobs max %.2e mean %.2e nats",
-                    what, s, maxd, maxlp, dlp);
-        cr_expect_lt(maxd, tol, "seq %d: max |dlogit| %g from %s", s, maxd, what);
-        cr_expect_lt(dlp, mean_tol, "seq %d: mean |dlp| %g nats from %s", s, dlp, what);
-        pl_test_fwd_free(&w);
-    }
-    printf("gemma4 %s: prompt logprobs max %.2e, mean %.2e nats\n", what, worst, sum / n_seq);
-    free(ref);
-    free(lg);
+    pl_test_match_ref(g_model, g_sec, key, what, tol, tie, mean_tol, BS, MAX_CTX);
 }
 
 static void match_reference(const char *key, const char *what, double tol)
@@ -374,16 +292,16 @@ static void pieces_equal_whole(void)
     pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
     pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
     pl_test_fwd w3 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    run_rows(&w1, ids, 0, n, 0, whole);
+    pl_test_fwd_rows(&w1, ids, 0, n, 0, whole);
     for (int t = 0; t < n; t++)
-        run_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
+        pl_test_fwd_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
     double d = 0;
     for (size_t i = 0; i < (size_t)n * nv; i++)
         d = fmax(d, fabs(whole[i] - part[i]));
     cr_expect_lt(d, 1e-4, "one row a call differs from the whole: %g", d);
     int cuts[] = {0, 5, 19, n};
     for (int c = 0; c < 3; c++)
-        run_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
+        pl_test_fwd_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
     d = 0;
     for (size_t i = 0; i < (size_t)n * nv; i++)
         d = fmax(d, fabs(whole[i] - part[i]));
@@ -410,7 +328,7 @@ static void batch_invariant(int kv_f16)
     float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
     pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, kv_f16);
     pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, kv_f16);
-    run_rows(&w1, a, 0, n, 0, alone);
+    pl_test_fwd_rows(&w1, a, 0, n, 0, alone);
     int k = 0;
     for (int i = 0; i < 7; i++, k++)
         tok[k] = b[i], pos[k] = i, sq[k] = 1;
@@ -419,7 +337,7 @@ static void batch_invariant(int kv_f16)
     pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
     cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
               "prefill rows differ beside another sequence");
-    run_rows(&w1, a, n, 1, 0, alone);
+    pl_test_fwd_rows(&w1, a, n, 1, 0, alone);
     tok[0] = a[n], pos[0] = n, sq[0] = 0;
     for (int i = 0; i < 3; i++)
         tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;

@@ -60,45 +60,10 @@ static void teardown(void)
 
 TestSuite(qwen35, .init = setup, .fini = teardown, .timeout = 120);
 
-/* Sequence i of the fixture: ids (n) and a reference's logits (n, nv):
- * key "hf_logits" (transformers) or "llama_logits" (llama.cpp). */
-static int seq_ref_of(const char *key, int i, int32_t *ids, float *ref)
+/* Sequence i of the fixture: its ids and transformers' logits (n, nv). */
+static int seq_ref(int i, int32_t *ids, float *ref)
 {
-    json_t *s = json_array_get(json_object_get(g_ref, "ids"), (size_t)i);
-    json_t *lg = json_array_get(json_object_get(g_ref, key), (size_t)i);
-    cr_assert(!ref || lg, "tiny_qwen35_ref.json: no %s (run gen_qwen35.py)", key);
-    int n = (int)json_array_size(s), nv = g_model->n_vocab;
-    for (int t = 0; t < n; t++) {
-        ids[t] = (int32_t)json_integer_value(json_array_get(s, (size_t)t));
-        json_t *row = json_array_get(lg, (size_t)t);
-        cr_assert_eq((int)json_array_size(row), nv);
-        for (int v = 0; ref && v < nv; v++)
-            ref[(size_t)t * nv + v] = (float)json_number_value(json_array_get(row, (size_t)v));
-    }
-    return n;
-}
-
-static int seq_ref(int i, int32_t *ids, float *ref) { return seq_ref_of("hf_logits", i, ids, ref); }
-
-/* Rows [p0, p0 + n) of ids as sequence seq in one call. */
-static void run_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq, float *lg)
-{
-    int32_t pos[MAX_CTX], sq[MAX_CTX];
-    for (int i = 0; i < n; i++) {
-        pos[i] = p0 + i;
-        sq[i] = seq;
-    }
-    pl_test_fwd_run(w, ids + p0, pos, sq, n, lg);
-}
-
-static double lse(const float *x, int n)
-{
-    double mx = x[0], s = 0;
-    for (int i = 1; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    for (int i = 0; i < n; i++)
-        s += exp(x[i] - mx);
-    return mx + log(s);
+    return pl_test_ref_seq(g_ref, "hf_logits", i, g_model->n_vocab, MAX_CTX, ids, ref);
 }
 
 Test(qwen35, loads_as_hybrid)
@@ -120,32 +85,7 @@ Test(qwen35, loads_as_hybrid)
  * tol, prompt logprobs within 0.02 nats mean, greedy tokens equal. */
 static void match_reference(const char *key, const char *what, double tol)
 {
-    int nv = g_model->n_vocab;
-    int32_t ids[MAX_CTX];
-    float *ref = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
-    int n_seq = (int)json_array_size(json_object_get(g_ref, "ids"));
-    for (int s = 0; s < n_seq; s++) {
-        int n = seq_ref_of(key, s, ids, ref);
-        pl_test_fwd w = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-        run_rows(&w, ids, 0, n, 0, lg);
-        double maxd = 0, dlp = 0;
-        for (int t = 0; t < n; t++) {
-            const float *a = lg + (size_t)t * nv, *b = ref + (size_t)t * nv;
-            for (int v = 0; v < nv; v++)
-                maxd = fmax(maxd, fabs(a[v] - b[v]));
-            if (t + 1 < n)
-                dlp += fabs((a[ids[t + 1]] - lse(a, nv)) - (b[ids[t + 1]] - lse(b, nv)));
-            cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv), "%s: seq %d row %d",
-                         what, s, t);
-        }
-        dlp /= n - 1;
-        cr_log_info("%s: seq %d: max |dlogit| %.2e, mean |dlp| %.2e", what, s, maxd, dlp);
-        cr_expect_lt(maxd, tol, "seq %d: max |dlogit| %g from %s", s, maxd, what);
-        cr_expect_lt(dlp, 0.02, "seq %d: mean |dlp| %g nats from %s", s, dlp, what);
-        pl_test_fwd_free(&w);
-    }
-    free(ref);
-    free(lg);
+    pl_test_match_ref(g_model, g_ref, key, what, tol, 0, 0.02, BS, MAX_CTX);
 }
 
 Test(qwen35, logits_match_transformers) { match_reference("hf_logits", "transformers", 1e-3); }
@@ -170,9 +110,9 @@ Test(qwen35, chunked_equals_step)
     pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
     pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
     pl_test_fwd w3 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    run_rows(&w1, ids, 0, n, 0, whole);
+    pl_test_fwd_rows(&w1, ids, 0, n, 0, whole);
     for (int t = 0; t < n; t++)
-        run_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
+        pl_test_fwd_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
     double d = 0;
     for (size_t i = 0; i < (size_t)n * nv; i++)
         d = fmax(d, fabs(whole[i] - part[i]));
@@ -180,7 +120,7 @@ Test(qwen35, chunked_equals_step)
     cr_expect_lt(d, 1e-4, "one row a call differs from the whole: %g", d);
     int cuts[] = {0, 5, 16, n};
     for (int c = 0; c < 3; c++)
-        run_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
+        pl_test_fwd_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
     d = 0;
     for (size_t i = 0; i < (size_t)n * nv; i++)
         d = fmax(d, fabs(whole[i] - part[i]));
@@ -204,7 +144,7 @@ Test(qwen35, batch_invariant)
     float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
     pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
     pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    run_rows(&w1, a, 0, n, 0, alone);
+    pl_test_fwd_rows(&w1, a, 0, n, 0, alone);
     int k = 0;
     for (int i = 0; i < 7; i++, k++)
         tok[k] = b[i], pos[k] = i, sq[k] = 1;
@@ -213,7 +153,7 @@ Test(qwen35, batch_invariant)
     pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
     cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
               "prefill rows differ beside another sequence");
-    run_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
+    pl_test_fwd_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
     tok[0] = a[n], pos[0] = n, sq[0] = 0;             /* ... and first, then b's 3 rows */
     for (int i = 0; i < 3; i++)
         tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;
@@ -235,9 +175,9 @@ Test(qwen35, slot_position_checked)
     float *ok = malloc(sizeof(float) * MAX_CTX * nv), *lg = malloc(sizeof(float) * MAX_CTX * nv);
     pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
     pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    run_rows(&w1, a, 0, n, 0, ok);
-    run_rows(&w1, a, n, 1, 0, ok + (size_t)n * nv);
-    run_rows(&w2, a, 0, n, 0, lg);
+    pl_test_fwd_rows(&w1, a, 0, n, 0, ok);
+    pl_test_fwd_rows(&w1, a, n, 1, 0, ok + (size_t)n * nv);
+    pl_test_fwd_rows(&w2, a, 0, n, 0, lg);
     int32_t rows[1] = {0};
     int bad[][2] = {{n + 1, 1}, {n - 1, 1}, {n, 2}};   /* skip, repeat, a gap inside */
     for (int c = 0; c < 3; c++) {
@@ -254,7 +194,7 @@ Test(qwen35, slot_position_checked)
                       .block_table = w2.bt, .max_blocks_per_seq = w2.mb, .n_out = 1,
                       .out_rows = rows, .seq_slot = &slot};
     cr_expect_eq(pl_cpu_forward(w2.f, &b, lg), -1);
-    run_rows(&w2, a, n, 1, 0, lg);
+    pl_test_fwd_rows(&w2, a, n, 1, 0, lg);
     cr_assert(!memcmp(lg, ok + (size_t)n * nv, sizeof(float) * nv), "state changed");
     pl_test_fwd_free(&w1);
     pl_test_fwd_free(&w2);

@@ -2,8 +2,10 @@
 #include "tests/helpers/forced.h"
 
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/engine/cpu/forward.h"
@@ -126,4 +128,96 @@ double pl_test_log_softmax_at(const float *row, int nv, int id)
     for (int v = 0; v < nv; v++)
         sum += exp((double)row[v] - mx);
     return (double)row[id] - mx - log(sum);
+}
+
+void pl_test_fwd_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq,
+                      float *logits)
+{
+    int32_t *pos = malloc(sizeof(int32_t) * 2 * (size_t)n), *sq = pos + n;
+    for (int i = 0; i < n; i++) {
+        pos[i] = p0 + i;
+        sq[i] = seq;
+    }
+    pl_test_fwd_run(w, ids + p0, pos, sq, n, logits);
+    free(pos);
+}
+
+int pl_test_ref_seq(json_t *sec, const char *key, int i, int nv, int max_n, int32_t *ids,
+                    float *ref)
+{
+    json_t *s = json_array_get(json_object_get(sec, "ids"), (size_t)i);
+    json_t *lg = json_array_get(json_object_get(sec, key), (size_t)i);
+    cr_assert(s && (!ref || lg), "reference: no sequence %d under %s (run its generator)", i,
+              key);
+    int n = (int)json_array_size(s);
+    cr_assert_leq(n, max_n);
+    for (int t = 0; t < n; t++) {
+        ids[t] = jint(s, (size_t)t);
+        json_t *row = json_array_get(lg, (size_t)t);
+        cr_assert(!ref || (int)json_array_size(row) == nv, "reference row %d: not %d logits",
+                  t, nv);
+        for (int v = 0; ref && v < nv; v++)
+            ref[(size_t)t * nv + v] = jnum(row, (size_t)v);
+    }
+    return n;
+}
+
+/* The gap between the two largest of x's n values. */
+static double top2_gap(const float *x, int n)
+{
+    double a = -INFINITY, b = -INFINITY;
+    for (int i = 0; i < n; i++)
+        if (x[i] > a)
+            b = a, a = x[i];
+        else if (x[i] > b)
+            b = x[i];
+    return a - b;
+}
+
+void pl_test_match_ref(const pl_model *m, json_t *sec, const char *key, const char *what,
+                       double tol, double tie, double mean_tol, int bs, int max_ctx)
+{
+    int nv = m->n_vocab;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)max_ctx);
+    float *ref = malloc(sizeof(float) * (size_t)max_ctx * nv);
+    float *lg = malloc(sizeof(float) * (size_t)max_ctx * nv);
+    int n_seq = (int)json_array_size(json_object_get(sec, key));
+    cr_assert_gt(n_seq, 0, "reference: no %s (run its generator)", key);
+    double worst = 0, sum = 0;
+    for (int s = 0; s < n_seq; s++) {
+        int n = pl_test_ref_seq(sec, key, s, nv, max_ctx, ids, ref);
+        pl_test_fwd w = pl_test_fwd_new(m, 1, max_ctx, bs, max_ctx, INT_MAX, 0);
+        pl_test_fwd_rows(&w, ids, 0, n, 0, lg);
+        double maxd = 0, dlp = 0, maxlp = 0;
+        for (int t = 0; t < n; t++) {
+            const float *a = lg + (size_t)t * nv, *b = ref + (size_t)t * nv;
+            for (int v = 0; v < nv; v++)
+                maxd = fmax(maxd, fabs(a[v] - b[v]));
+            if (t + 1 < n) {
+                double d = fabs(pl_test_log_softmax_at(a, nv, ids[t + 1]) -
+                                pl_test_log_softmax_at(b, nv, ids[t + 1]));
+                dlp += d;
+                maxlp = fmax(maxlp, d);
+            }
+            if (top2_gap(b, nv) > tie)
+                cr_expect_eq(pl_test_argmax(a, nv), pl_test_argmax(b, nv),
+                             "%s: seq %d row %d", what, s, t);
+            else
+                cr_log_info("%s: seq %d row %d: a tie in the reference (top two %.1e apart)",
+                            what, s, t, top2_gap(b, nv));
+        }
+        dlp /= n > 1 ? n - 1 : 1;
+        worst = fmax(worst, maxlp);
+        sum += dlp;
+        cr_log_info("%s: seq %d: max |dlogit| %.2e, prompt logprobs max %.2e mean %.2e nats",
+                    what, s, maxd, maxlp, dlp);
+        cr_expect_lt(maxd, tol, "seq %d: max |dlogit| %g from %s", s, maxd, what);
+        cr_expect_lt(dlp, mean_tol, "seq %d: mean |dlp| %g nats from %s", s, dlp, what);
+        pl_test_fwd_free(&w);
+    }
+    printf("%s %s: prompt logprobs max %.2e, mean %.2e nats\n", m->arch_name, what, worst,
+           sum / n_seq);
+    free(ids);
+    free(ref);
+    free(lg);
 }

@@ -1,6 +1,8 @@
 /* forced.h - teacher-forced logits of a fixture section through the CPU
  * forward pass, compared row by row with a reference's top-k (used by
- * test_cpu_forward against llama.cpp/float64 and by test_cpu_kquant). */
+ * test_cpu_forward against llama.cpp/float64 and by test_cpu_kquant) or
+ * with a reference's whole logits (the families' tests: transformers and
+ * llama.cpp on the tiny checkpoints). */
 #ifndef PL_TEST_FORCED_H
 #define PL_TEST_FORCED_H
 
@@ -45,6 +47,26 @@ void pl_test_fwd_free(pl_test_fwd *w);
 /* One call over n rows (token, position, sequence); every row's logits. */
 void pl_test_fwd_run(pl_test_fwd *w, const int32_t *tok, const int32_t *pos,
                      const int32_t *seq, int n, float *logits);
+
+/* Rows [p0, p0 + n) of ids as sequence seq, in one call. */
+void pl_test_fwd_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq,
+                      float *logits);
+
+/* Sequence i of a reference section sec ({"ids": [[...], ...], key: [[[row
+ * logits], ...], ...]}, as the fixtures' generators write it): its ids and,
+ * with ref, the reference's logits (n, nv) under key ("hf_logits":
+ * transformers, "llama_logits": llama.cpp). Returns n (<= max_n). */
+int pl_test_ref_seq(json_t *sec, const char *key, int i, int nv, int max_n, int32_t *ids,
+                    float *ref);
+
+/* m's teacher-forced logits (one call a sequence, blocks of bs) on every
+ * sequence sec has under key, against them: max |dlogit| below tol, prompt
+ * logprobs within mean_tol nats mean, greedy tokens equal where the
+ * reference's top two are more than tie apart (logged where they are not).
+ * what names the reference in messages; each sequence's figures are
+ * logged and the worst and the mean printed. */
+void pl_test_match_ref(const pl_model *m, json_t *sec, const char *key, const char *what,
+                       double tol, double tie, double mean_tol, int bs, int max_ctx);
 
 int pl_test_argmax(const float *row, int nv);
 /* log softmax(row)[id], in double. */
