@@ -103,66 +103,19 @@ Test(qwen35, logits_match_llama_cpp)
  * within float tolerance. */
 Test(qwen35, chunked_equals_step)
 {
-    int nv = g_model->n_vocab;
     int32_t ids[MAX_CTX];
-    int n = seq_ref(1, ids, NULL);
-    float *whole = malloc(sizeof(float) * MAX_CTX * nv), *part = malloc(sizeof(float) * MAX_CTX * nv);
-    pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w3 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd_rows(&w1, ids, 0, n, 0, whole);
-    for (int t = 0; t < n; t++)
-        pl_test_fwd_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
-    double d = 0;
-    for (size_t i = 0; i < (size_t)n * nv; i++)
-        d = fmax(d, fabs(whole[i] - part[i]));
-    cr_log_info("step vs chunked: max |dlogit| %.2e", d);
-    cr_expect_lt(d, 1e-4, "one row a call differs from the whole: %g", d);
-    int cuts[] = {0, 5, 16, n};
-    for (int c = 0; c < 3; c++)
-        pl_test_fwd_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
-    d = 0;
-    for (size_t i = 0; i < (size_t)n * nv; i++)
-        d = fmax(d, fabs(whole[i] - part[i]));
-    cr_expect_lt(d, 1e-4, "prefill in pieces differs from the whole: %g", d);
-    pl_test_fwd_free(&w1);
-    pl_test_fwd_free(&w2);
-    pl_test_fwd_free(&w3);
-    free(whole);
-    free(part);
+    int n = seq_ref(1, ids, NULL), ends[] = {5, 16, n};
+    pl_test_check_pieces(g_model, ids, n, ends, 3, NULL, 1e-4, BS, MAX_CTX);
 }
 
 /* Sequence 0 alone, then beside sequence 1 (before and after it, its own
  * slot): the same bits, in prefill and in decode. */
 Test(qwen35, batch_invariant)
 {
-    int nv = g_model->n_vocab, n = 20;
-    int32_t a[MAX_CTX], b[MAX_CTX], tok[2 * MAX_CTX], pos[2 * MAX_CTX], sq[2 * MAX_CTX];
+    int32_t a[MAX_CTX], b[MAX_CTX];
     seq_ref(0, a, NULL);
     seq_ref(2, b, NULL);
-    size_t row = sizeof(float) * (size_t)nv;
-    float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
-    pl_test_fwd w1 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w2 = pl_test_fwd_new(g_model, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    pl_test_fwd_rows(&w1, a, 0, n, 0, alone);
-    int k = 0;
-    for (int i = 0; i < 7; i++, k++)
-        tok[k] = b[i], pos[k] = i, sq[k] = 1;
-    for (int i = 0; i < n; i++, k++)
-        tok[k] = a[i], pos[k] = i, sq[k] = 0;
-    pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
-    cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
-              "prefill rows differ beside another sequence");
-    pl_test_fwd_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
-    tok[0] = a[n], pos[0] = n, sq[0] = 0;             /* ... and first, then b's 3 rows */
-    for (int i = 0; i < 3; i++)
-        tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;
-    pl_test_fwd_run(&w2, tok, pos, sq, 4, mixed);
-    cr_assert(!memcmp(alone, mixed, row), "a decode row differs in a batch");
-    pl_test_fwd_free(&w1);
-    pl_test_fwd_free(&w2);
-    free(alone);
-    free(mixed);
+    pl_test_check_batch_invariant(g_model, a, 20, b, BS, MAX_CTX, 0);
 }
 
 /* A row that skips a position, or repeats one, fails the call and changes

@@ -104,15 +104,6 @@ Test(qwen35moe, logits_match_llama_cpp)
     match_reference("llama_logits", "llama.cpp 0.3.36", 1e-2);
 }
 
-/* max |a - b| over n rows. */
-static double max_diff(const float *a, const float *b, int n)
-{
-    double d = 0;
-    for (size_t i = 0; i < (size_t)n * g_model->n_vocab; i++)
-        d = fmax(d, fabs(a[i] - b[i]));
-    return d;
-}
-
 /* The whole sequence at once (chunked form), one row a call (the
  * recurrent step), and pieces of 5, 11 and the rest: the same logits
  * within float tolerance, and each form within 1e-3 of transformers. The
@@ -121,34 +112,10 @@ static double max_diff(const float *a, const float *b, int n)
  * forms are 1.6e-4 apart on rows 7..15; gen_qwen35moe.py prints it). */
 Test(qwen35moe, chunked_equals_step)
 {
-    int nv = g_model->n_vocab;
     int32_t ids[MAX_CTX];
-    size_t sz = sizeof(float) * MAX_CTX * nv;
-    float *whole = malloc(sz), *part = malloc(sz), *ref = malloc(sz);
-    int n = seq_ref(1, ids, ref);
-    pl_test_fwd w1 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w2 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w3 = pl_test_fwd_new(g_model, 1, MAX_CTX, BS, MAX_CTX, INT_MAX, 0);
-    pl_test_fwd_rows(&w1, ids, 0, n, 0, whole);
-    for (int t = 0; t < n; t++)
-        pl_test_fwd_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
-    double d = max_diff(whole, part, n), dr = max_diff(part, ref, n);
-    cr_log_info("step vs chunked: max |dlogit| %.2e; step vs transformers %.2e", d, dr);
-    cr_expect_lt(d, 1e-3, "one row a call differs from the whole: %g", d);
-    cr_expect_lt(dr, 1e-3, "one row a call differs from transformers: %g", dr);
-    int cuts[] = {0, 5, 16, n};
-    for (int c = 0; c < 3; c++)
-        pl_test_fwd_rows(&w3, ids, cuts[c], cuts[c + 1] - cuts[c], 0, part + (size_t)cuts[c] * nv);
-    d = max_diff(whole, part, n);
-    dr = max_diff(part, ref, n);
-    cr_log_info("pieces vs whole: max |dlogit| %.2e; pieces vs transformers %.2e", d, dr);
-    cr_expect_lt(d, 1e-3, "prefill in pieces differs from the whole: %g", d);
-    cr_expect_lt(dr, 1e-3, "prefill in pieces differs from transformers: %g", dr);
-    pl_test_fwd_free(&w1);
-    pl_test_fwd_free(&w2);
-    pl_test_fwd_free(&w3);
-    free(whole);
-    free(part);
+    float *ref = malloc(sizeof(float) * MAX_CTX * g_model->n_vocab);
+    int n = seq_ref(1, ids, ref), ends[] = {5, 16, n};
+    pl_test_check_pieces(g_model, ids, n, ends, 3, ref, 1e-3, BS, MAX_CTX);
     free(ref);
 }
 
@@ -157,36 +124,13 @@ Test(qwen35moe, chunked_equals_step)
  * vocabulary). */
 static void batch_invariant(const pl_model *m)
 {
-    int nv = m->n_vocab, n = 20;
-    int32_t a[MAX_CTX], b[MAX_CTX], tok[2 * MAX_CTX], pos[2 * MAX_CTX], sq[2 * MAX_CTX];
+    int32_t a[MAX_CTX], b[MAX_CTX];
     int na = seq_ref(0, a, NULL), nb = seq_ref(2, b, NULL);
     for (int i = 0; i < na || i < nb; i++) {
-        a[i] %= nv;
-        b[i] %= nv;
+        a[i] %= m->n_vocab;
+        b[i] %= m->n_vocab;
     }
-    size_t row = sizeof(float) * (size_t)nv;
-    float *alone = malloc(row * 2 * MAX_CTX), *mixed = malloc(row * 2 * MAX_CTX);
-    pl_test_fwd w1 = pl_test_fwd_new(m, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    pl_test_fwd w2 = pl_test_fwd_new(m, 2, MAX_CTX, BS, 2 * MAX_CTX, INT_MAX, 0);
-    pl_test_fwd_rows(&w1, a, 0, n, 0, alone);
-    int k = 0;
-    for (int i = 0; i < 7; i++, k++)
-        tok[k] = b[i], pos[k] = i, sq[k] = 1;
-    for (int i = 0; i < n; i++, k++)
-        tok[k] = a[i], pos[k] = i, sq[k] = 0;
-    pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
-    cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
-              "prefill rows differ beside another sequence");
-    pl_test_fwd_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
-    tok[0] = a[n], pos[0] = n, sq[0] = 0;             /* ... and first, then b's 3 rows */
-    for (int i = 0; i < 3; i++)
-        tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;
-    pl_test_fwd_run(&w2, tok, pos, sq, 4, mixed);
-    cr_assert(!memcmp(alone, mixed, row), "a decode row differs in a batch");
-    pl_test_fwd_free(&w1);
-    pl_test_fwd_free(&w2);
-    free(alone);
-    free(mixed);
+    pl_test_check_batch_invariant(m, a, 20, b, BS, MAX_CTX, 0);
 }
 
 Test(qwen35moe, batch_invariant) { batch_invariant(g_model); }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/pool.h"
@@ -220,4 +221,76 @@ void pl_test_match_ref(const pl_model *m, json_t *sec, const char *key, const ch
     free(ids);
     free(ref);
     free(lg);
+}
+
+static double max_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0;
+    for (size_t i = 0; i < n; i++)
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* part against whole (and ref): what the rows were computed as. */
+static void check_part(const float *part, const float *whole, const float *ref, size_t n,
+                       double tol, const char *how)
+{
+    double d = max_diff(part, whole, n), dr = ref ? max_diff(part, ref, n) : 0;
+    cr_log_info("%s vs the whole: max |dlogit| %.2e; vs the reference %.2e", how, d, dr);
+    cr_expect_lt(d, tol, "%s differs from the whole: %g", how, d);
+    cr_expect_lt(dr, tol, "%s differs from the reference: %g", how, dr);
+}
+
+void pl_test_check_pieces(const pl_model *m, const int32_t *ids, int n, const int *ends,
+                          int n_ends, const float *ref, double tol, int bs, int max_ctx)
+{
+    int nv = m->n_vocab;
+    size_t sz = (size_t)n * nv;
+    float *whole = malloc(sizeof(float) * sz), *part = malloc(sizeof(float) * sz);
+    pl_test_fwd w1 = pl_test_fwd_new(m, 1, max_ctx, bs, max_ctx, INT_MAX, 0);
+    pl_test_fwd w2 = pl_test_fwd_new(m, 1, max_ctx, bs, max_ctx, INT_MAX, 0);
+    pl_test_fwd w3 = pl_test_fwd_new(m, 1, max_ctx, bs, max_ctx, INT_MAX, 0);
+    pl_test_fwd_rows(&w1, ids, 0, n, 0, whole);
+    for (int t = 0; t < n; t++)
+        pl_test_fwd_rows(&w2, ids, t, 1, 0, part + (size_t)t * nv);
+    check_part(part, whole, ref, sz, tol, "one row a call");
+    for (int c = 0, p0 = 0; c < n_ends; p0 = ends[c++])
+        pl_test_fwd_rows(&w3, ids, p0, ends[c] - p0, 0, part + (size_t)p0 * nv);
+    check_part(part, whole, ref, sz, tol, "prefill in pieces");
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
+    pl_test_fwd_free(&w3);
+    free(whole);
+    free(part);
+}
+
+void pl_test_check_batch_invariant(const pl_model *m, const int32_t *a, int n,
+                                   const int32_t *b, int bs, int max_ctx, int kv_f16)
+{
+    int nv = m->n_vocab, k = 0;
+    size_t row = sizeof(float) * (size_t)nv;
+    int32_t *tok = malloc(sizeof(int32_t) * 3 * (size_t)(n + 7)), *pos = tok + n + 7;
+    int32_t *sq = pos + n + 7;
+    float *alone = malloc(row * (size_t)(n + 7)), *mixed = malloc(row * (size_t)(n + 7));
+    pl_test_fwd w1 = pl_test_fwd_new(m, 2, max_ctx, bs, 2 * max_ctx, INT_MAX, kv_f16);
+    pl_test_fwd w2 = pl_test_fwd_new(m, 2, max_ctx, bs, 2 * max_ctx, INT_MAX, kv_f16);
+    pl_test_fwd_rows(&w1, a, 0, n, 0, alone);
+    for (int i = 0; i < 7; i++, k++)
+        tok[k] = b[i], pos[k] = i, sq[k] = 1;
+    for (int i = 0; i < n; i++, k++)
+        tok[k] = a[i], pos[k] = i, sq[k] = 0;
+    pl_test_fwd_run(&w2, tok, pos, sq, k, mixed);
+    cr_assert(!memcmp(alone, mixed + 7 * (size_t)nv, row * (size_t)n),
+              "prefill rows differ beside another sequence");
+    pl_test_fwd_rows(&w1, a, n, 1, 0, alone);                 /* decode: a alone */
+    tok[0] = a[n], pos[0] = n, sq[0] = 0;             /* ... and first, then b's 3 rows */
+    for (int i = 0; i < 3; i++)
+        tok[1 + i] = b[7 + i], pos[1 + i] = 7 + i, sq[1 + i] = 1;
+    pl_test_fwd_run(&w2, tok, pos, sq, 4, mixed);
+    cr_assert(!memcmp(alone, mixed, row), "a decode row differs in a batch");
+    pl_test_fwd_free(&w1);
+    pl_test_fwd_free(&w2);
+    free(tok);
+    free(alone);
+    free(mixed);
 }

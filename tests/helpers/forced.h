@@ -68,6 +68,18 @@ int pl_test_ref_seq(json_t *sec, const char *key, int i, int nv, int max_n, int3
 void pl_test_match_ref(const pl_model *m, json_t *sec, const char *key, const char *what,
                        double tol, double tie, double mean_tol, int bs, int max_ctx);
 
+/* ids (n rows) whole in one call, one row a call, and in the pieces ending
+ * at ends[0..n_ends) (ascending, the last n): each within tol of the
+ * whole and, with ref (n, nv), of ref. */
+void pl_test_check_pieces(const pl_model *m, const int32_t *ids, int n, const int *ends,
+                          int n_ends, const float *ref, double tol, int bs, int max_ctx);
+
+/* Sequence a (n rows, n + 1 ids) alone, then beside b's first 7 rows (its
+ * own slot), and its decode row n alone and first before b's next 3: the
+ * same bits. */
+void pl_test_check_batch_invariant(const pl_model *m, const int32_t *a, int n,
+                                   const int32_t *b, int bs, int max_ctx, int kv_f16);
+
 int pl_test_argmax(const float *row, int nv);
 /* log softmax(row)[id], in double. */
 double pl_test_log_softmax_at(const float *row, int nv, int id);
