@@ -39,17 +39,7 @@ static json_t *g_ref;
 
 static void setup(void)
 {
-    const char *src = getenv("PARLEY_SRC");
-    char p[1024], err[256];
-    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_qwen35moe_ref.json", src ? src : ".");
-    json_error_t je;
-    g_ref = json_load_file(p, 0, &je);
-    cr_assert(g_ref, "%s: %s", p, je.text);
-    snprintf(p, sizeof p, "%s/tests/fixtures/tiny_qwen35moe.gguf", src ? src : ".");
-    g_gguf = pl_gguf_open(p, err, sizeof err);
-    cr_assert(g_gguf, "%s", err);
-    g_model = pl_model_load(g_gguf, NULL, err, sizeof err);
-    cr_assert(g_model, "%s", err);
+    pl_test_open_fixture("tiny_qwen35moe.gguf", "tiny_qwen35moe_ref.json", &g_gguf, &g_model, &g_ref);
 }
 
 static void teardown(void)

@@ -131,6 +131,22 @@ double pl_test_log_softmax_at(const float *row, int nv, int id)
     return (double)row[id] - mx - log(sum);
 }
 
+void pl_test_open_fixture(const char *gguf, const char *ref, pl_gguf **g, pl_model **m,
+                          json_t **j)
+{
+    const char *src = getenv("PARLEY_SRC");
+    char p[1024], err[256];
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", src ? src : ".", ref);
+    json_error_t je;
+    *j = json_load_file(p, 0, &je);
+    cr_assert(*j, "%s: %s", p, je.text);
+    snprintf(p, sizeof p, "%s/tests/fixtures/%s", src ? src : ".", gguf);
+    *g = pl_gguf_open(p, err, sizeof err);
+    cr_assert(*g, "%s", err);
+    *m = pl_model_load(*g, NULL, err, sizeof err);
+    cr_assert(*m, "%s", err);
+}
+
 void pl_test_fwd_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq,
                       float *logits)
 {

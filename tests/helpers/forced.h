@@ -10,6 +10,7 @@
 
 #include "backends/engine/cpu/forward.h"
 #include "backends/engine/cpu/pool.h"
+#include "backends/formats/gguf.h"
 #include "backends/engine/model/model.h"
 
 typedef struct pl_forced_stats {
@@ -47,6 +48,12 @@ void pl_test_fwd_free(pl_test_fwd *w);
 /* One call over n rows (token, position, sequence); every row's logits. */
 void pl_test_fwd_run(pl_test_fwd *w, const int32_t *tok, const int32_t *pos,
                      const int32_t *seq, int n, float *logits);
+
+/* tests/fixtures/<gguf> opened and loaded into *g and *m, and
+ * tests/fixtures/<ref> read into *ref (under PARLEY_SRC, else the current
+ * folder); any failure fails the test. */
+void pl_test_open_fixture(const char *gguf, const char *ref, pl_gguf **g, pl_model **m,
+                          json_t **j);
 
 /* Rows [p0, p0 + n) of ids as sequence seq, in one call. */
 void pl_test_fwd_rows(pl_test_fwd *w, const int32_t *ids, int p0, int n, int seq,
