@@ -36,7 +36,8 @@ shape, ~0.8 GB in Q8_0) and qwen35-tiny, the conv, A and dt bias f32;
 gemma4-e2b (issue 48's benchmark: Gemma 4 E2B's text shape, 35 layers of
 sliding heads of 256 and global heads of 512 with proportional RoPE, the
 last 20 layers sharing K/V with double-wide MLPs, per-layer embeddings of
-256 over 262,144 tokens; ~4.9 GB in Q8_0, for llama-quantize Q4_K_M) and
+256 over 262,144 tokens; ~4.9 GB in Q8_0, 3.4 GB after `llama-quantize
+--allow-requantize IN OUT Q4_K_M`, both token tables Q6_K there) and
 gemma4-tiny (its layout at 5 layers of 128, for checking against
 llama.cpp), rope_freqs f32, per_layer_model_proj bf16 (llama-quantize keeps
 it as the converter wrote it). The metadata keys and tensor names, shapes
