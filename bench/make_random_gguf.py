@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""make_random_gguf.py - write a random-weight, Llama-shaped GGUF (bf16 or
-Q8_0) with numpy only (the GPU machines have no `gguf` package).
+"""make_random_gguf.py - write a random-weight, Llama-shaped GGUF (bf16,
+Q8_0, or f32 for checks) with numpy only (the GPU machines have no `gguf`
+package).
 
 The tokenizer metadata (every `tokenizer.*` key: tokens, types, merges,
 special ids, chat template) is copied from a source GGUF: the default
@@ -11,11 +12,13 @@ tokens up to the shape's real size, so the LM-head GEMM has Llama's cost.
 The weights are a pure function of (seed, tensor name): a splitmix64 pool
 of 2^24+43 uniform values, rolled by a per-tensor offset and tiled, so any
 machine writes the same bytes (numpy's own generators may change between
-versions) and the 8B file takes seconds of arithmetic, not minutes.
+versions) and the 8B file takes seconds of arithmetic, not minutes. Big
+matrices are generated and encoded a few million values at a time (the
+same bytes), so a multi-GB table needs no more RAM than a small one.
 `tensors()` yields the same values in HF layout for the transformers peer.
 
 usage: make_random_gguf.py model SHAPE OUT.gguf --tokenizer SRC.gguf
-                           [--type bf16|q8_0] [--seed N] [--std S]
+                           [--type bf16|q8_0|f32] [--seed N] [--std S]
        make_random_gguf.py tokenizer SRC.gguf OUT.gguf
 shapes: llama-3.2-1b, llama-3-8b, ref (2 layers, 256-dim: the CPU/GPU
 reference model), tiny; and the CUDA runner's random models of the newer
@@ -29,8 +32,16 @@ top 2); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
 1024, 64 experts of width 512, top 8; ~1.8 GB in Q8_0) and qwen3moe-tiny,
 experts as 3-D tensors, the router f32 as llama-quantize leaves it;
 qwen35-0.8b (issue 47's benchmark: Qwen3.5-0.8B's Gated DeltaNet hybrid
-shape, ~0.8 GB in Q8_0) and qwen35-tiny, the conv, A and dt bias f32. The
-metadata keys are those llama.cpp's converter writes.
+shape, ~0.8 GB in Q8_0) and qwen35-tiny, the conv, A and dt bias f32;
+gemma4-e2b (issue 48's benchmark: Gemma 4 E2B's text shape, 35 layers of
+sliding heads of 256 and global heads of 512 with proportional RoPE, the
+last 20 layers sharing K/V with double-wide MLPs, per-layer embeddings of
+256 over 262,144 tokens; ~4.9 GB in Q8_0, 3.4 GB after `llama-quantize
+--allow-requantize IN OUT Q4_K_M`, both token tables Q6_K there) and
+gemma4-tiny (its layout at 5 layers of 128, for checking against
+llama.cpp), rope_freqs f32, per_layer_model_proj bf16 (llama-quantize keeps
+it as the converter wrote it). The metadata keys and tensor names, shapes
+and order are those llama.cpp's converter writes.
 """
 import argparse
 import os
@@ -90,9 +101,30 @@ SHAPES = {
                         rope_base=10000000.0, tied=True, qk_norm=True, std=0.05,
                         ssm=dict(interval=4, nk=2, dk=32, nv=4, dv=32, conv=4,
                                  n_rot=16, sections=[3, 3, 2, 0])),
+    # Gemma 4 E2B's text shape (issue 48's benchmark): 35 layers, (4 sliding
+    # + 1 global) x 7, sliding heads of 256 (window 512, RoPE base 1e4),
+    # global heads of 512 with proportional RoPE (a quarter of the pairs
+    # rotating, base 1e6), 8 query heads, 1 K/V head, the last 20 layers
+    # reading earlier layers' K/V with MLPs twice as wide (12288), per-layer
+    # embeddings of 256, final soft-capping 30, tied embeddings
+    "gemma4-e2b": dict(arch="gemma4", n_layer=35, n_embd=1536, n_ff=6144, n_head=8,
+                       n_head_kv=1, head_dim=256, n_vocab=262144, ctx=131072,
+                       rope_base=1000000.0, tied=True,
+                       g4=dict(head_dim_global=512, pattern="SSSSG" * 7, window=512,
+                               shared=20, ple=256, double_wide=True, partial=0.25,
+                               rope_base_swa=10000.0, softcap=30.0)),
+    # its layout at 5 layers of 128 (checked against llama.cpp): sliding,
+    # sliding, global, then one of each reading layers 1's and 2's K/V;
+    # weights of std 0.3 so that the logits spread over a few nats
+    "gemma4-tiny": dict(arch="gemma4", n_layer=5, n_embd=128, n_ff=256, n_head=4,
+                        n_head_kv=1, head_dim=32, n_vocab=0, ctx=4096,
+                        rope_base=1000000.0, tied=True, std=0.3,
+                        g4=dict(head_dim_global=64, pattern="SSGSG", window=16,
+                                shared=2, ple=32, double_wide=True, partial=0.25,
+                                rope_base_swa=10000.0, softcap=30.0)),
 }
 GGML_F32, GGML_Q8_0, GGML_BF16 = 0, 8, 30
-FILE_TYPE = {"bf16": 32, "q8_0": 7}       # general.file_type (LlamaFileType)
+FILE_TYPE = {"f32": 0, "bf16": 32, "q8_0": 7}   # general.file_type (LlamaFileType)
 T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 = \
     range(13)
 SCALAR = {T_U8: "<B", T_I8: "<b", T_U16: "<H", T_I16: "<h", T_U32: "<I", T_I32: "<i",
@@ -101,8 +133,11 @@ ALIGN = 32
 POOL = (1 << 24) + 43
 TOKEN_UNUSED = 5
 # Tensors kept in f32 whatever the type (as llama-quantize leaves them):
-# norms, the router, and a Gated DeltaNet layer's conv, A and dt bias.
-F32_KINDS = ("norm", "router", "ssm_a", "conv", "bias")
+# norms, the router, a Gated DeltaNet layer's conv, A and dt bias, Gemma 4's
+# RoPE factors; "bf16" ones (Gemma 4's per_layer_model_proj, which
+# llama-quantize keeps as the converter wrote it) in bf16.
+F32_KINDS = ("norm", "router", "ssm_a", "conv", "bias", "rope_freqs")
+CHUNK = 1 << 24                         # elements encoded at a time (RAM)
 
 
 # ---- reading metadata -----------------------------------------------------------
@@ -169,7 +204,8 @@ def enc_value(t, v):
 
 def write_gguf(path, kvs, tensors, data_iter):
     """kvs: [(key, type, value)]; tensors: [(name, shape rows-first, ggml type,
-    nbytes)]; data_iter yields each tensor's bytes in order."""
+    nbytes)]; data_iter yields each tensor's bytes in order (bytes, or an
+    iterable of chunks of them)."""
     with open(path, "wb") as f:
         f.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
         for k, t, v in kvs:
@@ -181,10 +217,13 @@ def write_gguf(path, kvs, tensors, data_iter):
                     + struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", gt, off))
             off += (nbytes + ALIGN - 1) // ALIGN * ALIGN
         f.write(b"\0" * (-f.tell() % ALIGN))
-        for (name, _s, _g, nbytes), raw in zip(tensors, data_iter):
-            if len(raw) != nbytes:
-                sys.exit(f"internal: {name} has {len(raw)} bytes, want {nbytes}")
-            f.write(raw)
+        for (name, _s, _g, nbytes), chunks in zip(tensors, data_iter):
+            got = 0
+            for raw in ([chunks] if isinstance(chunks, bytes) else chunks):
+                f.write(raw)
+                got += len(raw)
+            if got != nbytes:
+                sys.exit(f"internal: {name} has {got} bytes, want {nbytes}")
             f.write(b"\0" * (-nbytes % ALIGN))
 
 
@@ -223,6 +262,16 @@ def random_tensor(name, shp, seed, std):
     idx = (np.arange(n, dtype=np.int64) + start) % POOL if n <= POOL else None
     x = p[idx] if idx is not None else np.resize(np.roll(p, -start), n)
     return (x * np.float32(std * 3.0 ** 0.5)).reshape(shp)  # uniform with that std
+
+
+def random_rows(name, shp, seed, std, r0, r1):
+    """Rows r0..r1 of random_tensor(name, shp, ...) seen as (-1, shp[-1]):
+    the same values, without the whole tensor in memory."""
+    p = pool(seed)
+    cols = shp[-1]
+    start = name_hash(name) % POOL
+    idx = (np.arange(r0 * cols, r1 * cols, dtype=np.int64) + start) % POOL
+    return (p[idx] * np.float32(std * 3.0 ** 0.5)).reshape(r1 - r0, cols)
 
 
 def to_bf16(x):
@@ -297,8 +346,53 @@ def deltanet_plan(s, b):
             (b + "post_attention_norm.weight", (E,), "norm")]
 
 
+def g4_layer(s, i):
+    """Gemma 4 layer i: (sliding, head size, FFN width, shares K/V)."""
+    g = s["g4"]
+    swa = g["pattern"][i] == "S"
+    shared = i >= s["n_layer"] - g["shared"]
+    ff = s["n_ff"] * (2 if g["double_wide"] and shared else 1)
+    return swa, s["head_dim"] if swa else g["head_dim_global"], ff, shared
+
+
+def gemma4_plan(s):
+    """Gemma 4's tensors as llama.cpp's converter writes them (the order of
+    a converted checkpoint): rope_freqs for the global layers, the token and
+    per-layer token tables, per layer the sandwich norms, the layer output
+    scale, the GeGLU, the per-layer input gate and projection, the q/k
+    norms and projections (none for K/V in the shared layers), then the
+    per-layer model projection and its norm; tied output."""
+    g, E, L, P = s["g4"], s["n_embd"], s["n_layer"], s["g4"]["ple"]
+    V, nh, nkv = s["n_vocab"], s["n_head"], s["n_head_kv"]
+    out = [("rope_freqs.weight", (g["head_dim_global"] // 2,), "rope_freqs"),
+           ("token_embd.weight", (V, E), "w"), ("per_layer_token_embd.weight", (V, L * P), "w")]
+    for i in range(L):
+        b = f"blk.{i}."
+        _swa, hd, ff, shared = g4_layer(s, i)
+        out += [(b + "attn_norm.weight", (E,), "norm"),
+                (b + "layer_output_scale.weight", (1,), "norm"),
+                (b + "ffn_down.weight", (E, ff), "w"), (b + "ffn_gate.weight", (ff, E), "w"),
+                (b + "ffn_up.weight", (ff, E), "w"), (b + "inp_gate.weight", (P, E), "w"),
+                (b + "proj.weight", (E, P), "w"),
+                (b + "post_attention_norm.weight", (E,), "norm"),
+                (b + "post_ffw_norm.weight", (E,), "norm"), (b + "post_norm.weight", (E,), "norm"),
+                (b + "ffn_norm.weight", (E,), "norm")]
+        if not shared:
+            out += [(b + "attn_k_norm.weight", (hd,), "norm"),
+                    (b + "attn_k.weight", (nkv * hd, E), "w")]
+        out += [(b + "attn_output.weight", (E, nh * hd), "w"),
+                (b + "attn_q_norm.weight", (hd,), "norm"), (b + "attn_q.weight", (nh * hd, E), "w")]
+        if not shared:
+            out.append((b + "attn_v.weight", (nkv * hd, E), "w"))
+    return out + [("output_norm.weight", (E,), "norm"),
+                  ("per_layer_model_proj.weight", (L * P, E), "bf16"),
+                  ("per_layer_proj_norm.weight", (P,), "norm")]
+
+
 def plan(s):
     """(name, shape, kind) in file order; q/k are in GGUF (llama.cpp) order."""
+    if s["arch"] == "gemma4":
+        return gemma4_plan(s)
     E, hd = s["n_embd"], s["head_dim"]
     q, kv = s["n_head"] * hd, s["n_head_kv"] * hd
     out = [("token_embd.weight", (s["n_vocab"], E), "w")]
@@ -331,7 +425,18 @@ def plan(s):
     return out
 
 
-def tensor_value(name, shp, kind, seed, std):
+def rope_freqs(s):
+    """Proportional RoPE as llama.cpp's converter writes it: factor 1 for
+    the rotated pairs (partial of them), 1e30 for the others."""
+    g = s["g4"]
+    half = g["head_dim_global"] // 2
+    n_rot = int(g["head_dim_global"] * g["partial"] / 2)
+    return np.array([1.0] * n_rot + [1e30] * (half - n_rot), dtype=np.float32)
+
+
+def tensor_value(name, shp, kind, seed, std, s=None):
+    if kind == "rope_freqs":
+        return rope_freqs(s)
     if kind == "norm":  # near 1, not exactly, so a wrong norm weight shows
         return 1.0 + random_tensor(name, shp, seed, 0.1)
     if kind == "ssm_a":  # A = -exp(A_log), A_log near 0: a decay per step near exp(-0.7)
@@ -343,19 +448,38 @@ def tensor_value(name, shp, kind, seed, std):
     return random_tensor(name, shp, seed, std)
 
 
+def ggml_type(kind, wtype):
+    if kind in F32_KINDS or wtype == "f32":
+        return GGML_F32
+    return GGML_Q8_0 if wtype == "q8_0" and kind != "bf16" else GGML_BF16
+
+
 def encode(x, kind, wtype):
-    if kind in F32_KINDS:
-        return GGML_F32, x.astype(np.float32).tobytes()
-    if wtype == "q8_0":
-        return GGML_Q8_0, to_q8_0(x).tobytes()
-    return GGML_BF16, to_bf16(x).tobytes()
+    gt = ggml_type(kind, wtype)
+    if gt == GGML_F32:
+        return gt, x.astype(np.float32).tobytes()
+    return gt, (to_q8_0(x) if gt == GGML_Q8_0 else to_bf16(x)).tobytes()
+
+
+def encode_chunks(name, shp, kind, seed, std, wtype, s):
+    """The tensor's bytes, CHUNK elements' worth of rows at a time for the
+    big matrices (the same bytes as encode(tensor_value(...)))."""
+    n = int(np.prod(shp))
+    if kind not in ("w", "bf16") or n <= CHUNK:
+        yield encode(tensor_value(name, shp, kind, seed, std, s), kind, wtype)[1]
+        return
+    rows, step = n // shp[-1], max(1, CHUNK // shp[-1])
+    for r0 in range(0, rows, step):
+        x = random_rows(name, shp, seed, std, r0, min(rows, r0 + step))
+        yield encode(x, kind, wtype)[1]
 
 
 def stored_value(x, kind, wtype):
     """The value the file holds (what a reader dequantises to), float32."""
-    if kind in F32_KINDS:
+    gt = ggml_type(kind, wtype)
+    if gt == GGML_F32:
         return x.astype(np.float32)
-    if wtype == "q8_0":
+    if gt == GGML_Q8_0:
         return from_q8_0(to_q8_0(x), *x.shape)
     return bf16_to_f32(to_bf16(x))
 
@@ -370,6 +494,8 @@ def tensors(shape, n_tok, seed=0, std=0.02, wtype="bf16", hf=False):
     """Yield (name, float32 array as stored) for the model; hf=True gives HF
     names and layout (for transformers' LlamaForCausalLM)."""
     s = geometry(shape, n_tok)
+    if hf and s["arch"] == "gemma4":
+        sys.exit(f"{shape}: no HF layout for gemma4 here")
     hfname = {"token_embd.weight": "model.embed_tokens.weight",
               "output_norm.weight": "model.norm.weight", "output.weight": "lm_head.weight",
               "attn_norm": "input_layernorm", "attn_q": "self_attn.q_proj",
@@ -377,7 +503,7 @@ def tensors(shape, n_tok, seed=0, std=0.02, wtype="bf16", hf=False):
               "attn_output": "self_attn.o_proj", "ffn_norm": "post_attention_layernorm",
               "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
     for name, shp, kind in plan(s):
-        x = stored_value(tensor_value(name, shp, kind, seed, std), kind, wtype)
+        x = stored_value(tensor_value(name, shp, kind, seed, std, s), kind, wtype)
         if not hf:
             yield name, x
             continue
@@ -397,7 +523,42 @@ def tokenizer_kvs(path):
     return kvs
 
 
+def gemma4_kvs(shape, s, wtype):
+    """The keys llama.cpp's converter writes for Gemma 4 (its
+    Gemma4Model.set_gguf_parameters): the global layers' head size as
+    key/value_length and rope.dimension_count (proportional RoPE rotates
+    through rope_freqs), the sliding ones' as the _swa keys, the pattern
+    (true: sliding), feed_forward_length per layer with double-wide MLPs."""
+    a, g, L = "gemma4.", s["g4"], s["n_layer"]
+    ff = [g4_layer(s, i)[2] for i in range(L)]
+    hd, hdg = s["head_dim"], g["head_dim_global"]
+    return [("general.architecture", T_STR, "gemma4"), ("general.name", T_STR, f"random-{shape}"),
+            (a + "block_count", T_U32, L), (a + "context_length", T_U32, s["ctx"]),
+            (a + "embedding_length", T_U32, s["n_embd"]),
+            (a + "feed_forward_length", T_ARR, (T_I32, ff)) if g["double_wide"]
+            else (a + "feed_forward_length", T_U32, s["n_ff"]),
+            (a + "attention.head_count", T_U32, s["n_head"]),
+            (a + "attention.head_count_kv", T_U32, s["n_head_kv"]),
+            (a + "rope.freq_base", T_F32, s["rope_base"]),
+            (a + "rope.freq_base_swa", T_F32, g["rope_base_swa"]),
+            (a + "attention.layer_norm_rms_epsilon", T_F32, 1e-6),
+            (a + "attention.key_length", T_U32, hdg), (a + "attention.value_length", T_U32, hdg),
+            ("general.file_type", T_U32, FILE_TYPE[wtype]),
+            (a + "final_logit_softcapping", T_F32, g["softcap"]),
+            (a + "attention.sliding_window", T_U32, g["window"]),
+            (a + "attention.shared_kv_layers", T_U32, g["shared"]),
+            (a + "embedding_length_per_layer_input", T_U32, g["ple"]),
+            (a + "attention.sliding_window_pattern", T_ARR,
+             (T_BOOL, [c == "S" for c in g["pattern"]])),
+            (a + "attention.key_length_swa", T_U32, hd),
+            (a + "attention.value_length_swa", T_U32, hd),
+            (a + "rope.dimension_count", T_U32, hdg), (a + "rope.dimension_count_swa", T_U32, hd),
+            ("general.quantization_version", T_U32, 2)]
+
+
 def model_kvs(shape, s, tok, wtype):
+    if s["arch"] == "gemma4":
+        return gemma4_kvs(shape, s, wtype) + padded_tokenizer(s, tok)
     a = s["arch"] + "."
     kvs = [("general.architecture", T_STR, s["arch"]), ("general.name", T_STR, f"random-{shape}"),
            ("general.file_type", T_U32, FILE_TYPE[wtype]),
@@ -439,6 +600,12 @@ def model_kvs(shape, s, tok, wtype):
     if s.get("softcap"):
         kvs += [(a + "attn_logit_softcapping", T_F32, s["softcap"][0]),
                 (a + "final_logit_softcapping", T_F32, s["softcap"][1])]
+    return kvs + padded_tokenizer(s, tok)
+
+
+def padded_tokenizer(s, tok):
+    """The tokenizer's keys, its vocabulary padded to the shape's."""
+    kvs = []
     for k, t, v in tok:
         if k in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type"):
             et, items = v
@@ -460,19 +627,16 @@ def n_tokens(tok):
 def cmd_model(a):
     tok = tokenizer_kvs(a.tokenizer)
     s = geometry(a.shape, n_tokens(tok))
-    for name, shp, kind in plan(s):
-        if kind == "w" and a.type == "q8_0" and shp[-1] % 32:
-            sys.exit(f"{name}: {shp[-1]} columns is not a multiple of 32 (Q8_0)")
     specs, order = [], plan(s)
     for name, shp, kind in order:
-        gt = GGML_F32 if kind in F32_KINDS else (
-            GGML_Q8_0 if a.type == "q8_0" else GGML_BF16)
+        gt = ggml_type(kind, a.type)
+        if gt == GGML_Q8_0 and shp[-1] % 32:
+            sys.exit(f"{name}: {shp[-1]} columns is not a multiple of 32 (Q8_0)")
         n = int(np.prod(shp))
         nbytes = n * 4 if gt == GGML_F32 else (n // 32 * 34 if gt == GGML_Q8_0 else n * 2)
         specs.append((name, shp, gt, nbytes))
     std = a.std if a.std is not None else s.get("std", 0.02)
-    data = (encode(tensor_value(n, shp, k, a.seed, std), k, a.type)[1]
-            for n, shp, k in order)
+    data = (encode_chunks(n, shp, k, a.seed, std, a.type, s) for n, shp, k in order)
     tmp = a.out + ".part"
     write_gguf(tmp, model_kvs(a.shape, s, tok, a.type), specs, data)
     os.replace(tmp, a.out)
@@ -494,7 +658,8 @@ def main():
     m.add_argument("shape", choices=sorted(SHAPES))
     m.add_argument("out")
     m.add_argument("--tokenizer", required=True, help="GGUF whose tokenizer.* keys are copied")
-    m.add_argument("--type", choices=["bf16", "q8_0"], default="bf16")
+    m.add_argument("--type", choices=["f32", "bf16", "q8_0"], default="bf16",
+                   help="the weight matrices' type (f32: for checks without rounding)")
     m.add_argument("--seed", type=int, default=1)
     m.add_argument("--std", type=float, default=None,
                    help="weights' standard deviation (default: the shape's, else 0.02)")
