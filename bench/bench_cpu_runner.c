@@ -62,8 +62,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    /* The model's cache groups as the engine asks for them (sliding
+     * windows apart): a block table each, each group its own blocks. */
+    pl_kv_layout lo;
     int bs = 16, mb = (np + nd + bs) / bs;
-    pl_runner_info want = {.block_size = bs, .num_blocks = mb, .max_seqs = 1,
+    if (pl_runner_kv_layout(&lo, m, true) != 0) {
+        fprintf(stderr, "no cache layout for the model\n");
+        return 1;
+    }
+    int G = lo.n_groups > 0 ? lo.n_groups : 1;
+    pl_runner_info want = {.block_size = bs, .num_blocks = G * mb, .max_seqs = 1,
                            .max_rows = np, .max_model_len = mb * bs};
     /* BENCH_KV_F16=1: the K/V cache in halves, parley serve's default (bench_cpu.py sets
      * it unless --kv-f32); else floats (parley serve --no-kv-cache-f16). */
@@ -87,9 +95,9 @@ int main(int argc, char **argv)
     }
     int rep = argc > 6 ? atoi(argv[6]) : 1;
     int32_t *tok = malloc(sizeof(int32_t) * np * 3), *pos = tok + np, *rs = pos + np;
-    int32_t *bt = malloc(sizeof(int32_t) * mb), slot = 0, first = 0, nrows = np, ctx = np;
-    for (int i = 0; i < mb; i++)
-        bt[i] = i;
+    int32_t *bt = malloc(sizeof(int32_t) * G * mb), slot = 0, first = 0, nrows = np, ctx = np;
+    for (int i = 0; i < G * mb; i++)
+        bt[i] = i;               /* group g's table: blocks g * mb .. */
     for (int i = 0; i < np; i++) {
         tok[i] = 1000 + i;
         pos[i] = i;
@@ -101,7 +109,8 @@ int main(int argc, char **argv)
     pl_step_input in = {.n_rows = np, .tokens = tok, .positions = pos, .row_seq = rs,
                         .n_seqs = 1, .seq_slot = &slot, .seq_first_row = &first,
                         .seq_n_rows = &nrows, .seq_ctx_len = &ctx, .seq_sample = &sample,
-                        .block_table = bt, .max_blocks_per_seq = mb, .sampling = &smp};
+                        .block_table = bt, .max_blocks_per_seq = mb, .n_groups = G,
+                        .sampling = &smp};
     const pl_step_output *out;
     double t0 = now_s(), c0 = cpu_s();
     for (int i = 0; i < rep; i++)
