@@ -433,3 +433,59 @@ Test(prompt_shared, round_prefix_extends_in_engine_tokens)
     pl_job_spec_free(&s);
     real_text_close(&rt);
 }
+
+/* The turns as one text (a template-like rendering: role, content). */
+static char *joined(msgs o)
+{
+    size_t len = 1;
+    for (int i = 0; i < o.n; i++)
+        len += strlen(o.m[i].role) + strlen(o.m[i].content) + 4;
+    char *t = malloc(len), *p = t;
+    for (int i = 0; i < o.n; i++)
+        p += sprintf(p, "<%s>%s\n", o.m[i].role, o.m[i].content);
+    *p = 0;
+    return t;
+}
+
+/* What is sent (pl_prompt_fold): the roles alternate after the system
+ * turn, as Gemma's and Mistral's templates require, and the prefixes the
+ * cache serves are still shared: a round's prompts differ in the agent's
+ * part alone, and the closer's prompt and reply begin the next round's. */
+Test(prompt_shared, folded_turns_alternate_and_keep_the_shared_prefix)
+{
+    pl_job_spec s = debate_spec("shared_prefix");
+    const char *finals[12] = {"A0", "B0", "C0", "M0", "A1", "B1", "C1", "M1", "A2", "B2", "C2"};
+    for (int round = 0; round < 3; round++) {
+        char *t[4];
+        for (int a = 0; a < 4; a++) {
+            msgs o = render(&s, a, round, finals);
+            int before = o.n;
+            cr_assert_eq(pl_prompt_fold(o.m, &o.n), 0);
+            cr_assert_leq(o.n, before);
+            cr_assert_str_eq(o.m[0].role, "system");
+            for (int i = 1; i < o.n; i++)
+                cr_assert_str_eq(o.m[i].role, i % 2 ? "user" : "assistant",
+                                 "round %d agent %d turn %d", round, a, i);
+            cr_assert_str_eq(o.m[o.n - 1].role, "user");
+            t[a] = joined(o);
+            pl_prompt_messages_free(o.m, o.n);
+        }
+        size_t n0 = strlen(t[0]), own = strlen("You are p0.\n");
+        for (int a = 1; a < 3; a++)
+            cr_assert_eq(strncmp(t[0], t[a], n0 - own), 0, "round %d: agent %d's text", round,
+                         a);
+        if (round < 2) {
+            msgs next = render(&s, 1, round + 1, finals);
+            cr_assert_eq(pl_prompt_fold(next.m, &next.n), 0);
+            char *tn = joined(next);
+            size_t nm = strlen(t[3]) - 1;     /* the moderator's text, its last newline off */
+            cr_assert_eq(strncmp(t[3], tn, nm), 0, "round %d+1 begins with the moderator's "
+                         "round-%d prompt:\n%s\n---\n%s", round, round, t[3], tn);
+            free(tn);
+            pl_prompt_messages_free(next.m, next.n);
+        }
+        for (int a = 0; a < 4; a++)
+            free(t[a]);
+    }
+    pl_job_spec_free(&s);
+}

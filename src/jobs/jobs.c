@@ -258,6 +258,10 @@ static int open_round(pl_job *j, job_conv *c, const pl_conv_req *cr)
         if (pl_prompt_shared(&j->spec, &j->spec.questions[cr->conversation], cr->agent,
                              cr->round, (const char *const *)c->finals, &m, &n) < 0)
             return -1;
+        if (pl_prompt_fold(m, &n) < 0) {
+            pl_prompt_messages_free(m, n);
+            return -1;
+        }
         pl_prompt_messages_free(h->m, h->n);
         *h = (job_hist){m, n, n};
         return 0;

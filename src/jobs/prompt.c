@@ -242,6 +242,30 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
     return 0;
 }
 
+int pl_prompt_fold(pl_chat_message *m, int *n)
+{
+    int k = 0, rc = 0;
+    for (int i = 0; i < *n; i++) {
+        if (rc == 0 && k > 0 && !strcmp(m[k - 1].role, m[i].role)) {
+            size_t a = strlen(m[k - 1].content), b = strlen(m[i].content);
+            char *c = realloc((char *)m[k - 1].content, a + b + 3);
+            if (!c) {
+                rc = -1;         /* the rest kept as it is */
+                m[k++] = m[i];
+                continue;
+            }
+            memcpy(c + a, "\n\n", 2);
+            memcpy(c + a + 2, m[i].content, b + 1);
+            m[k - 1].content = c;
+            free((char *)m[i].content);
+            continue;
+        }
+        m[k++] = m[i];
+    }
+    *n = k;
+    return rc;
+}
+
 void pl_prompt_messages_free(pl_chat_message *m, int n)
 {
     for (int i = 0; m && i < n; i++)

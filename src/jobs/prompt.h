@@ -68,6 +68,14 @@ int pl_prompt_shared(const pl_job_spec *s, const pl_job_question *q, int agent,
                      int *n_out);
 void pl_prompt_messages_free(pl_chat_message *m, int n);
 
+/** Consecutive turns of one role in m (n entries) joined into one, their
+ *  contents separated by a blank line, in place (*n shrinks): what is
+ *  sent, since the strict templates (Gemma's, Mistral's) refuse roles that
+ *  do not alternate. A prompt's text up to its last turn is still the
+ *  shared text before it, so the cached prefixes are the same. 0, or -1
+ *  on OOM (what was joined so far stays joined; m stays valid). */
+int pl_prompt_fold(pl_chat_message *m, int *n);
+
 /** The agent that speaks after every other one in a round (a moderator:
  *  the shared_prefix layout's closer), or -1. */
 int pl_prompt_closer(const pl_job_spec *s);
