@@ -56,6 +56,14 @@ int pl_cuda_available(char *why, size_t n);
 
 #ifdef __CUDACC__
 #include <cuda_bf16.h>
+/** Blocks of `threads` for a grid-stride loop over n items (at most 65535:
+ *  the loop takes the rest). */
+static inline unsigned pl_cuda_stride_blocks(size_t n, int threads)
+{
+    size_t b = (n + (size_t)threads - 1) / (size_t)threads;
+    return (unsigned)(b < 65535 ? b : 65535);
+}
+
 /** Launch-time check: the last kernel launch error, recorded with its place. */
 #define PL_CUDA_LAUNCHED() PL_CUDA_CHECK(cudaGetLastError())
 

@@ -20,6 +20,7 @@
 #include "backends/engine/cuda/common.cuh"
 #include "backends/engine/cuda/encode.cuh"
 #include "backends/engine/cuda/gemm.h"
+#include "backends/engine/cuda/weights.h"
 
 typedef struct enc_layer {
     pl_bf16 *wqkv, *wo, *w_up, *w_down;
@@ -40,17 +41,10 @@ struct pl_cuda_encoder {
     int32_t *h_ids, *h_positions, *h_start, *h_lens;   /* their host copies */
 };
 
-/* n floats to the device. */
-static int up_f32(float **dst, const float *src, size_t n)
-{
-    PL_CUDA_CHECK(cudaMalloc((void **)dst, n * sizeof(float)));
-    PL_CUDA_CHECK(cudaMemcpy(*dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
-    return 0;
-}
-
-/* Matrices a, b, c (each rows x cols) stacked, as bf16 (b, c may be NULL). */
+/* Matrices a, b, c (each rows x cols) stacked, as bf16 (b, c may be NULL);
+ * their bytes added to *bytes. */
 static int up_bf16(pl_bf16 **dst, const float *a, const float *b, const float *c, size_t rows,
-                   size_t cols)
+                   size_t cols, size_t *bytes)
 {
     const float *parts[3] = {a, b, c};
     size_t k = c ? 3 : b ? 2 : 1, n = rows * cols;
@@ -61,6 +55,7 @@ static int up_bf16(pl_bf16 **dst, const float *a, const float *b, const float *c
         for (size_t i = 0; i < n; i++)
             h[p * n + i] = pl_fp32_to_bf16(parts[p][i]);
     int rc = pl_cuda_check_(cudaMalloc((void **)dst, sizeof *h * n * k), __FILE__, __LINE__);
+    *bytes += rc == 0 ? sizeof *h * n * k : 0;
     if (rc == 0)
         rc = pl_cuda_check_(cudaMemcpy(*dst, h, sizeof *h * n * k, cudaMemcpyHostToDevice),
                             __FILE__, __LINE__);
@@ -68,7 +63,7 @@ static int up_bf16(pl_bf16 **dst, const float *a, const float *b, const float *c
     return rc;
 }
 
-static int up_layer(enc_layer *g, const pl_enc_layer *y, int d, int ff)
+static int up_layer(enc_layer *g, const pl_enc_layer *y, int d, int ff, size_t *b)
 {
     size_t D = (size_t)d, F = (size_t)ff;
     float *bqkv = malloc(sizeof(float) * 3 * D);
@@ -77,15 +72,18 @@ static int up_layer(enc_layer *g, const pl_enc_layer *y, int d, int ff)
     memcpy(bqkv, y->bq, sizeof(float) * D);
     memcpy(bqkv + D, y->bk, sizeof(float) * D);
     memcpy(bqkv + 2 * D, y->bv, sizeof(float) * D);
-    int rc = up_f32(&g->bqkv, bqkv, 3 * D);
+    int rc = pl_cuda_upload_f32(&g->bqkv, bqkv, 3 * D, b);
     free(bqkv);
-    if (rc || up_bf16(&g->wqkv, y->wq, y->wk, y->wv, D, D) ||
-        up_bf16(&g->wo, y->wo, NULL, NULL, D, D) ||
-        up_bf16(&g->w_up, y->w_up, NULL, NULL, F, D) ||
-        up_bf16(&g->w_down, y->w_down, NULL, NULL, D, F) || up_f32(&g->bo, y->bo, D) ||
-        up_f32(&g->b_up, y->b_up, F) || up_f32(&g->b_down, y->b_down, D) ||
-        up_f32(&g->ln1_w, y->attn_norm_w, D) || up_f32(&g->ln1_b, y->attn_norm_b, D) ||
-        up_f32(&g->ln2_w, y->out_norm_w, D) || up_f32(&g->ln2_b, y->out_norm_b, D))
+    if (rc || up_bf16(&g->wqkv, y->wq, y->wk, y->wv, D, D, b) ||
+        up_bf16(&g->wo, y->wo, NULL, NULL, D, D, b) ||
+        up_bf16(&g->w_up, y->w_up, NULL, NULL, F, D, b) ||
+        up_bf16(&g->w_down, y->w_down, NULL, NULL, D, F, b) ||
+        pl_cuda_upload_f32(&g->bo, y->bo, D, b) || pl_cuda_upload_f32(&g->b_up, y->b_up, F, b) ||
+        pl_cuda_upload_f32(&g->b_down, y->b_down, D, b) ||
+        pl_cuda_upload_f32(&g->ln1_w, y->attn_norm_w, D, b) ||
+        pl_cuda_upload_f32(&g->ln1_b, y->attn_norm_b, D, b) ||
+        pl_cuda_upload_f32(&g->ln2_w, y->out_norm_w, D, b) ||
+        pl_cuda_upload_f32(&g->ln2_b, y->out_norm_b, D, b))
         return -1;
     return 0;
 }
@@ -166,15 +164,17 @@ pl_cuda_encoder *pl_cuda_encoder_new(const pl_encoder *m, int max_rows, char *er
         goto fail;
     if (!(e->gemm = pl_cuda_gemm_new(e->st, err, errlen)))
         goto fail_msg;
-    if (up_f32(&e->tok, m->tok_embd, (size_t)m->n_vocab * D) ||
-        up_f32(&e->pos, m->pos_embd, (size_t)m->n_pos * D) ||
-        up_f32(&e->type0, m->type_embd, D) || up_f32(&e->ln0_w, m->embd_norm_w, D) ||
-        up_f32(&e->ln0_b, m->embd_norm_b, D))
+    size_t bytes = 0, *b = &bytes;   /* the uploads' count (not reported) */
+    if (pl_cuda_upload_f32(&e->tok, m->tok_embd, (size_t)m->n_vocab * D, b) ||
+        pl_cuda_upload_f32(&e->pos, m->pos_embd, (size_t)m->n_pos * D, b) ||
+        pl_cuda_upload_f32(&e->type0, m->type_embd, D, b) ||
+        pl_cuda_upload_f32(&e->ln0_w, m->embd_norm_w, D, b) ||
+        pl_cuda_upload_f32(&e->ln0_b, m->embd_norm_b, D, b))
         goto fail;
     if (!(e->layers = calloc((size_t)m->n_layer, sizeof *e->layers)))
         goto fail;
     for (int l = 0; l < m->n_layer; l++)
-        if (up_layer(&e->layers[l], &m->layers[l], m->n_embd, m->n_ff))
+        if (up_layer(&e->layers[l], &m->layers[l], m->n_embd, m->n_ff, b))
             goto fail;
     if (alloc_bufs(e))
         goto fail;

@@ -168,8 +168,7 @@ extern "C" int pl_cuda_enc_bias(float *y, const float *bias, int gelu, pl_bf16 *
     size_t n = (size_t)n_rows * o;
     if (n == 0)
         return 0;
-    size_t blocks = (n + ENC_THREADS - 1) / ENC_THREADS;
-    bias_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), ENC_THREADS, 0, st>>>(
+    bias_kernel<<<pl_cuda_stride_blocks(n, ENC_THREADS), ENC_THREADS, 0, st>>>(
         y, bias, gelu, (__nv_bfloat16 *)yb, n, o);
     PL_CUDA_LAUNCHED();
     return 0;

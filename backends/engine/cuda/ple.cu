@@ -61,12 +61,6 @@ static __global__ void scale_rows_kernel(float *x, const float *scale, size_t n)
         x[i] *= s;
 }
 
-static unsigned grid_of(size_t n)
-{
-    size_t b = (n + PLE_THREADS - 1) / PLE_THREADS;
-    return (unsigned)(b < 65535 ? b : 65535);
-}
-
 extern "C" int pl_cuda_ple_inputs(float *e, const float *tok, const float *norm,
                                   float proj_scale, float tok_scale, float eps, int n_rows,
                                   int n_layer, int n_ple, cudaStream_t st)
@@ -88,8 +82,8 @@ extern "C" int pl_cuda_ple_gate(const float *g, const float *e, int l, int n_lay
     size_t n = (size_t)n_rows * n_ple;
     if (n == 0)
         return 0;
-    ple_gate_kernel<<<grid_of(n), PLE_THREADS, 0, st>>>(g, e, l, n_layer, (__nv_bfloat16 *)out,
-                                                        n_ple, n);
+    ple_gate_kernel<<<pl_cuda_stride_blocks(n, PLE_THREADS), PLE_THREADS, 0, st>>>(
+        g, e, l, n_layer, (__nv_bfloat16 *)out, n_ple, n);
     PL_CUDA_LAUNCHED();
     return 0;
 }
@@ -113,7 +107,8 @@ extern "C" int pl_cuda_scale_rows(float *x, const float *scale, int n_rows, int 
     size_t total = (size_t)n_rows * n;
     if (total == 0)
         return 0;
-    scale_rows_kernel<<<grid_of(total), PLE_THREADS, 0, st>>>(x, scale, total);
+    scale_rows_kernel<<<pl_cuda_stride_blocks(total, PLE_THREADS), PLE_THREADS, 0, st>>>(
+        x, scale, total);
     PL_CUDA_LAUNCHED();
     return 0;
 }

@@ -45,8 +45,7 @@ static int upload_matrix(pl_bf16 *dst, const pl_weight *wt, upload_ctx *u)
     return 0;
 }
 
-/* cudaMalloc + copy of n floats (NULL src gives NULL). */
-static int upload_f32(float **dst, const float *src, size_t n, size_t *bytes)
+int pl_cuda_upload_f32(float **dst, const float *src, size_t n, size_t *bytes)
 {
     *dst = NULL;
     if (!src)
@@ -89,7 +88,7 @@ static int upload_bias(float **dst, const pl_model *m, const pl_layer *L, size_t
     memcpy(cat, L->bq, q * sizeof(float));
     memcpy(cat + q, L->bk, kv * sizeof(float));
     memcpy(cat + q + kv, L->bv, kv * sizeof(float));
-    int rc = upload_f32(dst, cat, q + 2 * kv, bytes);
+    int rc = pl_cuda_upload_f32(dst, cat, q + 2 * kv, bytes);
     free(cat);
     return rc;
 }
@@ -105,8 +104,8 @@ static int upload_experts(pl_cuda_layer *d, const pl_model *m, const pl_layer *L
     pl_cuda_moe_w *out[3] = {&d->gate_exps, &d->up_exps, &d->down_exps};
     if (!L->gate_inp.f32)
         return pl_cuda_fail_(__FILE__, __LINE__, "the router is not kept in f32");
-    if (upload_f32(&d->router, L->gate_inp.f32, (size_t)m->n_expert * m->n_embd, bytes) != 0
-        || upload_f32(&d->router_b, L->gate_inp_b, (size_t)m->n_expert, bytes) != 0)
+    if (pl_cuda_upload_f32(&d->router, L->gate_inp.f32, (size_t)m->n_expert * m->n_embd, bytes) != 0
+        || pl_cuda_upload_f32(&d->router_b, L->gate_inp_b, (size_t)m->n_expert, bytes) != 0)
         return -1;
     for (int i = 0; i < 3; i++) {
         if (pl_cuda_moe_upload(x[i], b[i], out[i], e, sizeof e) != 0)
@@ -124,12 +123,14 @@ static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
     const pl_weight *gu[2] = {&L->w_gate, &L->w_up};
     const pl_weight *wo[1] = {&L->wo}, *wd[1] = {&L->w_down};
     d->n_swa = L->n_swa;
-    if (upload_f32(&d->attn_norm, L->attn_norm, (size_t)m->n_embd, u->bytes) != 0
-        || upload_f32(&d->ffn_norm, L->ffn_norm, (size_t)m->n_embd, u->bytes) != 0
-        || upload_f32(&d->q_norm, L->attn_q_norm, (size_t)m->head_dim, u->bytes) != 0
-        || upload_f32(&d->k_norm, L->attn_k_norm, (size_t)m->head_dim, u->bytes) != 0
-        || upload_f32(&d->attn_post_norm, L->attn_post_norm, (size_t)m->n_embd, u->bytes) != 0
-        || upload_f32(&d->ffn_post_norm, L->ffn_post_norm, (size_t)m->n_embd, u->bytes) != 0
+    if (pl_cuda_upload_f32(&d->attn_norm, L->attn_norm, (size_t)m->n_embd, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->ffn_norm, L->ffn_norm, (size_t)m->n_embd, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->q_norm, L->attn_q_norm, (size_t)m->head_dim, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->k_norm, L->attn_k_norm, (size_t)m->head_dim, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->attn_post_norm, L->attn_post_norm, (size_t)m->n_embd,
+                              u->bytes) != 0
+        || pl_cuda_upload_f32(&d->ffn_post_norm, L->ffn_post_norm, (size_t)m->n_embd,
+                              u->bytes) != 0
         || upload_bias(&d->bqkv, m, L, u->bytes) != 0
         || upload_stack(&d->wqkv, qkv, 3, u) != 0
         || upload_stack(&d->wo, wo, 1, u) != 0)
@@ -150,10 +151,11 @@ static int upload_all(pl_cuda_weights *w, const pl_model *m, upload_ctx *u)
         w->output = w->tok_embd;
     else if (upload_stack(&w->output, out, 1, u) != 0)
         return -1;
-    if (upload_f32(&w->output_norm, m->output_norm, (size_t)m->n_embd, u->bytes) != 0
-        || upload_f32(&w->rope_inv_freq, m->rope_inv_freq, (size_t)m->n_rot / 2, u->bytes) != 0
-        || upload_f32(&w->rope_inv_freq_swa, m->rope_inv_freq_swa, (size_t)m->n_rot / 2,
-                      u->bytes) != 0)
+    if (pl_cuda_upload_f32(&w->output_norm, m->output_norm, (size_t)m->n_embd, u->bytes) != 0
+        || pl_cuda_upload_f32(&w->rope_inv_freq, m->rope_inv_freq, (size_t)m->n_rot / 2,
+                              u->bytes) != 0
+        || pl_cuda_upload_f32(&w->rope_inv_freq_swa, m->rope_inv_freq_swa, (size_t)m->n_rot / 2,
+                              u->bytes) != 0)
         return -1;
     for (int l = 0; l < m->n_layer; l++) {
         const pl_layer *L = &m->layers[l];

@@ -48,6 +48,9 @@ typedef struct pl_cuda_weights {
  *  threads. 0, or -1 when wt's type cannot be dequantised. */
 int pl_cuda_dequant_bf16(const pl_weight *wt, size_t r0, size_t n, pl_bf16 *dst,
                          int n_threads);
+/** cudaMalloc + copy of n floats into *dst, n * 4 added to *bytes (NULL
+ *  src: *dst NULL). 0, or -1 (pl_cuda_last_error). */
+int pl_cuda_upload_f32(float **dst, const float *src, size_t n, size_t *bytes);
 /** Threads for model load: want (--load-threads) when > 0, else the online
  *  CPUs; at most PL_CUDA_LOAD_MAX_THREADS. */
 int pl_cuda_weights_threads(int want);
