@@ -165,18 +165,41 @@ static pl_batch_seq *victim_(pl_batch *b, const pl_batch_step *st)
     return NULL;
 }
 
+/* The most rows of s, at most n, whose blocks it gets now: n, or fewer
+ * when a chunk of n rows needs more blocks than are left. On a grouped
+ * model a sliding group holds the window before a chunk and the chunk's
+ * own positions together, so one long prefill chunk can need more blocks
+ * than the whole cache has (and far more than the sequence keeps once
+ * the chunk is computed): asked whole, it would never be scheduled.
+ * 0 when not even one row gets its blocks. */
+static int fit_rows_(pl_batch *b, pl_batch_seq *s, int n)
+{
+    while (!pl_batch_ensure_blocks_(b, s, s->num_computed + n)) {
+        if (n == 1)
+            return 0;
+        n /= 2;
+    }
+    return n;
+}
+
 /* Blocks for n more positions of s, preempting lower-priority sequences
- * as needed. Returns false when s itself was the victim. */
-static bool reserve_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
+ * as needed; when none is left to preempt, a prefill chunk shrinks to
+ * what fits (fit_rows_) before s gives way itself. Returns the rows s
+ * got blocks for, 0 when s itself was the victim. */
+static int reserve_(pl_batch *b, pl_batch_step *st, pl_batch_seq *s, int n)
 {
     while (!pl_batch_ensure_blocks_(b, s, s->num_computed + n)) {
         pl_batch_seq *v = victim_(b, st);
+        bool last = !v || v == s;
+        int k = last && n > 1 ? fit_rows_(b, s, n / 2) : 0;
+        if (k > 0)
+            return k;
         pl_batch_preempt_(b, v ? v : s);
         st->n_preempted++;
-        if (!v || v == s)
-            return false;
+        if (last)
+            return 0;
     }
-    return true;
+    return n;
 }
 
 static int index_of_(const pl_batch *b, const pl_batch_seq *s)
@@ -202,9 +225,9 @@ static void schedule_running_(pl_batch *b, pl_batch_step *st, bool decode_pass)
         bool decode = s->n_tokens - s->num_computed <= 1;
         if (want == 0 || decode != decode_pass)
             continue;
-        int n = want < budget ? want : budget;
         int before = st->n_preempted;
-        bool ok = reserve_(b, st, s, n);
+        int n = reserve_(b, st, s, want < budget ? want : budget);
+        bool ok = n > 0;
         if (ok)
             fill_seq_(b, st, s, n);
         if (st->n_preempted != before)
@@ -323,7 +346,13 @@ static void schedule_waiting_(pl_batch *b, pl_batch_step *st)
         pl_batch_admit_(b, s);
         int left = s->n_tokens - s->num_computed;
         int n = left < budget ? left : budget;
-        if (!pl_batch_ensure_blocks_(b, s, s->num_computed + n)) {
+        /* Alone, s takes the chunk that fits (fit_rows_): nothing would
+         * ever free more blocks for it. */
+        if (b->n_running == 1)
+            n = fit_rows_(b, s, n);
+        else if (!pl_batch_ensure_blocks_(b, s, s->num_computed + n))
+            n = 0;
+        if (n == 0) {
             pl_batch_unadmit_(b, s);
             return;
         }

@@ -343,3 +343,40 @@ Test(kv_groups, groups_never_alias)
     cr_assert(pl_kv_blocks_check_idle(kv, why, sizeof why), "%s", why);
     pl_kv_blocks_free(kv);
 }
+
+/* A prefill chunk of a whole 100-token prompt needs the sliding groups'
+ * blocks of all its positions at once (6 groups x 25 blocks), more than
+ * the 64-block cache; the sequence keeps far fewer once computed (the
+ * full group's 30 and 4 per sliding group at 120 positions). Asked whole,
+ * the chunk never got its blocks and, nothing else running to free any,
+ * the sequence waited forever (a debate on Gemma 3 under --kv-cache-mb
+ * pressure stopped dispatching). It must take the chunk that fits, run
+ * to the end, and give every block back. The same with another sequence
+ * running beside it: the long one waits for it, then goes. */
+Test(kv_groups, a_chunk_larger_than_the_cache_shrinks_to_fit)
+{
+    harness h;
+    h_init(&h, 64, 128, false);
+    int32_t p[100], q[8];
+    for (int i = 0; i < 100; i++)
+        p[i] = 3000 + i;
+    for (int i = 0; i < 8; i++)
+        q[i] = 5000 + i;
+    long steady = pl_kv_layout_need(h.lo.n_kinds, h.lo.kind_window, h.lo.kind_groups, BS, 120);
+    cr_assert_leq(steady, 64, "the sequence fits once computed (%ld blocks)", steady);
+    cr_assert_gt(6 * 25, 64, "its whole first chunk does not");
+    pl_batch_seq *other = add(&h, 1, q, 8, 30);
+    pl_batch_seq *s = add(&h, 2, p, 100, 20);
+    (void)other;
+    int steps = 0;
+    while (pl_batch_has_seqs(h.b)) {
+        cr_assert_gt(h_step(&h), 0, "step %d scheduled nothing (%d computed of %d)", steps,
+                     s->num_computed, s->n_tokens);
+        cr_assert_lt(++steps, 400);
+        pl_kv_stats st;
+        pl_kv_blocks_stats(h.kv, &st);
+        cr_assert_leq(st.used, 64);
+    }
+    assert_idle(&h);
+    h_free(&h);
+}
