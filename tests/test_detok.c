@@ -225,3 +225,95 @@ Test(detok, smollm2_stream_round_trip)
     pl_tokenizer_free(t);
     pl_gguf_free(g);
 }
+
+/* ---- unused tokens (a vocabulary's padding) ---- */
+
+#define PUT(p, n) (memcpy(buf + o, (p), (n)), o += (n))
+static size_t put_str(uint8_t *buf, size_t o, const char *s)
+{
+    uint64_t n = strlen(s);
+    PUT(&n, 8);
+    PUT(s, n);
+    return o;
+}
+
+/* A GGUF v3 image of a gpt2 tokenizer: tokens[i] of types[i], no merges. */
+static size_t vocab_gguf(uint8_t *buf, const char *const *tokens, const int32_t *types, int n)
+{
+    size_t o = 0;
+    uint32_t v32 = 3, t;
+    uint64_t v64 = 0;
+    PUT("GGUF", 4);
+    PUT(&v32, 4);
+    PUT(&v64, 8);
+    v64 = 4;
+    PUT(&v64, 8);
+    o = put_str(buf, o, "tokenizer.ggml.model");
+    t = PL_GGUF_TYPE_STRING;
+    PUT(&t, 4);
+    o = put_str(buf, o, "gpt2");
+    const char *arrays[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type",
+                            "tokenizer.ggml.merges"};
+    uint32_t et[] = {PL_GGUF_TYPE_STRING, PL_GGUF_TYPE_INT32, PL_GGUF_TYPE_STRING};
+    uint64_t len[] = {(uint64_t)n, (uint64_t)n, 0};
+    for (int a = 0; a < 3; a++) {
+        o = put_str(buf, o, arrays[a]);
+        t = PL_GGUF_TYPE_ARRAY;
+        PUT(&t, 4);
+        PUT(&et[a], 4);
+        PUT(&len[a], 8);
+        for (int i = 0; i < (int)len[a]; i++) {
+            if (a == 0)
+                o = put_str(buf, o, tokens[i]);
+            else
+                PUT(&types[i], 4);
+        }
+    }
+    o = put_str(buf, o, "tokenizer.ggml.eos_token_id");
+    t = PL_GGUF_TYPE_UINT32;
+    PUT(&t, 4);
+    v32 = 1;
+    PUT(&v32, 4);
+    return o;
+}
+#undef PUT
+
+/* Unused tokens (llama.cpp's converter pads a vocabulary with them, as
+ * Qwen's: [PAD...]) show as nothing, as llama.cpp's token_to_piece renders
+ * them, and so do control tokens; both show with special tokens asked for. */
+Test(detok, unused_and_control_tokens_are_hidden)
+{
+    static uint8_t buf[4096];
+    const char *tokens[] = {"a", "<|end|>", "[PAD0]", "b"};
+    const int32_t types[] = {1, 3, 5, 1};
+    size_t n = vocab_gguf(buf, tokens, types, 4);
+    char err[256];
+    pl_gguf *g = pl_gguf_parse(buf, n, err, sizeof err);
+    cr_assert_not_null(g, "%s", err);
+    pl_tokenizer *t = pl_tokenizer_from_gguf(g, err, sizeof err);
+    cr_assert_not_null(t, "%s", err);
+    cr_assert_eq(pl_tokenizer_token_type(t, 2), PL_TOKEN_TYPE_UNUSED);
+    const int32_t ids[] = {0, 2, 1, 3};
+    const char *want[2] = {"ab", "a[PAD0]<|end|>b"};
+    for (int special = 0; special < 2; special++) {
+        pl_detok d;
+        cr_assert_eq(pl_detok_init(&d, t, NULL, 0, special), 0);
+        char got[64];
+        size_t o = 0;
+        pl_detok_out out;
+        for (int i = 0; i < 4; i++) {
+            cr_assert_eq(pl_detok_feed(&d, ids[i], &out), 0);
+            memcpy(got + o, out.text, out.len);
+            o += out.len;
+        }
+        cr_assert_eq(pl_detok_flush(&d, &out), 0);
+        memcpy(got + o, out.text, out.len);
+        o += out.len;
+        cr_assert_eq(o, strlen(want[special]), "special %d: '%.*s'", special, (int)o, got);
+        cr_assert_eq(memcmp(got, want[special], o), 0, "special %d: '%.*s'", special, (int)o,
+                     got);
+        pl_detok_free(&d);
+    }
+    pl_tokenizer_free(t);
+    pl_gguf_free(g);
+}

@@ -25,7 +25,7 @@
 
 typedef struct pl_detok {
     const pl_tokenizer *tok;     /**< borrowed; may be NULL for bytes only */
-    bool special;                /**< emit control tokens' text */
+    bool special;                /**< emit control and unused tokens' text */
     int n_stops;
     char *stops[PL_DETOK_MAX_STOPS];       /**< owned copies */
     size_t stop_len[PL_DETOK_MAX_STOPS];
