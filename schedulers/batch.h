@@ -137,9 +137,9 @@ typedef struct pl_batch_config {
      *  prefix hit resumes only where a checkpoint is (the longest
      *  checkpointed prefix of the hit; none: from 0), no partial-block
      *  reuse, and checkpoints are saved at the block boundaries a step's
-     *  prompt rows reach: every ckpt_every blocks (0: none such) and, for
-     *  a hinted conversation (kv_blocks.h), at the last block boundary of
-     *  the prompt and at pl_batch_seq.ck_share. */
+     *  prompt rows reach: every ckpt_every blocks (0: none such), at the
+     *  last block boundary of every prompt, and, for a hinted
+     *  conversation (kv_blocks.h), at pl_batch_seq.ck_share. */
     struct pl_kv_ckpt *ckpt;
     int ckpt_every;
 } pl_batch_config;

@@ -312,15 +312,17 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
 }
 
 /* Whether s's state at block boundary P is checkpointed (batch.h,
- * pl_batch_config.ckpt_every and the hinted positions). */
+ * pl_batch_config.ckpt_every, the prompt's end and the hinted share
+ * point). The prompt's last block boundary is kept for every request, as
+ * llama-server keeps a checkpoint of each prompt: a chat's next turn
+ * (prompt, reply, new message) resumes there whether or not anyone sent
+ * hints, which an API client over HTTP never does. */
 static bool ck_wanted_(const pl_batch *b, const pl_batch_seq *s, int P)
 {
     int bs = b->block_size, every = b->cfg.ckpt_every;
-    if (every > 0 && P / bs % every == 0)
+    if ((every > 0 && P / bs % every == 0) || P == s->n_prompt / bs * bs)
         return true;
-    if (!pl_kv_blocks_hinted(b->kv, s->conv_key))
-        return false;
-    return P == s->n_prompt / bs * bs || P == s->ck_share;
+    return P == s->ck_share && pl_kv_blocks_hinted(b->kv, s->conv_key);
 }
 
 /* Checkpoints of s's state at the block boundaries its rows of the step

@@ -91,8 +91,9 @@ const pl_option pl_options[] = {
     OPT("prefix-checkpoint-blocks", PL_OPT_INT, 0, 1048576, "4", NULL, NULL,
         engine.core.ckpt_every, M,
         "hybrid models (recurrent layers): checkpoint the recurrent state every this many KV "
-        "blocks of a prompt, so a prefix hit resumes there (0: only at the positions jobs' "
-        "retention hints name: a round's shared prefix, a prompt's end)"),
+        "blocks of a prompt, so a prefix hit resumes there (0: none such; every prompt's last "
+        "block boundary is checkpointed either way, and a debate round's shared prefix where "
+        "jobs' retention hints name it)"),
     OPT("kv-cache-f16", PL_OPT_BOOL, 0, 0, "true", NULL, NULL, engine.cpu.kv_f16, M,
         "CPU: K/V cache in IEEE halves, as llama.cpp keeps it: twice the tokens per MiB, and "
         "half the bytes attention reads per token (--no-kv-cache-f16: floats)"),

@@ -9,8 +9,8 @@
  *  - a prefix hit restores at the longest checkpointed prefix (the load in
  *    the step's input), falls back to an earlier checkpoint when the hit's
  *    end has none, and to position 0 when none is left (evicted);
- *  - hinted conversations checkpoint at a prompt's last block boundary
- *    and where two of its queued prompts part. */
+ *  - every prompt checkpoints at its last block boundary; hinted
+ *    conversations also where two of its queued prompts part. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,22 +139,24 @@ Test(kv_ckpt, batch_saves_restores_and_falls_back)
     pl_batch_seq *a = h_add(&h, 1, p, 22, 0);
     pl_step_input *in = h_step(&h);
     cr_assert_eq(in->n_ck_load, 0);
-    cr_assert_eq(in->n_ck_save, 2, "saves at 8 and 16 in the 22-row step");
+    cr_assert_eq(in->n_ck_save, 3, "saves at 8 and 16, and 20 (the prompt's end), in the "
+                 "22-row step");
     cr_assert_eq(in->ck_save_pos[0], 8);
     cr_assert_eq(in->ck_save_pos[1], 16);
+    cr_assert_eq(in->ck_save_pos[2], 20);
     cr_assert_eq(in->ck_save_slot[0], a->slot);
-    int ck16 = in->ck_save_id[1];
+    int ck20 = in->ck_save_id[2];
     pl_batch_finish(h.b, a);
-    /* The same prompt: the hit (5 full blocks, 20 positions) resumes at 16,
-     * the longest checkpointed prefix. */
+    /* The same prompt: the hit (5 full blocks, 20 positions) resumes at 20,
+     * the longest checkpointed prefix: its end's. */
     pl_batch_seq *b = h_add(&h, 2, p, 22, 0);
     in = h_step(&h);
     cr_assert_eq(in->n_ck_load, 1);
-    cr_assert_eq(in->ck_load_pos[0], 16);
-    cr_assert_eq(in->ck_load_id[0], ck16);
+    cr_assert_eq(in->ck_load_pos[0], 20);
+    cr_assert_eq(in->ck_load_id[0], ck20);
     cr_assert_eq(in->ck_load_slot[0], b->slot);
-    cr_assert_eq(in->positions[0], 16, "recomputes from the checkpoint");
-    cr_assert_eq(b->n_cached, 16);
+    cr_assert_eq(in->positions[0], 20, "recomputes from the checkpoint");
+    cr_assert_eq(b->n_cached, 20);
     pl_batch_finish(h.b, b);
     /* Parts at 14: blocks 0..2 hit, the hit ends at 12 (no checkpoint),
      * it falls back to 8. */
@@ -164,7 +166,7 @@ Test(kv_ckpt, batch_saves_restores_and_falls_back)
     cr_assert_eq(in->n_ck_load, 1);
     cr_assert_eq(in->ck_load_pos[0], 8);
     cr_assert_eq(in->positions[0], 8);
-    cr_assert_eq(in->n_ck_save, 2, "its own at 16 and 24 (8 has one)");
+    cr_assert_eq(in->n_ck_save, 3, "its own at 16, 24 and 28, its end (8 has one)");
     pl_batch_finish(h.b, c);
     h_free(&h);
 }
@@ -177,13 +179,15 @@ Test(kv_ckpt, batch_without_checkpoint_recomputes_from_zero)
     prompt(p, 22, 0, 0);
     pl_batch_seq *a = h_add(&h, 1, p, 22, 0);
     pl_step_input *in = h_step(&h);
-    cr_assert_eq(in->n_ck_save, 2);
+    cr_assert_eq(in->n_ck_save, 3, "8 and 16 (every 2 blocks), 20 (the prompt's end)");
+    cr_assert_eq(in->ck_save_pos[2], 20);
     cr_assert_eq(in->ck_save_id[0], in->ck_save_id[1]);
+    cr_assert_eq(in->ck_save_id[1], in->ck_save_id[2]);
     pl_batch_finish(h.b, a);
     pl_kv_ckpt_stats st;
     pl_kv_ckpt_stats_get(h.ck, &st);
-    cr_assert_eq(st.evictions, 1);
-    /* Only 16 kept: a prompt parting at 14 has blocks to 12 cached but no
+    cr_assert_eq(st.evictions, 2);
+    /* Only 20 kept: a prompt parting at 14 has blocks to 12 cached but no
      * checkpoint at or before it: from 0, every block recomputed. */
     int32_t q[40];
     prompt(q, 22, 14, 100);
@@ -222,12 +226,18 @@ Test(kv_ckpt, hinted_prompt_end_and_shared_prefix)
     cr_assert_eq(in->ck_save_pos[in->n_ck_save - 1], 24);
     pl_batch_finish(h.b, a);
     pl_batch_finish(h.b, b);
-    /* Unhinted: no checkpoint anywhere. */
-    int32_t r[40];
-    prompt(r, 30, 0, 500);
+    /* Unhinted: the prompt's end only (a chat's next turn resumes there),
+     * not where it parts from a queued prompt of its conversation. */
+    int32_t r[40], t[40];
+    prompt(r, 30, 18, 500);
+    prompt(t, 27, 18, 600);
     h_add(&h, 3, r, 30, 99);
+    h_add(&h, 4, t, 27, 99);
     in = h_step(&h);
-    cr_assert_eq(in->n_ck_save, 0);
+    cr_assert_eq(in->n_ck_save, 2, "28 and 24, the prompts' ends");
+    for (int i = 0; i < in->n_ck_save; i++)
+        cr_assert(in->ck_save_pos[i] == 28 || in->ck_save_pos[i] == 24, "at %d",
+                  in->ck_save_pos[i]);
     h_free(&h);
 }
 
@@ -287,11 +297,14 @@ Test(kv_ckpt, admission_counts_the_checkpointed_prefix)
             h.cfg.ckpt = NULL;
             h.b = pl_batch_new(&h.cfg, h.kv);
         }
-        int32_t p[40];
-        prompt(p, 22, 0, 0);
-        h_add(&h, 1, p, 22, 0);
-        h_step(&h);                  /* runs on: its 6 blocks in use, checkpoints at 8, 16 */
-        h_add(&h, 2, p, 22, 0);      /* waits: 5 full blocks cached */
+        int32_t p[40], q[40];
+        prompt(p, 30, 0, 0);
+        prompt(q, 30, 22, 100);
+        h_add(&h, 1, p, 30, 0);
+        h_step(&h);                  /* runs on: its 8 blocks in use, checkpoints at 8, 16,
+                                        24 and 28 (its end) */
+        h_add(&h, 2, q, 30, 0);      /* waits: 5 full blocks cached (it parts at 22), the
+                                        last checkpoint among them at 16 */
         pl_batch_kv_acct a;
         pl_batch_kv_account(h.b, 4, &a);
         reserved[with] = a.reserved;

@@ -6,8 +6,9 @@ tests/fixtures/tiny_qwen35.gguf) through recurrent-state checkpoints
   layout, constrained answers, greedy) through `parley run`: with retention
   hints on, at least 85 % of the prompt tokens of rounds 2 and 3 come from
   the cache (the job's stats: cache.round2plus_*); with hints off and no
-  periodic checkpoints none do (a hit needs a checkpoint), and with hints
-  off but a checkpoint every 4 blocks the figure is reported;
+  periodic checkpoints fewer do (a hit needs a checkpoint: only each
+  prompt's end has one, not the round's shared prefix), and with hints off
+  but a checkpoint every 4 blocks the figure is reported;
 - under a small --kv-cache-mb (few checkpoint slots) checkpoints are
   evicted, prefix hits still resume from the ones left, and every greedy
   reply is the one a server without prefix caching gives (the cold
