@@ -2,7 +2,10 @@
 # bench_remote_debate.sh - the debate example (scaled by make_debate_job.py)
 # run by a parley gateway (`parley run --upstream`) against upstream parley
 # CPU engines: 1 upstream, 2 upstreams with conversation affinity, 2 without
-# (--no-upstream-affinity). Each configuration gets freshly started
+# (--no-upstream-affinity), and `llama`: llama.cpp's llama-server (the
+# peer, LLAMA_SERVER) serving the same file as the one upstream, with
+# --parallel slots (BENCH_LLAMA_NP, default 8) of BENCH_LLAMA_CTX tokens
+# each (default 2048) and its own prompt cache. Each configuration gets freshly started
 # upstreams (cold prefix caches). Reports makespan, the 1 vs 2 ratio, and
 # the share of round >= 2 prompt tokens the upstreams served from their
 # prefix cache (cached_tokens in the usage they return, from the
@@ -11,7 +14,9 @@
 # Env: PARLEY_MODEL, BENCH_OUT (default /tmp/parley-remote-debate),
 #      BENCH_CONFIGS (default "one two two_noaff"), BENCH_THREADS (1 per engine),
 #      PARLEY_BIN (default build/parley: the gateway and the engines),
-#      BENCH_KV_MB (each engine's --kv-cache-mb, default 256: its capacity)
+#      BENCH_KV_MB (each engine's --kv-cache-mb, default 256: its capacity),
+#      LLAMA_SERVER (the `llama` configuration's binary, default
+#      bench/build_llama_server.sh's)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-6}
@@ -44,10 +49,24 @@ engine() { # -> url
     for _ in $(seq 600); do grep -q listening "$out" && break; sleep 0.1; done
     grep -o 'http://[^ ]*' "$out" | head -1
 }
+llama() { # -> url
+    local out port; out=$(mktemp "$OUT/llama.XXXX")
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    local np=${BENCH_LLAMA_NP:-8}
+    "${LLAMA_SERVER:-$(bench/build_llama_server.sh)}" -m "$MODEL" --host 127.0.0.1 --port "$port" \
+        -t "${BENCH_THREADS:-1}" -tb "${BENCH_THREADS:-1}" --parallel "$np" \
+        -c $((np * ${BENCH_LLAMA_CTX:-2048})) --alias smollm --no-webui > "$out" 2>&1 &
+    echo $! >> "$PIDS"
+    for _ in $(seq 1200); do
+        curl -sf "http://127.0.0.1:$port/health" > /dev/null 2>&1 && break; sleep 0.1
+    done
+    echo "http://127.0.0.1:$port"
+}
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for c in $CONFIGS; do
-    e1=$(engine); ups=(--upstream "$e1/v1"); extra=()
-    if [ "$c" != one ]; then e2=$(engine); ups+=(--upstream "$e2/v1"); fi
+    if [ "$c" = llama ]; then e1=$(llama); else e1=$(engine); fi
+    ups=(--upstream "$e1/v1"); extra=()
+    if [ "$c" = two ] || [ "$c" = two_noaff ]; then e2=$(engine); ups+=(--upstream "$e2/v1"); fi
     [ "$c" = two_noaff ] && extra=(--no-upstream-affinity)
     echo "== $c: ${ups[*]} ${extra[*]} (load $(cut -d' ' -f1 /proc/loadavg))" >&2
     "$BIN" run "$JOB" "${ups[@]}" "${extra[@]}" --output "$OUT/$c" \
@@ -77,7 +96,7 @@ for c in cfgs:
                    hit2=c2 / p2 if p2 else 0, c2=c2, p2=p2, hit1=c1 / p1 if p1 else 0)
 print("| upstreams | makespan (s) | round>=2 prompt tokens from upstream prefix cache | round 1 | requests | succeeded/failed | affinity hits/moves | replica capacity |")
 print("|---|---|---|---|---|---|---|---|")
-names = {"one": "1 CPU engine", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
+names = {"one": "1 CPU engine", "llama": "1 llama-server", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
 for c in cfgs:
     r = rows[c]
     print("| %s | %.1f | %.1f%% (%d/%d) | %.1f%% | %d | %d/%d | %d/%d | %s |" % (names.get(c, c),
@@ -88,5 +107,8 @@ if "one" in rows and "two" in rows:
     if "two_noaff" in rows:
         print("; affinity off / on: %.2fx" % (rows["two_noaff"]["ms"] / rows["two"]["ms"]), end="")
     print(".")
+if "one" in rows and "llama" in rows:
+    print("\nmakespan llama-server / parley engine behind the remote backend: %.2fx" %
+          (rows["llama"]["ms"] / rows["one"]["ms"]))
 PY
 echo "load average: $LOAD0 at the start, $LOAD1 at the end"
