@@ -4,6 +4,7 @@
 #include "api/access_log.h"
 #include "api/anthropic.h"
 #include "src/base/json_dump.h"
+#include "src/base/utf8.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,15 +88,13 @@ void pl_reply_buffer(struct evhttp_request *req, int status, const char *content
     evhttp_send_reply(req, status, pl_http_reason(status), body);
 }
 
-static size_t utf8_seq_len(const unsigned char *s, size_t n);
-
 /* Messages quote what the client sent (paths, header values): make them
  * valid UTF-8, which JSON strings must be, or the error itself fails. */
 static void utf8_clean(char *dst, const char *src, size_t cap)
 {
     size_t n = strlen(src), j = 0;
     for (size_t i = 0; i < n && j + 4 < cap;) {
-        size_t k = utf8_seq_len((const unsigned char *)src + i, n - i);
+        size_t k = pl_utf8_seq_len((const unsigned char *)src + i, n - i);
         unsigned char c = (unsigned char)src[i];
         if (k == 0 || (k == 1 && c < 0x20 && c != '\t')) {
             dst[j++] = '?';
@@ -183,83 +182,6 @@ json_t *pl_read_json_body_flags(struct evhttp_request *req, long max_bytes, size
     return root;
 }
 
-/* Length of a valid UTF-8 sequence at s (max n bytes), or 0 when invalid. */
-static size_t utf8_seq_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t need;
-    unsigned min;
-    if (c < 0x80)
-        return 1;
-    if ((c & 0xE0) == 0xC0) { need = 2; min = 0x80; }
-    else if ((c & 0xF0) == 0xE0) { need = 3; min = 0x800; }
-    else if ((c & 0xF8) == 0xF0) { need = 4; min = 0x10000; }
-    else return 0;
-    if (need > n)
-        return 0;
-    unsigned cp = c & (0x7F >> need);
-    for (size_t i = 1; i < need; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-        return 0;
-    return need;
-}
-
-/* Bytes of the ill-formed sequence at s (max n) that one U+FFFD replaces:
- * the longest start of a valid sequence, at least 1 (Unicode's "maximal
- * subpart", as Python's and browsers' decoders replace). */
-static size_t utf8_bad_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                : c >= 0xF0 && c <= 0xF4 ? 4 : 1;
-    size_t k = 1;
-    for (; k < need && k < n; k++) {
-        unsigned lo = 0x80, hi = 0xBF;
-        if (k == 1 && c == 0xE0)
-            lo = 0xA0;                 /* no overlongs */
-        else if (k == 1 && c == 0xED)
-            hi = 0x9F;                 /* no surrogates */
-        else if (k == 1 && c == 0xF0)
-            lo = 0x90;
-        else if (k == 1 && c == 0xF4)
-            hi = 0x8F;                 /* up to U+10FFFF */
-        if (s[k] < lo || s[k] > hi)
-            break;
-    }
-    return k;
-}
-
-json_t *pl_json_string_lossy(const char *s, size_t len)
-{
-    json_t *j = json_stringn(s ? s : "", s ? len : 0);
-    if (j || !s)
-        return j;
-    char *t = malloc(3 * len + 1);
-    if (!t)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = 0;
-    for (size_t i = 0; i < len;) {
-        size_t k = p[i] < 0x80 ? 1 : utf8_seq_len(p + i, len - i);
-        if (k) {
-            memcpy(t + n, p + i, k);
-            n += k;
-            i += k;
-        } else {
-            memcpy(t + n, "\xEF\xBF\xBD", 3);
-            n += 3;
-            i += utf8_bad_len(p + i, len - i);
-        }
-    }
-    j = json_stringn_nocheck(t, n);
-    free(t);
-    return j;
-}
-
 void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";
@@ -273,7 +195,7 @@ void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
             continue;
         }
         if (c >= 0x80) {
-            size_t k = utf8_seq_len(p + i, len - i);
+            size_t k = pl_utf8_seq_len(p + i, len - i);
             if (k) {
                 run += k;
                 i += k;
@@ -294,8 +216,8 @@ void pl_json_escape(struct evbuffer *b, const char *s, size_t len)
         case '\t': esc[1] = 't'; break;
         default:
             if (c >= 0x80) {          /* invalid UTF-8 */
-                evbuffer_add(b, "\xEF\xBF\xBD", 3);
-                i += utf8_bad_len(p + i, len - i);
+                evbuffer_add(b, PL_UTF8_REPLACEMENT, 3);
+                i += pl_utf8_bad_len(p + i, len - i);
                 continue;
             }
             memcpy(esc, "\\u00", 4);

@@ -10,6 +10,7 @@
 #include <jansson.h>
 
 #include "backends/backend.h"
+#include "src/base/utf8.h"   /* pl_json_string_lossy, as the stream replaces */
 
 /** Send a JSON reply with the given status; steals the reference to body.
  *  body NULL (a failed json_pack) or out-of-memory sends a 500 error. */
@@ -42,11 +43,6 @@ json_t *pl_read_json_body_flags(struct evhttp_request *req, long max_bytes, size
  *  Each ill-formed UTF-8 sequence (its longest valid start, or one byte)
  *  becomes U+FFFD, as Python's errors="replace" decodes it. */
 void pl_json_escape(struct evbuffer *b, const char *s, size_t len);
-
-/** A JSON string of s[0..len) with ill-formed UTF-8 replaced as by
- *  pl_json_escape (text cut inside a character by max_tokens, say). NULL
- *  only when out of memory. */
-json_t *pl_json_string_lossy(const char *s, size_t len);
 
 /** Reason phrase for a status code. */
 const char *pl_http_reason(int status);

@@ -11,6 +11,7 @@
 
 #include "backends/mock/mock.h"
 #include "backends/req_metrics.h"
+#include "backends/text/reasoning_format.h"
 #include "src/jobs/jobs.h"
 #include "src/jobs/prompt.h"
 
@@ -397,6 +398,88 @@ Test(jobs, backend_error_fails_only_its_conversation, .init = setup, .fini = tea
     json_decref(m);
     pl_job_free(j);
     pl_backend_free(b);
+    pl_io_pool_free(io);
+    event_base_free(base);
+}
+
+/* ---- a backend whose model emits bytes that are not valid UTF-8 ---- */
+
+/* A reply cut inside a character (max_tokens), a lone 0xFF and a bad
+ * sequence in the reasoning, sent in two deltas that split "é" between
+ * them (a character split across deltas is valid once joined). */
+static const char *const bad_deltas[] = {
+    "<think>\xE2\x80 ok\xFF</think>caf\xC3", "\xA9 \xFF Answer: B \xE2\x82",
+};
+/* The same as python3 -c 'print(b"...".decode("utf-8", "replace"))'
+ * writes it: one U+FFFD per maximal ill-formed subpart. */
+#define U_FFFD "\xEF\xBF\xBD"
+static const char *const want_content = "caf\xC3\xA9 " U_FFFD " Answer: B " U_FFFD;
+static const char *const want_reasoning = U_FFFD " ok" U_FFFD;
+
+static void bytes_fire(evutil_socket_t fd, short w, void *ud)
+{
+    pl_sink *sink = ud;
+    for (size_t i = 0; i < sizeof bad_deltas / sizeof bad_deltas[0]; i++) {
+        pl_delta d = {.text = bad_deltas[i], .len = strlen(bad_deltas[i])};
+        sink->on_delta(sink->ud, &d);
+    }
+    pl_result r = {.finish = PL_FINISH_LENGTH, .completion_tokens = 9};
+    sink->on_done(sink->ud, &r);
+    free(sink);
+}
+
+static int bytes_submit(pl_backend *b, const pl_gen_request *req, pl_sink sink,
+                        uint64_t *id, pl_err *err)
+{
+    pl_sink *s = malloc(sizeof *s);
+    cr_assert_not_null(s);
+    *s = sink;
+    *id = 1;
+    struct timeval now = {0, 0};
+    event_base_once(b->base, -1, EV_TIMEOUT, bytes_fire, s, &now);
+    return 0;
+}
+
+static const struct pl_reasoning_format *bytes_reasoning(pl_backend *b)
+{
+    return pl_reasoning_format_find("qwen3");
+}
+
+static const pl_backend_ops bytes_ops = {
+    .kind = "bytes", .submit = bytes_submit, .abort = rec_abort, .capacity = rec_capacity,
+    .free = rec_free, .reasoning_format = bytes_reasoning,
+};
+
+Test(jobs, invalid_utf8_reply_is_kept_with_replacement_characters, .init = setup,
+     .fini = teardown)
+{
+    struct event_base *base = event_base_new();
+    pl_io_pool *io = pl_io_pool_new(base, 1);
+    pl_backend b = {.ops = &bytes_ops, .base = base};
+    const char *fmt = "{\"experiment\":\"u8\",\"models\":{\"m\":{}},"
+                      "\"agents\":[{\"id\":\"a\"}],\"num_rounds\":1,\"questions\":%s}";
+    pl_job_spec s = parse(fmt, 1);
+    counts c = {.base = base};
+    pl_job *j = make_job(base, io, &b, &s, &c);
+    pl_job_start(j);
+    event_base_dispatch(base);
+    cr_assert_eq(pl_job_get_state(j), PL_JOB_COMPLETED);
+    cr_assert_eq(c.ev[PL_JOB_EV_CONVERSATION_COMPLETED], 1);
+    cr_assert_eq(c.ev[PL_JOB_EV_CONVERSATION_FAILED], 0);
+    json_t *t = pl_job_transcript(j, "q0");
+    cr_assert_not_null(t);
+    cr_assert_str_eq(json_string_value(json_object_get(t, "status")), "succeeded");
+    json_t *a0 = json_array_get(json_object_get(t, "attempts"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(a0, "content")), want_content);
+    cr_assert_str_eq(json_string_value(json_object_get(a0, "reasoning")), want_reasoning);
+    cr_assert_str_eq(json_string_value(json_object_get(a0, "answer")), "B");
+    json_t *r0 = json_array_get(json_object_get(t, "rounds"), 0);
+    json_t *m0 = json_array_get(json_object_get(r0, "messages"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(m0, "content")), want_content);
+    json_decref(t);
+    cr_assert_eq(count_index_lines("u8"), 1);
+    pl_job_free(j);
+    pl_req_metrics_free(b.metrics);
     pl_io_pool_free(io);
     event_base_free(base);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/respond.h"
+#include "src/base/utf8.h"
 
 static char *escape(const char *s, size_t n)
 {
@@ -52,7 +53,8 @@ Test(respond, invalid_utf8_becomes_replacement)
 /* Ill-formed UTF-8 as Python's bytes.decode("utf-8", "replace") reads it
  * (one U+FFFD per maximal subpart: the longest start of a valid sequence,
  * or one byte), in the stream (pl_json_escape) and in whole replies
- * (pl_json_string_lossy): expected texts made with
+ * (pl_json_string_lossy, src/base/utf8.c pl_utf8_lossy underneath it):
+ * expected texts made with
  *   python3 -c 'print(b"...".decode("utf-8", "replace").encode())'. */
 Test(respond, ill_formed_utf8_is_replaced_as_python_decodes_it)
 {
@@ -72,6 +74,15 @@ Test(respond, ill_formed_utf8_is_replaced_as_python_decodes_it)
     };
 #undef R
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n;
+        char *t = pl_utf8_lossy(cases[i].in, cases[i].n, &n);
+        cr_assert_not_null(t, "case %zu", i);
+        cr_expect_str_eq(t, cases[i].want, "lossy copy, case %zu", i);
+        cr_expect_eq(n, strlen(cases[i].want), "case %zu", i);
+        free(t);
+        bool same = cases[i].n == strlen(cases[i].want) &&
+                    !memcmp(cases[i].in, cases[i].want, cases[i].n);
+        cr_expect_eq(pl_utf8_valid(cases[i].in, cases[i].n), same, "valid, case %zu", i);
         json_t *j = pl_json_string_lossy(cases[i].in, cases[i].n);
         cr_assert_not_null(j, "case %zu", i);
         cr_expect_str_eq(json_string_value(j), cases[i].want, "case %zu", i);

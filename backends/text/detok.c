@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/text/detok.h"
+#include "src/base/utf8.h"
 
 int pl_detok_init(pl_detok *d, const pl_tokenizer *tok,
                   const char *const *stops, int n_stops, bool special)
@@ -53,26 +54,6 @@ void pl_detok_reset(pl_detok *d)
     d->stopped = -1;
 }
 
-/* Length of a valid UTF-8 sequence at s (strict: no overlongs, surrogates
- * or code points past U+10FFFF); 0 when invalid or cut short. */
-static size_t utf8_valid(const uint8_t *s, size_t len)
-{
-    uint8_t b = s[0];
-    if (b < 0x80)
-        return 1;
-    size_t k = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3 :
-               b >= 0xf0 && b <= 0xf4 ? 4 : 0;
-    if (k == 0 || k > len)
-        return 0;
-    for (size_t i = 1; i < k; i++)
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-    if ((b == 0xe0 && s[1] < 0xa0) || (b == 0xed && s[1] > 0x9f) ||
-        (b == 0xf0 && s[1] < 0x90) || (b == 0xf4 && s[1] > 0x8f))
-        return 0;
-    return k;
-}
-
 /* Bytes at the end of s[0..len) that start a UTF-8 sequence the next
  * bytes could still complete (0 when the end is complete or invalid). */
 static size_t utf8_incomplete_tail(const char *s, size_t len)
@@ -110,13 +91,13 @@ static int emit(pl_detok *d, size_t n, pl_detok_out *o)
         return -1;
     size_t w = 0;
     for (size_t i = 0; i < n;) {
-        size_t k = utf8_valid((const uint8_t *)d->hold + i, n - i);
+        size_t k = pl_utf8_seq_len((const unsigned char *)d->hold + i, n - i);
         if (k) {
             memcpy(d->out + w, d->hold + i, k);
             w += k;
             i += k;
         } else {
-            memcpy(d->out + w, "\xef\xbf\xbd", 3);
+            memcpy(d->out + w, PL_UTF8_REPLACEMENT, 3);
             w += 3;
             i++;
         }

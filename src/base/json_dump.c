@@ -1,5 +1,6 @@
 /* json_dump.c - compact JSON text from a jansson tree (see json_dump.h). */
 #include "src/base/json_dump.h"
+#include "src/base/utf8.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -42,27 +43,6 @@ static void putc_(dumper *d, char c)
     d->buf[d->used++] = c;
 }
 
-/* Length of the valid UTF-8 sequence at s (lead byte >= 0x80), or 0: the
- * rules jansson's utf8_check_full applies (no overlong forms, no
- * surrogates, nothing past U+10FFFF). */
-static size_t utf8_len_(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t k = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-    if (c < 0xC2 || c > 0xF4 || n < k)
-        return 0;
-    uint32_t v = c & (k == 2 ? 0x1F : k == 3 ? 0x0F : 0x07);
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = v << 6 | (s[i] & 0x3F);
-    }
-    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF) || (k == 3 && v < 0x800) ||
-        (k == 4 && v < 0x10000))
-        return 0;
-    return k;
-}
-
 /* The escape for a byte below 0x20, a quote or a backslash. */
 static void put_escape_(dumper *d, unsigned char c)
 {
@@ -98,7 +78,7 @@ static int put_string_(dumper *d, const char *str, size_t n)
             continue;
         }
         if (c >= 0x80) {
-            size_t k = utf8_len_(s + i, n - i);
+            size_t k = pl_utf8_seq_len(s + i, n - i);
             if (!k)
                 return -1;
             i += k;

@@ -10,6 +10,7 @@
 
 #include "src/base/json_pack.h"
 #include "src/base/log.h"
+#include "src/base/utf8.h"
 #include "src/jobs/jobs_internal.h"
 #include "src/jobs/prompt.h"
 
@@ -488,12 +489,25 @@ static int keep_reply(pl_job *j, job_conv *c, const pl_conv_req *saved, char *te
 
 #define JOB_NOMEM_REPLY "out of memory keeping the reply"
 
-/* The reply's reasoning apart from its text, by its model's format. */
-static int split_reply(pl_job *j, job_req *jr, char **reasoning)
+/* The reply taken in: its text made valid UTF-8, then (unless it failed)
+ * its reasoning set apart by its model's format. A model may stop inside
+ * a character or emit bytes that are none, and jansson refuses such text:
+ * every writer of the transcript would fail, so each ill-formed sequence
+ * becomes U+FFFD here, as the API's replies have it. -1: out of memory. */
+static int take_reply(pl_job *j, job_req *jr, bool failed, char **reasoning)
 {
+    if (jr->text && !pl_utf8_valid(jr->text, jr->len)) {
+        size_t n;
+        char *t = pl_utf8_lossy(jr->text, jr->len, &n);
+        if (!t)
+            return -1;
+        free(jr->text);
+        jr->text = t;
+        jr->len = n;
+    }
     const struct pl_reasoning_format *fmt =
         pl_backend_reasoning_format(j->backends[jr->cr->model]);
-    if (pl_job_reply_split(fmt, &jr->text, &jr->len, reasoning) < 0)
+    if (!failed && pl_job_reply_split(fmt, &jr->text, &jr->len, reasoning) < 0)
         return -1;
     jr->cap = jr->text ? jr->len + 1 : 0;
     return 0;
@@ -523,7 +537,7 @@ static void complete_req(pl_job *j, job_req *jr, const char *error)
     const pl_job_agent *ag = &j->spec.agents[saved.agent];
     const pl_job_question *qq = &j->spec.questions[q];
     char *reasoning = NULL;
-    if (!error && live && split_reply(j, jr, &reasoning) < 0)
+    if (live && take_reply(j, jr, error != NULL, &reasoning) < 0 && !error)
         error = JOB_NOMEM_REPLY;
     int ans = error || !live ? -1 : pl_job_spec_extract(&j->spec, qq, jr->text, jr->len);
     bool need = j->spec.validation && ag->validate && qq->n_choices > 0;
