@@ -36,29 +36,37 @@ Test(cuda_moe, route_matches_reference)
     enum { N = 37 };
     static const int experts[] = {8, 32, 128, 512}, ks[] = {2, 4, 8, 32};
     for (int c = 0; c < 4; c++)
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
+            /* mode 3: mode 0's rule with Gemma 4's per-expert scales */
             int E = experts[c], k = ks[c];
             float *lg = malloc(sizeof(float) * N * E), *tmp = malloc(sizeof(float) * E);
+            float *es = malloc(sizeof(float) * E);
             float w[N * 32], wr[32];
             int32_t sel[N * 32], sr[32];
             spaced_logits(lg, N, E);
+            for (int e = 0; e < E; e++)
+                es[e] = 0.5f + (float)((e * 13) % 7) * 0.25f;
             float *dl = tu_dev(lg, sizeof(float) * N * E), *dw = tu_dev(NULL, sizeof w);
+            float *des = tu_dev(es, sizeof(float) * E);
             int32_t *ds = tu_dev(NULL, sizeof sel);
-            OK(pl_cuda_moe_route(dl, N, E, k, mode == 2, mode == 1, ds, dw, 0));
+            OK(pl_cuda_moe_route(dl, N, E, k, mode == 2, mode == 1, mode == 3 ? des : NULL, ds,
+                                 dw, 0));
             tu_get(sel, ds, sizeof(int32_t) * N * k);
             tu_get(w, dw, sizeof(float) * N * k);
             for (int r = 0; r < N; r++) {
                 memcpy(tmp, lg + r * E, sizeof(float) * E);
                 pl_op_moe_route(tmp, E, k, mode == 2, mode == 1, sr, wr);
+                for (int j = 0; mode == 3 && j < k; j++)   /* as pl_fwd_moe_route_ */
+                    wr[j] *= es[sr[j]];
                 for (int j = 0; j < k; j++) {
                     cr_assert_eq(sel[r * k + j], sr[j], "E %d mode %d row %d rank %d", E, mode,
                                  r, j);
-                    cr_assert_float_eq(w[r * k + j], wr[j], 1e-6, "E %d mode %d row %d", E, mode,
+                    cr_assert_float_eq(w[r * k + j], wr[j], 2e-6, "E %d mode %d row %d", E, mode,
                                        r);
                 }
             }
-            cudaFree(dl); cudaFree(dw); cudaFree(ds);
-            free(lg); free(tmp);
+            cudaFree(dl); cudaFree(dw); cudaFree(ds); cudaFree(des);
+            free(lg); free(tmp); free(es);
         }
 }
 
@@ -363,7 +371,7 @@ Test(cuda_moe, gptoss_expert_block_matches_reference)
     pl_bf16 *dxb = tu_dev_bf16(x, (size_t)N * D), *da = tu_dev(NULL, sizeof(pl_bf16) * np * D);
     pl_bf16 *dh = tu_dev(NULL, sizeof(pl_bf16) * np * F);
     OK(pl_cuda_moe_logits(dx, dr, drb, dlg, N, D, E, 0));
-    OK(pl_cuda_moe_route(dlg, N, E, K, 1, 0, dsel, dwt, 0));
+    OK(pl_cuda_moe_route(dlg, N, E, K, 1, 0, NULL, dsel, dwt, 0));
     OK(pl_cuda_moe_group(dsel, np, K, E, &pl, 0));
     OK(pl_cuda_moe_permute(dxb, pl.row_of, da, np, D, 0));
     OK(pl_cuda_moe_gemm(&wg, da, dg, &pl, 0));

@@ -130,7 +130,7 @@ static int moe_ffn(cuda_runner *r, const pl_cuda_layer *L, int n)
                               r->n_expert, r->cs) != 0)
         return -1;
     PH(pl_cuda_moe_route(r->moe_logits, n, r->n_expert, k, r->moe_topk_softmax, r->moe_norm_w,
-                         r->moe_sel, r->moe_wt, r->cs), CR_PH_MOE_ROUTE);
+                         NULL, r->moe_sel, r->moe_wt, r->cs), CR_PH_MOE_ROUTE);
     if (pl_cuda_moe_group(r->moe_sel, P, k, r->n_expert, &p, r->cs) != 0
         || pl_cuda_moe_permute(r->xb, p.row_of, r->moe_xp, P, E, r->cs) != 0
         || pl_cuda_moe_gemm(&L->gate_exps, r->moe_xp, r->moe_g, &p, r->cs) != 0

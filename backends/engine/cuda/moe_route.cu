@@ -52,7 +52,8 @@ static __device__ void warp_argmax(float *v, int *idx)
 }
 
 static __global__ void route_kernel(const float *logits, int n, int n_expert, int k,
-                                    int topk_softmax, int norm_w, int32_t *sel, float *wt)
+                                    int topk_softmax, int norm_w, const float *escale,
+                                    int32_t *sel, float *wt)
 {
     int r = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = threadIdx.x & 31;
     if (r >= n)
@@ -74,6 +75,7 @@ static __global__ void route_kernel(const float *logits, int n, int n_expert, in
             v[i] = lane + 32 * i < n_expert ? expf(v[i] - mx) / z : -INFINITY;
     }
     unsigned taken = 0;
+    int picked = 0;
     float pick = 0.0f, sum = 0.0f, top = 0.0f;   /* lane j keeps rank j's value */
     for (int j = 0; j < k; j++) {
         float bv = -INFINITY;
@@ -87,8 +89,10 @@ static __global__ void route_kernel(const float *logits, int n, int n_expert, in
         warp_argmax(&bv, &bi);
         if ((bi & 31) == lane)
             taken |= 1u << (bi >> 5);
-        if (lane == j)
+        if (lane == j) {
             pick = bv;
+            picked = bi;
+        }
         if (j == 0)
             top = bv;
         sum += bv;
@@ -99,12 +103,12 @@ static __global__ void route_kernel(const float *logits, int n, int n_expert, in
     if (lane >= k)
         return;
     float w = topk_softmax ? expf(pick - top) / z : norm_w ? pick / sum : pick;
-    wt[(size_t)r * k + lane] = w;
+    wt[(size_t)r * k + lane] = escale ? w * escale[picked] : w;
 }
 
 extern "C" int pl_cuda_moe_route(const float *logits, int n, int n_expert, int k,
-                                 int topk_softmax, int norm_w, int32_t *sel, float *wt,
-                                 cudaStream_t st)
+                                 int topk_softmax, int norm_w, const float *escale,
+                                 int32_t *sel, float *wt, cudaStream_t st)
 {
     PL_CUDA_ARG(logits && sel && wt && n >= 0 && n_expert > 0 &&
                 n_expert <= PL_CUDA_MOE_MAX_EXPERTS && k > 0 && k <= n_expert &&
@@ -113,7 +117,7 @@ extern "C" int pl_cuda_moe_route(const float *logits, int n, int n_expert, int k
         return 0;
     size_t threads = (size_t)n * 32;
     route_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, st>>>(
-        logits, n, n_expert, k, topk_softmax, norm_w, sel, wt);
+        logits, n, n_expert, k, topk_softmax, norm_w, escale, sel, wt);
     PL_CUDA_LAUNCHED();
     return 0;
 }

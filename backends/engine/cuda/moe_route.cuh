@@ -25,11 +25,15 @@ int pl_cuda_moe_logits(const float *x, const float *w, const float *b, float *lo
  * Each row's choice: sel (n, k) the experts in rank order (ties: the lower
  * index), wt (n, k) their weights; topk_softmax: softmax over the k
  * logits (gpt-oss), else softmax over all, renormalised over the k when
- * norm_w. logits (n, n_expert) are read only. One warp per row;
+ * norm_w; then each weight times escale[its expert] when escale (device,
+ * n_expert: Gemma 4's per-expert output scales, down_exps_s; the CPU's
+ * pl_fwd_moe_route_ applies them after the rule) is not NULL. logits
+ * (n, n_expert) are read only. One warp per row;
  * n_expert <= PL_CUDA_MOE_MAX_EXPERTS, k <= min(n_expert, 32).
  */
 int pl_cuda_moe_route(const float *logits, int n, int n_expert, int k, int topk_softmax,
-                      int norm_w, int32_t *sel, float *wt, cudaStream_t st);
+                      int norm_w, const float *escale, int32_t *sel, float *wt,
+                      cudaStream_t st);
 
 #ifdef __cplusplus
 }
