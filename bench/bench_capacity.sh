@@ -41,7 +41,9 @@
 # PARLEY_MODEL, BENCH_CONFIGS (a subset of the names above),
 # BENCH_JOB_ARGS (make_debate_job.py options; default "--no-validation":
 # every configuration does the same 12 requests a question), BENCH_ARGS
-# (more `parley run` options for every configuration).
+# (more `parley run` options for every configuration), BENCH_MAX_TOKENS
+# (each reply's max_tokens, default 24; longer replies make contexts that
+# outgrow a sliding window, where cache groups save blocks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 N="${1:-12}"
@@ -53,7 +55,7 @@ COMMON="--backend cpu --threads 2 --kv-cache-mb 48 --progress-interval 0 ${BENCH
 rm -rf "$OUT"
 mkdir -p "$OUT"
 for L in seed shared_prefix; do
-    bench/make_debate_job.py --questions "$N" --max-tokens 24 --temperature 0 \
+    bench/make_debate_job.py --questions "$N" --max-tokens "${BENCH_MAX_TOKENS:-24}" --temperature 0 \
         ${BENCH_JOB_ARGS---no-validation} --prompt-layout "$L" --experiment "cap_$L" \
         > "$OUT/job_$L.yaml"
 done
@@ -78,6 +80,7 @@ config_args() {
 
 {
     echo "command: bench/bench_capacity.sh $N $OUT $PASSES (BENCH_ARGS='${BENCH_ARGS:-}'," \
+         "BENCH_MAX_TOKENS=${BENCH_MAX_TOKENS:-24}," \
          "BENCH_JOB_ARGS='${BENCH_JOB_ARGS---no-validation}')"
     echo "common options: $COMMON"
     echo "binary: $PARLEY ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
