@@ -293,6 +293,8 @@ Test(detok, unused_and_control_tokens_are_hidden)
     pl_tokenizer *t = pl_tokenizer_from_gguf(g, err, sizeof err);
     cr_assert_not_null(t, "%s", err);
     cr_assert_eq(pl_tokenizer_token_type(t, 2), PL_TOKEN_TYPE_UNUSED);
+    cr_assert(pl_tokenizer_token_hidden(t, 1) && pl_tokenizer_token_hidden(t, 2));
+    cr_assert(!pl_tokenizer_token_hidden(t, 0) && !pl_tokenizer_token_hidden(t, 3));
     const int32_t ids[] = {0, 2, 1, 3};
     const char *want[2] = {"ab", "a[PAD0]<|end|>b"};
     for (int special = 0; special < 2; special++) {

@@ -96,8 +96,7 @@ static int text_encode(void *ud, const pl_gen_request *req, bool add_special, in
 static const char *text_token_bytes(void *ud, int32_t id, size_t *len)
 {
     engine_text *t = ud;
-    pl_token_type ty = pl_tokenizer_token_type(t->tok, id);
-    if (ty == PL_TOKEN_TYPE_CONTROL) {
+    if (pl_tokenizer_token_hidden(t->tok, id)) {
         *len = 0;
         return NULL;
     }

@@ -174,19 +174,11 @@ int pl_detok_feed_bytes(pl_detok *d, const char *bytes, size_t len,
     return emit(d, d->hold_len - keep, o);
 }
 
-/* Tokens a reply shows only when special tokens are asked for: control
- * tokens, and unused ones (a vocabulary's padding), which llama.cpp's
- * token_to_piece renders as nothing. */
-static bool hidden_(int type)
-{
-    return type == PL_TOKEN_TYPE_CONTROL || type == PL_TOKEN_TYPE_UNUSED;
-}
-
 int pl_detok_feed(pl_detok *d, int32_t id, pl_detok_out *o)
 {
     size_t len = 0;
     const char *b = NULL;
-    if (d->tok && (d->special || !hidden_(pl_tokenizer_token_type(d->tok, id))))
+    if (d->tok && (d->special || !pl_tokenizer_token_hidden(d->tok, id)))
         b = pl_tokenizer_token_bytes(d->tok, id, &len);
     return pl_detok_feed_bytes(d, b ? b : "", len, o);
 }

@@ -364,6 +364,12 @@ pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id)
     return (pl_token_type)t->types[id];
 }
 
+bool pl_tokenizer_token_hidden(const pl_tokenizer *t, int32_t id)
+{
+    pl_token_type ty = pl_tokenizer_token_type(t, id);
+    return ty == PL_TOKEN_TYPE_CONTROL || ty == PL_TOKEN_TYPE_UNUSED;
+}
+
 bool pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id)
 {
     return id >= 0 && id < t->n_vocab && t->eog[id];

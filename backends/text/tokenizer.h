@@ -125,6 +125,11 @@ void pl_tokenizer_specials_get(const pl_tokenizer *t, pl_tokenizer_specials *out
 int32_t pl_tokenizer_bos(const pl_tokenizer *t); /**< -1 when none */
 int32_t pl_tokenizer_eos(const pl_tokenizer *t); /**< -1 when none */
 pl_token_type pl_tokenizer_token_type(const pl_tokenizer *t, int32_t id);
+/** Whether id's text stays out of a reply unless special tokens are asked
+ *  for: control tokens, and unused ones (a vocabulary's padding, as
+ *  llama.cpp's converter pads Qwen's), which llama.cpp's token_to_piece
+ *  renders as nothing. */
+bool pl_tokenizer_token_hidden(const pl_tokenizer *t, int32_t id);
 /** Whether id ends generation: EOS, EOT, EOM, and control tokens whose
  *  text is a known end-of-turn marker ("<|im_end|>", "<|endoftext|>", ...). */
 bool pl_tokenizer_is_eog(const pl_tokenizer *t, int32_t id);
