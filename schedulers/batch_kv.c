@@ -313,16 +313,19 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
 
 /* Whether s's state at block boundary P is checkpointed (batch.h,
  * pl_batch_config.ckpt_every, the prompt's end and the hinted share
- * point). The prompt's last block boundary is kept for every request, as
+ * point), and as what: the periodic ones are spare (kv_ckpt.h,
+ * pl_kv_ckpt_take_spare). The prompt's last block boundary is kept for every request, as
  * llama-server keeps a checkpoint of each prompt: a chat's next turn
  * (prompt, reply, new message) resumes there whether or not anyone sent
  * hints, which an API client over HTTP never does. */
-static bool ck_wanted_(const pl_batch *b, const pl_batch_seq *s, int P)
+typedef enum { CK_NONE, CK_SPARE, CK_KEPT } ck_want;
+
+static ck_want ck_wanted_(const pl_batch *b, const pl_batch_seq *s, int P)
 {
     int bs = b->block_size, every = b->cfg.ckpt_every;
-    if ((every > 0 && P / bs % every == 0) || P == s->n_prompt / bs * bs)
-        return true;
-    return P == s->ck_share && pl_kv_blocks_hinted(b->kv, s->conv_key);
+    if (P == s->n_prompt / bs * bs || (P == s->ck_share && pl_kv_blocks_hinted(b->kv, s->conv_key)))
+        return CK_KEPT;
+    return every > 0 && P / bs % every == 0 ? CK_SPARE : CK_NONE;
 }
 
 /* Checkpoints of s's state at the block boundaries its rows of the step
@@ -333,13 +336,15 @@ void pl_batch_ck_saves_(pl_batch *b, pl_batch_seq *s, int first, int c0)
     pl_step_input *in = &b->cur->in;
     for (int i = first; i < s->n_committed; i++) {
         int P = (i + 1) * b->block_size;
-        if (P <= c0 || P > s->num_computed || !ck_wanted_(b, s, P))
+        ck_want w = P <= c0 || P > s->num_computed ? CK_NONE : ck_wanted_(b, s, P);
+        if (w == CK_NONE)
             continue;
         if (in->n_ck_save == in->max_ck_save)
             return;
-        int c = pl_kv_ckpt_take(b->cfg.ckpt, b->commit_h[i + 1], s->conv_key, b->cur->no);
+        int c = (w == CK_SPARE ? pl_kv_ckpt_take_spare : pl_kv_ckpt_take)(
+            b->cfg.ckpt, b->commit_h[i + 1], s->conv_key, b->cur->no);
         if (c < 0)
-            continue;               /* that prefix has one */
+            continue;               /* that prefix has one, or no spare slot */
         in->ck_save_slot[in->n_ck_save] = s->slot;
         in->ck_save_id[in->n_ck_save] = c;
         in->ck_save_pos[in->n_ck_save++] = P;

@@ -14,6 +14,7 @@ typedef struct ck_entry {
     uint64_t tick;            /* step that writes it */
     uint64_t stamp;           /* last use, for LRU */
     int need;                 /* its conversation's hinted need */
+    bool spare;               /* a periodic one (pl_kv_ckpt_take_spare) */
 } ck_entry;
 
 struct pl_kv_ckpt {
@@ -108,35 +109,60 @@ void pl_kv_ckpt_use(pl_kv_ckpt *ck, int slot)
     ck->restores++;
 }
 
-/* A free slot, else the one of the furthest need (finished conversations
- * first), the least recently used among equals. */
-static int victim_(const pl_kv_ckpt *ck)
+/* Whether x goes before y: the furthest need (finished conversations
+ * first), a spare one before one kept for a purpose, the least recently
+ * used. */
+static bool evict_before_(const ck_entry *x, const ck_entry *y)
+{
+    if (x->need != y->need)
+        return x->need > y->need;
+    if (x->spare != y->spare)
+        return x->spare;
+    return x->stamp < y->stamp;
+}
+
+/* A free slot, else the first to evict; with spare_only, only a spare
+ * one or a finished conversation's (-1: none). */
+static int victim_(const pl_kv_ckpt *ck, bool spare_only)
 {
     int best = -1;
     for (int i = 0; i < ck->n; i++) {
         const ck_entry *x = &ck->e[i];
         if (!x->used)
             return i;
-        if (best < 0 || x->need > ck->e[best].need ||
-            (x->need == ck->e[best].need && x->stamp < ck->e[best].stamp))
+        if (spare_only && !x->spare && x->need != NEED_DONE)
+            continue;
+        if (best < 0 || evict_before_(x, &ck->e[best]))
             best = i;
     }
     return best;
 }
 
-int pl_kv_ckpt_take(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick)
+static int take_(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick, bool spare)
 {
     if (find_(ck, hash) >= 0)
         return -1;
-    int i = victim_(ck);
+    int i = victim_(ck, spare);
+    if (i < 0)
+        return -1;
     if (ck->e[i].used) {
         unindex_(ck, i);
         ck->evictions++;
     }
-    ck->e[i] = (ck_entry){true, hash, key, tick, ++ck->clock, 0};
+    ck->e[i] = (ck_entry){true, hash, key, tick, ++ck->clock, 0, spare};
     index_(ck, i);
     ck->saves++;
     return i;
+}
+
+int pl_kv_ckpt_take(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick)
+{
+    return take_(ck, hash, key, tick, false);
+}
+
+int pl_kv_ckpt_take_spare(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick)
+{
+    return take_(ck, hash, key, tick, true);
 }
 
 void pl_kv_ckpt_drop(pl_kv_ckpt *ck, int slot)

@@ -60,6 +60,17 @@ void pl_kv_ckpt_use(pl_kv_ckpt *ck, int slot);
  */
 int pl_kv_ckpt_take(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick);
 
+/**
+ * The same for a spare checkpoint (the periodic ones, every ckpt_every
+ * blocks), which may only evict spare ones or a finished conversation's:
+ * with few slots (a large model's states are MBs each), periodic saves
+ * along every prompt would evict the prompt-end and hinted checkpoints
+ * the next turn and the next round resume from. Spare ones also go
+ * first among checkpoints of the same need. -1 as well when no slot may
+ * be taken (nothing done).
+ */
+int pl_kv_ckpt_take_spare(pl_kv_ckpt *ck, uint64_t hash, uint64_t key, uint64_t tick);
+
 /** Drop slot's checkpoint (a save that will not run). */
 void pl_kv_ckpt_drop(pl_kv_ckpt *ck, int slot);
 

@@ -43,6 +43,29 @@ Test(kv_ckpt, find_after_the_saving_step)
     pl_kv_ckpt_free(ck);
 }
 
+/* Periodic (spare) checkpoints never evict the kept ones (a prompt's end,
+ * a hinted share point) of a conversation still going; the kept ones
+ * evict spare ones first. */
+Test(kv_ckpt, spare_checkpoints_keep_out_of_the_kept_ones)
+{
+    pl_kv_ckpt *ck = pl_kv_ckpt_new(2, 8);
+    int a = pl_kv_ckpt_take(ck, 1, 11, 1);
+    int b = pl_kv_ckpt_take_spare(ck, 2, 11, 1);
+    cr_assert(a >= 0 && b >= 0 && a != b, "free slots go to either");
+    cr_assert_eq(pl_kv_ckpt_take_spare(ck, 3, 11, 2), b, "a spare one evicts a spare one");
+    cr_assert_eq(pl_kv_ckpt_take(ck, 4, 11, 3), b, "a kept one evicts the spare one first");
+    cr_assert_eq(pl_kv_ckpt_take_spare(ck, 5, 11, 4), -1, "no spare slot: nothing taken");
+    cr_assert_eq(pl_kv_ckpt_find(ck, 1, 9), a);
+    cr_assert_eq(pl_kv_ckpt_find(ck, 4, 9), b);
+    pl_kv_ckpt_hint(ck, 11, PL_KV_NEED_DONE);
+    cr_assert_geq(pl_kv_ckpt_take_spare(ck, 5, 12, 5), 0, "a finished conversation's go");
+    pl_kv_ckpt_stats st;
+    pl_kv_ckpt_stats_get(ck, &st);
+    cr_assert_eq(st.saves, 5);
+    cr_assert_eq(st.evictions, 3);
+    pl_kv_ckpt_free(ck);
+}
+
 Test(kv_ckpt, eviction_by_next_need)
 {
     pl_kv_ckpt *ck = pl_kv_ckpt_new(3, 8);
