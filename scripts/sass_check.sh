@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # sass_check.sh - what the attention kernels' machine code holds, read
 # without a GPU (issue 38: check the machine code before any device time).
-# For every kernel of the attention, expert (issue 51) and norm objects of
-# a build, per architecture:
+# For every kernel of the attention, expert (issue 51), norm and Gated
+# DeltaNet (issue 47) objects of a build, per architecture:
 # registers, stack/spills (ptxas's counts, from cuobjdump -res-usage), and
 # the SASS instructions that matter: 16-byte cp.async (LDGSTS...128),
 # ldmatrix (LDSM), movmatrix (MOVM), tensor-core MMAs (HMMA), shared stores
@@ -10,11 +10,14 @@
 # tensor-core decode kernel must not have), local memory (STL/LDL).
 # Then the checks the issue asks of the tensor-core kernels: no 2-byte
 # shared stores, 16-byte cp.async present, no spills; of the expert and
-# norm kernels: no local memory. Exit 1 if one fails.
+# norm kernels and the DeltaNet conv and rule (row-by-row and chunked):
+# no local memory. Exit 1 if one fails.
 #
 # usage: scripts/sass_check.sh [BUILD_DIR] (default build)
 #   cuobjdump: from the CUDA toolkit, else the PyPI wheel
-#   nvidia-cuda-cuobjdump installed into ~/.cache/parley/cudatools.
+#   nvidia-cuda-cuobjdump installed into ~/.cache/parley/cudatools; the
+#   nvdisasm it runs for -sass likewise (nvidia-cuda-nvdisasm, its own
+#   folder: pip --target will not merge into the first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${1:-build}"
@@ -27,13 +30,20 @@ if ! command -v cuobjdump >/dev/null; then
     fi
     export PATH="$PATH:$TOOLS/nvidia/cu13/bin"
 fi
+if ! command -v nvdisasm >/dev/null; then
+    DIS="$HOME/.cache/parley/nvdisasm"
+    if [ ! -x "$DIS/nvidia/cu13/bin/nvdisasm" ]; then
+        python3 -m pip install -q --target "$DIS" nvidia-cuda-nvdisasm >&2
+    fi
+    export PATH="$PATH:$DIS/nvidia/cu13/bin"
+fi
 status=0
 printf '%-6s %-58s %4s %5s %5s %6s %5s %5s %5s %7s %5s\n' arch kernel regs stack spill \
     cp16 ldsm movm hmma sts1/2 lmem
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill_mma kv_write \
-         moe_route moe_plan moe_gemm rmsnorm; do
+         moe_route moe_plan moe_gemm rmsnorm ssm; do
     for arch in sm_90 sm_80; do
         cuobjdump -res-usage -arch "$arch" "$OBJ/$f.cu.o" >"$TMP/res" 2>/dev/null || true
         cuobjdump -sass -arch "$arch" "$OBJ/$f.cu.o" >"$TMP/sass" 2>/dev/null || true
@@ -54,7 +64,7 @@ for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill
             regs="$(grep -o 'REG:[0-9]*' <<<"$line" | cut -d: -f2)"
             stack="$(grep -o 'STACK:[0-9]*' <<<"$line" | cut -d: -f2)"
             spill=$([ "$lmem" -gt 0 ] && echo yes || echo no)
-            short="$(sed 's/^_Z[0-9]*//; s/EEv.*//; s/ILi/</; s/ELb/,/; s/ELi/,/g' <<<"$fn")"
+            short="$(sed 's/^_Z[0-9]*//; s/EEv.*//; s/ILi/</; s/ILb/</; s/ELb/,/; s/ELi/,/g' <<<"$fn")"
             printf '%-6s %-58s %4s %5s %5s %6s %5s %5s %5s %7s %5s\n' "$arch" "${short:0:58}" \
                 "$regs" "$stack" "$spill" "$cp16" "$ldsm" "$movm" "$hmma" "$sts12" "$lmem"
             case "$fn" in
@@ -65,9 +75,11 @@ for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill
                          "cp.async $cp16, ldmatrix $ldsm, HMMA $hmma, local memory $lmem" >&2
                     status=1
                 fi ;;
-            *route_kernel*|*group_kernel*|*moe_gemm_kernel*|*combine_kernel*|*rmsnorm_kernel*)
+            *route_kernel*|*group_kernel*|*moe_gemm_kernel*|*combine_kernel*|*rmsnorm_kernel*|\
+            *conv_kernel*|*rule_kernel*|*chunk_kernel*)
                 # issue 51: the expert block's kernels keep their state in
-                # registers (the router's 16 logits per lane: unrolled loops)
+                # registers (the router's 16 logits per lane: unrolled loops);
+                # the DeltaNet ones their per-thread sums and the conv's history
                 if [ "$lmem" -gt 0 ] || [ "$spill" = yes ]; then
                     echo "sass_check: $arch $fn: local memory $lmem" >&2
                     status=1
@@ -77,5 +89,5 @@ for f in attn_decode attn_decode_split attn_decode_mma attn_prefill attn_prefill
         done < <(sort "$TMP/counts")
     done
 done
-[ $status -eq 0 ] && echo "sass_check: tensor-core attention kernels: no 1/2-byte shared stores, 16-byte cp.async, ldmatrix and HMMA present, no local memory; expert and norm kernels: no local memory"
+[ $status -eq 0 ] && echo "sass_check: tensor-core attention kernels: no 1/2-byte shared stores, 16-byte cp.async, ldmatrix and HMMA present, no local memory; expert, norm and DeltaNet kernels: no local memory"
 exit $status

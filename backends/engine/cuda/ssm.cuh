@@ -10,7 +10,9 @@
  * the decay g = exp(a[h] softplus(alpha + dt[h])) and beta = sigmoid(beta),
  * the delta rule's recurrent step row after row (pl_op_gdn_step_ref's
  * order: a thread per value dim, fused multiply-adds down its state
- * column), then the gated RMSNorm with z into out. copy: a slot's states
+ * column) or, for a sequence of at least chunk_min rows, its chunked
+ * form over chunks of up to 64 rows (pl_op_gdn_chunk_ref's algebra and
+ * order), then the gated RMSNorm with z into out. copy: a slot's states
  * into another (a checkpoint, or its restore). */
 #ifndef PL_CUDA_SSM_CUH
 #define PL_CUDA_SSM_CUH
@@ -24,6 +26,8 @@ extern "C" {
 /** Largest conv kernel and head size the kernels take. */
 #define PL_CUDA_SSM_MAX_K 8
 #define PL_CUDA_SSM_MAX_D 256
+/** Rows from which a sequence takes the chunked form by default. */
+#define PL_CUDA_GDN_CHUNK_MIN 8
 
 /** The step's sequences (device arrays). */
 typedef struct pl_cuda_ssm_seqs {
@@ -32,6 +36,8 @@ typedef struct pl_cuda_ssm_seqs {
     const int32_t *slot_of;      /**< (n) */
     const uint8_t *reset;        /**< (n) */
     int n;
+    int max_len;                 /**< host-side bound on any sequence's rows,
+                                  *   0 unknown (the rule's launch choice) */
 } pl_cuda_ssm_seqs;
 
 /**
@@ -53,10 +59,16 @@ typedef struct pl_cuda_gdn_args {
     float *out;                  /**< (rows, nv d) */
     int C, nk, nv, d;
     float eps;
+    int chunk_min;               /**< rows from which a sequence takes the chunked
+                                  *   form; 0 PL_CUDA_GDN_CHUNK_MIN, INT_MAX never */
 } pl_cuda_gdn_args;
 
 /** The delta rule over the step's sequences; d <= PL_CUDA_SSM_MAX_D and a
- *  multiple of 32, nv a multiple of nk. */
+ *  multiple of 32, nv a multiple of nk. Sequences of fewer than chunk_min
+ *  rows go row by row, the others in chunks; the two agree within float
+ *  tolerance (the chunked form reassociates the sums). With s.max_len
+ *  set below chunk_min only the row-by-row kernel is launched, and it
+ *  takes every sequence. */
 int pl_cuda_gdn_rule(const pl_cuda_gdn_args *a, pl_cuda_ssm_seqs s, cudaStream_t st);
 
 /** n_layers blocks of `bytes`, layer_stride bytes apart, from slot src to
