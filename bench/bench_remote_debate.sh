@@ -5,7 +5,10 @@
 # (--no-upstream-affinity), and `llama`: llama.cpp's llama-server (the
 # peer, LLAMA_SERVER) serving the same file as the one upstream, with
 # --parallel slots (BENCH_LLAMA_NP, default 8) of BENCH_LLAMA_CTX tokens
-# each (default 2048) and its own prompt cache. Each configuration gets freshly started
+# each (default 2048) and its own prompt cache; and `local`: no gateway,
+# parley's in-process engine running the job itself (--backend cpu, the
+# engine's options as the upstreams'), as a user who drops the peer runs
+# it. Each configuration gets freshly started
 # upstreams (cold prefix caches). Reports makespan, the 1 vs 2 ratio, and
 # the share of round >= 2 prompt tokens the upstreams served from their
 # prefix cache (cached_tokens in the usage they return, from the
@@ -64,6 +67,14 @@ llama() { # -> url
 }
 LOAD0="$(cut -d' ' -f1-3 /proc/loadavg)"
 for c in $CONFIGS; do
+    if [ "$c" = local ]; then      # the in-process engine, no gateway: parley as it runs a job
+        echo "== local: --backend cpu (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+        "$BIN" run "$JOB" --backend cpu --model "$MODEL" --threads "${BENCH_THREADS:-1}" \
+            --kv-cache-mb "${BENCH_KV_MB:-256}" --output "$OUT/$c" --stats "$OUT/$c.stats.json" \
+            --log-level warn 2> "$OUT/$c.log" || true
+        tail -1 "$OUT/$c.log" >&2
+        continue
+    fi
     if [ "$c" = llama ]; then e1=$(llama); else e1=$(engine); fi
     ups=(--upstream "$e1/v1"); extra=()
     if [ "$c" = two ] || [ "$c" = two_noaff ]; then e2=$(engine); ups+=(--upstream "$e2/v1"); fi
@@ -96,7 +107,7 @@ for c in cfgs:
                    hit2=c2 / p2 if p2 else 0, c2=c2, p2=p2, hit1=c1 / p1 if p1 else 0)
 print("| upstreams | makespan (s) | round>=2 prompt tokens from upstream prefix cache | round 1 | requests | succeeded/failed | affinity hits/moves | replica capacity |")
 print("|---|---|---|---|---|---|---|---|")
-names = {"one": "1 CPU engine", "llama": "1 llama-server", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
+names = {"one": "1 CPU engine", "llama": "1 llama-server", "local": "none: the in-process engine", "two": "2 CPU engines, affinity on", "two_noaff": "2 CPU engines, affinity off"}
 for c in cfgs:
     r = rows[c]
     print("| %s | %.1f | %.1f%% (%d/%d) | %.1f%% | %d | %d/%d | %d/%d | %s |" % (names.get(c, c),
@@ -110,5 +121,8 @@ if "one" in rows and "two" in rows:
 if "one" in rows and "llama" in rows:
     print("\nmakespan llama-server / parley engine behind the remote backend: %.2fx" %
           (rows["llama"]["ms"] / rows["one"]["ms"]))
+if "local" in rows and "llama" in rows:
+    print("\nmakespan llama-server behind the remote backend / parley's in-process engine: %.2fx" %
+          (rows["llama"]["ms"] / rows["local"]["ms"]))
 PY
 echo "load average: $LOAD0 at the start, $LOAD1 at the end"
