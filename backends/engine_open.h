@@ -17,6 +17,11 @@ typedef struct pl_engine_open_opts {
                                       the local Hugging Face cache (hf_cache.h) */
     const char *served_name;     /**< NULL or "": derived from the file name */
     const char *device;          /**< "cpu" or "cuda" */
+    bool cpu_fallback;           /**< "cuda" picked for the user (--backend
+                                      auto): a model the CUDA runner does not
+                                      run (its family, experts, ...) is
+                                      served by the CPU runner instead, with
+                                      a warning saying why */
     const pl_engine_config *cfg; /**< the options (borrowed, read during the
                                       call; the engine keeps copies of the
                                       views it needs) */

@@ -31,7 +31,7 @@ static void model_path(const pl_opts *o, char *out, size_t n)
 }
 
 static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const char *device,
-                               const char *name, char *err, size_t errlen)
+                               bool picked, const char *name, char *err, size_t errlen)
 {
     char path[4096];
     model_path(o, path, sizeof path);
@@ -39,6 +39,7 @@ static pl_backend *open_engine(struct event_base *base, const pl_opts *o, const 
         .model_path = path,
         .served_name = name ? name : o->served_model_name,
         .device = device,
+        .cpu_fallback = picked,
         .cfg = &o->engine,
     };
     pl_backend *b = pl_engine_open(base, &eo, err, errlen);
@@ -149,7 +150,7 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
     if (!strcmp(o->backend, "mock"))
         return open_mock(base, o, name);
     if (!strcmp(o->backend, "cpu"))
-        return open_engine(base, o, "cpu", name, err, errlen);
+        return open_engine(base, o, "cpu", false, name, err, errlen);
     char why[256];
     int gpu = pl_engine_gpu_available(why, sizeof why);
     if (!strcmp(o->backend, "cuda")) {
@@ -157,14 +158,14 @@ pl_backend *pl_models_open(struct event_base *base, const pl_opts *o, const char
             snprintf(err, errlen, "--backend cuda: %s", why);
             return NULL;
         }
-        return open_engine(base, o, "cuda", name, err, errlen);
+        return open_engine(base, o, "cuda", false, name, err, errlen);
     }
     if (!strcmp(o->backend, "auto") || local_vllm) {
         pl_info("backend %s%s: %s", o->backend, local_vllm ? " without base_url" : "",
                 gpu ? "parley's engine on the GPU (cuda)" : "no GPU, parley's engine on the CPU");
         if (!gpu)
             pl_debug("no GPU: %s", why);
-        return open_engine(base, o, gpu ? "cuda" : "cpu", name, err, errlen);
+        return open_engine(base, o, gpu ? "cuda" : "cpu", gpu, name, err, errlen);
     }
     snprintf(err, errlen, "backend '%s' is not available in this build", o->backend);
     return NULL;

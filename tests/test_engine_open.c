@@ -133,3 +133,32 @@ Test(engine_open, default_model_gets_its_own_context, .timeout = 240)
     pl_backend_free(b);
     event_base_free(base);
 }
+
+/* --backend auto on a GPU machine (device "cuda", cpu_fallback): a model
+ * the CUDA runner does not run (the qwen35 hybrid here) is served by the
+ * CPU runner instead of refused; asked for explicitly (no fallback), the
+ * same open fails naming why (here: no GPU, or the runner's refusal). */
+Test(engine_open, auto_serves_on_the_cpu_what_cuda_does_not_run, .timeout = 120)
+{
+    static char path[4096];
+    const char *src = getenv("PARLEY_SRC");
+    snprintf(path, sizeof path, "%s/tests/fixtures/tiny_qwen35.gguf", src ? src : ".");
+    pl_opts o;
+    char err[512];
+    cr_assert_eq(pl_opts_init(&o, err, sizeof err), 0, "%s", err);
+    o.engine.cpu.threads = 1;
+    o.engine.kv_cache_mb = 64;
+    struct event_base *base = event_base_new();
+    pl_engine_open_opts eo = {.model_path = path, .device = "cuda", .cfg = &o.engine};
+    cr_assert_null(pl_engine_open(base, &eo, err, sizeof err), "cuda asked for: refused");
+    cr_assert(err[0], "with a reason");
+    eo.cpu_fallback = true;
+    pl_backend *b = pl_engine_open(base, &eo, err, sizeof err);
+    cr_assert_not_null(b, "%s", err);
+    json_t *st = b->ops->stats(b);
+    cr_assert_str_eq(json_string_value(json_object_get(st, "kind")), "cpu");
+    json_decref(st);
+    pl_backend_free(b);
+    event_base_free(base);
+    pl_opts_free(&o);
+}

@@ -327,22 +327,28 @@ int pl_engine_cpu_context(int model_ctx, int kv_blocks, int block_size, int *cou
     return ctx;
 }
 
+/* Whether the CUDA runner runs m; if not, why into err. */
+static bool cuda_runs_(const pl_model *m, char *err, size_t n)
+{
+    if (pl_model_has_moe(m)) {
+        snprintf(err, n, "the CUDA runner does not run %s's layers yet (experts, "
+                 "attention sinks, YaRN): use --backend cpu", m->arch_name);
+        return false;
+    }
+    if (!pl_family_runs(m->family, PL_FAMILY_RUNS_CUDA)) {
+        snprintf(err, n, "the CUDA runner does not run %s models: use --backend cpu",
+                 m->arch_name);
+        return false;
+    }
+    return true;
+}
+
 static pl_runner *open_cuda(const pl_engine_open_opts *o, engine_text *t,
                             pl_runner_info *want, char *err, size_t n)
 {
     const pl_engine_config *c = o->cfg;
-    if (!pl_cuda_available(err, n))
+    if (!pl_cuda_available(err, n) || !cuda_runs_(t->model, err, n))
         return NULL;
-    if (pl_model_has_moe(t->model)) {
-        snprintf(err, n, "the CUDA runner does not run %s's layers yet (experts, "
-                 "attention sinks, YaRN): use --device cpu", t->model->arch_name);
-        return NULL;
-    }
-    if (!pl_family_runs(t->model->family, PL_FAMILY_RUNS_CUDA)) {
-        snprintf(err, n, "the CUDA runner does not run %s models: use --device cpu",
-                 t->model->arch_name);
-        return NULL;
-    }
     want->num_blocks = 0;            /* sized from free GPU memory */
     /* 0: the model's context, capped by what the KV cache holds. */
     want->max_model_len = c->max_model_len;
@@ -514,6 +520,17 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
         return NULL;
     if (t->encoder || embeds(o))
         return open_encoder(base, o, t, err, errlen);
+    char refused[512];
+    if (o->cpu_fallback && !strcmp(o->device, "cuda") && !cuda_runs_(t->model, refused, sizeof refused)) {
+        /* Loaded for the GPU (an HF checkpoint as bf16): load again for
+         * the CPU, in the weights' own precision. */
+        pl_warn("%s: %s; serving it on the CPU", o->model_path, refused);
+        text_free(t);
+        pl_engine_open_opts cpu = *o;
+        cpu.device = "cpu";
+        cpu.cpu_fallback = false;
+        return pl_engine_open(base, &cpu, err, errlen);
+    }
     pl_engine_options core = o->cfg->core;
     pl_runner *r = open_runner(o, t, &core, err, errlen);
     if (!r) {
