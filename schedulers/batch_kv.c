@@ -314,16 +314,17 @@ long pl_batch_seq_lacks_(const pl_batch *b, const pl_batch_seq *s, long n_pos, b
 /* Whether s's state at block boundary P is checkpointed (batch.h,
  * pl_batch_config.ckpt_every, the prompt's end and the hinted share
  * point), and as what: the periodic ones are spare (kv_ckpt.h,
- * pl_kv_ckpt_take_spare). The prompt's last block boundary is kept for every request, as
- * llama-server keeps a checkpoint of each prompt: a chat's next turn
- * (prompt, reply, new message) resumes there whether or not anyone sent
- * hints, which an API client over HTTP never does. */
+ * pl_kv_ckpt_take_spare). The prompt's last block boundary is kept for
+ * every request, as llama-server keeps a checkpoint of each prompt: a
+ * chat's next turn (prompt, reply, new message) resumes there whether or
+ * not anyone sent hints, which an API client over HTTP never does. */
 typedef enum { CK_NONE, CK_SPARE, CK_KEPT } ck_want;
 
 static ck_want ck_wanted_(const pl_batch *b, const pl_batch_seq *s, int P)
 {
     int bs = b->block_size, every = b->cfg.ckpt_every;
-    if (P == s->n_prompt / bs * bs || (P == s->ck_share && pl_kv_blocks_hinted(b->kv, s->conv_key)))
+    bool share = P == s->ck_share && pl_kv_blocks_hinted(b->kv, s->conv_key);
+    if (P == s->n_prompt / bs * bs || share)
         return CK_KEPT;
     return every > 0 && P / bs % every == 0 ? CK_SPARE : CK_NONE;
 }

@@ -521,7 +521,8 @@ pl_backend *pl_engine_open(struct event_base *base, const pl_engine_open_opts *o
     if (t->encoder || embeds(o))
         return open_encoder(base, o, t, err, errlen);
     char refused[512];
-    if (o->cpu_fallback && !strcmp(o->device, "cuda") && !cuda_runs_(t->model, refused, sizeof refused)) {
+    if (o->cpu_fallback && !strcmp(o->device, "cuda") &&
+        !cuda_runs_(t->model, refused, sizeof refused)) {
         /* Loaded for the GPU (an HF checkpoint as bf16): load again for
          * the CPU, in the weights' own precision. */
         pl_warn("%s: %s; serving it on the CPU", o->model_path, refused);
