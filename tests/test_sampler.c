@@ -3,6 +3,7 @@
  * ignore_eos and raw logprobs. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "backends/engine/sampler.h"
 
@@ -200,4 +201,48 @@ Test(sampler, logprobs_are_raw_and_normalised)
     pl_sampler_sample(s, l, &p, h, 1, -1, &out);
     cr_expect_eq(out.n_top, 0);
     pl_sampler_free(s);
+}
+
+/* A vocabulary the size of Gemma's (and not a multiple of the 8 or 16
+ * lanes the row passes take): greedy finds the lowest id of a tie that
+ * lies in different lanes and past the last full vector, and the raw
+ * logprobs agree with a double-precision log-softmax. */
+Test(sampler, large_vocabulary_argmax_and_logprobs_match_a_double_softmax)
+{
+    enum { V = 262147 };
+    float *l = malloc(sizeof(float) * V);
+    cr_assert_not_null(l);
+    uint32_t x = 7;
+    for (int i = 0; i < V; i++) {
+        x = x * 1664525u + 1013904223u;
+        l[i] = (float)(x >> 8) / (float)(1u << 24) * 20.0f - 10.0f;
+    }
+    pl_sampler *s = pl_sampler_new(V);
+    pl_seq_sampling p = greedy();
+    l[V - 2] = 30.0f;            /* in the tail past the last 16 */
+    cr_assert_eq(sample(s, l, &p, NULL, 0, -1), V - 2);
+    l[100003] = 30.0f;           /* a tie in another lane, lower id */
+    l[99997] = 30.0f;
+    cr_assert_eq(sample(s, l, &p, NULL, 0, -1), 99997);
+    double mx = 30.0, z = 0.0;
+    for (int i = 0; i < V; i++)
+        z += exp((double)l[i] - mx);
+    double lse = mx + log(z);
+    pl_sample out;
+    p.top_logprobs = 3;
+    pl_sampler_sample(s, l, &p, NULL, 0, -1, &out);
+    cr_assert_eq(out.id, 99997);
+    cr_expect_float_eq(out.logprob, 30.0 - lse, 1e-5);
+    cr_assert_eq(out.n_top, 3);
+    cr_expect_eq(out.top_ids[0], 99997);
+    cr_expect_eq(out.top_ids[1], 100003);
+    cr_expect_eq(out.top_ids[2], V - 2);
+    pl_sampler_raw_logprobs(l, V, 5, 0, &out);
+    cr_expect_float_eq(out.logprob, (double)l[5] - lse, 1e-5);
+    p.top_logprobs = -1;         /* none asked for: no pass, no alternatives */
+    pl_sampler_sample(s, l, &p, NULL, 0, -1, &out);
+    cr_expect_eq(out.id, 99997);
+    cr_expect_eq(out.n_top, 0);
+    pl_sampler_free(s);
+    free(l);
 }

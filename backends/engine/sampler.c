@@ -3,10 +3,18 @@
 #include "backends/engine/sampler.h"
 
 #include "backends/constrain/token_fsm.h"
+#include "src/base/cpu_features.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#include "backends/engine/cpu/simd_x86.h"
+#define PL_HAVE_X86 1
+#endif
 
 typedef struct cand {
     float v;
@@ -61,17 +69,104 @@ double pl_sampler_uniform(uint64_t seed, uint64_t step)
     return (double)(x >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void pl_sampler_raw_logprobs(const float *l, int n, int32_t id, int top, pl_sample *out)
+/* The passes over a whole logits row (262,144 floats for Gemma: a scalar
+ * argmax, max and double-precision exp sum took 1.7 ms per sequence, 12 %
+ * of a decode step). On x86 they run on 8 lanes, the same code on every
+ * SIMD path, so the AVX2, AVX-VNNI and AVX-512 paths give the same bits;
+ * the scalar path keeps the scalar loops. */
+#ifdef PL_HAVE_X86
+#define SAMP_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+SAMP_AVX2 static float row_max_avx2(const float *l, int n)
 {
+    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(l + i));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(l + i + 8));
+    }
+    float v[8], mx = -INFINITY;
+    _mm256_storeu_ps(v, _mm256_max_ps(m0, m1));
+    for (int k = 0; k < 8; k++)
+        mx = v[k] > mx ? v[k] : mx;
+    for (; i < n; i++)
+        mx = l[i] > mx ? l[i] : mx;
+    return mx;
+}
+
+/* sum of e^(l - mx) over the row: 8-lane partial sums in floats, folded
+ * into a double every 4,096 entries (the float error stays near 1e-6 of
+ * the sum); the tail's lanes are masked to 0. */
+SAMP_AVX2 static double sum_exp_avx2(const float *l, int n, float mx)
+{
+    const __m256 vmx = _mm256_set1_ps(mx);
+    double total = 0.0;
+    for (int c = 0; c < n; c += 4096) {
+        int e = c + 4096 < n ? c + 4096 : n, i = c;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (; i + 16 <= e; i += 16) {
+            a0 = _mm256_add_ps(a0, exp256(_mm256_sub_ps(_mm256_loadu_ps(l + i), vmx)));
+            a1 = _mm256_add_ps(a1, exp256(_mm256_sub_ps(_mm256_loadu_ps(l + i + 8), vmx)));
+        }
+        for (; i < e; i += 8) {
+            int left = e - i < 8 ? e - i : 8;
+            __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            __m256i on = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+            __m256 x = _mm256_maskload_ps(l + i, on);
+            __m256 ex = exp256(_mm256_sub_ps(x, vmx));
+            a0 = _mm256_add_ps(a0, _mm256_and_ps(ex, _mm256_castsi256_ps(on)));
+        }
+        total += (double)hsum8(_mm256_add_ps(a0, a1));
+    }
+    return total;
+}
+#endif
+
+static float row_max(const float *l, int n)
+{
+#ifdef PL_HAVE_X86
+    if (pl_cpu_has_avx2())
+        return row_max_avx2(l, n);
+#endif
     float mx = -INFINITY;
     for (int i = 0; i < n; i++)
         mx = l[i] > mx ? l[i] : mx;
+    return mx;
+}
+
+static double sum_exp(const float *l, int n, float mx)
+{
+#ifdef PL_HAVE_X86
+    if (pl_cpu_has_avx2())
+        return sum_exp_avx2(l, n, mx);
+#endif
     double sum = 0.0;
     for (int i = 0; i < n; i++)
         sum += exp((double)(l[i] - mx));
-    float lse = mx + (float)log(sum);
-    out->logprob = l[id] - lse;
+    return sum;
+}
+
+/* The lowest id of the largest logit (the max, then its first place: both
+ * passes exact, so every path picks the same id). */
+static int32_t argmax(const float *w, int n)
+{
+    float mx = row_max(w, n);
+    for (int i = 0; i < n; i++)
+        if (w[i] == mx)
+            return i;
+    return 0;                    /* no entry equals it: NaNs only */
+}
+
+void pl_sampler_raw_logprobs(const float *l, int n, int32_t id, int top, pl_sample *out)
+{
     out->n_top = top < 0 ? 0 : (top > PL_MAX_TOP_LOGPROBS ? PL_MAX_TOP_LOGPROBS : top);
+    if (top < 0) {               /* none asked for: the row's log-softmax is not */
+        out->logprob = 0.0f;     /* worth its pass over the vocabulary */
+        return;
+    }
+    float mx = row_max(l, n);
+    float lse = mx + (float)log(sum_exp(l, n, mx));
+    out->logprob = l[id] - lse;
     int k = 0;
     for (int i = 0; i < n && out->n_top > 0; i++) {
         if (k == out->n_top && l[i] <= out->top_logprobs[k - 1])
@@ -143,15 +238,6 @@ static int apply_mask(pl_sampler *s, const pl_seq_sampling *p)
     for (int i = n; i < s->n_vocab; i++)
         s->work[i] = -INFINITY;
     return allowed;
-}
-
-static int32_t argmax(const float *w, int n)
-{
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (w[i] > w[best])
-            best = i;
-    return best;
 }
 
 static int cand_cmp(const void *a, const void *b)

@@ -44,7 +44,8 @@ int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampl
 
 /** Raw log-softmax of logits (n entries): id's logprob (out->logprob) and
  *  the top alternatives (out->n_top = top clamped to 0..20, descending).
- *  out->id is left alone. Allocates nothing. */
+ *  top < 0 (no logprobs asked for): out->logprob is 0, out->n_top 0, and
+ *  the row is not read. out->id is left alone. Allocates nothing. */
 void pl_sampler_raw_logprobs(const float *logits, int n, int32_t id, int top, pl_sample *out);
 
 /** The uniform [0,1) draw used for (seed, step). */

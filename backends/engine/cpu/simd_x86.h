@@ -1,7 +1,8 @@
-/* simd_x86.h - the two small AVX2 helpers every x86 kernel file uses:
- * a half from memory to float (F16C: the 256 KiB table would compete with
- * the weights for cache) and the horizontal sum of 8 floats, always in the
- * same order (the kernels' bit-identity depends on it). Include only
+/* simd_x86.h - the small AVX2 helpers the x86 kernel files share: a half
+ * from memory to float (F16C: the 256 KiB table would compete with the
+ * weights for cache), the horizontal sum of 8 floats, always in the same
+ * order (the kernels' bit-identity depends on it), and e^x on 8 lanes
+ * (the recurrent layers' gates, the sampler's softmax). Include only
  * inside an x86 guard; a caller compiled for a superset (AVX-512) may
  * inline them.
  */
@@ -25,6 +26,28 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* e^x on 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes' degree-6
+ * polynomial, 2^n into the exponent; x clamped to where floats hold it
+ * (so e^-inf is 1.2e-38, not 0). Within 2 ulp of expf. */
+__attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                   _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
 #endif
