@@ -246,3 +246,67 @@ Test(sampler, large_vocabulary_argmax_and_logprobs_match_a_double_softmax)
     pl_sampler_free(s);
     free(l);
 }
+
+/* The temperature path on a large vocabulary (draws walk chunk sums, top_k
+ * skips groups of 8, top_p gathers above a floor): eight live ids with
+ * known probabilities spread over the row, the rest 40 nats below, so
+ * the frequencies of 2,000 draws are checked against the exact ones (5
+ * standard deviations), and each filter keeps exactly its ids. */
+Test(sampler, large_vocabulary_draws_follow_the_filtered_distribution)
+{
+    enum { V = 65539, N = 2000 };
+    static const double pr[8] = {.4, .2, .15, .1, .08, .04, .02, .01};
+    static const int ids[8] = {50001, 7, 39999, 65538, 4096, 4095, 12345, 60000};
+    float *l = malloc(sizeof(float) * V);
+    int *seen = calloc(V, sizeof(int));
+    cr_assert(l && seen);
+    for (int i = 0; i < V; i++)
+        l[i] = -45.0f;
+    for (int k = 0; k < 8; k++)
+        l[ids[k]] = (float)log(pr[k]);
+    pl_sampler *s = pl_sampler_new(V);
+    pl_seq_sampling p = random_s(11);
+    struct { int top_k; float top_p, min_p; int keep; } cases[] = {
+        {0, 1.0f, 0.0f, 8},      /* the plain draw over the whole row */
+        {3, 1.0f, 0.0f, 3},      /* top_k */
+        {0, 0.7f, 0.0f, 3},      /* top_p: .4 + .2 + .15 >= .7 */
+        {5, 0.5f, 0.0f, 2},      /* top_k, then top_p */
+        {0, 1.0f, 0.15f, 5},     /* min_p: p >= .06 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        p.top_k = cases[c].top_k;
+        p.top_p = cases[c].top_p;
+        p.min_p = cases[c].min_p;
+        for (int k = 0; k < 8; k++)
+            seen[ids[k]] = 0;
+        draw_many(s, l, &p, N, seen);
+        double z = 0;
+        for (int k = 0; k < cases[c].keep; k++)
+            z += pr[k];
+        int total = 0;
+        for (int k = 0; k < 8; k++) {
+            total += seen[ids[k]];
+            if (k >= cases[c].keep) {
+                cr_expect_eq(seen[ids[k]], 0, "case %zu: id %d is filtered out", c, ids[k]);
+                continue;
+            }
+            double q = pr[k] / z, sd = sqrt(N * q * (1 - q));
+            cr_expect(fabs(seen[ids[k]] - N * q) <= 5 * sd + 1, "case %zu: id %d drawn %d, "
+                      "expected %.0f", c, ids[k], seen[ids[k]], N * q);
+        }
+        cr_expect_eq(total, N, "case %zu: only the live ids are drawn", c);
+    }
+    /* ties under top_k: the lowest ids of the equal best */
+    for (int i = 0; i < V; i++)
+        l[i] = (i % 1000 == 3) ? 1.0f : -45.0f;
+    p.top_k = 2;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    memset(seen, 0, sizeof(int) * V);
+    draw_many(s, l, &p, 400, seen);
+    cr_expect(seen[3] > 0 && seen[1003] > 0 && seen[3] + seen[1003] == 400,
+              "top_k 2 of equal ids keeps 3 and 1003: %d %d", seen[3], seen[1003]);
+    pl_sampler_free(s);
+    free(seen);
+    free(l);
+}

@@ -16,6 +16,9 @@
 #define PL_HAVE_X86 1
 #endif
 
+/* Row passes fold their float partial sums every CHUNK entries. */
+#define CHUNK 4096
+
 typedef struct cand {
     float v;
     int32_t id;
@@ -26,6 +29,8 @@ struct pl_sampler {
     float *work;                 /* (n_vocab) adjusted logits */
     int32_t *count;              /* (n_vocab) history counts, kept zeroed */
     cand *c;                     /* (n_vocab) candidates */
+    float *prob;                 /* (n_vocab) the temperature path's row */
+    float *csum;                 /* (n_vocab / CHUNK + 1) its chunk sums */
 };
 
 pl_sampler *pl_sampler_new(int n_vocab)
@@ -37,7 +42,9 @@ pl_sampler *pl_sampler_new(int n_vocab)
     s->work = malloc(sizeof(float) * (size_t)n_vocab);
     s->count = calloc((size_t)n_vocab, sizeof(int32_t));
     s->c = malloc(sizeof(cand) * (size_t)n_vocab);
-    if (!s->work || !s->count || !s->c) {
+    s->prob = malloc(sizeof(float) * (size_t)n_vocab);
+    s->csum = malloc(sizeof(float) * ((size_t)n_vocab / CHUNK + 1));
+    if (!s->work || !s->count || !s->c || !s->prob || !s->csum) {
         pl_sampler_free(s);
         return NULL;
     }
@@ -51,6 +58,8 @@ void pl_sampler_free(pl_sampler *s)
     free(s->work);
     free(s->count);
     free(s->c);
+    free(s->prob);
+    free(s->csum);
     free(s);
 }
 
@@ -95,14 +104,14 @@ SAMP_AVX2 static float row_max_avx2(const float *l, int n)
 }
 
 /* sum of e^(l - mx) over the row: 8-lane partial sums in floats, folded
- * into a double every 4,096 entries (the float error stays near 1e-6 of
+ * into a double every CHUNK entries (the float error stays near 1e-6 of
  * the sum); the tail's lanes are masked to 0. */
 SAMP_AVX2 static double sum_exp_avx2(const float *l, int n, float mx)
 {
     const __m256 vmx = _mm256_set1_ps(mx);
     double total = 0.0;
-    for (int c = 0; c < n; c += 4096) {
-        int e = c + 4096 < n ? c + 4096 : n, i = c;
+    for (int c = 0; c < n; c += CHUNK) {
+        int e = c + CHUNK < n ? c + CHUNK : n, i = c;
         __m256 a0 = _mm256_setzero_ps(), a1 = a0;
         for (; i + 16 <= e; i += 16) {
             a0 = _mm256_add_ps(a0, exp256(_mm256_sub_ps(_mm256_loadu_ps(l + i), vmx)));
@@ -248,82 +257,150 @@ static int cand_cmp(const void *a, const void *b)
     return x->id < y->id ? -1 : (x->id > y->id);
 }
 
-/* Move the k best candidates (by cand_cmp) to the front, unordered. */
-static void select_top(cand *c, int n, int k)
+/* The temperature path keeps a probability row, not a candidate list:
+ * prob[i] = e^((w_i - max) / T), 0 where w_i is -inf (masked) or the
+ * value is under min_p (relative to the top probability, 1), filled by one
+ * pass that also sums each CHUNK of it. Candidates are gathered from it
+ * only as far as top_k or top_p need them (building and sorting all
+ * 262,144 of Gemma's took 1.5-4 ms per sequence and token); a draw with
+ * neither walks the chunk sums, then one chunk. */
+#ifdef PL_HAVE_X86
+SAMP_AVX2 static void probs_avx2(const float *w, float *prob, float *csum, int n, float mx,
+                                 float inv_t, float min_p)
 {
-    int lo = 0, hi = n - 1;
-    while (lo < hi) {
-        cand piv = c[(lo + hi) / 2];
-        int i = lo, j = hi;
-        while (i <= j) {
-            while (cand_cmp(&c[i], &piv) < 0)
-                i++;
-            while (cand_cmp(&c[j], &piv) > 0)
-                j--;
-            if (i <= j) {
-                cand t = c[i];
-                c[i++] = c[j];
-                c[j--] = t;
-            }
+    const __m256 vmx = _mm256_set1_ps(mx), vt = _mm256_set1_ps(inv_t);
+    const __m256 vmin = _mm256_set1_ps(min_p), ninf = _mm256_set1_ps(-INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int c = 0; c < n; c += CHUNK) {
+        int e = c + CHUNK < n ? c + CHUNK : n;
+        __m256 acc = _mm256_setzero_ps();
+        for (int i = c; i < e; i += 8) {
+            int left = e - i < 8 ? e - i : 8;
+            __m256i on = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+            __m256 x = _mm256_maskload_ps(w + i, on);
+            __m256 v = exp256(_mm256_mul_ps(_mm256_sub_ps(x, vmx), vt));
+            __m256 keep = _mm256_and_ps(_mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ),
+                                        _mm256_cmp_ps(v, vmin, _CMP_GE_OQ));
+            v = _mm256_and_ps(_mm256_and_ps(v, keep), _mm256_castsi256_ps(on));
+            _mm256_maskstore_ps(prob + i, on, v);
+            acc = _mm256_add_ps(acc, v);
         }
-        if (k - 1 <= j)
-            hi = j;
-        else if (k - 1 >= i)
-            lo = i;
-        else
-            break;
+        csum[c / CHUNK] = hsum8(acc);
     }
 }
+#endif
 
-/* Candidates as unnormalised probabilities exp((l - max) / T); returns the
- * count after top_k and min_p. */
-static int build_candidates(pl_sampler *s, const pl_seq_sampling *p)
+/* Fills s->prob and s->csum; returns the row's total. */
+static double probs(pl_sampler *s, float mx, float inv_t, float min_p)
 {
-    float mx = s->work[argmax(s->work, s->n_vocab)], inv_t = 1.0f / p->temperature;
-    int n = 0;
-    for (int i = 0; i < s->n_vocab; i++) {
-        if (s->work[i] == -INFINITY)
-            continue;
-        float e = expf((s->work[i] - mx) * inv_t);
-        if (p->min_p > 0 && e < p->min_p)
-            continue;            /* min_p is relative to the top probability (1) */
-        s->c[n++] = (cand){e, i};
+    int n = s->n_vocab;
+#ifdef PL_HAVE_X86
+    if (pl_cpu_has_avx2())
+        probs_avx2(s->work, s->prob, s->csum, n, mx, inv_t, min_p);
+    else
+#endif
+    for (int c = 0; c < n; c += CHUNK) {
+        int e = c + CHUNK < n ? c + CHUNK : n;
+        float acc = 0.0f;
+        for (int i = c; i < e; i++) {
+            float v = s->work[i] == -INFINITY ? 0.0f : expf((s->work[i] - mx) * inv_t);
+            s->prob[i] = v >= min_p ? v : 0.0f;
+            acc += s->prob[i];
+        }
+        s->csum[c / CHUNK] = acc;
     }
-    if (p->top_k > 0 && p->top_k < n) {
-        select_top(s->c, n, p->top_k);
-        n = p->top_k;
+    double total = 0.0;
+    for (int c = 0; c < n; c += CHUNK)
+        total += s->csum[c / CHUNK];
+    return total;
+}
+
+/* a ranks below b: lower probability, or equal and a higher id. */
+static inline bool worse(cand a, cand b) { return a.v < b.v || (a.v == b.v && a.id > b.id); }
+
+#ifdef PL_HAVE_X86
+SAMP_AVX2 static int any_above8(const float *p, float t)
+{
+    return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p), _mm256_set1_ps(t), _CMP_GT_OQ));
+}
+#endif
+
+/* The k best entries of prob (by cand_cmp) into s->c, sorted: a heap of
+ * the k best so far with its worst at the root. Ids come in rising order,
+ * so a new entry ranks above the root only when strictly more probable;
+ * once the heap is full, groups of 8 that hold no such entry are skipped
+ * whole. Returns the count (< k when fewer are live). */
+static int top_k_(pl_sampler *s, int k)
+{
+    cand *h = s->c;
+    int m = 0, n = s->n_vocab;
+#ifdef PL_HAVE_X86
+    bool simd = pl_cpu_has_avx2();
+#endif
+    for (int i = 0; i < n; i++) {
+#ifdef PL_HAVE_X86
+        if (simd && m == k && (i & 7) == 0 && i + 8 <= n && !any_above8(s->prob + i, h[0].v)) {
+            i += 7;
+            continue;
+        }
+#endif
+        cand x = {s->prob[i], i};
+        if (x.v <= 0.0f || (m == k && x.v <= h[0].v))
+            continue;
+        int j;
+        if (m < k) {             /* sift the new leaf up */
+            for (j = m++; j > 0 && worse(x, h[(j - 1) / 2]); j = (j - 1) / 2)
+                h[j] = h[(j - 1) / 2];
+        } else {                 /* replace the root, sift it down */
+            for (j = 0;;) {
+                int l = 2 * j + 1, r = l + 1, w = -1;
+                cand wv = x;
+                if (l < m && worse(h[l], wv))
+                    w = l, wv = h[l];
+                if (r < m && worse(h[r], wv))
+                    w = r;
+                if (w < 0)
+                    break;
+                h[j] = h[w];
+                j = w;
+            }
+        }
+        h[j] = x;
+    }
+    qsort(h, (size_t)m, sizeof(cand), cand_cmp);
+    return m;
+}
+
+/* The smallest prefix (by descending probability) of c[0..n), sorted,
+ * whose mass reaches top_p of their total. */
+static int nucleus_prefix(const cand *c, int n, double need)
+{
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        acc += c[i].v;
+        if (acc >= need)
+            return i + 1;
     }
     return n;
 }
 
-/* Keep the smallest prefix (by descending probability) whose mass reaches
- * top_p. Only candidates above a probability floor are sorted: the floor is
- * lowered until the candidates above it already hold top_p of the mass. */
-static int nucleus(cand *c, int n, float top_p)
+/* top_p over the whole row: only the entries above a floor are gathered
+ * and sorted, the floor lowered until they hold top_p of the total. */
+static int nucleus_row(pl_sampler *s, double total, float top_p)
 {
-    double total = 0.0;
-    for (int i = 0; i < n; i++)
-        total += c[i].v;
     double need = top_p * total;
     for (float floor = 1e-3f;; floor *= 0.01f) {
+        float f = floor * (float)total;
         int m = 0;
         double mass = 0.0;
-        for (int i = 0; i < n; i++)
-            if (c[i].v >= floor * (float)total) {
-                cand t = c[m];
-                c[m++] = c[i];
-                c[i] = t;
-                mass += c[m - 1].v;
+        for (int i = 0; i < s->n_vocab; i++)
+            if (s->prob[i] > 0.0f && s->prob[i] >= f) {
+                s->c[m++] = (cand){s->prob[i], i};
+                mass += s->prob[i];
             }
         if (mass >= need || floor < 1e-30f) {
-            qsort(c, (size_t)m, sizeof(cand), cand_cmp);
-            double acc = 0.0;
-            for (int i = 0; i < m; i++) {
-                acc += c[i].v;
-                if (acc >= need)
-                    return i + 1;
-            }
-            return m > 0 ? m : n;
+            qsort(s->c, (size_t)m, sizeof(cand), cand_cmp);
+            return nucleus_prefix(s->c, m, need);
         }
     }
 }
@@ -342,6 +419,56 @@ static int32_t draw(const cand *c, int n, double u)
     return c[n - 1].id;
 }
 
+/* A draw from the whole probability row: the chunk holding the target by
+ * the chunk sums, then entry by entry from there (past the chunk's end if
+ * its float sum ran ahead of the entries'); -1 when nothing is live. */
+static int32_t draw_row(const pl_sampler *s, double total, double u)
+{
+    int n = s->n_vocab, c = 0, last = -1;
+    double target = u * total, acc = 0.0;
+    for (; c + CHUNK < n && acc + s->csum[c / CHUNK] <= target; c += CHUNK)
+        acc += s->csum[c / CHUNK];
+    for (int i = c; i < n; i++) {
+        if (s->prob[i] <= 0.0f)
+            continue;
+        acc += s->prob[i];
+        last = i;
+        if (acc > target)
+            return i;
+    }
+    for (int i = c - 1; last < 0 && i >= 0; i--)   /* the float sums ran over */
+        if (s->prob[i] > 0.0f)
+            last = i;
+    return last;
+}
+
+/* Temperature, then top_k, top_p and min_p, then one seeded draw; -1 when
+ * the filters leave nothing. */
+static int32_t sample_temperature(pl_sampler *s, const pl_seq_sampling *p)
+{
+    float mx = row_max(s->work, s->n_vocab);
+    double total = probs(s, mx, 1.0f / p->temperature, p->min_p > 0 ? p->min_p : 0.0f);
+    double u = pl_sampler_uniform(p->seed, p->step);
+    bool nuc = p->top_p > 0.0f && p->top_p < 1.0f;
+    if (p->top_k > 0) {
+        int n = top_k_(s, p->top_k);
+        if (n > 1 && nuc) {
+            double t = 0.0;
+            for (int i = 0; i < n; i++)
+                t += s->c[i].v;
+            n = nucleus_prefix(s->c, n, p->top_p * t);
+        }
+        return n > 0 ? draw(s->c, n, u) : -1;
+    }
+    if (!(total > 0.0))
+        return -1;
+    if (nuc) {
+        int n = nucleus_row(s, total, p->top_p);
+        return n > 0 ? draw(s->c, n, u) : -1;
+    }
+    return draw_row(s, total, u);
+}
+
 int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampling *p,
                           const int32_t *hist, int n_hist, int32_t eos_id, pl_sample *out)
 {
@@ -353,11 +480,9 @@ int32_t pl_sampler_sample(pl_sampler *s, const float *logits, const pl_seq_sampl
     } else if (p->temperature <= 0.0f || p->top_k == 1) {
         id = argmax(s->work, s->n_vocab);
     } else {
-        int n = build_candidates(s, p);
-        if (n > 1 && p->top_p > 0.0f && p->top_p < 1.0f)
-            n = nucleus(s->c, n, p->top_p);
-        id = n > 0 ? draw(s->c, n, pl_sampler_uniform(p->seed, p->step))
-                   : argmax(s->work, s->n_vocab);
+        id = sample_temperature(s, p);
+        if (id < 0)
+            id = argmax(s->work, s->n_vocab);
     }
     out->id = id;
     pl_sampler_raw_logprobs(logits, s->n_vocab, id, p->top_logprobs, out);
