@@ -29,6 +29,7 @@ static const bench_case cases[] = {
     {"gemma.ffn_down q6_k decode", PL_GGML_TYPE_Q6_K, 2048, 640, 1},
     {"gemma.attn_out q4_k decode", PL_GGML_TYPE_Q4_K, 1024, 640, 1},
     {"q4_k 2048x2048 decode", PL_GGML_TYPE_Q4_K, 2048, 2048, 1},
+    {"q4_k 8192x16384 decode (75 MB)", PL_GGML_TYPE_Q4_K, 8192, 16384, 1},
     {"q5_k 2048x2048 decode", PL_GGML_TYPE_Q5_K, 2048, 2048, 1},
     {"q6_k 2048x2048 decode", PL_GGML_TYPE_Q6_K, 2048, 2048, 1},
     {"smol.ffn_up q4_1 decode", PL_GGML_TYPE_Q4_1, 576, 1536, 1},
