@@ -17,35 +17,7 @@
 #include "backends/engine/cpu/qdot_vnni.h"
 #include "src/base/cpu_features.h"
 #include "src/base/half.h"
-
-static uint64_t rng_state = 0x2545f4914f6cdd1dULL;
-
-static uint8_t rbyte(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (uint8_t)(rng_state >> 56);
-}
-
-static float frand(void)         /* uniform in [-1, 1) */
-{
-    return (float)(rbyte() << 8 | rbyte()) / 32768.0f - 1.0f;
-}
-
-/* Random rows: random bytes (every scale / min / quant pattern is a valid
- * block), each super-block's fp16 d and dmin set to sane values. */
-static void random_k(pl_ggml_type t, uint8_t *dst, int n_sb)
-{
-    size_t bb = pl_qdot_k_block_bytes(t);
-    for (size_t i = 0; i < (size_t)n_sb * bb; i++)
-        dst[i] = rbyte();
-    for (int b = 0; b < n_sb; b++) {
-        uint8_t *p = dst + (size_t)b * bb;
-        uint16_t d = pl_fp32_to_fp16(0.002f + 0.02f * fabsf(frand()));
-        uint16_t m = pl_fp32_to_fp16(0.01f * frand());
-        memcpy(p, &d, 2);
-        memcpy(p + 2, &m, 2);
-    }
-}
+#include "kquant_rand.h"
 
 static const pl_ggml_type TYPES[2] = {PL_GGML_TYPE_Q4_K, PL_GGML_TYPE_Q5_K};
 
@@ -57,18 +29,6 @@ static const shape SHAPES[] = {
     {1, 4, 0, 4}, {1, 7, 0, 7}, {2, 3, 0, 3}, {3, 21, 3, 21}, {4, 30, 5, 29}, {9, 17, 1, 17},
     {8, 40, 0, 40},
 };
-
-static int levels(pl_vnni_level *lv)
-{
-    const pl_cpu_feature_set *f = pl_cpu_features();
-    int n = 0;
-    lv[n++] = PL_VNNI_NONE;
-    if (pl_qdot_vnni_level() == PL_VNNI_AVX512)
-        lv[n++] = PL_VNNI_AVX512;
-    if (f->avxvnni)
-        lv[n++] = PL_VNNI_AVX;
-    return n;
-}
 
 static void check_equal(const float *got, const float *want, int o0, int o1, const char *what,
                         pl_ggml_type t, int lv, int width)
