@@ -370,3 +370,79 @@ Test(cpu_forward, tiny_qwen2_matches_llama_cpp)
     pl_model_free(m);
     pl_gguf_free(g);
 }
+
+/* The fixture's chats for n_gen steps with seeded temperature sampling,
+ * top_p, top_k and a repetition penalty (so the placeholder's id joins
+ * the history), on a runner of n_threads: the sampled ids and logprobs. */
+static void sample_chats(int n_threads, int n_gen, int32_t *ids, float *lps)
+{
+    chat_state c = {.seqs = json_object_get(g_fix, "chat")};
+    c.n = (int)json_array_size(c.seqs);
+    int rows = 0;
+    for (int s = 0; s < c.n; s++)
+        rows += (int)json_array_size(json_object_get(json_array_get(c.seqs, s), "prompt"));
+    c.mb = 512 / BS;
+    pl_runner_info want = {.block_size = BS, .num_blocks = c.n * c.mb, .max_seqs = c.n,
+                           .max_rows = rows, .max_model_len = 512};
+    char err[256];
+    pl_runner *run = pl_cpu_runner_new(g_model, &want, n_threads, err, sizeof(err));
+    cr_assert(run, "%s", err);
+    int32_t *bt = malloc(sizeof(int32_t) * (size_t)c.n * c.mb);
+    int32_t *ib = calloc((size_t)rows * 3 + (size_t)c.n * 4, sizeof(int32_t));
+    int refeed[16] = {0};
+    cr_assert(bt && ib && c.n <= 16);
+    for (int i = 0; i < c.n * c.mb; i++)
+        bt[i] = i;
+    bool sb[16];
+    pl_seq_sampling pb[16];
+    c.bt = bt, c.refeed = refeed, c.sample = sb, c.smp = pb;
+    c.tokens = ib, c.positions = ib + rows, c.row_seq = ib + 2 * rows;
+    c.slot = ib + 3 * rows, c.first = c.slot + c.n, c.nrows = c.first + c.n;
+    c.ctx = c.nrows + c.n;
+    for (int step = 0; step < n_gen; step++) {
+        pl_step_input in;
+        fill_step(&c, &in, step);
+        for (int s = 0; s < c.n; s++) {
+            pb[s].temperature = 0.9f;
+            pb[s].top_p = s % 2 ? 0.9f : 1.0f;
+            pb[s].top_k = s % 3 == 0 ? 40 : 0;
+            pb[s].repetition_penalty = 1.3f;
+            pb[s].seed = 1000 + (uint64_t)s;
+            pb[s].top_logprobs = 1;
+        }
+        int t = run->ops->launch(run, &in);
+        cr_assert_geq(t, 0);
+        const pl_step_output *out;
+        cr_assert_eq(run->ops->wait(run, t, &out), 0);
+        for (int s = 0; s < c.n; s++) {
+            ids[step * c.n + s] = out->sampled[s];
+            lps[step * c.n + s] = out->logprob[s];
+        }
+    }
+    run->ops->free(run);
+    free(bt);
+    free(ib);
+}
+
+/* Sampling is shared out among the pool's threads when a step samples
+ * several sequences; who samples a sequence must not change its draw. */
+Test(cpu_forward, seeded_sampling_same_on_one_and_two_threads)
+{
+    if (!g_model) {
+        PL_TEST_MODEL_OR_SKIP();
+        cr_skip_test("fixture absent");
+    }
+    enum { N_GEN = 6, MAX = 16 * N_GEN };
+    int32_t id1[MAX], id2[MAX];
+    float lp1[MAX], lp2[MAX];
+    int n = (int)json_array_size(json_object_get(g_fix, "chat"));
+    sample_chats(1, N_GEN, id1, lp1);
+    sample_chats(2, N_GEN, id2, lp2);
+    int distinct = 0;
+    for (int i = 0; i < n * N_GEN; i++) {
+        cr_assert_eq(id1[i], id2[i], "step %d seq %d: %d vs %d", i / n, i % n, id1[i], id2[i]);
+        cr_assert_eq(memcmp(&lp1[i], &lp2[i], sizeof(float)), 0, "logprob %d", i);
+        distinct += i >= n && id1[i] != id1[i - n];
+    }
+    cr_expect_gt(distinct, 0, "the draws move from step to step");
+}
