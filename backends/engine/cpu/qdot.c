@@ -18,7 +18,6 @@
 #include "backends/engine/cpu/qdot_avx512.h"
 #include "backends/engine/cpu/qdot_block_order.h"
 #include "backends/engine/cpu/qdot_k.h"
-#include "backends/engine/cpu/qdot_k_gemv.h"
 #include "backends/engine/cpu/qdot_k_repack.h"
 #include "backends/engine/cpu/qdot_vnni.h"
 
@@ -325,10 +324,6 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n)
 static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
                          const pl_q8_act *x, int n, float *y, int o0, int o1)
 {
-    /* Q4_K / Q5_K / Q6_K four weight rows at a time (qdot_k_gemv.c); the
-     * rows past the last group of four come below. */
-    if (pl_qdot_k_gemv_supported(t))
-        o0 += pl_qdot_k_gemv(pl_qdot_vnni_level(), t, wb, row_bytes, x, n / PL_QK, y, o0, o1);
     if (pl_qdot512_available() && pl_qdot512_supported(t)) {
         pl_qdot512_row1(t, wb, row_bytes, x, n / PL_QK, y, o0, o1);
         return;
