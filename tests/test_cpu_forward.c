@@ -130,24 +130,34 @@ static void fill_step(chat_state *c, pl_step_input *in, int step)
                           .sampling = c->smp};
 }
 
+/* A runner for the fixture's chats (c->n sequences, their prompts' rows
+ * in *rows, 512 positions each in blocks of BS) on n_threads (0: all). */
+static pl_runner *chat_runner(chat_state *c, int n_threads, int *rows)
+{
+    c->seqs = json_object_get(g_fix, "chat");
+    c->n = (int)json_array_size(c->seqs);
+    *rows = 0;
+    for (int s = 0; s < c->n; s++)
+        *rows += (int)json_array_size(json_object_get(json_array_get(c->seqs, s), "prompt"));
+    c->mb = 512 / BS;
+    pl_runner_info want = {.block_size = BS, .num_blocks = c->n * c->mb, .max_seqs = c->n,
+                           .max_rows = *rows, .max_model_len = 512};
+    char err[256];
+    pl_runner *run = pl_cpu_runner_new(g_model, &want, n_threads, err, sizeof(err));
+    cr_assert(run, "%s", err);
+    return run;
+}
+
 Test(cpu_forward, chat_greedy_batched)
 {
     if (!g_model) {
         PL_TEST_MODEL_OR_SKIP();
         cr_skip_test("fixture absent");
     }
-    chat_state c = {.seqs = json_object_get(g_fix, "chat")};
-    c.n = (int)json_array_size(c.seqs);
+    chat_state c = {0};
+    int rows;
+    pl_runner *run = chat_runner(&c, 0, &rows);
     int n_gen = (int)json_array_size(json_object_get(json_array_get(c.seqs, 0), "gen"));
-    int rows = 0;
-    for (int s = 0; s < c.n; s++)
-        rows += (int)json_array_size(json_object_get(json_array_get(c.seqs, s), "prompt"));
-    c.mb = 512 / BS;
-    pl_runner_info want = {.block_size = BS, .num_blocks = c.n * c.mb, .max_seqs = c.n,
-                           .max_rows = rows, .max_model_len = 512};
-    char err[256];
-    pl_runner *run = pl_cpu_runner_new(g_model, &want, 0, err, sizeof(err));
-    cr_assert(run, "%s", err);
     run->keep_logits = true;
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)c.n * c.mb);
     for (int i = 0; i < c.n * c.mb; i++)
@@ -376,17 +386,9 @@ Test(cpu_forward, tiny_qwen2_matches_llama_cpp)
  * the history), on a runner of n_threads: the sampled ids and logprobs. */
 static void sample_chats(int n_threads, int n_gen, int32_t *ids, float *lps)
 {
-    chat_state c = {.seqs = json_object_get(g_fix, "chat")};
-    c.n = (int)json_array_size(c.seqs);
-    int rows = 0;
-    for (int s = 0; s < c.n; s++)
-        rows += (int)json_array_size(json_object_get(json_array_get(c.seqs, s), "prompt"));
-    c.mb = 512 / BS;
-    pl_runner_info want = {.block_size = BS, .num_blocks = c.n * c.mb, .max_seqs = c.n,
-                           .max_rows = rows, .max_model_len = 512};
-    char err[256];
-    pl_runner *run = pl_cpu_runner_new(g_model, &want, n_threads, err, sizeof(err));
-    cr_assert(run, "%s", err);
+    chat_state c = {0};
+    int rows;
+    pl_runner *run = chat_runner(&c, n_threads, &rows);
     int32_t *bt = malloc(sizeof(int32_t) * (size_t)c.n * c.mb);
     int32_t *ib = calloc((size_t)rows * 3 + (size_t)c.n * 4, sizeof(int32_t));
     int refeed[16] = {0};
