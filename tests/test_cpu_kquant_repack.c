@@ -19,7 +19,39 @@
 #include "backends/engine/model/quant.h"
 #include "src/base/cpu_features.h"
 #include "src/base/half.h"
-#include "kquant_rand.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint8_t rbyte(void)
+{
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint8_t)(rng_state >> 56);
+}
+
+static float frand(void)         /* uniform in [-1, 1) */
+{
+    return (float)(rbyte() << 8 | rbyte()) / 32768.0f - 1.0f;
+}
+
+/* Random K-quant rows: random bytes, each super-block's fp16 scales set to
+ * sane values (every other byte pattern is a valid block). */
+static void random_k(pl_ggml_type t, uint8_t *dst, int n_sb)
+{
+    size_t bb = pl_qdot_k_block_bytes(t);
+    for (size_t i = 0; i < (size_t)n_sb * bb; i++)
+        dst[i] = rbyte();
+    for (int b = 0; b < n_sb; b++) {
+        uint8_t *p = dst + (size_t)b * bb;
+        uint16_t d = pl_fp32_to_fp16(0.002f + 0.02f * fabsf(frand()));
+        uint16_t m = pl_fp32_to_fp16(0.01f * frand());
+        if (t == PL_GGML_TYPE_Q6_K) {
+            memcpy(p + 208, &d, 2);
+            continue;
+        }
+        memcpy(p, &d, 2);
+        memcpy(p + 2, &m, 2);
+    }
+}
 
 static const pl_ggml_type TYPES[3] = {PL_GGML_TYPE_Q4_K, PL_GGML_TYPE_Q5_K, PL_GGML_TYPE_Q6_K};
 
@@ -31,6 +63,19 @@ static const shape SHAPES[] = {
     {1, 8, 0, 8}, {1, 13, 0, 13}, {3, 21, 3, 21}, {4, 30, 5, 29}, {9, 17, 1, 17}, {8, 40, 0, 40},
 };
 static const int NROWS[] = {1, 2, 3, 5, 7, 8, 9, 16, 33, 64, 70};
+
+/* The levels of int8 dot this CPU runs (NONE: AVX2's). */
+static int levels(pl_vnni_level *lv)
+{
+    const pl_cpu_feature_set *f = pl_cpu_features();
+    int n = 0;
+    lv[n++] = PL_VNNI_NONE;
+    if (pl_qdot_vnni_level() == PL_VNNI_AVX512)
+        lv[n++] = PL_VNNI_AVX512;
+    if (f->avxvnni)
+        lv[n++] = PL_VNNI_AVX;
+    return n;
+}
 
 /* y = the AVX2 single-row kernel for every (activation row, weight row). */
 static void single_rows(pl_ggml_type t, const uint8_t *w, size_t rb, const pl_q8_act *a,
