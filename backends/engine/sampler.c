@@ -86,6 +86,12 @@ double pl_sampler_uniform(uint64_t seed, uint64_t step)
 #ifdef PL_HAVE_X86
 #define SAMP_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* The lanes of a group of 8 that lie before the row's end, left ahead. */
+SAMP_AVX2 static inline __m256i lanes_before(int left)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
 SAMP_AVX2 static float row_max_avx2(const float *l, int n)
 {
     __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
@@ -118,9 +124,7 @@ SAMP_AVX2 static double sum_exp_avx2(const float *l, int n, float mx)
             a1 = _mm256_add_ps(a1, exp256(_mm256_sub_ps(_mm256_loadu_ps(l + i + 8), vmx)));
         }
         for (; i < e; i += 8) {
-            int left = e - i < 8 ? e - i : 8;
-            __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            __m256i on = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+            __m256i on = lanes_before(e - i);
             __m256 x = _mm256_maskload_ps(l + i, on);
             __m256 ex = exp256(_mm256_sub_ps(x, vmx));
             a0 = _mm256_add_ps(a0, _mm256_and_ps(ex, _mm256_castsi256_ps(on)));
@@ -270,13 +274,11 @@ SAMP_AVX2 static void probs_avx2(const float *w, float *prob, float *csum, int n
 {
     const __m256 vmx = _mm256_set1_ps(mx), vt = _mm256_set1_ps(inv_t);
     const __m256 vmin = _mm256_set1_ps(min_p), ninf = _mm256_set1_ps(-INFINITY);
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     for (int c = 0; c < n; c += CHUNK) {
         int e = c + CHUNK < n ? c + CHUNK : n;
         __m256 acc = _mm256_setzero_ps();
         for (int i = c; i < e; i += 8) {
-            int left = e - i < 8 ? e - i : 8;
-            __m256i on = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane);
+            __m256i on = lanes_before(e - i);
             __m256 x = _mm256_maskload_ps(w + i, on);
             __m256 v = exp256(_mm256_mul_ps(_mm256_sub_ps(x, vmx), vt));
             __m256 keep = _mm256_and_ps(_mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ),
@@ -315,8 +317,8 @@ static double probs(pl_sampler *s, float mx, float inv_t, float min_p)
     return total;
 }
 
-/* a ranks below b: lower probability, or equal and a higher id. */
-static inline bool worse(cand a, cand b) { return a.v < b.v || (a.v == b.v && a.id > b.id); }
+/* a ranks below b in cand_cmp's order. */
+static inline bool worse(cand a, cand b) { return cand_cmp(&a, &b) > 0; }
 
 #ifdef PL_HAVE_X86
 SAMP_AVX2 static int any_above8(const float *p, float t)
