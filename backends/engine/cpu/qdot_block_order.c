@@ -244,53 +244,111 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
 #define ROW_CHUNK 256
 
 #ifdef PL_HAVE_X86
+/* The 8 rows' blocks as 8 registers of 8 dwords, v[j] dword k the quants
+ * 4k..4k+3 of row j, turned into wt[k] lane j: dword k of every row. */
+T2 static inline void transpose8x8(const __m256i *v, __m256i *wt)
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int k = 0; k < 4; k++) {
+        wt[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
+        wt[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+    }
+}
+
 /* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
  * block: each block's 8 weight rows are unpacked once for all activation
- * rows, whose 8 running sums live in y (ldy apart). Written once and
- * instantiated per int8 dot instruction: AVX2's VPMADDUBSW + VPMADDWD, or
- * VPDPBUSD (the same integer sums: no int16 saturation is reachable). */
+ * rows, whose 8 running sums live in y (ldy apart). The block is held
+ * transposed (transpose8x8), so that one int8 dot of an activation dword
+ * broadcast to every lane adds 4 products to each of the 8 rows' sums at
+ * once: 8 dots give the block's 8 integer sums with no horizontal sum.
+ * Q8_0 and MXFP4 take the sign trick on the broadcast (|w| unsigned, a
+ * signed as w's sign). Written once and instantiated per int8 dot
+ * instruction: AVX2's VPMADDUBSW + VPMADDWD, or VPDPBUSD (the same integer
+ * sums: no int16 saturation is reachable). */
 #define ROWS8_MULTI(SFX, TARGET, DOT)                                                            \
-    TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
-                                         const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
-                                         int ldy)                                                \
+    TARGET static inline __attribute__((always_inline)) void rows8_multi_t_##SFX(             \
+        pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x, int n_blk,      \
+        int n_rows, float *y, int ldy)                                                           \
     {                                                                                            \
         int q8 = signed_quants(t);                                                               \
         size_t bb = block_bytes(t);                                                              \
         __m256i idx = row_offsets(row_bytes);                                                    \
         for (int b = 0; b < n_blk; b++) {                                                        \
             const uint8_t *blk0 = w + (size_t)b * bb;                                            \
-            __m256i wq[8], ws[8];                                                                \
-            for (int j = 0; j < 8; j++) {                                                        \
-                ws[j] = block_quants(t, blk0 + (size_t)j * row_bytes);                           \
-                wq[j] = q8 ? _mm256_abs_epi8(ws[j]) : ws[j];                                     \
-            }                                                                                    \
+            __m256i v[8], ws[8], wq[8];                                                          \
+            for (int j = 0; j < 8; j++)                                                          \
+                v[j] = block_quants(t, blk0 + (size_t)j * row_bytes);                            \
+            transpose8x8(v, ws);                                                                 \
+            for (int k = 0; k < 8; k++)                                                          \
+                wq[k] = q8 ? _mm256_abs_epi8(ws[k]) : ws[k];                                     \
             __m256 d, m;                                                                         \
             block_scales(t, blk0, idx, &d, &m);                                                  \
             for (int r = 0; r < n_rows; r++) {                                                   \
                 const pl_q8_act *a = x + (size_t)r * n_blk + b;                                  \
-                __m256i aq = _mm256_loadu_si256((const __m256i *)a->qs), s[8];                   \
-                for (int j = 0; j < 8; j++)                                                      \
-                    s[j] = DOT(wq[j], q8 ? _mm256_sign_epi8(aq, ws[j]) : aq);                    \
+                __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();                \
+                for (int k = 0; k < 8; k += 2) {                                                 \
+                    int32_t a0, a1;                                                              \
+                    memcpy(&a0, a->qs + 4 * k, 4);                                               \
+                    memcpy(&a1, a->qs + 4 * k + 4, 4);                                           \
+                    __m256i b0 = _mm256_set1_epi32(a0), b1 = _mm256_set1_epi32(a1);              \
+                    s0 = DOT(s0, wq[k], q8 ? _mm256_sign_epi8(b0, ws[k]) : b0);                  \
+                    s1 = DOT(s1, wq[k + 1], q8 ? _mm256_sign_epi8(b1, ws[k + 1]) : b1);          \
+                }                                                                                \
                 float *yr = y + (size_t)r * ldy;                                                 \
                 __m256 acc = b ? _mm256_loadu_ps(yr) : _mm256_setzero_ps();                      \
-                _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a)));   \
+                __m256i isum = _mm256_add_epi32(s0, s1);                                         \
+                _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, isum, a)));         \
             }                                                                                    \
+        }                                                                                        \
+    }                                                                                            \
+    /* One copy per type, so that no test of t is left in the inner loop. */                    \
+    TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
+                                         const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
+                                         int ldy)                                                \
+    {                                                                                            \
+        switch (t) {                                                                             \
+        case PL_GGML_TYPE_Q4_0:                                                                  \
+            rows8_multi_t_##SFX(PL_GGML_TYPE_Q4_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
+            break;                                                                               \
+        case PL_GGML_TYPE_Q4_1:                                                                  \
+            rows8_multi_t_##SFX(PL_GGML_TYPE_Q4_1, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
+            break;                                                                               \
+        case PL_GGML_TYPE_Q5_0:                                                                  \
+            rows8_multi_t_##SFX(PL_GGML_TYPE_Q5_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
+            break;                                                                               \
+        case PL_GGML_TYPE_Q8_0:                                                                  \
+            rows8_multi_t_##SFX(PL_GGML_TYPE_Q8_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
+            break;                                                                               \
+        default:                                                                                 \
+            rows8_multi_t_##SFX(PL_GGML_TYPE_MXFP4, w, row_bytes, x, n_blk, n_rows, y, ldy);    \
+            break;                                                                               \
         }                                                                                        \
     }
 
-T2 static inline __m256i dot_avx2(__m256i u, __m256i s)
+T2 static inline __m256i dot_avx2(__m256i acc, __m256i u, __m256i s)
 {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
 }
 #define TV512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-TV512 static inline __m256i dot_vnni512(__m256i u, __m256i s)
+TV512 static inline __m256i dot_vnni512(__m256i acc, __m256i u, __m256i s)
 {
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_epi32(acc, u, s);
 }
 #define TAVXV __attribute__((target("avx2,fma,f16c,avxvnni")))
-TAVXV static inline __m256i dot_avxvnni(__m256i u, __m256i s)
+TAVXV static inline __m256i dot_avxvnni(__m256i acc, __m256i u, __m256i s)
 {
-    return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s);
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 }
 
 ROWS8_MULTI(avx2, T2, dot_avx2)
