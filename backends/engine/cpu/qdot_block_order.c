@@ -31,6 +31,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "backends/engine/cpu/simd_x86.h"
 #define PL_HAVE_X86 1
 #endif
 
@@ -244,31 +246,10 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
 #define ROW_CHUNK 256
 
 #ifdef PL_HAVE_X86
-/* The 8 rows' blocks as 8 registers of 8 dwords, v[j] dword k the quants
- * 4k..4k+3 of row j, turned into wt[k] lane j: dword k of every row. */
-T2 static inline void transpose8x8(const __m256i *v, __m256i *wt)
-{
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int k = 0; k < 4; k++) {
-        wt[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20);
-        wt[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
-    }
-}
-
 /* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
  * block: each block's 8 weight rows are unpacked once for all activation
  * rows, whose 8 running sums live in y (ldy apart). The block is held
- * transposed (transpose8x8), so that one int8 dot of an activation dword
+ * transposed (transpose8), so that one int8 dot of an activation dword
  * broadcast to every lane adds 4 products to each of the 8 rows' sums at
  * once: 8 dots give the block's 8 integer sums with no horizontal sum.
  * Q8_0 and MXFP4 take the sign trick on the broadcast (|w| unsigned, a
@@ -288,7 +269,7 @@ T2 static inline void transpose8x8(const __m256i *v, __m256i *wt)
             __m256i v[8], ws[8], wq[8];                                                          \
             for (int j = 0; j < 8; j++)                                                          \
                 v[j] = block_quants(t, blk0 + (size_t)j * row_bytes);                            \
-            transpose8x8(v, ws);                                                                 \
+            transpose8(v, ws);                                                                 \
             for (int k = 0; k < 8; k++)                                                          \
                 wq[k] = q8 ? _mm256_abs_epi8(ws[k]) : ws[k];                                     \
             __m256 d, m;                                                                         \

@@ -59,26 +59,6 @@ typedef struct kr_group {
     float fb[KR_MAX_SB][8][8];
 } kr_group;
 
-/* out[l] lane r = dword l of v[r]. */
-T2 static inline void transpose8(const __m256i *v, __m256i *out)
-{
-    __m256i t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
-    }
-    for (int i = 0; i < 2; i++) {
-        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 4; i++) {
-        out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
-        out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
-    }
-}
-
 /* Sub-block values (32 bytes, element e in byte e) of one Q4_K / Q5_K
  * super-block b into v[j], its factors into fa/fb column r. */
 T2 static inline void unpack_k45(const uint8_t *b, int five, __m256i *v, float (*fa)[8],

@@ -1,8 +1,9 @@
 /* simd_x86.h - the small AVX2 helpers the x86 kernel files share: a half
  * from memory to float (F16C: the 256 KiB table would compete with the
  * weights for cache), the horizontal sum of 8 floats, always in the same
- * order (the kernels' bit-identity depends on it), and e^x on 8 lanes
- * (the recurrent layers' gates, the sampler's softmax). Include only
+ * order (the kernels' bit-identity depends on it), e^x on 8 lanes
+ * (the recurrent layers' gates, the sampler's softmax), and the 8 x 8
+ * dword transpose by which the GEMMs hold 8 weight rows side by side. Include only
  * inside an x86 guard; a caller compiled for a superset (AVX-512) may
  * inline them.
  */
@@ -26,6 +27,26 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* out[l] lane r = dword l of v[r]. */
+__attribute__((target("avx2"))) static inline void transpose8(const __m256i *v, __m256i *out)
+{
+    __m256i t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        u[4 * i] = _mm256_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 4; i++) {
+        out[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+        out[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+    }
 }
 
 /* e^x on 8 lanes: x = n ln2 + r, |r| <= ln2/2, e^r by Cephes' degree-6
