@@ -108,17 +108,6 @@ T2 static inline __m256i block_quants(pl_ggml_type t, const uint8_t *blk)
     return t == PL_GGML_TYPE_Q5_0 ? _mm256_or_si256(u, q5_high_bits(blk + 2)) : u;
 }
 
-/* The 8 int32 partial sums of the block at blk against aq. */
-T2 static inline __m256i block_isum8(pl_ggml_type t, const uint8_t *blk, __m256i aq)
-{
-    __m256i q = block_quants(t, blk), p;
-    if (signed_quants(t))
-        p = _mm256_maddubs_epi16(_mm256_abs_epi8(q), _mm256_sign_epi8(aq, q));
-    else
-        p = _mm256_maddubs_epi16(q, aq);
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
 /* Lane r: the total of s[r]'s 8 lanes. */
 T2 static inline __m256i hsum8x8(const __m256i *s)
 {
@@ -185,33 +174,79 @@ T2 static inline __m256i row_offsets(size_t row_bytes)
                               _mm256_set1_epi32((int)row_bytes));
 }
 
-/* Block b (bb bytes) of 8 rows from w into acc. */
-T2 static inline __m256 block8_avx2(pl_ggml_type t, size_t bb, const uint8_t *w,
-                                    size_t row_bytes, __m256i idx, const pl_q8_act *a, int b,
-                                    __m256 acc)
+#define INLINE __attribute__((always_inline)) inline
+
+/* One copy of a kernel per type (F: its always-inline body, with t as its
+ * first argument), so that no test of t is left in its inner loop. */
+#define PER_TYPE(F, t, ...)                                                                      \
+    do {                                                                                         \
+        switch (t) {                                                                             \
+        case PL_GGML_TYPE_Q4_0: F(PL_GGML_TYPE_Q4_0, __VA_ARGS__); break;                        \
+        case PL_GGML_TYPE_Q4_1: F(PL_GGML_TYPE_Q4_1, __VA_ARGS__); break;                        \
+        case PL_GGML_TYPE_Q5_0: F(PL_GGML_TYPE_Q5_0, __VA_ARGS__); break;                        \
+        case PL_GGML_TYPE_Q8_0: F(PL_GGML_TYPE_Q8_0, __VA_ARGS__); break;                        \
+        default: F(PL_GGML_TYPE_MXFP4, __VA_ARGS__); break;                                      \
+        }                                                                                        \
+    } while (0)
+
+/* The int8 dots, each adding the sums of 4 products u8 x s8 to a lane:
+ * AVX2's VPMADDUBSW + VPMADDWD, or VPDPBUSD (the same integer sums: no
+ * int16 saturation is reachable with these quants). */
+T2 static inline __m256i dot_avx2(__m256i acc, __m256i u, __m256i s)
 {
-    const uint8_t *blk0 = w + (size_t)b * bb;
-    __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];
-    for (int r = 0; r < 8; r++)
-        s[r] = block_isum8(t, blk0 + (size_t)r * row_bytes, aq);
-    __m256 d, m;
-    block_scales(t, blk0, idx, &d, &m);
-    return _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a + b));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
+                                                   _mm256_set1_epi16(1)));
+}
+#define TV512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
+TV512 static inline __m256i dot_vnni512(__m256i acc, __m256i u, __m256i s)
+{
+    return _mm256_dpbusd_epi32(acc, u, s);
+}
+#define TAVXV __attribute__((target("avx2,fma,f16c,avxvnni")))
+TAVXV static inline __m256i dot_avxvnni(__m256i acc, __m256i u, __m256i s)
+{
+    return _mm256_dpbusd_avx_epi32(acc, u, s);
 }
 
-T2 static void rows8_avx2(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
-                          const pl_q8_act *a, int n_blk, float *y)
-{
-    __m256i idx = row_offsets(row_bytes);
-    __m256 acc = _mm256_setzero_ps();
-    size_t bb = block_bytes(t);
-    prefetch_span ps = prefetch_init(w, row_bytes, n_blk);
-    for (int b = 0; b < n_blk; b++) {
-        prefetch_step(&ps);
-        acc = block8_avx2(t, bb, w, row_bytes, idx, a, b, acc);
+/* Weight rows [0, 8) from w (row_bytes apart) against one activation row,
+ * block after block: each row's block dotted into 8 int32 partials, the 8 x
+ * 8 partials reduced to one sum per row (hsum8x8), the float steps 8 rows
+ * at once. The next group's span is prefetched along the way. Written once
+ * and instantiated per int8 dot instruction. */
+#define ROWS8_ROW1(SFX, TARGET, DOT)                                                             \
+    TARGET static INLINE void rows8_t_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes, \
+                                            const pl_q8_act *a, int n_blk, float *y)            \
+    {                                                                                            \
+        __m256i idx = row_offsets(row_bytes);                                                    \
+        __m256 acc = _mm256_setzero_ps();                                                        \
+        size_t bb = block_bytes(t);                                                              \
+        prefetch_span ps = prefetch_init(w, row_bytes, n_blk);                                   \
+        for (int b = 0; b < n_blk; b++) {                                                        \
+            prefetch_step(&ps);                                                                  \
+            const uint8_t *blk0 = w + (size_t)b * bb;                                            \
+            __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];                     \
+            for (int r = 0; r < 8; r++) {                                                        \
+                __m256i q = block_quants(t, blk0 + (size_t)r * row_bytes);                       \
+                s[r] = signed_quants(t)                                                          \
+                           ? DOT(_mm256_setzero_si256(), _mm256_abs_epi8(q),                     \
+                                 _mm256_sign_epi8(aq, q))                                        \
+                           : DOT(_mm256_setzero_si256(), q, aq);                                 \
+            }                                                                                    \
+            __m256 d, m;                                                                         \
+            block_scales(t, blk0, idx, &d, &m);                                                  \
+            acc = _mm256_add_ps(acc, block_value(t, d, m, hsum8x8(s), a + b));                   \
+        }                                                                                        \
+        _mm256_storeu_ps(y, acc);                                                                \
+    }                                                                                            \
+    TARGET static void rows8_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,          \
+                                   const pl_q8_act *a, int n_blk, float *y)                      \
+    {                                                                                            \
+        PER_TYPE(rows8_t_##SFX, t, w, row_bytes, a, n_blk, y);                                   \
     }
-    _mm256_storeu_ps(y, acc);
-}
+
+ROWS8_ROW1(avx2, T2, dot_avx2)
+ROWS8_ROW1(vnni512, TV512, dot_vnni512)
+ROWS8_ROW1(avxvnni, TAVXV, dot_avxvnni)
 
 #endif
 
@@ -227,9 +262,17 @@ void pl_qdot_block_order_row1(pl_ggml_type t, const uint8_t *w, size_t row_bytes
 {
     int o = o0;
 #ifdef PL_HAVE_X86
+    pl_vnni_level lv = pl_qdot_vnni_level();
     if (pl_cpu_has_avx2())
-        for (; o + 8 <= o1; o += 8)
-            rows8_avx2(t, w + (size_t)o * row_bytes, row_bytes, a, n_blk, y + o);
+        for (; o + 8 <= o1; o += 8) {
+            const uint8_t *wo = w + (size_t)o * row_bytes;
+            if (lv == PL_VNNI_AVX512)
+                rows8_vnni512(t, wo, row_bytes, a, n_blk, y + o);
+            else if (lv == PL_VNNI_AVX)
+                rows8_avxvnni(t, wo, row_bytes, a, n_blk, y + o);
+            else
+                rows8_avx2(t, wo, row_bytes, a, n_blk, y + o);
+        }
 #endif
     tail_ref(t, w, row_bytes, a, n_blk, y, o, o1);
 }
@@ -253,11 +296,9 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
  * broadcast to every lane adds 4 products to each of the 8 rows' sums at
  * once: 8 dots give the block's 8 integer sums with no horizontal sum.
  * Q8_0 and MXFP4 take the sign trick on the broadcast (|w| unsigned, a
- * signed as w's sign). Written once and instantiated per int8 dot
- * instruction: AVX2's VPMADDUBSW + VPMADDWD, or VPDPBUSD (the same integer
- * sums: no int16 saturation is reachable). */
+ * signed as w's sign). Written once and instantiated per int8 dot. */
 #define ROWS8_MULTI(SFX, TARGET, DOT)                                                            \
-    TARGET static inline __attribute__((always_inline)) void rows8_multi_t_##SFX(             \
+    TARGET static INLINE void rows8_multi_t_##SFX(                                              \
         pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x, int n_blk,      \
         int n_rows, float *y, int ldy)                                                           \
     {                                                                                            \
@@ -292,45 +333,12 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
             }                                                                                    \
         }                                                                                        \
     }                                                                                            \
-    /* One copy per type, so that no test of t is left in the inner loop. */                    \
     TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
                                          const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
                                          int ldy)                                                \
     {                                                                                            \
-        switch (t) {                                                                             \
-        case PL_GGML_TYPE_Q4_0:                                                                  \
-            rows8_multi_t_##SFX(PL_GGML_TYPE_Q4_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
-            break;                                                                               \
-        case PL_GGML_TYPE_Q4_1:                                                                  \
-            rows8_multi_t_##SFX(PL_GGML_TYPE_Q4_1, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
-            break;                                                                               \
-        case PL_GGML_TYPE_Q5_0:                                                                  \
-            rows8_multi_t_##SFX(PL_GGML_TYPE_Q5_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
-            break;                                                                               \
-        case PL_GGML_TYPE_Q8_0:                                                                  \
-            rows8_multi_t_##SFX(PL_GGML_TYPE_Q8_0, w, row_bytes, x, n_blk, n_rows, y, ldy);     \
-            break;                                                                               \
-        default:                                                                                 \
-            rows8_multi_t_##SFX(PL_GGML_TYPE_MXFP4, w, row_bytes, x, n_blk, n_rows, y, ldy);    \
-            break;                                                                               \
-        }                                                                                        \
+        PER_TYPE(rows8_multi_t_##SFX, t, w, row_bytes, x, n_blk, n_rows, y, ldy);                \
     }
-
-T2 static inline __m256i dot_avx2(__m256i acc, __m256i u, __m256i s)
-{
-    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s),
-                                                   _mm256_set1_epi16(1)));
-}
-#define TV512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")))
-TV512 static inline __m256i dot_vnni512(__m256i acc, __m256i u, __m256i s)
-{
-    return _mm256_dpbusd_epi32(acc, u, s);
-}
-#define TAVXV __attribute__((target("avx2,fma,f16c,avxvnni")))
-TAVXV static inline __m256i dot_avxvnni(__m256i acc, __m256i u, __m256i s)
-{
-    return _mm256_dpbusd_avx_epi32(acc, u, s);
-}
 
 ROWS8_MULTI(avx2, T2, dot_avx2)
 ROWS8_MULTI(vnni512, TV512, dot_vnni512)
