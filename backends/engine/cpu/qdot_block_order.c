@@ -291,7 +291,9 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
 #ifdef PL_HAVE_X86
 /* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
  * block: each block's 8 weight rows are unpacked once for all activation
- * rows, whose 8 running sums live in y (ldy apart). The block is held
+ * rows (at most ROW_CHUNK), whose 8 running sums live side by side in L1
+ * (in y, ldy apart, a power-of-two stride put them all in one cache set)
+ * and are written to y at the end. The block is held
  * transposed (transpose8), so that one int8 dot of an activation dword
  * broadcast to every lane adds 4 products to each of the 8 rows' sums at
  * once: 8 dots give the block's 8 integer sums with no horizontal sum.
@@ -305,6 +307,7 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
         int q8 = signed_quants(t);                                                               \
         size_t bb = block_bytes(t);                                                              \
         __m256i idx = row_offsets(row_bytes);                                                    \
+        _Alignas(32) float sum[ROW_CHUNK][8];                                                    \
         for (int b = 0; b < n_blk; b++) {                                                        \
             const uint8_t *blk0 = w + (size_t)b * bb;                                            \
             __m256i v[8], ws[8], wq[8];                                                          \
@@ -326,12 +329,13 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
                     s0 = DOT(s0, wq[k], q8 ? _mm256_sign_epi8(b0, ws[k]) : b0);                  \
                     s1 = DOT(s1, wq[k + 1], q8 ? _mm256_sign_epi8(b1, ws[k + 1]) : b1);          \
                 }                                                                                \
-                float *yr = y + (size_t)r * ldy;                                                 \
-                __m256 acc = b ? _mm256_loadu_ps(yr) : _mm256_setzero_ps();                      \
+                __m256 acc = b ? _mm256_load_ps(sum[r]) : _mm256_setzero_ps();                   \
                 __m256i isum = _mm256_add_epi32(s0, s1);                                         \
-                _mm256_storeu_ps(yr, _mm256_add_ps(acc, block_value(t, d, m, isum, a)));         \
+                _mm256_store_ps(sum[r], _mm256_add_ps(acc, block_value(t, d, m, isum, a)));      \
             }                                                                                    \
         }                                                                                        \
+        for (int r = 0; r < n_rows; r++)                                                         \
+            _mm256_storeu_ps(y + (size_t)r * ldy, _mm256_load_ps(sum[r]));                       \
     }                                                                                            \
     TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
                                          const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
