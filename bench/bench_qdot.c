@@ -21,6 +21,9 @@ typedef struct bench_case {
     const char *name;
     pl_ggml_type t;
     int n_in, n_out, n_rows;
+    int n_mats;                  /* > 1: that many matrices, one after the other (a
+                                    mixture's experts, from memory); per-row figures
+                                    are per row of one matrix */
 } bench_case;
 
 static const bench_case cases[] = {
@@ -48,6 +51,9 @@ static const bench_case cases[] = {
     {"gemma.attn_out q4_k rows8", PL_GGML_TYPE_Q4_K, 1024, 640, 8},
     {"gemma.ffn_down q6_k rows32", PL_GGML_TYPE_Q6_K, 2048, 640, 32},
     {"gemma.attn_out q4_k rows32", PL_GGML_TYPE_Q4_K, 1024, 640, 32},
+    {"moe.up q4_k 1024x512 decode x256 (75 MB)", PL_GGML_TYPE_Q4_K, 1024, 512, 1, 256},
+    {"moe.up q4_k 1024x512 decode", PL_GGML_TYPE_Q4_K, 1024, 512, 1},
+    {"moe.down q6_k 512x1024 decode x128 (55 MB)", PL_GGML_TYPE_Q6_K, 512, 1024, 1, 128},
 };
 
 static double now_ns(void)
@@ -102,8 +108,10 @@ static void run_case(const bench_case *c, int reps)
     size_t be = 0, bb = 0;
     pl_ggml_type_block(c->t, &be, &bb);
     size_t row_bytes = (size_t)c->n_in / be * bb, n_blk = (size_t)c->n_in / PL_QK;
-    uint8_t *w = malloc(row_bytes * (size_t)c->n_out);
-    fill_weights(c->t, w, (size_t)c->n_out * (c->n_in / be), bb);
+    int n_mats = c->n_mats > 1 ? c->n_mats : 1;
+    size_t mat_bytes = row_bytes * (size_t)c->n_out;
+    uint8_t *w = malloc(mat_bytes * (size_t)n_mats);
+    fill_weights(c->t, w, (size_t)n_mats * c->n_out * (c->n_in / be), bb);
     float *xf = malloc(sizeof(float) * (size_t)c->n_in);
     pl_q8_act *x = malloc(sizeof(pl_q8_act) * n_blk * (size_t)c->n_rows);
     for (int r = 0; r < c->n_rows; r++) {
@@ -114,17 +122,18 @@ static void run_case(const bench_case *c, int reps)
     float *y = malloc(sizeof(float) * (size_t)c->n_out * (size_t)c->n_rows);
     double *t = malloc(sizeof(double) * (size_t)reps);
     /* Large matrices: fewer repetitions, the same statistic. */
-    double bytes = (double)row_bytes * c->n_out;
+    double bytes = (double)mat_bytes * n_mats;
     int n = bytes * c->n_rows > 64e6 ? (reps + 3) / 4 : reps;
-    pl_op_qmatmul_rows(c->t, w, row_bytes, x, (int)n_blk, c->n_rows, y, c->n_out, 0, c->n_out);
-    for (int i = 0; i < n; i++) {
+    for (int i = -1; i < n; i++) {
         double t0 = now_ns();
-        pl_op_qmatmul_rows(c->t, w, row_bytes, x, (int)n_blk, c->n_rows, y, c->n_out, 0,
-                           c->n_out);
-        t[i] = now_ns() - t0;
+        for (int k = 0; k < n_mats; k++)
+            pl_op_qmatmul_rows(c->t, w + (size_t)k * mat_bytes, row_bytes, x, (int)n_blk,
+                               c->n_rows, y, c->n_out, 0, c->n_out);
+        if (i >= 0)
+            t[i] = now_ns() - t0;
     }
     qsort(t, (size_t)n, sizeof(double), cmp_d);
-    double med = t[n / 2], best = t[0], per = (double)c->n_out * c->n_rows;
+    double med = t[n / 2], best = t[0], per = (double)c->n_out * c->n_rows * n_mats;
     printf("%-32s %-14s ns/row_med=%8.2f ns/row_best=%8.2f GB/s_med=%6.2f ms_med=%8.3f\n",
            c->name, pl_op_kernel_path(), med / per, best / per, bytes / med, med / 1e6);
     free(w);
