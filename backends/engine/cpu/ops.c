@@ -10,6 +10,8 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+
+#include "backends/engine/cpu/simd_x86.h"
 #define PL_HAVE_X86 1
 #endif
 
@@ -116,10 +118,58 @@ void pl_op_swiglu_oai(float *gate, const float *up, int n, float alpha, float li
     }
 }
 
+#ifdef PL_HAVE_X86
+/* softmax_with on 8 lanes: exp256 (within 2 ulp of expf) instead of a libm
+ * call per element, the denominator summed in doubles lane-wise, the
+ * lanes by element index, so a row's value never depends on its batch. */
+__attribute__((target("avx2,fma"))) static float softmax_avx2(float *x, int n, float sink)
+{
+    __m256 mx8 = _mm256_set1_ps(sink);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(x + i));
+    float lanes[8], mx;
+    _mm256_storeu_ps(lanes, mx8);
+    mx = lanes[0];
+    for (int j = 1; j < 8; j++)
+        mx = lanes[j] > mx ? lanes[j] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    __m256 m = _mm256_set1_ps(mx), ninf = _mm256_set1_ps(-INFINITY);
+    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        /* exp256 clamps: e^-inf would be 1.2e-38, not 0 */
+        __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(v, m)), _mm256_cmp_ps(v, ninf, _CMP_NEQ_OQ));
+        _mm256_storeu_ps(x + i, e);
+        s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    }
+    double d[4];
+    _mm256_storeu_pd(d, _mm256_add_pd(s0, s1));
+    double sum = (double)expf(sink - mx) + ((d[0] + d[1]) + (d[2] + d[3]));
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - mx);
+        sum += x[i];
+    }
+    float inv = (float)(1.0 / sum);
+    __m256 inv8 = _mm256_set1_ps(inv);
+    for (i = 0; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv8));
+    for (; i < n; i++)
+        x[i] *= inv;
+    return (float)log(sum) + mx;
+}
+#endif
+
 /* Softmax of x[0..n) with sink's term in the denominator (-INFINITY:
  * none); the log of the denominator. */
 static float softmax_with(float *x, int n, float sink)
 {
+#ifdef PL_HAVE_X86
+    if (pl_cpu_has_avx2())
+        return softmax_avx2(x, n, sink);
+#endif
     float mx = sink;
     for (int i = 0; i < n; i++)
         mx = x[i] > mx ? x[i] : mx;
