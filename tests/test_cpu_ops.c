@@ -220,6 +220,34 @@ Test(cpu_ops, qmatmul_block_order_equals_reference)
     }
 }
 
+/* Rows wide enough that the offset activations of Q8_0 and MXFP4 (the
+ * VPDPBUSD paths) come in chunks of a few rows: every chunk, the last one
+ * short, still gives the reference bit for bit. */
+Test(cpu_ops, qmatmul_block_order_wide_rows_in_chunks)
+{
+    enum { N = 400 * PL_QK, O = 16, R = 17 };
+    static uint8_t w[O * 34 * N / PL_QK];
+    static float x[R * N], y[R * O];
+    static pl_q8_act a[R * N / PL_QK];
+    const pl_ggml_type types[] = {PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_MXFP4};
+    for (int k = 0; k < 2; k++) {
+        pl_ggml_type t = types[k];
+        size_t rb = qbytes(t) * N / PL_QK;
+        random_qrow(t, w, O * N);
+        fill(x, R * N, 3.0f);
+        for (int r = 0; r < R; r++)
+            pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
+        pl_op_qmatmul_rows(t, w, rb, a, N / PL_QK, R, y, O, 0, O);
+        for (int r = 0; r < R; r++)
+            for (int o = 0; o < O; o++) {
+                float got = y[r * O + o];
+                float ref = pl_op_qdot_ref(t, w + o * rb, a + r * (N / PL_QK), N);
+                cr_assert(memcmp(&got, &ref, 4) == 0, "type %d: y[%d][%d] %.9g, reference %.9g",
+                          t, r, o, got, ref);
+            }
+    }
+}
+
 /* A random row of a Q5 / K-quant type: random bytes with each block's
  * fp16 scales overwritten by sane values (the rest of a block's bytes are
  * all valid as they come). */

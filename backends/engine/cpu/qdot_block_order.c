@@ -287,6 +287,7 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
 }
 
 #define ROW_CHUNK 256
+#define XO_BYTES (96 * 1024) /* the offset quants of a chunk of rows, on the stack */
 
 #ifdef PL_HAVE_X86
 /* Weight rows [o, o + 8) against activation rows [0, n_rows), block after
@@ -297,17 +298,22 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
  * transposed (transpose8), so that one int8 dot of an activation dword
  * broadcast to every lane adds 4 products to each of the 8 rows' sums at
  * once: 8 dots give the block's 8 integer sums with no horizontal sum.
- * Q8_0 and MXFP4 take the sign trick on the broadcast (|w| unsigned, a
- * signed as w's sign; adding 128 to the activation instead, and 128 * the
- * row's sum of quants off the total, ran at 0.8x on Zen 4). Four
- * accumulators keep the dots' latency off the chain (Q5_0 prefill 1.5x
- * over two). Written once and instantiated per int8 dot. */
-#define ROWS8_MULTI(SFX, TARGET, DOT)                                                            \
+ * Q8_0 and MXFP4 quants are signed, as the activation's. With VPDPBUSD
+ * (OFF) the caller hands over the chunk's activation quants plus 128 (xo,
+ * unsigned bytes, made once per chunk), and each row's 128 * sum of quants,
+ * taken once per block, comes off the integer sum: exact, no int32 sum can
+ * overflow, and 8 sign instructions fewer per activation row and block
+ * (Q8_0 prefill 1.2x; making the offset bytes per row and block instead
+ * ran slower than the sign trick). AVX2's VPMADDUBSW would saturate there,
+ * so it keeps the sign trick on the broadcast (|w| unsigned, a signed as
+ * w's sign). Four accumulators keep the dots' latency off the chain (Q5_0
+ * prefill 1.5x over two). Written once and instantiated per int8 dot. */
+#define ROWS8_MULTI(SFX, TARGET, DOT, OFF)                                                       \
     TARGET static INLINE void rows8_multi_t_##SFX(                                              \
         pl_ggml_type t, const uint8_t *w, size_t row_bytes, const pl_q8_act *x, int n_blk,      \
-        int n_rows, float *y, int ldy)                                                           \
+        int n_rows, float *y, int ldy, const uint8_t *xo)                                       \
     {                                                                                            \
-        int q8 = signed_quants(t);                                                               \
+        int q8 = signed_quants(t), off = OFF && q8;                                              \
         size_t bb = block_bytes(t);                                                              \
         __m256i idx = row_offsets(row_bytes);                                                    \
         _Alignas(32) float sum[ROW_CHUNK][8];                                                    \
@@ -317,8 +323,13 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
             for (int j = 0; j < 8; j++)                                                          \
                 v[j] = block_quants(t, blk0 + (size_t)j * row_bytes);                            \
             transpose8(v, ws);                                                                   \
-            for (int k = 0; k < 8; k++)                                                          \
-                wq[k] = q8 ? _mm256_abs_epi8(ws[k]) : ws[k];                                     \
+            __m256i corr = _mm256_setzero_si256();                                               \
+            for (int k = 0; k < 8; k++) {                                                        \
+                wq[k] = q8 && !off ? _mm256_abs_epi8(ws[k]) : ws[k];                             \
+                if (off)                                                                         \
+                    corr = DOT(corr, _mm256_set1_epi8(1), ws[k]);                                \
+            }                                                                                    \
+            corr = _mm256_slli_epi32(corr, 7);                                                   \
             __m256 d, m;                                                                         \
             block_scales(t, blk0, idx, &d, &m);                                                  \
             for (int r = 0; r < n_rows; r++) {                                                   \
@@ -326,15 +337,22 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
                 __m256i sk[4];                                                                   \
                 for (int k = 0; k < 4; k++)                                                      \
                     sk[k] = _mm256_setzero_si256();                                              \
+                const int8_t *aq = off ? (const int8_t *)xo + ((size_t)r * n_blk + b) * 32     \
+                                       : a->qs;                                                  \
                 for (int k = 0; k < 8; k++) {                                                    \
                     int32_t a4;                                                                  \
-                    memcpy(&a4, a->qs + 4 * k, 4);                                               \
+                    memcpy(&a4, aq + 4 * k, 4);                                                  \
                     __m256i bk = _mm256_set1_epi32(a4);                                          \
-                    sk[k & 3] = DOT(sk[k & 3], wq[k], q8 ? _mm256_sign_epi8(bk, ws[k]) : bk);    \
+                    if (off)                                                                     \
+                        sk[k & 3] = DOT(sk[k & 3], bk, ws[k]);                                   \
+                    else                                                                         \
+                        sk[k & 3] = DOT(sk[k & 3], wq[k], q8 ? _mm256_sign_epi8(bk, ws[k]) : bk); \
                 }                                                                                \
                 __m256 acc = b ? _mm256_load_ps(sum[r]) : _mm256_setzero_ps();                   \
                 __m256i isum = _mm256_add_epi32(_mm256_add_epi32(sk[0], sk[1]),                  \
                                                 _mm256_add_epi32(sk[2], sk[3]));                 \
+                if (off)                                                                         \
+                    isum = _mm256_sub_epi32(isum, corr);                                         \
                 _mm256_store_ps(sum[r], _mm256_add_ps(acc, block_value(t, d, m, isum, a)));      \
             }                                                                                    \
         }                                                                                        \
@@ -343,14 +361,26 @@ int pl_qdot_block_order_row1_avx2(pl_ggml_type t, const uint8_t *w, size_t row_b
     }                                                                                            \
     TARGET static void rows8_multi_##SFX(pl_ggml_type t, const uint8_t *w, size_t row_bytes,    \
                                          const pl_q8_act *x, int n_blk, int n_rows, float *y,   \
-                                         int ldy)                                                \
+                                         int ldy, const uint8_t *xo)                             \
     {                                                                                            \
-        PER_TYPE(rows8_multi_t_##SFX, t, w, row_bytes, x, n_blk, n_rows, y, ldy);                \
+        PER_TYPE(rows8_multi_t_##SFX, t, w, row_bytes, x, n_blk, n_rows, y, ldy, xo);            \
     }
 
-ROWS8_MULTI(avx2, T2, dot_avx2)
-ROWS8_MULTI(vnni512, TV512, dot_vnni512)
-ROWS8_MULTI(avxvnni, TAVXV, dot_avxvnni)
+ROWS8_MULTI(avx2, T2, dot_avx2, 0)
+ROWS8_MULTI(vnni512, TV512, dot_vnni512, 1)
+ROWS8_MULTI(avxvnni, TAVXV, dot_avxvnni, 1)
+#endif
+
+#ifdef PL_HAVE_X86
+/* The activation quants of n blocks plus 128, as bytes 0..255, 32 a block:
+ * VPDPBUSD's unsigned operand for Q8_0 and MXFP4 (see ROWS8_MULTI). */
+T2 static void offset_quants(const pl_q8_act *x, size_t n, uint8_t *dst)
+{
+    for (size_t i = 0; i < n; i++)
+        _mm256_store_si256((__m256i *)(void *)(dst + 32 * i),
+                           _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)x[i].qs),
+                                            _mm256_set1_epi8((char)0x80)));
+}
 #endif
 
 void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes,
@@ -362,19 +392,29 @@ void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes
     /* Activation rows in chunks whose running sums (32 bytes a row) stay in
      * L1 while the chunk passes every block of 8 weight rows. */
     pl_vnni_level lv = pl_qdot_vnni_level();
+    int off = lv != PL_VNNI_NONE && signed_quants(t), chunk = ROW_CHUNK;
+    _Alignas(32) uint8_t xo[off ? XO_BYTES : 32];
+    if (off) {
+        size_t per_row = (size_t)n_blk * 32;
+        chunk = XO_BYTES / per_row < ROW_CHUNK ? (int)(XO_BYTES / per_row) : ROW_CHUNK;
+        chunk = chunk < 1 ? 1 : chunk;
+        off = (size_t)chunk * per_row <= XO_BYTES;
+    }
     if (pl_cpu_has_avx2())
-        for (int r0 = 0; r0 < n_rows; r0 += ROW_CHUNK) {
-            int nr = n_rows - r0 < ROW_CHUNK ? n_rows - r0 : ROW_CHUNK;
+        for (int r0 = 0; r0 < n_rows; r0 += chunk) {
+            int nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
+            const pl_q8_act *xr = x + (size_t)r0 * n_blk;
+            if (off)
+                offset_quants(xr, (size_t)nr * n_blk, xo);
             for (o = o0; o + 8 <= o1; o += 8) {
                 const uint8_t *wo = w + (size_t)o * row_bytes;
-                const pl_q8_act *xr = x + (size_t)r0 * n_blk;
                 float *yr = y + (size_t)r0 * ldy + o;
                 if (lv == PL_VNNI_AVX512)
-                    rows8_multi_vnni512(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+                    rows8_multi_vnni512(t, wo, row_bytes, xr, n_blk, nr, yr, ldy, xo);
                 else if (lv == PL_VNNI_AVX)
-                    rows8_multi_avxvnni(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+                    rows8_multi_avxvnni(t, wo, row_bytes, xr, n_blk, nr, yr, ldy, xo);
                 else
-                    rows8_multi_avx2(t, wo, row_bytes, xr, n_blk, nr, yr, ldy);
+                    rows8_multi_avx2(t, wo, row_bytes, xr, n_blk, nr, yr, ldy, xo);
             }
         }
 #endif
