@@ -181,6 +181,32 @@ Test(cpu_ops, qmatmul_rows_matches_qdot)
         }
 }
 
+/* nr random activation rows of n elements (x, a: room for them) against
+ * the O weight rows w of type t: outputs [o0, o1) equal the scalar
+ * reference bit for bit, the others are left untouched. */
+static void expect_block_order(pl_ggml_type t, const uint8_t *w, int n, int O, int nr, int o0,
+                               int o1, float *x, pl_q8_act *a, float *y)
+{
+    size_t rb = qbytes(t) * n / PL_QK;
+    fill(x, nr * n, 3.0f);
+    for (int r = 0; r < nr; r++)
+        pl_op_quantize_row_q8(x + (size_t)r * n, a + (size_t)r * (n / PL_QK), n);
+    for (int i = 0; i < nr * O; i++)
+        y[i] = -12345.0f;
+    pl_op_qmatmul_rows(t, w, rb, a, n / PL_QK, nr, y, O, o0, o1);
+    for (int r = 0; r < nr; r++)
+        for (int o = 0; o < O; o++) {
+            float got = y[r * O + o];
+            if (o < o0 || o >= o1) {
+                cr_assert_eq(got, -12345.0f, "type %d: y[%d][%d] written", t, r, o);
+                continue;
+            }
+            float ref = pl_op_qdot_ref(t, w + o * rb, a + (size_t)r * (n / PL_QK), n);
+            cr_assert(memcmp(&got, &ref, 4) == 0, "type %d n %d rows %d: y[%d][%d] %.9g, "
+                      "reference %.9g", t, n, nr, r, o, got, ref);
+        }
+}
+
 /* Q4_0, Q4_1, Q5_0, Q8_0 and MXFP4 sum in block order on every path (this CPU's, and
  * under PARLEY_CPU_ISA the lesser ones'): the matmul equals the scalar
  * reference bit for bit, for 1 row (decode), a few, and more rows than one
@@ -194,29 +220,9 @@ Test(cpu_ops, qmatmul_block_order_equals_reference)
     static float x[260 * N], y[260 * O];
     static pl_q8_act a[260 * N / PL_QK];
     for (int k = 0; k < N_QTYPES; k++) {
-        pl_ggml_type t = QTYPES[k];
-        size_t rb = qbytes(t) * N / PL_QK;
-        random_qrow(t, w, O * N);
-        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
-            int nr = rows[ri];
-            fill(x, nr * N, 3.0f);
-            for (int r = 0; r < nr; r++)
-                pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
-            for (int i = 0; i < nr * O; i++)
-                y[i] = -12345.0f;
-            pl_op_qmatmul_rows(t, w, rb, a, N / PL_QK, nr, y, O, 3, 37);
-            for (int r = 0; r < nr; r++)
-                for (int o = 0; o < O; o++) {
-                    float got = y[r * O + o];
-                    if (o < 3 || o >= 37) {
-                        cr_assert_eq(got, -12345.0f, "type %d: y[%d][%d] written", t, r, o);
-                        continue;
-                    }
-                    float ref = pl_op_qdot_ref(t, w + o * rb, a + r * (N / PL_QK), N);
-                    cr_assert(memcmp(&got, &ref, 4) == 0, "type %d rows %d: y[%d][%d] %.9g, "
-                              "reference %.9g", t, nr, r, o, got, ref);
-                }
-        }
+        random_qrow(QTYPES[k], w, O * N);
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++)
+            expect_block_order(QTYPES[k], w, N, O, rows[ri], 3, 37, x, a, y);
     }
 }
 
@@ -231,20 +237,8 @@ Test(cpu_ops, qmatmul_block_order_wide_rows_in_chunks)
     static pl_q8_act a[R * N / PL_QK];
     const pl_ggml_type types[] = {PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_MXFP4};
     for (int k = 0; k < 2; k++) {
-        pl_ggml_type t = types[k];
-        size_t rb = qbytes(t) * N / PL_QK;
-        random_qrow(t, w, O * N);
-        fill(x, R * N, 3.0f);
-        for (int r = 0; r < R; r++)
-            pl_op_quantize_row_q8(x + r * N, a + r * (N / PL_QK), N);
-        pl_op_qmatmul_rows(t, w, rb, a, N / PL_QK, R, y, O, 0, O);
-        for (int r = 0; r < R; r++)
-            for (int o = 0; o < O; o++) {
-                float got = y[r * O + o];
-                float ref = pl_op_qdot_ref(t, w + o * rb, a + r * (N / PL_QK), N);
-                cr_assert(memcmp(&got, &ref, 4) == 0, "type %d: y[%d][%d] %.9g, reference %.9g",
-                          t, r, o, got, ref);
-            }
+        random_qrow(types[k], w, O * N);
+        expect_block_order(types[k], w, N, O, R, 0, O, x, a, y);
     }
 }
 
