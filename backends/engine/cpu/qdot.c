@@ -321,38 +321,20 @@ void pl_op_axpy_f32(float *y, float a, const float *x, int n)
 /* y[o0..o1) for one activation row, the kernel chosen once per call
  * instead of per output row (pl_op_qdot's dispatch cost ~4% of a decode
  * step): the 512-bit kernels, else the VNNI ones, else AVX2. */
-#ifndef PREFETCH_AHEAD
-#define PREFETCH_AHEAD 4096
-#endif
-
-/* Row o + ahead's bytes asked for while row o is summed: one row's stream
- * alone, which the hardware prefetchers follow only so far, ran these
- * kernels at ~12 GB/s from memory on one Zen 4 thread, against ~26 for the
- * block order kernels, which prefetch. Addresses as integers: past the
- * matrix they are only prefetched. */
-static inline void prefetch_row(const uint8_t *wb, size_t row_bytes, int o)
-{
-    uintptr_t p = (uintptr_t)wb + (size_t)o * row_bytes, e = p + row_bytes;
-    for (p &= ~(uintptr_t)63; p < e; p += 64)
-        _mm_prefetch((const char *)p, _MM_HINT_T0);
-}
-
 static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
                          const pl_q8_act *x, int n, float *y, int o0, int o1)
 {
-    int ahead = (int)((PREFETCH_AHEAD + row_bytes - 1) / row_bytes);
-    int k512 = pl_qdot512_available() && pl_qdot512_supported(t);
-    pl_vnni_level lv = pl_qdot_vnni_level();
-    int vnni = lv != PL_VNNI_NONE && pl_qdot_vnni_supported(t);
-    for (int o = o0; o < o1; o++) {
-        prefetch_row(wb, row_bytes, o + ahead);
-        if (k512)
-            pl_qdot512_row1(t, wb, row_bytes, x, n / PL_QK, y, o, o + 1);
-        else if (vnni)
-            pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
-        else
-            pl_qdot_k_row1(t, wb, row_bytes, x, n, y, o, o + 1);
+    if (pl_qdot512_available() && pl_qdot512_supported(t)) {
+        pl_qdot512_row1(t, wb, row_bytes, x, n / PL_QK, y, o0, o1);
+        return;
     }
+    pl_vnni_level lv = pl_qdot_vnni_level();
+    if (lv != PL_VNNI_NONE && pl_qdot_vnni_supported(t)) {
+        for (int o = o0; o < o1; o++)
+            pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);
+        return;
+    }
+    pl_qdot_k_row1(t, wb, row_bytes, x, n, y, o0, o1);
 }
 #endif
 
