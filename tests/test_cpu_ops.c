@@ -521,34 +521,6 @@ Test(cpu_ops, kernel_path_named)
     cr_assert_eq(pl_qdot_vnni_level() == PL_VNNI_NONE, strstr(p, "vnni") == NULL);
 }
 
-Test(cpu_ops, rmsnorm_swiglu_softmax)
-{
-    float x[64], w[64], y[64], u[64], g[64];
-    fill(x, 64, 4.0f);
-    fill(w, 64, 1.0f);
-    pl_op_rmsnorm(y, x, w, 64, 1e-5f);
-    double ss = 0;
-    for (int i = 0; i < 64; i++)
-        ss += (double)x[i] * x[i];
-    for (int i = 0; i < 64; i++)
-        cr_assert_float_eq(y[i], x[i] / sqrt(ss / 64 + 1e-5) * w[i], 1e-5);
-    fill(g, 64, 5.0f);
-    fill(u, 64, 1.0f);
-    memcpy(y, g, sizeof(y));
-    pl_op_swiglu(y, u, 64);
-    for (int i = 0; i < 64; i++)
-        cr_assert_float_eq(y[i], g[i] / (1 + exp(-g[i])) * u[i], 1e-5);
-    memcpy(y, x, sizeof(y));
-    float lse = pl_op_softmax(y, 64);
-    double z = 0, sum = 0;
-    for (int i = 0; i < 64; i++) {
-        z += exp(x[i]);
-        sum += y[i];
-    }
-    cr_assert_float_eq(sum, 1.0, 1e-5);
-    cr_assert_float_eq(lse, log(z), 1e-4);
-}
-
 /* Normal rope rotates (2i, 2i+1); NEOX rotates (i, i+half): the same
  * rotation applied to a permuted vector. Norms are preserved, pos 0 is the
  * identity, and rotations compose: rope(p) then rope(q) == rope(p+q). */

@@ -1,10 +1,69 @@
 /* test_cpu_ops_act.c - the element-wise activations of backends/engine/cpu/
- * ops.c that Gemma brought (GeGLU, soft-capping, and the rational tanh
- * behind both) against their definitions in double. */
+ * ops.c (RMSNorm, SwiGLU, softmax; GeGLU, soft-capping and the rational
+ * tanh behind both, which Gemma brought) against their definitions in
+ * double. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <string.h>
 
 #include "backends/engine/cpu/ops.h"
+
+/* Values in [-scale, scale), the same on every run. */
+static void fill(float *x, int n, float scale)
+{
+    static unsigned s = 12345;
+    for (int i = 0; i < n; i++) {
+        s = s * 1664525u + 1013904223u;
+        x[i] = ((float)(s >> 8) / 16777216.0f * 2.0f - 1.0f) * scale;
+    }
+}
+
+/* RMSNorm, SwiGLU and softmax against double, over a length whose tail
+ * misses the 8-lane loops' multiples of 8; the softmax also with -inf
+ * entries (weight 0, not exp256's clamped 1e-38) and with a sink's term in
+ * the denominator. */
+Test(cpu_ops, rmsnorm_swiglu_softmax)
+{
+    enum { N = 67 };
+    float x[N], w[N], y[N], u[N], g[N];
+    fill(x, N, 4.0f);
+    fill(w, N, 1.0f);
+    pl_op_rmsnorm(y, x, w, N, 1e-5f);
+    double ss = 0;
+    for (int i = 0; i < N; i++)
+        ss += (double)x[i] * x[i];
+    for (int i = 0; i < N; i++)
+        cr_assert_float_eq(y[i], x[i] / sqrt(ss / N + 1e-5) * w[i], 1e-5);
+    fill(g, N, 12.0f);
+    fill(u, N, 1.0f);
+    memcpy(y, g, sizeof(y));
+    pl_op_swiglu(y, u, N);
+    for (int i = 0; i < N; i++) {
+        double want = g[i] / (1 + exp(-(double)g[i])) * u[i];
+        cr_assert_float_eq(y[i], want, 1e-5 * (1 + fabs(want)), "swiglu(%g)", g[i]);
+    }
+    x[3] = x[40] = x[N - 1] = -INFINITY;
+    for (int sink = 0; sink < 2; sink++) {
+        memcpy(y, x, sizeof(y));
+        float lse = 0;
+        if (sink)
+            pl_op_softmax_sink(y, N, 2.5f);
+        else
+            lse = pl_op_softmax(y, N);
+        double z = sink ? exp(2.5) : 0, sum = 0;
+        for (int i = 0; i < N; i++)
+            z += exp((double)x[i]);
+        for (int i = 0; i < N; i++) {
+            cr_assert_float_eq(y[i], exp((double)x[i]) / z, 1e-6, "softmax[%d]", i);
+            sum += y[i];
+        }
+        cr_assert_eq(y[3], 0.0f);
+        cr_assert_eq(y[40], 0.0f);
+        cr_assert_float_eq(sum, sink ? 1.0 - exp(2.5) / z : 1.0, 1e-5);
+        if (!sink)
+            cr_assert_float_eq(lse, log(z), 1e-4);
+    }
+}
 
 /* GeGLU against its definition in double (GELU's tanh form), and the
  * soft-capping op against c * tanh(x / c). */
