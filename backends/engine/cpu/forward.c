@@ -449,29 +449,30 @@ void pl_cpu_fwd_set_gemm_min_rows(pl_cpu_fwd *f, int rows) { f->o.gemm_min_rows 
 
 void pl_cpu_fwd_set_amx(pl_cpu_fwd *f, int amx) { f->o.amx = amx; }
 
-/* The K/V cache on transparent huge pages where the kernel gives them only
- * on request (THP "madvise"): a block holds every layer's rows, so a
- * layer's head rows of consecutive positions lie a block (~180 KB on
- * SmolLM2) apart, a new 4 KB page every 16 positions, and attention's TLB
- * misses grew with the context (SmolLM2 Q8_0 decode at 1,024-1,536
- * positions: 1.14x with them, Zen 4). Untouched calloc memory: pages are
- * faulted in after the advice. A hint only; nothing fails without it. */
-static void huge_pages(void *p, size_t n)
-{
-#ifdef MADV_HUGEPAGE
-    uintptr_t b = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + n) & ~(uintptr_t)4095;
-    if (p && e > b)
-        (void)madvise((void *)b, e - b, MADV_HUGEPAGE);
-#else
-    (void)p, (void)n;
-#endif
-}
-
 static void *alloc_f(size_t n, int *bad)
 {
     void *p = calloc(n ? n : 1, sizeof(float));
     if (!p)
         *bad = 1;
+    return p;
+}
+
+/* n floats of K/V cache, on transparent huge pages where the kernel gives
+ * them only on request (THP "madvise"): a block holds every layer's rows, so a
+ * layer's head rows of consecutive positions lie a block (~180 KB on
+ * SmolLM2) apart, a new 4 KB page every 16 positions, and attention's TLB
+ * misses grew with the context (SmolLM2 Q8_0 decode at 1,024-1,536
+ * positions: 1.14x with them, Zen 4). Untouched calloc memory: pages are
+ * faulted in after the advice. A hint only; nothing fails without it. */
+static void *alloc_kv(size_t n, int *bad)
+{
+    void *p = alloc_f(n, bad);
+#ifdef MADV_HUGEPAGE
+    uintptr_t b = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+    uintptr_t e = ((uintptr_t)p + n * sizeof(float)) & ~(uintptr_t)4095;
+    if (p && e > b)
+        (void)madvise((void *)b, e - b, MADV_HUGEPAGE);
+#endif
     return p;
 }
 
@@ -508,10 +509,8 @@ pl_cpu_fwd *pl_cpu_fwd_new(const pl_model *m, pl_pool *pool, const pl_fwd_opts *
     f->o.kv_f16 = o->kv_f16 && m->head_dim <= PL_ATTN_MAX_F16_HEAD_DIM &&
                   m->head_dim_swa <= PL_ATTN_MAX_F16_HEAD_DIM;
     f->kv_esz = f->o.kv_f16 ? 2 : 4;
-    f->k_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
-    f->v_cache = alloc_f(kv * f->kv_esz / 4 + 1, &bad);
-    huge_pages(f->k_cache, (kv * f->kv_esz / 4 + 1) * sizeof(float));
-    huge_pages(f->v_cache, (kv * f->kv_esz / 4 + 1) * sizeof(float));
+    f->k_cache = alloc_kv(kv * f->kv_esz / 4 + 1, &bad);
+    f->v_cache = alloc_kv(kv * f->kv_esz / 4 + 1, &bad);
     f->x = alloc_f(R * m->n_embd, &bad);
     f->xn = alloc_f(R * m->n_embd, &bad);
     f->tmp = alloc_f(R * m->n_embd, &bad);
