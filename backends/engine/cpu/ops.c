@@ -60,31 +60,9 @@ void pl_op_rope(float *x, int n_heads, int head_dim, int n_rot, int pos,
     }
 }
 
-#ifdef PL_HAVE_X86
-/* g * sigmoid(g) * u on 8 lanes, e^-g by exp256 (within 2 ulp of expf):
- * the libm call per element was 6 % of a SmolLM2 prefill. */
-__attribute__((target("avx2,fma"))) static int swiglu_avx2(float *gate, const float *up, int n)
-{
-    const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 e = exp256(_mm256_sub_ps(zero, g));
-        __m256 v = _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i));
-        _mm256_storeu_ps(gate + i, v);
-    }
-    return i;
-}
-#endif
-
 void pl_op_swiglu(float *gate, const float *up, int n)
 {
-    int i = 0;
-#ifdef PL_HAVE_X86
-    if (pl_cpu_has_avx2())
-        i = swiglu_avx2(gate, up, n);
-#endif
-    for (; i < n; i++) {
+    for (int i = 0; i < n; i++) {
         float g = gate[i];
         gate[i] = g / (1.0f + expf(-g)) * up[i];
     }
