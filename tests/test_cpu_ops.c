@@ -228,17 +228,20 @@ Test(cpu_ops, qmatmul_block_order_equals_reference)
 
 /* Rows wide enough that the offset activations of Q8_0 and MXFP4 (the
  * VPDPBUSD paths) come in chunks of a few rows: every chunk, the last one
- * short, still gives the reference bit for bit. */
+ * short, still gives the reference bit for bit; and rows wider than the
+ * offset buffer holds for one row (the sign trick's path). */
 Test(cpu_ops, qmatmul_block_order_wide_rows_in_chunks)
 {
-    enum { N = 400 * PL_QK, O = 16, R = 17 };
-    static uint8_t w[O * 34 * N / PL_QK];
-    static float x[R * N], y[R * O];
-    static pl_q8_act a[R * N / PL_QK];
+    enum { N = 400 * PL_QK, R = 17, WIDE = 3100 * PL_QK, O = 16 };
+    static uint8_t w[O * 34 * (WIDE / PL_QK)];
+    static float x[R * WIDE], y[R * O];
+    static pl_q8_act a[R * (WIDE / PL_QK)];
     const pl_ggml_type types[] = {PL_GGML_TYPE_Q8_0, PL_GGML_TYPE_MXFP4};
     for (int k = 0; k < 2; k++) {
         random_qrow(types[k], w, O * N);
         expect_block_order(types[k], w, N, O, R, 0, O, x, a, y);
+        random_qrow(types[k], w, O * WIDE);
+        expect_block_order(types[k], w, WIDE, O, 3, 0, O, x, a, y);
     }
 }
 

@@ -392,14 +392,13 @@ void pl_qdot_block_order_rows(pl_ggml_type t, const uint8_t *w, size_t row_bytes
     /* Activation rows in chunks whose running sums (32 bytes a row) stay in
      * L1 while the chunk passes every block of 8 weight rows. */
     pl_vnni_level lv = pl_qdot_vnni_level();
+    size_t per_row = (size_t)n_blk * 32;   /* a row's offset quants */
+    if (signed_quants(t) && per_row > XO_BYTES)
+        lv = PL_VNNI_NONE;   /* one row's would not fit: AVX2's sign trick, the same sums */
     int off = lv != PL_VNNI_NONE && signed_quants(t), chunk = ROW_CHUNK;
+    if (off && XO_BYTES / per_row < ROW_CHUNK)
+        chunk = (int)(XO_BYTES / per_row);
     _Alignas(32) uint8_t xo[off ? XO_BYTES : 32];
-    if (off) {
-        size_t per_row = (size_t)n_blk * 32;
-        chunk = XO_BYTES / per_row < ROW_CHUNK ? (int)(XO_BYTES / per_row) : ROW_CHUNK;
-        chunk = chunk < 1 ? 1 : chunk;
-        off = (size_t)chunk * per_row <= XO_BYTES;
-    }
     if (pl_cpu_has_avx2())
         for (int r0 = 0; r0 < n_rows; r0 += chunk) {
             int nr = n_rows - r0 < chunk ? n_rows - r0 : chunk;
