@@ -92,23 +92,6 @@ SAMP_AVX2 static inline __m256i lanes_before(int left)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
-SAMP_AVX2 static float row_max_avx2(const float *l, int n)
-{
-    __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(l + i));
-        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(l + i + 8));
-    }
-    float v[8], mx = -INFINITY;
-    _mm256_storeu_ps(v, _mm256_max_ps(m0, m1));
-    for (int k = 0; k < 8; k++)
-        mx = v[k] > mx ? v[k] : mx;
-    for (; i < n; i++)
-        mx = l[i] > mx ? l[i] : mx;
-    return mx;
-}
-
 /* sum of e^(l - mx) over the row: 8-lane partial sums in floats, folded
  * into a double every CHUNK entries (the float error stays near 1e-6 of
  * the sum); the tail's lanes are masked to 0. */
@@ -139,7 +122,7 @@ static float row_max(const float *l, int n)
 {
 #ifdef PL_HAVE_X86
     if (pl_cpu_has_avx2())
-        return row_max_avx2(l, n);
+        return row_max_avx2(l, n, -INFINITY);
 #endif
     float mx = -INFINITY;
     for (int i = 0; i < n; i++)

@@ -124,20 +124,11 @@ void pl_op_swiglu_oai(float *gate, const float *up, int n, float alpha, float li
  * lanes by element index, so a row's value never depends on its batch. */
 __attribute__((target("avx2,fma"))) static float softmax_avx2(float *x, int n, float sink)
 {
-    __m256 mx8 = _mm256_set1_ps(sink);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        mx8 = _mm256_max_ps(mx8, _mm256_loadu_ps(x + i));
-    float lanes[8], mx;
-    _mm256_storeu_ps(lanes, mx8);
-    mx = lanes[0];
-    for (int j = 1; j < 8; j++)
-        mx = lanes[j] > mx ? lanes[j] : mx;
-    for (; i < n; i++)
-        mx = x[i] > mx ? x[i] : mx;
+    float mx = row_max_avx2(x, n, sink);
     __m256 m = _mm256_set1_ps(mx), ninf = _mm256_set1_ps(-INFINITY);
     __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    for (i = 0; i + 8 <= n; i += 8) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
         __m256 v = _mm256_loadu_ps(x + i);
         /* exp256 clamps: e^-inf would be 1.2e-38, not 0 */
         __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(v, m)), _mm256_cmp_ps(v, ninf, _CMP_NEQ_OQ));

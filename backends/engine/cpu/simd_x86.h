@@ -1,8 +1,9 @@
 /* simd_x86.h - the small AVX2 helpers the x86 kernel files share: a half
  * from memory to float (F16C: the 256 KiB table would compete with the
  * weights for cache), the horizontal sum of 8 floats, always in the same
- * order (the kernels' bit-identity depends on it), e^x on 8 lanes
- * (the recurrent layers' gates, the sampler's softmax), and the 8 x 8
+ * order (the kernels' bit-identity depends on it), a row's max (the
+ * sampler's and the softmax's), e^x on 8 lanes (the recurrent layers'
+ * gates, the sampler's softmax), and the 8 x 8
  * dword transpose by which the GEMMs hold 8 weight rows side by side. Include only
  * inside an x86 guard; a caller compiled for a superset (AVX-512) may
  * inline them.
@@ -27,6 +28,25 @@ __attribute__((target("avx2,fma,f16c"))) static inline float hsum8(__m256 v)
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+
+/* The largest of x[0..n) and init (max is exact: any order gives it). */
+__attribute__((target("avx2"))) static inline float row_max_avx2(const float *x, int n,
+                                                                  float init)
+{
+    __m256 m0 = _mm256_set1_ps(init), m1 = m0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+        m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+    }
+    float v[8], mx = init;
+    _mm256_storeu_ps(v, _mm256_max_ps(m0, m1));
+    for (int k = 0; k < 8; k++)
+        mx = v[k] > mx ? v[k] : mx;
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
 }
 
 /* out[l] lane r = dword l of v[r]. */
