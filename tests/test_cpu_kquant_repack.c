@@ -1,5 +1,5 @@
-/* test_cpu_kquant_repack.c - the repacked Q4_K / Q5_K / Q6_K GEMM
- * (backends/engine/cpu/qdot_k_repack.c) on odd shapes: weight rows not a
+/* test_cpu_kquant_repack.c - the repacked Q4_K / Q5_K / Q6_K GEMM and the
+ * 8-row decode GEMV (backends/engine/cpu/qdot_k_repack.c) on odd shapes: weight rows not a
  * multiple of 8, slices starting off a group, 1..70 activation rows, rows
  * 1 to 9 super-blocks wide. Every output equals the AVX2 single-row kernel
  * bit for bit (the value every ISA path and batch size must give a row),
@@ -134,6 +134,18 @@ Test(cpu_kquant_repack, bit_identical_to_single_row_on_odd_shapes)
                     cr_assert_eq(done, full, "rows done %d, want %d", done, full);
                     shape g = {s->n_sb, s->rows, s->o0, s->o0 + done};
                     check_equal(got, want, nr, &g, "gemm", TYPES[k], (int)lv[l]);
+                }
+                /* one activation row: the decode GEMV, 8 rows straight from w
+                 * (Q6_K on AVX-512 only) */
+                for (int l = 0; nr == 1 && l < n_lv; l++) {
+                    memset(got, 0xff, sizeof(float) * maxr * s->rows);
+                    int done = pl_qdot_k_gemv(lv[l], TYPES[k], w, rb, a, n_blk, got, s->o0,
+                                              s->o1);
+                    int want_done = TYPES[k] == PL_GGML_TYPE_Q6_K && lv[l] != PL_VNNI_AVX512
+                                        ? 0 : full;
+                    cr_assert_eq(done, want_done, "gemv rows done %d, want %d", done, want_done);
+                    shape g = {s->n_sb, s->rows, s->o0, s->o0 + done};
+                    check_equal(got, want, nr, &g, "gemv", TYPES[k], (int)lv[l]);
                 }
                 memset(got, 0xff, sizeof(float) * maxr * s->rows);
                 pl_op_qmatmul_rows(TYPES[k], w, rb, a, n_blk, nr, got, s->rows, s->o0, s->o1);

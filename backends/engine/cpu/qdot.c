@@ -329,6 +329,9 @@ static void qmatmul_row1(pl_ggml_type t, const uint8_t *wb, size_t row_bytes,
         return;
     }
     pl_vnni_level lv = pl_qdot_vnni_level();
+    /* Q4_K / Q5_K / Q6_K: 8 rows at a time (qdot_k_repack.c), the rows
+     * past the slice's last group of 8 below. */
+    o0 += pl_qdot_k_gemv(lv, t, wb, row_bytes, x, n / PL_QK, y, o0, o1);
     if (lv != PL_VNNI_NONE && pl_qdot_vnni_supported(t)) {
         for (int o = o0; o < o1; o++)
             pl_qdot_vnni(lv, t, wb + (size_t)o * row_bytes, x, n, &y[o]);

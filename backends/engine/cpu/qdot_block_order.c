@@ -46,30 +46,6 @@ static size_t block_bytes(pl_ggml_type t)
 #ifdef PL_HAVE_X86
 #define T2 __attribute__((target("avx2,fma,f16c")))
 
-/* Eight rows read side by side are eight interleaved streams, which the
- * hardware prefetchers follow badly once the weights come from memory
- * (Q8_0 ran at a third of the row-by-row speed on a 30 MB matrix). The
- * next 8-row group is one contiguous span: step it asks for in order, a
- * slice per block of this group. */
-typedef struct prefetch_span {
-    uintptr_t p, end;            /* addresses as integers: the last group's */
-    size_t step;                 /* span lies past the matrix (prefetches of */
-} prefetch_span;                 /* it are harmless; pointers there are not) */
-
-static inline prefetch_span prefetch_init(const uint8_t *w, size_t row_bytes, int n_it)
-{
-    size_t span = 8 * row_bytes, step = (span / (size_t)n_it + 64) & ~(size_t)63;
-    uintptr_t p = (uintptr_t)w + span;
-    return (prefetch_span){p, p + span, step};
-}
-
-static inline void prefetch_step(prefetch_span *ps)
-{
-    uintptr_t e = ps->p + ps->step < ps->end ? ps->p + ps->step : ps->end;
-    for (; ps->p < e; ps->p += 64)
-        _mm_prefetch((const char *)ps->p, _MM_HINT_T0);
-}
-
 /* Q5_0's fifth bits: byte j is 16 when bit j of the block's qh is set. */
 T2 static inline __m256i q5_high_bits(const uint8_t *qh)
 {
@@ -222,7 +198,7 @@ TAVXV static inline __m256i dot_avxvnni(__m256i acc, __m256i u, __m256i s)
         size_t bb = block_bytes(t);                                                              \
         prefetch_span ps = prefetch_init(w, row_bytes, n_blk);                                   \
         for (int b = 0; b < n_blk; b++) {                                                        \
-            prefetch_step(&ps);                                                                  \
+            prefetch_step(&ps, 0);                                                                  \
             const uint8_t *blk0 = w + (size_t)b * bb;                                            \
             __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];                     \
             for (int r = 0; r < 8; r++) {                                                        \

@@ -248,6 +248,220 @@ KR_ROWS(avx2, T2, dot_avx2)
 KR_ROWS(vnni512, TV512, dot_vnni512)
 KR_ROWS(avxvnni, TAVXV, dot_avxvnni)
 
+#define KG_PREFETCH_MAX (64 * 1024)
+/* The group after next asked for into L2, a slice per super-block: over 8
+ * rows read side by side the hardware prefetchers fall behind (1024 x 512
+ * Q4_K experts read at 0.4x the row-by-row speed without it; with the next
+ * group into L1 instead, 0.8x). Groups over 64 KB are 8 long streams they
+ * follow. */
+static inline prefetch_span kg_prefetch_init(const uint8_t *w, size_t rb, int nsb)
+{
+    prefetch_span ps = prefetch_init(w, rb, nsb);
+    size_t span = 8 * rb;
+    ps.p += span;
+    ps.end = span > KG_PREFETCH_MAX ? ps.p : ps.end + span;
+    return ps;
+}
+
+/* Decode (one activation row): kr_rows' chains for 8 weight rows read
+ * straight from the file's layout, no scratch. A 4-dword transposition in
+ * registers (t8x4) of 16 bytes of each of the 8 rows gives four of the
+ * chains' operands; the 8 rows' scales are loaded side by side and
+ * unpacked as vectors (k4_scale). A super-block's scale arithmetic and
+ * unpacking so serve 8 rows, and 8 independent chains replace the
+ * lane-wise kernel's one, whose 8 FMAs in a row per super-block bounded it
+ * (~35 cycles for 144 bytes on Zen 4). */
+#define KG_BODY(SFX, TARGET, DOT)                                                                \
+    /* out[k] lane r = dword k of the 16 bytes at p + r * rb (r = 0..7). */    \
+    TARGET static inline void t8x4_##SFX(const uint8_t *p, size_t rb, __m256i *out)              \
+    {                                                                                            \
+        __m256i v[4];                                                                            \
+        for (int i = 0; i < 4; i++)                                                              \
+            v[i] = _mm256_inserti128_si256(                                                      \
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p + i * rb))),          \
+                _mm_loadu_si128((const __m128i *)(p + (i + 4) * rb)), 1);                        \
+        __m256i a = _mm256_unpacklo_epi32(v[0], v[1]), b = _mm256_unpackhi_epi32(v[0], v[1]);    \
+        __m256i c = _mm256_unpacklo_epi32(v[2], v[3]), d = _mm256_unpackhi_epi32(v[2], v[3]);    \
+        out[0] = _mm256_unpacklo_epi64(a, c);                                                    \
+        out[1] = _mm256_unpackhi_epi64(a, c);                                                    \
+        out[2] = _mm256_unpacklo_epi64(b, d);                                                    \
+        out[3] = _mm256_unpackhi_epi64(b, d);                                                    \
+    }                                                                                            \
+    /* The dwords at p + r * rb, r = 0..7, side by side. */                    \
+    TARGET static inline __m256i g8_##SFX(const uint8_t *p, size_t rb)                           \
+    {                                                                                            \
+        int v[8];                                                                                \
+        for (int r = 0; r < 8; r++)                                                              \
+            memcpy(&v[r], p + r * rb, 4);                                                        \
+        return _mm256_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]);               \
+    }                                                                                            \
+    /* The 8 halves in the low (hi = 0) or high 16 bits of g's dwords, as     \
+     * floats (F16C's conversion, as h2f_hw). */                               \
+    TARGET static inline __m256 halves_##SFX(__m256i g, int hi)                                  \
+    {                                                                                            \
+        __m256i h = hi ? _mm256_srli_epi32(g, 16)                                                \
+                       : _mm256_and_si256(g, _mm256_set1_epi32(0xffff));                         \
+        h = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);                           \
+        return _mm256_cvtph_ps(_mm256_castsi256_si128(h));                                       \
+    }                                                                                            \
+    /* Sub-block j's scale (mn = 0) or min (mn = 1) of the 8 rows as floats,  \
+     * unpacked as pl_k4_scales does, from scale bytes 0-3, 4-7, 8-11 (q). */  \
+    TARGET static inline __m256 k4_scale_##SFX(const __m256i *q, int j, int mn)                  \
+    {                                                                                            \
+        __m256i v;                                                                               \
+        if (j < 4) {                                                                             \
+            v = _mm256_and_si256(_mm256_srli_epi32(q[mn], 8 * j), _mm256_set1_epi32(63));        \
+        } else {                                                                                 \
+            int k = j - 4;                                                                       \
+            __m256i lo = _mm256_and_si256(_mm256_srli_epi32(q[2], 8 * k + 4 * mn),               \
+                                          _mm256_set1_epi32(15));                                \
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi32(q[mn], 8 * k + 6),                   \
+                                          _mm256_set1_epi32(3));                                 \
+            v = _mm256_or_si256(lo, _mm256_slli_epi32(hi, 4));                                   \
+        }                                                                                        \
+        return _mm256_cvtepi32_ps(v);                                                            \
+    }                                                                                            \
+    /* Q5_K's fifth bit of sub-block j, from the transposed qh dwords h. */    \
+    TARGET static inline __m256i k5_bit_##SFX(__m256i h, int j)                                  \
+    {                                                                                            \
+        __m256i b = _mm256_and_si256(_mm256_srli_epi16(h, j), _mm256_set1_epi8(1));              \
+        return _mm256_slli_epi16(b, 4);                                                          \
+    }                                                                                            \
+    /* Q4_K / Q5_K: per sub-block pair, acc_l += (d sc a.d) dot in order,     \
+     * then the pair's min term, as kr_rows. */                                \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    kg_k45_##SFX(const uint8_t *w, size_t rb, int five, const pl_q8_act *a, int nsb, float *y)   \
+    {                                                                                            \
+        __m256 acc[8], off = _mm256_setzero_ps();                                                \
+        for (int l = 0; l < 8; l++)                                                              \
+            acc[l] = _mm256_setzero_ps();                                                        \
+        const __m256i m4 = _mm256_set1_epi8(0x0f);                                               \
+        size_t bb = five ? 176 : 144;                                                            \
+        prefetch_span ps = kg_prefetch_init(w, rb, nsb);                                         \
+        for (int s = 0; s < nsb; s++) {                                                          \
+            const uint8_t *b = w + (size_t)s * bb;                                               \
+            prefetch_step(&ps, 1);                                                               \
+            __m256i dd = g8_##SFX(b, rb), q[3];                                                  \
+            for (int i = 0; i < 3; i++)                                                          \
+                q[i] = g8_##SFX(b + 4 + 4 * i, rb);                                              \
+            __m256 d = halves_##SFX(dd, 0), dmin = halves_##SFX(dd, 1);                          \
+            for (int jp = 0; jp < 4; jp++) {                                                     \
+                const pl_q8_act *a0 = a + 8 * s + 2 * jp, *a1 = a0 + 1;                          \
+                __m256 f0 = _mm256_mul_ps(_mm256_mul_ps(d, k4_scale_##SFX(q, 2 * jp, 0)),        \
+                                          _mm256_set1_ps(a0->d));                                \
+                __m256 f1 = _mm256_mul_ps(_mm256_mul_ps(d, k4_scale_##SFX(q, 2 * jp + 1, 0)),    \
+                                          _mm256_set1_ps(a1->d));                                \
+                for (int hh = 0; hh < 2; hh++) {                                                 \
+                    __m256i t[4], h[4];                                                          \
+                    t8x4_##SFX(b + (five ? 48 : 16) + 32 * jp + 16 * hh, rb, t);                 \
+                    if (five)                                                                    \
+                        t8x4_##SFX(b + 16 + 16 * hh, rb, h);                                     \
+                    for (int k = 0; k < 4; k++) {                                                \
+                        int l = 4 * hh + k;                                                      \
+                        __m256i lo = _mm256_and_si256(t[k], m4);                                 \
+                        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(t[k], 4), m4);           \
+                        if (five) {                                                              \
+                            lo = _mm256_or_si256(lo, k5_bit_##SFX(h[k], 2 * jp));                \
+                            hi = _mm256_or_si256(hi, k5_bit_##SFX(h[k], 2 * jp + 1));            \
+                        }                                                                        \
+                        __m256i p0 = DOT(lo, bcast4(a0->qs + 4 * l));                            \
+                        __m256i p1 = DOT(hi, bcast4(a1->qs + 4 * l));                            \
+                        acc[l] = _mm256_fmadd_ps(f0, _mm256_cvtepi32_ps(p0), acc[l]);            \
+                        acc[l] = _mm256_fmadd_ps(f1, _mm256_cvtepi32_ps(p1), acc[l]);            \
+                    }                                                                            \
+                }                                                                                \
+                __m256 m0 = _mm256_mul_ps(_mm256_mul_ps(dmin, k4_scale_##SFX(q, 2 * jp, 1)),     \
+                                          _mm256_set1_ps(a0->s));                                \
+                __m256 m1 = _mm256_mul_ps(_mm256_mul_ps(dmin, k4_scale_##SFX(q, 2 * jp + 1, 1)), \
+                                          _mm256_set1_ps(a1->s));                                \
+                off = _mm256_add_ps(off, _mm256_add_ps(m0, m1));                                 \
+            }                                                                                    \
+        }                                                                                        \
+        _mm256_storeu_ps(y, _mm256_sub_ps(lanes_sum(acc), off));                                 \
+    }                                                                                            \
+    /* Q6_K: acc_l += (d a.d) * sc * dot(q - 32), sub-block after sub-block,   \
+     * as kr_rows. */                                                          \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    kg_q6k_##SFX(const uint8_t *w, size_t rb, const pl_q8_act *a, int nsb, float *y)             \
+    {                                                                                            \
+        __m256 acc[8];                                                                           \
+        for (int l = 0; l < 8; l++)                                                              \
+            acc[l] = _mm256_setzero_ps();                                                        \
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);                     \
+        const __m256i k32 = _mm256_set1_epi8(32);                                                \
+        prefetch_span ps = kg_prefetch_init(w, rb, nsb);                                         \
+        for (int s = 0; s < nsb; s++) {                                                          \
+            const uint8_t *b = w + (size_t)s * 210;                                              \
+            prefetch_step(&ps, 1);                                                               \
+            /* d's dword would end past the block: from byte 206, its high half */             \
+            __m256 d = halves_##SFX(g8_##SFX(b + 206, rb), 1);                                   \
+            __m256i sc[4];                                                                       \
+            for (int i = 0; i < 4; i++)                                                          \
+                sc[i] = g8_##SFX(b + 192 + 4 * i, rb);                                           \
+            for (int h = 0; h < 2; h++)                                                          \
+                for (int hh = 0; hh < 2; hh++) {                                                 \
+                    __m256i l0[4], l1[4], qh[4];                                                 \
+                    t8x4_##SFX(b + 64 * h + 16 * hh, rb, l0);                                    \
+                    t8x4_##SFX(b + 64 * h + 32 + 16 * hh, rb, l1);                               \
+                    t8x4_##SFX(b + 128 + 32 * h + 16 * hh, rb, qh);                              \
+                    for (int t = 0; t < 4; t++) {                                                \
+                        int j = 4 * h + t, e = 2 * j + hh; /* lanes 4hh.. take scale e */        \
+                        const pl_q8_act *aj = a + 8 * s + j;                                     \
+                        __m256 f = _mm256_mul_ps(d, _mm256_set1_ps(aj->d));                      \
+                        __m256i scv = _mm256_srai_epi32(                                         \
+                            _mm256_slli_epi32(sc[e / 4], 24 - 8 * (e % 4)), 24);                 \
+                        for (int k = 0; k < 4; k++) {                                            \
+                            __m256i lq = t % 2 ? l1[k] : l0[k];                                  \
+                            __m256i lo = _mm256_and_si256(t / 2 ? _mm256_srli_epi16(lq, 4) : lq, \
+                                                          m4);                                   \
+                            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qh[k], 2 * t), m2);  \
+                            __m256i qv = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));          \
+                            __m256i av = bcast4(aj->qs + 4 * (4 * hh + k));                      \
+                            __m256i p = _mm256_mullo_epi32(                                      \
+                                _mm256_sub_epi32(DOT(qv, av), DOT(k32, av)), scv);               \
+                            acc[4 * hh + k] =                                                    \
+                                _mm256_fmadd_ps(f, _mm256_cvtepi32_ps(p), acc[4 * hh + k]);      \
+                        }                                                                        \
+                    }                                                                            \
+                }                                                                                \
+        }                                                                                        \
+        _mm256_storeu_ps(y, lanes_sum(acc));                                                     \
+    }                                                                                            \
+    TARGET static int kg_rows_##SFX(pl_ggml_type t, const uint8_t *w, size_t rb,                 \
+                                    const pl_q8_act *x, int nsb, float *y, int o0, int o1)       \
+    {                                                                                            \
+        int o = o0;                                                                              \
+        for (; o + 8 <= o1; o += 8) {                                                            \
+            const uint8_t *wo = w + (size_t)o * rb;                                              \
+            if (t == PL_GGML_TYPE_Q6_K)                                                          \
+                kg_q6k_##SFX(wo, rb, x, nsb, y + o);                                             \
+            else if (t == PL_GGML_TYPE_Q5_K)                                                     \
+                kg_k45_##SFX(wo, rb, 1, x, nsb, y + o);                                          \
+            else                                                                                 \
+                kg_k45_##SFX(wo, rb, 0, x, nsb, y + o);                                          \
+        }                                                                                        \
+        return o - o0;                                                                           \
+    }
+
+KG_BODY(avx2, T2, dot_avx2)
+KG_BODY(vnni512, TV512, dot_vnni512)
+KG_BODY(avxvnni, TAVXV, dot_avxvnni)
+
+int pl_qdot_k_gemv(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                   const pl_q8_act *x, int n_blk, float *y, int o0, int o1)
+{
+    /* Q6_K's 12 transposed registers and 8 chains fit AVX-512's 32: on 16,
+     * spilled, it ran at 0.6x the lane-wise kernel (which stays in use). */
+    if (!pl_cpu_has_avx2() || !pl_qdot_k_gemm_supported(t) || n_blk % 8 || o1 - o0 < 8 ||
+        (t == PL_GGML_TYPE_Q6_K && lv != PL_VNNI_AVX512))
+        return 0;
+    if (lv == PL_VNNI_AVX512)
+        return kg_rows_vnni512(t, w, row_bytes, x, n_blk / 8, y, o0, o1);
+    if (lv == PL_VNNI_AVX)
+        return kg_rows_avxvnni(t, w, row_bytes, x, n_blk / 8, y, o0, o1);
+    return kg_rows_avx2(t, w, row_bytes, x, n_blk / 8, y, o0, o1);
+}
+
 int pl_qdot_k_gemm(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
                    const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy, int o0, int o1)
 {
@@ -269,6 +483,14 @@ int pl_qdot_k_gemm(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t ro
     return o - o0;
 }
 #else
+int pl_qdot_k_gemv(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                   const pl_q8_act *x, int n_blk, float *y, int o0, int o1)
+{
+    (void)lv, (void)t, (void)w, (void)row_bytes, (void)x, (void)n_blk, (void)y, (void)o0,
+        (void)o1;
+    return 0;
+}
+
 int pl_qdot_k_gemm(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
                    const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy, int o0, int o1)
 {

@@ -25,4 +25,11 @@ int pl_qdot_k_gemm_supported(pl_ggml_type t);
 int pl_qdot_k_gemm(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
                    const pl_q8_act *x, int n_blk, int n_rows, float *y, int ldy, int o0, int o1);
 
+/** The one-activation-row case (decode): y[o] = pl_qdot_k(t, row o of w,
+ *  x, n_blk * 32) for o in [o0, o0 + 8k), the largest such run inside
+ *  [o0, o1), 8 weight rows at a time straight from w (no repacking).
+ *  Returns 8k; 0 without AVX2 or for other types. */
+int pl_qdot_k_gemv(pl_vnni_level lv, pl_ggml_type t, const uint8_t *w, size_t row_bytes,
+                   const pl_q8_act *x, int n_blk, float *y, int o0, int o1);
+
 #endif
