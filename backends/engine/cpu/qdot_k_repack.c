@@ -1,6 +1,8 @@
 /* qdot_k_repack.c - the prefill GEMM of Q4_K, Q5_K and Q6_K weights
  * (qdot_k_repack.h): 8 weight rows at a time, repacked into a scratch once
- * per call and used against every activation row.
+ * per call and used against every activation row; and the decode GEMV,
+ * the same chains for one activation row with the 8 rows transposed in
+ * registers straight from the file's layout (KG_BODY below).
  *
  * The lane-wise kernels (qdot_k.c, qdot_vnni.c) keep, per (weight row,
  * activation row), 8 float lanes: lane l sums, sub-block after sub-block,

@@ -2,7 +2,8 @@
  * (qdot_k_repack.c): 8 weight rows repacked side by side once per call and
  * dotted with every activation row, each output bit-identical to the
  * lane-wise single-row kernel (qdot_k.h) on every ISA path.
- * pl_op_qmatmul_rows dispatches here for prefill.
+ * pl_op_qmatmul_rows dispatches here for prefill, and for decode (one
+ * activation row) to the 8-row GEMV.
  */
 #ifndef PL_CPU_QDOT_K_REPACK_H
 #define PL_CPU_QDOT_K_REPACK_H
