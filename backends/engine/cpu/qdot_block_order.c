@@ -196,9 +196,9 @@ TAVXV static inline __m256i dot_avxvnni(__m256i acc, __m256i u, __m256i s)
         __m256i idx = row_offsets(row_bytes);                                                    \
         __m256 acc = _mm256_setzero_ps();                                                        \
         size_t bb = block_bytes(t);                                                              \
-        prefetch_span ps = prefetch_init(w, row_bytes, n_blk);                                   \
+        prefetch_span ps = prefetch_init(w, row_bytes, n_blk, 1);                                \
         for (int b = 0; b < n_blk; b++) {                                                        \
-            prefetch_step(&ps, 0);                                                                  \
+            prefetch_step(&ps, 0);                                                           \
             const uint8_t *blk0 = w + (size_t)b * bb;                                            \
             __m256i aq = _mm256_loadu_si256((const __m256i *)a[b].qs), s[8];                     \
             for (int r = 0; r < 8; r++) {                                                        \

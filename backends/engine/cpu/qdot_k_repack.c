@@ -258,10 +258,9 @@ KR_ROWS(avxvnni, TAVXV, dot_avxvnni)
  * follow. */
 static inline prefetch_span kg_prefetch_init(const uint8_t *w, size_t rb, int nsb)
 {
-    prefetch_span ps = prefetch_init(w, rb, nsb);
-    size_t span = 8 * rb;
-    ps.p += span;
-    ps.end = span > KG_PREFETCH_MAX ? ps.p : ps.end + span;
+    prefetch_span ps = prefetch_init(w, rb, nsb, 2);
+    if (8 * rb > KG_PREFETCH_MAX)
+        ps.end = ps.p;
     return ps;
 }
 

@@ -3,10 +3,9 @@
  * weights for cache), the horizontal sum of 8 floats, always in the same
  * order (the kernels' bit-identity depends on it), a row's max (the
  * sampler's and the softmax's), e^x on 8 lanes (the recurrent layers'
- * gates, the sampler's softmax), and the 8 x 8
- * dword transpose by which the GEMMs hold 8 weight rows side by side, and
- * the prefetch of the next 8-row group for the kernels that read 8 rows
- * at once. Include only
+ * gates, the sampler's softmax), the 8 x 8 dword transpose by which the
+ * GEMMs hold 8 weight rows side by side, and the prefetch of a coming
+ * 8-row group for the kernels that read 8 rows at once. Include only
  * inside an x86 guard; a caller compiled for a superset (AVX-512) may
  * inline them.
  */
@@ -96,18 +95,19 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x)
 /* Eight rows read side by side are eight interleaved streams, which the
  * hardware prefetchers follow badly once the weights come from memory
  * (Q8_0 ran at a third of the row-by-row speed on a 30 MB matrix, Q4_K at
- * 0.4x on 1024 x 512 experts). The
- * next 8-row group is one contiguous span: step it asks for in order, a
- * slice per block of this group. */
+ * 0.4x on 1024 x 512 experts). The 8-row group `ahead` groups on is one
+ * contiguous span: step asks for it in order, a slice per block (n_it of
+ * them) of this group. */
 typedef struct prefetch_span {
     uintptr_t p, end;            /* addresses as integers: the last group's */
     size_t step;                 /* span lies past the matrix (prefetches of */
 } prefetch_span;                 /* it are harmless; pointers there are not) */
 
-static inline prefetch_span prefetch_init(const uint8_t *w, size_t row_bytes, int n_it)
+static inline prefetch_span prefetch_init(const uint8_t *w, size_t row_bytes, int n_it,
+                                          int ahead)
 {
     size_t span = 8 * row_bytes, step = (span / (size_t)n_it + 64) & ~(size_t)63;
-    uintptr_t p = (uintptr_t)w + span;
+    uintptr_t p = (uintptr_t)w + (size_t)ahead * span;
     return (prefetch_span){p, p + span, step};
 }
 
