@@ -346,6 +346,9 @@ static inline prefetch_span kg_prefetch_init(const uint8_t *w, size_t rb, int ns
             for (int i = 0; i < 3; i++)                                                          \
                 q[i] = g8_##SFX(b + 4 + 4 * i, rb);                                              \
             __m256 d = halves_##SFX(dd, 0), dmin = halves_##SFX(dd, 1);                          \
+            __m256i h[2][4]; /* Q5_K's fifth bits, the same for every pair */                   \
+            for (int hh = 0; five && hh < 2; hh++)                                               \
+                t8x4_##SFX(b + 16 + 16 * hh, rb, h[hh]);                                         \
             for (int jp = 0; jp < 4; jp++) {                                                     \
                 const pl_q8_act *a0 = a + 8 * s + 2 * jp, *a1 = a0 + 1;                          \
                 __m256 f0 = _mm256_mul_ps(_mm256_mul_ps(d, k4_scale_##SFX(q, 2 * jp, 0)),        \
@@ -353,17 +356,15 @@ static inline prefetch_span kg_prefetch_init(const uint8_t *w, size_t rb, int ns
                 __m256 f1 = _mm256_mul_ps(_mm256_mul_ps(d, k4_scale_##SFX(q, 2 * jp + 1, 0)),    \
                                           _mm256_set1_ps(a1->d));                                \
                 for (int hh = 0; hh < 2; hh++) {                                                 \
-                    __m256i t[4], h[4];                                                          \
+                    __m256i t[4];                                                                \
                     t8x4_##SFX(b + (five ? 48 : 16) + 32 * jp + 16 * hh, rb, t);                 \
-                    if (five)                                                                    \
-                        t8x4_##SFX(b + 16 + 16 * hh, rb, h);                                     \
                     for (int k = 0; k < 4; k++) {                                                \
                         int l = 4 * hh + k;                                                      \
                         __m256i lo = _mm256_and_si256(t[k], m4);                                 \
                         __m256i hi = _mm256_and_si256(_mm256_srli_epi16(t[k], 4), m4);           \
                         if (five) {                                                              \
-                            lo = _mm256_or_si256(lo, k5_bit_##SFX(h[k], 2 * jp));                \
-                            hi = _mm256_or_si256(hi, k5_bit_##SFX(h[k], 2 * jp + 1));            \
+                            lo = _mm256_or_si256(lo, k5_bit_##SFX(h[hh][k], 2 * jp));            \
+                            hi = _mm256_or_si256(hi, k5_bit_##SFX(h[hh][k], 2 * jp + 1));        \
                         }                                                                        \
                         __m256i p0 = DOT(lo, bcast4(a0->qs + 4 * l));                            \
                         __m256i p1 = DOT(hi, bcast4(a1->qs + 4 * l));                            \
