@@ -107,6 +107,11 @@ static void fill_rows(attn_fix *f, unsigned char *dk0, unsigned char *dv0)
     free(tv);
 }
 
+float af_sink(float sink, int h)
+{
+    return sink * (float)(h % 4 - 1) * 0.75f;   /* -0.75, 0, 0.75, 1.5 times sink */
+}
+
 void af_init(attn_fix *f, attn_case c)
 {
     memset(f, 0, sizeof *f);
@@ -157,14 +162,18 @@ void af_init(attn_fix *f, attn_case c)
     f->drs = tu_dev(f->row_seq, sizeof(int32_t) * f->n_rows);
     f->dfirst = tu_dev(f->first, sizeof(int32_t) * c.n_seqs);
     f->dnrows = tu_dev(f->nrows, sizeof(int32_t) * c.n_seqs);
+    float sinks[256];
+    for (int h = 0; h < c.n_head && h < 256; h++)
+        sinks[h] = af_sink(c.sink, h);
+    f->dsinks = c.sink != 0.0f ? tu_dev(sinks, sizeof(float) * c.n_head) : NULL;
     f->o = (pl_attn_opts){.scale = 1.0f / sqrtf((float)c.hd), .softcap = c.softcap,
-                          .window = c.window};
+                          .window = c.window, .sinks = f->dsinks};
 }
 
 void af_free(attn_fix *f)
 {
     void *d[] = {f->dk, f->dv, f->dqkv, f->dks, f->dvs, f->dbt, f->dpos, f->drs, f->dfirst,
-                 f->dnrows};
+                 f->dnrows, f->dsinks};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
         cudaFree(d[i]);
     void *h[] = {f->bt, f->pos, f->row_seq, f->first, f->nrows, f->qkv, f->kpool, f->vpool,
@@ -244,6 +253,13 @@ static void ref_head(const attn_fix *f, af_qround qr, int r, int h, double *sc, 
         sc[t - lo] = c->softcap > 0.0f ? (double)(c->softcap * LOG2E_F) * tanh(d) : d;
         mx = sc[t - lo] > mx ? sc[t - lo] : mx;
     }
+    /* the sink (natural units; the scores are log2 units) joins the max
+     * and the sum, and adds no value */
+    double sk = c->sink != 0.0f ? (double)af_sink(c->sink, h) * LOG2E_F : -INFINITY;
+    if (mx > -INFINITY && sk > mx)
+        mx = sk;
+    if (mx > -INFINITY && sk > -INFINITY)
+        sum = exp2(sk - mx);
     double acc[512] = {0};
     for (int t = lo; t <= p && mx > -INFINITY; t++) {
         if (sc[t - lo] == -INFINITY)
@@ -301,7 +317,7 @@ void af_check(const attn_fix *f, const pl_bf16 *dout, const float *ref, const bo
     }
     free(raw);
     cr_assert_leq(md / mb, tol, "%s: normalised error %.3g (heads %d/%d hd %d bs %d window %d "
-                  "softcap %g holes %d qmag %g dtype %d)", what, md / mb, f->c.n_head,
+                  "softcap %g holes %d qmag %g dtype %d sink %g)", what, md / mb, f->c.n_head,
                   f->c.n_kv, f->c.hd, f->bs, f->c.window, f->c.softcap, f->c.holes,
-                  f->c.qmag, (int)f->c.dtype);
+                  f->c.qmag, (int)f->c.dtype, f->c.sink);
 }

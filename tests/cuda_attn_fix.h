@@ -2,7 +2,7 @@
  * reference (cuda_attn_fix.c): a step of query rows over a paged cache
  * (a cached prefix written straight into the device pool, this step's
  * keys through pl_cuda_kv_write), in bf16 or fp8, with unmapped blocks,
- * sliding windows, soft-capping and large logits.
+ * sliding windows, soft-capping, large logits and attention sinks.
  *
  * The reference computes in double precision from the values the cache
  * holds (bf16-rounded, or e4m3-decoded times the scale) and from q as the
@@ -31,6 +31,7 @@ typedef struct attn_case {
     float qmag;                  /* q's magnitude (0: 1); large: large logits */
     pl_kv_dtype dtype;
     float kscale, vscale;        /* fp8 dequantisation scales (0: 1) */
+    float sink;                  /* != 0: attention sinks, head h's af_sink(sink, h) */
 } attn_case;
 
 typedef struct attn_fix {
@@ -44,13 +45,15 @@ typedef struct attn_fix {
     pl_attn_opts o;
     /* device */
     void *dk, *dv;
-    float *dqkv, *dks, *dvs;
+    float *dqkv, *dks, *dvs, *dsinks;
     int32_t *dbt, *dpos, *drs, *dfirst, *dnrows;
 } attn_fix;
 
 /** How the kernel under test rounds q (the reference does the same). */
 typedef enum af_qround { AF_Q_F32, AF_Q_BF16, AF_Q_F16 } af_qround;
 
+/** Head h's sink logit for a case's sink: both signs, a spread of sizes. */
+float af_sink(float sink, int h);
 void af_init(attn_fix *f, attn_case c);
 void af_free(attn_fix *f);
 pl_kv_geom af_geom(const attn_fix *f);

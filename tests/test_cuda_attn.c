@@ -5,11 +5,12 @@
  * all sequences and over a sequence list) through the same cases, against
  * the float64 reference of cuda_attn_fix.c: cached prefixes, contexts to
  * 4,096 (many tiles per warp), unmapped blocks (-1 and past the pool),
- * large logits, sliding windows, soft-capping, head_dim 64/128/256 (512 on the rows kernel), block
- * sizes 8 to 64, bf16 and fp8 caches. Outputs are poisoned first: a row
- * not asked for must stay poisoned, every other must be within TOL_ATTN
- * (normalised max error; the outputs are bf16). Host-only tests (argument
- * checks, the split plan) run without a GPU. */
+ * large logits, sliding windows, soft-capping, attention sinks, head_dim
+ * 64/128/256 (512 on the rows kernel), block sizes 8 to 64, bf16 and fp8
+ * caches. Outputs are poisoned first: a row not asked for must stay
+ * poisoned, every other must be within TOL_ATTN (normalised max error; the
+ * outputs are bf16). Host-only tests (argument checks, the split plan) run
+ * without a GPU. */
 #include "tests/cuda_attn_fix.h"
 
 #include "backends/engine/cuda/attn_decode.cuh"
@@ -223,6 +224,25 @@ Test(cuda_attn, head_dim_512_rows_kernel)
     cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_WARP, 8, 1, 512));
     cr_assert(!pl_cuda_attn_split_supported(PL_SPLIT_MMA, 8, 1, 512));
     cr_assert(!pl_cuda_attn_prefill_mma_supported(512));
+}
+
+/* gpt-oss's attention sinks: a logit per query head in every softmax's
+ * denominator (both signs, small and dominant), through every kind and
+ * split count, with its sliding window, GQA groups of 8, the fp8 cache, a
+ * first row that sees one key, nothing mapped (zeros), head_dim 512. */
+Test(cuda_attn, attention_sinks_every_kind)
+{
+    SKIP_WITHOUT_GPU();
+    tu_seed(37);
+    run_all_kinds(CASE(64, 8, 64, 3, {1, 300, 129}, {1, 1, 129}, .sink = 2.0f));
+    run_all_kinds(CASE(16, 2, 64, 2, {1000, 200}, {1, 200}, .window = 128, .sink = 3.0f));
+    run_all_kinds(CASE(8, 2, 128, 2, {2049, 64}, {1, 64}, .sink = 8.0f));
+    run_all_kinds(CASE(16, 4, 128, 2, {600, 40}, {1, 40}, .dtype = PL_KV_FP8, .kscale = 0.05f,
+                       .vscale = 0.02f, .sink = 2.0f));
+    run_all_kinds(CASE(8, 4, 256, 1, {500}, {100}, .softcap = 50.0f, .qmag = 8.0f,
+                       .sink = 4.0f));
+    run_all_kinds(CASE(4, 1, 128, 2, {40, 16}, {1, 16}, .holes = 1, .sink = 2.0f));
+    run_rows_only(CASE(8, 1, 512, 2, {300, 40}, {1, 40}, .sink = 2.0f));
 }
 
 Test(cuda_attn, block_sizes)

@@ -7,7 +7,11 @@
  * multiplied once by scale * log2(e) (times the fp8 K scale), so each key
  * costs one exp2 and no multiply. With soft-capping, q is multiplied by
  * scale / softcap and a score becomes softcap * log2(e) * tanh(q.k). A row
- * that sees no key gets zeros; unmapped blocks' keys are not seen. */
+ * that sees no key gets zeros; unmapped blocks' keys are not seen. A sink
+ * enters at the very end, where a row's softmax is normalised: its share
+ * 2^(sink * log2(e) - m) joins the sum l kept relative to the running max m
+ * (pl_sink_sum), so the partial states of warps and splits merge as they
+ * did without it. */
 #ifndef PL_CUDA_ATTN_COMMON_CUH
 #define PL_CUDA_ATTN_COMMON_CUH
 
@@ -24,6 +28,10 @@ typedef struct pl_attn_opts {
                                       after the scale (Gemma 2) */
     int window;                  /**< > 0: the row at position p sees the keys at
                                       p - window + 1 .. p only (sliding window) */
+    const float *sinks;          /**< (n_heads) device, or NULL: a logit per query head
+                                      (natural units, as the scores after scale and cap)
+                                      that joins each softmax's denominator and adds no
+                                      value (gpt-oss's attention sinks) */
 } pl_attn_opts;
 
 /** One step's rows as the attention kernels read them (device arrays). */
@@ -41,7 +49,7 @@ typedef struct pl_attn_step {
 /** The plain options: scale only. */
 static inline pl_attn_opts pl_attn_plain(float scale)
 {
-    pl_attn_opts o = {scale, 0.0f, 0};
+    pl_attn_opts o = {scale, 0.0f, 0, NULL};
     return o;
 }
 
@@ -63,6 +71,15 @@ static inline int pl_attn_opts_ok(pl_attn_opts o)
 #include <cuda_fp8.h>
 
 #define PL_LOG2E 1.4426950408889634f
+
+/** A head's softmax denominator with its sink: l (the sum relative to the
+ *  row's max m, log2 units) plus the sink's share 2^(sink * log2(e) - m).
+ *  No key seen (m = -inf, l = 0): l, so the row stays zeros. A sink far
+ *  above every score gives +inf and an output of zeros, its limit. */
+static __device__ __forceinline__ float pl_sink_sum(float l, float m, const float *sinks, int h)
+{
+    return sinks && m != -INFINITY ? l + exp2f(sinks[h] * PL_LOG2E - m) : l;
+}
 
 /** How raw dot products become log2-unit scores. */
 struct pl_score {

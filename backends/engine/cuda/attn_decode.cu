@@ -6,7 +6,8 @@
  * ... of the row's key range (one block-table load per page) and their
  * keys with an online softmax in log2 units; lanes hold pairs of head
  * dimensions, the q.k dot is a warp reduction. The four partial states are
- * merged in shared memory at the end. */
+ * merged in shared memory at the end, where the head's sink (if any) joins
+ * the sum. */
 #include <math.h>
 
 #include "backends/engine/cuda/attn_decode.cuh"
@@ -81,6 +82,7 @@ attn_decode_kernel(pl_attn_step s, const int32_t *rows, pl_kv_geom g, const T *k
         f[i] = sm_m[i] == -INFINITY ? 0.0f : exp2f(sm_m[i] - gm);
         gl += sm_l[i] * f[i];
     }
+    gl = pl_sink_sum(gl, gm, o.sinks, h);
     float inv = gl > 0.0f ? (vs ? vs[kvh] : 1.0f) / gl : 0.0f;
     __nv_bfloat16 *out = (__nv_bfloat16 *)s.out + (size_t)r * s.n_heads * hd + (size_t)h * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {

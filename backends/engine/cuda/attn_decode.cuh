@@ -14,7 +14,7 @@ extern "C" {
  * For the rows rows[0..n_rows) of s (rows NULL: 0..n_rows) and each query
  * head h: out[r, h] = softmax(scores) V over the keys the row at
  * positions[r] sees (0..positions[r], or its window; o's soft-capping
- * applied to the scores), read from the paged cache of sequence
+ * applied to the scores, its sinks in the denominators), read from the paged cache of sequence
  * row_seq[r] (KV head h / (n_heads / n_kv_heads)). Keys in unmapped blocks
  * (ids out of range) are left out of the softmax; a row that sees no key
  * gets zeros. head_dim 64, 128, 192, 256 or 512 (Gemma 4's global layers,

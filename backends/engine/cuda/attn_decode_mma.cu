@@ -230,7 +230,7 @@ attn_mma_dec_kernel(pl_attn_step s, const int32_t *rows, pl_kv_geom g,
     }
     __syncthreads();
     pl_merge_partials(sm_m, sm_l, sm_acc, PL_SPLIT_WARPS, G, HD, r, kvh, sp, ns,
-                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[kvh] : 1.0f);
+                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[kvh] : 1.0f, o.sinks);
 }
 
 template <int HD, bool FP8>

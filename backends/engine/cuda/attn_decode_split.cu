@@ -121,7 +121,8 @@ attn_split_kernel(pl_attn_step s, const int32_t *rows, pl_kv_geom g, const T *kc
     }
     __syncthreads();
     pl_merge_partials(sm_m, sm_l, sm_acc, W, G, HD, c.r, c.kvh, c.sp, c.ns,
-                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[c.kvh] : 1.0f);
+                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[c.kvh] : 1.0f,
+                      o.sinks);
 }
 
 /* The split16 variant: a warp is two half-warps of 16 lanes, each with a
@@ -211,12 +212,15 @@ attn_split16_kernel(pl_attn_step s, const int32_t *rows, pl_kv_geom g, const T *
     }
     __syncthreads();
     pl_merge_partials(sm_m, sm_l, sm_acc, NV, G, HD, c.r, c.kvh, c.sp, c.ns,
-                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[c.kvh] : 1.0f);
+                      (__nv_bfloat16 *)s.out, ws, s.n_heads, vs ? vs[c.kvh] : 1.0f,
+                      o.sinks);
 }
 
-/* Merge the splits of (row, head): grid (n_rows, n_heads), head_dim threads. */
+/* Merge the splits of (row, head), the head's sink in the sum: grid
+ * (n_rows, n_heads), head_dim threads. */
 static __global__ void attn_split_merge(const float *ws, const int32_t *rows,
-                                        __nv_bfloat16 *out, int n_heads, int hd, int ns)
+                                        __nv_bfloat16 *out, int n_heads, int hd, int ns,
+                                        const float *sinks)
 {
     int r = rows ? rows[blockIdx.x] : blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const float *p = ws + ((size_t)blockIdx.x * n_heads + h) * ns * (hd + 2);
@@ -229,6 +233,7 @@ static __global__ void attn_split_merge(const float *ws, const int32_t *rows,
         gl += p[x * (hd + 2) + 1] * f;
         a += p[x * (hd + 2) + 2 + d] * f;
     }
+    gl = pl_sink_sum(gl, gm, sinks, h);
     out[(size_t)r * n_heads * hd + (size_t)h * hd + d] =
         __float2bfloat16(gl > 0.0f ? a / gl : 0.0f);
 }
@@ -328,7 +333,7 @@ extern "C" int pl_cuda_attn_decode_split(const pl_attn_step *s, pl_kv_geom g, pl
     }
     if (n_splits > 1) {
         attn_split_merge<<<dim3(n_rows, s->n_heads), g.head_dim, 0, st>>>(
-            ws, rows, (__nv_bfloat16 *)s->out, s->n_heads, g.head_dim, n_splits);
+            ws, rows, (__nv_bfloat16 *)s->out, s->n_heads, g.head_dim, n_splits, o.sinks);
         PL_CUDA_LAUNCHED();
     }
     return 0;

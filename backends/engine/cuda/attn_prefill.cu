@@ -137,7 +137,8 @@ static __global__ void attn_prefill_kernel(pl_attn_step s, const int32_t *seqs, 
         int rr = w * PF_RPW + i;
         if (rr >= rows)
             break;
-        float inv = l[i] > 0.0f ? vsc / l[i] : 0.0f;
+        float li = pl_sink_sum(l[i], m[i], o.sinks, h);
+        float inv = li > 0.0f ? vsc / li : 0.0f;
         __nv_bfloat16 *out = (__nv_bfloat16 *)s.out + (size_t)(row0 + rr) * s.n_heads * hd
                              + (size_t)h * hd;
 #pragma unroll

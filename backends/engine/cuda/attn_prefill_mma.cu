@@ -230,11 +230,12 @@ static __device__ __forceinline__ void pm_widen(const unsigned char *stg, unsign
     }
 }
 
-/* The lane's two rows of output: O / l (l summed over the quad) times the
- * V scale, as bf16 pairs. */
+/* The lane's two rows of output: O / l (l summed over the quad, the head's
+ * sink added against the row's max m) times the V scale, as bf16 pairs. */
 template <int HD>
 static __device__ __forceinline__ void pm_store(const pl_attn_step &s, float (&acc)[HD / 8][4],
-                                                float (&l)[2], int row0, int rows, int h,
+                                                float (&l)[2], const float (&m)[2],
+                                                const float *sinks, int row0, int rows, int h,
                                                 float vsc, int w, int lane)
 {
     int g8 = lane >> 2, c2 = 2 * (lane & 3);
@@ -245,7 +246,8 @@ static __device__ __forceinline__ void pm_store(const pl_attn_step &s, float (&a
         int rr = 16 * w + g8 + 8 * x;
         if (rr >= rows)
             continue;
-        float inv = l[x] > 0.0f ? vsc / l[x] : 0.0f;
+        float lx = pl_sink_sum(l[x], m[x], sinks, h);
+        float inv = lx > 0.0f ? vsc / lx : 0.0f;
         __nv_bfloat16 *orow = (__nv_bfloat16 *)s.out + (size_t)(row0 + rr) * s.n_heads * HD
                               + (size_t)h * HD + c2;
 #pragma unroll
@@ -337,7 +339,7 @@ attn_prefill_mma_kernel(pl_attn_step s, const int32_t *seqs, int s0, const int32
         next = tid < BK ? pm_slot(t0 + 3 * BK + tid, t_hi, pg, g.block_size) : -1;
     }
     pl_cp_async_wait<0>();
-    pm_store<HD>(s, acc, l, row0, rows, h, vs ? vs[kvh] : 1.0f, w, lane);
+    pm_store<HD>(s, acc, l, m, o.sinks, row0, rows, h, vs ? vs[kvh] : 1.0f, w, lane);
 }
 
 template <int HD, bool FP8>

@@ -25,14 +25,16 @@ static __device__ __forceinline__ void pl_split_range(int lo, int hi, int sp, in
 
 /* Merge the nv partial softmax states of a block (shared memory, m in
  * log2 units: sm_m[x * G + j], sm_l likewise, sm_acc[(x * G + j) * hd + d])
- * per query head j of the group: the output (times vscale) when the block
- * has the row's only split, else (max, sum, accumulator) into the
- * workspace for pl_split_merge. */
+ * per query head j of the group: the output (times vscale, the head's sink
+ * in its sum) when the block has the row's only split, else (max, sum,
+ * accumulator) into the workspace for attn_split_merge, which adds the
+ * sink once. */
 static __device__ __forceinline__ void pl_merge_partials(const float *sm_m, const float *sm_l,
                                                          const float *sm_acc, int nv, int G,
                                                          int hd, int r, int kvh, int sp,
                                                          int ns, __nv_bfloat16 *out, float *ws,
-                                                         int n_heads, float vscale)
+                                                         int n_heads, float vscale,
+                                                         const float *sinks)
 {
     for (int i = threadIdx.x; i < G * hd; i += blockDim.x) {
         int j = i / hd, d = i % hd, h = kvh * G + j;
@@ -46,6 +48,7 @@ static __device__ __forceinline__ void pl_merge_partials(const float *sm_m, cons
             a += sm_acc[(x * G + j) * hd + d] * f;
         }
         if (ns == 1) {
+            gl = pl_sink_sum(gl, gm, sinks, h);
             out[(size_t)r * n_heads * hd + (size_t)h * hd + d] =
                 __float2bfloat16(gl > 0.0f ? a * vscale / gl : 0.0f);
             continue;
