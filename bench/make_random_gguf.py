@@ -28,7 +28,8 @@ ref-gemma2 (GeGLU, post-norms, scaled embeddings, soft-capping that bites,
 sliding window 16 on alternate layers, head_dim 256), ref-gemma3 (q/k norms,
 5 local layers of window 16 per global one, 4:1 heads of 256 as Gemma 3
 270M), ref-qwen3moe and ref-mixtral (the expert block: 16 experts top 4, 8
-top 2); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
+top 2), ref-gptoss (biases, sinks, a window of 16, YaRN, 8 biased experts
+top 4); qwen3moe-bench (issue 37's mixture of experts: 16 layers, hidden
 1024, 64 experts of width 512, top 8; ~1.8 GB in Q8_0) and qwen3moe-tiny,
 experts as 3-D tensors, the router f32 as llama-quantize leaves it;
 qwen35-0.8b (issue 47's benchmark: Qwen3.5-0.8B's Gated DeltaNet hybrid
@@ -78,6 +79,14 @@ SHAPES = {
     "ref-mixtral": dict(n_layer=2, n_embd=256, n_ff=256, n_head=4, n_head_kv=2, n_vocab=0,
                         ctx=4096, rope_base=1000000.0, tied=False, n_expert=8,
                         n_expert_used=2, std=0.06),
+    # gpt-oss's layers for the CUDA runner (issue 51): q/k/v/o biases, a
+    # sink logit per head, layer 0 sliding over 16 positions, YaRN (factor
+    # 32 from 4,096: cos/sin scaled by 1.35), 8 biased experts of width
+    # 128, top 4, softmax over the chosen, the clamped SwiGLU
+    "ref-gptoss": dict(arch="gpt-oss", n_layer=2, n_embd=256, n_ff=128, n_head=4,
+                       n_head_kv=2, head_dim=64, n_vocab=0, ctx=4096, rope_base=150000.0,
+                       tied=False, n_expert=8, n_expert_used=4, window=16,
+                       yarn=(32.0, 4096), std=0.06),
     # Qwen3-30B-A3B's blocks scaled to 2 cores (issue 37's benchmark):
     # 64 experts of width 512 (n_ff), 8 per token, q/k norms
     "qwen3moe-bench": dict(arch="qwen3moe", n_layer=16, n_embd=1024, n_ff=512, n_head=16,
@@ -134,9 +143,9 @@ POOL = (1 << 24) + 43
 TOKEN_UNUSED = 5
 # Tensors kept in f32 whatever the type (as llama-quantize leaves them):
 # norms, the router, a Gated DeltaNet layer's conv, A and dt bias, Gemma 4's
-# RoPE factors; "bf16" ones (Gemma 4's per_layer_model_proj, which
+# RoPE factors, gpt-oss's biases and sinks; "bf16" ones (Gemma 4's per_layer_model_proj, which
 # llama-quantize keeps as the converter wrote it) in bf16.
-F32_KINDS = ("norm", "router", "ssm_a", "conv", "bias", "rope_freqs")
+F32_KINDS = ("norm", "router", "ssm_a", "conv", "bias", "rope_freqs", "sink")
 CHUNK = 1 << 24                         # elements encoded at a time (RAM)
 
 
@@ -389,6 +398,20 @@ def gemma4_plan(s):
                   ("per_layer_proj_norm.weight", (P,), "norm")]
 
 
+def gptoss_plan(s, b):
+    """A gpt-oss layer's tensors after its projections, as llama.cpp's
+    converter writes them: the q/k/v/o biases, the sinks, the FFN's norm
+    (post_attention_norm), the router and experts, their biases."""
+    E, F, X = s["n_embd"], s["n_ff"], s["n_expert"]
+    q, kv = s["n_head"] * s["head_dim"], s["n_head_kv"] * s["head_dim"]
+    return [(b + "attn_q.bias", (q,), "bias"), (b + "attn_k.bias", (kv,), "bias"),
+            (b + "attn_v.bias", (kv,), "bias"), (b + "attn_output.bias", (E,), "bias"),
+            (b + "attn_sinks.weight", (s["n_head"],), "sink"),
+            (b + "post_attention_norm.weight", (E,), "norm")] + ffn_plan(s, b) + [
+            (b + "ffn_gate_inp.bias", (X,), "bias"), (b + "ffn_gate_exps.bias", (X, F), "bias"),
+            (b + "ffn_up_exps.bias", (X, F), "bias"), (b + "ffn_down_exps.bias", (X, E), "bias")]
+
+
 def plan(s):
     """(name, shape, kind) in file order; q/k are in GGUF (llama.cpp) order."""
     if s["arch"] == "gemma4":
@@ -411,8 +434,11 @@ def plan(s):
             continue
         out += [(b + "attn_norm.weight", (E,), "norm"), (b + "attn_q.weight", (q, E), "w"),
                 (b + "attn_k.weight", (kv, E), "w"), (b + "attn_v.weight", (kv, E), "w"),
-                (b + "attn_output.weight", (E, q), "w"), (b + "ffn_norm.weight", (E,), "norm")]
-        out += ffn_plan(s, b)
+                (b + "attn_output.weight", (E, q), "w")]
+        if s["arch"] == "gpt-oss":
+            out += gptoss_plan(s, b)
+            continue
+        out += [(b + "ffn_norm.weight", (E,), "norm")] + ffn_plan(s, b)
         if s.get("qk_norm"):
             out += [(b + "attn_q_norm.weight", (hd,), "norm"),
                     (b + "attn_k_norm.weight", (hd,), "norm")]
@@ -437,6 +463,8 @@ def rope_freqs(s):
 def tensor_value(name, shp, kind, seed, std, s=None):
     if kind == "rope_freqs":
         return rope_freqs(s)
+    if kind == "sink":  # logits of the scores' size, so the sink takes a real share
+        return random_tensor(name, shp, seed, 1.0)
     if kind == "norm":  # near 1, not exactly, so a wrong norm weight shows
         return 1.0 + random_tensor(name, shp, seed, 0.1)
     if kind == "ssm_a":  # A = -exp(A_log), A_log near 0: a decay per step near exp(-0.7)
@@ -580,6 +608,10 @@ def model_kvs(shape, s, tok, wtype):
                 (a + "attention.value_length", T_U32, s["head_dim"])]
     if s.get("window"):
         kvs.append((a + "attention.sliding_window", T_U32, s["window"]))
+    if s.get("yarn"):
+        kvs += [(a + "rope.scaling.type", T_STR, "yarn"),
+                (a + "rope.scaling.factor", T_F32, s["yarn"][0]),
+                (a + "rope.scaling.original_context_length", T_U32, s["yarn"][1])]
     if "ssm" in s:
         m = s["ssm"]
         kvs = [kv for kv in kvs if kv[0] != a + "rope.dimension_count"]

@@ -21,7 +21,10 @@
  * most FAM_MOE_FLIP_PCT % of the (step, sequence) rows may exceed
  * FAM_MAX_DLOGIT (none FAM_MOE_MAX_DLOGIT), the same for the prompt rows,
  * and >= 85 % of the greedy ids equal; a wrong kernel moves every row.
- * Skipped without a GPU or without the models. */
+ * ref-gptoss adds gpt-oss's layers on the same tolerance: q/k/v/o biases,
+ * a sink logit per head, layer 0 sliding over 16, YaRN's scaled RoPE, 8
+ * biased experts top 4 with softmax over the chosen and the clamped
+ * SwiGLU. Skipped without a GPU or without the models. */
 #include <stdio.h>
 
 #include "tests/cuda_test_util.h"
@@ -238,3 +241,4 @@ Test(cuda_families, gemma2_matches_cpu_runner) { run_family("ref-gemma2", false)
 Test(cuda_families, gemma3_matches_cpu_runner) { run_family("ref-gemma3", false); }
 Test(cuda_families, qwen3moe_matches_cpu_runner) { run_family("ref-qwen3moe", true); }
 Test(cuda_families, mixtral_matches_cpu_runner) { run_family("ref-mixtral", true); }
+Test(cuda_families, gptoss_matches_cpu_runner) { run_family("ref-gptoss", true); }

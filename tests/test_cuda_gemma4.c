@@ -62,7 +62,7 @@ Test(cuda_gemma4, proportional_rope_on_512_heads)
             pl_op_rope(want + (size_t)r * heads * hd, heads, hd, hd, pos[r], inv, neox);
         float *d = tu_dev(x, sizeof(float) * n), *di = tu_dev(inv, sizeof(float) * half);
         int32_t *dp = tu_dev(pos, sizeof pos);
-        OK(pl_cuda_rope(d, dp, rows, heads * hd, heads, hd, hd, di,
+        OK(pl_cuda_rope(d, dp, rows, heads * hd, heads, hd, hd, di, 1.0f,
                         neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, 0));
         tu_get(got, d, sizeof(float) * n);
         cr_expect_leq(tu_nerr(got, want, n), TOL_F32, "neox %d", neox);

@@ -177,7 +177,9 @@ Test(cuda_kernels, post_norm_add_matches_reference)
     cudaFree(dx); cudaFree(dy); cudaFree(dp); cudaFree(dw); cudaFree(dout);
 }
 
-static void check_rope(int R, int n_heads, int hd, int n_rot, int neox)
+/* mscale: YaRN's magnitude factor on the rotated dims, as the CPU runner's
+ * forward_attn.c applies it after pl_op_rope. */
+static void check_rope(int R, int n_heads, int hd, int n_rot, int neox, float mscale)
 {
     int stride = n_heads * hd + 32;  /* extra columns must stay untouched */
     float *x = malloc(sizeof(float) * R * stride), *got = malloc(sizeof(float) * R * stride);
@@ -189,15 +191,19 @@ static void check_rope(int R, int n_heads, int hd, int n_rot, int neox)
         pos[r] = r * 397 % 8192;
     float *dx = tu_dev(x, sizeof(float) * R * stride), *dinv = tu_dev(inv, sizeof inv);
     int32_t *dpos = tu_dev(pos, sizeof(int32_t) * R);
-    OK(pl_cuda_rope(dx, dpos, R, stride, n_heads, hd, n_rot, dinv,
+    OK(pl_cuda_rope(dx, dpos, R, stride, n_heads, hd, n_rot, dinv, mscale,
                     neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, 0));
     tu_get(got, dx, sizeof(float) * R * stride);
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
         pl_op_rope(x + (size_t)r * stride, n_heads, hd, n_rot, pos[r], inv, neox);
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < n_rot; i++)
+                x[(size_t)r * stride + (size_t)h * hd + i] *= mscale;
+    }
     /* fp32 both sides; the angle pos*inv_freq reaches ~8000 rad, where fp32
      * sin/cos implementations differ by ~1e-4 of the value. */
-    cr_assert_leq(tu_nerr(got, x, (size_t)R * stride), 5e-4, "R=%d hd=%d rot=%d neox=%d",
-                  R, hd, n_rot, neox);
+    cr_assert_leq(tu_nerr(got, x, (size_t)R * stride), 5e-4,
+                  "R=%d hd=%d rot=%d neox=%d mscale %g", R, hd, n_rot, neox, mscale);
     cudaFree(dx); cudaFree(dinv); cudaFree(dpos);
     free(x); free(got); free(pos);
 }
@@ -206,9 +212,11 @@ Test(cuda_kernels, rope_normal_and_neox_match_reference)
 {
     SKIP_WITHOUT_GPU();
     for (int neox = 0; neox < 2; neox++) {
-        check_rope(5, 12, 64, 64, neox);
-        check_rope(17, 40, 128, 128, neox);
-        check_rope(3, 4, 128, 64, neox);   /* partial rotation */
+        check_rope(5, 12, 64, 64, neox, 1.0f);
+        check_rope(17, 40, 128, 128, neox, 1.0f);
+        check_rope(3, 4, 128, 64, neox, 1.0f);         /* partial rotation */
+        check_rope(7, 12, 64, 64, neox, 1.3466f);      /* gpt-oss's YaRN: 1 + 0.1 ln 32 */
+        check_rope(3, 4, 128, 64, neox, 1.3466f);      /* the scale on rotated dims only */
     }
 }
 

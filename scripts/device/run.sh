@@ -147,10 +147,10 @@ stage_test() {
         PARLEY_SRC="$(dirname "$D")" run_test "$b" || st=1   # test_cuda_moe*: the tree's tests/fixtures
     done
     # The newer architectures (qwen3, gemma2, gemma3) and the mixtures of
-    # experts (qwen3moe, Mixtral) against the CPU runner, on random models
-    # written here (bench/make_random_gguf.py ref-*).
+    # experts (qwen3moe, Mixtral, gpt-oss) against the CPU runner, on random
+    # models written here (bench/make_random_gguf.py ref-*).
     if [ -x "$D/bin/test_cuda_families" ]; then
-        for a in ref-qwen3 ref-gemma2 ref-gemma3 ref-qwen3moe ref-mixtral; do
+        for a in ref-qwen3 ref-gemma2 ref-gemma3 ref-qwen3moe ref-mixtral ref-gptoss; do
             make_model "$a" bf16 >/dev/null || { log "test: $a model generation FAILED"; st=1; }
         done
         PARLEY_FAMILY_MODELS="$MODELS" run_test test_cuda_families || st=1

@@ -1,6 +1,7 @@
 /* cuda_forward.c - one step's forward pass and sampling, enqueued on the
  * compute stream: feedback, embedding, per layer (norm, fused QKV GEMM,
- * RoPE, KV write, attention, output GEMM, fused add+norm, gate/up GEMM,
+ * RoPE, KV write, attention (sinks: gpt-oss), output GEMM (and its bias),
+ * fused add+norm, gate/up GEMM,
  * SwiGLU, down GEMM; or with experts the block of moe_ffn), final norm of
  * each sequence's last row, LM head, penalties and sampling. Only device addresses fixed at creation are
  * used, so a decode-only step can be captured in a graph and replayed. */
@@ -66,6 +67,7 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
                        .block_table = d->bt, .out = r->att};
     pl_attn_opts o = r->attn;
     o.window = r->w.layers[l].n_swa;
+    o.sinks = r->w.layers[l].sinks;
     int rc;
     if (st->max_seq_rows <= 1) {
         rc = decode_attn(r, &as, kv, o, NULL, st->n_rows);
@@ -90,7 +92,8 @@ static int attention(cuda_runner *r, int l, const cr_step *st)
 /* One call, then the phase mark (a no-op unless profiling). */
 #define PH(call, ph) do { if ((call) != 0) return -1; pl_cuda_prof_mark(r, ph); } while (0)
 
-/* q/k RMSNorm per head (qwen3, gemma3), then RoPE with the layer's table. */
+/* q/k RMSNorm per head (qwen3, gemma3), then RoPE with the layer's table
+ * (and YaRN's scale: gpt-oss). */
 static int qk_norm_rope(cuda_runner *r, const pl_cuda_layer *L, int n)
 {
     if (L->q_norm && pl_cuda_head_rmsnorm(r->qkv, r->qkv_dim, n, r->n_head, r->head_dim,
@@ -100,7 +103,7 @@ static int qk_norm_rope(cuda_runner *r, const pl_cuda_layer *L, int n)
                                           r->head_dim, L->k_norm, r->rms_eps, r->cs) != 0)
         return -1;
     return pl_cuda_rope(r->qkv, r->dio.positions, n, r->qkv_dim, r->n_head + r->n_head_kv,
-                        r->head_dim, r->n_rot, L->rope_inv_freq,
+                        r->head_dim, r->n_rot, L->rope_inv_freq, r->rope_mscale,
                         r->rope_neox ? PL_ROPE_MODE_NEOX : PL_ROPE_MODE_NORM, r->cs);
 }
 
@@ -157,7 +160,9 @@ static int layer(cuda_runner *r, int l, const cr_step *st)
     PH(qk_norm_rope(r, L, n), CR_PH_ROPE);
     if (attention(r, l, st) != 0)
         return -1;
-    PH(pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim), CR_PH_O);
+    if (pl_cuda_gemm_bf16(r->gemm, r->att, L->wo, r->y, n, E, r->q_dim) != 0)
+        return -1;
+    PH(L->bo ? pl_cuda_add_bias(r->y, L->bo, n, E, r->cs) : 0, CR_PH_O);
     PH(residual_norm(r, L->attn_post_norm, L->ffn_norm, n), CR_PH_NORM);
     if (r->n_expert > 0)
         return moe_ffn(r, L, n);

@@ -98,6 +98,7 @@ typedef struct cuda_runner {
     int q_dim, kv_dim, qkv_dim;
     float rms_eps;
     int rope_neox;
+    float rope_mscale;           /* YaRN's magnitude factor on q and k (1: none) */
     pl_cuda_weights w;
     pl_cuda_gemm *gemm;
     cudaStream_t cs, xs;         /* compute, copy-back */

@@ -34,6 +34,7 @@ static int fill_geometry(cuda_runner *r, const pl_model *m, const pl_runner_info
     r->n_rot = m->n_rot;
     r->rms_eps = m->rms_eps;
     r->rope_neox = m->rope_neox;
+    r->rope_mscale = m->rope_mscale > 0.0f ? m->rope_mscale : 1.0f;
     r->q_dim = m->n_head * m->head_dim;
     r->kv_dim = m->n_head_kv * m->head_dim;
     r->qkv_dim = r->q_dim + 2 * r->kv_dim;
@@ -350,18 +351,10 @@ cuda_fail:
 pl_runner *pl_cuda_runner_new(const pl_model *m, const pl_runner_info *want,
                               const pl_cuda_opts *o, char *err, size_t errlen)
 {
-    /* Experts run (cuda_forward.c's expert block: qwen3moe, Mixtral; the
-     * engine still refuses them on --device cuda until a GPU run of
-     * test_cuda_families passes, docs/gpu-validation.md); gpt-oss's
-     * attention sinks, output bias and YaRN scale do not yet. */
-    bool sinks = false;
-    for (int l = 0; l < m->n_layer; l++)
-        sinks |= m->layers[l].attn_sinks || m->layers[l].bo;
-    if (sinks || (m->rope_mscale > 0 && m->rope_mscale != 1.0f)) {
-        snprintf(err, errlen, "the CUDA runner does not run %s's attention sinks, output "
-                 "bias or YaRN scale yet", m->arch_name);
-        return NULL;
-    }
+    /* Experts and gpt-oss's layers run (cuda_forward.c: the expert block,
+     * attention sinks, the output bias, YaRN's scale); the engine still
+     * refuses experts on --device cuda until a GPU run of
+     * test_cuda_families passes (docs/gpu-validation.md). */
     cuda_runner *r = calloc(1, sizeof *r);
     if (!r) {
         snprintf(err, errlen, "out of memory");

@@ -19,11 +19,13 @@ typedef enum pl_rope_mode {
  * qk: (n_rows, row_stride) fp32, heads of head_dim contiguous from the row
  * start (q heads then k heads); positions: (n_rows) device.
  * Dimension pair i (i < n_rot/2) turns by pos * inv_freq[i]; inv_freq
- * (device, n_rot/2) has any scaling applied (pl_model.rope_inv_freq).
- * Dimensions >= n_rot are left as they are.
+ * (device, n_rot/2) has any scaling applied (pl_model.rope_inv_freq);
+ * then the rotated dimensions are multiplied by mscale (YaRN's magnitude
+ * factor, pl_model.rope_mscale; 1: none). Dimensions >= n_rot are left as
+ * they are.
  */
 int pl_cuda_rope(float *qk, const int32_t *positions, int n_rows, int row_stride,
-                 int n_heads, int head_dim, int n_rot, const float *inv_freq,
+                 int n_heads, int head_dim, int n_rot, const float *inv_freq, float mscale,
                  pl_rope_mode mode, cudaStream_t st);
 
 #ifdef __cplusplus

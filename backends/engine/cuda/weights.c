@@ -132,6 +132,8 @@ static int upload_layer(pl_cuda_layer *d, const pl_model *m, const pl_layer *L,
         || pl_cuda_upload_f32(&d->ffn_post_norm, L->ffn_post_norm, (size_t)m->n_embd,
                               u->bytes) != 0
         || upload_bias(&d->bqkv, m, L, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->bo, L->bo, (size_t)m->n_embd, u->bytes) != 0
+        || pl_cuda_upload_f32(&d->sinks, L->attn_sinks, (size_t)m->n_head, u->bytes) != 0
         || upload_stack(&d->wqkv, qkv, 3, u) != 0
         || upload_stack(&d->wo, wo, 1, u) != 0)
         return -1;
@@ -242,6 +244,8 @@ void pl_cuda_weights_free(pl_cuda_weights *w)
         cudaFree(d->attn_norm);
         cudaFree(d->ffn_norm);
         cudaFree(d->bqkv);
+        cudaFree(d->bo);
+        cudaFree(d->sinks);
         cudaFree(d->wqkv);
         cudaFree(d->wo);
         cudaFree(d->w_gu);

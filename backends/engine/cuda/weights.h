@@ -13,6 +13,8 @@ typedef struct pl_cuda_layer {
     pl_bf16 *wqkv;               /**< (q_dim + 2*kv_dim, n_embd): wq, wk, wv rows */
     float *bqkv;                 /**< (q_dim + 2*kv_dim) qwen2 biases, else NULL */
     pl_bf16 *wo;                 /**< (n_embd, q_dim) */
+    float *bo;                   /**< (n_embd) output bias (gpt-oss), else NULL */
+    float *sinks;                /**< (n_head) attention sinks (gpt-oss), else NULL */
     float *ffn_norm;             /**< (n_embd) */
     pl_bf16 *w_gu;               /**< (2*n_ff, n_embd): gate rows then up rows;
                                       NULL in a layer with experts */

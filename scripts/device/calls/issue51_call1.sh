@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # issue51_call1.sh - the first device call of issues 51 and 38: every CUDA
 # test (the expert kernels and the CUDA runner's mixture-of-experts block
-# on qwen3moe and Mixtral against the CPU runner among them, issue 51),
+# on qwen3moe, Mixtral and gpt-oss against the CPU runner among them, and
+# the attention sinks in every kernel kind, issue 51),
 # then correctness of every attention kernel kind and of the runner with
 # each (bf16 and fp8 caches); memcheck of the expert tests; each attention
 # kernel alone (bench_cuda_attn); compute-sanitizer on the attention tests.
